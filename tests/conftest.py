@@ -1,0 +1,34 @@
+"""Shared fixtures.
+
+Tests that need real CIFAR-10 images read the path in ``ATTNCNN_TEST_CIFAR10`` (set by
+.ci/run to ../shared/data/cifar10-jpeg.zip); outside CI they fall back to that shared copy
+beside the repository when it exists.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cifar10_copy() -> Path | None:
+    env = os.environ.get("ATTNCNN_TEST_CIFAR10")
+    if env:
+        return Path(env)
+    guess = REPO.parent / "shared" / "data" / "cifar10-jpeg.zip"
+    return guess if guess.exists() else None
+
+
+@pytest.fixture(scope="session")
+def cifar10_path() -> Path:
+    """Path to a real CIFAR-10 copy (zip or folder); fails in CI when missing."""
+    path = _cifar10_copy()
+    if path is None or not path.exists():
+        if os.environ.get("CI"):
+            pytest.fail("ATTNCNN_TEST_CIFAR10 must point at a CIFAR-10 copy in CI")
+        pytest.skip("no CIFAR-10 copy: set ATTNCNN_TEST_CIFAR10")
+    return path
