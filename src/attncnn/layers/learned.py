@@ -1,0 +1,111 @@
+"""Learned relative positional attention with one embedding table per axis (PAPER.md 3.3).
+
+Each axis has a table of ``2*max_size - 1`` rows, one per relative shift ``-(max_size-1) ..
+max_size-1`` (shift d -> row d + max_size - 1); ``row_embeddings`` is indexed by the vertical
+shift delta_1 = key row - query row and ``col_embeddings`` by the horizontal shift delta_2.
+The relative encoding of a pair is r_delta = [e_row(delta_1); e_col(delta_2)].
+Any grid up to ``max_size`` on each axis works; offsets are built for the grid of the call.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import ContentAttention, PositionalAttention
+from .relative import axis_offsets
+
+__all__ = ["LearnedRelativeAttention", "LearnedRelativeContentAttention"]
+
+
+def _table_rows(table: nn.Embedding, length: int, max_size: int, axis: str) -> torch.Tensor:
+    """Embeddings of every (query, key) shift along one axis: ``(L, L, E)``."""
+    if length > max_size:
+        raise ValueError(
+            f"grid {axis} {length} exceeds the learned table's max_size {max_size}: "
+            f"build the layer with max_size >= {length}")
+    index = axis_offsets(length, table.weight.device) + (max_size - 1)   # (L, L)
+    return table.weight[index]
+
+
+class LearnedRelativeAttention(PositionalAttention):
+    """Position-only attention with learned row/column relative embeddings ("SA learned emb.").
+
+    Score of head h (paper eq. 8, term 4; reference ``Learned2DRelativeSelfAttention`` without
+    content): ``A = w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2)``, not scaled.
+    The per-head key vectors are the rows of the bias-free linear maps ``head_keys_row`` and
+    ``head_keys_col`` (``table_dim -> N_h``). Tables start N(0, 1) (PyTorch's default).
+
+    Args:
+        dim, num_heads, head_dim, out_dim, attn_drop: see :class:`GridAttention`.
+        max_size: largest grid side supported by the tables (paper: 16).
+        table_dim: width of each axis table (default ``dim``, the 12.3 M-parameter paper model).
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, max_size: int = 16,
+                 table_dim: int | None = None, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.max_size = max_size
+        self.table_dim = dim if table_dim is None else table_dim
+        self.row_embeddings = nn.Embedding(2 * max_size - 1, self.table_dim)
+        self.col_embeddings = nn.Embedding(2 * max_size - 1, self.table_dim)
+        self.head_keys_row = nn.Linear(self.table_dim, num_heads, bias=False)
+        self.head_keys_col = nn.Linear(self.table_dim, num_heads, bias=False)
+
+    def attention_scores(self, height: int, width: int) -> torch.Tensor:
+        """Scores ``(N_h, H*W, H*W)``; score[h, (i, j), (k, l)] = row[h, i, k] + col[h, j, l]."""
+        # Score every table row once per head, then look the (query, key) shifts up.
+        row = self.head_keys_row(_table_rows(self.row_embeddings, height, self.max_size, "height"))
+        col = self.head_keys_col(_table_rows(self.col_embeddings, width, self.max_size, "width"))
+        row, col = row.permute(2, 0, 1), col.permute(2, 0, 1)             # (N_h, H, H), (N_h, W, W)
+        scores = row[:, :, None, :, None] + col[:, None, :, None, :]       # (N_h, H, W, H, W)
+        n = height * width
+        return scores.reshape(self.num_heads, n, n)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", max_size={self.max_size}, table_dim={self.table_dim}"
+
+
+class LearnedRelativeContentAttention(ContentAttention):
+    """Content + learned relative attention, the paper's "SA learned emb. + content" (29.5 M).
+
+    Score of head h (PAPER.md 3.3, later upstream form with the q.r term):
+    ``A = (q_h . k_h + q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``,
+    with tables of width ``D_h/2`` per axis and no per-head key vectors.
+
+    Args:
+        dim, num_heads, head_dim, out_dim, attn_drop: see :class:`GridAttention`.
+        max_size: largest grid side supported by the tables (paper: 16).
+
+    Raises:
+        ValueError: if ``head_dim`` is odd (the query is split in two halves).
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, max_size: int = 16, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim must be even to split queries between rows and columns, got {self.head_dim}")
+        self.max_size = max_size
+        half = self.head_dim // 2
+        self.row_embeddings = nn.Embedding(2 * max_size - 1, half)
+        self.col_embeddings = nn.Embedding(2 * max_size - 1, half)
+
+    def positional_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Unscaled q.r term ``(B, N_h, H*W, H*W)`` for queries ``q (B, N_h, H*W, D_h)``."""
+        b, nh, n, dh = q.shape
+        half = dh // 2
+        q = q.reshape(b, nh, height, width, dh)
+        e_row = _table_rows(self.row_embeddings, height, self.max_size, "height")   # (H, H, D_h/2)
+        e_col = _table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
+        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row)                # (B, N_h, H, W, H)
+        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col)                # (B, N_h, H, W, W)
+        scores = row[..., :, None] + col[..., None, :]                              # (B, N_h, H, W, H, W)
+        return scores.reshape(b, nh, n, n)
+
+    def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        return self.positional_scores(q, height, width) / math.sqrt(self.head_dim)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", max_size={self.max_size}"

@@ -1,0 +1,97 @@
+"""Quadratic ("Gaussian") relative positional attention, paper eq. (9) and its generalisation.
+
+Head h has a centre of attention Delta^(h) in R^2 (``centers``, in token units) and a sharpness.
+For a query q and key k with relative shift delta = k - q its score is
+
+* isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
+  ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
+  (``spreads``, shape ``(N_h,)``), so alpha is about 0.5 at initialisation (PAPER.md 3.1);
+* full covariance (PAPER.md 1.7, 3.2): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
+  ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
+
+The dot-product form of eq. (9) differs from these by a term constant in k, which the softmax
+cancels; the squared distance is computed directly because it is better conditioned. The
+probabilities are a discrete Gaussian centred on q + Delta^(h), renormalised over the keys
+inside the grid (no padding), exactly as in the reference code.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .attention import PositionalAttention
+from .relative import relative_offsets
+
+__all__ = ["QuadraticAttention"]
+
+
+class QuadraticAttention(PositionalAttention):
+    """Position-only multi-head attention with the quadratic relative encoding.
+
+    Args:
+        dim: token width D.
+        num_heads: number of heads N_h (9 in the paper: one per shift of a 3x3 kernel).
+        full_covariance: learn a full 2x2 ``Sigma^-1 = S S^T`` per head instead of one alpha.
+        center_init_std: std of the centre initialisation, per coordinate (reference: 2.0;
+            the paper writes N(0, 2 I), i.e. std 1.41; see PAPER.md 2.5).
+        spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
+            or ``S = I + N(0, std^2)`` (reference: 0.01).
+        head_dim, out_dim, attn_drop: see :class:`~attncnn.layers.attention.GridAttention`.
+
+    Parameters ``centers`` ``(N_h, 2)`` (row, column shift) and ``spreads`` (``(N_h,)`` or
+    ``(N_h, 2, 2)``) take no weight decay (:meth:`no_weight_decay`), as in the reference optimiser.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, full_covariance: bool = False,
+                 center_init_std: float = 2.0, spread_init_std: float = 0.01, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.full_covariance = full_covariance
+        self.center_init_std = center_init_std
+        self.spread_init_std = spread_init_std
+        self.centers = nn.Parameter(torch.empty(num_heads, 2))
+        shape = (num_heads, 2, 2) if full_covariance else (num_heads,)
+        self.spreads = nn.Parameter(torch.empty(shape))
+        self.reset_positional_parameters()
+
+    @torch.no_grad()
+    def reset_positional_parameters(self) -> None:
+        """Re-draw centres ~ N(0, center_init_std^2) and spreads ~ 1 (or I) + N(0, spread_init_std^2)."""
+        self.centers.normal_(0.0, self.center_init_std)
+        self.spreads.normal_(0.0, self.spread_init_std)
+        if self.full_covariance:
+            self.spreads.add_(torch.eye(2, dtype=self.spreads.dtype, device=self.spreads.device))
+        else:
+            self.spreads.add_(1.0)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """Sharpness alpha^(h) = s^2 / 2, ``(N_h,)`` (isotropic layers only; paper eq. 9)."""
+        if self.full_covariance:
+            raise AttributeError("alpha is defined for isotropic heads; use inverse_covariance")
+        return self.spreads ** 2 / 2
+
+    @property
+    def inverse_covariance(self) -> torch.Tensor:
+        """Sigma^-1 per head, ``(N_h, 2, 2)`` (isotropic heads: ``2 alpha I``)."""
+        if self.full_covariance:
+            return self.spreads @ self.spreads.transpose(-1, -2)
+        eye = torch.eye(2, dtype=self.spreads.dtype, device=self.spreads.device)
+        return (self.spreads ** 2)[:, None, None] * eye
+
+    def no_weight_decay(self) -> set[str]:
+        """Names of parameters the optimiser must not decay (reference: centres and spreads)."""
+        return {"centers", "spreads"}
+
+    def attention_scores(self, height: int, width: int) -> torch.Tensor:
+        """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)."""
+        delta = relative_offsets(height, width, self.centers.device, self.centers.dtype)  # (N, N, 2)
+        diff = delta[None] - self.centers[:, None, None, :]                                # (N_h, N, N, 2)
+        if self.full_covariance:
+            # (delta-Delta)^T S S^T (delta-Delta) = |S^T (delta-Delta)|^2 = |(delta-Delta) S|^2
+            proj = diff @ self.spreads[:, None]                                            # (N_h, N, N, 2)
+            return -0.5 * proj.square().sum(-1)
+        return -self.alpha[:, None, None] * diff.square().sum(-1)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", full_covariance={self.full_covariance}"

@@ -1,0 +1,86 @@
+"""Relative positions on an (H, W) token grid, built at call time and cached.
+
+Convention (PAPER.md 1.1): the relative shift of a (query, key) pair is ``delta = key - query``,
+in token units, with component 0 along the height (rows) and component 1 along the width
+(columns). Tokens are flattened row-major, so position ``n`` is ``(n // W, n % W)``.
+Nothing here has a maximum grid size; results are cached per (H, W, device, dtype).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+__all__ = ["grid_positions", "relative_offsets", "quadratic_features", "axis_offsets"]
+
+
+def _cached(fn):
+    """lru_cache that always builds normal tensors, even when first called under
+    ``torch.inference_mode()`` (an inference tensor in the cache would break autograd later)."""
+    cached = functools.lru_cache(maxsize=64)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with torch.inference_mode(False), torch.no_grad():
+            return cached(*args, **kwargs)
+
+    wrapper.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    return wrapper
+
+
+def _check(height: int, width: int) -> None:
+    if height < 1 or width < 1:
+        raise ValueError(f"grid size must be positive, got {height}x{width}")
+
+
+@_cached
+def grid_positions(height: int, width: int, device: torch.device | str = "cpu",
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Row-major (row, column) coordinates of every token: ``(H*W, 2)``."""
+    _check(height, width)
+    rows = torch.arange(height, device=device, dtype=dtype)
+    cols = torch.arange(width, device=device, dtype=dtype)
+    return torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+
+
+@_cached
+def relative_offsets(height: int, width: int, device: torch.device | str = "cpu",
+                     dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Relative shifts ``delta = key - query`` of all token pairs: ``(H*W, H*W, 2)``.
+
+    ``out[q, k] = position(k) - position(q)`` with positions from :func:`grid_positions`.
+    """
+    pos = grid_positions(height, width, device, dtype)
+    return pos[None, :, :] - pos[:, None, :]
+
+
+@_cached
+def quadratic_features(height: int, width: int, device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32, generalized: bool = False) -> torch.Tensor:
+    """The quadratic relative encoding r_delta of every pair.
+
+    Isotropic (paper eq. 9): ``r = (|delta|^2, delta_1, delta_2)``, shape ``(H*W, H*W, 3)``.
+    Generalised (PAPER.md 1.7): ``r = (delta_1, delta_2, delta_1^2, delta_2^2, delta_1*delta_2)``,
+    shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets`
+    directly (a squared distance is better conditioned than this dot-product form); these
+    features are exposed for the theory module and for tests of eq. (9).
+    """
+    d = relative_offsets(height, width, device, dtype)
+    d1, d2 = d[..., 0], d[..., 1]
+    if generalized:
+        return torch.stack([d1, d2, d1 * d1, d2 * d2, d1 * d2], dim=-1)
+    return torch.stack([d1 * d1 + d2 * d2, d1, d2], dim=-1)
+
+
+@_cached
+def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Shifts along one axis, ``out[i, k] = k - i``: ``(length, length)`` int64.
+
+    Used to index learned per-axis tables of ``2*max_size - 1`` rows (shift ``d`` -> row
+    ``d + max_size - 1``).
+    """
+    if length < 1:
+        raise ValueError(f"axis length must be positive, got {length}")
+    idx = torch.arange(length, device=device)
+    return idx[None, :] - idx[:, None]

@@ -1,0 +1,163 @@
+"""Named model presets after the paper's runs (``runs/*`` of the reference code), and the builder.
+
+Each preset fixes the network (``arch`` + configuration keywords) and the training recipe
+that goes with it (keys of :class:`attncnn.training.TrainConfig`), plus the paper's Table 1
+numbers for comparison. Parameter counts for 10 classes are pinned by tests (PAPER.md 5.2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from .image_transformer import ImageTransformer, ImageTransformerConfig
+from .resnet import ResNet, ResNetConfig
+
+__all__ = ["Preset", "PRESETS", "ARCHITECTURES", "get_preset", "list_presets", "build_model",
+           "build_model_from_config", "count_parameters"]
+
+#: architecture name -> (config dataclass, model class)
+ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
+    "image-transformer": (ImageTransformerConfig, ImageTransformer),
+    "resnet": (ResNetConfig, ResNet),
+}
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A named network + training recipe.
+
+    Attributes:
+        name: preset name, e.g. ``"quadratic"``.
+        description: one line for ``attncnn presets``.
+        arch: key of :data:`ARCHITECTURES`.
+        model: configuration keywords of the architecture.
+        train: training-recipe overrides (keys of ``attncnn.training.TrainConfig``).
+        paper: the paper's Table 1 entry (``accuracy`` as a fraction or None, ``params`` text).
+    """
+
+    name: str
+    description: str
+    arch: str
+    model: dict = field(default_factory=dict)
+    train: dict = field(default_factory=dict)
+    paper: dict = field(default_factory=dict)
+
+
+_PAPER_RECIPE = {"epochs": 300, "batch_size": 100, "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4,
+                 "schedule": "cosine", "warmup_ratio": 0.05}
+
+PRESETS: dict[str, Preset] = {p.name: p for p in [
+    Preset("resnet18", "CIFAR ResNet18 baseline (runs/resnet)", "resnet", {},
+           {**_PAPER_RECIPE, "schedule": "multistep", "milestones": [80, 150, 250]},
+           {"accuracy": 0.938, "params": "11.2 M", "note": "accuracy recalled, unconfirmed"}),
+    Preset("quadratic", "SA quadratic emb.: 9 isotropic Gaussian heads (runs/quadratic)", "image-transformer",
+           {"attention": "quadratic"}, _PAPER_RECIPE,
+           {"accuracy": 0.938, "params": "12.1 M"}),
+    Preset("quadratic-generalized", "SA quadratic emb., full 2x2 covariance (runs/quadratic-generalized)",
+           "image-transformer", {"attention": "quadratic-generalized"}, _PAPER_RECIPE,
+           {"accuracy": None, "params": "-", "note": "paper: no gain over isotropic"}),
+    Preset("learned", "SA learned emb., position only, 400-d tables per axis (runs/learned)",
+           "image-transformer", {"attention": "learned"}, _PAPER_RECIPE,
+           {"accuracy": 0.918, "params": "12.3 M", "note": "accuracy recalled, unconfirmed"}),
+    Preset("learned-content", "SA learned emb. + content-based att. (q.k + q.r, 200-d tables)",
+           "image-transformer", {"attention": "learned-content"}, _PAPER_RECIPE,
+           {"accuracy": 0.871, "params": "29.5 M", "note": "accuracy recalled, unconfirmed"}),
+    Preset("many-heads", "SA quadratic emb. with 16 heads (runs/many-heads)", "image-transformer",
+           {"attention": "quadratic", "num_heads": 16}, _PAPER_RECIPE,
+           {"accuracy": None, "params": "-"}),
+    Preset("demo", "small quadratic model and short schedule: trains in minutes on 2 CPU cores",
+           "image-transformer",
+           {"attention": "quadratic", "num_layers": 2, "num_heads": 4, "dim": 64, "mlp_dim": 128,
+            "pooling": 4, "dropout": 0.0, "attn_dropout": 0.0},
+           {**_PAPER_RECIPE, "epochs": 4, "batch_size": 100, "lr": 0.1},
+           {"accuracy": None, "params": "-", "note": "not in the paper"}),
+]}
+
+
+def list_presets() -> list[str]:
+    """Names of all presets, in the order of the paper's Table 1 then extras."""
+    return list(PRESETS)
+
+
+def get_preset(name: str) -> Preset:
+    """Look a preset up by name.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+
+
+def _type_ok(value, annotation) -> bool:
+    """Loose runtime check of a dataclass field annotation (int/float/str/bool, unions, tuples)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in typing.get_args(annotation))
+    if annotation is type(None):
+        return value is None
+    if origin is tuple or annotation is tuple:
+        return isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value)
+    if annotation is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True
+
+
+def _make_config(arch: str, kwargs: dict):
+    """Build the architecture's config dataclass, rejecting unknown or ill-typed keys by name."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+    cls = ARCHITECTURES[arch][0]
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key, value in kwargs.items():
+        if key not in hints:
+            raise ValueError(f"unknown model option {key!r} for {arch}; valid options: {', '.join(names)}")
+        if not _type_ok(value, hints[key]):
+            raise ValueError(f"model option {key!r} must be {hints[key]}, got {value!r}")
+    return cls(**kwargs)
+
+
+def build_model_from_config(arch: str, config: dict) -> nn.Module:
+    """Build a network from an architecture name and its configuration keywords.
+
+    Raises:
+        ValueError: unknown architecture, unknown or ill-typed option (named in the message).
+    """
+    cfg = _make_config(arch, config)
+    return ARCHITECTURES[arch][1](cfg)
+
+
+def build_model(name: str, num_classes: int = 10, **overrides) -> nn.Module:
+    """Build a preset network.
+
+    Args:
+        name: a preset name (see :func:`list_presets`).
+        num_classes: size of the classifier output.
+        **overrides: configuration keywords replacing the preset's (e.g. ``num_heads=16``).
+
+    Returns:
+        A module mapping normalised images ``(B, 3, H, W)`` to logits ``(B, num_classes)``,
+        with PyTorch's default initialisation (as the reference code).
+
+    Raises:
+        ValueError: unknown preset or override (the message lists the valid names).
+    """
+    preset = get_preset(name)
+    return build_model_from_config(preset.arch, {**preset.model, "num_classes": num_classes, **overrides})
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameter values (the paper's "# params")."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
