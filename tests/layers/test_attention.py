@@ -1,0 +1,225 @@
+"""Every attention layer against a plain per-pair computation of the paper's formulas."""
+
+import math
+
+import pytest
+import torch
+
+from attncnn.layers import (ATTENTION_KINDS, ContentAttention, LearnedRelativeAttention,
+                            LearnedRelativeContentAttention, QuadraticAttention, build_attention)
+
+H, W, D, NH = 3, 4, 8, 3   # a small non-square grid
+
+
+def _pos(n):
+    return n // W, n % W
+
+
+def _naive_softmax(scores):
+    """Row-wise softmax of a python list of lists, in float64."""
+    out = []
+    for row in scores:
+        m = max(row)
+        e = [math.exp(s - m) for s in row]
+        z = sum(e)
+        out.append([v / z for v in e])
+    return torch.tensor(out, dtype=torch.float64)
+
+
+def _naive_probs(layer, x):
+    """(B or 1, N_h, N, N) from the per-pair formula of each layer, in float64."""
+    n = H * W
+    layer = layer.double()
+    x = x.double()
+    if isinstance(layer, QuadraticAttention):
+        out = []
+        for h in range(layer.num_heads):
+            c = layer.centers[h].tolist()
+            rows = []
+            for q in range(n):
+                row = []
+                for k in range(n):
+                    (qi, qj), (ki, kj) = _pos(q), _pos(k)
+                    dlt = torch.tensor([ki - qi - c[0], kj - qj - c[1]], dtype=torch.float64)
+                    if layer.full_covariance:
+                        s = layer.spreads[h].detach()
+                        row.append(float(-0.5 * dlt @ (s @ s.T) @ dlt))
+                    else:
+                        alpha = float(layer.spreads[h].detach()) ** 2 / 2
+                        row.append(-alpha * float(dlt @ dlt))
+                rows.append(row)
+            out.append(_naive_softmax(rows))
+        return torch.stack(out)[None]
+    if isinstance(layer, LearnedRelativeAttention):
+        m = layer.max_size
+        er, ec = layer.row_embeddings.weight, layer.col_embeddings.weight
+        wr, wc = layer.head_keys_row.weight, layer.head_keys_col.weight
+        out = []
+        for h in range(layer.num_heads):
+            rows = []
+            for q in range(n):
+                (qi, qj) = _pos(q)
+                rows.append([float(wr[h] @ er[_pos(k)[0] - qi + m - 1] + wc[h] @ ec[_pos(k)[1] - qj + m - 1])
+                             for k in range(n)])
+            out.append(_naive_softmax(rows))
+        return torch.stack(out)[None]
+    # content layers
+    b = x.shape[0]
+    dh = layer.head_dim
+    q = layer.query(x).reshape(b, n, layer.num_heads, dh)
+    k = layer.key(x).reshape(b, n, layer.num_heads, dh)
+    out = torch.empty(b, layer.num_heads, n, n, dtype=torch.float64)
+    for bi in range(b):
+        for h in range(layer.num_heads):
+            rows = []
+            for qi_ in range(n):
+                row = []
+                for ki_ in range(n):
+                    s = float(q[bi, qi_, h] @ k[bi, ki_, h])
+                    if isinstance(layer, LearnedRelativeContentAttention):
+                        m, half = layer.max_size, dh // 2
+                        (a, c), (e, f) = _pos(qi_), _pos(ki_)
+                        s += float(q[bi, qi_, h, :half] @ layer.row_embeddings.weight[e - a + m - 1])
+                        s += float(q[bi, qi_, h, half:] @ layer.col_embeddings.weight[f - c + m - 1])
+                    row.append(s / math.sqrt(dh))
+                rows.append(row)
+            out[bi, h] = _naive_softmax(rows)
+    return out
+
+
+def _make(kind, **kw):
+    extra = {"max_size": 5} if kind.startswith("learned") else {}
+    torch.manual_seed(0)
+    layer = build_attention(kind, D, NH, **extra, **kw).eval()
+    if isinstance(layer, QuadraticAttention):
+        with torch.no_grad():   # centres near the grid, sharp enough for a non-trivial map
+            layer.centers.copy_(torch.tensor([[0.0, 1.0], [-1.3, 0.4], [2.0, -2.5]]))
+            layer.spreads.mul_(1.3)
+    return layer
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_probabilities_equal_naive_formula(kind):
+    layer = _make(kind).double()
+    x = torch.randn(2, H, W, D, dtype=torch.float64)
+    _, probs = layer(x, return_attention=True)
+    with torch.no_grad():
+        expected = _naive_probs(layer, x)
+    assert probs.shape == ((1 if layer.position_only else 2), NH, H * W, H * W)
+    torch.testing.assert_close(probs, expected, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(probs.sum(-1), torch.ones_like(probs.sum(-1)), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("head_dim,out_dim", [(None, None), (6, 5)])
+def test_output_equals_naive_mixture(kind, head_dim, out_dim):
+    layer = _make(kind, head_dim=head_dim, out_dim=out_dim).double()
+    x = torch.randn(2, H, W, D, dtype=torch.float64)
+    out, probs = layer(x, return_attention=True)
+    n = H * W
+    tokens = x.reshape(2, n, D)
+    if layer.value_in is None:
+        values = [tokens for _ in range(NH)]
+    else:
+        v = layer.value_in(tokens).reshape(2, n, NH, layer.head_dim)
+        values = [v[:, :, h] for h in range(NH)]
+    heads = []
+    for h in range(NH):
+        p = probs[:, h]                                    # (B|1, N, N)
+        heads.append(torch.einsum("bqk,bkd->bqd", p.expand(2, n, n), values[h]))
+    expected = layer.value(torch.cat(heads, dim=-1)).reshape(2, H, W, layer.out_dim)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+@pytest.mark.parametrize("head_dim", [None, 4])
+def test_fast_path_equals_explicit_path(kind, head_dim):
+    layer = _make(kind, head_dim=head_dim)
+    x = torch.randn(3, 5, 2, D)
+    torch.testing.assert_close(layer(x), layer(x, return_attention=True)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_position_only_probs_do_not_depend_on_input_or_batch():
+    layer = _make("quadratic")
+    _, p1 = layer(torch.randn(4, H, W, D), return_attention=True)
+    _, p2 = layer(torch.randn(1, H, W, D), return_attention=True)
+    assert p1.shape[0] == 1 and torch.equal(p1, p2)
+
+
+def test_quadratic_eq9_dot_product_form_gives_same_probabilities():
+    """Paper eq. (9): v = -alpha (1, -2 Delta_1, -2 Delta_2) dotted with r = (|d|^2, d_1, d_2)."""
+    from attncnn.layers import quadratic_features
+    layer = _make("quadratic").double()
+    r = quadratic_features(H, W, dtype=torch.float64)                        # (N, N, 3)
+    a, c = layer.alpha, layer.centers
+    v = -a[:, None] * torch.stack([torch.ones_like(a), -2 * c[:, 0], -2 * c[:, 1]], dim=-1)   # (N_h, 3)
+    scores = torch.einsum("qkf,hf->hqk", r, v)
+    torch.testing.assert_close(layer.attention_probs(H, W)[0], torch.softmax(scores, -1))
+
+
+def test_generalized_five_feature_form_gives_same_probabilities():
+    """PAPER.md 1.7: r = (d1, d2, d1^2, d2^2, d1 d2), v = ((S^-1 D)_1, (S^-1 D)_2, -a/2, -c/2, -b)."""
+    from attncnn.layers import quadratic_features
+    layer = _make("quadratic-generalized").double()
+    with torch.no_grad():
+        layer.spreads.add_(torch.tensor([[0.0, 0.4], [-0.3, 0.0]], dtype=torch.float64))
+    inv = layer.inverse_covariance
+    mu = torch.einsum("hij,hj->hi", inv, layer.centers)
+    v = torch.stack([mu[:, 0], mu[:, 1], -inv[:, 0, 0] / 2, -inv[:, 1, 1] / 2, -inv[:, 0, 1]], dim=-1)
+    scores = torch.einsum("qkf,hf->hqk", quadratic_features(H, W, dtype=torch.float64, generalized=True), v)
+    torch.testing.assert_close(layer.attention_probs(H, W)[0], torch.softmax(scores, -1))
+
+
+def test_quadratic_initialisation_matches_reference():
+    torch.manual_seed(1)
+    layer = QuadraticAttention(16, 400)          # many heads for statistics
+    assert abs(layer.centers.std().item() - 2.0) < 0.15
+    assert abs(layer.spreads.mean().item() - 1.0) < 0.002 and layer.spreads.std().item() < 0.02
+    torch.testing.assert_close(layer.alpha, layer.spreads ** 2 / 2)
+    full = QuadraticAttention(16, 50, full_covariance=True)
+    assert (full.spreads - torch.eye(2)).abs().max() < 0.06
+    assert layer.no_weight_decay() == {"centers", "spreads"}
+
+
+def test_sharp_quadratic_head_is_one_hot_at_its_centre():
+    layer = QuadraticAttention(D, 1)
+    with torch.no_grad():
+        layer.centers.copy_(torch.tensor([[1.0, -1.0]]))
+        layer.spreads.fill_(20.0)                     # alpha = 200
+    probs = layer.attention_probs(5, 5)[0, 0]
+    q = 2 * 5 + 2                                    # centre token (2, 2)
+    assert probs[q, 3 * 5 + 1] == 1.0                # key (3, 1) = query + (1, -1)
+    assert probs[q].sum() == 1.0 and (probs[q] > 0).sum() == 1
+
+
+@pytest.mark.parametrize("kind", ATTENTION_KINDS)
+def test_rejects_wrong_shapes(kind):
+    layer = _make(kind)
+    with pytest.raises(ValueError, match=r"\(B, H, W, 8\)"):
+        layer(torch.randn(2, H, W, D + 1))
+    with pytest.raises(ValueError, match=r"\(B, H, W, 8\)"):
+        layer(torch.randn(H, W, D))
+
+
+def test_learned_tables_reject_grids_larger_than_max_size():
+    layer = LearnedRelativeAttention(D, 2, max_size=4)
+    layer(torch.randn(1, 4, 3, D))
+    with pytest.raises(ValueError, match="max_size >= 5"):
+        layer(torch.randn(1, 5, 3, D))
+
+
+def test_learned_content_needs_even_head_dim():
+    with pytest.raises(ValueError, match="even"):
+        LearnedRelativeContentAttention(D, 2, head_dim=5)
+
+
+def test_unknown_kind_lists_valid_names():
+    with pytest.raises(ValueError, match="quadratic, quadratic-generalized, learned"):
+        build_attention("gaussian", D, 2)
+
+
+def test_content_attention_gradients_flow_through_fast_path():
+    layer = ContentAttention(D, 2).train()
+    x = torch.randn(2, H, W, D, requires_grad=True)
+    layer(x).sum().backward()
+    assert x.grad is not None and layer.query.weight.grad.abs().sum() > 0

@@ -1,0 +1,65 @@
+import pytest
+import torch
+
+from attncnn.layers import axis_offsets, depth_to_space, quadratic_features, relative_offsets, space_to_depth
+
+
+def test_space_to_depth_round_trip_and_layout():
+    x = torch.randn(2, 32, 32, 3)
+    y = space_to_depth(x, 2)
+    assert y.shape == (2, 16, 16, 12)
+    assert torch.equal(depth_to_space(y, 2), x)
+    # token [i, j] holds x[2i + a, 2j + b, c] at channel (2a + b)*3 + c
+    for i, j, a, b, c in [(0, 0, 0, 0, 0), (3, 5, 1, 0, 2), (15, 15, 1, 1, 1), (7, 2, 0, 1, 0)]:
+        assert y[1, i, j, (2 * a + b) * 3 + c] == x[1, 2 * i + a, 2 * j + b, c]
+
+
+def test_space_to_depth_non_square_and_size_4():
+    x = torch.randn(1, 8, 12, 5)
+    y = space_to_depth(x, 4)
+    assert y.shape == (1, 2, 3, 80)
+    assert torch.equal(depth_to_space(y, 4), x)
+
+
+@pytest.mark.parametrize("shape", [(1, 31, 32, 3), (1, 32, 29, 3)])
+def test_space_to_depth_rejects_indivisible(shape):
+    with pytest.raises(ValueError, match="not divisible by the pooling width 2"):
+        space_to_depth(torch.zeros(shape), 2)
+
+
+def test_space_to_depth_rejects_wrong_rank():
+    with pytest.raises(ValueError, match=r"\(B, H, W, C\)"):
+        space_to_depth(torch.zeros(3, 32, 32), 2)
+
+
+@pytest.mark.parametrize("h,w", [(3, 5), (1, 7), (4, 1), (6, 6)])
+def test_relative_offsets_non_square(h, w):
+    d = relative_offsets(h, w)
+    assert d.shape == (h * w, h * w, 2)
+    for q in range(h * w):
+        for k in range(h * w):
+            assert d[q, k, 0] == k // w - q // w
+            assert d[q, k, 1] == k % w - q % w
+
+
+def test_quadratic_features_match_eq9():
+    d = relative_offsets(3, 4)
+    r = quadratic_features(3, 4)
+    assert torch.equal(r[..., 0], d.square().sum(-1))
+    assert torch.equal(r[..., 1:], d)
+    g = quadratic_features(3, 4, generalized=True)
+    assert torch.equal(g[..., 4], d[..., 0] * d[..., 1])
+
+
+def test_axis_offsets():
+    assert axis_offsets(3).tolist() == [[0, 1, 2], [-1, 0, 1], [-2, -1, 0]]
+
+
+def test_offsets_cached_under_inference_mode_still_work_with_autograd():
+    relative_offsets.cache_clear()
+    with torch.inference_mode():
+        relative_offsets(5, 5)
+    centers = torch.zeros(2, requires_grad=True)
+    loss = ((relative_offsets(5, 5) - centers) ** 2).sum()
+    loss.backward()
+    assert centers.grad is not None
