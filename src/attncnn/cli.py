@@ -1,0 +1,172 @@
+"""Command line: ``attncnn train | evaluate | presets``. Thin: parses arguments, calls the library.
+
+Errors raised by the library become one line on stderr and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("attncnn")
+
+
+def _model_option(text: str) -> tuple[str, object]:
+    """Parse ``key=value`` with a Python literal value (``num_heads=16``, ``head_dim=None``)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw   # bare strings such as attention=learned
+    return key.strip(), value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attncnn", description=(
+        "Self-attention as convolution (Cordonnier, Loukas & Jaggi, ICLR 2020): train, evaluate, inspect."))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a preset and print its test accuracy")
+    t.add_argument("--preset", default="quadratic", help="model preset (see `attncnn presets`)")
+    t.add_argument("--data", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and test/<class>/")
+    t.add_argument("--data-dir", help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or ~/.cache/attncnn)")
+    t.add_argument("--download", action="store_true", default=None, help="download official archives if missing")
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--lr", type=float, help="peak learning rate (paper: 0.1)")
+    t.add_argument("--momentum", type=float)
+    t.add_argument("--weight-decay", type=float)
+    t.add_argument("--schedule", choices=["cosine", "multistep", "constant"])
+    t.add_argument("--warmup-ratio", type=float)
+    t.add_argument("--lr-stepping", choices=["step", "epoch"],
+                   help="update the LR every batch (default) or once per epoch like the reference code")
+    t.add_argument("--seed", type=int)
+    t.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
+    t.add_argument("--train-subset", type=int, help="train on a seeded class-balanced subset of N images")
+    t.add_argument("--checkpoint-every", type=int, help="periodic checkpoint interval in epochs (0: none)")
+    t.add_argument("--keep-checkpoints", type=int, help="periodic checkpoints to keep (0: all)")
+    t.add_argument("--set", dest="model", action="append", type=_model_option, default=[], metavar="KEY=VALUE",
+                   help="override a model option, e.g. --set num_heads=16 (repeatable)")
+    t.add_argument("--out", help="run folder (default: runs/<preset>)")
+    t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
+                   help="continue the run in --out (or RUN) from its last checkpoint")
+    t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
+    e.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    e.add_argument("--data", help="dataset (default: the one the run was trained on)")
+    e.add_argument("--data-dir")
+    e.add_argument("--download", action="store_true")
+    e.add_argument("--device", default="auto")
+    e.add_argument("--batch-size", type=int, default=500)
+    e.add_argument("--json", action="store_true", help="print one JSON object")
+
+    p = sub.add_parser("presets", help="list presets with exact parameter counts")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .training import resolve_config, train
+
+    resume_path = args.resume if isinstance(args.resume, str) else None
+    out = Path(resume_path or args.out or f"runs/{args.preset}")
+    if args.resume and args.overwrite:
+        raise ValueError("--resume and --overwrite exclude each other")
+    mode = "resume" if args.resume else ("overwrite" if args.overwrite else "new")
+    config = None
+    if mode != "resume":
+        config = resolve_config(
+            args.preset, data=args.data, data_dir=args.data_dir, download=args.download, epochs=args.epochs,
+            batch_size=args.batch_size, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
+            schedule=args.schedule, warmup_ratio=args.warmup_ratio, lr_stepping=args.lr_stepping,
+            seed=args.seed, device=args.device, train_subset=args.train_subset,
+            checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+            model=dict(args.model) or None)
+        # Reject bad model options now, before any data is read.
+        from .models import build_model
+        build_model(config.preset, **config.model)
+    summary = train(config, out, mode=mode, progress=not args.no_progress)
+    final = summary["final"]
+    print(f"run folder: {out}")
+    if final:
+        print(f"test accuracy: {final['test_accuracy']:.4f}  (test loss {final['test_loss']:.4f}, "
+              f"epoch {final['epoch']}, best {summary['best']['accuracy']:.4f} at epoch {summary['best']['epoch']})")
+    return 0
+
+
+def _cmd_evaluate(args: argparse.Namespace) -> int:
+    from .data import DeviceLoader, load_dataset
+    from .training import evaluate, load_model, resolve_device
+
+    device = resolve_device(args.device)
+    model, meta = load_model(args.path, device)
+    stored = meta.get("config", {})
+    spec = args.data or stored.get("data", "cifar10")
+    dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
+    classes = meta.get("classes")
+    if classes is not None and len(classes) != dataset.num_classes:
+        raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
+                         "pass the --data the model was trained on")
+    loader = DeviceLoader(dataset.test, batch_size=args.batch_size, device=device, train=False)
+    result = evaluate(model, loader)
+    out = {"path": str(args.path), "dataset": dataset.source, "epoch": meta.get("epoch"),
+           "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,
+           "seconds": round(result.seconds, 3)}
+    if args.json:
+        print(json.dumps(out))
+    else:
+        print(f"test accuracy: {result.accuracy:.4f}  test loss: {result.loss:.4f}  "
+              f"({result.examples} images of {dataset.source}, epoch {meta.get('epoch')})")
+    return 0
+
+
+def _cmd_presets(args: argparse.Namespace) -> int:
+    from .models import build_model, count_parameters, get_preset, list_presets
+
+    rows = []
+    for name in list_presets():
+        preset = get_preset(name)
+        rows.append({"name": name, "parameters": count_parameters(build_model(name)), "arch": preset.arch,
+                     "description": preset.description, "paper_accuracy": preset.paper.get("accuracy"),
+                     "paper_parameters": preset.paper.get("params")})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(f"{'preset':<22} {'parameters':>12}  {'paper acc.':>10}  description")
+    for r in rows:
+        acc = "-" if r["paper_accuracy"] is None else f"{r['paper_accuracy']:.3f}"
+        print(f"{r['name']:<22} {r['parameters']:>12,}  {acc:>10}  {r['description']}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``attncnn`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    from .data import DataError
+    from .training import CheckpointError, RunFolderError, TrainingError
+
+    handlers = {"train": _cmd_train, "evaluate": _cmd_evaluate, "presets": _cmd_presets}
+    try:
+        return handlers[args.command](args)
+    except (ValueError, DataError, RunFolderError, CheckpointError, TrainingError, FileNotFoundError,
+            OSError) as err:
+        print(f"attncnn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("attncnn: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

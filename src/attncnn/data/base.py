@@ -1,0 +1,80 @@
+"""Types shared by every data source: :class:`ImageSplit`, :class:`Dataset`, :class:`DataError`."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+__all__ = ["ImageSplit", "Dataset", "DataError", "default_data_dir"]
+
+
+class DataError(Exception):
+    """Any problem with a data set on disk or on the network.
+
+    The message names the file or the places looked in, and says how to fix it.
+    """
+
+
+@dataclass(frozen=True)
+class ImageSplit:
+    """One split of an image data set, held in CPU memory.
+
+    Attributes:
+        images: ``uint8`` tensor of shape ``(N, 3, H, W)``.
+        labels: ``int64`` tensor of shape ``(N,)``; values index :attr:`Dataset.classes`.
+    """
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+    def __post_init__(self) -> None:
+        if self.images.dtype != torch.uint8 or self.images.dim() != 4:
+            raise ValueError(f"ImageSplit.images must be uint8 (N, C, H, W), got {self.images.dtype} "
+                             f"{tuple(self.images.shape)}")
+        if self.labels.dtype != torch.int64 or self.labels.dim() != 1:
+            raise ValueError(f"ImageSplit.labels must be int64 (N,), got {self.labels.dtype} "
+                             f"{tuple(self.labels.shape)}")
+        if len(self.images) != len(self.labels):
+            raise ValueError(f"ImageSplit has {len(self.images)} images but {len(self.labels)} labels")
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A labelled image data set with a train and a test split.
+
+    Attributes:
+        name: ``"cifar10"``, ``"cifar100"``, or the folder / zip file name.
+        source: human-readable description of where the pixels came from (for reports).
+        classes: class names; label ``k`` means ``classes[k]``.
+        train, test: the two splits.
+    """
+
+    name: str
+    source: str
+    classes: tuple[str, ...]
+    train: ImageSplit
+    test: ImageSplit
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+
+def default_data_dir() -> Path:
+    """Folder for downloaded archives and decoded caches.
+
+    ``$ATTNCNN_DATA_DIR`` if set, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``.
+    """
+    env = os.environ.get("ATTNCNN_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "attncnn"
+    return Path.home() / ".cache" / "attncnn"

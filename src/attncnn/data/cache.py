@@ -1,0 +1,121 @@
+"""Cache of decoded image arrays, so that a folder or zip is decoded only once.
+
+A data set decoded from ``<path>`` is stored in ``<data_dir>/decoded/<name>-<key>.safetensors``
+(tensors ``train_images``, ``train_labels``, ``test_images``, ``test_labels``; the class names in
+the metadata). The key hashes the resolved path with, for a zip, its size and modification time,
+and for a folder, the sorted list of its files with their sizes and modification times; so any
+change to the data makes a new key. Files are written atomically; a cache file that cannot be read
+is ignored (with a warning) and rebuilt, and a cache that cannot be written only costs speed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from pathlib import Path
+
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from .._io import atomic_path
+from .base import ImageSplit
+
+__all__ = ["CACHE_VERSION", "cache_key", "cache_file", "read_cache", "write_cache"]
+
+logger = logging.getLogger(__name__)
+
+#: Bumped whenever the decoding changes, so that old caches are not reused.
+CACHE_VERSION = "1"
+_TENSORS = ("train_images", "train_labels", "test_images", "test_labels")
+
+
+def cache_key(path: str | os.PathLike[str]) -> str:
+    """``<path digest>-<contents digest>`` for a folder or file (cheap: file stats only, no reading)."""
+    path = Path(path).resolve()
+    where = hashlib.sha256(f"{path}".encode()).hexdigest()[:8]
+    h = hashlib.sha256(f"attncnn-decoded-v{CACHE_VERSION}\0".encode())
+    if path.is_dir():
+        entries = []
+        for root, dirs, files in os.walk(path):
+            for name in files:
+                full = os.path.join(root, name)
+                st = os.stat(full)
+                entries.append(f"{os.path.relpath(full, path)}\0{st.st_size}\0{st.st_mtime_ns}")
+        h.update("\n".join(sorted(entries)).encode())
+    else:
+        st = path.stat()
+        h.update(f"{st.st_size}\0{st.st_mtime_ns}".encode())
+    return f"{where}-{h.hexdigest()[:24]}"
+
+
+def _stem(path: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", path.resolve().name) or "data"
+
+
+def cache_file(data_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
+    """Where the decoded arrays of ``path`` are cached under ``data_dir``."""
+    path = Path(path)
+    return Path(data_dir) / "decoded" / f"{_stem(path)}-{cache_key(path)}.safetensors"
+
+
+def read_cache(file: str | os.PathLike[str]) -> tuple[tuple[str, ...], ImageSplit, ImageSplit] | None:
+    """``(classes, train, test)`` from a cache file; ``None`` if it is missing or unusable."""
+    file = Path(file)
+    if not file.is_file():
+        return None
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            meta = f.metadata() or {}
+            if meta.get("version") != CACHE_VERSION:
+                raise ValueError(f"cache version {meta.get('version')!r}, expected {CACHE_VERSION!r}")
+            classes = json.loads(meta["classes"])
+            if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+                raise ValueError("bad class list")
+            t = {k: f.get_tensor(k) for k in _TENSORS}
+        splits = []
+        for s in ("train", "test"):
+            images, labels = t[f"{s}_images"], t[f"{s}_labels"]
+            if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= len(classes)):
+                raise ValueError("label out of range")
+            splits.append(ImageSplit(images, labels))  # checks dtypes and shapes
+        if splits[0].images.shape[1:] != splits[1].images.shape[1:]:
+            raise ValueError("train and test image shapes differ")
+    except Exception as err:  # noqa: BLE001 - any unreadable cache is simply rebuilt
+        logger.warning("ignoring unreadable cache file %s (%s: %s); decoding the images again",
+                       file, type(err).__name__, err)
+        return None
+    logger.info("loaded decoded images from cache %s", file)
+    return tuple(classes), splits[0], splits[1]
+
+
+def write_cache(file: str | os.PathLike[str], classes: tuple[str, ...], train: ImageSplit, test: ImageSplit,
+                source: str = "") -> bool:
+    """Store decoded arrays atomically; returns False (after a warning) if the folder is not writable.
+
+    Older cache files of the same data (same path, different contents) are removed.
+    """
+    file = Path(file)
+    tensors = {"train_images": train.images.contiguous(), "train_labels": train.labels.contiguous(),
+               "test_images": test.images.contiguous(), "test_labels": test.labels.contiguous()}
+    meta = {"version": CACHE_VERSION, "classes": json.dumps(list(classes)), "source": source}
+    try:
+        file.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(file, suffix=".safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata=meta)
+    except Exception as err:  # noqa: BLE001 - the cache is an optimisation only
+        logger.warning("could not write the decoded-image cache %s (%s); continuing without it", file, err)
+        return False
+    # Drop caches of earlier contents of the same path: same "<name>-<path digest>-" prefix.
+    prefix = file.name[: -len(".safetensors") - 24]
+    pattern = re.compile(re.escape(prefix) + r"[0-9a-f]{24}\.safetensors")
+    for old in file.parent.iterdir():
+        if old != file and pattern.fullmatch(old.name):
+            try:
+                old.unlink()
+            except OSError:
+                pass
+    logger.info("cached decoded images in %s", file)
+    return True

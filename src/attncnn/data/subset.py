@@ -1,0 +1,53 @@
+"""Class-balanced subsets of a labelled split (for the paper's small-data experiments)."""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["class_balanced_subset"]
+
+
+def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tensor:
+    """Indices of ``n`` examples, as equally many per class as possible.
+
+    Each of the ``K`` classes present in ``labels`` gets ``n // K`` examples and the remainder goes
+    one each to the classes with the smallest labels. A class with too few examples gives all it has
+    and the rest is shared among the others the same way (so the per-class counts of the classes
+    that still have examples left differ by at most one). Within a class the examples are a random choice made by a
+    generator seeded with ``seed`` (so the result is a pure function of ``labels, n, seed``).
+
+    Returns:
+        sorted ``int64`` CPU tensor of ``n`` distinct indices into ``labels``.
+
+    Raises:
+        ValueError: ``n <= 0`` or ``n > len(labels)``.
+    """
+    labels = labels.detach().to("cpu").long().reshape(-1)
+    total = len(labels)
+    if n <= 0 or n > total:
+        raise ValueError(f"subset size must be between 1 and {total} (the number of examples), got {n}")
+    classes, counts = torch.unique(labels, sorted=True, return_counts=True)
+    counts = counts.tolist()
+    # Water-filling: the highest level L with sum(min(count, L)) <= n, then one more each for the
+    # first classes (in label order) that still have examples, until n is reached.
+    lo, hi = 0, max(counts)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for c in counts) <= n:
+            lo = mid
+        else:
+            hi = mid - 1
+    quota = [min(c, lo) for c in counts]
+    remaining = n - sum(quota)
+    for k, c in enumerate(counts):
+        if remaining == 0:
+            break
+        if c > lo:
+            quota[k] += 1
+            remaining -= 1
+    g = torch.Generator().manual_seed(int(seed))
+    picked = []
+    for k, c in enumerate(classes.tolist()):
+        members = torch.nonzero(labels == c).flatten()
+        picked.append(members[torch.randperm(len(members), generator=g)[: quota[k]]])
+    return torch.sort(torch.cat(picked)).values

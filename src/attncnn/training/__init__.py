@@ -1,0 +1,12 @@
+"""Training and evaluation: configuration, LR schedule, checkpoints, run folders, the loop."""
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from .config import TrainConfig, config_from_dict, resolve_config
+from .run_folder import RunFolder, RunFolderError
+from .schedule import LRSchedule, warmup_cosine_multiplier
+from .trainer import EvalResult, TrainingError, evaluate, load_model, make_optimizer, resolve_device, train
+
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "TrainConfig",
+           "config_from_dict", "resolve_config", "RunFolder", "RunFolderError", "LRSchedule",
+           "warmup_cosine_multiplier", "EvalResult", "TrainingError", "evaluate", "load_model",
+           "make_optimizer", "resolve_device", "train"]

@@ -1,0 +1,240 @@
+"""RunFolder: modes, config, metrics + TensorBoard, periodic checkpoints, finished marker."""
+
+import json
+import logging
+import os
+
+import pytest
+
+from attncnn.training.run_folder import RunFolder, RunFolderError
+
+
+def test_new_creates_and_refuses_non_empty(tmp_path):
+    run = RunFolder(tmp_path / "a" / "run", mode="new")
+    assert run.path.is_dir() and list(run.path.iterdir()) == []
+    run.write_config({"lr": 0.1})
+    with pytest.raises(RunFolderError, match="use --resume to continue it, --overwrite to replace it"):
+        RunFolder(run.path, mode="new")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    RunFolder(empty, mode="new")                       # an existing empty folder is fine
+
+
+def test_unknown_mode():
+    with pytest.raises(ValueError, match="unknown run folder mode"):
+        RunFolder("x", mode="append")
+
+
+def test_overwrite_deletes_previous_contents(tmp_path):
+    run = RunFolder(tmp_path / "run", mode="new")
+    run.write_config({"a": 1})
+    run.append_metrics({"epoch": 1, "loss": 1.0})
+    run.close()
+    (run.checkpoint_path("last")).write_bytes(b"x")
+    run2 = RunFolder(tmp_path / "run", mode="overwrite")
+    assert list(run2.path.iterdir()) == []
+    RunFolder(tmp_path / "fresh", mode="overwrite")    # missing folder is created
+    assert (tmp_path / "fresh").is_dir()
+
+
+def test_overwrite_refuses_cwd_and_its_parents(tmp_path, monkeypatch):
+    work = tmp_path / "project"
+    work.mkdir()
+    (work / "notes.txt").write_text("precious")
+    monkeypatch.chdir(work)
+    for target in (work, tmp_path, "."):
+        with pytest.raises(RunFolderError, match="refusing to overwrite"):
+            RunFolder(target, mode="overwrite")
+    assert (work / "notes.txt").read_text() == "precious"
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "stale.txt").write_text("x")
+    RunFolder(other, mode="overwrite")                 # any other folder is emptied
+    assert list(other.iterdir()) == []
+
+
+def test_resume_requires_config(tmp_path):
+    with pytest.raises(RunFolderError, match="does not exist"):
+        RunFolder(tmp_path / "missing", mode="resume")
+    (tmp_path / "half").mkdir()
+    with pytest.raises(RunFolderError, match="no config.json"):
+        RunFolder(tmp_path / "half", mode="resume")
+    run = RunFolder(tmp_path / "ok", mode="new")
+    run.write_config({"epochs": 3, "milestones": [1, 2]})
+    resumed = RunFolder(tmp_path / "ok", mode="resume")
+    assert resumed.read_config() == {"epochs": 3, "milestones": [1, 2]}
+
+
+def test_read_mode(tmp_path):
+    with pytest.raises(RunFolderError, match="does not exist"):
+        RunFolder(tmp_path / "missing", mode="read")
+    run = RunFolder(tmp_path, mode="read")
+    assert not (tmp_path / "checkpoints").exists()
+    assert run.checkpoint_path("best") == tmp_path / "checkpoints" / "best.safetensors"
+    assert not (tmp_path / "checkpoints").exists()     # read mode creates nothing
+    with pytest.raises(RunFolderError, match="read-only"):
+        run.append_metrics({"epoch": 1})
+    with pytest.raises(RunFolderError, match="read-only"):
+        run.write_config({})
+    with pytest.raises(RunFolderError, match="config.json does not exist"):
+        run.read_config()
+
+
+def test_not_creatable_folder_names_path_and_fix(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(RunFolderError, match=r"file.*not a folder"):
+        RunFolder(blocker, mode="new")
+    target = blocker / "run"
+    with pytest.raises(RunFolderError, match=rf"{target}.*choose a writable output folder"):
+        RunFolder(target, mode="new")
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root ignores permissions")
+def test_read_only_folder(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(RunFolderError, match="choose a writable output folder"):
+            RunFolder(ro, mode="new")
+        with pytest.raises(RunFolderError, match="choose a writable output folder"):
+            RunFolder(ro / "sub", mode="new")
+    finally:
+        ro.chmod(0o700)
+
+
+def test_metrics_lines_and_tensorboard_events(tmp_path):
+    run = RunFolder(tmp_path / "run", mode="new")
+    run.append_metrics({"epoch": 1, "train_loss": 2.5, "test_accuracy": 0.1, "note": "x", "ok": True})
+    run.append_metrics({"epoch": 2, "train_loss": 1.5, "test_accuracy": 0.4, "images": 50000})
+    lines = (run.path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["epoch"] for x in lines] == [1, 2]
+    assert run.read_metrics()[1] == {"epoch": 2, "train_loss": 1.5, "test_accuracy": 0.4, "images": 50000}
+    run.close()
+    run.close()                                         # idempotent
+    events = list((run.path / "tb").glob("events.out.tfevents.*"))
+    assert len(events) == 1
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    acc = EventAccumulator(str(run.path / "tb"))
+    acc.Reload()
+    tags = set(acc.Tags()["scalars"])
+    assert tags == {"train_loss", "test_accuracy", "images"}
+    loss = acc.Scalars("train_loss")
+    assert [(e.step, e.value) for e in loss] == [(1, 2.5), (2, 1.5)]
+
+
+def test_metrics_need_epoch(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    with pytest.raises(ValueError, match="integer 'epoch'"):
+        run.append_metrics({"loss": 1.0})
+
+
+def test_truncated_last_line_is_ignored_and_next_append_is_clean(tmp_path, caplog):
+    run = RunFolder(tmp_path, mode="new")
+    run.append_metrics({"epoch": 1, "loss": 1.0})
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"epoch": 2, "lo')                      # crash mid-write
+    with caplog.at_level(logging.WARNING, logger="attncnn.training.run_folder"):
+        assert run.read_metrics() == [{"epoch": 1, "loss": 1.0}]
+    assert "line 2" in caplog.text
+    run.append_metrics({"epoch": 2, "loss": 0.5})
+    assert run.read_metrics() == [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]
+    run.close()
+
+
+def test_read_metrics_without_file(tmp_path):
+    assert RunFolder(tmp_path, mode="read").read_metrics() == []
+
+
+def test_config_is_atomic_json(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    run.write_config({"b": 2, "a": [1, 2]})
+    assert json.loads((tmp_path / "config.json").read_text()) == {"a": [1, 2], "b": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    (tmp_path / "config.json").write_text("{broken")
+    with pytest.raises(RunFolderError, match="config.json"):
+        run.read_config()
+
+
+def _writer(calls):
+    def save(path):
+        calls.append(path.name)
+        path.write_bytes(b"ckpt")
+    return save
+
+
+def test_checkpoint_path_names(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    assert run.checkpoint_path("epoch_0010") == tmp_path / "checkpoints" / "epoch_0010.safetensors"
+    assert (tmp_path / "checkpoints").is_dir()
+    for bad in ("", "a/b", "..", "a\\b"):
+        with pytest.raises(ValueError):
+            run.checkpoint_path(bad)
+
+
+def test_save_periodic_keeps_last_n_deleting_oldest_first(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    calls = []
+    kept_after = []
+    for epoch in (10, 20, 30, 40, 50):
+        p = run.save_periodic(epoch, _writer(calls), keep=3)
+        assert p.name == f"epoch_{epoch:04d}.safetensors" and p.exists()
+        kept_after.append(sorted(x.name for x in (tmp_path / "checkpoints").iterdir()))
+    assert calls == [f"epoch_{e:04d}.safetensors" for e in (10, 20, 30, 40, 50)]
+    assert kept_after[2] == ["epoch_0010.safetensors", "epoch_0020.safetensors", "epoch_0030.safetensors"]
+    assert kept_after[3] == ["epoch_0020.safetensors", "epoch_0030.safetensors", "epoch_0040.safetensors"]
+    assert kept_after[4] == ["epoch_0030.safetensors", "epoch_0040.safetensors", "epoch_0050.safetensors"]
+
+
+def test_save_periodic_orders_by_epoch_number_and_spares_other_files(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    run.checkpoint_path("best").write_bytes(b"b")
+    run.checkpoint_path("last").write_bytes(b"l")
+    for epoch in (9999, 10000, 5):                       # 10000 > 9999 although "1..." < "9..."
+        run.save_periodic(epoch, _writer([]), keep=0)   # keep all
+    assert len(run.periodic_checkpoints()) == 3
+    run.save_periodic(10001, _writer([]), keep=2)
+    names = sorted(x.name for x in (tmp_path / "checkpoints").iterdir())
+    assert names == ["best.safetensors", "epoch_10000.safetensors", "epoch_10001.safetensors",
+                     "last.safetensors"]
+
+
+def test_latest_checkpoint(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    assert run.latest_checkpoint() is None
+    run.save_periodic(1, _writer([]), keep=0)
+    run.save_periodic(2, _writer([]), keep=0)
+    assert run.latest_checkpoint().name == "epoch_0002.safetensors"
+    run.checkpoint_path("last").write_bytes(b"x")
+    assert run.latest_checkpoint().name == "last.safetensors"
+
+
+def test_mark_finished(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    assert not run.finished
+    run.mark_finished({"best": {"accuracy": 0.9, "epoch": 3}, "loss": float("nan")})
+    assert run.finished
+    data = json.loads((tmp_path / "finished.json").read_text())   # strict JSON: NaN became null
+    assert data == {"best": {"accuracy": 0.9, "epoch": 3}, "loss": None}
+    assert RunFolder(tmp_path, mode="read").finished
+
+
+def test_context_manager_closes_writer(tmp_path):
+    with RunFolder(tmp_path, mode="new") as run:
+        run.append_metrics({"epoch": 1, "x": 1.0})
+        assert run._writer is not None
+    assert run._writer is None
+
+
+def test_unwritable_folder_simulated(tmp_path, monkeypatch):
+    # Works as root too: simulate the EACCES a read-only folder gives an ordinary user.
+    import tempfile
+
+    def denied(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(tempfile, "mkstemp", denied)
+    with pytest.raises(RunFolderError, match=rf"{tmp_path}.*Permission denied; choose a writable output folder"):
+        RunFolder(tmp_path, mode="new")
