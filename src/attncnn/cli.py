@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import json
 import logging
 import sys
@@ -15,6 +16,10 @@ from pathlib import Path
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("attncnn")
+
+#: Modules that add their own subcommands: each has ``register(subparsers)``, which adds parsers
+#: whose defaults set ``handler`` to a function ``(args) -> exit status``. Keeps this file thin.
+_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.bench_command")
 
 
 def _model_option(text: str) -> tuple[str, object]:
@@ -72,6 +77,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
     p.add_argument("--json", action="store_true", help="print JSON")
+
+    t.set_defaults(handler=_cmd_train)
+    e.set_defaults(handler=_cmd_evaluate)
+    p.set_defaults(handler=_cmd_presets)
+    for module in _COMMAND_MODULES:
+        try:
+            importlib.import_module(module).register(sub)
+        except ModuleNotFoundError as err:
+            if err.name != module:   # the module exists but something it imports is missing
+                raise
     return parser
 
 
@@ -156,9 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     from .data import DataError
     from .training import CheckpointError, RunFolderError, TrainingError
 
-    handlers = {"train": _cmd_train, "evaluate": _cmd_evaluate, "presets": _cmd_presets}
     try:
-        return handlers[args.command](args)
+        return args.handler(args)
     except (ValueError, DataError, RunFolderError, CheckpointError, TrainingError, FileNotFoundError,
             OSError) as err:
         print(f"attncnn {args.command}: error: {err}", file=sys.stderr)
