@@ -32,3 +32,11 @@ def cifar10_path() -> Path:
             pytest.fail("ATTNCNN_TEST_CIFAR10 must point at a CIFAR-10 copy in CI")
         pytest.skip("no CIFAR-10 copy: set ATTNCNN_TEST_CIFAR10")
     return path
+
+
+@pytest.fixture(scope="session")
+def data_cache_dir(tmp_path_factory) -> Path:
+    """One decoded-data cache for the whole session ($ATTNCNN_DATA_DIR in CI), so the 60,000 JPEGs
+    of the real copy are decoded once, not once per test."""
+    env = os.environ.get("ATTNCNN_DATA_DIR")
+    return Path(env) if env else tmp_path_factory.mktemp("data-cache")

@@ -223,3 +223,18 @@ def test_content_attention_gradients_flow_through_fast_path():
     x = torch.randn(2, H, W, D, requires_grad=True)
     layer(x).sum().backward()
     assert x.grad is not None and layer.query.weight.grad.abs().sum() > 0
+
+
+def test_flushing_tiny_probabilities_changes_outputs_by_less_than_1e6():
+    """Probabilities below eps**2 are zeroed (no subnormal products on CPU); outputs barely move."""
+    torch.manual_seed(0)
+    layer = QuadraticAttention(D, 9).eval()
+    with torch.no_grad():
+        layer.spreads.fill_(2.0)                                   # alpha = 2: far keys ~ exp(-450)
+    x = torch.randn(2, 16, 16, D)
+    raw = torch.softmax(layer.attention_scores(16, 16), dim=-1)    # unflushed, (N_h, N, N)
+    flushed = layer.attention_probs(16, 16)[0]
+    assert ((raw > 0) & (flushed == 0)).sum() > 1000               # the flush really happened
+    reference = layer.value((raw @ x.reshape(2, 1, 256, D)).transpose(1, 2).reshape(2, 256, 9 * D))
+    out = layer(x).reshape(2, 256, D)
+    assert ((out - reference).abs().max() / reference.abs().max()) < 1e-6

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import ContentAttention, PositionalAttention
@@ -92,8 +93,13 @@ class LearnedRelativeContentAttention(ContentAttention):
         self.row_embeddings = nn.Embedding(2 * max_size - 1, half)
         self.col_embeddings = nn.Embedding(2 * max_size - 1, half)
 
-    def positional_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Unscaled q.r term ``(B, N_h, H*W, H*W)`` for queries ``q (B, N_h, H*W, D_h)``."""
+    def _axis_scores(self, q: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Positional scores per axis for queries ``q (B, N_h, H*W, D_h)``, unscaled.
+
+        Returns ``row (B, N_h, H*W, H)`` with ``row[..., (i, j), k] = q[:D_h/2] . e_row(k - i)`` and
+        ``col (B, N_h, H*W, W)`` with ``col[..., (i, j), l] = q[D_h/2:] . e_col(l - j)``: the
+        relative shift is applied by looking the table up per (query row, key row) pair.
+        """
         b, nh, n, dh = q.shape
         half = dh // 2
         q = q.reshape(b, nh, height, width, dh)
@@ -101,11 +107,41 @@ class LearnedRelativeContentAttention(ContentAttention):
         e_col = _table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
         row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row)                # (B, N_h, H, W, H)
         col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col)                # (B, N_h, H, W, W)
-        scores = row[..., :, None] + col[..., None, :]                              # (B, N_h, H, W, H, W)
+        return row.reshape(b, nh, n, height), col.reshape(b, nh, n, width)
+
+    def positional_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """Unscaled q.r term ``(B, N_h, H*W, H*W)`` for queries ``q (B, N_h, H*W, D_h)`` (explicit path)."""
+        b, nh, n, _ = q.shape
+        row, col = self._axis_scores(q, height, width)
+        scores = row.reshape(b, nh, n, height, 1) + col.reshape(b, nh, n, 1, width)   # (B, N_h, N, H, W)
         return scores.reshape(b, nh, n, n)
 
     def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         return self.positional_scores(q, height, width) / math.sqrt(self.head_dim)
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Apply the layer; see :meth:`ContentAttention.forward`.
+
+        Fast path: the positional term is folded into one dot product per (query, key) pair,
+        ``[q, row_q, col_q] . [k, onehot(key row), onehot(key column)]``, so fused
+        scaled-dot-product attention computes ``q.k + q.r`` exactly without ever forming a
+        ``(B, N_h, N, N)`` score or bias tensor (memory O(B N (D_h + H + W)) instead of O(B N^2)).
+        """
+        if return_attention:
+            return super().forward(x, return_attention=True)
+        b, h, w = self._check_input(x)
+        q, k = self._qk(x)                                                          # (B, N_h, N, D_h)
+        row, col = self._axis_scores(q, h, w)
+        n = h * w
+        onehot_row = torch.eye(h, dtype=q.dtype, device=q.device).repeat_interleave(w, dim=0)   # (N, H)
+        onehot_col = torch.eye(w, dtype=q.dtype, device=q.device).repeat(h, 1)                  # (N, W)
+        keys_pos = torch.cat([onehot_row, onehot_col], dim=-1).expand(b, self.num_heads, n, h + w)
+        q_aug = torch.cat([q, row, col], dim=-1)                                    # (B, N_h, N, D_h+H+W)
+        k_aug = torch.cat([k, keys_pos], dim=-1)
+        mixed = F.scaled_dot_product_attention(
+            q_aug, k_aug, self.head_values(x), dropout_p=self.attn_drop.p if self.training else 0.0,
+            scale=1.0 / math.sqrt(self.head_dim))
+        return self._output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"

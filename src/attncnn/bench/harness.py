@@ -1,0 +1,187 @@
+"""Throughput, memory and FLOP measurements for the presets (issue: fast, measured and scalable).
+
+Conventions:
+- images/s: batch size / median wall time of one step over ``reps`` repetitions after ``warmup``
+  untimed ones (CUDA timings synchronise before reading the clock).
+- training step: forward, cross-entropy, backward, SGD(momentum 0.9) update, on random normalised
+  images (speed does not depend on pixel values).
+- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions
+  and attention kernels; element-wise ops, softmax and normalisation are not counted). A
+  multiply-accumulate is 2 FLOPs. "model FLOP/s" = counted training FLOPs per step / step time.
+- peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
+  the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
+  in a fresh process per configuration so earlier runs do not hide it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import resource
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..models import build_model, count_parameters
+
+__all__ = ["machine_info", "matmul_peak", "time_median", "count_training_flops", "bench_preset",
+           "bench_preset_isolated"]
+
+
+def machine_info(device: torch.device) -> dict:
+    """CPU/GPU model, core and thread counts, library versions, date."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info = {"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_median(fn: Callable[[], object], device: torch.device, warmup: int = 1, reps: int = 3) -> float:
+    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    _sync(device)
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: int | None = None,
+                reps: int = 5) -> float:
+    """Measured FLOP/s of a large square matrix product (the machine's practical peak)."""
+    size = size or (8192 if device.type == "cuda" else 2048)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    seconds = time_median(lambda: a @ b, device, warmup=2, reps=reps)
+    return 2 * size ** 3 / seconds
+
+
+def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
+    """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode."""
+    with FlopCounterMode(display=False) as counter:
+        logits = model(images)
+    forward = counter.get_total_flops()
+    with FlopCounterMode(display=False) as counter:
+        F.cross_entropy(model(images), labels).backward()
+    model.zero_grad(set_to_none=True)
+    return forward, counter.get_total_flops()
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, device: str = "cpu",
+                 overrides: dict | None = None, warmup: int = 1, reps: int = 3, bf16: bool = False,
+                 compile: bool = False, channels_last: bool = False, seed: int = 0) -> dict:
+    """Measure one preset in this process; see the module docstring for the conventions.
+
+    Args:
+        impl: ``"ours"`` or ``"reference"`` (the reference-style baseline of
+            ``benchmarks/reference_style.py``, which must be importable).
+        overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers).
+        bf16: autocast to bfloat16 (CUDA). compile: ``torch.compile`` the model.
+    """
+    dev = torch.device(device)
+    torch.manual_seed(seed)
+    model = build_model(preset, **(overrides or {}))
+    if impl == "reference":
+        from reference_style import reference_style_model  # benchmarks/ on sys.path
+        model = reference_style_model(model)
+    elif impl != "ours":
+        raise ValueError(f"impl must be 'ours' or 'reference', got {impl!r}")
+    model = model.to(dev)
+    images = torch.randn(batch_size, 3, 32, 32, device=dev)
+    labels = torch.randint(0, 10, (batch_size,), device=dev)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.to(memory_format=torch.channels_last)
+    fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2])
+    run_model = torch.compile(model) if compile else model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16)
+
+    def train_step():
+        with autocast:
+            loss = F.cross_entropy(run_model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def infer():
+        with autocast:
+            run_model(images)
+
+    model.train()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    rss_before = _rss_bytes()
+    step_s = time_median(train_step, dev, warmup=warmup, reps=reps)
+    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
+    model.eval()
+    infer_s = time_median(infer, dev, warmup=warmup, reps=reps)
+    per_image_train = train_flops / 2       # counted on a batch of 2
+    return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides or {},
+            "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
+            "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
+            "peak_memory_bytes": int(peak), "forward_flops_per_image": fwd_flops / 2,
+            "train_flops_per_image": per_image_train,
+            "model_flops_per_s": per_image_train * batch_size / step_s,
+            "bf16": bf16, "compile": compile}
+
+
+def _child(queue, kwargs, sys_path):
+    import sys
+    sys.path[:0] = sys_path
+    try:
+        queue.put(("ok", bench_preset(**kwargs)))
+    except BaseException as err:     # report, don't hang the parent
+        queue.put(("error", f"{type(err).__name__}: {err}"))
+
+
+def bench_preset_isolated(extra_sys_path: list[str] | None = None, **kwargs) -> dict:
+    """:func:`bench_preset` in a fresh process (accurate CPU peak memory); same arguments."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue, kwargs, extra_sys_path or []))
+    proc.start()
+    status, result = queue.get()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: {result}")
+    return result
+
+
+if __name__ == "__main__":   # pragma: no cover - manual use
+    print(json.dumps(bench_preset("demo"), indent=2))

@@ -1,0 +1,39 @@
+import json
+
+import torch
+
+from attncnn.bench.harness import bench_preset, count_training_flops, time_median
+from attncnn.cli import main
+from attncnn.models import build_model
+
+
+def test_counted_flops_equal_the_analytic_count():
+    """Quadratic model: 2 FLOPs per multiply-accumulate of every matrix product (harness convention)."""
+    d, nh, mlp, layers, n, classes = 16, 4, 8, 2, 8 * 8, 10
+    model = build_model("quadratic", num_layers=layers, num_heads=nh, dim=d, mlp_dim=mlp)
+    x, y = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
+    forward, train = count_training_flops(model, x, y)
+    per_layer = nh * n * n * d + n * nh * d * d + n * d * d + 2 * n * d * mlp   # mix, value, dense, FFN
+    expected = 2 * 2 * (n * 12 * d + layers * per_layer + d * classes)          # 2 images, 2 FLOPs/MAC
+    assert forward == expected
+    assert 2.5 * forward <= train <= 3 * forward       # backward: about 2x forward (no input grad at layer 1)
+
+
+def test_time_median_measures_sleep():
+    import time
+    t = time_median(lambda: time.sleep(0.02), torch.device("cpu"), warmup=0, reps=3)
+    assert 0.015 < t < 0.2
+
+
+def test_bench_preset_reports_consistent_figures():
+    r = bench_preset("demo", batch_size=8, reps=1)
+    assert r["parameters"] == 78_690
+    assert r["train_images_per_s"] > 0 and r["infer_images_per_s"] > 0
+    assert abs(r["model_flops_per_s"] - r["train_flops_per_image"] * 8 / r["step_seconds"]) < 1e-6 * r["model_flops_per_s"]
+
+
+def test_bench_command_json(capsys):
+    assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["results"][0]["preset"] == "demo" and out["matmul_peak_flops_per_s"] > 0
+    assert out["machine"]["torch"] == torch.__version__
