@@ -188,16 +188,25 @@ class ContentAttention(GridAttention):
         return scores if bias is None else scores + bias
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
-        """Apply the layer; see :meth:`PositionalAttention.forward` (probabilities are ``(B, N_h, N, N)``)."""
+        """Apply the layer; see :meth:`PositionalAttention.forward` (probabilities are ``(B, N_h, N, N)``).
+
+        Which path is fast was measured on the paper's configuration (N = 256 tokens, heads as
+        wide as the model, D_h = 400; 2 CPU cores, benchmarks/compare.py): there the probabilities
+        ``(B, N_h, N, N)`` are smaller than the per-head vectors ``(B, N_h, N, D_h)`` a fused kernel
+        would need (CPU flash attention also requires equal query and value widths), and fused
+        :func:`~torch.nn.functional.scaled_dot_product_attention` with the positional term as a
+        bias was both slower and larger than materialising the scores. So with ``head_dim == dim``
+        both paths compute the scores explicitly; with a value projection (``head_dim != dim``,
+        the usual narrow heads) the fast path is SDPA with the positional term as ``attn_mask``.
+        """
         b, h, w = self._check_input(x)
-        v = self.head_values(x)                                   # (B, N_h, N, D_h)
-        if return_attention:
+        if return_attention or self.value_in is None:
             probs = torch.softmax(self.attention_scores(x), dim=-1)
-            mixed = self.attn_drop(probs) @ v
-            return self._output(mixed, b, h, w), probs
+            mixed = self.attn_drop(probs) @ self.head_values(x)
+            out = self._output(mixed, b, h, w)
+            return (out, probs) if return_attention else out
         q, k = self._qk(x)
-        bias = self.score_bias(q, h, w)
         mixed = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=bias, dropout_p=self.attn_drop.p if self.training else 0.0,
-            scale=1.0 / math.sqrt(self.head_dim))
+            q, k, self.head_values(x), attn_mask=self.score_bias(q, h, w),
+            dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
         return self._output(mixed, b, h, w)

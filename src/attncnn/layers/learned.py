@@ -12,7 +12,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .attention import ContentAttention, PositionalAttention
@@ -118,30 +117,6 @@ class LearnedRelativeContentAttention(ContentAttention):
 
     def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         return self.positional_scores(q, height, width) / math.sqrt(self.head_dim)
-
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
-        """Apply the layer; see :meth:`ContentAttention.forward`.
-
-        Fast path: the positional term is folded into one dot product per (query, key) pair,
-        ``[q, row_q, col_q] . [k, onehot(key row), onehot(key column)]``, so fused
-        scaled-dot-product attention computes ``q.k + q.r`` exactly without ever forming a
-        ``(B, N_h, N, N)`` score or bias tensor (memory O(B N (D_h + H + W)) instead of O(B N^2)).
-        """
-        if return_attention:
-            return super().forward(x, return_attention=True)
-        b, h, w = self._check_input(x)
-        q, k = self._qk(x)                                                          # (B, N_h, N, D_h)
-        row, col = self._axis_scores(q, h, w)
-        n = h * w
-        onehot_row = torch.eye(h, dtype=q.dtype, device=q.device).repeat_interleave(w, dim=0)   # (N, H)
-        onehot_col = torch.eye(w, dtype=q.dtype, device=q.device).repeat(h, 1)                  # (N, W)
-        keys_pos = torch.cat([onehot_row, onehot_col], dim=-1).expand(b, self.num_heads, n, h + w)
-        q_aug = torch.cat([q, row, col], dim=-1)                                    # (B, N_h, N, D_h+H+W)
-        k_aug = torch.cat([k, keys_pos], dim=-1)
-        mixed = F.scaled_dot_product_attention(
-            q_aug, k_aug, self.head_values(x), dropout_p=self.attn_drop.p if self.training else 0.0,
-            scale=1.0 / math.sqrt(self.head_dim))
-        return self._output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"
