@@ -40,3 +40,9 @@ def data_cache_dir(tmp_path_factory) -> Path:
     of the real copy are decoded once, not once per test."""
     env = os.environ.get("ATTNCNN_DATA_DIR")
     return Path(env) if env else tmp_path_factory.mktemp("data-cache")
+
+
+@pytest.fixture(autouse=True)
+def _never_the_user_cache(data_cache_dir, monkeypatch):
+    """Tests never write decoded data into ~/.cache: the default data folder is the session's."""
+    monkeypatch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))

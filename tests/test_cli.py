@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -109,7 +114,11 @@ def test_presets_json_prints_exact_counts(capsys):
 @pytest.mark.parametrize("argv,match", [
     (["train", "--preset", "gaussian"], "choose one of resnet18"),
     (["train", "--preset", "demo", "--epochs", "0"], "epochs must be a positive integer"),
+    (["train", "--preset", "demo", "--epochs", "-3"], "epochs must be a positive integer, got -3"),
+    (["train", "--preset", "demo", "--batch-size", "0"], "batch_size must be a positive integer"),
+    (["train", "--preset", "demo", "--checkpoint-every-steps", "-1"], "checkpoint_every_steps must be >= 0"),
     (["train", "--preset", "demo", "--set", "heads=3"], "unknown model option 'heads'"),
+    (["train", "--preset", "demo", "--set", "num_heads=four"], "'num_heads' must be"),
     (["evaluate", "/nonexistent/run"], "no checkpoint"),
 ])
 def test_bad_arguments_give_one_clear_line(argv, match, capsys, tmp_path, monkeypatch):
@@ -144,3 +153,119 @@ def test_demo_on_a_subset_of_real_cifar10(tmp_path, cifar10_path, data_cache_dir
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert lines[-1]["test_accuracy"] > 0.2
     assert "test accuracy:" in capsys.readouterr().out
+
+
+# -- interruptions, in real processes ------------------------------------------------------------
+# Each run is a subprocess ``python -m attncnn train`` pinned to one thread (so that the runs are
+# bit-comparable); 2 epochs of 30 batches of 2 images, 'last' refreshed every 4 steps.
+
+def _cli(*args: str, out: Path, data: Path, cache: Path) -> list[str]:
+    return [sys.executable, "-m", "attncnn", "train", "--preset", "demo", "--data", str(data), "--data-dir",
+            str(cache), "--epochs", "2", "--batch-size", "2", "--set", "dim=16", "--set", "mlp_dim=16",
+            "--device", "cpu", "--deterministic", "--checkpoint-every-steps", "4", "--checkpoint-every", "0",
+            "--no-progress", "--out", str(out), *args]
+
+
+def _env(cache: Path) -> dict:
+    return {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "ATTNCNN_DATA_DIR": str(cache)}
+
+
+def _last_position(run: Path) -> tuple[int, int] | None:
+    """(epoch, step_in_epoch) of the run's 'last' checkpoint, read from its header only."""
+    from safetensors import safe_open
+    try:
+        with safe_open(str(run / "checkpoints" / "last.safetensors"), "pt") as f:
+            meta = json.loads(f.metadata()["attncnn"])
+    except Exception:   # not written yet, or being replaced right now
+        return None
+    return meta["epoch"], meta["step_in_epoch"]
+
+
+def _wait_until_mid_epoch(proc: subprocess.Popen, run: Path, epoch: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (status {proc.returncode}) before a mid-epoch checkpoint: "
+                        f"{proc.communicate()[1]}")
+        position = _last_position(run)
+        if position is not None and position[0] == epoch and position[1] > 0:
+            return
+        time.sleep(0.002)
+    proc.kill()
+    pytest.fail("no mid-epoch checkpoint appeared in time")
+
+
+def _assert_same_run(a: Path, b: Path) -> None:
+    from safetensors.torch import load_file
+    ta, tb = (load_file(str(r / "checkpoints" / "last.safetensors")) for r in (a, b))
+    assert ta.keys() == tb.keys()
+    for name in ta:                                    # weights, optimiser state and RNG states
+        assert torch.equal(ta[name], tb[name]), name
+    timing = {"seconds", "images_per_second", "eval_seconds"}
+    ma, mb = ([{k: v for k, v in json.loads(line).items() if k not in timing}
+               for line in (r / "metrics.jsonl").read_text().splitlines()] for r in (a, b))
+    assert ma == mb and [r["epoch"] for r in ma] == [1, 2]
+
+
+@pytest.fixture(scope="module")
+def reference_process_run(tiny_dataset, tmp_path_factory):
+    """Start the uninterrupted reference run in the background; yields a function that waits for it."""
+    root = tmp_path_factory.mktemp("reference")
+    cache = root / "cache"
+    proc = subprocess.Popen(_cli(out=root / "run", data=tiny_dataset, cache=cache), env=_env(cache),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def finished() -> Path:
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        return root / "run"
+
+    yield finished
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate()
+
+
+@pytest.mark.slow
+def test_sigkill_mid_epoch_then_resume_is_bit_identical(tmp_path, tiny_dataset, reference_process_run):
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    proc = subprocess.Popen(_cli(out=run, data=tiny_dataset, cache=cache), env=_env(cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until_mid_epoch(proc, run, epoch=1)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    epoch, step = _last_position(run)
+    assert epoch == 1 and 0 < step < 30, (epoch, step)     # killed in the middle of epoch 2
+    assert not (run / "finished.json").exists()
+
+    resumed = subprocess.run([sys.executable, "-m", "attncnn", "train", "--resume", str(run), "--no-progress"],
+                             env=_env(cache), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"epoch 2 after step {step}" in resumed.stdout
+    _assert_same_run(reference_process_run(), run)
+
+
+@pytest.mark.slow
+def test_sigint_saves_prints_the_resume_command_and_exits_130(tmp_path, tiny_dataset, reference_process_run):
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    proc = subprocess.Popen(_cli(out=run, data=tiny_dataset, cache=cache), env=_env(cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until_mid_epoch(proc, run, epoch=1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert f"Resume with: attncnn train --resume {run}" in err and "interrupted by SIGINT" in err
+    assert "Traceback" not in err
+    assert _last_position(run)[0] == 1
+
+    resumed = subprocess.run([sys.executable, "-m", "attncnn", "train", "--resume", str(run), "--no-progress"],
+                             env=_env(cache), capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    _assert_same_run(reference_process_run(), run)

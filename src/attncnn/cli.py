@@ -1,6 +1,8 @@
 """Command line: ``attncnn train | evaluate | presets``. Thin: parses arguments, calls the library.
 
-Errors raised by the library become one line on stderr and exit status 2.
+Errors raised by the library become one line on stderr and exit status 2. A training run stopped
+by SIGINT / SIGTERM saves a resumable checkpoint, prints the ``--resume`` command on stderr and
+exits with 130 / 143.
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--train-subset", type=int, help="train on a seeded class-balanced subset of N images")
     t.add_argument("--checkpoint-every", type=int, help="periodic checkpoint interval in epochs (0: none)")
     t.add_argument("--keep-checkpoints", type=int, help="periodic checkpoints to keep (0: all)")
+    t.add_argument("--checkpoint-every-steps", type=int, metavar="N",
+                   help="also refresh the 'last' checkpoint every N optimiser steps, so a killed run loses at "
+                        "most N steps (0, the default: only at the end of each epoch)")
+    t.add_argument("--deterministic", action="store_true", default=None,
+                   help="deterministic algorithms only (with --device cpu, runs and resumed runs are bit-identical)")
     t.add_argument("--set", dest="model", action="append", type=_model_option, default=[], metavar="KEY=VALUE",
                    help="override a model option, e.g. --set num_heads=16 (repeatable)")
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
@@ -106,6 +113,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             schedule=args.schedule, warmup_ratio=args.warmup_ratio, lr_stepping=args.lr_stepping,
             seed=args.seed, device=args.device, train_subset=args.train_subset,
             checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
+            checkpoint_every_steps=args.checkpoint_every_steps, deterministic=args.deterministic,
             model=dict(args.model) or None)
         # Reject bad model options now, before any data is read.
         from .models import build_model
@@ -167,12 +175,15 @@ def _cmd_presets(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``attncnn`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .data import DataError
-    from .training import CheckpointError, RunFolderError, TrainingError
+    from .training import CheckpointError, RunFolderError, TrainingError, TrainingInterrupted
 
     try:
         return args.handler(args)
+    except TrainingInterrupted as err:
+        print(f"attncnn {args.command}: {err}", file=sys.stderr)
+        return err.exit_status
     except (ValueError, DataError, RunFolderError, CheckpointError, TrainingError, FileNotFoundError,
             OSError) as err:
         print(f"attncnn {args.command}: error: {err}", file=sys.stderr)

@@ -232,3 +232,65 @@ def test_cache_round_trip_direct(tmp_path):
     assert classes == ("no", "yes")
     assert torch.equal(tr.images, train.images) and torch.equal(te.labels, test.labels)
     assert read_cache(tmp_path / "missing.safetensors") is None
+
+
+# --- empty, truncated or corrupt inputs: each message names the file and the fix ----------------
+
+def test_empty_zip_file(tmp_path):
+    z = tmp_path / "empty.zip"
+    z.write_bytes(b"")
+    with pytest.raises(DataError, match=r"empty.zip is not a readable zip file.*re-create or re-download"):
+        load_dataset(z, data_dir=tmp_path)
+
+
+def test_zip_without_entries(tmp_path):
+    z = tmp_path / "nothing.zip"
+    with zipfile.ZipFile(z, "w"):
+        pass
+    with pytest.raises(DataError, match=r"nothing.zip has no train/ folder; expected train/<class>/<image>"):
+        load_dataset(z, data_dir=tmp_path)
+
+
+def test_truncated_zip(fake_images, tmp_path):
+    z = fake_images().write_zip(tmp_path / "full.zip")
+    cut = tmp_path / "cut.zip"
+    cut.write_bytes(z.read_bytes()[: z.stat().st_size // 2])
+    with pytest.raises(DataError, match=r"cut.zip is not a readable zip file.*re-create or re-download"):
+        load_dataset(cut, data_dir=tmp_path)
+
+
+def test_corrupt_member_of_a_zip(fake_images, tmp_path):
+    z = fake_images().write_zip(tmp_path / "a.zip")
+    raw = bytearray(z.read_bytes())
+    name = b"train/bee/001.png"
+    at = raw.index(name) + len(name) + 60          # inside that member's stored bytes
+    raw[at:at + 20] = bytes(20)
+    z.write_bytes(bytes(raw))
+    with pytest.raises(DataError) as err:
+        load_dataset(z, data_dir=tmp_path)
+    assert "train/bee/001.png" in str(err.value) and str(z) in str(err.value)
+    assert "re-create or re-download" in str(err.value) or "remove or replace" in str(err.value)
+
+
+def test_empty_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="has no train/ folder"):
+        load_dataset(tmp_path / "empty", data_dir=tmp_path)
+
+
+def test_unreadable_jpeg_in_a_folder_names_the_file(fake_images, tmp_path):
+    root = fake_images().write_folder(tmp_path / "images")
+    bad = root / "train" / "cat" / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0" + b"not really a JPEG")
+    with pytest.raises(DataError, match="remove or replace that file") as err:
+        load_dataset(root, data_dir=tmp_path)
+    assert str(bad) in str(err.value)
+
+
+def test_split_with_class_folders_but_no_images(fake_images, tmp_path):
+    root = fake_images().write_folder(tmp_path / "images")
+    for f in (root / "test").rglob("*.png"):
+        f.unlink()
+    (root / "test" / "cat" / "notes.txt").write_text("not an image")
+    with pytest.raises(DataError, match=r"no images in test/<class>/; expected test/<class>/<image>"):
+        load_dataset(root, data_dir=tmp_path)

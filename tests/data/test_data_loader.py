@@ -232,3 +232,34 @@ def test_balanced_subset_properties(raw, data):
     if unsaturated:  # classes that still had examples left differ by at most one, and none got more
         assert max(unsaturated) - min(unsaturated) <= 1
         assert all(int(got[c]) <= min(unsaturated) + 1 for c in range(6))
+
+
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("start", [0, 1, 3, 5])
+def test_iter_from_yields_the_epochs_batches_from_that_step(train, start):
+    """A resumed run starts in the middle of an epoch: the batches from ``start`` on are exactly those
+    of a whole pass, and the skipped batches are never gathered or augmented."""
+    loader = DeviceLoader(_split(n=23), batch_size=5, train=train, seed=4)
+    loader.set_epoch(2)
+    whole = _epoch(loader)
+    part = [(x.cpu(), y.cpu()) for x, y in loader.iter_from(start)]
+    assert len(part) == len(whole) - start
+    for (xa, ya), (xb, yb) in zip(whole[start:], part):
+        assert torch.equal(xa, xb) and torch.equal(ya, yb)
+
+
+def test_iter_from_skips_without_augmenting(monkeypatch):
+    from attncnn.data import loader as loader_module
+    calls = []
+    real = loader_module.random_crop_flip
+    monkeypatch.setattr(loader_module, "random_crop_flip", lambda *a: calls.append(1) or real(*a))
+    loader = DeviceLoader(_split(n=23), batch_size=5, train=True, seed=4)
+    assert len(list(loader.iter_from(4))) == 1 and len(calls) == 1
+
+
+def test_iter_from_rejects_steps_outside_the_epoch():
+    loader = DeviceLoader(_split(n=23), batch_size=5, train=True)
+    assert list(loader.iter_from(5)) == []
+    for bad in (-1, 6):
+        with pytest.raises(ValueError, match=r"start_step must be in \[0, 5\]"):
+            loader.iter_from(bad)

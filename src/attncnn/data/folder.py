@@ -148,7 +148,8 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
                 try:
                     return zf.read(name)
                 except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:  # bad CRC, truncation
-                    raise DataError(f"cannot read {name} inside {path} ({err}); the zip is corrupt") from err
+                    raise DataError(f"cannot read {name} inside {path} ({err}); the zip is corrupt: "
+                                    "re-create or re-download it") from err
 
             def where(name: str) -> str:
                 return f"{name} (inside {path})"

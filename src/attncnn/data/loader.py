@@ -159,10 +159,25 @@ class DeviceLoader:
         return x.to(self.dtype).div_(255).sub_(self._mean).div_(self._std)
 
     def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        return self.iter_from(0)
+
+    def iter_from(self, start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The epoch's batches from batch ``start_step`` (0-based) on: exactly those that
+        ``iter(self)`` yields from that point. Skipped batches cost nothing (no gather, no
+        augmentation), so a run resumed in the middle of an epoch starts at once.
+
+        Raises:
+            ValueError: ``start_step`` outside ``[0, len(self)]``.
+        """
+        if not 0 <= start_step <= len(self):
+            raise ValueError(f"start_step must be in [0, {len(self)}] (the batches of an epoch), got {start_step}")
+        return self._batches(int(start_step))
+
+    def _batches(self, start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order, offsets, flips = self._plan()
         bs = self.batch_size
         augment = self.train and (self.crop_padding > 0 or self.flip)
-        for i in range(len(self)):
+        for i in range(start_step, len(self)):
             idx = order[i * bs:(i + 1) * bs]
             x = self.images.index_select(0, idx)
             if augment:

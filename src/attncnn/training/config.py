@@ -42,6 +42,7 @@ class TrainConfig:
     device: str = "auto"                 #: "auto", "cpu", "cuda", "cuda:1", ...
     train_subset: int | None = None      #: seeded, class-balanced subset of the training set
     checkpoint_every: int = 10           #: periodic checkpoint interval in epochs (0: none)
+    checkpoint_every_steps: int = 0      #: also refresh ``last`` every N optimiser steps (0: epoch ends only)
     keep_checkpoints: int = 30           #: periodic checkpoints kept (0: all)
     deterministic: bool = False          #: torch.use_deterministic_algorithms
 
@@ -58,8 +59,9 @@ class TrainConfig:
             raise ValueError(f"schedule must be cosine, multistep or constant, got {self.schedule!r}")
         if self.lr_stepping not in ("step", "epoch"):
             raise ValueError(f"lr_stepping must be 'step' or 'epoch', got {self.lr_stepping!r}")
-        if self.checkpoint_every < 0 or self.keep_checkpoints < 0:
-            raise ValueError("checkpoint_every and keep_checkpoints must be >= 0")
+        for name in ("checkpoint_every", "checkpoint_every_steps", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 turns it off), got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)

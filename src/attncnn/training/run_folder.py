@@ -3,10 +3,14 @@
 Layout::
 
     <run>/config.json            resolved configuration (atomic write)
-    <run>/metrics.jsonl          one JSON object per epoch (append + fsync)
+    <run>/metrics.jsonl          one JSON object per epoch (atomic rewrite per epoch)
     <run>/tb/                    TensorBoard event files (every numeric metric, step = epoch)
     <run>/checkpoints/<name>.safetensors   "best", "last", "epoch_0010", ...
     <run>/finished.json          written at the very end; a run without it is unfinished
+
+Every file except the TensorBoard events is written atomically (temporary file in the same folder,
+fsync, rename), so a crash or a full disk during a write leaves the previous version intact; a
+failed write raises :class:`RunFolderError` naming the file, the cause and the fix.
 
 This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + TensorBoardX folder
 (PAPER.md section 4, "Checkpoints" and "Logging").
@@ -14,6 +18,8 @@ This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + Tenso
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import logging
 import math
@@ -22,11 +28,11 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from .._io import atomic_write_json, atomic_write_text
+from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
-__all__ = ["RunFolderError", "RunFolder"]
+__all__ = ["RunFolderError", "RunFolder", "write_error_message"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +42,29 @@ _PERIODIC = re.compile(r"^epoch_(\d+)\.safetensors$")
 
 class RunFolderError(Exception):
     """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
+
+
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def write_error_message(path: str | os.PathLike[str], err: OSError) -> str:
+    """One sentence for a failed write of ``path``: what failed, why, and the fix.
+
+    A full disk (ENOSPC, EDQUOT) asks to free space or choose another ``--out``; a read-only or
+    permission-denied folder asks to fix permissions or choose another ``--out``. Both state that
+    the previous files are intact (every write is atomic).
+    """
+    path = Path(path)
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.errno in _FULL:
+        fix = (f"the disk holding {path.parent} is full: free some space there and continue with --resume, "
+               "or start again with another --out folder")
+    elif err.errno in _DENIED:
+        fix = f"{path.parent} is not writable: fix its permissions or choose another --out folder"
+    else:
+        fix = "check the disk, or choose another --out folder"
+    return f"cannot write {path} ({reason}); {fix}. The previous version of the file, if any, is intact"
 
 
 class RunFolder:
@@ -108,6 +137,21 @@ class RunFolder:
         if self.mode == "read":
             raise RunFolderError(f"run folder {self.path} was opened read-only; cannot {what}")
 
+    @contextlib.contextmanager
+    def writing(self, path: str | os.PathLike[str]) -> Iterator[None]:
+        """Turn an :class:`OSError` raised by the block (a write of ``path``) into a
+        :class:`RunFolderError` whose message names the file, the cause and the fix
+        (see :func:`write_error_message`).
+
+        Raises:
+            RunFolderError: folder opened in ``"read"`` mode, or the block raised OSError.
+        """
+        self._check_writable(f"write {path}")
+        try:
+            yield
+        except OSError as err:
+            raise RunFolderError(write_error_message(path, err)) from err
+
     def write_config(self, config: dict) -> None:
         """Write ``config.json`` atomically (indented, sorted keys).
 
@@ -115,11 +159,8 @@ class RunFolder:
             RunFolderError: folder opened in ``"read"`` mode or not writable.
             TypeError: ``config`` is not JSON serialisable.
         """
-        self._check_writable("write config.json")
-        try:
+        with self.writing(self.path / "config.json"):
             atomic_write_json(self.path / "config.json", config)
-        except OSError as err:
-            raise RunFolderError(f"cannot write {self.path / 'config.json'}: {err}") from err
 
     def read_config(self) -> dict:
         """Return the parsed ``config.json``.
@@ -150,11 +191,13 @@ class RunFolder:
         return self._writer
 
     def append_metrics(self, record: dict) -> None:
-        """Append ``record`` as one JSON line to ``metrics.jsonl`` (flush + fsync) and log it to TensorBoard.
+        """Add ``record`` as one JSON line to ``metrics.jsonl`` and log it to TensorBoard.
 
-        Every int/float value (bools and non-numbers skipped) except ``"epoch"`` is written with
-        ``tag = key`` and ``step = record["epoch"]``. If the file's last line was cut short by a crash,
-        a newline is inserted first so the new record stays on a line of its own.
+        The file is rewritten atomically with the new line at the end (a few hundred short lines at
+        most), so a failed write leaves the previous records exactly as they were. Every int/float
+        value (bools and non-numbers skipped) except ``"epoch"`` is written to TensorBoard with
+        ``tag = key`` and ``step = record["epoch"]``. If the file's last line was cut short (a crash
+        in an older version), a newline is inserted first so the new record stays on its own line.
 
         Raises:
             ValueError: ``record`` has no integer ``"epoch"``.
@@ -165,19 +208,16 @@ class RunFolder:
         epoch = record.get("epoch")
         if not isinstance(epoch, int) or isinstance(epoch, bool):
             raise ValueError(f"a metrics record needs an integer 'epoch' entry, got {epoch!r}")
-        line = json.dumps(record) + "\n"
+        line = (json.dumps(record) + "\n").encode("utf-8")
         f = self.path / "metrics.jsonl"
-        try:
-            with open(f, "a+b") as fh:
-                if fh.tell() > 0:
-                    fh.seek(-1, os.SEEK_END)
-                    if fh.read(1) != b"\n":
-                        line = "\n" + line
-                fh.write(line.encode("utf-8"))
-                fh.flush()
-                os.fsync(fh.fileno())
-        except OSError as err:
-            raise RunFolderError(f"cannot append to {f}: {err}") from err
+        with self.writing(f):
+            try:
+                previous = f.read_bytes()
+            except FileNotFoundError:
+                previous = b""
+            if previous and not previous.endswith(b"\n"):
+                previous += b"\n"
+            atomic_write_bytes(f, previous + line)
         writer = self._tb_writer()
         if writer is not None:
             for key, value in record.items():
@@ -223,7 +263,8 @@ class RunFolder:
         records = self.read_metrics()
         kept = [r for r in records if isinstance(r.get("epoch"), int) and r["epoch"] <= epoch]
         if len(kept) != len(records):
-            atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
+            with self.writing(self.path / "metrics.jsonl"):
+                atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
         return len(records) - len(kept)
 
     # -- checkpoints --------------------------------------------------------------------------
@@ -290,11 +331,8 @@ class RunFolder:
         Raises:
             RunFolderError: folder opened in ``"read"`` mode or not writable.
         """
-        self._check_writable("mark the run finished")
-        try:
+        with self.writing(self.path / "finished.json"):
             atomic_write_json(self.path / "finished.json", _finite(summary))
-        except OSError as err:
-            raise RunFolderError(f"cannot write {self.path / 'finished.json'}: {err}") from err
 
     @property
     def finished(self) -> bool:

@@ -5,17 +5,38 @@ resume), then loops over epochs calling :func:`train_one_epoch` and :func:`evalu
 metrics line per epoch and writing checkpoints (periodic, ``best``, ``last``). Metrics are
 accumulated on the device and read back once per epoch (plus every ``sync_every`` steps for the
 progress bar), so there is no host synchronisation per step.
+
+What survives what:
+
+* **SIGINT / SIGTERM** (handlers installed by :func:`train` only while it runs): the current step
+  finishes, a resumable ``last`` checkpoint is written and :class:`TrainingInterrupted` is raised
+  (the CLI exits with 130 / 143 and prints the ``--resume`` command). A second signal stops at once.
+* **Resume**, also in the middle of an epoch: a checkpoint holds the model, the optimiser, every
+  RNG state, the epoch, the batches already done in the next epoch (``step_in_epoch``) and that
+  epoch's running loss/accuracy sums. The batch order and augmentation are a pure function of
+  ``(seed, epoch)`` and the LR a pure function of ``(epoch, step)``, so the resumed run takes the
+  same steps as an uninterrupted one (bit-identical on CPU in deterministic mode).
+  ``checkpoint_every_steps`` refreshes ``last`` within epochs, so even SIGKILL loses little.
+* **Non-finite loss**: every step updates a device-side record of the first non-finite loss (no
+  host sync); it is read at the progress sync points, at the end of the epoch and before every
+  checkpoint, so the error names the exact step, batch and learning rate, and nothing is written
+  after the failure: the last checkpoint is the last good one.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-import math
+import os
 import random
+import shlex
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
@@ -30,14 +51,47 @@ from .config import TrainConfig, config_from_dict
 from .run_folder import RunFolder
 from .schedule import LRSchedule
 
-__all__ = ["TrainingError", "EvalResult", "train", "evaluate", "resolve_device", "make_optimizer",
-           "load_model", "train_one_epoch"]
+__all__ = ["TrainingError", "TrainingInterrupted", "NonFiniteLossError", "EvalResult", "EpochProgress",
+           "train", "evaluate", "resolve_device", "make_optimizer", "load_model", "train_one_epoch"]
 
 log = logging.getLogger(__name__)
 
 
 class TrainingError(RuntimeError):
     """A run cannot go on (non-finite loss, inconsistent resume); the message says why and what to do."""
+
+
+class NonFiniteLossError(TrainingError):
+    """The training loss became NaN or infinite.
+
+    Attributes:
+        epoch: 0-based epoch of the first non-finite loss.
+        batch_index: 0-based batch of that epoch (the step is ``batch_index + 1``).
+        lr: learning rate of that step.
+        loss: the loss value (``nan``, ``inf`` or ``-inf``).
+    """
+
+    def __init__(self, message: str, *, epoch: int, batch_index: int, lr: float, loss: float) -> None:
+        super().__init__(message)
+        self.epoch, self.batch_index, self.lr, self.loss = epoch, batch_index, lr, loss
+
+
+class TrainingInterrupted(TrainingError):
+    """SIGINT or SIGTERM stopped the run after a whole step and a resumable checkpoint was written.
+
+    Attributes:
+        signum: the signal received.
+        checkpoint: the checkpoint to resume from.
+        exit_status: ``128 + signum`` (130 for SIGINT, 143 for SIGTERM), the shell convention.
+    """
+
+    def __init__(self, message: str, *, signum: int, checkpoint: Path) -> None:
+        super().__init__(message)
+        self.signum, self.checkpoint = signum, checkpoint
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + int(self.signum)
 
 
 @dataclass
@@ -100,73 +154,183 @@ def evaluate(model: nn.Module, loader: DeviceLoader) -> EvalResult:
                       examples=count, seconds=time.perf_counter() - start)
 
 
+@dataclass
+class EpochProgress:
+    """Running sums of one epoch, kept on the device so that a step needs no host sync.
+
+    Attributes:
+        epoch: 0-based epoch.
+        steps_per_epoch: batches in the epoch.
+        steps_done: batches already trained.
+        loss_sum: float64 sum of per-example losses.
+        correct: int64 count of correct top-1 predictions.
+        count: examples seen.
+        first_bad: int64, ``-1`` or the 0-based batch of the first non-finite loss.
+        bad_loss: that loss (float32).
+    """
+
+    epoch: int
+    steps_per_epoch: int
+    steps_done: int
+    loss_sum: torch.Tensor
+    correct: torch.Tensor
+    count: int
+    first_bad: torch.Tensor
+    bad_loss: torch.Tensor
+
+    @classmethod
+    def start(cls, epoch: int, steps_per_epoch: int, device: torch.device, *, steps_done: int = 0,
+              loss_sum: torch.Tensor | None = None, correct: torch.Tensor | None = None,
+              count: int = 0) -> "EpochProgress":
+        """Fresh sums, or those of a partly done epoch (restored from a checkpoint)."""
+        def tensor(value, dtype):
+            if value is None:
+                return torch.zeros((), device=device, dtype=dtype)
+            return value.detach().to(device=device, dtype=dtype).reshape(())
+        return cls(epoch=epoch, steps_per_epoch=steps_per_epoch, steps_done=steps_done,
+                   loss_sum=tensor(loss_sum, torch.float64), correct=tensor(correct, torch.int64), count=count,
+                   first_bad=torch.full((), -1, device=device, dtype=torch.int64),
+                   bad_loss=torch.zeros((), device=device, dtype=torch.float32))
+
+    def add(self, step: int, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """Account for batch ``step`` (0-based); device operations only."""
+        first = torch.logical_and(torch.logical_not(torch.isfinite(loss)), self.first_bad < 0)
+        self.first_bad = torch.where(first, step, self.first_bad)
+        self.bad_loss = torch.where(first, loss.float(), self.bad_loss)
+        self.loss_sum += loss.double() * labels.numel()
+        self.correct += (logits.argmax(dim=-1) == labels).sum()
+        self.count += labels.numel()
+        self.steps_done = step + 1
+
+    def check_finite(self, schedule: LRSchedule) -> None:
+        """One host sync: raise if any loss so far was NaN or infinite.
+
+        Raises:
+            NonFiniteLossError: naming the epoch, step, batch index, learning rate and loss value.
+        """
+        bad = int(self.first_bad.item())
+        if bad < 0:
+            return
+        value = float(self.bad_loss.item())
+        lr = schedule.lr_at(self.epoch, bad)
+        n = self.steps_per_epoch
+        raise NonFiniteLossError(
+            f"the training loss became {value} at epoch {self.epoch + 1}, step {bad + 1} of {n} (batch index "
+            f"{bad} of the epoch's shuffled order, global step {self.epoch * n + bad + 1}), learning rate "
+            f"{lr:.6g}; the weights are no longer usable. Lower --lr (or lengthen the warm-up with "
+            "--warmup-ratio) or check the data for corrupt images, then start a new run.",
+            epoch=self.epoch, batch_index=bad, lr=lr, loss=value)
+
+    def metrics(self) -> tuple[float, float]:
+        """Mean loss and accuracy so far (one host sync)."""
+        return self.loss_sum.item() / max(self.count, 1), self.correct.item() / max(self.count, 1)
+
+
 def train_one_epoch(model, optimizer, loader: DeviceLoader, schedule: LRSchedule, epoch: int,
-                    *, progress: bool = True, sync_every: int = 25) -> dict:
-    """One pass over ``loader``; returns train loss/accuracy, last LR, seconds and images/s.
+                    *, progress: bool = True, sync_every: int = 25, start_step: int = 0,
+                    sums: EpochProgress | None = None,
+                    after_step: Callable[[EpochProgress], None] | None = None) -> dict:
+    """One pass over ``loader`` (from batch ``start_step``); returns train loss/accuracy, last LR,
+    seconds and images/s.
+
+    Args:
+        start_step: batches of this epoch already done (a resumed run); they are skipped at no cost.
+        sums: the running sums of those batches (default: zeros).
+        after_step: called with the running sums after every optimiser step (the trainer checks
+            for signals and writes mid-epoch checkpoints there).
 
     Raises:
-        TrainingError: the loss became NaN or infinite (checked every ``sync_every`` steps
-            and at the end; the message names the epoch, step range and learning rate).
+        NonFiniteLossError: the loss became NaN or infinite (checked at every progress sync point,
+            every ``sync_every`` steps, and at the end; the message names the exact step).
     """
     model.train()
     device = next(model.parameters()).device
-    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
-    correct = torch.zeros((), device=device, dtype=torch.int64)
-    count, lr, last_checked = 0, 0.0, 0
+    n = len(loader)
+    if sums is None:
+        sums = EpochProgress.start(epoch, n, device, steps_done=start_step)
+    lr = schedule.lr_at(epoch, max(min(start_step, n - 1), 0)) if n else 0.0
+    count_before = sums.count
     start = time.perf_counter()
-    bar = tqdm(total=len(loader), desc=f"epoch {epoch + 1}", unit="batch", leave=False,
+    bar = tqdm(total=n, initial=start_step, desc=f"epoch {epoch + 1}", unit="batch", leave=False,
                disable=not progress, dynamic_ncols=True)
-    for step, (x, y) in enumerate(loader):
-        lr = schedule.set_lr(optimizer, epoch, step)
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach().double() * y.numel()
-        correct += (logits.detach().argmax(dim=-1) == y).sum()
-        count += y.numel()
-        if (step + 1) % sync_every == 0 or step + 1 == len(loader):
-            mean_loss = loss_sum.item() / count          # one host sync per sync_every steps
-            if not math.isfinite(mean_loss):
-                bar.close()
-                raise TrainingError(
-                    f"non-finite loss in epoch {epoch + 1} between steps {last_checked + 1} and {step + 1} "
-                    f"(learning rate {lr:.4g}); lower --lr or check the data. The last good checkpoint "
-                    "is kept in the run folder.")
-            last_checked = step + 1
-            elapsed = time.perf_counter() - start
-            bar.set_postfix(loss=f"{mean_loss:.3f}", acc=f"{correct.item() / count:.3f}",
-                            img_s=f"{count / elapsed:.0f}", lr=f"{lr:.4f}")
-            bar.update(step + 1 - bar.n)
-    bar.close()
+    try:
+        for step, (x, y) in enumerate(loader.iter_from(start_step), start=start_step):
+            lr = schedule.set_lr(optimizer, epoch, step)
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            sums.add(step, loss.detach(), logits.detach(), y)
+            if (step + 1) % sync_every == 0 or step + 1 == n:
+                sums.check_finite(schedule)                     # one host sync per sync_every steps
+                if progress:
+                    mean_loss, accuracy = sums.metrics()
+                    elapsed = time.perf_counter() - start
+                    bar.set_postfix(loss=f"{mean_loss:.3f}", acc=f"{accuracy:.3f}",
+                                    img_s=f"{(sums.count - count_before) / elapsed:.0f}", lr=f"{lr:.4f}")
+                    bar.update(step + 1 - bar.n)
+            if after_step is not None:
+                after_step(sums)
+        sums.check_finite(schedule)
+    finally:
+        bar.close()
     seconds = time.perf_counter() - start
-    return {"train_loss": loss_sum.item() / max(count, 1), "train_accuracy": correct.item() / max(count, 1),
-            "lr": lr, "seconds": seconds, "images_per_second": count / seconds if seconds > 0 else 0.0}
+    mean_loss, accuracy = sums.metrics()
+    done_now = sums.count - count_before
+    return {"train_loss": mean_loss, "train_accuracy": accuracy, "lr": lr, "seconds": seconds,
+            "images_per_second": done_now / seconds if seconds > 0 else 0.0}
 
 
-def _rng_state() -> dict[str, torch.Tensor]:
+def _rng_state() -> tuple[dict[str, torch.Tensor], dict]:
+    """Every RNG state: torch CPU (+ CUDA) as tensors, Python's and NumPy's as tensors + JSON."""
     state = {"torch_cpu": torch.get_rng_state()}
-    if torch.cuda.is_available():
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
         for i, s in enumerate(torch.cuda.get_rng_state_all()):
             state[f"torch_cuda_{i}"] = s
-    return state
+    version, internal, gauss_next = random.getstate()
+    state["python_mt"] = torch.tensor(internal, dtype=torch.int64)
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    state["numpy_mt"] = torch.from_numpy(keys.astype(np.int64))
+    meta = {"python": [version, gauss_next], "numpy": [kind, int(pos), int(has_gauss), float(cached)]}
+    return state, meta
 
 
-def _set_rng_state(extra: dict[str, torch.Tensor]) -> None:
+def _set_rng_state(extra: dict[str, torch.Tensor], meta: dict | None) -> None:
     if "torch_cpu" in extra:
         torch.set_rng_state(extra["torch_cpu"].cpu())
     if torch.cuda.is_available():
         states = [extra[k].cpu() for k in sorted(extra) if k.startswith("torch_cuda_")]
-        if len(states) == torch.cuda.device_count():
+        if states and len(states) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(states)
+    meta = meta or {}
+    if "python_mt" in extra and "python" in meta:
+        version, gauss_next = meta["python"]
+        random.setstate((version, tuple(int(v) for v in extra["python_mt"].tolist()), gauss_next))
+    if "numpy_mt" in extra and "numpy" in meta:
+        kind, pos, has_gauss, cached = meta["numpy"]
+        np.random.set_state((kind, extra["numpy_mt"].numpy().astype(np.uint32), pos, has_gauss, cached))
+
+
+def _check_weights(path: Path, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Every weight must match the built model's names and shapes (the message names the key)."""
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    for name, tensor in state.items():
+        if tensor.shape != expected[name].shape:
+            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {tuple(tensor.shape)}, "
+                             f"the configuration needs {tuple(expected[name].shape)}")
 
 
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
     """Rebuild a network from a checkpoint file (or a run folder: its ``best`` or ``last``).
 
-    The stored configuration is validated before the model is built, and every weight must
-    match the built model's names and shapes.
+    The stored configuration is validated before the model is built (unknown keys and wrong types
+    are named), and every weight must match the built model's names and shapes.
 
     Returns:
         ``(model in eval mode, checkpoint metadata)``.
@@ -187,20 +351,25 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
         raise FileNotFoundError(f"no checkpoint at {path}")
     ckpt = load_checkpoint(path)
     meta = ckpt.metadata
-    for key in ("arch", "model_config"):
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
+    for key, kind in (("arch", str), ("model_config", dict)):
         if key not in meta:
             raise ValueError(f"checkpoint {path} has no {key!r} entry; it was not written by attncnn train")
-    model = build_model_from_config(meta["arch"], dict(meta["model_config"]))
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(ckpt.model_state))
-    unexpected = sorted(set(ckpt.model_state) - set(expected))
-    if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
-                         f"unexpected {unexpected[:5]}")
-    for name, tensor in ckpt.model_state.items():
-        if tensor.shape != expected[name].shape:
-            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {tuple(tensor.shape)}, "
-                             f"the configuration needs {tuple(expected[name].shape)}")
+        if not isinstance(meta[key], kind):
+            raise ValueError(f"checkpoint {path}: {key!r} must be a {kind.__name__}, got {meta[key]!r}")
+    if "config" in meta:
+        if not isinstance(meta["config"], dict):
+            raise ValueError(f"checkpoint {path}: 'config' must be a JSON object, got {meta['config']!r}")
+        try:
+            config_from_dict(meta["config"])
+        except ValueError as err:
+            raise ValueError(f"checkpoint {path}: invalid stored training configuration: {err}") from err
+    try:
+        model = build_model_from_config(meta["arch"], dict(meta["model_config"]))
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+    _check_weights(path, model, ckpt.model_state)
     model.load_state_dict(ckpt.model_state)
     return model.to(device).eval(), meta
 
@@ -223,6 +392,54 @@ def _loaders(config: TrainConfig, device: torch.device):
     return dataset, train_loader, test_loader
 
 
+class _StopRequest:
+    """Set by the signal handlers of :func:`_stop_on_signals`; read by the loop after each step."""
+
+    signum: int | None = None
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[_StopRequest]:
+    """While the block runs, SIGINT and SIGTERM only record a stop request (a second one raises
+    KeyboardInterrupt at once). The previous handlers come back afterwards. Outside the main
+    thread (where Python cannot install handlers) signals keep their usual effect."""
+    stop = _StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+
+    def handler(signum, frame):
+        if stop.signum is not None:
+            raise KeyboardInterrupt
+        stop.signum = signum
+
+    previous = {}
+    try:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        yield stop
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _position(epoch: int, step: int) -> str:
+    return f"end of epoch {epoch}" if step == 0 else f"epoch {epoch + 1} after step {step}"
+
+
+def _resume_position(meta: dict, path: Path, epochs: int, steps_per_epoch: int) -> tuple[int, int]:
+    try:
+        epoch, step = int(meta["epoch"]), int(meta.get("step_in_epoch", 0))
+    except (KeyError, TypeError, ValueError) as err:
+        raise TrainingError(f"checkpoint {path} has no valid 'epoch'/'step_in_epoch' entries ({err}); it was "
+                            "not written by attncnn train; start a new run") from err
+    if not (0 <= epoch <= epochs and 0 <= step <= steps_per_epoch and (step == 0 or epoch < epochs)):
+        raise TrainingError(f"checkpoint {path} was written at {_position(epoch, step)}, which does not fit this "
+                            f"run ({epochs} epochs of {steps_per_epoch} steps): the data or config.json changed "
+                            "since; restore them or start a new run")
+    return epoch, step
+
+
 def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progress: bool = True) -> dict:
     """Train ``config`` into the run folder ``out_dir``; returns the final summary.
 
@@ -230,11 +447,17 @@ def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progre
         config: the resolved configuration (ignored on resume: the stored one is used).
         out_dir: run folder.
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
-            (continue from the folder's last checkpoint with its stored configuration).
+            (continue from the folder's last checkpoint with its stored configuration, also from
+            the middle of an epoch).
         progress: show a tqdm progress bar on stderr.
+
+    While it runs, SIGINT and SIGTERM (main thread only) make it finish the current step, write
+    a resumable ``last`` checkpoint and raise :class:`TrainingInterrupted`.
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix.
+        NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
+        TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
     if mode == "resume":
         config = config_from_dict(RunFolder(out_dir, mode="resume").read_config())
@@ -242,62 +465,136 @@ def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progre
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
     device = resolve_device(config.device)
     seed_everything(config.seed)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     if config.deterministic:
+        if device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS
         torch.use_deterministic_algorithms(True)
+    try:
+        return _train(config, out_dir, mode, progress, device)
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic, warn_only=was_warn_only)
+
+
+def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, device: torch.device) -> dict:
     dataset, train_loader, test_loader = _loaders(config, device)
     model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(device)
     run = RunFolder(out_dir, mode=mode)
     try:
         optimizer = make_optimizer(model, config)
-        schedule = LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=len(train_loader),
+        steps = len(train_loader)
+        schedule = LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=steps,
                               kind=config.schedule, warmup_ratio=config.warmup_ratio,
                               stepping=config.lr_stepping, milestones=tuple(config.milestones),
                               gamma=config.gamma, num_train_examples=train_loader.num_examples,
                               batch_size=config.batch_size)
         preset = get_preset(config.preset)
         model_config = dataclasses.asdict(model.config)
-        start_epoch, best = 0, {"accuracy": -1.0, "epoch": None}
+        start_epoch, start_step, sums = 0, 0, None
+        best: dict = {"accuracy": -1.0, "epoch": None}
+        record: dict = {}
+        last_path = run.checkpoint_path("last")
+        last_good: tuple[Path, int, int] | None = None      # (file, epoch, step) of the newest checkpoint
         if mode == "resume":
-            last = run.latest_checkpoint()
-            if last is not None:
-                ckpt = load_checkpoint(last)
+            found = run.latest_checkpoint()
+            if found is not None:
+                ckpt = load_checkpoint(found)
+                _check_weights(found, model, ckpt.model_state)
+                if ckpt.optimizer_state is None:
+                    raise TrainingError(f"checkpoint {found} holds no optimiser state, so the run cannot be "
+                                        "resumed exactly; start a new run")
+                start_epoch, start_step = _resume_position(ckpt.metadata, found, config.epochs, steps)
                 model.load_state_dict(ckpt.model_state)
                 optimizer.load_state_dict(ckpt.optimizer_state)
-                _set_rng_state(ckpt.extra_tensors)
-                start_epoch = int(ckpt.metadata["epoch"])
+                _set_rng_state(ckpt.extra_tensors, ckpt.metadata.get("rng"))
                 best = dict(ckpt.metadata.get("best", best))
+                if start_step:
+                    sums = EpochProgress.start(
+                        start_epoch, steps, device, steps_done=start_step,
+                        loss_sum=ckpt.extra_tensors.get("train_loss_sum"),
+                        correct=ckpt.extra_tensors.get("train_correct"),
+                        count=int(ckpt.metadata.get("train_count", 0)))
                 run.rewind_metrics(start_epoch)
-                log.info("resuming %s from %s (epoch %d done)", run.path, last.name, start_epoch)
+                record = next(reversed(run.read_metrics()), {})
+                last_good = (found, start_epoch, start_step)
+                log.info("resuming %s from %s (%s)", run.path, found.name, _position(start_epoch, start_step))
         else:
             run.write_config(config.to_dict())
         params = count_parameters(model)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s", config.preset, f"{params:,}",
                  dataset.num_classes, dataset.source, device)
 
-        def save(path: Path, epoch: int, metrics: dict) -> None:
-            save_checkpoint(path, model=model, optimizer=optimizer, extra_tensors=_rng_state(), metadata={
-                "arch": preset.arch, "model_config": model_config, "config": config.to_dict(),
-                "epoch": epoch, "metrics": metrics, "best": best, "classes": list(dataset.classes),
-                "dataset": dataset.source, "parameters": params})
+        def save(path: Path, epoch: int, step: int = 0, partial: EpochProgress | None = None) -> None:
+            """Checkpoint after ``epoch`` whole epochs and ``step`` batches of the next one."""
+            nonlocal last_good
+            extra, rng_meta = _rng_state()
+            meta = {"arch": preset.arch, "model_config": model_config, "config": config.to_dict(),
+                    "epoch": epoch, "step_in_epoch": step, "metrics": record, "best": best,
+                    "classes": list(dataset.classes), "dataset": dataset.source, "parameters": params,
+                    "rng": rng_meta}
+            if partial is not None and step:
+                extra["train_loss_sum"] = partial.loss_sum
+                extra["train_correct"] = partial.correct
+                meta["train_count"] = partial.count
+            with run.writing(path):
+                save_checkpoint(path, model=model, optimizer=optimizer, extra_tensors=extra, metadata=meta)
+            if path == last_path:
+                last_good = (path, epoch, step)
 
-        record: dict = {}
-        for epoch in range(start_epoch, config.epochs):
-            train_loader.set_epoch(epoch)
-            stats = train_one_epoch(model, optimizer, train_loader, schedule, epoch, progress=progress)
-            result = evaluate(model, test_loader)
-            record = {"epoch": epoch + 1, **stats, "test_loss": result.loss, "test_accuracy": result.accuracy,
-                      "eval_seconds": result.seconds}
-            run.append_metrics(record)
-            log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1fs  %.0f img/s",
-                     epoch + 1, config.epochs, stats["lr"], stats["train_loss"], stats["train_accuracy"],
-                     result.loss, result.accuracy, stats["seconds"], stats["images_per_second"])
-            if result.accuracy > best["accuracy"]:
-                # Selected on the test set, as the reference does (there is no validation split).
-                best = {"accuracy": result.accuracy, "epoch": epoch + 1}
-                save(run.checkpoint_path("best"), epoch + 1, record)
-            if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0:
-                run.save_periodic(epoch + 1, lambda p, e=epoch + 1: save(p, e, record), config.keep_checkpoints)
-            save(run.checkpoint_path("last"), epoch + 1, record)
+        def interrupted(signum: int, where: str) -> TrainingInterrupted:
+            name = signal.Signals(signum).name
+            message = (f"interrupted by {name} at {where}; saved a resumable checkpoint {last_path}. "
+                       f"Resume with: attncnn train --resume {shlex.quote(str(run.path))}")
+            log.warning("%s", message)
+            return TrainingInterrupted(message, signum=signum, checkpoint=last_path)
+
+        with _stop_on_signals() as stop:
+            for epoch in range(start_epoch, config.epochs):
+                train_loader.set_epoch(epoch)
+
+                def after_step(progress_sums: EpochProgress, epoch: int = epoch) -> None:
+                    done = progress_sums.steps_done
+                    if stop.signum is not None:
+                        progress_sums.check_finite(schedule)     # never checkpoint a broken model
+                        save(last_path, epoch, done, progress_sums)
+                        raise interrupted(stop.signum, f"epoch {epoch + 1}/{config.epochs}, step {done} of {steps}")
+                    every = config.checkpoint_every_steps
+                    if every and (epoch * steps + done) % every == 0 and done < steps:
+                        progress_sums.check_finite(schedule)
+                        save(last_path, epoch, done, progress_sums)
+
+                first = epoch == start_epoch
+                try:
+                    stats = train_one_epoch(model, optimizer, train_loader, schedule, epoch, progress=progress,
+                                            start_step=start_step if first else 0, sums=sums if first else None,
+                                            after_step=after_step)
+                except NonFiniteLossError as err:
+                    kept = ("no checkpoint had been written yet" if last_good is None else
+                            f"the last good checkpoint is {last_good[0]} ({_position(last_good[1], last_good[2])})")
+                    err.args = (f"{err.args[0]} Nothing was written after the failure; {kept}.",)
+                    raise
+                result = evaluate(model, test_loader)
+                record = {"epoch": epoch + 1, **stats, "test_loss": result.loss,
+                          "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
+                # Per-head attention metrics of position-only models (cheap: no forward pass,
+                # no RNG use); empty for content models and ResNet.
+                from ..analysis.metrics import epoch_metrics
+                record.update(epoch_metrics(model))
+                run.append_metrics(record)
+                log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1fs  "
+                         "%.0f img/s", epoch + 1, config.epochs, stats["lr"], stats["train_loss"],
+                         stats["train_accuracy"], result.loss, result.accuracy, stats["seconds"],
+                         stats["images_per_second"])
+                if result.accuracy > best["accuracy"]:
+                    # Selected on the test set, as the reference does (there is no validation split).
+                    best = {"accuracy": result.accuracy, "epoch": epoch + 1}
+                    save(run.checkpoint_path("best"), epoch + 1)
+                if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0:
+                    run.save_periodic(epoch + 1, lambda p, e=epoch + 1: save(p, e), config.keep_checkpoints)
+                save(last_path, epoch + 1)
+                if stop.signum is not None and epoch + 1 < config.epochs:
+                    raise interrupted(stop.signum, f"the end of epoch {epoch + 1}/{config.epochs}")
         summary = {"preset": config.preset, "epochs": config.epochs, "parameters": params,
                    "dataset": dataset.source, "final": record, "best": best}
         run.mark_finished(summary)

@@ -1,0 +1,362 @@
+"""The paper's figures with matplotlib (PAPER.md 4 and 5.3).
+
+Figures are :class:`matplotlib.figure.Figure` objects rendered by :func:`save_figure` with the
+Agg/PDF canvases; pyplot and its global state are never used, so no backend is selected.
+
+* :func:`quadratic_layers_figure` (paper Fig. 4, and the generalised/many-heads figures): for
+  each layer, every head's 50 % (solid) and 90 % (dotted) attention-mass contour around the
+  query pixel (black square), one colour per head;
+* :func:`quadratic_epochs_figure` (Fig. 3): the same for one layer across checkpoints;
+* :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query
+  (position-only maps, one image's maps, or maps averaged over images);
+* :func:`accuracy_figure` (Fig. 2): test accuracy against epoch for several runs.
+
+Quadratic contours are drawn from the head's Gaussian evaluated on a sub-token grid around the
+query (the continuous version of the discrete map, ignoring the image border), normalised over
+that window; :func:`mass_threshold` finds the density level whose super-level set holds the
+stated mass, as the reference's training plot does (PAPER.md 4, "Attention plot").
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib
+import numpy as np
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from .._io import atomic_path
+from ..layers import QuadraticAttention
+from .maps import LayerMaps, attention_layers
+from .metrics import degenerate_heads, quadratic_head_parameters
+
+__all__ = ["mass_threshold", "gaussian_window", "draw_quadratic_layer", "quadratic_layers_figure",
+           "quadratic_epochs_figure", "attention_grid_figure", "accuracy_figure", "save_figure",
+           "MASSES", "head_colors"]
+
+#: Attention-mass contours and their line styles (paper: 50 % solid, 90 % dotted).
+MASSES = ((0.5, "-"), (0.9, ":"))
+
+
+def head_colors(num_heads: int) -> list:
+    """One distinct colour per head (tab10, or tab20 beyond 10 heads)."""
+    cmap = matplotlib.colormaps["tab10" if num_heads <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(num_heads)]
+
+
+def mass_threshold(values, mass: float) -> float:
+    """Level ``t`` whose super-level set ``{values >= t}`` is the smallest holding ``mass`` of the total.
+
+    Args:
+        values: non-negative array of any shape (a map or a density on a grid).
+        mass: fraction in (0, 1].
+
+    Returns:
+        The threshold: the entries ``>= t`` sum to at least ``mass * total``, and dropping the
+        smallest of them would leave less.
+
+    Raises:
+        ValueError: ``mass`` outside (0, 1], negative values or a zero total.
+    """
+    if not 0 < mass <= 1:
+        raise ValueError(f"mass must be in (0, 1], got {mass}")
+    v = np.asarray(values, dtype=np.float64).ravel()
+    if v.size == 0 or v.min() < 0 or v.sum() <= 0:
+        raise ValueError("values must be non-negative with a positive total")
+    order = np.sort(v)[::-1]
+    cum = np.cumsum(order) / order.sum()
+    index = min(int(np.searchsorted(cum, mass - 1e-12)), order.size - 1)
+    return float(order[index])
+
+
+def gaussian_window(center, inverse_covariance, radius: float, resolution: int = 12):
+    """A head's Gaussian ``exp(-1/2 (d - Delta)^T Sigma^-1 (d - Delta))`` on a square window of shifts.
+
+    Args:
+        center: ``(2,)`` centre Delta (row, col shift in tokens).
+        inverse_covariance: ``(2, 2)`` Sigma^-1 (isotropic quadratic heads: ``2 alpha I``).
+        radius: the window covers shifts ``[-radius, radius]`` on both axes (tokens).
+        resolution: samples per token.
+
+    Returns:
+        ``(rows (n,), cols (n,), density (n, n))`` with the density normalised to sum 1 over the
+        window (density[i, j] at row shift rows[i], column shift cols[j]).
+    """
+    n = int(round(2 * radius * resolution)) + 1
+    axis = np.linspace(-radius, radius, n)
+    rr, cc = np.meshgrid(axis, axis, indexing="ij")
+    d = np.stack([rr - float(center[0]), cc - float(center[1])], axis=-1)
+    inv = np.asarray(inverse_covariance, dtype=np.float64)
+    log_density = -0.5 * np.einsum("...i,ij,...j->...", d, inv, d)
+    density = np.exp(log_density - log_density.max())
+    return axis, axis, density / density.sum()
+
+
+def _window_radius(centers: np.ndarray, minimum: float = 4.5) -> float:
+    """Half-width of the plotted window: the reference's 9x9 grid, grown to hold every centre."""
+    if centers.size == 0:
+        return minimum
+    return max(minimum, math.ceil(float(np.abs(centers).max()) + 1.5) + 0.5)
+
+
+def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | None = None,
+                         resolution: int = 12, title: str | None = None, degenerate=None) -> dict:
+    """Draw one layer's heads as mass contours around the query on ``ax``.
+
+    Args:
+        ax: a matplotlib Axes.
+        centers: ``(N_h, 2)`` head centres (row, col shift in tokens).
+        inverse_covariances: ``(N_h, 2, 2)`` Sigma^-1 per head.
+        radius: window half-width in tokens (default: 4.5, grown to hold every centre).
+        resolution: Gaussian samples per token.
+        title: panel title.
+        degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the centre.
+
+    Returns:
+        ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The
+        x axis is the column shift, the y axis the row shift (pointing down, as in an image); the
+        query pixel is the black square at (0, 0). A head whose mass sits in one sample gets no
+        contour, only its centre marker.
+    """
+    centers = np.asarray(centers, dtype=np.float64).reshape(-1, 2)
+    invs = np.asarray(inverse_covariances, dtype=np.float64).reshape(-1, 2, 2)
+    radius = _window_radius(centers) if radius is None else radius
+    colors = head_colors(len(centers))
+    drawn = []
+    ticks = np.arange(-math.floor(radius), math.floor(radius) + 1)
+    for h, (center, inv) in enumerate(zip(centers, invs)):
+        rows, cols, density = gaussian_window(center, inv, radius, resolution)
+        for mass, style in sorted(MASSES, reverse=True):
+            level = mass_threshold(density, mass)
+            if level >= density.max():          # all the mass in one sample: mark the centre instead
+                continue
+            drawn.append((h, mass, ax.contour(cols, rows, density, levels=[level], colors=[colors[h]],
+                                              linestyles=[style], linewidths=1.4)))
+        marker = "x" if degenerate is not None and bool(degenerate[h]) else "."
+        ax.plot([center[1]], [center[0]], marker=marker, color=colors[h], ms=5)
+    ax.add_patch(Rectangle((-0.5, -0.5), 1, 1, facecolor="black", edgecolor="black", zorder=5))
+    ax.set_xlim(-radius, radius)
+    ax.set_ylim(radius, -radius)
+    ax.set_aspect("equal")
+    ax.set_xticks(ticks[::2] if len(ticks) > 9 else ticks)
+    ax.set_yticks(ticks[::2] if len(ticks) > 9 else ticks)
+    edges = np.arange(-math.floor(radius) - 0.5, math.floor(radius) + 1)   # token boundaries
+    ax.set_xticks(edges, minor=True)
+    ax.set_yticks(edges, minor=True)
+    ax.grid(which="minor", color="0.9", lw=0.5)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=6, which="both", length=0)
+    if title:
+        ax.set_title(title, fontsize=9)
+    return {"radius": radius, "contours": drawn}
+
+
+def _quadratic_layers(model) -> list[QuadraticAttention]:
+    layers = attention_layers(model)
+    if not all(isinstance(layer, QuadraticAttention) for layer in layers):
+        raise ValueError("centre/contour figures need a quadratic-attention model (presets quadratic, "
+                         "quadratic-generalized, many-heads, demo); use the attention-map grid for others")
+    return layers
+
+
+def _panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
+    cols = min(count, max_cols)
+    return math.ceil(count / cols), cols
+
+
+def _legend(fig: Figure, num_heads: int) -> None:
+    from matplotlib.lines import Line2D
+
+    colors = head_colors(num_heads)
+    handles = [Line2D([], [], color=colors[h], lw=2, label=f"head {h + 1}") for h in range(num_heads)]
+    handles += [Line2D([], [], color="0.3", ls=style, label=f"{int(mass * 100)} % mass") for mass, style in MASSES]
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)
+
+
+def quadratic_layers_figure(model, *, title: str | None = None, radius: float | None = None) -> Figure:
+    """Every layer's head contours at one checkpoint (paper Fig. 4; Figs. 11, 13 for variants).
+
+    Args:
+        model: an image transformer with quadratic attention.
+        title: figure title.
+        radius: common window half-width (default: large enough for every layer's centres).
+
+    Raises:
+        ValueError: the model is not a quadratic-attention transformer.
+    """
+    layers = _quadratic_layers(model)
+    params = [quadratic_head_parameters(layer) for layer in layers]
+    if radius is None:
+        radius = max(_window_radius(p["center"].numpy()) for p in params)
+    rows, cols = _panel_grid(len(layers))
+    fig = Figure(figsize=(3.0 * cols, 3.0 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for i, (layer, p) in enumerate(zip(layers, params)):
+        degenerate = _degenerate(layer)
+        draw_quadratic_layer(axes.flat[i], p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
+                             title=f"Layer {i + 1}", degenerate=degenerate)
+    for ax in list(axes.flat)[len(layers):]:
+        ax.set_visible(False)
+    _legend(fig, layers[0].num_heads)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def _degenerate(layer):
+    return degenerate_heads(layer).numpy()
+
+
+def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int, *,
+                            title: str | None = None) -> Figure:
+    """One layer's head contours across checkpoints: the centres moving in training (paper Fig. 3).
+
+    Args:
+        snapshots: ``(epoch, model)`` pairs in the order to draw (e.g. the periodic checkpoints).
+        layer: 1-based layer number.
+        title: figure title.
+
+    Raises:
+        ValueError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
+    """
+    if not snapshots:
+        raise ValueError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
+    params = []
+    for epoch, model in snapshots:
+        layers = _quadratic_layers(model)
+        if not 1 <= layer <= len(layers):
+            raise ValueError(f"layer {layer} does not exist: the model has layers 1..{len(layers)}")
+        params.append((epoch, quadratic_head_parameters(layers[layer - 1]), _degenerate(layers[layer - 1])))
+    radius = max(_window_radius(p["center"].numpy()) for _, p, _ in params)
+    rows, cols = _panel_grid(len(params), max_cols=4)
+    fig = Figure(figsize=(2.8 * cols, 2.8 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (epoch, p, degenerate) in zip(axes.flat, params):
+        draw_quadratic_layer(ax, p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
+                             title=f"epoch {epoch}", degenerate=degenerate)
+    for ax in list(axes.flat)[len(params):]:
+        ax.set_visible(False)
+    _legend(fig, len(params[0][1]["center"]))
+    fig.suptitle(title or f"Layer {layer} during training", fontsize=10)
+    return fig
+
+
+def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, image=None, zoom: int | None = None,
+                          title: str | None = None, image_index: int = 0) -> Figure:
+    """Layers (rows) x heads (columns) of attention probabilities for one query token (Figs. 5-7).
+
+    Args:
+        maps: per-layer maps with all ``H*W`` queries (from :func:`~attncnn.analysis.attention_maps`
+            or :func:`~attncnn.analysis.position_maps`).
+        query: ``(row, col)`` of the query token.
+        image: optional ``(C, H_img, W_img)`` uint8 image drawn in an extra first column, with the
+            query's patch outlined.
+        zoom: show only the ``(2 zoom + 1)^2`` tokens around the query (paper Fig. 5: 3, i.e. 7x7).
+        title: figure title.
+        image_index: which image of a per-image batch to draw (ignored for batch-1 maps).
+
+    Raises:
+        ValueError: empty ``maps`` or a query outside the grid.
+    """
+    if not maps:
+        raise ValueError("no attention maps to draw")
+    h, w = maps[0].height, maps[0].width
+    r, c = query
+    if not (0 <= r < h and 0 <= c < w):
+        raise ValueError(f"query token ({r}, {c}) is outside the {h}x{w} token grid")
+    nh = max(m.values.shape[1] for m in maps)
+    extra = 1 if image is not None else 0
+    fig = Figure(figsize=(1.3 * (nh + extra) + 0.4, 1.3 * len(maps) + 0.5), layout="constrained")
+    axes = fig.subplots(len(maps), nh + extra, squeeze=False)
+    r0, r1, c0, c1 = 0, h, 0, w
+    if zoom is not None:
+        r0, r1, c0, c1 = max(0, r - zoom), min(h, r + zoom + 1), max(0, c - zoom), min(w, c + zoom + 1)
+    q = r * w + c
+    for i, m in enumerate(maps):
+        values = m.values[min(image_index, m.values.shape[0] - 1)]             # (N_h, Q, N)
+        row = values[:, q] if m.queries is None else values[:, m.queries.index(q)]
+        grid = row.reshape(-1, h, w)[:, r0:r1, c0:c1].numpy()
+        for j in range(nh):
+            ax = axes[i, j + extra]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if j >= grid.shape[0]:
+                ax.set_visible(False)
+                continue
+            ax.imshow(grid[j], cmap="Blues", vmin=0, vmax=max(float(grid[j].max()), 1e-12),
+                      extent=(c0 - 0.5, c1 - 0.5, r1 - 0.5, r0 - 0.5), interpolation="nearest")
+            ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="black", edgecolor="black"))
+            if i == 0:
+                ax.set_title(f"head {j + 1}", fontsize=8)
+            if j == 0 and not extra:
+                ax.set_ylabel(f"layer {i + 1}", fontsize=8)
+        if extra:
+            ax = axes[i, 0]
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                img = np.asarray(torch.as_tensor(image).permute(1, 2, 0))
+                ax.imshow(img, interpolation="nearest")
+                ph, pw = img.shape[0] / h, img.shape[1] / w
+                ax.add_patch(Rectangle((c * pw - 0.5, r * ph - 0.5), pw, ph, fill=False, edgecolor="red", lw=1.5))
+            else:
+                ax.set_frame_on(False)
+            ax.set_ylabel(f"layer {i + 1}", fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], *,
+                    title: str = "Test accuracy") -> Figure:
+    """Test accuracy against epoch, one line per run (paper Fig. 2).
+
+    Args:
+        curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
+        title: axes title.
+
+    Raises:
+        ValueError: no curves.
+    """
+    if not curves:
+        raise ValueError("no runs to plot")
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    for label, (epochs, acc) in curves.items():
+        ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", "pdf"), dpi: int = 150) -> list[Path]:
+    """Write ``fig`` as ``path`` with each format's suffix, atomically.
+
+    Args:
+        fig: the figure.
+        path: destination without suffix (any suffix given is replaced).
+        formats: matplotlib formats, e.g. ``("png", "pdf")``.
+        dpi: resolution of raster formats.
+
+    Returns:
+        The files written.
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for fmt in formats:
+        dest = path.with_suffix(f".{fmt}")
+        with atomic_path(dest, suffix=f".{fmt}") as tmp:
+            fig.savefig(tmp, format=fmt, dpi=dpi)
+        written.append(dest)
+    return written

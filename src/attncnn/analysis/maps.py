@@ -1,0 +1,253 @@
+"""Attention maps captured from real activations (PAPER.md 5.3; PEERS.md 4, convit#23).
+
+The fast forward path of a layer never materialises its attention probabilities. To see them,
+:func:`record_attention` puts a forward pre-hook on every block's attention layer: the hook takes
+the layer's *real input* (the output of the previous block, not re-fed embeddings, which is the
+measurement bug of convit#23) and hands it to a callback together with the layer. The callback
+chooses what to compute; :func:`attention_maps` asks for the probabilities
+``(B or 1, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1, tokens row-major).
+
+Position-only layers (``layer.position_only``) do not depend on the input, so their maps come
+from ``layer.attention_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
+batch dimension of 1. Without images, :func:`position_maps` computes them for a given grid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import torch
+from torch import nn
+
+from ..layers import GridAttention, LearnedRelativeContentAttention
+
+__all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "attention_maps",
+           "position_maps", "layer_values", "VALUE_KINDS"]
+
+#: What :func:`layer_values` can compute: the probabilities, the full pre-softmax scores, the
+#: positional term only (q.r or the position-only score) and the content term only (q.k).
+VALUE_KINDS = ("probs", "scores", "positional", "content")
+
+
+@dataclass
+class LayerMaps:
+    """Attention of one layer.
+
+    Attributes:
+        layer: 0-based index of the block.
+        values: ``(B or 1, N_h, H*W, H*W)`` probabilities (or scores), or ``(B or 1, N_h, len(queries), H*W)``
+            when only some queries were kept; batch 1 for position-only layers or averaged maps.
+        height, width: the token grid ``H x W`` the layer saw.
+        position_only: True when the maps do not depend on the input.
+        queries: the kept query indices (row-major), or None for all ``H*W``.
+    """
+
+    layer: int
+    values: torch.Tensor
+    height: int
+    width: int
+    position_only: bool
+    queries: list[int] | None = None
+
+
+def attention_layers(model: nn.Module) -> list[GridAttention]:
+    """The attention layer of every block of an image transformer, first block first.
+
+    Raises:
+        ValueError: the model has no attention blocks (e.g. the ResNet18 baseline).
+    """
+    blocks = getattr(model, "blocks", None)
+    layers = [getattr(b, "attention", None) for b in blocks] if blocks is not None else []
+    if not layers or not all(isinstance(a, GridAttention) for a in layers):
+        raise ValueError(f"{type(model).__name__} has no self-attention blocks; attention maps and "
+                         "metrics need an image-transformer run (not the ResNet baseline)")
+    return layers
+
+
+def default_grid_size(model: nn.Module, image_size: int = 32) -> tuple[int, int]:
+    """Token grid ``(H, W)`` of ``image_size x image_size`` images (CIFAR: 32) after the model's pooling.
+
+    Raises:
+        ValueError: ``image_size`` is not divisible by the pooling width.
+    """
+    pooling = getattr(getattr(model, "config", None), "pooling", 1)
+    if image_size % pooling:
+        raise ValueError(f"image size {image_size} is not divisible by the pooling width {pooling}")
+    return image_size // pooling, image_size // pooling
+
+
+Callback = Callable[[int, GridAttention, torch.Tensor], None]
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
+    """Call ``callback(layer_index, attention_layer, x)`` with each attention layer's real input.
+
+    ``x`` is the ``(B, H, W, D)`` token grid entering block ``layer_index``'s attention during any
+    forward pass run inside the ``with`` block. The hooks are removed on exit, even on error.
+    The callback runs under :func:`torch.no_grad`; it must not call the layer through
+    ``__call__`` (use ``layer.forward(...)`` or the layer's methods), which would re-enter the hook.
+
+    Raises:
+        ValueError: the model has no attention blocks.
+    """
+    handles = []
+
+    def make_hook(index: int):
+        def hook(module, args):
+            with torch.no_grad():
+                callback(index, module, args[0])
+        return hook
+
+    try:
+        for i, layer in enumerate(attention_layers(model)):
+            handles.append(layer.register_forward_pre_hook(make_hook(i)))
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> torch.Tensor:
+    """Attention probabilities or scores of ``layer`` for its input grid ``x (B, H, W, D)``.
+
+    Args:
+        layer: an attention layer in eval mode.
+        x: its real input.
+        kind: one of :data:`VALUE_KINDS`: ``"probs"`` (after the softmax), ``"scores"`` (before it,
+            all terms), ``"positional"`` (the positional term only: q.r/sqrt(D_h) for content +
+            learned layers, the whole score for position-only layers) or ``"content"``
+            (q.k/sqrt(D_h) only, content layers).
+
+    Returns:
+        ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
+
+    Raises:
+        ValueError: unknown ``kind``, or a kind the layer does not have (content scores of a
+            position-only layer, positional scores of a plain content layer).
+    """
+    if kind not in VALUE_KINDS:
+        raise ValueError(f"unknown attention value kind {kind!r}; choose one of {', '.join(VALUE_KINDS)}")
+    _, h, w, _ = x.shape
+    if layer.position_only:
+        if kind == "probs":
+            return layer.attention_probs(h, w)
+        if kind == "content":
+            raise ValueError(f"{type(layer).__name__} has no content scores (it is position-only)")
+        return layer.attention_scores(h, w).unsqueeze(0)
+    if kind == "probs":
+        return layer.forward(x, return_attention=True)[1]
+    if kind == "scores":
+        return layer.attention_scores(x)
+    q, k = layer._qk(x)
+    if kind == "content":
+        return (q @ k.transpose(-2, -1)) / math.sqrt(layer.head_dim)
+    if not isinstance(layer, LearnedRelativeContentAttention):
+        raise ValueError(f"{type(layer).__name__} has no positional scores")
+    return layer.positional_scores(q, h, w) / math.sqrt(layer.head_dim)
+
+
+def _select(values: torch.Tensor, queries: Sequence[int] | None) -> torch.Tensor:
+    return values if queries is None else values[:, :, list(queries), :]
+
+
+@torch.no_grad()
+def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs", average: bool = False,
+                   queries: Sequence[int] | None = None, batch_size: int = 50) -> list[LayerMaps]:
+    """Attention maps of every layer for real images, from hooked activations.
+
+    Args:
+        model: an :class:`~attncnn.models.ImageTransformer` (set to eval mode during the call,
+            then restored).
+        images: normalised images ``(B, C, H_img, W_img)`` on any device (moved to the model's).
+        kind: see :func:`layer_values`.
+        average: average the maps over the images (paper Fig. 6: 100 test images) instead of
+            keeping one per image; position-only maps are the same for every image either way.
+        queries: keep only these query tokens (row-major indices ``row*W + col``), to save memory.
+        batch_size: images per forward pass.
+
+    Returns:
+        One :class:`LayerMaps` per block, on the CPU in float32: values ``(B, N_h, Q, H*W)``, or
+        batch 1 when averaged or position-only (``Q`` = number of kept queries or ``H*W``).
+
+    Raises:
+        ValueError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
+    """
+    if images.dim() != 4 or images.shape[0] == 0:
+        raise ValueError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
+    layers = attention_layers(model)
+    device = next(model.parameters()).device
+    sums: dict[int, torch.Tensor] = {}
+    per_image: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(layers))}
+    grids: dict[int, tuple[int, int]] = {}
+
+    def callback(index: int, layer: GridAttention, x: torch.Tensor) -> None:
+        grids[index] = (x.shape[1], x.shape[2])
+        if layer.position_only and index in sums:
+            return                                   # same maps for every batch
+        values = _select(layer_values(layer, x, kind), queries).float()
+        if layer.position_only:
+            sums[index] = values.cpu()
+        elif average:
+            total = values.sum(0, keepdim=True).cpu()
+            sums[index] = total if index not in sums else sums[index] + total
+        else:
+            per_image[index].append(values.cpu())
+
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention(model, callback):
+            for start in range(0, images.shape[0], batch_size):
+                model(images[start:start + batch_size].to(device))
+    finally:
+        model.train(was_training)
+    out = []
+    n = images.shape[0]
+    for i, layer in enumerate(layers):
+        h, w = grids[i]
+        if layer.position_only:
+            values = sums[i]
+        elif average:
+            values = sums[i] / n
+        else:
+            values = torch.cat(per_image[i])
+        out.append(LayerMaps(i, values, h, w, layer.position_only, None if queries is None else list(queries)))
+    return out
+
+
+@torch.no_grad()
+def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
+                  kind: str = "probs") -> list[LayerMaps]:
+    """Maps of a position-only model without any image (they do not depend on the input).
+
+    Args:
+        model: an image transformer whose layers are all position-only (quadratic or learned).
+        grid_size: token grid ``(H, W)``; default :func:`default_grid_size` (32x32 images).
+        kind: ``"probs"`` or ``"scores"`` (``"positional"`` is the same as ``"scores"`` here).
+
+    Returns:
+        One :class:`LayerMaps` per block with values ``(1, N_h, H*W, H*W)`` (CPU, float32).
+
+    Raises:
+        ValueError: no attention blocks, or a layer that depends on the input (pass images to
+            :func:`attention_maps` instead).
+    """
+    layers = attention_layers(model)
+    if not all(layer.position_only for layer in layers):
+        raise ValueError("this model's attention depends on the input: compute its maps from images "
+                         "(attention_maps(model, images))")
+    h, w = grid_size or default_grid_size(model)
+    out = []
+    for i, layer in enumerate(layers):
+        if kind == "probs":
+            values = layer.attention_probs(h, w)
+        elif kind in ("scores", "positional"):
+            values = layer.attention_scores(h, w).unsqueeze(0)
+        else:
+            raise ValueError(f"position-only layers have no {kind!r} values; use probs or scores")
+        out.append(LayerMaps(i, values.detach().float().cpu(), h, w, True))
+    return out

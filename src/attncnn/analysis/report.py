@@ -1,0 +1,195 @@
+"""Table 1 for trained runs (PAPER.md 5.1): accuracy, size, compute and speed beside the paper's numbers.
+
+Conventions:
+
+* accuracy: the test accuracy logged at the last epoch, and the best over epochs, which is
+  *selected on the test set* as the reference code does (there is no validation split);
+* parameters: trainable parameter values (:func:`attncnn.models.count_parameters`);
+* MACs per image: multiply-accumulates of one forward pass of one ``3 x S x S`` image, counted by
+  :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and attention
+  kernels) and halved (1 MAC = 2 FLOPs); softmax, normalisation, activations and other
+  element-wise operations are not counted. The paper's "# FLOPS" used another, unstated
+  convention (PAPER.md 5.2), so compare ratios rather than absolute values;
+* images/s: batch size / median wall time of a step (training: forward, cross-entropy, backward,
+  SGD update; inference: forward under ``no_grad``) on random images, on this machine, with the
+  conventions of :mod:`attncnn.bench.harness`.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from ..bench.harness import time_median
+from ..models import build_model, count_parameters, get_preset
+from .runs import Run
+
+__all__ = ["macs_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]
+
+
+@torch.no_grad()
+def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
+    """Multiply-accumulates of one forward pass of one image (see the module docstring).
+
+    Raises:
+        ValueError: an image size the model cannot take.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        with FlopCounterMode(display=False) as counter:
+            model(torch.zeros(1, in_chans, image_size, image_size, device=device))
+    finally:
+        model.train(was_training)
+    return counter.get_total_flops() // 2
+
+
+def throughput(model: nn.Module, *, batch_size: int = 32, image_size: int = 32, reps: int = 2,
+               device: str | torch.device = "cpu") -> dict[str, float]:
+    """Training and inference images/s of a copy of ``model`` (the model itself is not changed).
+
+    Returns:
+        ``{"train_images_per_s", "infer_images_per_s", "batch_size"}``.
+    """
+    dev = torch.device(device)
+    net = copy.deepcopy(model).to(dev)
+    classes = getattr(getattr(net, "config", None), "num_classes", 10)
+    images = torch.randn(batch_size, 3, image_size, image_size, device=dev)
+    labels = torch.randint(0, classes, (batch_size,), device=dev)
+    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+
+    def train_step():
+        loss = F.cross_entropy(net(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def infer():
+        net(images)
+
+    net.train()
+    train_s = time_median(train_step, dev, warmup=1, reps=reps)
+    net.eval()
+    infer_s = time_median(infer, dev, warmup=1, reps=reps)
+    return {"train_images_per_s": batch_size / train_s, "infer_images_per_s": batch_size / infer_s,
+            "batch_size": batch_size}
+
+
+#: The paper's "# FLOPS" column of Table 1 (PAPER.md 5.1; recalled, convention unstated).
+PAPER_FLOPS = {"resnet18": "0.56 B", "quadratic": "6.2 B", "learned": "6.2 B", "learned-content": "15 B"}
+
+
+def _paper(preset: str | None) -> dict:
+    """The preset's Table 1 entry plus the paper's FLOPS text where the paper gives one."""
+    if preset is None:
+        return {}
+    try:
+        paper = dict(get_preset(preset).paper)
+    except ValueError:
+        return {}
+    if preset in PAPER_FLOPS:
+        paper["flops"] = PAPER_FLOPS[preset]
+    return paper
+
+
+def run_row(run: Run, *, speed: bool = True, batch_size: int = 32, image_size: int = 32, reps: int = 2) -> dict:
+    """One Table 1 row for a trained run.
+
+    Returns:
+        ``{"run", "preset", "model", "epochs", "dataset", "last_accuracy", "best_accuracy",
+        "best_epoch", "best_selected_on": "test", "parameters", "macs_per_image",
+        "train_images_per_s", "infer_images_per_s", "paper": {...}}`` (accuracies as fractions;
+        speeds None when ``speed`` is False; accuracies None without logged metrics).
+    """
+    config = run.metadata.get("config", {})
+    preset = config.get("preset")
+    records = [r for r in run.metrics if isinstance(r.get("test_accuracy"), (int, float))]
+    last = records[-1] if records else None
+    best = max(records, key=lambda r: r["test_accuracy"]) if records else None
+    if last is None and isinstance(run.metadata.get("metrics"), dict):
+        last = run.metadata["metrics"]                      # bare checkpoint: its own epoch's record
+    row = {
+        "run": run.name, "preset": preset, "model": _describe(run.model, config),
+        "epochs": last.get("epoch") if last else run.metadata.get("epoch"),
+        "dataset": run.metadata.get("dataset"),
+        "last_accuracy": last.get("test_accuracy") if last else None,
+        "best_accuracy": best["test_accuracy"] if best else None,
+        "best_epoch": best["epoch"] if best else None, "best_selected_on": "test",
+        "parameters": count_parameters(run.model), "macs_per_image": macs_per_image(run.model, image_size),
+        "train_images_per_s": None, "infer_images_per_s": None, "paper": _paper(preset),
+    }
+    if speed:
+        row.update({k: v for k, v in throughput(run.model, batch_size=batch_size, image_size=image_size,
+                                                reps=reps).items() if k != "batch_size"})
+    return row
+
+
+def preset_row(name: str, *, speed: bool = False, batch_size: int = 32, image_size: int = 32, reps: int = 2,
+               **overrides) -> dict:
+    """A Table 1 row for an untrained preset (sizes, compute and speed only; no accuracy).
+
+    Raises:
+        ValueError: unknown preset or override.
+    """
+    model = build_model(name, **overrides)
+    row = {"run": f"preset:{name}", "preset": name, "model": _describe(model, {"model": overrides}),
+           "epochs": None, "dataset": None, "last_accuracy": None, "best_accuracy": None, "best_epoch": None,
+           "best_selected_on": "test", "parameters": count_parameters(model),
+           "macs_per_image": macs_per_image(model, image_size), "train_images_per_s": None,
+           "infer_images_per_s": None, "paper": _paper(name)}
+    if speed:
+        row.update({k: v for k, v in throughput(model, batch_size=batch_size, image_size=image_size,
+                                                reps=reps).items() if k != "batch_size"})
+    return row
+
+
+def _describe(model: nn.Module, config: dict) -> str:
+    cfg = getattr(model, "config", None)
+    if cfg is not None and hasattr(cfg, "attention"):
+        return f"{cfg.attention} SA, {cfg.num_layers} layers x {cfg.num_heads} heads, D={cfg.dim}"
+    return type(model).__name__
+
+
+def _fmt(value, spec: str, none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def _cells(row: dict) -> list[str]:
+    paper = row.get("paper") or {}
+    best = _fmt(row["best_accuracy"], ".4f")
+    if row["best_epoch"] is not None:
+        best += f" (ep {row['best_epoch']})"
+    return [row["run"], row["model"], _fmt(row["last_accuracy"], ".4f"), best, f"{row['parameters']:,}",
+            f"{row['macs_per_image'] / 1e9:.3f}", _fmt(row["train_images_per_s"], ".1f"),
+            _fmt(row["infer_images_per_s"], ".1f"), _fmt(row["epochs"], "d"), row["dataset"] or "-",
+            _fmt(paper.get("accuracy"), ".3f"), paper.get("params") or "-", paper.get("flops") or "-"]
+
+
+_HEADER = ["run", "model", "test acc. (last)", "best* (epoch)", "params", "GMAC/img", "train img/s",
+           "infer img/s", "epochs", "dataset", "paper acc.", "paper params", "paper FLOPS"]
+
+FOOTNOTE = ("*best: the highest test accuracy over epochs, i.e. selected on the test set as in the reference "
+            "code. GMAC/img: multiply-accumulates of one forward pass (matrix products, convolutions, "
+            "attention; FlopCounterMode FLOPs / 2). img/s measured on this machine.")
+
+
+def markdown_table(rows: Sequence[dict]) -> str:
+    """Rows of :func:`run_row`/:func:`preset_row` as a GitHub Markdown table with a footnote."""
+    lines = ["| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in _cells(r)) + " |" for r in rows]
+    return "\n".join(lines) + "\n\n" + FOOTNOTE + "\n"
+
+
+def text_table(rows: Sequence[dict]) -> str:
+    """Rows as aligned plain text with a footnote."""
+    table = [_HEADER] + [_cells(r) for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(_HEADER))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in table]
+    return "\n".join(lines) + "\n" + FOOTNOTE + "\n"

@@ -1,0 +1,130 @@
+"""Reading what the analysis tools need from a run folder or a checkpoint file.
+
+A *run* argument is either a run folder (``config.json``, ``metrics.jsonl``, ``checkpoints/``)
+or one ``.safetensors`` checkpoint written by ``attncnn train``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
+from ..training import RunFolder, load_model
+
+__all__ = ["Run", "open_run", "test_images", "parse_indices", "parse_query"]
+
+
+@dataclass
+class Run:
+    """A loaded run.
+
+    Attributes:
+        path: what was given (folder or checkpoint file).
+        name: a short label (folder name, or the checkpoint's stem with its folder).
+        model: the network, eval mode, CPU.
+        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
+        folder: the run folder, or None for a bare checkpoint outside one.
+        metrics: the records of ``metrics.jsonl`` (empty for a bare checkpoint).
+    """
+
+    path: Path
+    name: str
+    model: nn.Module
+    metadata: dict
+    folder: RunFolder | None = None
+    metrics: list[dict] = field(default_factory=list)
+
+    def periodic_checkpoints(self) -> list[tuple[int, Path]]:
+        """``(epoch, path)`` of the folder's ``epoch_NNNN`` checkpoints (empty without a folder)."""
+        return self.folder.periodic_checkpoints() if self.folder is not None else []
+
+    @property
+    def kind(self) -> str:
+        """``"resnet"``, or the attention kind of an image transformer (``"quadratic"``, ...)."""
+        config = getattr(self.model, "config", None)
+        return getattr(config, "attention", None) or self.metadata.get("arch", "unknown")
+
+
+def open_run(path: str | Path) -> Run:
+    """Load a run folder (its ``last`` checkpoint, else ``best``) or a checkpoint file.
+
+    Raises:
+        FileNotFoundError: nothing at ``path``, or a folder without checkpoints.
+        attncnn.training.RunFolderError, attncnn.training.CheckpointError, ValueError: unreadable run.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no run folder or checkpoint at {path}")
+    folder = None
+    target = path
+    if path.is_dir():
+        folder = RunFolder(path, mode="read")
+        last = folder.checkpoint_path("last")
+        target = last if last.exists() else path          # load_model falls back to best
+        name = path.resolve().name
+    else:
+        parent = path.parent.parent if path.parent.name == "checkpoints" else None
+        if parent is not None and (parent / "config.json").is_file():
+            folder = RunFolder(parent, mode="read")
+        name = f"{(parent or path.parent).resolve().name}/{path.stem}"
+    model, meta = load_model(target, "cpu")
+    metrics = folder.read_metrics() if folder is not None else []
+    return Run(path, name, model, meta, folder, metrics)
+
+
+def parse_indices(text: str) -> list[int]:
+    """``"2,3,19,56"`` -> ``[2, 3, 19, 56]``.
+
+    Raises:
+        ValueError: not a comma-separated list of non-negative integers.
+    """
+    try:
+        values = [int(t) for t in text.split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated image indices such as 2,3,19,56, got {text!r}") from None
+    if not values or any(v < 0 for v in values):
+        raise ValueError(f"expected non-negative image indices, got {text!r}")
+    return values
+
+
+def parse_query(text: str) -> tuple[int, int]:
+    """``"4,5"`` -> ``(4, 5)`` (row, column of the query token).
+
+    Raises:
+        ValueError: not two comma-separated integers.
+    """
+    parts = text.split(",")
+    try:
+        row, col = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
+    return row, col
+
+
+def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,
+                data_dir: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Test-split images of the run's data set (or ``data``), by index.
+
+    Returns:
+        ``(normalised float images (B, C, H, W), uint8 images (B, C, H, W))``; normalised with
+        the CIFAR mean/std the training loader uses.
+
+    Raises:
+        attncnn.data.DataError: the data set cannot be found.
+        ValueError: an index beyond the test split.
+    """
+    stored = run.metadata.get("config", {})
+    dataset = load_dataset(data or stored.get("data", "cifar10"), data_dir=data_dir or stored.get("data_dir"))
+    images = dataset.test.images
+    bad = [i for i in indices if i >= len(images)]
+    if bad:
+        raise ValueError(f"image indices {bad} exceed the {len(images)} test images of {dataset.source}")
+    raw = images[list(indices)]
+    mean = torch.tensor(CIFAR_MEAN).view(1, -1, 1, 1)
+    std = torch.tensor(CIFAR_STD).view(1, -1, 1, 1)
+    return (raw.float() / 255 - mean) / std, raw

@@ -1,0 +1,34 @@
+"""Theorem 1 as code (PAPER.md 1.1-1.7): attention layers that are convolutions, and the converse.
+
+* :func:`attention_from_conv2d` / :func:`attention_from_conv1d`: the multi-head self-attention
+  layer (the project's :class:`~attncnn.layers.QuadraticAttention`) equal to a given convolution,
+  with zero padding, stride, dilation and narrow heads (Theorem 1, Lemma 1, PAPER.md 1.5-1.6);
+* :func:`conv_from_attention`: the convolution closest to a positional attention layer, with a
+  per-head report;
+* :func:`off_target_mass` / :func:`lemma2_bound`: Lemma 2 for finite alpha;
+* ``attncnn theorem``: the command (:mod:`attncnn.theory.command`).
+"""
+
+from __future__ import annotations
+
+from .construct import PADDINGS, AttentionConv2d, attention_from_conv2d, default_alpha, kernel_shifts
+from .conv1d import AttentionConv1d, attention_from_conv1d
+from .extract import (
+    ASSIGNMENTS,
+    ExtractedConv,
+    ExtractionReport,
+    HeadReport,
+    conv_from_attention,
+    folded_bias,
+    folded_value_matrices,
+    interior_mask,
+    output_errors,
+)
+from .lemma2 import Lemma2Bound, lattice_theta_tail, lemma2_bound, off_target_mass
+
+__all__ = [
+    "PADDINGS", "ASSIGNMENTS", "AttentionConv2d", "AttentionConv1d", "attention_from_conv2d",
+    "attention_from_conv1d", "default_alpha", "kernel_shifts", "conv_from_attention", "ExtractedConv",
+    "ExtractionReport", "HeadReport", "folded_value_matrices", "folded_bias", "interior_mask", "output_errors",
+    "Lemma2Bound", "lattice_theta_tail", "off_target_mass", "lemma2_bound",
+]

@@ -1,0 +1,352 @@
+"""The converse of Theorem 1: the convolution closest to a positional attention layer, and how close.
+
+Given a position-only attention layer (quadratic, generalised quadratic or learned relative
+encoding), :func:`conv_from_attention`
+
+1. reads each head's centre of attention (the quadratic layers' ``centers``; for other encodings
+   the probability-weighted mean shift of one query in the middle of a grid),
+2. assigns heads to the K x K grid of kernel shifts (PAPER.md 1.1, ``ΔΔ_K``, times the dilation)
+   by an optimal assignment that minimises the total squared centre-to-shift distance (or each
+   head to its nearest shift),
+3. reads each head's folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift,
+
+and reports per head the centre, the assigned shift and their distance, the sharpness alpha, the
+attention mass on the assigned shift, and, on given inputs, the relative output error between the
+layer and the extracted convolution. For a layer built by :func:`~attncnn.theory.attention_from_conv2d`
+it returns the original kernel and zero distances.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..layers import PositionalAttention, QuadraticAttention
+from .construct import AttentionConv2d, kernel_shifts
+
+__all__ = ["HeadReport", "ExtractionReport", "ExtractedConv", "conv_from_attention", "folded_value_matrices",
+           "folded_bias", "interior_mask", "output_errors", "ASSIGNMENTS"]
+
+#: Accepted values of ``assignment``.
+ASSIGNMENTS = ("optimal", "nearest")
+
+
+def folded_value_matrices(layer: PositionalAttention) -> torch.Tensor:
+    """The folded value matrices of Lemma 1, ``W^(h) = W_val^(h) W_out[block h]``: ``(N_h, C_in, C_out)``.
+
+    With full-width heads (no ``value_in``) ``W^(h) = value.weight[:, h*D:(h+1)*D]^T``; with a value
+    projection ``W^(h) = value_in.weight[block h]^T value.weight[:, block h]^T`` (rank <= D_h).
+    """
+    nh, dh = layer.num_heads, layer.head_dim
+    w_out = layer.value.weight.detach().reshape(layer.out_dim, nh, dh).permute(1, 2, 0)     # (N_h, D_h, C_out)
+    if layer.value_in is None:
+        return w_out
+    w_in = layer.value_in.weight.detach().reshape(nh, dh, layer.dim).transpose(1, 2)        # (N_h, C_in, D_h)
+    return w_in @ w_out
+
+
+def folded_bias(layer: PositionalAttention) -> torch.Tensor:
+    """Output bias ``(C_out,)``: ``value.bias`` plus, with a value projection, ``sum_h b_in^(h) W_out[block h]``.
+
+    The second term is exact because each head's probabilities sum to 1 over the keys.
+    """
+    bias = layer.value.bias.detach().clone()
+    if layer.value_in is not None:
+        nh, dh = layer.num_heads, layer.head_dim
+        w_out = layer.value.weight.detach().reshape(layer.out_dim, nh * dh)
+        bias = bias + w_out @ layer.value_in.bias.detach()
+    return bias
+
+
+def interior_mask(in_size: tuple[int, ...], *, pad: int, stride: int, padding: str) -> torch.Tensor:
+    """Output positions whose receptive field lies inside the input (no padding read): bool ``out_size``.
+
+    Args:
+        in_size: input spatial size, ``(H, W)`` or ``(T,)``.
+        pad: kernel reach ``(K // 2) * dilation`` (tokens).
+        stride: output stride.
+        padding: ``"same"`` or ``"valid"`` (then every output position is interior).
+    """
+    axes = []
+    for n in in_size:
+        if padding == "valid":
+            centres = torch.arange(pad, n - pad, stride)
+        else:
+            centres = torch.arange(0, n, stride)
+        axes.append((centres >= pad) & (centres <= n - 1 - pad))
+    mask = axes[0]
+    for a in axes[1:]:
+        mask = mask[..., None] & a
+    return mask
+
+
+def output_errors(out: torch.Tensor, ref: torch.Tensor, interior: torch.Tensor | None = None) -> dict:
+    """Max absolute and relative errors of ``out`` against ``ref`` (channels-last, same shape).
+
+    Relative errors divide by ``max |ref|`` over all positions (one denominator for all three).
+
+    Returns:
+        ``{"max_abs": {"all", "interior", "border"}, "relative": {...}, "max_abs_reference": float}``;
+        a region with no position is ``None``.
+
+    Raises:
+        ValueError: shapes differ.
+    """
+    if out.shape != ref.shape:
+        raise ValueError(f"outputs differ in shape: {tuple(out.shape)} vs {tuple(ref.shape)}")
+    diff = (out.detach() - ref.detach()).abs().amax(dim=-1).amax(dim=0).double()     # (spatial...)
+    scale = ref.detach().abs().max().double().item()
+    regions = {"all": torch.ones_like(diff, dtype=torch.bool)}
+    if interior is not None:
+        regions.update(interior=interior, border=~interior)
+    max_abs = {k: (diff[m].max().item() if m.any() else None) for k, m in regions.items()}
+    relative = {k: (None if v is None else (v / scale if scale > 0 else (0.0 if v == 0 else math.inf)))
+                for k, v in max_abs.items()}
+    return {"max_abs": max_abs, "relative": relative, "max_abs_reference": scale}
+
+
+@dataclass
+class HeadReport:
+    """One head of an attention layer against the kernel grid.
+
+    Attributes:
+        head: head index.
+        center: centre of attention ``(row, col)`` in tokens.
+        shift: assigned kernel shift ``(row, col)`` in tokens, or None (head left out).
+        tap: kernel index ``(u, v)`` (1-D: ``(0, v)``) of that shift, or None.
+        distance: Euclidean distance from ``center`` to ``shift`` (tokens), or None.
+        alpha: sharpness (quadratic: ``s^2/2``; full covariance: half the smallest eigenvalue of
+            Sigma^-1, the weakest direction); None for other encodings.
+        target_mass: attention probability on the assigned shift for the reference query
+            (the middle of the grid used), in [0, 1]; 1 means one-hot as in Lemma 1.
+    """
+
+    head: int
+    center: tuple[float, float]
+    shift: tuple[float, float] | None
+    tap: tuple[int, int] | None
+    distance: float | None
+    alpha: float | None
+    target_mass: float
+
+
+@dataclass
+class ExtractionReport:
+    """How far an attention layer is from the extracted convolution.
+
+    Attributes:
+        kernel_size, dilation: the kernel grid.
+        assignment: ``"optimal"`` or ``"nearest"``.
+        grid: ``(H, W)`` grid used for centres of non-quadratic heads and for ``target_mass``.
+        heads: one :class:`HeadReport` per head.
+        max_center_distance: largest ``distance`` over assigned heads (tokens).
+        errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs
+            (None without inputs). A bare layer (no wrapper) is compared with the zero-padded
+            "same" convolution: its border differs by construction (the softmax renormalises
+            over the pixels that exist), so read the ``interior`` entries.
+    """
+
+    kernel_size: int
+    dilation: int
+    assignment: str
+    grid: tuple[int, int]
+    heads: list[HeadReport]
+    max_center_distance: float
+    errors: dict | None = None
+
+    @property
+    def relative_error(self) -> float | None:
+        """Max relative output error over all positions (None without inputs)."""
+        return None if self.errors is None else self.errors["relative"]["all"]
+
+    def to_dict(self) -> dict:
+        """JSON-serialisable form."""
+        return asdict(self)
+
+
+@dataclass
+class ExtractedConv:
+    """The extracted convolution.
+
+    Attributes:
+        weight: ``(C_out, C_in, K, K)`` (2-D) or ``(C_out, C_in, K)`` (1-D), PyTorch layout.
+        bias: ``(C_out,)``.
+        stride, dilation: ints; padding: ``"same"`` or ``"valid"``.
+        report: :class:`ExtractionReport`.
+    """
+
+    weight: torch.Tensor
+    bias: torch.Tensor
+    stride: int
+    dilation: int
+    padding: str
+    report: ExtractionReport = field(repr=False)
+
+    @property
+    def pad(self) -> int:
+        return (self.weight.shape[-1] // 2) * self.dilation
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the convolution to channels-last input ``(B, H, W, C_in)`` or ``(B, T, C_in)``."""
+        p = self.pad if self.padding == "same" else 0
+        if self.weight.dim() == 3:
+            return F.conv1d(x.transpose(1, 2), self.weight, self.bias, self.stride, p, self.dilation).transpose(1, 2)
+        y = F.conv2d(x.permute(0, 3, 1, 2), self.weight, self.bias, self.stride, p, self.dilation)
+        return y.permute(0, 2, 3, 1)
+
+    def to_module(self) -> nn.Module:
+        """An equivalent :class:`torch.nn.Conv2d` (or ``Conv1d``) holding copies of the weights."""
+        c_out, c_in, k = self.weight.shape[:3]
+        cls = nn.Conv1d if self.weight.dim() == 3 else nn.Conv2d
+        conv = cls(c_in, c_out, k, stride=self.stride, padding=self.pad if self.padding == "same" else 0,
+                   dilation=self.dilation).to(self.weight)
+        with torch.no_grad():
+            conv.weight.copy_(self.weight)
+            conv.bias.copy_(self.bias)
+        return conv
+
+
+def _centres_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
+                       grid: tuple[int, int]) -> tuple[torch.Tensor, list[float | None]]:
+    """Centres ``(N_h, 2)`` float64 and alphas of the heads."""
+    if isinstance(layer, QuadraticAttention):
+        centres = layer.centers.detach().double().cpu()
+        if layer.full_covariance:
+            eig = torch.linalg.eigvalsh(layer.inverse_covariance.detach().double().cpu())
+            alphas = (eig[:, 0] / 2).tolist()
+        else:
+            alphas = layer.alpha.detach().double().cpu().tolist()
+        return centres, alphas
+    from ..layers import grid_positions
+    pos = grid_positions(*grid, dtype=torch.float64)
+    delta = pos - pos[query]                                                   # (N, 2)
+    centres = probs[:, query].double().cpu() @ delta                           # (N_h, 2)
+    return centres, [None] * layer.num_heads
+
+
+def _assign(cost: torch.Tensor, assignment: str) -> list[int | None]:
+    """Shift index per head (None: left out) minimising the total cost ``(N_h, S)``."""
+    if assignment == "nearest":
+        return cost.argmin(dim=1).tolist()
+    from scipy.optimize import linear_sum_assignment
+
+    rows, cols = linear_sum_assignment(cost.numpy())
+    out: list[int | None] = [None] * cost.shape[0]
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        out[r] = c
+    return out
+
+
+@torch.no_grad()
+def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_size: int | None = None,
+                        dilation: int | None = None, inputs: torch.Tensor | None = None,
+                        grid: tuple[int, int] | None = None, assignment: str = "optimal") -> ExtractedConv:
+    """The K x K convolution closest to a position-only attention layer, with a report (Theorem 1, converse).
+
+    Args:
+        layer: an :class:`~attncnn.theory.AttentionConv2d` / ``AttentionConv1d`` (its attention,
+            kernel size, dilation, stride and padding are used), or a bare
+            :class:`~attncnn.layers.PositionalAttention` (``QuadraticAttention`` isotropic or full
+            covariance, ``LearnedRelativeAttention``), treated as a stride-1 "same" layer.
+        kernel_size: K (odd); default ``sqrt(N_h)`` when that is an odd integer.
+        dilation: spacing of the kernel grid in tokens (default the wrapper's, else 1).
+        inputs: optional channels-last inputs ``(B, H, W, C_in)`` (1-D wrapper: ``(B, T, C_in)``)
+            on which to measure the output error between the layer and the convolution.
+        grid: ``(H, W)`` token grid used to find centres of non-quadratic heads and the
+            attention mass on the assigned shift (reference query: token ``(H//2, W//2)``).
+            Default: the inputs' grid, else the learned tables' ``max_size`` square, else the
+            smallest odd square holding every centre and shift.
+        assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with
+            N_h != K^2 heads or shifts are left out) or ``"nearest"`` (each head to its nearest
+            shift; heads on the same shift add up).
+
+    Returns:
+        :class:`ExtractedConv` with ``weight (C_out, C_in, K, K)`` (1-D: ``(C_out, C_in, K)``),
+        ``bias (C_out,)`` and an :class:`ExtractionReport`.
+
+    Raises:
+        ValueError: content-dependent attention, no valid kernel size, unknown ``assignment``,
+            or inputs of the wrong shape.
+        ModuleNotFoundError: ``assignment="optimal"`` without SciPy installed.
+    """
+    wrapper = layer if isinstance(layer, AttentionConv2d) else None
+    attn = wrapper.attention if wrapper is not None else layer
+    if not isinstance(attn, PositionalAttention):
+        raise ValueError(f"{type(attn).__name__} is not a position-only attention layer: its attention depends "
+                         "on the input, so no single convolution describes it")
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+    dims = wrapper.spatial_dims if wrapper is not None else 2
+    nh = attn.num_heads
+    if kernel_size is None:
+        kernel_size = wrapper.kernel_size if wrapper is not None else math.isqrt(nh)
+        if wrapper is None and (kernel_size ** 2 != nh or kernel_size % 2 == 0):
+            raise ValueError(f"{nh} heads do not fill an odd K x K grid; pass kernel_size")
+    if dilation is None:
+        dilation = wrapper.dilation if wrapper is not None else 1
+    shifts = kernel_shifts(kernel_size, dilation, spatial_dims=dims)              # (S, 2)
+
+    # Grid for the probabilities (and, for learned encodings, the centres).
+    if inputs is not None:
+        expect = 4 if dims == 2 else 3
+        if inputs.dim() != expect or inputs.shape[-1] != attn.dim:
+            raise ValueError(f"inputs must be channels-last with {attn.dim} channels and {expect} axes, "
+                             f"got {tuple(inputs.shape)}")
+    if grid is None:
+        if inputs is not None:
+            grid = tuple(inputs.shape[1:3]) if dims == 2 else (1, inputs.shape[1])
+        elif hasattr(attn, "max_size"):
+            grid = (attn.max_size, attn.max_size)
+        else:
+            reach = shifts.abs().max().item()
+            if isinstance(attn, QuadraticAttention):
+                reach = max(reach, attn.centers.detach().abs().max().item())
+            side = 2 * min(int(math.ceil(reach)) + 1, 32) + 1
+            grid = (1, side) if dims == 1 else (side, side)
+    grid = (int(grid[0]), int(grid[1]))
+    probs = attn.attention_probs(*grid)[0].double().cpu()                         # (N_h, N, N)
+    query = (grid[0] // 2) * grid[1] + grid[1] // 2
+    centres, alphas = _centres_and_alpha(attn, probs, query, grid)
+
+    cost = torch.cdist(centres, shifts) ** 2                                     # (N_h, S)
+    assigned = _assign(cost, assignment)
+
+    w_heads = folded_value_matrices(attn)                                         # (N_h, C_in, C_out)
+    taps = torch.zeros(shifts.shape[0], attn.out_dim, attn.dim, dtype=w_heads.dtype, device=w_heads.device)
+    heads = []
+    c = kernel_size // 2
+    for h, s in enumerate(assigned):
+        centre = tuple(float(v) for v in centres[h])
+        if s is None:
+            heads.append(HeadReport(h, centre, None, None, None, alphas[h], 0.0))
+            continue
+        taps[s] += w_heads[h].T
+        shift = shifts[s]
+        row, col = query // grid[1] + int(shift[0]), query % grid[1] + int(shift[1])
+        inside = 0 <= row < grid[0] and 0 <= col < grid[1]
+        mass = probs[h, query, row * grid[1] + col].item() if inside else 0.0
+        tap = (s // kernel_size, s % kernel_size) if dims == 2 else (0, s)
+        heads.append(HeadReport(h, centre, (float(shift[0]), float(shift[1])), tap,
+                                float(torch.linalg.vector_norm(centres[h] - shift)), alphas[h], mass))
+    if dims == 2:
+        weight = taps.reshape(kernel_size, kernel_size, attn.out_dim, attn.dim).permute(2, 3, 0, 1).contiguous()
+    else:
+        weight = taps.permute(1, 2, 0).contiguous()
+    stride = wrapper.stride if wrapper is not None else 1
+    padding = wrapper.padding if wrapper is not None else "same"
+    conv = ExtractedConv(weight, folded_bias(attn), stride, dilation, padding, report=None)  # type: ignore[arg-type]
+
+    errors = None
+    if inputs is not None:
+        out = (wrapper or attn)(inputs)
+        ref = conv(inputs)
+        in_size = tuple(inputs.shape[1:3]) if dims == 2 else (inputs.shape[1],)
+        errors = output_errors(out, ref, interior_mask(in_size, pad=conv.pad, stride=stride, padding=padding))
+    distances = [hr.distance for hr in heads if hr.distance is not None]
+    conv.report = ExtractionReport(kernel_size, dilation, assignment, grid, heads,
+                                   max(distances) if distances else math.nan, errors)
+    return conv

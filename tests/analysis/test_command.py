@@ -1,0 +1,97 @@
+"""``attncnn plot | inspect | report`` end to end on run folders made by the real trainer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attncnn.cli import main
+from attncnn.models import count_parameters
+from attncnn.training import load_model
+
+pytestmark = pytest.mark.slow        # trains four tiny runs once per session (a few seconds)
+
+
+def test_plot_writes_every_figure_that_applies(runs, tmp_path, capsys):
+    out = tmp_path / "figs"
+    args = [str(runs[k]) for k in ("quadratic", "generalized", "learned", "content")]
+    assert main(["plot", *args, "--out", str(out), "--average", "5"]) == 0
+    printed = capsys.readouterr().out.split()
+    expected = {f"{stem}.{ext}" for ext in ("png", "pdf") for stem in (
+        "quadratic-centers", "quadratic-layer2-evolution", "generalized-centers", "generalized-layer2-evolution",
+        "learned-maps", "content-maps-image0", "content-maps-average5", "accuracy")}
+    assert {p.name for p in out.iterdir()} == expected
+    assert all(p.stat().st_size > 1000 for p in out.iterdir())
+    assert len([p for p in printed if p.endswith((".png", ".pdf"))]) == len(expected)
+
+
+def test_plot_options_and_errors(runs, tmp_path, capsys):
+    ckpt = runs["quadratic"] / "checkpoints" / "epoch_0001.safetensors"
+    assert main(["plot", str(ckpt), "--out", str(tmp_path), "--figures", "maps,centers", "--query", "1,2",
+                 "--zoom", "2", "--formats", "png"]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"quadratic-epoch_0001-maps.png", "quadratic-epoch_0001-centers.png"}
+    assert main(["plot", str(runs["learned"]), "--out", str(tmp_path), "--figures", "bogus"]) == 2
+    assert "unknown figure" in capsys.readouterr().err
+    assert main(["plot", str(runs["quadratic"]), "--out", str(tmp_path), "--figures", "evolution",
+                 "--layer", "7"]) == 2
+    assert "layer" in capsys.readouterr().err
+
+
+def test_inspect_text_and_json(runs, capsys):
+    assert main(["inspect", str(runs["quadratic"])]) == 0
+    text = capsys.readouterr().out
+    assert "layer 2 (quadratic)" in text and "alpha" in text and "2x2 grid" in text
+    assert main(["inspect", str(runs["content"]), "--json", "--images", "6"]) == 0
+    result = json.loads(capsys.readouterr().out)           # stdout is pure JSON
+    assert result["images"] == 6 and result["grid"] == [8, 8] and result["kind"] == "learned-content"
+    assert len(result["layers"]) == 2 and len(result["layers"][0]["heads"]) == 4
+    head = result["layers"][0]["heads"][0]
+    assert 0 < head["peak"] <= 1 and head["distance"] > 0 and head["entropy"] > 0
+    assert main(["inspect", str(runs["generalized"]), "--json", "--margin", "1"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "eigenvalues" in result["layers"][0]["heads"][0] and result["margin"] == 1
+
+
+def test_report_rows(runs, tmp_path, capsys):
+    out = tmp_path / "table.md"
+    assert main(["report", str(runs["quadratic"]), str(runs["content"]), "--markdown", "--out", str(out),
+                 "--batch-size", "4"]) == 0
+    text = capsys.readouterr().out
+    assert out.read_text() == text and text.startswith("| run |") and "selected on the test set" in text
+    assert main(["report", str(runs["quadratic"]), str(runs["learned"]), "--json", "--no-speed"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    metrics = [json.loads(line) for line in (runs["quadratic"] / "metrics.jsonl").read_text().splitlines()]
+    q = rows[0]
+    assert q["parameters"] == count_parameters(load_model(runs["quadratic"])[0])
+    assert q["last_accuracy"] == metrics[-1]["test_accuracy"] and q["epochs"] == 2
+    assert q["best_accuracy"] == max(r["test_accuracy"] for r in metrics) and q["best_selected_on"] == "test"
+    assert q["macs_per_image"] > 0 and q["train_images_per_s"] is None
+    assert rows[1]["paper"]["params"] == "12.3 M" and rows[1]["paper"]["flops"] == "6.2 B"
+
+
+def test_report_reproduces_the_preset_counts(capsys):
+    assert main(["presets", "--json"]) == 0
+    presets = {r["name"]: r["parameters"] for r in json.loads(capsys.readouterr().out)}
+    args = ["report", "--json", "--no-speed"]
+    for name in presets:
+        args += ["--preset", name]
+    assert main(args) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {r["preset"]: r["parameters"] for r in rows} == presets
+    macs = {r["preset"]: r["macs_per_image"] / 1e9 for r in rows}
+    # PAPER.md 5.2's estimates: 4.5 GMAC (quadratic), 10.3 GMAC (content), 0.56 GMAC (ResNet18).
+    assert macs["quadratic"] == pytest.approx(4.5, rel=0.03)
+    assert macs["learned-content"] == pytest.approx(10.3, rel=0.03)
+    assert macs["resnet18"] == pytest.approx(0.56, rel=0.03)
+
+
+def test_prune_reports_counts(runs, capsys):
+    assert main(["prune", str(runs["generalized"]), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["heads_before"] == [4, 4] and result["pruned_per_layer"] == [0, 0]
+    assert result["parameters_before"] == result["parameters_after"]
+    # A huge minimum eigenvalue makes every head degenerate; each layer keeps its best one.
+    assert main(["prune", str(runs["quadratic"]), "--min-eigenvalue", "1e9"]) == 0
+    text = capsys.readouterr().out
+    assert "pruned per layer: [3, 3]" in text and "parameters:" in text

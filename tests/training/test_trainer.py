@@ -1,0 +1,344 @@
+"""The training loop under interruptions and failures: signals, mid-epoch resume, NaN losses,
+full disks, and checkpoints whose stored configuration does not fit (all in-process, a few seconds)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import math
+import os
+import shutil
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+from safetensors.torch import load_file
+
+from attncnn.models import build_model
+from attncnn.training import (LRSchedule, NonFiniteLossError, RunFolderError, TrainingError, TrainingInterrupted,
+                              load_checkpoint, load_model, resolve_config, save_checkpoint, train)
+from attncnn.training import trainer as trainer_module
+
+CLASSES = ("cat", "dog", "frog")
+STEPS = 6          # 60 training images / batch 10
+TIMING_KEYS = {"seconds", "images_per_second", "eval_seconds"}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> tuple[Path, Path]:
+    """(data folder, decoded-data cache): 3 classes, 20 train + 6 test PNGs each."""
+    root = tmp_path_factory.mktemp("tiny")
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 20), ("test", 6)):
+        for c, name in enumerate(CLASSES):
+            folder = root / "data" / split / name
+            folder.mkdir(parents=True)
+            for i in range(n):
+                img = rng.integers(0, 120, size=(32, 32, 3), dtype=np.uint8)
+                img[..., c] += 120
+                Image.fromarray(img).save(folder / f"{i:03d}.png")
+    return root / "data", root / "cache"
+
+
+def _config(tiny, **overrides):
+    data, cache = tiny
+    values = dict(data=str(data), data_dir=str(cache), epochs=2, batch_size=10, device="cpu", deterministic=True,
+                  checkpoint_every=1, model={"dim": 16, "mlp_dim": 16})
+    values.update(overrides)
+    return resolve_config("demo", **values)
+
+
+def _last(run: Path) -> Path:
+    return run / "checkpoints" / "last.safetensors"
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def assert_same_files(a: Path, b: Path) -> None:
+    """Every tensor (weights, optimiser state, RNG states) bit-identical."""
+    ta, tb = load_file(str(a)), load_file(str(b))
+    assert ta.keys() == tb.keys()
+    for name in ta:
+        assert torch.equal(ta[name], tb[name]), name
+
+
+def assert_same_metrics(a: Path, b: Path) -> None:
+    ma, mb = _metrics(a), _metrics(b)
+    assert [r["epoch"] for r in ma] == [r["epoch"] for r in mb]
+    for ra, rb in zip(ma, mb):
+        assert {k: v for k, v in ra.items() if k not in TIMING_KEYS} == \
+               {k: v for k, v in rb.items() if k not in TIMING_KEYS}
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny, tmp_path_factory) -> Path:
+    """An uninterrupted 2-epoch run (the bit-identity reference)."""
+    out = tmp_path_factory.mktemp("reference") / "run"
+    train(_config(tiny), out, progress=False)
+    return out
+
+
+def _signal_at(monkeypatch, epoch: int, step: int, signum: int) -> None:
+    """Send ``signum`` to this process while batch ``step`` of ``epoch`` (0-based) is being trained."""
+    real = LRSchedule.set_lr
+
+    def set_lr(self, optimizer, e, s):
+        if (e, s) == (epoch, step):
+            os.kill(os.getpid(), signum)
+        return real(self, optimizer, e, s)
+
+    monkeypatch.setattr(LRSchedule, "set_lr", set_lr)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, reference_run, tmp_path, monkeypatch,
+                                                                    signum):
+    before = signal.getsignal(signum)
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=1, step=2, signum=signum)
+        with pytest.raises(TrainingInterrupted) as info:
+            train(_config(tiny), out, progress=False)
+    err = info.value
+    assert err.exit_status == 128 + signum
+    assert f"attncnn train --resume {out}" in str(err) and "epoch 2/2, step 3 of 6" in str(err)
+    assert signal.getsignal(signum) is before                 # handlers restored
+    ckpt = load_checkpoint(_last(out))
+    assert (ckpt.metadata["epoch"], ckpt.metadata["step_in_epoch"]) == (1, 3)   # the current step was finished
+    assert not (out / "finished.json").exists()
+    assert [r["epoch"] for r in _metrics(out)] == [1]
+
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference_run), _last(out))
+    assert_same_metrics(reference_run, out)                  # the split epoch's metrics line too
+    assert (out / "finished.json").exists()
+
+
+def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, reference_run, tmp_path,
+                                                                        monkeypatch):
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=0, step=STEPS - 1, signum=signal.SIGTERM)
+        with pytest.raises(TrainingInterrupted):
+            train(_config(tiny), out, progress=False)
+    meta = load_checkpoint(_last(out)).metadata
+    assert (meta["epoch"], meta["step_in_epoch"]) == (0, STEPS)   # all steps done, evaluation pending
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference_run), _last(out))
+    assert_same_metrics(reference_run, out)
+
+
+def test_mid_epoch_checkpoints_change_nothing(tiny, reference_run, tmp_path):
+    out = tmp_path / "run"
+    train(_config(tiny, checkpoint_every_steps=4), out, progress=False)
+    meta = load_checkpoint(_last(out)).metadata
+    assert (meta["epoch"], meta["step_in_epoch"]) == (2, 0)
+    assert_same_files(_last(reference_run), _last(out))
+
+
+def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    saved: list[tuple[int, int]] = []
+    real_save = trainer_module.save_checkpoint
+
+    def save_then_die(path, **kw):
+        real_save(path, **kw)
+        meta = kw["metadata"]
+        saved.append((meta["epoch"], meta["step_in_epoch"]))
+        if (meta["epoch"], meta["step_in_epoch"]) == (1, 2):
+            raise SystemExit("killed")                        # nothing after this save happens
+
+    with monkeypatch.context() as m:
+        m.setattr(trainer_module, "save_checkpoint", save_then_die)
+        with pytest.raises(SystemExit):
+            train(_config(tiny, checkpoint_every_steps=4), out, progress=False)
+    assert (0, 4) in saved and saved[-1] == (1, 2)             # global steps 4 and 8
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference_run), _last(out))
+    assert_same_metrics(reference_run, out)
+
+
+def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
+    out = tmp_path / "run"
+    train(_config(tiny, epochs=1), out, progress=False)
+    ckpt = load_checkpoint(_last(out))
+    model = build_model("demo", num_classes=3, dim=16, mlp_dim=16)
+    model.load_state_dict(ckpt.model_state)
+    save_checkpoint(_last(out), model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
+                    metadata={**ckpt.metadata, "epoch": 0, "step_in_epoch": 50})
+    with pytest.raises(TrainingError, match=r"does not fit this run \(1 epochs of 6 steps\)"):
+        train(None, out, mode="resume", progress=False)
+
+
+# -- non-finite loss ---------------------------------------------------------------------------
+
+def _poison(monkeypatch, at_call: int) -> None:
+    """Make the model's ``at_call``-th training forward return NaN logits."""
+    real = trainer_module.build_model
+
+    def build(*args, **kwargs):
+        model = real(*args, **kwargs)
+        inner, calls = model.forward, [0]
+
+        def forward(x):
+            out = inner(x)
+            if model.training:
+                calls[0] += 1
+                if calls[0] == at_call:
+                    out = out + float("nan")
+            return out
+
+        model.forward = forward
+        return model
+
+    monkeypatch.setattr(trainer_module, "build_model", build)
+
+
+@pytest.mark.parametrize("every_steps", [0, 4])
+def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, tmp_path, monkeypatch,
+                                                                          every_steps):
+    # The NaN is in epoch 2, batch index 1 (step 2). With every_steps=4 a mid-epoch save is due after
+    # that step (global step 8): it must be refused, so the last good checkpoint is the end of epoch 1.
+    out = tmp_path / "run"
+    config = _config(tiny, checkpoint_every_steps=every_steps)
+    _poison(monkeypatch, at_call=STEPS + 2)
+    with pytest.raises(NonFiniteLossError) as info:
+        train(config, out, progress=False)
+    err = info.value
+    lr = LRSchedule(base_lr=config.lr, epochs=2, steps_per_epoch=STEPS, warmup_ratio=config.warmup_ratio).lr_at(1, 1)
+    assert (err.epoch, err.batch_index) == (1, 1) and math.isnan(err.loss) and err.lr == pytest.approx(lr)
+    msg = str(err)
+    assert "epoch 2, step 2 of 6" in msg and "batch index 1" in msg and f"learning rate {lr:.6g}" in msg
+    assert "--lr" in msg and f"last good checkpoint is {_last(out)} (end of epoch 1)" in msg
+    ckpt = load_checkpoint(_last(out))
+    assert (ckpt.metadata["epoch"], ckpt.metadata["step_in_epoch"]) == (1, 0)
+    assert all(torch.isfinite(t).all() for t in ckpt.model_state.values())
+    assert [r["epoch"] for r in _metrics(out)] == [1] and not (out / "finished.json").exists()
+
+
+def test_nan_in_the_first_steps_says_no_checkpoint_was_written(tiny, tmp_path, monkeypatch):
+    _poison(monkeypatch, at_call=1)
+    with pytest.raises(NonFiniteLossError, match="step 1 of 6.*no checkpoint had been written yet"):
+        train(_config(tiny), tmp_path / "run", progress=False)
+    assert not _last(tmp_path / "run").exists()
+
+
+def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):
+    real = torch.nn.functional.cross_entropy
+    calls = [0]
+
+    def cross_entropy(logits, y, *a, **k):
+        calls[0] += 1
+        return real(logits, y, *a, **k) + (float("inf") if calls[0] == 3 else 0.0)
+
+    monkeypatch.setattr(trainer_module.F, "cross_entropy", cross_entropy)
+    with pytest.raises(NonFiniteLossError, match="became inf at epoch 1, step 3 of 6"):
+        train(_config(tiny), tmp_path / "run", progress=False)
+
+
+# -- full or read-only disk ---------------------------------------------------------------------
+
+def test_full_disk_during_a_checkpoint_names_the_folder_and_keeps_the_previous_one(tiny, tmp_path, monkeypatch):
+    import safetensors.torch
+
+    out = tmp_path / "run"
+    real = safetensors.torch.save_file
+    calls = [0]
+
+    def save_file(tensors, filename, metadata=None):
+        calls[0] += 1
+        if calls[0] <= 3:                                     # epoch 1: best, epoch_0001, last
+            return real(tensors, filename, metadata=metadata)
+        with open(filename, "wb") as f:                       # half a file, then the disk is full
+            f.write(b"\0" * 1000)
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", save_file)
+    with pytest.raises(RunFolderError) as info:
+        train(_config(tiny), out, progress=False)
+    msg = str(info.value)
+    assert "No space left on device" in msg and str(out / "checkpoints") in msg
+    assert "free some space" in msg and "--out" in msg and "intact" in msg
+    assert load_checkpoint(_last(out)).metadata["epoch"] == 1
+    assert not [p for p in (out / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_full_disk_while_logging_metrics_keeps_the_previous_records(tiny, tmp_path, monkeypatch):
+    from attncnn.training import run_folder
+
+    out = tmp_path / "run"
+    real = run_folder.atomic_write_bytes
+    calls = [0]
+
+    def write(dest, data):
+        if Path(dest).name == "metrics.jsonl":
+            calls[0] += 1
+            if calls[0] == 2:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        return real(dest, data)
+
+    monkeypatch.setattr(run_folder, "atomic_write_bytes", write)
+    with pytest.raises(RunFolderError, match=rf"cannot write {out / 'metrics.jsonl'} .*free some space"):
+        train(_config(tiny), out, progress=False)
+    assert [r["epoch"] for r in _metrics(out)] == [1]
+    assert load_checkpoint(_last(out)).metadata["epoch"] == 1
+
+
+def test_read_only_folder_message(tiny, tmp_path, monkeypatch):
+    from attncnn.training.run_folder import write_error_message
+
+    msg = write_error_message(tmp_path / "run" / "config.json", OSError(errno.EROFS, "Read-only file system"))
+    assert f"{tmp_path / 'run'} is not writable" in msg and "--out" in msg
+    msg = write_error_message(tmp_path / "x", PermissionError(errno.EACCES, "Permission denied"))
+    assert "Permission denied" in msg and "fix its permissions" in msg
+
+
+# -- checkpoints whose stored configuration does not fit -------------------------------------
+
+@pytest.fixture(scope="module")
+def trained_checkpoint(tiny, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ckpt") / "run"
+    train(_config(tiny, epochs=1), out, progress=False)
+    return _last(out)
+
+
+def _rewrite(src: Path, dest: Path, **meta_changes) -> Path:
+    ckpt = load_checkpoint(src)
+    meta = {**ckpt.metadata, **meta_changes}
+    model = build_model("demo", num_classes=3, dim=16, mlp_dim=16)
+    model.load_state_dict(ckpt.model_state)
+    save_checkpoint(dest, model=model, metadata=meta)
+    return dest
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda m: {"model_config": {**m["model_config"], "heads": 4}}, "unknown model option 'heads'"),
+    (lambda m: {"model_config": {**m["model_config"], "num_heads": "4"}}, "'num_heads' must be"),
+    (lambda m: {"model_config": {**m["model_config"], "dim": 32}}, r"weight '.*' has shape .* needs"),
+    (lambda m: {"model_config": {**m["model_config"], "num_layers": 3}}, r"missing \['blocks.2"),
+    (lambda m: {"model_config": [1, 2]}, "'model_config' must be a dict"),
+    (lambda m: {"arch": "transformer9000"}, "unknown architecture 'transformer9000'"),
+    (lambda m: {"config": {**m["config"], "epoch": 3}}, "unknown training option 'epoch'"),
+    (lambda m: {"config": {**m["config"], "lr": "fast"}}, "'lr' must be"),
+])
+def test_stored_configuration_is_validated_before_building(trained_checkpoint, tmp_path, change, match):
+    meta = load_checkpoint(trained_checkpoint).metadata
+    bad = _rewrite(trained_checkpoint, tmp_path / "bad.safetensors", **change(meta))
+    with pytest.raises(ValueError, match=match) as info:
+        load_model(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_resume_checks_weights_against_config_json(trained_checkpoint, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(trained_checkpoint.parents[1], run)
+    config = json.loads((run / "config.json").read_text())
+    config["model"]["dim"] = 32
+    (run / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"weight '.*' has shape"):
+        train(None, run, mode="resume", progress=False)
