@@ -8,12 +8,12 @@ numbers for comparison. Parameter counts for 10 classes are pinned by tests (PAP
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 
 from torch import nn
 
+from .._typecheck import value_matches
 from .image_transformer import ImageTransformer, ImageTransformerConfig
 from .resnet import ResNet, ResNetConfig
 
@@ -96,24 +96,6 @@ def get_preset(name: str) -> Preset:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
 
 
-def _type_ok(value, annotation) -> bool:
-    """Loose runtime check of a dataclass field annotation (int/float/str/bool, unions, tuples)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is tuple or annotation is tuple:
-        return isinstance(value, (tuple, list)) and all(isinstance(v, int) for v in value)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(annotation, type):
-        return isinstance(value, annotation)
-    return True
-
-
 def _make_config(arch: str, kwargs: dict):
     """Build the architecture's config dataclass, rejecting unknown or ill-typed keys by name."""
     if arch not in ARCHITECTURES:
@@ -124,7 +106,7 @@ def _make_config(arch: str, kwargs: dict):
     for key, value in kwargs.items():
         if key not in hints:
             raise ValueError(f"unknown model option {key!r} for {arch}; valid options: {', '.join(names)}")
-        if not _type_ok(value, hints[key]):
+        if not value_matches(value, hints[key]):
             raise ValueError(f"model option {key!r} must be {hints[key]}, got {value!r}")
     return cls(**kwargs)
 

@@ -9,10 +9,10 @@ per-epoch stepping (LR 0 during epoch 0).
 from __future__ import annotations
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 
+from .._typecheck import value_matches
 from ..models import get_preset
 
 __all__ = ["TrainConfig", "resolve_config", "config_from_dict"]
@@ -67,23 +67,6 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-def _type_ok(value, annotation) -> bool:
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        return any(_type_ok(value, a) for a in typing.get_args(annotation))
-    if annotation is type(None):
-        return value is None
-    if origin is list:
-        return isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value)
-    if origin is dict or annotation is dict:
-        return isinstance(value, dict)
-    if annotation is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if annotation is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, annotation) if isinstance(annotation, type) else True
-
-
 def config_from_dict(values: dict) -> TrainConfig:
     """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint).
 
@@ -94,7 +77,7 @@ def config_from_dict(values: dict) -> TrainConfig:
     for key, value in values.items():
         if key not in hints:
             raise ValueError(f"unknown training option {key!r}; valid options: {', '.join(hints)}")
-        if not _type_ok(value, hints[key]):
+        if not value_matches(value, hints[key]):
             raise ValueError(f"training option {key!r} must be {hints[key]}, got {value!r}")
     values = dict(values)
     if "milestones" in values:
