@@ -244,7 +244,7 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(tmp_path, tiny_dataset, 
     resumed = subprocess.run([sys.executable, "-m", "attncnn", "train", "--resume", str(run), "--no-progress"],
                              env=_env(cache), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"epoch 2 after step {step}" in resumed.stdout
+    assert f"epoch 2 after step {step}" in resumed.stderr     # logs go to stderr
     _assert_same_run(reference_process_run(), run)
 
 
