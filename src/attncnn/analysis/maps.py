@@ -24,7 +24,7 @@ from torch import nn
 
 from ..layers import GridAttention, LearnedRelativeContentAttention
 
-__all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "attention_maps",
+__all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "run_recorded", "attention_maps",
            "position_maps", "layer_values", "VALUE_KINDS"]
 
 #: What :func:`layer_values` can compute: the probabilities, the full pre-softmax scores, the
@@ -111,6 +111,20 @@ def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
             handle.remove()
 
 
+def run_recorded(model: nn.Module, images: torch.Tensor, callback: Callback, batch_size: int = 50) -> None:
+    """Run ``images (N, C, H, W)`` through ``model`` in eval mode, ``batch_size`` at a time, under
+    :func:`record_attention` with ``callback``; the model's train/eval mode is restored after."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    try:
+        with record_attention(model, callback):
+            for start in range(0, images.shape[0], batch_size):
+                model(images[start:start + batch_size].to(device))
+    finally:
+        model.train(was_training)
+
+
 def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> torch.Tensor:
     """Attention probabilities or scores of ``layer`` for its input grid ``x (B, H, W, D)``.
 
@@ -179,7 +193,6 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
     if images.dim() != 4 or images.shape[0] == 0:
         raise ValueError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
     layers = attention_layers(model)
-    device = next(model.parameters()).device
     sums: dict[int, torch.Tensor] = {}
     per_image: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(layers))}
     grids: dict[int, tuple[int, int]] = {}
@@ -197,14 +210,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
         else:
             per_image[index].append(values.cpu())
 
-    was_training = model.training
-    model.eval()
-    try:
-        with record_attention(model, callback):
-            for start in range(0, images.shape[0], batch_size):
-                model(images[start:start + batch_size].to(device))
-    finally:
-        model.train(was_training)
+    run_recorded(model, images, callback, batch_size)
     out = []
     n = images.shape[0]
     for i, layer in enumerate(layers):

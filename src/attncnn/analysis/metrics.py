@@ -36,7 +36,7 @@ from torch import nn
 
 from ..layers import (ContentAttention, LearnedRelativeAttention, LearnedRelativeContentAttention,
                       QuadraticAttention, grid_positions, relative_offsets)
-from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, record_attention
+from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
            "optimal_assignment", "grid_distance", "model_metrics", "epoch_metrics", "flatten_metrics",
@@ -357,15 +357,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
             s = {k: v * batch for k, v in s.items()}        # weight by batch size; divided below
             sums[index] = s if index not in sums else {k: sums[index][k] + v for k, v in s.items()}
 
-        device = next(model.parameters()).device
-        was_training = model.training
-        model.eval()
-        try:
-            with record_attention(model, callback):
-                for start in range(0, images.shape[0], batch_size):
-                    model(images[start:start + batch_size].to(device))
-        finally:
-            model.train(was_training)
+        run_recorded(model, images, callback, batch_size)
         count = int(images.shape[0])
         stats = [sums[i] if layer.position_only else {k: v / count for k, v in sums[i].items()}
                  for i, layer in enumerate(layers)]
