@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -32,6 +34,34 @@ def cifar10_path() -> Path:
             pytest.fail("ATTNCNN_TEST_CIFAR10 must point at a CIFAR-10 copy in CI")
         pytest.skip("no CIFAR-10 copy: set ATTNCNN_TEST_CIFAR10")
     return path
+
+
+TINY_CLASSES = ("cat", "dog", "frog")
+
+
+@pytest.fixture(scope="session")
+def make_tiny_data(tmp_path_factory):
+    """``make_tiny_data(train, test)``: an image-folder data set of 3 classes with ``train`` and
+    ``test`` 32x32 PNGs each, where class c has a brighter channel c (so a few epochs learn it).
+    Made once per size for the whole session."""
+    made: dict[tuple[int, int], Path] = {}
+
+    def make(train: int, test: int) -> Path:
+        if (train, test) not in made:
+            root = tmp_path_factory.mktemp(f"tiny-{train}-{test}")
+            rng = np.random.default_rng(0)
+            for split, n in (("train", train), ("test", test)):
+                for c, name in enumerate(TINY_CLASSES):
+                    folder = root / split / name
+                    folder.mkdir(parents=True)
+                    for i in range(n):
+                        img = rng.integers(0, 120, size=(32, 32, 3), dtype=np.uint8)
+                        img[..., c] += 120
+                        Image.fromarray(img).save(folder / f"{i:03d}.png")
+            made[(train, test)] = root
+        return made[(train, test)]
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -22,19 +22,9 @@ CLASSES = ("cat", "dog", "frog")
 
 
 @pytest.fixture(scope="module")
-def tiny_dataset(tmp_path_factory) -> Path:
-    """3 classes, 20 train + 6 test PNGs each; class c has a brighter channel c (learnable)."""
-    root = tmp_path_factory.mktemp("tiny")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 20), ("test", 6)):
-        for c, name in enumerate(CLASSES):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(n):
-                img = rng.integers(0, 120, size=(32, 32, 3), dtype=np.uint8)
-                img[..., c] += 120
-                Image.fromarray(img).save(folder / f"{i:03d}.png")
-    return root
+def tiny_dataset(make_tiny_data) -> Path:
+    """3 classes, 20 train + 6 test PNGs each (tests/conftest.py)."""
+    return make_tiny_data(20, 6)
 
 
 def _train(tmp_path, data, *extra, out="run"):
@@ -269,3 +259,34 @@ def test_sigint_saves_prints_the_resume_command_and_exits_130(tmp_path, tiny_dat
                              env=_env(cache), capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
     _assert_same_run(reference_process_run(), run)
+
+
+def test_resume_refuses_options_it_would_ignore(tmp_path, tiny_dataset, capsys):
+    assert _train(tmp_path, tiny_dataset) == 0
+    capsys.readouterr()
+    assert main(["train", "--resume", str(tmp_path / "run"), "--epochs", "5", "--lr", "0.5", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "--epochs" in err and "--lr" in err and "stored configuration" in err
+
+
+def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
+    """0 epochs are not allowed, so fine-tune with lr 0: the weights must come through unchanged."""
+    assert _train(tmp_path, tiny_dataset, out="base") == 0
+    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+    assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--lr", "0", "--weight-decay", "0",
+                  "--epochs", "1", out="tuned") == 0
+    before = load_checkpoint(base).model_state
+    after = load_checkpoint(tmp_path / "tuned" / "checkpoints" / "last.safetensors").model_state
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    config = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert config["init_from"] == str(base)
+
+
+def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, tiny_dataset, capsys):
+    assert _train(tmp_path, tiny_dataset, out="base") == 0
+    capsys.readouterr()
+    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+    assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--set", "num_heads=2", out="other") == 2
+    err = capsys.readouterr().err
+    assert "--init-from" in err and "same --preset" in err
+    assert not (tmp_path / "other").exists()

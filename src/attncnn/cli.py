@@ -65,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "most N steps (0, the default: only at the end of each epoch)")
     t.add_argument("--deterministic", action="store_true", default=None,
                    help="deterministic algorithms only (with --device cpu, runs and resumed runs are bit-identical)")
+    t.add_argument("--init-from", metavar="CHECKPOINT",
+                   help="start from this checkpoint's weights (fine-tune: new optimiser and schedule)")
     t.add_argument("--set", dest="model", action="append", type=_model_option, default=[], metavar="KEY=VALUE",
                    help="override a model option, e.g. --set num_heads=16 (repeatable)")
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
@@ -97,6 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# train flags that become TrainConfig fields (all default to None: "not given")
+_TRAIN_OPTIONS = ("data", "data_dir", "download", "epochs", "batch_size", "lr", "momentum", "weight_decay",
+                  "schedule", "warmup_ratio", "lr_stepping", "seed", "device", "train_subset",
+                  "checkpoint_every", "keep_checkpoints", "checkpoint_every_steps", "deterministic", "init_from")
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     from .training import resolve_config, train
 
@@ -105,6 +113,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
     mode = "resume" if args.resume else ("overwrite" if args.overwrite else "new")
+    if mode == "resume":
+        # A resumed run uses its stored configuration; silently dropping a changed option would
+        # let a user believe e.g. --epochs took effect.
+        given = [f"--{name.replace('_', '-')}" for name in _TRAIN_OPTIONS if getattr(args, name) is not None]
+        if args.model:
+            given.append("--set")
+        if args.preset != "quadratic":
+            given.append("--preset")
+        if given:
+            raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(given)} "
+                             "cannot change it. Drop them, or start a new run with --init-from on its checkpoint")
     config = None
     if mode != "resume":
         config = resolve_config(
@@ -114,7 +133,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             seed=args.seed, device=args.device, train_subset=args.train_subset,
             checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
             checkpoint_every_steps=args.checkpoint_every_steps, deterministic=args.deterministic,
-            model=dict(args.model) or None)
+            init_from=args.init_from, model=dict(args.model) or None)
         # Reject bad model options now, before any data is read.
         from .models import build_model
         build_model(config.preset, **config.model)

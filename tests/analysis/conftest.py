@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-from PIL import Image
 
 from attncnn.cli import main
 
@@ -15,19 +13,9 @@ TINY = ["--set", "dim=16", "--set", "mlp_dim=16"]
 
 
 @pytest.fixture(scope="session")
-def tiny_data(tmp_path_factory) -> Path:
-    """3 classes, 10 train + 4 test 32x32 PNGs each; class c has a brighter channel c."""
-    root = tmp_path_factory.mktemp("tiny-data")
-    rng = np.random.default_rng(0)
-    for split, n in (("train", 10), ("test", 4)):
-        for c, name in enumerate(CLASSES):
-            folder = root / split / name
-            folder.mkdir(parents=True)
-            for i in range(n):
-                img = rng.integers(0, 120, size=(32, 32, 3), dtype=np.uint8)
-                img[..., c] += 120
-                Image.fromarray(img).save(folder / f"{i:03d}.png")
-    return root
+def tiny_data(make_tiny_data) -> Path:
+    """3 classes, 10 train + 4 test PNGs each (tests/conftest.py)."""
+    return make_tiny_data(10, 4)
 
 
 def _train(root: Path, data: Path, name: str, preset: str, *options: str) -> Path:

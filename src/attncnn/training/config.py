@@ -45,6 +45,7 @@ class TrainConfig:
     checkpoint_every_steps: int = 0      #: also refresh ``last`` every N optimiser steps (0: epoch ends only)
     keep_checkpoints: int = 30           #: periodic checkpoints kept (0: all)
     deterministic: bool = False          #: torch.use_deterministic_algorithms
+    init_from: str | None = None         #: start from this checkpoint's weights (fine-tuning); fresh optimiser
 
     def __post_init__(self) -> None:
         get_preset(self.preset)   # raises with the list of valid names
@@ -59,6 +60,8 @@ class TrainConfig:
             raise ValueError(f"schedule must be cosine, multistep or constant, got {self.schedule!r}")
         if self.lr_stepping not in ("step", "epoch"):
             raise ValueError(f"lr_stepping must be 'step' or 'epoch', got {self.lr_stepping!r}")
+        if self.init_from is not None and not self.init_from:
+            raise ValueError("init_from must be a checkpoint path or None, got an empty string")
         for name in ("checkpoint_every", "checkpoint_every_steps", "keep_checkpoints"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0 turns it off), got {getattr(self, name)}")

@@ -374,6 +374,28 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
     return model.to(device).eval(), meta
 
 
+def _init_weights(model: nn.Module, path: str | Path) -> None:
+    """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``).
+
+    Only the weights are taken: optimiser state, RNG and epoch counters start anew, so the run is
+    a fine-tune with its own schedule (the paper's pruned run, PAPER.md 3.8).
+
+    Raises:
+        CheckpointError: missing or unreadable file (message names it).
+        TrainingError: the weights do not fit the model (names the mismatching tensors and the
+            preset/model options to use).
+    """
+    path = Path(path)
+    ckpt = load_checkpoint(path)
+    try:
+        _check_weights(path, model, ckpt.model_state)
+    except (ValueError, RuntimeError) as err:
+        raise TrainingError(f"--init-from {path}: {err}. Build the same model as the checkpoint "
+                            "(same --preset and --model options).") from err
+    model.load_state_dict(ckpt.model_state)
+    log.info("initialised the weights from %s", path)
+
+
 def _loaders(config: TrainConfig, device: torch.device):
     dataset = load_dataset(config.data, data_dir=config.data_dir, download=config.download)
     train_split = dataset.train
@@ -480,6 +502,8 @@ def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progre
 def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, device: torch.device) -> dict:
     dataset, train_loader, test_loader = _loaders(config, device)
     model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(device)
+    if config.init_from is not None and mode != "resume":
+        _init_weights(model, config.init_from)   # before the run folder exists: a mismatch leaves nothing
     run = RunFolder(out_dir, mode=mode)
     try:
         optimizer = make_optimizer(model, config)
