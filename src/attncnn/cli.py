@@ -21,7 +21,8 @@ log = logging.getLogger("attncnn")
 
 #: Modules that add their own subcommands: each has ``register(subparsers)``, which adds parsers
 #: whose defaults set ``handler`` to a function ``(args) -> exit status``. Keeps this file thin.
-_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.bench.command")
+_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.analysis.viewer_command",
+                    "attncnn.bench.command")
 
 
 def _model_option(text: str) -> tuple[str, object]:
