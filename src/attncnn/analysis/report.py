@@ -21,11 +21,10 @@ import copy
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..bench.harness import time_median
+from ..bench.harness import time_steps
 from ..models import build_model, count_parameters, get_preset
 from .runs import Run
 
@@ -62,24 +61,9 @@ def throughput(model: nn.Module, *, batch_size: int = 32, image_size: int = 32, 
     classes = getattr(getattr(net, "config", None), "num_classes", 10)
     images = torch.randn(batch_size, 3, image_size, image_size, device=dev)
     labels = torch.randint(0, classes, (batch_size,), device=dev)
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
-
-    def train_step():
-        loss = F.cross_entropy(net(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    @torch.no_grad()
-    def infer():
-        net(images)
-
-    net.train()
-    train_s = time_median(train_step, dev, warmup=1, reps=reps)
-    net.eval()
-    infer_s = time_median(infer, dev, warmup=1, reps=reps)
-    return {"train_images_per_s": batch_size / train_s, "infer_images_per_s": batch_size / infer_s,
-            "batch_size": batch_size}
+    timing = time_steps(net, images, labels, warmup=1, reps=reps)
+    return {"train_images_per_s": batch_size / timing["step_seconds"],
+            "infer_images_per_s": batch_size / timing["infer_seconds"], "batch_size": batch_size}
 
 
 #: The paper's "# FLOPS" column of Table 1 (PAPER.md 5.1; recalled, convention unstated).

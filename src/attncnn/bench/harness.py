@@ -31,7 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..models import build_model, count_parameters
 
-__all__ = ["machine_info", "matmul_peak", "time_median", "count_training_flops", "bench_preset",
+__all__ = ["machine_info", "matmul_peak", "time_median", "time_steps", "count_training_flops", "bench_preset",
            "bench_preset_isolated"]
 
 
@@ -100,6 +100,54 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+               run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, bf16: bool = False,
+               warmup: int = 1, reps: int = 3) -> dict:
+    """Median seconds of one training step and one inference pass of ``model`` on ``images``.
+
+    The training step is forward, cross-entropy on ``labels``, backward and an SGD (momentum 0.9,
+    lr 1e-3) update, so ``model``'s weights change: time a copy if they matter.
+
+    Args:
+        images: ``(B, C, H, W)`` on the model's device. labels: ``(B,)`` int64.
+        run_model: what to call instead of ``model`` (e.g. its ``torch.compile`` wrapper).
+        bf16: autocast to bfloat16.
+
+    Returns:
+        ``{"step_seconds", "infer_seconds", "peak_memory_bytes"}``; peak memory as in the module
+        docstring (on CPU only meaningful in a fresh process).
+    """
+    dev = images.device
+    run_model = run_model or model
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16)
+
+    def train_step():
+        with autocast:
+            loss = F.cross_entropy(run_model(images), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def infer():
+        with autocast:
+            run_model(images)
+
+    was_training = model.training
+    model.train()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    rss_before = _rss_bytes()
+    step_s = time_median(train_step, dev, warmup=warmup, reps=reps)
+    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
+    model.eval()
+    infer_s = time_median(infer, dev, warmup=warmup, reps=reps)
+    model.train(was_training)
+    return {"step_seconds": step_s, "infer_seconds": infer_s, "peak_memory_bytes": int(peak)}
+
+
 def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, device: str = "cpu",
                  overrides: dict | None = None, warmup: int = 1, reps: int = 3, bf16: bool = False,
                  compile: bool = False, channels_last: bool = False, seed: int = 0) -> dict:
@@ -127,35 +175,13 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
         images = images.to(memory_format=torch.channels_last)
     fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2])
     run_model = torch.compile(model) if compile else model
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16)
-
-    def train_step():
-        with autocast:
-            loss = F.cross_entropy(run_model(images), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    @torch.no_grad()
-    def infer():
-        with autocast:
-            run_model(images)
-
-    model.train()
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
-    rss_before = _rss_bytes()
-    step_s = time_median(train_step, dev, warmup=warmup, reps=reps)
-    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
-            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
-    model.eval()
-    infer_s = time_median(infer, dev, warmup=warmup, reps=reps)
+    timing = time_steps(model, images, labels, run_model=run_model, bf16=bf16, warmup=warmup, reps=reps)
+    step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
     per_image_train = train_flops / 2       # counted on a batch of 2
     return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides or {},
             "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
             "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
-            "peak_memory_bytes": int(peak), "forward_flops_per_image": fwd_flops / 2,
+            "peak_memory_bytes": peak, "forward_flops_per_image": fwd_flops / 2,
             "train_flops_per_image": per_image_train,
             "model_flops_per_s": per_image_train * batch_size / step_s,
             "bf16": bf16, "compile": compile}
