@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -280,6 +281,23 @@ def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
     assert all(torch.equal(before[k], after[k]) for k in before)
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert config["init_from"] == str(base)
+
+
+def test_resume_before_the_first_checkpoint_starts_again_from_init_from(tmp_path, tiny_dataset):
+    """A fine-tuning run stopped before it wrote a checkpoint restarts from --init-from, not from
+    fresh random weights."""
+    assert _train(tmp_path, tiny_dataset, out="base") == 0
+    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+    assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--lr", "0", "--weight-decay", "0",
+                  "--epochs", "1", out="tuned") == 0
+    tuned = tmp_path / "tuned"
+    for name in ("checkpoints", "metrics.jsonl", "summary.json"):      # as if stopped at step 0
+        path = tuned / name
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    assert main(["train", "--resume", str(tuned), "--no-progress"]) == 0
+    before = load_checkpoint(base).model_state
+    after = load_checkpoint(tuned / "checkpoints" / "last.safetensors").model_state
+    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, tiny_dataset, capsys):

@@ -108,6 +108,7 @@ _TRAIN_OPTIONS = ("data", "data_dir", "download", "epochs", "batch_size", "lr", 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .training import resolve_config, train
+    from .training.distributed import is_main_process
 
     resume_path = args.resume if isinstance(args.resume, str) else None
     out = Path(resume_path or args.out or f"runs/{args.preset}")
@@ -139,6 +140,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         from .models import build_model
         build_model(config.preset, **config.model)
     summary = train(config, out, mode=mode, progress=not args.no_progress)
+    if not is_main_process():
+        return 0          # under torchrun, rank 0 reports for every process
     final = summary["final"]
     print(f"run folder: {out}")
     if final:

@@ -21,6 +21,16 @@ What survives what:
   host sync); it is read at the progress sync points, at the end of the epoch and before every
   checkpoint, so the error names the exact step, batch and learning rate, and nothing is written
   after the failure: the last checkpoint is the last good one.
+
+**Several processes** (``torchrun --nproc_per_node N -m attncnn train ...``; see
+:mod:`attncnn.training.distributed`): the model is wrapped in DistributedDataParallel, the global
+``batch_size`` is split evenly over the processes, and rank 0 alone writes the run folder and shows
+progress. Epoch metrics are summed over the processes before they are logged. Stop requests and
+non-finite losses are agreed with one small collective at fixed points (every ``SYNC_EVERY`` steps,
+at mid-epoch checkpoints and at the end of each epoch), so every process stops after the same step
+and rank 0 writes the checkpoint. Limitation: under DDP a signal is therefore honoured within
+``SYNC_EVERY`` steps rather than after the current one (torchrun waits 30 s, ``--shutdown-timeout``,
+before it kills the processes), and a NaN is reported at the next such point.
 """
 
 from __future__ import annotations
@@ -44,10 +54,12 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from ..data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
+from ..data import DataError, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
 from ..models import build_model, build_model_from_config, count_parameters, get_preset
 from .checkpoint import load_checkpoint, save_checkpoint
 from .config import TrainConfig, config_from_dict
+from .distributed import (Distributed, MainProcessRunFolder, gather_rank_rng_states, launch_from_env,
+                          per_process_batch, process_group, rank_device, rank_seed, restore_rank_rng_state)
 from .run_folder import RunFolder
 from .schedule import LRSchedule
 
@@ -55,6 +67,10 @@ __all__ = ["TrainingError", "TrainingInterrupted", "NonFiniteLossError", "EvalRe
            "train", "evaluate", "resolve_device", "make_optimizer", "load_model", "train_one_epoch"]
 
 log = logging.getLogger(__name__)
+
+#: Steps between host syncs of the running sums: progress bar, NaN check and, under DDP, the
+#: agreement on stop requests.
+SYNC_EVERY = 25
 
 
 class TrainingError(RuntimeError):
@@ -134,9 +150,29 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
     return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
 
 
+def _check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distributed:
+    world = 1 if dist is None else dist.world_size
+    if loader.world_size != world:
+        raise ValueError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
+                         "pass the Distributed object of the process group the loader was made for")
+    return dist or Distributed()
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DeviceLoader) -> EvalResult:
-    """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode)."""
+def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None) -> EvalResult:
+    """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode).
+
+    Args:
+        model: the plain module (not the DDP wrapper: evaluation needs no gradient sync, and the
+            shards may differ by one batch).
+        dist: under DDP, the processes whose loaders together hold the test set (each example in
+            exactly one shard); the sums are added over them, so every process gets the result over
+            the whole set. ``EvalResult.seconds`` is this process's time.
+
+    Raises:
+        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+    """
+    dist = _check_sharding(loader, dist)
     was_training = model.training
     model.eval()
     start = time.perf_counter()
@@ -150,6 +186,9 @@ def evaluate(model: nn.Module, loader: DeviceLoader) -> EvalResult:
         correct += (logits.argmax(dim=-1) == y).sum()
         count += y.numel()
     model.train(was_training)
+    if dist.enabled:
+        total = dist.sum(torch.stack([loss_sum, correct.double(), loss_sum.new_tensor(float(count))]))
+        loss_sum, correct, count = total[0], total[1], int(total[2].item())
     return EvalResult(loss=loss_sum.item() / max(count, 1), accuracy=correct.item() / max(count, 1),
                       examples=count, seconds=time.perf_counter() - start)
 
@@ -157,6 +196,9 @@ def evaluate(model: nn.Module, loader: DeviceLoader) -> EvalResult:
 @dataclass
 class EpochProgress:
     """Running sums of one epoch, kept on the device so that a step needs no host sync.
+
+    Under DDP each process holds the sums of its own shard; :meth:`totals`, :meth:`metrics` and
+    :meth:`check_finite` with a ``dist`` combine them (collectives: call them on every process).
 
     Attributes:
         epoch: 0-based epoch.
@@ -202,47 +244,75 @@ class EpochProgress:
         self.count += labels.numel()
         self.steps_done = step + 1
 
-    def check_finite(self, schedule: LRSchedule) -> None:
-        """One host sync: raise if any loss so far was NaN or infinite.
+    def check_finite(self, schedule: LRSchedule, dist: Distributed | None = None) -> None:
+        """One host sync: raise if any loss so far was NaN or infinite (under DDP: on any process,
+        so that every process raises the same error at the same point).
 
         Raises:
-            NonFiniteLossError: naming the epoch, step, batch index, learning rate and loss value.
+            NonFiniteLossError: naming the epoch, step, batch index, learning rate and loss value
+                (and the rank that saw it first under DDP).
         """
-        bad = int(self.first_bad.item())
-        if bad < 0:
-            return
-        value = float(self.bad_loss.item())
+        where = ""
+        if dist is not None and dist.enabled:
+            pairs = dist.all_gather(torch.stack([self.first_bad.double(), self.bad_loss.double()]))
+            seen = [(int(b), r, v) for r, (b, v) in enumerate(torch.stack(pairs).tolist()) if b >= 0]
+            if not seen:
+                return
+            bad, rank, value = min(seen)            # the earliest step; on a tie the lowest rank
+            where = f" on rank {rank} of {dist.world_size}"
+        else:
+            bad = int(self.first_bad.item())
+            if bad < 0:
+                return
+            value = float(self.bad_loss.item())
         lr = schedule.lr_at(self.epoch, bad)
         n = self.steps_per_epoch
         raise NonFiniteLossError(
-            f"the training loss became {value} at epoch {self.epoch + 1}, step {bad + 1} of {n} (batch index "
-            f"{bad} of the epoch's shuffled order, global step {self.epoch * n + bad + 1}), learning rate "
+            f"the training loss became {value}{where} at epoch {self.epoch + 1}, step {bad + 1} of {n} (batch "
+            f"index {bad} of the epoch's shuffled order, global step {self.epoch * n + bad + 1}), learning rate "
             f"{lr:.6g}; the weights are no longer usable. Lower --lr (or lengthen the warm-up with "
             "--warmup-ratio) or check the data for corrupt images, then start a new run.",
             epoch=self.epoch, batch_index=bad, lr=lr, loss=value)
 
-    def metrics(self) -> tuple[float, float]:
-        """Mean loss and accuracy so far (one host sync)."""
-        return self.loss_sum.item() / max(self.count, 1), self.correct.item() / max(self.count, 1)
+    def totals(self, dist: Distributed | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """``(loss_sum float64, correct int64, count)``, summed over the processes of ``dist``
+        (one all-reduce) or this process's own."""
+        if dist is None or not dist.enabled:
+            return self.loss_sum, self.correct, self.count
+        total = dist.sum(torch.stack([self.loss_sum, self.correct.double(),
+                                      self.loss_sum.new_tensor(float(self.count))]))
+        # float64 holds these counts exactly (far below 2**53)
+        return total[0], total[1].round().long(), int(total[2].item())
+
+    def metrics(self, dist: Distributed | None = None) -> tuple[float, float]:
+        """Mean loss and accuracy so far (one host sync), over all processes of ``dist`` if given."""
+        loss_sum, correct, count = self.totals(dist)
+        return loss_sum.item() / max(count, 1), correct.item() / max(count, 1)
 
 
 def train_one_epoch(model, optimizer, loader: DeviceLoader, schedule: LRSchedule, epoch: int,
-                    *, progress: bool = True, sync_every: int = 25, start_step: int = 0,
+                    *, progress: bool = True, sync_every: int = SYNC_EVERY, start_step: int = 0,
                     sums: EpochProgress | None = None,
-                    after_step: Callable[[EpochProgress], None] | None = None) -> dict:
+                    after_step: Callable[[EpochProgress], None] | None = None,
+                    dist: Distributed | None = None) -> dict:
     """One pass over ``loader`` (from batch ``start_step``); returns train loss/accuracy, last LR,
-    seconds and images/s.
+    seconds and images/s (loss, accuracy and images/s over all processes of ``dist``).
 
     Args:
+        model: the network to train; under DDP its DistributedDataParallel wrapper.
         start_step: batches of this epoch already done (a resumed run); they are skipped at no cost.
         sums: the running sums of those batches (default: zeros).
         after_step: called with the running sums after every optimiser step (the trainer checks
             for signals and writes mid-epoch checkpoints there).
+        dist: under DDP, the process group ``loader`` is sharded over (the NaN checks and the
+            returned metrics are collectives over it).
 
     Raises:
         NonFiniteLossError: the loss became NaN or infinite (checked at every progress sync point,
             every ``sync_every`` steps, and at the end; the message names the exact step).
+        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
     """
+    dist = _check_sharding(loader, dist)
     model.train()
     device = next(model.parameters()).device
     n = len(loader)
@@ -263,21 +333,22 @@ def train_one_epoch(model, optimizer, loader: DeviceLoader, schedule: LRSchedule
             optimizer.step()
             sums.add(step, loss.detach(), logits.detach(), y)
             if (step + 1) % sync_every == 0 or step + 1 == n:
-                sums.check_finite(schedule)                     # one host sync per sync_every steps
+                sums.check_finite(schedule, dist)               # one host sync per sync_every steps
                 if progress:
-                    mean_loss, accuracy = sums.metrics()
+                    mean_loss, accuracy = sums.metrics()        # this process's shard only: no collective
                     elapsed = time.perf_counter() - start
                     bar.set_postfix(loss=f"{mean_loss:.3f}", acc=f"{accuracy:.3f}",
                                     img_s=f"{(sums.count - count_before) / elapsed:.0f}", lr=f"{lr:.4f}")
                     bar.update(step + 1 - bar.n)
             if after_step is not None:
                 after_step(sums)
-        sums.check_finite(schedule)
+        sums.check_finite(schedule, dist)
     finally:
         bar.close()
     seconds = time.perf_counter() - start
-    mean_loss, accuracy = sums.metrics()
-    done_now = sums.count - count_before
+    mean_loss, accuracy = sums.metrics(dist)
+    # every process trains the same number of examples per step (the loader makes the shards equal)
+    done_now = (sums.count - count_before) * dist.world_size
     return {"train_loss": mean_loss, "train_accuracy": accuracy, "lr": lr, "seconds": seconds,
             "images_per_second": done_now / seconds if seconds > 0 else 0.0}
 
@@ -396,8 +467,15 @@ def _init_weights(model: nn.Module, path: str | Path) -> None:
     log.info("initialised the weights from %s", path)
 
 
-def _loaders(config: TrainConfig, device: torch.device):
-    dataset = load_dataset(config.data, data_dir=config.data_dir, download=config.download)
+def _loaders(config: TrainConfig, device: torch.device, dist: Distributed):
+    def load():
+        return load_dataset(config.data, data_dir=config.data_dir, download=config.download)
+
+    # Rank 0 first, so that a download or a first decoding (which fills the cache) happens once;
+    # the other processes then read the files it left.
+    dataset = dist.on_main(load, f"load the data set {config.data}", DataError)
+    if dataset is None:
+        dataset = load()
     train_split = dataset.train
     if config.train_subset is not None:
         if config.train_subset > len(train_split.labels):
@@ -408,9 +486,13 @@ def _loaders(config: TrainConfig, device: torch.device):
     if config.batch_size > len(train_split.labels):
         raise ValueError(f"batch size {config.batch_size} is larger than the {len(train_split.labels)} "
                          "training images; lower --batch-size")
-    train_loader = DeviceLoader(train_split, batch_size=config.batch_size, device=device, train=True,
-                                seed=config.seed)
-    test_loader = DeviceLoader(dataset.test, batch_size=config.eval_batch_size, device=device, train=False)
+    # batch_size is the global batch: each process trains on its share of every batch. The
+    # evaluation batch is per process (it only sets memory use).
+    shard = {"rank": dist.rank, "world_size": dist.world_size}
+    train_loader = DeviceLoader(train_split, batch_size=per_process_batch(config.batch_size, dist.world_size),
+                                device=device, train=True, seed=config.seed, **shard)
+    test_loader = DeviceLoader(dataset.test, batch_size=config.eval_batch_size, device=device, train=False,
+                               **shard)
     return dataset, train_loader, test_loader
 
 
@@ -467,25 +549,37 @@ def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progre
 
     Args:
         config: the resolved configuration (ignored on resume: the stored one is used).
+            ``config.batch_size`` is the global batch, whatever the number of processes.
         out_dir: run folder.
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
             (continue from the folder's last checkpoint with its stored configuration, also from
             the middle of an epoch).
-        progress: show a tqdm progress bar on stderr.
+        progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
 
     While it runs, SIGINT and SIGTERM (main thread only) make it finish the current step, write
     a resumable ``last`` checkpoint and raise :class:`TrainingInterrupted`.
 
+    Under ``torchrun`` (``WORLD_SIZE`` > 1 in the environment) every process calls this with the
+    same arguments. It creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``;
+    gloo on CPU), trains with DistributedDataParallel on ``batch_size / WORLD_SIZE`` examples per
+    process and step, and destroys the group at the end, also after an error. Only rank 0 writes
+    ``out_dir`` and shows progress; every process returns the same summary. A resume loads the same
+    checkpoint on every process, so ``out_dir`` must be visible to all of them (one node, or a
+    shared file system). Signals are honoured at the next agreement point (module docstring).
+
     Raises:
-        RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix.
+        RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
+            (ValueError also for a batch size that does not split evenly over the processes).
         NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
         TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
+    launch = launch_from_env()
     if mode == "resume":
         config = config_from_dict(RunFolder(out_dir, mode="resume").read_config())
     # Everything that can fail on bad input (device, data, model options) happens before the
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
-    device = resolve_device(config.device)
+    per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
+    device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
     seed_everything(config.seed)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
@@ -494,24 +588,43 @@ def train(config: TrainConfig, out_dir: str | Path, *, mode: str = "new", progre
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS
         torch.use_deterministic_algorithms(True)
     try:
-        return _train(config, out_dir, mode, progress, device)
+        group = (contextlib.nullcontext(Distributed(device=device)) if launch is None
+                 else process_group(launch, device))
+        with group as dist:
+            return _train(config, out_dir, mode, progress and dist.is_main, dist)
     finally:
         torch.use_deterministic_algorithms(was_deterministic, warn_only=was_warn_only)
 
 
-def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, device: torch.device) -> dict:
-    dataset, train_loader, test_loader = _loaders(config, device)
+def _resume_command(run_path: Path, dist: Distributed) -> str:
+    command = f"attncnn train --resume {shlex.quote(str(run_path))}"
+    if not dist.enabled:
+        return command
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    command = f"torchrun --nproc_per_node {per_node} -m {command}"
+    if per_node != dist.world_size:
+        command += " (on every node, with this run's rendezvous options)"
+    return command
+
+
+def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed) -> dict:
+    device = dist.device
+    dataset, train_loader, test_loader = _loaders(config, device, dist)
     model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(device)
     if config.init_from is not None and mode != "resume":
         _init_weights(model, config.init_from)   # before the run folder exists: a mismatch leaves nothing
-    run = RunFolder(out_dir, mode=mode)
+    if dist.rank:
+        # The shared seed gave every process the same initial weights; from here on each one
+        # draws its own dropout masks (rank 0 keeps the single-process stream).
+        torch.manual_seed(rank_seed(config.seed, dist.rank))
+    run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
     try:
         optimizer = make_optimizer(model, config)
         steps = len(train_loader)
         schedule = LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=steps,
                               kind=config.schedule, warmup_ratio=config.warmup_ratio,
                               stepping=config.lr_stepping, milestones=tuple(config.milestones),
-                              gamma=config.gamma, num_train_examples=train_loader.num_examples,
+                              gamma=config.gamma, num_train_examples=len(train_loader.labels),
                               batch_size=config.batch_size)
         preset = get_preset(config.preset)
         model_config = dataclasses.asdict(model.config)
@@ -532,13 +645,21 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
                 model.load_state_dict(ckpt.model_state)
                 optimizer.load_state_dict(ckpt.optimizer_state)
                 _set_rng_state(ckpt.extra_tensors, ckpt.metadata.get("rng"))
+                restore_rank_rng_state(dist, ckpt.extra_tensors, config.seed, start_epoch, start_step)
                 best = dict(ckpt.metadata.get("best", best))
+            elif config.init_from is not None:
+                # Stopped before its first checkpoint: start again from the same initial weights.
+                _init_weights(model, config.init_from)
+            _same_start(dist, -1 if found is None else start_epoch * (steps + 1) + start_step, run.path)
+            if found is not None:
                 if start_step:
+                    # The checkpoint holds the sums over all processes: rank 0 carries them on and
+                    # the others start from zero, so the end-of-epoch sum counts them once.
+                    kept = ckpt.extra_tensors if dist.is_main else {}
                     sums = EpochProgress.start(
                         start_epoch, steps, device, steps_done=start_step,
-                        loss_sum=ckpt.extra_tensors.get("train_loss_sum"),
-                        correct=ckpt.extra_tensors.get("train_correct"),
-                        count=int(ckpt.metadata.get("train_count", 0)))
+                        loss_sum=kept.get("train_loss_sum"), correct=kept.get("train_correct"),
+                        count=int(ckpt.metadata.get("train_count", 0)) if dist.is_main else 0)
                 run.rewind_metrics(start_epoch)
                 record = next(reversed(run.read_metrics()), {})
                 last_good = (found, start_epoch, start_step)
@@ -548,57 +669,73 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         params = count_parameters(model)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s", config.preset, f"{params:,}",
                  dataset.num_classes, dataset.source, device)
+        if dist.enabled:
+            log.info("DDP over %d processes: global batch %d = %d examples per process and step, %d steps "
+                     "per epoch", dist.world_size, config.batch_size, train_loader.batch_size, steps)
+        net = dist.wrap(model)   # DDP averages the gradients; `model` stays the plain module (saved weights)
 
         def save(path: Path, epoch: int, step: int = 0, partial: EpochProgress | None = None) -> None:
-            """Checkpoint after ``epoch`` whole epochs and ``step`` batches of the next one."""
+            """Checkpoint after ``epoch`` whole epochs and ``step`` batches of the next one.
+
+            Every process calls it (it gathers their RNG states and running sums); rank 0 writes."""
             nonlocal last_good
             extra, rng_meta = _rng_state()
+            extra.update(gather_rank_rng_states(dist))
             meta = {"arch": preset.arch, "model_config": model_config, "config": config.to_dict(),
                     "epoch": epoch, "step_in_epoch": step, "metrics": record, "best": best,
                     "classes": list(dataset.classes), "dataset": dataset.source, "parameters": params,
                     "rng": rng_meta}
             if partial is not None and step:
-                extra["train_loss_sum"] = partial.loss_sum
-                extra["train_correct"] = partial.correct
-                meta["train_count"] = partial.count
-            with run.writing(path):
-                save_checkpoint(path, model=model, optimizer=optimizer, extra_tensors=extra, metadata=meta)
+                extra["train_loss_sum"], extra["train_correct"], meta["train_count"] = partial.totals(dist)
+            run.write_checkpoint(path, lambda: save_checkpoint(path, model=model, optimizer=optimizer,
+                                                               extra_tensors=extra, metadata=meta))
             if path == last_path:
                 last_good = (path, epoch, step)
 
         def interrupted(signum: int, where: str) -> TrainingInterrupted:
             name = signal.Signals(signum).name
             message = (f"interrupted by {name} at {where}; saved a resumable checkpoint {last_path}. "
-                       f"Resume with: attncnn train --resume {shlex.quote(str(run.path))}")
-            log.warning("%s", message)
+                       f"Resume with: {_resume_command(run.path, dist)}")
+            (log.warning if dist.is_main else log.debug)("%s", message)    # once, not once per process
             return TrainingInterrupted(message, signum=signum, checkpoint=last_path)
 
         with _stop_on_signals() as stop:
+            def agreed_stop() -> int | None:
+                """The signal that asks to stop, if any process got one (a collective under DDP)."""
+                return dist.max_int(stop.signum or 0) or None
+
             for epoch in range(start_epoch, config.epochs):
                 train_loader.set_epoch(epoch)
 
                 def after_step(progress_sums: EpochProgress, epoch: int = epoch) -> None:
                     done = progress_sums.steps_done
-                    if stop.signum is not None:
-                        progress_sums.check_finite(schedule)     # never checkpoint a broken model
-                        save(last_path, epoch, done, progress_sums)
-                        raise interrupted(stop.signum, f"epoch {epoch + 1}/{config.epochs}, step {done} of {steps}")
                     every = config.checkpoint_every_steps
-                    if every and (epoch * steps + done) % every == 0 and done < steps:
-                        progress_sums.check_finite(schedule)
+                    due = bool(every) and (epoch * steps + done) % every == 0 and done < steps
+                    # A signal reaches each process on its own. One process looks after every step;
+                    # several compare notes only at fixed steps (one collective each), so that all
+                    # of them stop after the same step.
+                    if dist.enabled and not (due or done % SYNC_EVERY == 0 or done == steps):
+                        return
+                    signum = agreed_stop()
+                    if signum is not None:
+                        progress_sums.check_finite(schedule, dist)     # never checkpoint a broken model
+                        save(last_path, epoch, done, progress_sums)
+                        raise interrupted(signum, f"epoch {epoch + 1}/{config.epochs}, step {done} of {steps}")
+                    if due:
+                        progress_sums.check_finite(schedule, dist)
                         save(last_path, epoch, done, progress_sums)
 
                 first = epoch == start_epoch
                 try:
-                    stats = train_one_epoch(model, optimizer, train_loader, schedule, epoch, progress=progress,
+                    stats = train_one_epoch(net, optimizer, train_loader, schedule, epoch, progress=progress,
                                             start_step=start_step if first else 0, sums=sums if first else None,
-                                            after_step=after_step)
+                                            after_step=after_step, dist=dist)
                 except NonFiniteLossError as err:
                     kept = ("no checkpoint had been written yet" if last_good is None else
                             f"the last good checkpoint is {last_good[0]} ({_position(last_good[1], last_good[2])})")
                     err.args = (f"{err.args[0]} Nothing was written after the failure; {kept}.",)
                     raise
-                result = evaluate(model, test_loader)
+                result = evaluate(model, test_loader, dist=dist)
                 record = {"epoch": epoch + 1, **stats, "test_loss": result.loss,
                           "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
                 # Per-head attention metrics of position-only models (cheap: no forward pass,
@@ -610,6 +747,7 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
                          "%.0f img/s", epoch + 1, config.epochs, stats["lr"], stats["train_loss"],
                          stats["train_accuracy"], result.loss, result.accuracy, stats["seconds"],
                          stats["images_per_second"])
+                # The accuracy is summed over the processes, so they all take the same branches here.
                 if result.accuracy > best["accuracy"]:
                     # Selected on the test set, as the reference does (there is no validation split).
                     best = {"accuracy": result.accuracy, "epoch": epoch + 1}
@@ -617,11 +755,19 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
                 if config.checkpoint_every and (epoch + 1) % config.checkpoint_every == 0:
                     run.save_periodic(epoch + 1, lambda p, e=epoch + 1: save(p, e), config.keep_checkpoints)
                 save(last_path, epoch + 1)
-                if stop.signum is not None and epoch + 1 < config.epochs:
-                    raise interrupted(stop.signum, f"the end of epoch {epoch + 1}/{config.epochs}")
+                signum = agreed_stop()
+                if signum is not None and epoch + 1 < config.epochs:
+                    raise interrupted(signum, f"the end of epoch {epoch + 1}/{config.epochs}")
         summary = {"preset": config.preset, "epochs": config.epochs, "parameters": params,
                    "dataset": dataset.source, "final": record, "best": best}
         run.mark_finished(summary)
         return summary
     finally:
         run.close()
+
+
+def _same_start(dist: Distributed, position: int, run_path: Path) -> None:
+    """Under DDP, refuse to go on unless every process resumed from the same point (a collective)."""
+    if dist.enabled and dist.max_int(position) != -dist.max_int(-position):
+        raise TrainingError(f"the processes found different checkpoints in {run_path}: every process must see "
+                            "the same run folder (on several nodes, put it on a shared file system)")

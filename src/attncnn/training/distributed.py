@@ -1,0 +1,424 @@
+"""Data-parallel training with PyTorch DDP when the process was started by ``torchrun``.
+
+``torchrun --nproc_per_node N -m attncnn train ...`` starts N copies of the command and gives each
+the environment variables ``WORLD_SIZE`` (N times the number of nodes), ``RANK`` (0 ... WORLD_SIZE-1)
+and ``LOCAL_RANK`` (its index on the node). :func:`launch_from_env` reads them; without them (a
+plain ``attncnn train``) nothing here creates a process group and training is single-process.
+
+The rules the trainer follows under DDP (see :mod:`attncnn.training.trainer`):
+
+* ``batch_size`` is the *global* batch (the paper's 100): each of the W processes trains on
+  ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
+  so one step is the same SGD step as one process with the whole batch.
+* Every process holds the same weights, optimiser state and LR; only rank 0 writes files
+  (:class:`MainProcessRunFolder`). Each write is followed by one small collective in which rank 0
+  reports success, so a failed write (full disk) stops every process at the same point instead
+  of leaving the others waiting in the next gradient all-reduce.
+* Decisions that one process could take alone (stop on SIGINT/SIGTERM, stop on a NaN loss) are
+  agreed with a collective at points every process reaches in the same order
+  (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`).
+* Each process draws its own dropout masks: ranks > 0 reseed torch's generator from
+  ``(seed, rank)`` after the (identical) weight initialisation; checkpoints carry every rank's
+  generator state (:func:`gather_rank_rng_states`) so a resumed run continues the same streams.
+
+NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU.
+
+Limitations (kept simple on purpose):
+
+* A signal is honoured at the next agreement point (every ``trainer.SYNC_EVERY`` = 25 steps, at
+  mid-epoch checkpoints, at the end of each epoch), not after the current step as with one
+  process; torchrun forwards SIGINT/SIGTERM to every process and kills them after its
+  ``--shutdown-timeout`` (30 s by default), which must cover those steps plus a checkpoint.
+* A process that dies outside those points (out of memory, SIGKILL) leaves the others inside a
+  collective until torchrun stops them (gloo notices the lost peer at once, NCCL may wait).
+* BatchNorm (the ResNet18 baseline) normalises with each process's ``batch_size / W`` examples
+  (no SyncBatchNorm), so its runs are not the one-process computation; the attention models use
+  LayerNorm only and are.
+* Every process keeps the whole training split on its device, and the run folder must be visible
+  to every process (one node, or a shared file system on several).
+* DDP is built without ``find_unused_parameters``: every parameter must get a gradient in each
+  step (true for all presets).
+* Resuming with another number of processes works when the global batch still splits evenly and
+  the steps per epoch stay the same (training images divisible by both process counts, e.g.
+  CIFAR's 50,000 with 1, 2 or 4); ranks without a saved generator state start a fresh dropout
+  stream, with a warning.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator, Mapping, TypeVar
+
+import torch
+import torch.distributed as torch_dist
+from torch import nn
+
+from .run_folder import RunFolder, RunFolderError
+
+__all__ = ["Launch", "Distributed", "launch_from_env", "rank_device", "per_process_batch", "process_group",
+           "MainProcessRunFolder", "rank_seed", "gather_rank_rng_states", "restore_rank_rng_state",
+           "is_main_process"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Where ``torchrun`` placed this process."""
+
+    rank: int          #: 0 ... world_size - 1 over all nodes
+    local_rank: int    #: index on this node (selects the GPU)
+    world_size: int    #: number of processes in the job
+
+
+def _env_int(environ: Mapping[str, str], name: str) -> int:
+    raw = environ.get(name)
+    if raw is None:
+        raise ValueError(f"WORLD_SIZE={environ['WORLD_SIZE']} is set but {name} is not; start distributed "
+                         "training with torchrun (it sets WORLD_SIZE, RANK and LOCAL_RANK), or unset WORLD_SIZE "
+                         "for a single-process run")
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer; start distributed training "
+                         "with torchrun, which sets it") from None
+
+
+def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
+    """This process's :class:`Launch` from torchrun's variables, or ``None`` for a single process.
+
+    ``WORLD_SIZE`` unset or ``1`` (e.g. ``torchrun --nproc_per_node 1``) means single-process:
+    no process group is created, which is the same computation without the overhead.
+
+    Raises:
+        ValueError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
+            range (the message names the variable).
+    """
+    environ = os.environ if environ is None else environ
+    if "WORLD_SIZE" not in environ:
+        return None
+    world_size = _env_int(environ, "WORLD_SIZE")
+    if world_size < 1:
+        raise ValueError(f"WORLD_SIZE must be at least 1, got {world_size}")
+    if world_size == 1:
+        return None
+    rank, local_rank = _env_int(environ, "RANK"), _env_int(environ, "LOCAL_RANK")
+    if not 0 <= rank < world_size or local_rank < 0:
+        raise ValueError(f"RANK={rank} / LOCAL_RANK={local_rank} do not fit WORLD_SIZE={world_size}; "
+                         "start distributed training with torchrun")
+    return Launch(rank=rank, local_rank=local_rank, world_size=world_size)
+
+
+def is_main_process(environ: Mapping[str, str] | None = None) -> bool:
+    """True unless torchrun started this process with ``RANK`` > 0 (for the CLI's final prints)."""
+    launch = launch_from_env(environ)
+    return launch is None or launch.rank == 0
+
+
+def rank_device(name: str, local_rank: int) -> torch.device:
+    """The device of the process with ``local_rank`` for the ``--device`` value ``name``.
+
+    ``"auto"`` and ``"cuda"`` give ``cuda:LOCAL_RANK`` (``"auto"`` falls back to CPU without
+    CUDA); ``"cpu"`` gives CPU (every process on the CPU, gloo backend).
+
+    Raises:
+        ValueError: a single GPU named (``cuda:1``), CUDA requested but missing, fewer visible GPUs
+            than processes on the node, or a device type DDP is not set up for here.
+    """
+    if name == "cpu":
+        return torch.device("cpu")
+    if name in ("auto", "cuda"):
+        if not torch.cuda.is_available():
+            if name == "cuda":
+                raise ValueError("device 'cuda' requested but CUDA is not available; use --device cpu")
+            return torch.device("cpu")
+        count = torch.cuda.device_count()
+        if local_rank >= count:
+            raise ValueError(f"process LOCAL_RANK={local_rank} needs GPU {local_rank} but only {count} GPU(s) are "
+                             f"visible; start at most {count} processes per node (torchrun --nproc_per_node {count})")
+        return torch.device("cuda", local_rank)
+    device = torch.device(name)
+    if device.type == "cuda":
+        raise ValueError(f"--device {name} names one GPU, but under torchrun each process uses cuda:LOCAL_RANK; pass "
+                         "--device cuda (or auto) and choose the GPUs with CUDA_VISIBLE_DEVICES")
+    raise ValueError(f"device {name!r} is not supported for distributed training; use cpu, cuda or auto")
+
+
+def per_process_batch(global_batch: int, world_size: int) -> int:
+    """``global_batch / world_size``: the examples each process trains on per step.
+
+    Raises:
+        ValueError: ``global_batch`` not divisible by ``world_size`` (the message gives the nearest
+            valid sizes).
+    """
+    if global_batch % world_size:
+        lower = global_batch - global_batch % world_size
+        valid = ", ".join(str(v) for v in (lower, lower + world_size) if v > 0)
+        raise ValueError(f"--batch-size {global_batch} is the global batch and must split evenly over the "
+                         f"{world_size} processes; use a multiple of {world_size} (e.g. {valid}) or start a "
+                         "number of processes that divides it")
+    return global_batch // world_size
+
+
+class Distributed:
+    """This process's place in the job and the few collectives the trainer needs.
+
+    With ``world_size == 1`` (no process group) every method is local and costs nothing, so the
+    trainer runs the same code with or without DDP. Collectives must be called by every process
+    in the same order; their tensors live on ``device`` (NCCL needs CUDA tensors).
+
+    Args:
+        rank, world_size, local_rank: see :class:`Launch`.
+        device: this process's training device.
+    """
+
+    def __init__(self, *, rank: int = 0, world_size: int = 1, local_rank: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        self.rank, self.world_size, self.local_rank = int(rank), int(world_size), int(local_rank)
+        self.device = torch.device(device)
+
+    @property
+    def enabled(self) -> bool:
+        """More than one process (a process group exists)."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes files and shows progress."""
+        return self.rank == 0
+
+    def __repr__(self) -> str:
+        return f"Distributed(rank={self.rank}, world_size={self.world_size}, device={self.device})"
+
+    # -- collectives (every process, same order) ----------------------------------------------
+
+    def sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over the processes (a new tensor on ``values``' device)."""
+        if not self.enabled:
+            return values.clone()
+        out = values.detach().to(self.device, copy=True)
+        torch_dist.all_reduce(out, op=torch_dist.ReduceOp.SUM)
+        return out.to(values.device)
+
+    def max_int(self, value: int) -> int:
+        """The largest ``value`` over the processes (one host sync under DDP)."""
+        if not self.enabled:
+            return int(value)
+        t = torch.tensor(int(value), dtype=torch.int64, device=self.device)
+        torch_dist.all_reduce(t, op=torch_dist.ReduceOp.MAX)
+        return int(t.item())
+
+    def all_gather(self, value: torch.Tensor) -> list[torch.Tensor]:
+        """Every process's ``value`` (same shape and dtype everywhere), indexed by rank, on ``value``'s device."""
+        if not self.enabled:
+            return [value.clone()]
+        local = value.detach().to(self.device).contiguous()
+        parts = [torch.empty_like(local) for _ in range(self.world_size)]
+        torch_dist.all_gather(parts, local)
+        return [p.to(value.device) for p in parts]
+
+    def on_main(self, fn: Callable[[], T], what: str, error: type[Exception] = RunFolderError) -> T | None:
+        """Run ``fn`` on rank 0 only; every process learns whether it failed.
+
+        Returns ``fn()`` on rank 0 and ``None`` elsewhere. It is also a barrier: no process
+        returns before rank 0 has finished ``fn``.
+
+        Raises:
+            Exception: on rank 0, whatever ``fn`` raised.
+            error: on the other ranks, when ``fn`` failed on rank 0 (whose own message says why).
+        """
+        if not self.enabled:
+            return fn()
+        result, failure = None, None
+        if self.is_main:
+            try:
+                result = fn()
+            except Exception as err:     # reported to the others first, re-raised below
+                failure = err
+        if self.max_int(failure is not None):
+            if failure is not None:
+                raise failure
+            raise error(f"rank 0 failed to {what} (its error message says why); rank {self.rank} stops with it")
+        return result
+
+    def wrap(self, model: nn.Module) -> nn.Module:
+        """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel` (which averages the
+        gradients over the processes during ``backward``), or ``model`` itself for one process.
+
+        Construction broadcasts rank 0's weights and buffers, so it is a collective too.
+        """
+        if not self.enabled:
+            return model
+        device_ids = [self.device.index] if self.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=device_ids)
+
+
+@contextlib.contextmanager
+def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]:
+    """Create the default process group for ``launch`` (NCCL on CUDA, gloo on CPU), yield its
+    :class:`Distributed`, and destroy the group on the way out, also after an error.
+
+    Rendezvous uses torchrun's ``MASTER_ADDR``/``MASTER_PORT``. A group that already exists (the
+    caller set one up) is used as it is and left alone. While the block runs, ranks > 0 log only
+    warnings and errors of the ``attncnn`` logger, so the console shows each epoch once.
+
+    Raises:
+        ValueError: an existing group whose size or rank differs from ``launch``.
+    """
+    owned = not torch_dist.is_initialized()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    if owned:
+        backend = "nccl" if device.type == "cuda" else "gloo"
+        kwargs = {"device_id": device} if device.type == "cuda" else {}
+        torch_dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
+    elif (torch_dist.get_world_size(), torch_dist.get_rank()) != (launch.world_size, launch.rank):
+        raise ValueError(f"a process group of size {torch_dist.get_world_size()} (rank {torch_dist.get_rank()}) "
+                         f"already exists, but the environment says WORLD_SIZE={launch.world_size}, "
+                         f"RANK={launch.rank}")
+    package_log = logging.getLogger("attncnn")
+    level = package_log.level
+    if launch.rank:
+        package_log.setLevel(max(logging.WARNING, level))
+    try:
+        log.info("DDP: %d processes, backend %s, rank %d on %s", launch.world_size, torch_dist.get_backend(),
+                 launch.rank, device)
+        yield Distributed(rank=launch.rank, world_size=launch.world_size, local_rank=launch.local_rank,
+                          device=device)
+    finally:
+        package_log.setLevel(level)
+        if owned:
+            torch_dist.destroy_process_group()
+
+
+class MainProcessRunFolder:
+    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank.
+
+    The trainer calls the same methods on every process: on ranks > 0 the writes do nothing but
+    wait for rank 0 (:meth:`Distributed.on_main`), so all processes leave each write together and
+    all of them raise if it failed on rank 0. With one process this is the plain run folder.
+
+    Use :meth:`open` rather than the constructor.
+    """
+
+    def __init__(self, folder: RunFolder, dist: Distributed) -> None:
+        self._folder, self._dist = folder, dist
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], mode: str, dist: Distributed) -> "MainProcessRunFolder":
+        """Rank 0 opens ``path`` in ``mode`` (creating or wiping it as :class:`RunFolder` does); the
+        others then open it read-only (the folder must be visible to them: same node or a shared
+        file system).
+
+        Raises:
+            RunFolderError: as :class:`RunFolder` (on ranks > 0: that rank 0 failed).
+        """
+        folder = dist.on_main(lambda: RunFolder(path, mode=mode), f"open the run folder {path}")
+        if folder is None:
+            folder = RunFolder(path, mode="read")
+        return cls(folder, dist)
+
+    # -- reads: every rank ----------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._folder.path
+
+    def checkpoint_path(self, name: str) -> Path:
+        return self._folder.checkpoint_path(name)
+
+    def latest_checkpoint(self) -> Path | None:
+        return self._folder.latest_checkpoint()
+
+    def read_metrics(self) -> list[dict]:
+        return self._folder.read_metrics()
+
+    # -- writes: rank 0, agreed by all ----------------------------------------------------------
+
+    def write_config(self, config: dict) -> None:
+        self._dist.on_main(lambda: self._folder.write_config(config), "write config.json")
+
+    def append_metrics(self, record: dict) -> None:
+        self._dist.on_main(lambda: self._folder.append_metrics(record), "write metrics.jsonl")
+
+    def rewind_metrics(self, epoch: int) -> None:
+        self._dist.on_main(lambda: self._folder.rewind_metrics(epoch), "rewind metrics.jsonl")
+
+    def mark_finished(self, summary: dict) -> None:
+        self._dist.on_main(lambda: self._folder.mark_finished(summary), "write finished.json")
+
+    def write_checkpoint(self, path: Path, write: Callable[[], None]) -> None:
+        """Call ``write()`` (which writes ``path``) on rank 0, turning an OSError into a
+        :class:`RunFolderError` that names the file and the fix."""
+        def main() -> None:
+            with self._folder.writing(path):
+                write()
+        self._dist.on_main(main, f"write the checkpoint {path}")
+
+    def save_periodic(self, epoch: int, save_fn: Callable[[Path], None], keep: int) -> Path:
+        """``save_fn(path)`` on *every* rank (it may hold collectives; its writes go through
+        :meth:`write_checkpoint`), then rank 0 deletes the periodic checkpoints beyond ``keep``
+        as :meth:`RunFolder.save_periodic` does."""
+        path = self.checkpoint_path(f"epoch_{epoch:04d}")
+        save_fn(path)
+        # The file exists now: RunFolder.save_periodic with a no-op writer only prunes.
+        self._dist.on_main(lambda: self._folder.save_periodic(epoch, lambda p: None, keep),
+                           "delete old periodic checkpoints")
+        return path
+
+    def close(self) -> None:
+        self._folder.close()
+
+
+def rank_seed(seed: int, rank: int, *position: int) -> int:
+    """A 63-bit seed for rank ``rank``'s dropout stream, a pure function of its arguments
+    (``position``, e.g. ``(epoch, step)``, starts a fresh stream at a resume point)."""
+    text = "\0".join(str(int(v)) for v in (seed, rank, *position))
+    digest = hashlib.sha256(f"attncnn-rank\0{text}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _own_rng_states(dist: Distributed) -> dict[str, torch.Tensor]:
+    states = {"torch_cpu": torch.get_rng_state()}
+    if dist.device.type == "cuda":
+        states["torch_cuda"] = torch.cuda.get_rng_state(dist.device)
+    return states
+
+
+def gather_rank_rng_states(dist: Distributed) -> dict[str, torch.Tensor]:
+    """Collective: the torch generator states of ranks 1 ... W-1 as checkpoint tensors
+    ``rank{r}_torch_cpu`` (and ``rank{r}_torch_cuda`` on GPUs), uint8 on the CPU. Rank 0's own
+    states are saved by the trainer as in a single-process run. Empty for one process."""
+    if not dist.enabled:
+        return {}
+    out = {}
+    for name, state in _own_rng_states(dist).items():
+        for r, s in enumerate(dist.all_gather(state)):
+            if r:
+                out[f"rank{r}_{name}"] = s.cpu()
+    return out
+
+
+def restore_rank_rng_state(dist: Distributed, extra: Mapping[str, torch.Tensor], seed: int, epoch: int,
+                           step: int) -> None:
+    """On ranks > 0, restore this rank's generator states from a checkpoint's tensors; when the
+    checkpoint has none for this rank (written by fewer processes), start a fresh stream from
+    ``(seed, rank, epoch, step)`` and say so. Nothing to do on rank 0 or for one process."""
+    if not dist.rank:
+        return
+    keys = {name: f"rank{dist.rank}_{name}" for name in _own_rng_states(dist)}
+    if all(key in extra for key in keys.values()):
+        torch.set_rng_state(extra[keys["torch_cpu"]].cpu())
+        if "torch_cuda" in keys:
+            torch.cuda.set_rng_state(extra[keys["torch_cuda"]].cpu(), dist.device)
+        return
+    log.warning("the checkpoint holds no random-generator state for rank %d (it was written by fewer "
+                "processes): this rank's dropout masks start a new stream", dist.rank)
+    torch.manual_seed(rank_seed(seed, dist.rank, epoch, step))
