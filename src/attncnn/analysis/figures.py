@@ -201,7 +201,7 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
                              title=f"Layer {i + 1}", degenerate=degenerate)
     for ax in list(axes.flat)[len(layers):]:
         ax.set_visible(False)
-    _legend(fig, layers[0].num_heads)
+    _legend(fig, max(layer.num_heads for layer in layers))     # a pruned model's layers differ
     if title:
         fig.suptitle(title, fontsize=10)
     return fig

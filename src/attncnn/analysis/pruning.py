@@ -6,24 +6,44 @@ and ``spreads``, its block of ``head_dim`` input columns of the folded value/out
 ``value`` (and, with a value projection, its block of ``value_in`` output rows); ``N_h`` drops.
 Queries, keys and the block's output projection are untouched, as in the reference.
 
-Each pruned layer is a new :class:`~attncnn.layers.QuadraticAttention` with fewer heads, so a
-pruned model no longer matches ``ImageTransformerConfig.num_heads``: rebuilding it from a
-checkpoint needs a per-layer head count in the configuration (not available yet).
+Each pruned layer is a new :class:`~attncnn.layers.QuadraticAttention` with fewer heads, and the
+model's configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``,
+so a pruned model is saved and rebuilt like any other (:func:`pruned_metadata` +
+``attncnn.training.save_checkpoint``, then ``attncnn.training.load_model``).
+
+Fine-tuning (:func:`finetune_pruned`) follows the reference ``runs/quadratic-generalized-pruned``:
+the pruned weights start a new run with a fresh optimiser and a restarted warm-up + cosine
+schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other options unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from ..layers import QuadraticAttention
-from ..models import count_parameters
+from ..models import ImageTransformerConfig, count_parameters
 from .maps import attention_layers
 from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads
 
-__all__ = ["PruneResult", "prune_layer", "prune_degenerate_heads"]
+__all__ = ["PruneResult", "prune_layer", "prune_degenerate_heads", "pruned_metadata",
+           "finetune_config", "finetune_pruned", "PRUNED_CHECKPOINT", "FINETUNE_LR"]
+
+log = logging.getLogger(__name__)
+
+#: Name of the pruned starting weights inside a fine-tuned run folder (``checkpoints/pruned.safetensors``).
+PRUNED_CHECKPOINT = "pruned"
+#: Peak learning rate of the reference's fine-tune, 10x below the original run's 0.1
+#: (``runs/quadratic-generalized-pruned/run.sh``, PAPER.md 3.8; it runs 100 epochs).
+FINETUNE_LR = 0.01
 
 
 @dataclass
@@ -92,10 +112,13 @@ def prune_layer(layer: QuadraticAttention, keep: torch.Tensor) -> QuadraticAtten
 
 def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAULT_CONDITION_NUMBER,
                            min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE) -> PruneResult:
-    """Remove every degenerate head of a quadratic image transformer, in place.
+    """Remove every degenerate head of a quadratic image transformer, in place (PAPER.md 3.8).
 
     A layer whose heads are all degenerate keeps its one least degenerate head (largest
-    eigenvalue of Sigma^-1), since a layer needs at least one head.
+    eigenvalue of Sigma^-1), since a layer needs at least one head. Afterwards
+    ``model.config.layer_heads`` holds the per-layer head counts (always an explicit list), so
+    ``build_model_from_config("image-transformer", dataclasses.asdict(model.config))`` builds a
+    network that takes ``model.state_dict()`` as it is.
 
     Raises:
         ValueError: the model has no attention blocks or non-quadratic ones.
@@ -115,4 +138,153 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
         if bool(bad.any()):
             block.attention = prune_layer(layer, ~bad)
         heads_after.append(block.attention.num_heads)
+    if isinstance(getattr(model, "config", None), ImageTransformerConfig):
+        # replace() re-runs the config's validation; the model itself already has these shapes.
+        model.config = dataclasses.replace(model.config, layer_heads=list(heads_after))
     return PruneResult(pruned, heads_before, heads_after, before, count_parameters(model))
+
+
+def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict, *, source: str,
+                    condition_number: float, min_eigenvalue: float) -> dict:
+    """Checkpoint metadata for a pruned image transformer, so that ``attncnn.training.load_model``
+    (and ``attncnn evaluate / inspect / plot``) rebuild it like a network written by the trainer.
+
+    It is the source checkpoint's (``epoch``, ``classes``, ``dataset``, training ``config``) with
+    the pruned ``model_config`` (``layer_heads`` set), the training config's model options
+    extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
+    thresholds and removed heads (PAPER.md 3.8). Write it with
+    ``attncnn.training.save_checkpoint(path, model=model, metadata=...)``.
+
+    Args:
+        model: the pruned network (after :func:`prune_degenerate_heads`).
+        result: what :func:`prune_degenerate_heads` returned.
+        source_metadata: metadata of the checkpoint the model was loaded from.
+        source: the run folder or checkpoint the model came from (recorded only).
+        condition_number, min_eigenvalue: the thresholds used (recorded only).
+
+    Raises:
+        ValueError: ``model`` is not an image transformer.
+    """
+    config = getattr(model, "config", None)
+    if not isinstance(config, ImageTransformerConfig):
+        raise ValueError(f"only image transformers can be saved as pruned checkpoints, got {type(model).__name__}")
+    # The source's last metrics are left out: they describe the unpruned network.
+    meta = {k: v for k, v in source_metadata.items() if k in ("epoch", "classes", "dataset", "config")}
+    if isinstance(meta.get("config"), dict):
+        train_config = dict(meta["config"])
+        train_config["model"] = {**(train_config.get("model") or {}), "layer_heads": config.heads()}
+        meta["config"] = train_config
+    meta.update(arch="image-transformer", model_config=dataclasses.asdict(config), step_in_epoch=0,
+                parameters=count_parameters(model),
+                pruning={"source": str(source), "source_epoch": source_metadata.get("epoch"),
+                         "condition_number": condition_number, "min_eigenvalue": min_eigenvalue,
+                         **result.to_dict()})
+    return meta
+
+
+def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
+    """The training configuration that fine-tunes a pruned run (PAPER.md 3.8).
+
+    It is the source run's stored configuration (``config.json`` / checkpoint ``config``) with
+    ``layer_heads`` added to the model options, ``init_from`` cleared, and ``overrides``
+    (``epochs``, ``lr``, ``batch_size``, ``data``, ``device``, ...; None means "keep") on top.
+
+    Returns:
+        An ``attncnn.training.TrainConfig``.
+
+    Raises:
+        ValueError: the stored configuration is not valid (the message names the key).
+    """
+    from ..training import resolve_config
+
+    if not isinstance(source_config, dict) or "preset" not in source_config:
+        raise ValueError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
+                         "pruning can only fine-tune runs written by `attncnn train`")
+    stored = {k: v for k, v in source_config.items() if k not in ("preset", "model", "init_from")}
+    model = {**(source_config.get("model") or {}), "layer_heads": list(layer_heads)}
+    return resolve_config(source_config["preset"], **{**stored, **{k: v for k, v in overrides.items()
+                                                                   if v is not None}}, model=model)
+
+
+def _out_of_reach(out: Path) -> None:
+    """Refuse a folder that train(mode="new") would refuse, before anything is written."""
+    from ..training import RunFolderError
+
+    if out.exists() and not out.is_dir():
+        raise RunFolderError(f"run folder {out} exists but is not a folder; choose another --out")
+    if out.is_dir() and any(out.iterdir()):
+        raise RunFolderError(f"run folder {out} already exists and is not empty; use --overwrite to replace it, "
+                             "or choose another --out folder")
+
+
+def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata: dict, mode: str = "new",
+                    progress: bool = True) -> tuple[dict, Path]:
+    """Fine-tune a pruned model into a new run folder (the reference's ``quadratic-generalized-pruned``).
+
+    The pruned weights are written to a temporary checkpoint that the run starts from
+    (``TrainConfig.init_from``: weights only, fresh optimiser and schedule). As soon as the run
+    folder exists (also when training fails or is interrupted) that checkpoint is moved into it
+    as ``checkpoints/pruned.safetensors`` and ``config.json``'s ``init_from`` is pointed at it,
+    so the folder holds everything needed to repeat the run. The checkpoints written during
+    training keep the temporary path in their stored ``config`` (only informative: resuming
+    reads ``config.json`` and never re-reads ``init_from``).
+
+    Args:
+        model: the pruned network (its ``config.layer_heads`` must match ``config.model``).
+        config: the ``TrainConfig`` (see :func:`finetune_config`); its ``init_from`` is replaced.
+        out: the new run folder.
+        init_metadata: metadata for the pruned checkpoint (see :func:`pruned_metadata`).
+        mode: ``"new"`` (refuse a non-empty folder) or ``"overwrite"``.
+        progress: show the trainer's progress bar.
+
+    Returns:
+        ``(training summary, path of the kept pruned checkpoint)``.
+
+    Raises:
+        ValueError: bad ``mode``. RunFolderError: ``out`` cannot be used.
+        Anything :func:`attncnn.training.train` raises (TrainingInterrupted: resume the folder with
+        ``attncnn train --resume``).
+    """
+    from ..training import save_checkpoint, train
+
+    if mode not in ("new", "overwrite"):
+        raise ValueError(f"mode must be 'new' or 'overwrite', got {mode!r}")
+    out = Path(out)
+    if mode == "new":
+        _out_of_reach(out)
+    tmp = Path(tempfile.mkdtemp(prefix="attncnn-prune-"))
+    init = tmp / f"{PRUNED_CHECKPOINT}.safetensors"
+    kept = out / "checkpoints" / f"{PRUNED_CHECKPOINT}.safetensors"
+    try:
+        save_checkpoint(init, model=model, metadata=init_metadata)
+        run_config = dataclasses.replace(config, init_from=str(init))
+        try:
+            summary = train(run_config, out, mode=mode, progress=progress)
+        finally:
+            _keep_in_run(out, init, kept)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return summary, kept
+
+
+def _keep_in_run(out: Path, init: Path, kept: Path) -> None:
+    """Move the starting checkpoint into the run folder if this call's run created the folder (its
+    config.json names ``init``); a run that failed before starting leaves the folder alone."""
+    from ..training import RunFolder
+
+    try:
+        stored = json.loads((out / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return                     # the run stopped before it wrote its configuration
+    if not isinstance(stored, dict) or stored.get("init_from") != str(init) or not init.is_file():
+        return                     # an older run's config.json (overwrite refused early): not ours
+    run = RunFolder(out, mode="resume")
+    try:
+        with run.writing(kept):
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(init), str(kept))
+        stored["init_from"] = str(kept)
+        run.write_config(stored)
+    finally:
+        run.close()
+    log.info("kept the pruned starting weights as %s", kept)

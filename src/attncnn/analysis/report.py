@@ -137,7 +137,11 @@ def preset_row(name: str, *, speed: bool = False, batch_size: int = 32, image_si
 def _describe(model: nn.Module, config: dict) -> str:
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "attention"):
-        return f"{cfg.attention} SA, {cfg.num_layers} layers x {cfg.num_heads} heads, D={cfg.dim}"
+        heads = cfg.heads()
+        if len(set(heads)) == 1:
+            return f"{cfg.attention} SA, {cfg.num_layers} layers x {heads[0]} heads, D={cfg.dim}"
+        # a pruned model: the head count of every layer
+        return f"{cfg.attention} SA, {cfg.num_layers} layers, heads {'/'.join(map(str, heads))}, D={cfg.dim}"
     return type(model).__name__
 
 

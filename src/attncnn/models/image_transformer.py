@@ -28,11 +28,16 @@ __all__ = ["ImageTransformerConfig", "TransformerBlock", "ImageTransformer"]
 
 @dataclass
 class ImageTransformerConfig:
-    """Shape of an :class:`ImageTransformer`; defaults are the paper's (PAPER.md 2.6)."""
+    """Shape of an :class:`ImageTransformer`; defaults are the paper's (PAPER.md 2.6).
+
+    Raises:
+        ValueError: unknown ``attention``, a size below 1, or a ``layer_heads`` that is not one
+            head count >= 1 per layer (the message names the field and the fix).
+    """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
     num_layers: int = 6
-    num_heads: int = 9
+    num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)
     dim: int = 400                      #: hidden width D
     head_dim: int | None = None         #: per-head width D_h (None: D, as in the paper)
     mlp_dim: int = 512                  #: feed-forward width
@@ -46,6 +51,9 @@ class ImageTransformerConfig:
     table_dim: int | None = None        #: learned position-only tables: width per axis (None: D)
     center_init_std: float = 2.0        #: quadratic: std of initial centres, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
+    #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
+    #: (PAPER.md 3.8), whose layers keep different numbers of heads.
+    layer_heads: list[int] | None = None
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -53,6 +61,28 @@ class ImageTransformerConfig:
         for name in ("num_layers", "num_heads", "dim", "mlp_dim", "pooling", "in_chans", "num_classes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.layer_heads is not None:
+            self.layer_heads = self._checked_layer_heads(self.layer_heads)
+
+    def _checked_layer_heads(self, value) -> list[int]:
+        """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(h, int) and not isinstance(h, bool) for h in value):
+            raise ValueError(f"layer_heads must be a list of integers (one head count per layer) or None, "
+                             f"got {value!r}")
+        if len(value) != self.num_layers:
+            raise ValueError(f"layer_heads has {len(value)} entries {list(value)} but the model has num_layers="
+                             f"{self.num_layers}; give one head count per layer, or layer_heads=None to use "
+                             f"num_heads={self.num_heads} everywhere")
+        bad = [i + 1 for i, h in enumerate(value) if h < 1]
+        if bad:
+            raise ValueError(f"layer_heads {list(value)}: layer(s) {bad} have fewer than 1 head; every layer "
+                             "needs at least one head")
+        return list(value)
+
+    def heads(self) -> list[int]:
+        """Number of heads of each layer, first to last: ``layer_heads``, else ``num_heads`` repeated."""
+        return list(self.layer_heads) if self.layer_heads is not None else [self.num_heads] * self.num_layers
 
     def attention_kwargs(self) -> dict:
         """Keyword arguments for :func:`attncnn.layers.build_attention` for this configuration."""
@@ -67,13 +97,19 @@ class ImageTransformerConfig:
 
 
 class TransformerBlock(nn.Module):
-    """One post-LN encoder layer on a ``(B, H, W, D)`` grid (reference ``BertLayer``, PAPER.md 2.2)."""
+    """One post-LN encoder layer on a ``(B, H, W, D)`` grid (reference ``BertLayer``, PAPER.md 2.2).
 
-    def __init__(self, config: ImageTransformerConfig) -> None:
+    Args:
+        config: the network's configuration.
+        num_heads: heads of this layer's attention (None: ``config.num_heads``); a pruned model
+            has a different count per layer (``config.layer_heads``, PAPER.md 3.8).
+    """
+
+    def __init__(self, config: ImageTransformerConfig, num_heads: int | None = None) -> None:
         super().__init__()
         d = config.dim
-        self.attention: GridAttention = build_attention(config.attention, d, config.num_heads,
-                                                        **config.attention_kwargs())
+        heads = config.num_heads if num_heads is None else num_heads
+        self.attention: GridAttention = build_attention(config.attention, d, heads, **config.attention_kwargs())
         self.attn_out = nn.Linear(d, d)
         self.norm1 = nn.LayerNorm(d, eps=config.layer_norm_eps)
         self.fc1 = nn.Linear(d, config.mlp_dim)
@@ -99,7 +135,7 @@ class ImageTransformer(nn.Module):
         super().__init__()
         self.config = config
         self.embed = nn.Linear(config.pooling ** 2 * config.in_chans, config.dim)
-        self.blocks = nn.ModuleList(TransformerBlock(config) for _ in range(config.num_layers))
+        self.blocks = nn.ModuleList(TransformerBlock(config, heads) for heads in config.heads())
         self.head = nn.Linear(config.dim, config.num_classes)
 
     def _check_images(self, images: torch.Tensor) -> None:
