@@ -1,0 +1,54 @@
+"""``attncnn viewer``: the paper's interactive website as one offline HTML file (PAPER.md 6).
+
+Registered by :mod:`attncnn.cli`; the handler returns the exit status. Errors are raised as
+ValueError/OSError/FileNotFoundError/DataError (the CLI turns them into one stderr line and exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+__all__ = ["register", "cmd_viewer"]
+
+
+def register(subparsers) -> None:
+    """Add the ``viewer`` subcommand."""
+    v = subparsers.add_parser(
+        "viewer", help="one self-contained offline HTML page to explore the attention maps of runs",
+        description="Write one HTML file (no network needed, data embedded and compressed) in which you pick a "
+                    "run and a test image or the batch average, click a query token on the image, and see every "
+                    "layer x head attention map for it: probabilities, positional (q.r) or content (q.k) scores, "
+                    "with or without softmax; quadratic runs also show each head's centre of attention and its "
+                    "50%/90% ellipses. Open it in a current Chromium, Firefox or Safari.")
+    v.add_argument("runs", nargs="+", metavar="RUN", help="run folder or checkpoint file (several: one page)")
+    v.add_argument("--images", default="2,3,19,56",
+                   help="comma-separated test image indices, counted from 0 (default: 2,3,19,56 as on the "
+                        "paper's website)")
+    v.add_argument("--average", type=int, default=100,
+                   help="content models: also show maps averaged over the first N test images (default 100 as "
+                        "in the paper; 0: none)")
+    v.add_argument("--out", default="viewer.html", help="HTML file to write (default: viewer.html)")
+    v.add_argument("--title", help="page title (default: names the runs)")
+    v.add_argument("--data", help="dataset for the images (default: each run's own)")
+    v.add_argument("--data-dir", help="cache folder for official archives (default: each run's)")
+    v.add_argument("--batch-size", type=int, default=50, help="images per forward pass (default 50)")
+    v.set_defaults(handler=cmd_viewer)
+
+
+def cmd_viewer(args: argparse.Namespace) -> int:
+    from .runs import parse_indices
+    from .viewer import write_viewer
+
+    indices = parse_indices(args.images)
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    missing = [r for r in args.runs if not Path(r).exists()]
+    if missing:
+        raise FileNotFoundError(f"no run folder or checkpoint at {', '.join(missing)}; pass the folder that "
+                                "`attncnn train --out` wrote (or one of its .safetensors checkpoints)")
+    out = write_viewer(args.runs, args.out, indices=indices, data=args.data, data_dir=args.data_dir,
+                       average=args.average, batch_size=args.batch_size, title=args.title)
+    size = out.stat().st_size
+    print(f"viewer: {out} ({size / 1e6:.1f} MB, {len(args.runs)} run(s)); open it in a browser, no network needed")
+    return 0
