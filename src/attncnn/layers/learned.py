@@ -118,5 +118,14 @@ class LearnedRelativeContentAttention(ContentAttention):
     def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         return self.positional_scores(q, height, width) / math.sqrt(self.head_dim)
 
+    def scaled_position_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """``score_bias`` built with one full-size pass: the per-axis terms are scaled while they
+        are small, then broadcast-added into ``(B, N_h, N, H*W)``."""
+        b, nh, n, _ = q.shape
+        row, col = self._axis_scores(q, height, width)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        scores = (row * scale).reshape(b, nh, n, height, 1) + (col * scale).reshape(b, nh, n, 1, width)
+        return scores.reshape(b, nh, n, n)
+
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"
