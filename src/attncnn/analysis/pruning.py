@@ -226,8 +226,9 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
     folder exists (also when training fails or is interrupted) that checkpoint is moved into it
     as ``checkpoints/pruned.safetensors`` and ``config.json``'s ``init_from`` is pointed at it,
     so the folder holds everything needed to repeat the run. The checkpoints written during
-    training keep the temporary path in their stored ``config`` (only informative: resuming
-    reads ``config.json`` and never re-reads ``init_from``).
+    training keep the temporary path in their stored ``config`` (only informative: a resume
+    reads ``config.json``, whose ``init_from`` names the kept file; it loads it again only when
+    the run stopped before its first checkpoint).
 
     Args:
         model: the pruned network (its ``config.layer_heads`` must match ``config.model``).
