@@ -184,8 +184,8 @@ class ContentAttention(GridAttention):
         return None
 
     def scaled_position_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
-        """The same term as :meth:`score_bias` in any shape that broadcasts to ``(B, N_h, N, N)``
-        and is cheaper to build (default: :meth:`score_bias`)."""
+        """The same term as :meth:`score_bias`, ``(B, N_h, N, N)``, for the explicit path: a subclass
+        may build it more cheaply (default: :meth:`score_bias`)."""
         return self.score_bias(q, height, width)
 
     def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
@@ -199,7 +199,7 @@ class ContentAttention(GridAttention):
         # One pass over the (B, N_h, N, N) scores: the matrix product adds q.k / sqrt(D_h) onto
         # the positional term (baddbmm), instead of scaling and adding full-size tensors apart
         # (measured: those extra passes cost as much as the reference's dense einsums saved).
-        bias = bias.expand(b, nh, n, n).reshape(b * nh, n, n)
+        bias = bias.reshape(b * nh, n, n)
         scores = torch.baddbmm(bias, q.reshape(b * nh, n, dh), k.reshape(b * nh, n, dh).transpose(1, 2),
                                alpha=1.0 / math.sqrt(dh))
         return scores.view(b, nh, n, n)
