@@ -21,7 +21,8 @@ from safetensors.torch import load_file
 from attncnn.cli import main
 from attncnn.data import DeviceLoader, load_dataset
 from attncnn.training import evaluate, load_checkpoint, load_model
-from attncnn.training.distributed import (launch_from_env, per_process_batch, rank_device, rank_seed)
+from attncnn.training.distributed import launch_from_env, per_process_batch, rank_device
+from attncnn.training.rng import rank_seed
 
 TIMING_KEYS = {"seconds", "images_per_second", "eval_seconds"}
 TORCHRUN_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -31,7 +32,7 @@ TORCHRUN_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER
 HOOK = '''
 import os, signal, sys
 from attncnn.cli import main
-from attncnn.training import LRSchedule, trainer
+from attncnn.training import LRSchedule, state
 
 rank = int(os.environ["RANK"])
 if os.environ.get("SIGNAL_AT"):                      # "rank,epoch,step": SIGTERM during that step
@@ -44,7 +45,7 @@ if os.environ.get("SIGNAL_AT"):                      # "rank,epoch,step": SIGTER
     LRSchedule.set_lr = set_lr
 if os.environ.get("NAN_AT"):                         # "rank,call": NaN logits at that training forward
     nan_rank, nan_call = (int(v) for v in os.environ["NAN_AT"].split(","))
-    real_build = trainer.build_model
+    real_build = state.build_model
     def build(*args, **kwargs):
         model = real_build(*args, **kwargs)
         inner, calls = model.forward, [0]
@@ -57,7 +58,7 @@ if os.environ.get("NAN_AT"):                         # "rank,call": NaN logits a
             return out
         model.forward = forward
         return model
-    trainer.build_model = build
+    state.build_model = build
 sys.exit(main(sys.argv[1:]))
 '''
 
@@ -148,7 +149,7 @@ def test_only_rank_0_writes_and_the_checkpoint_loads_in_one_process(runs):
     ckpt = load_checkpoint(two / "checkpoints" / "last.safetensors")
     assert not any(k.startswith("module.") for k in ckpt.model_state)                # the unwrapped model
     assert (ckpt.metadata["epoch"], ckpt.metadata["step_in_epoch"]) == (2, 0)
-    assert "rank1_torch_cpu" in ckpt.extra_tensors                                    # rank 1's dropout stream
+    assert "rng.rank1.torch_cpu" in ckpt.extra_tensors                                  # rank 1's dropout stream
     model, meta = load_model(two)
     dataset = load_dataset(str(runs["data"]))
     result = evaluate(model, DeviceLoader(dataset.test, batch_size=7, train=False))

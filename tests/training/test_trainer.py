@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from attncnn.models import build_model
 from attncnn.training import (LRSchedule, NonFiniteLossError, RunFolderError, TrainingError, TrainingInterrupted,
                               load_checkpoint, load_model, resolve_config, save_checkpoint, train)
-from attncnn.training import trainer as trainer_module
+from attncnn.training import loop, saver, state
 
 CLASSES = ("cat", "dog", "frog")
 STEPS = 6          # 60 training images / batch 10
@@ -144,17 +144,17 @@ def test_mid_epoch_checkpoints_change_nothing(tiny, reference_run, tmp_path):
 def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_path, monkeypatch):
     out = tmp_path / "run"
     saved: list[tuple[int, int]] = []
-    real_save = trainer_module.save_checkpoint
+    real_write = saver.write_checkpoint
 
-    def save_then_die(path, **kw):
-        real_save(path, **kw)
-        meta = kw["metadata"]
+    def save_then_die(path, checkpoint):
+        real_write(path, checkpoint)
+        meta = checkpoint.metadata
         saved.append((meta["epoch"], meta["step_in_epoch"]))
         if (meta["epoch"], meta["step_in_epoch"]) == (1, 2):
             raise SystemExit("killed")                        # nothing after this save happens
 
     with monkeypatch.context() as m:
-        m.setattr(trainer_module, "save_checkpoint", save_then_die)
+        m.setattr(saver, "write_checkpoint", save_then_die)
         with pytest.raises(SystemExit):
             train(_config(tiny, checkpoint_every_steps=4), out, progress=False)
     assert (0, 4) in saved and saved[-1] == (1, 2)             # global steps 4 and 8
@@ -179,7 +179,7 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
 
 def _poison(monkeypatch, at_call: int) -> None:
     """Make the model's ``at_call``-th training forward return NaN logits."""
-    real = trainer_module.build_model
+    real = state.build_model
 
     def build(*args, **kwargs):
         model = real(*args, **kwargs)
@@ -196,7 +196,7 @@ def _poison(monkeypatch, at_call: int) -> None:
         model.forward = forward
         return model
 
-    monkeypatch.setattr(trainer_module, "build_model", build)
+    monkeypatch.setattr(state, "build_model", build)
 
 
 @pytest.mark.parametrize("every_steps", [0, 4])
@@ -236,7 +236,7 @@ def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):
         calls[0] += 1
         return real(logits, y, *a, **k) + (float("inf") if calls[0] == 3 else 0.0)
 
-    monkeypatch.setattr(trainer_module.F, "cross_entropy", cross_entropy)
+    monkeypatch.setattr(loop.F, "cross_entropy", cross_entropy)
     with pytest.raises(NonFiniteLossError, match="became inf at epoch 1, step 3 of 6"):
         train(_config(tiny), tmp_path / "run", progress=False)
 

@@ -31,8 +31,9 @@ from torch import nn
 
 from ..layers import QuadraticAttention
 from ..models import ImageTransformerConfig, count_parameters
+from ..training import RunFolder, RunFolderError, resolve_config, save_checkpoint, train
 from .maps import attention_layers
-from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads
+from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads, epoch_metrics
 
 __all__ = ["PruneResult", "prune_layer", "prune_degenerate_heads", "pruned_metadata",
            "finetune_config", "finetune_pruned", "PRUNED_CHECKPOINT", "FINETUNE_LR"]
@@ -195,8 +196,6 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
     Raises:
         ValueError: the stored configuration is not valid (the message names the key).
     """
-    from ..training import resolve_config
-
     if not isinstance(source_config, dict) or "preset" not in source_config:
         raise ValueError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
                          "pruning can only fine-tune runs written by `attncnn train`")
@@ -208,8 +207,6 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
 
 def _out_of_reach(out: Path) -> None:
     """Refuse a folder that train(mode="new") would refuse, before anything is written."""
-    from ..training import RunFolderError
-
     if out.exists() and not out.is_dir():
         raise RunFolderError(f"run folder {out} exists but is not a folder; choose another --out")
     if out.is_dir() and any(out.iterdir()):
@@ -246,8 +243,6 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
         Anything :func:`attncnn.training.train` raises (TrainingInterrupted: resume the folder with
         ``attncnn train --resume``).
     """
-    from ..training import save_checkpoint, train
-
     if mode not in ("new", "overwrite"):
         raise ValueError(f"mode must be 'new' or 'overwrite', got {mode!r}")
     out = Path(out)
@@ -260,7 +255,7 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
         save_checkpoint(init, model=model, metadata=init_metadata)
         run_config = dataclasses.replace(config, init_from=str(init))
         try:
-            summary = train(run_config, out, mode=mode, progress=progress)
+            summary = train(run_config, out, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
         finally:
             _keep_in_run(out, init, kept)
     finally:
@@ -271,8 +266,6 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
 def _keep_in_run(out: Path, init: Path, kept: Path) -> None:
     """Move the starting checkpoint into the run folder if this call's run created the folder (its
     config.json names ``init``); a run that failed before starting leaves the folder alone."""
-    from ..training import RunFolder
-
     try:
         stored = json.loads((out / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -173,6 +173,17 @@ class DeviceLoader:
             raise ValueError(f"start_step must be in [0, {len(self)}] (the batches of an epoch), got {start_step}")
         return self._batches(int(start_step))
 
+    def batches(self, epoch: int, start: int = 0) -> Iterator[tuple[int, tuple[torch.Tensor, torch.Tensor]]]:
+        """``(step, (images, labels))`` for the batches of ``epoch`` from batch ``start`` on
+        (``step`` 0-based): :meth:`set_epoch` then :meth:`iter_from`, numbered. The training loop's
+        iterator: it hands control back after every batch.
+
+        Raises:
+            ValueError: ``start`` outside ``[0, len(self)]``.
+        """
+        self.set_epoch(epoch)
+        return enumerate(self.iter_from(start), start=start)
+
     def _batches(self, start_step: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         order, offsets, flips = self._plan()
         bs = self.batch_size

@@ -61,6 +61,15 @@ class ImageTransformerConfig:
         for name in ("num_layers", "num_heads", "dim", "mlp_dim", "pooling", "in_chans", "num_classes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        # The layers check these too, but only once weights are being allocated; checking them
+        # here lets a command reject bad options from the configuration alone.
+        for name in ("head_dim", "table_dim", "max_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        width = self.dim if self.head_dim is None else self.head_dim
+        if self.attention == "learned-content" and width % 2:
+            raise ValueError(f"learned-content attention splits each query in a row half and a column half, so "
+                             f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
         if self.layer_heads is not None:
             self.layer_heads = self._checked_layer_heads(self.layer_heads)
 
@@ -130,6 +139,9 @@ class ImageTransformer(nn.Module):
     Raises (in forward):
         ValueError: wrong rank or channel count, or H/W not divisible by the pooling width.
     """
+
+    #: architecture name stored in checkpoints (key of ``attncnn.models.ARCHITECTURES``)
+    arch = "image-transformer"
 
     def __init__(self, config: ImageTransformerConfig) -> None:
         super().__init__()

@@ -18,12 +18,11 @@ from .image_transformer import ImageTransformer, ImageTransformerConfig
 from .resnet import ResNet, ResNetConfig
 
 __all__ = ["Preset", "PRESETS", "ARCHITECTURES", "get_preset", "list_presets", "build_model",
-           "build_model_from_config", "count_parameters"]
+           "build_model_from_config", "preset_model_config", "count_parameters"]
 
-#: architecture name -> (config dataclass, model class)
+#: architecture name (the model class's ``arch``, stored in checkpoints) -> (config dataclass, model class)
 ARCHITECTURES: dict[str, tuple[type, type[nn.Module]]] = {
-    "image-transformer": (ImageTransformerConfig, ImageTransformer),
-    "resnet": (ResNetConfig, ResNet),
+    cls.arch: (config, cls) for config, cls in ((ImageTransformerConfig, ImageTransformer), (ResNetConfig, ResNet))
 }
 
 
@@ -121,6 +120,22 @@ def build_model_from_config(arch: str, config: dict) -> nn.Module:
     return ARCHITECTURES[arch][1](cfg)
 
 
+def preset_model_config(name: str, num_classes: int = 10, **overrides):
+    """The configuration dataclass of a preset network, without building it (no weights allocated).
+
+    Use it to validate model options cheaply: everything :func:`build_model` would reject for
+    these arguments is rejected here.
+
+    Returns:
+        ``(arch, config)``: the key of :data:`ARCHITECTURES` and its configuration dataclass.
+
+    Raises:
+        ValueError: unknown preset or override, ill-typed or out-of-range value (named in the message).
+    """
+    preset = get_preset(name)
+    return preset.arch, _make_config(preset.arch, {**preset.model, "num_classes": num_classes, **overrides})
+
+
 def build_model(name: str, num_classes: int = 10, **overrides) -> nn.Module:
     """Build a preset network.
 
@@ -136,8 +151,8 @@ def build_model(name: str, num_classes: int = 10, **overrides) -> nn.Module:
     Raises:
         ValueError: unknown preset or override (the message lists the valid names).
     """
-    preset = get_preset(name)
-    return build_model_from_config(preset.arch, {**preset.model, "num_classes": num_classes, **overrides})
+    arch, config = preset_model_config(name, num_classes, **overrides)
+    return ARCHITECTURES[arch][1](config)
 
 
 def count_parameters(model: nn.Module) -> int:

@@ -54,6 +54,9 @@ class BasicBlock(nn.Module):
 class ResNet(nn.Module):
     """CIFAR ResNet: normalised images ``(B, C, H, W)`` -> logits ``(B, classes)``."""
 
+    #: architecture name stored in checkpoints (key of ``attncnn.models.ARCHITECTURES``)
+    arch = "resnet"
+
     def __init__(self, config: ResNetConfig) -> None:
         super().__init__()
         self.config = config

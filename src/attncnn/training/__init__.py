@@ -1,16 +1,27 @@
-"""Training and evaluation: configuration, LR schedule, checkpoints, run folders, the loop."""
+"""Training and evaluation, one concern per module.
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+``config`` (the options, declared once) -> ``options`` (the ``train`` flags built from them);
+``components`` (device, loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all
+that survives a restart) with ``rng``; ``loop`` (:func:`train`) with ``progress``, ``signals``,
+``saver`` and ``errors``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
+(models from files); ``run_folder`` and ``distributed``.
+"""
+
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, write_checkpoint
+from .components import make_optimizer, resolve_device
 from .config import TrainConfig, config_from_dict, resolve_config
 from .distributed import Distributed, launch_from_env, per_process_batch, process_group
+from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
+from .evaluation import EvalResult, evaluate
+from .loading import load_model
+from .loop import train
 from .run_folder import RunFolder, RunFolderError
 from .schedule import LRSchedule, warmup_cosine_multiplier
-from .trainer import (EvalResult, NonFiniteLossError, TrainingError, TrainingInterrupted, evaluate, load_model,
-                      make_optimizer, resolve_device, train)
+from .state import TrainState
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "TrainConfig",
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "write_checkpoint", "TrainConfig",
            "config_from_dict", "resolve_config", "RunFolder", "RunFolderError", "LRSchedule",
            "warmup_cosine_multiplier", "EvalResult", "TrainingError", "TrainingInterrupted",
-           "NonFiniteLossError", "evaluate", "load_model",
+           "NonFiniteLossError", "evaluate", "load_model", "TrainState",
            "make_optimizer", "resolve_device", "train", "Distributed", "launch_from_env", "per_process_batch",
            "process_group"]

@@ -29,7 +29,7 @@ import torch
 
 from .._io import atomic_path
 
-__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
 
 log = logging.getLogger(__name__)
 
@@ -87,10 +87,8 @@ def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None,
                     extra_tensors: dict[str, torch.Tensor] | None = None,
                     metadata: dict | None = None) -> None:
-    """Write ``model`` (+ optimizer, extra tensors, metadata) to one safetensors file atomically.
-
-    The parent folder is created if needed. A failure at any point leaves a previous file at
-    ``path`` untouched and removes the temporary file.
+    """Write ``model`` (+ optimizer, extra tensors, metadata) to one safetensors file atomically:
+    :func:`write_checkpoint` of their state dicts.
 
     Args:
         path: destination file (conventionally ``*.safetensors``).
@@ -100,35 +98,40 @@ def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
         metadata: any JSON-serialisable dict (config, epoch, metrics).
 
     Raises:
-        TypeError: a non-tensor entry in the model state dict or ``extra_tensors``, or metadata /
+        as :func:`write_checkpoint`.
+    """
+    write_checkpoint(path, Checkpoint(model_state=model.state_dict(),
+                                      optimizer_state=None if optimizer is None else optimizer.state_dict(),
+                                      extra_tensors=dict(extra_tensors or {}), metadata=metadata or {}))
+
+
+def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> None:
+    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`).
+
+    The parent folder is created if needed. A failure at any point leaves a previous file at
+    ``path`` untouched and removes the temporary file.
+
+    Raises:
+        TypeError: a non-tensor entry in the model state or the extra tensors, or metadata /
             optimizer hyper-parameters that are not JSON serialisable.
         OSError: the folder is not writable or the disk is full.
     """
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
-    for name, value in model.state_dict().items():
+    for name, value in checkpoint.model_state.items():
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"model state entry {name!r} is a {type(value).__name__}, not a tensor; "
                             "safetensors checkpoints hold tensors only")
         tensors[_MODEL + name] = _cpu_copy(value)
-    for key, value in (extra_tensors or {}).items():
+    for key, value in checkpoint.extra_tensors.items():
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"extra_tensors[{key!r}] is a {type(value).__name__}, not a tensor")
         tensors[_EXTRA + key] = _cpu_copy(value)
 
-    header = {"format_version": FORMAT_VERSION, "attncnn": _dumps(metadata or {}, "metadata")}
-    if optimizer is not None:
-        opt = optimizer.state_dict()
-        scalar_state: dict[str, dict[str, Any]] = {}
-        for index, state in opt["state"].items():
-            for key, value in state.items():
-                if isinstance(value, torch.Tensor):
-                    tensors[f"{_OPTIM}{int(index)}.{key}"] = _cpu_copy(value)
-                else:
-                    scalar_state.setdefault(str(int(index)), {})[key] = value
-        header["optimizer"] = _dumps({"param_groups": opt["param_groups"], "state": scalar_state},
-                                     "optimizer hyper-parameters")
+    header = {"format_version": FORMAT_VERSION, "attncnn": _dumps(checkpoint.metadata, "metadata")}
+    if checkpoint.optimizer_state is not None:
+        tensors.update(_optimizer_tensors(checkpoint.optimizer_state, header))
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,6 +140,22 @@ def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
     log.debug("saved checkpoint %s (%d tensors)", path, len(tensors))
+
+
+def _optimizer_tensors(opt: dict, header: dict) -> dict[str, torch.Tensor]:
+    """An optimizer ``state_dict()`` split into tensors ``optim.<index>.<key>`` (returned) and its
+    JSON part, the param groups and scalar state, stored as ``header["optimizer"]``."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalar_state: dict[str, dict[str, Any]] = {}
+    for index, state in opt["state"].items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{_OPTIM}{int(index)}.{key}"] = _cpu_copy(value)
+            else:
+                scalar_state.setdefault(str(int(index)), {})[key] = value
+    header["optimizer"] = _dumps({"param_groups": opt["param_groups"], "state": scalar_state},
+                                 "optimizer hyper-parameters")
+    return tensors
 
 
 def _looks_like_pickle(head: bytes) -> bool:

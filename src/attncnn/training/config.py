@@ -1,9 +1,11 @@
 """Typed training configuration, resolved from a preset plus explicit overrides.
 
-Defaults are the paper's recipe (PAPER.md 2.6 and 4): SGD with lr 0.1, momentum 0.9, weight
-decay 1e-4 (none on Gaussian centres and spreads), batch 100, 300 epochs, 5 % linear warm-up then
-cosine decay updated every batch. ``lr_stepping="epoch"`` reproduces the reference code's
-per-epoch stepping (LR 0 during epoch 0).
+Every option is declared once, here: the field's type and default, and its command-line help in
+``metadata`` (:func:`option`); ``attncnn train``'s flags are built from these fields
+(:mod:`attncnn.training.options`). Defaults are the paper's recipe (PAPER.md 2.6 and 4): SGD with
+lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centres and spreads), batch 100,
+300 epochs, 5 % linear warm-up then cosine decay updated every batch. ``lr_stepping="epoch"``
+reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
 """
 
 from __future__ import annotations
@@ -13,42 +15,72 @@ import typing
 from dataclasses import dataclass, field
 
 from .._typecheck import value_matches
-from ..models import get_preset
+from ..models import get_preset, preset_model_config
 
-__all__ = ["TrainConfig", "resolve_config", "config_from_dict"]
+__all__ = ["TrainConfig", "resolve_config", "config_from_dict", "option"]
+
+
+def option(default=dataclasses.MISSING, *, help: str, factory=dataclasses.MISSING, **argparse_kwargs):
+    """A :class:`TrainConfig` field with its command-line help.
+
+    Args:
+        default / factory: the field's default value / default factory (for lists and dicts).
+        help: the ``--help`` text of its flag.
+        **argparse_kwargs: extra flag settings: ``choices``, ``metavar``, or ``flag`` (a flag name
+            other than ``--field-name``).
+    """
+    return field(default=default, default_factory=factory, metadata={"help": help, **argparse_kwargs})
 
 
 @dataclass
 class TrainConfig:
-    """Everything that determines a training run (written to ``config.json`` in the run folder)."""
+    """Everything that determines a training run (written to ``config.json`` in the run folder).
 
-    preset: str = "quadratic"            #: model preset (attncnn.list_presets())
-    model: dict = field(default_factory=dict)   #: overrides of the preset's model options
-    data: str = "cifar10"                #: "cifar10", "cifar100", or a folder/zip path
-    data_dir: str | None = None          #: cache folder for official archives (None: default)
-    download: bool = False               #: fetch official archives when missing
-    epochs: int = 300
-    batch_size: int = 100
-    eval_batch_size: int = 500
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
-    schedule: str = "cosine"             #: "cosine" (warm-up + cosine), "multistep", "constant"
-    warmup_ratio: float = 0.05
-    milestones: list[int] = field(default_factory=lambda: [80, 150, 250])
-    gamma: float = 0.1
-    lr_stepping: str = "step"            #: "step" (every batch) or "epoch" (reference quirk)
-    seed: int = 42
-    device: str = "auto"                 #: "auto", "cpu", "cuda", "cuda:1", ...
-    train_subset: int | None = None      #: seeded, class-balanced subset of the training set
-    checkpoint_every: int = 10           #: periodic checkpoint interval in epochs (0: none)
-    checkpoint_every_steps: int = 0      #: also refresh ``last`` every N optimiser steps (0: epoch ends only)
-    keep_checkpoints: int = 30           #: periodic checkpoints kept (0: all)
-    deterministic: bool = False          #: torch.use_deterministic_algorithms
-    init_from: str | None = None         #: start from this checkpoint's weights (fine-tuning); fresh optimiser
+    Raises (on construction):
+        ValueError: unknown preset, model options the preset's network rejects (checked on its
+            configuration dataclass: no weights are allocated), or an out-of-range value; the
+            message names the option.
+    """
+
+    preset: str = option("quadratic", help="model preset (see `attncnn presets`)")
+    model: dict = option(factory=dict, flag="--set", metavar="KEY=VALUE",
+                         help="override a model option, e.g. --set num_heads=16 (repeatable)")
+    data: str = option("cifar10", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and "
+                                       "test/<class>/")
+    data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
+                                             "~/.cache/attncnn)")
+    download: bool = option(False, help="download official archives if missing")
+    epochs: int = option(300, help="training epochs")
+    batch_size: int = option(100, help="global batch size (split over the processes under torchrun)")
+    eval_batch_size: int = option(500, help="evaluation batch per process (sets memory use only)")
+    lr: float = option(0.1, help="peak learning rate (paper: 0.1)")
+    momentum: float = option(0.9, help="SGD momentum")
+    weight_decay: float = option(1e-4, help="weight decay (never on Gaussian centres and spreads)")
+    schedule: str = option("cosine", choices=("cosine", "multistep", "constant"),
+                           help="learning-rate schedule: warm-up + cosine, steps at --milestones, or constant")
+    warmup_ratio: float = option(0.05, help="linear warm-up as a fraction of all steps (cosine schedule)")
+    milestones: list[int] = option(factory=lambda: [80, 150, 250], metavar="EPOCH",
+                                   help="multistep schedule: epochs where the LR is multiplied by --gamma")
+    gamma: float = option(0.1, help="multistep schedule: LR factor at each milestone")
+    lr_stepping: str = option("step", choices=("step", "epoch"),
+                              help="update the LR every batch (default) or once per epoch like the reference code")
+    seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
+    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N")
+    train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
+    checkpoint_every: int = option(10, help="periodic checkpoint interval in epochs (0: none)")
+    checkpoint_every_steps: int = option(0, metavar="N",
+                                         help="also refresh the 'last' checkpoint every N optimiser steps, so a "
+                                              "killed run loses at most N steps (0, the default: only at the end "
+                                              "of each epoch)")
+    keep_checkpoints: int = option(30, help="periodic checkpoints to keep (0: all)")
+    deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
+                                             "runs are bit-identical)")
+    init_from: str | None = option(None, metavar="CHECKPOINT",
+                                   help="start from this checkpoint's weights (fine-tune: new optimiser and "
+                                        "schedule)")
 
     def __post_init__(self) -> None:
-        get_preset(self.preset)   # raises with the list of valid names
+        preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
         for name in ("epochs", "batch_size", "eval_batch_size"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
@@ -56,10 +88,10 @@ class TrainConfig:
             raise ValueError(f"train_subset must be positive, got {self.train_subset}")
         if self.lr < 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
             raise ValueError("lr and weight_decay must be >= 0 and momentum in [0, 1)")
-        if self.schedule not in ("cosine", "multistep", "constant"):
-            raise ValueError(f"schedule must be cosine, multistep or constant, got {self.schedule!r}")
-        if self.lr_stepping not in ("step", "epoch"):
-            raise ValueError(f"lr_stepping must be 'step' or 'epoch', got {self.lr_stepping!r}")
+        for name in ("schedule", "lr_stepping"):
+            choices = _FIELDS[name].metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if self.init_from is not None and not self.init_from:
             raise ValueError("init_from must be a checkpoint path or None, got an empty string")
         for name in ("checkpoint_every", "checkpoint_every_steps", "keep_checkpoints"):
@@ -68,6 +100,9 @@ class TrainConfig:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def config_from_dict(values: dict) -> TrainConfig:

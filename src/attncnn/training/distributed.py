@@ -5,7 +5,7 @@ the environment variables ``WORLD_SIZE`` (N times the number of nodes), ``RANK``
 and ``LOCAL_RANK`` (its index on the node). :func:`launch_from_env` reads them; without them (a
 plain ``attncnn train``) nothing here creates a process group and training is single-process.
 
-The rules the trainer follows under DDP (see :mod:`attncnn.training.trainer`):
+The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`):
 
 * ``batch_size`` is the *global* batch (the paper's 100): each of the W processes trains on
   ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
@@ -19,13 +19,13 @@ The rules the trainer follows under DDP (see :mod:`attncnn.training.trainer`):
   (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`).
 * Each process draws its own dropout masks: ranks > 0 reseed torch's generator from
   ``(seed, rank)`` after the (identical) weight initialisation; checkpoints carry every rank's
-  generator state (:func:`gather_rank_rng_states`) so a resumed run continues the same streams.
+  generator state (:mod:`attncnn.training.rng`) so a resumed run continues the same streams.
 
 NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU.
 
 Limitations (kept simple on purpose):
 
-* A signal is honoured at the next agreement point (every ``trainer.SYNC_EVERY`` = 25 steps, at
+* A signal is honoured at the next agreement point (every ``loop.SYNC_EVERY`` = 25 steps, at
   mid-epoch checkpoints, at the end of each epoch), not after the current step as with one
   process; torchrun forwards SIGINT/SIGTERM to every process and kills them after its
   ``--shutdown-timeout`` (30 s by default), which must cover those steps plus a checkpoint.
@@ -47,7 +47,6 @@ Limitations (kept simple on purpose):
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
 from dataclasses import dataclass
@@ -61,8 +60,7 @@ from torch import nn
 from .run_folder import RunFolder, RunFolderError
 
 __all__ = ["Launch", "Distributed", "launch_from_env", "rank_device", "per_process_batch", "process_group",
-           "MainProcessRunFolder", "rank_seed", "gather_rank_rng_states", "restore_rank_rng_state",
-           "is_main_process"]
+           "processes", "MainProcessRunFolder", "is_main_process"]
 
 log = logging.getLogger(__name__)
 
@@ -168,10 +166,10 @@ def per_process_batch(global_batch: int, world_size: int) -> int:
 
 
 class Distributed:
-    """This process's place in the job and the few collectives the trainer needs.
+    """This process's place in the job and the few collectives the training loop needs.
 
     With ``world_size == 1`` (no process group) every method is local and costs nothing, so the
-    trainer runs the same code with or without DDP. Collectives must be called by every process
+    loop runs the same code with or without DDP. Collectives must be called by every process
     in the same order; their tensors live on ``device`` (NCCL needs CUDA tensors).
 
     Args:
@@ -298,10 +296,18 @@ def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]
             torch_dist.destroy_process_group()
 
 
+def processes(launch: Launch | None, device: torch.device) -> contextlib.AbstractContextManager[Distributed]:
+    """:func:`process_group` under torchrun (``launch`` from :func:`launch_from_env`), or the
+    single-process :class:`Distributed` on ``device`` (no group, every collective is local)."""
+    if launch is None:
+        return contextlib.nullcontext(Distributed(device=device))
+    return process_group(launch, device)
+
+
 class MainProcessRunFolder:
     """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank.
 
-    The trainer calls the same methods on every process: on ranks > 0 the writes do nothing but
+    The training loop calls the same methods on every process: on ranks > 0 the writes do nothing but
     wait for rank 0 (:meth:`Distributed.on_main`), so all processes leave each write together and
     all of them raise if it failed on rank 0. With one process this is the plain run folder.
 
@@ -375,50 +381,3 @@ class MainProcessRunFolder:
 
     def close(self) -> None:
         self._folder.close()
-
-
-def rank_seed(seed: int, rank: int, *position: int) -> int:
-    """A 63-bit seed for rank ``rank``'s dropout stream, a pure function of its arguments
-    (``position``, e.g. ``(epoch, step)``, starts a fresh stream at a resume point)."""
-    text = "\0".join(str(int(v)) for v in (seed, rank, *position))
-    digest = hashlib.sha256(f"attncnn-rank\0{text}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def _own_rng_states(dist: Distributed) -> dict[str, torch.Tensor]:
-    states = {"torch_cpu": torch.get_rng_state()}
-    if dist.device.type == "cuda":
-        states["torch_cuda"] = torch.cuda.get_rng_state(dist.device)
-    return states
-
-
-def gather_rank_rng_states(dist: Distributed) -> dict[str, torch.Tensor]:
-    """Collective: the torch generator states of ranks 1 ... W-1 as checkpoint tensors
-    ``rank{r}_torch_cpu`` (and ``rank{r}_torch_cuda`` on GPUs), uint8 on the CPU. Rank 0's own
-    states are saved by the trainer as in a single-process run. Empty for one process."""
-    if not dist.enabled:
-        return {}
-    out = {}
-    for name, state in _own_rng_states(dist).items():
-        for r, s in enumerate(dist.all_gather(state)):
-            if r:
-                out[f"rank{r}_{name}"] = s.cpu()
-    return out
-
-
-def restore_rank_rng_state(dist: Distributed, extra: Mapping[str, torch.Tensor], seed: int, epoch: int,
-                           step: int) -> None:
-    """On ranks > 0, restore this rank's generator states from a checkpoint's tensors; when the
-    checkpoint has none for this rank (written by fewer processes), start a fresh stream from
-    ``(seed, rank, epoch, step)`` and say so. Nothing to do on rank 0 or for one process."""
-    if not dist.rank:
-        return
-    keys = {name: f"rank{dist.rank}_{name}" for name in _own_rng_states(dist)}
-    if all(key in extra for key in keys.values()):
-        torch.set_rng_state(extra[keys["torch_cpu"]].cpu())
-        if "torch_cuda" in keys:
-            torch.cuda.set_rng_state(extra[keys["torch_cuda"]].cpu(), dist.device)
-        return
-    log.warning("the checkpoint holds no random-generator state for rank %d (it was written by fewer "
-                "processes): this rank's dropout masks start a new stream", dist.rank)
-    torch.manual_seed(rank_seed(seed, dist.rank, epoch, step))

@@ -1,0 +1,101 @@
+"""The parts a run is made of, built from its :class:`TrainConfig`: device, data loaders,
+optimizer, learning-rate schedule, deterministic mode."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from ..data import DataError, Dataset, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
+from .config import TrainConfig
+from .distributed import Distributed, per_process_batch
+from .schedule import LRSchedule
+
+__all__ = ["resolve_device", "make_loaders", "make_optimizer", "make_schedule", "deterministic_algorithms"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(name)``.
+
+    Raises:
+        ValueError: CUDA requested but not available.
+    """
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+    return device
+
+
+@contextlib.contextmanager
+def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[None]:
+    """While the block runs, ``torch.use_deterministic_algorithms(True)`` if ``enabled`` (with
+    cuBLAS's deterministic workspace on CUDA); the previous setting comes back afterwards."""
+    was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    if enabled:
+        if device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(was, warn_only=warn_only)
+
+
+def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, DeviceLoader, DeviceLoader]:
+    """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global
+    batch, each process trains on its share (the evaluation batch is per process: it only sets
+    memory use).
+
+    Raises:
+        DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).
+        ValueError: ``train_subset`` or ``batch_size`` larger than the training set.
+    """
+    def load():
+        return load_dataset(config.data, data_dir=config.data_dir, download=config.download)
+
+    # Rank 0 first, so that a download or a first decoding (which fills the cache) happens once;
+    # the other processes then read the files it left.
+    dataset = dist.on_main(load, f"load the data set {config.data}", DataError)
+    if dataset is None:
+        dataset = load()
+    train_split = dataset.train
+    if config.train_subset is not None:
+        if config.train_subset > len(train_split.labels):
+            raise ValueError(f"--train-subset {config.train_subset} exceeds the {len(train_split.labels)} "
+                             "training images")
+        idx = class_balanced_subset(train_split.labels, config.train_subset, config.seed)
+        train_split = ImageSplit(train_split.images[idx], train_split.labels[idx])
+    if config.batch_size > len(train_split.labels):
+        raise ValueError(f"batch size {config.batch_size} is larger than the {len(train_split.labels)} "
+                         "training images; lower --batch-size")
+    shard = {"rank": dist.rank, "world_size": dist.world_size, "device": dist.device}
+    train_loader = DeviceLoader(train_split, batch_size=per_process_batch(config.batch_size, dist.world_size),
+                                train=True, seed=config.seed, **shard)
+    test_loader = DeviceLoader(dataset.test, batch_size=config.eval_batch_size, train=False, **shard)
+    return dataset, train_loader, test_loader
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
+    """SGD with two groups: weight decay on everything except the model's ``no_weight_decay()``
+    names (Gaussian centres and spreads), as the reference optimiser (PAPER.md 4)."""
+    skip = getattr(model, "no_weight_decay", lambda: set())()
+    decay = [p for n, p in model.named_parameters() if n not in skip]
+    no_decay = [p for n, p in model.named_parameters() if n in skip]
+    groups = [{"params": decay, "weight_decay": config.weight_decay}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
+
+
+def make_schedule(config: TrainConfig, train_loader: DeviceLoader) -> LRSchedule:
+    """The run's learning rate for every (epoch, step) (PAPER.md 4; ``schedule.py``)."""
+    return LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=len(train_loader),
+                      kind=config.schedule, warmup_ratio=config.warmup_ratio, stepping=config.lr_stepping,
+                      milestones=tuple(config.milestones), gamma=config.gamma,
+                      num_train_examples=len(train_loader.labels), batch_size=config.batch_size)

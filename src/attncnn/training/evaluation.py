@@ -1,0 +1,71 @@
+"""Test-set loss and accuracy of a model, summed over every process under DDP."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..data import DeviceLoader
+from .distributed import Distributed
+
+__all__ = ["EvalResult", "evaluate", "check_sharding"]
+
+
+@dataclass
+class EvalResult:
+    loss: float        #: mean cross-entropy (nats)
+    accuracy: float    #: fraction of correct top-1 predictions
+    examples: int
+    seconds: float
+
+
+def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distributed:
+    """``dist`` (or the single-process one) after checking that ``loader`` is sharded over it.
+
+    Raises:
+        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+    """
+    world = 1 if dist is None else dist.world_size
+    if loader.world_size != world:
+        raise ValueError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
+                         "pass the Distributed object of the process group the loader was made for")
+    return dist or Distributed()
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None) -> EvalResult:
+    """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode).
+
+    Args:
+        model: the plain module (not the DDP wrapper: evaluation needs no gradient sync, and the
+            shards may differ by one batch).
+        dist: under DDP, the processes whose loaders together hold the test set (each example in
+            exactly one shard); the sums are added over them, so every process gets the result over
+            the whole set. ``EvalResult.seconds`` is this process's time.
+
+    Raises:
+        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+    """
+    dist = check_sharding(loader, dist)
+    was_training = model.training
+    model.eval()
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    loss_sum = torch.zeros((), device=device, dtype=torch.float64)
+    correct = torch.zeros((), device=device, dtype=torch.int64)
+    count = 0
+    for x, y in loader:
+        logits = model(x)
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
+        correct += (logits.argmax(dim=-1) == y).sum()
+        count += y.numel()
+    model.train(was_training)
+    if dist.enabled:
+        total = dist.sum(torch.stack([loss_sum, correct.double(), loss_sum.new_tensor(float(count))]))
+        loss_sum, correct, count = total[0], total[1], int(total[2].item())
+    return EvalResult(loss=loss_sum.item() / max(count, 1), accuracy=correct.item() / max(count, 1),
+                      examples=count, seconds=time.perf_counter() - start)

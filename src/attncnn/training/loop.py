@@ -1,0 +1,215 @@
+"""The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
+
+How one run flows: :func:`train` reads the configuration (a resumed run's own), picks the device
+and, under torchrun, joins the process group; :func:`_train` builds the data loaders and the
+:class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
+the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
+trains. Per step, in this order: learning rate, forward/backward/optimizer step, running sums (on
+the device, no host sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar,
+then a stop request (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
+the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
+
+What survives what:
+
+* **SIGINT / SIGTERM** (handlers installed only while the loop runs): the current step finishes,
+  a resumable ``last`` checkpoint is written and :class:`TrainingInterrupted` is raised (the CLI
+  exits with 130 / 143 and prints the ``--resume`` command). A second signal stops at once.
+* **Resume**, also in the middle of an epoch: see :mod:`attncnn.training.state`; bit-identical to
+  an uninterrupted run on CPU in deterministic mode. ``checkpoint_every_steps`` refreshes ``last``
+  within epochs, so even SIGKILL loses little.
+* **Non-finite loss**: each step records the first non-finite loss on the device; it is read at
+  every sync point and before every checkpoint, so the error names the exact step, batch and
+  learning rate, and nothing is written after the failure: the last checkpoint is the last good one.
+
+**Several processes** (``torchrun --nproc_per_node N -m attncnn train ...``; see
+:mod:`attncnn.training.distributed`): the model is wrapped in DistributedDataParallel, the global
+``batch_size`` is split evenly over the processes, and rank 0 alone writes the run folder and shows
+progress. Epoch metrics are summed over the processes. Stop requests and non-finite losses are
+agreed with one small collective at fixed points (every ``SYNC_EVERY`` steps, at mid-epoch
+checkpoints and at the end of each epoch), so every process stops after the same step. Limitation:
+under DDP a signal is therefore honoured within ``SYNC_EVERY`` steps rather than after the current
+one (torchrun waits 30 s, ``--shutdown-timeout``, before it kills the processes).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Callable
+
+import torch.nn.functional as F
+from torch import nn
+
+from ..data import DeviceLoader
+from .checkpoint import load_checkpoint
+from .components import deterministic_algorithms, make_loaders, resolve_device
+from .config import TrainConfig, config_from_dict
+from .distributed import (Distributed, MainProcessRunFolder, launch_from_env, per_process_batch, processes,
+                          rank_device)
+from .errors import NonFiniteLossError, TrainingError
+from .evaluation import evaluate
+from .loading import load_weights
+from .progress import EpochMeter
+from .run_folder import RunFolder
+from .saver import Saver
+from .signals import stop_on_signals
+from .state import TrainState, position_text
+
+__all__ = ["train", "SYNC_EVERY", "EpochMetrics"]
+
+log = logging.getLogger(__name__)
+
+#: Steps between host syncs of the running sums: finite-loss check, progress bar and, under DDP,
+#: the agreement on stop requests.
+SYNC_EVERY = 25
+
+#: Extra per-epoch metrics of the trained model, merged into its metrics record (the command line
+#: passes :func:`attncnn.analysis.metrics.epoch_metrics`: per-head attention distances).
+EpochMetrics = Callable[[nn.Module], dict]
+
+
+def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new", progress: bool = True,
+          epoch_metrics: EpochMetrics | None = None) -> dict:
+    """Train ``config`` into the run folder ``out_dir``; returns the final summary.
+
+    Args:
+        config: the resolved configuration (ignored on resume: the stored one is used).
+            ``config.batch_size`` is the global batch, whatever the number of processes.
+        out_dir: run folder.
+        mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
+            (continue from the folder's last checkpoint with its stored configuration, also from
+            the middle of an epoch).
+        progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
+        epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
+            epoch's record. It must not draw random numbers (a resumed run would differ).
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments: it
+    creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``; gloo on CPU), trains
+    with DistributedDataParallel on ``batch_size / WORLD_SIZE`` examples per process and step, and
+    destroys the group at the end, also after an error. Only rank 0 writes ``out_dir``; every
+    process returns the same summary. ``out_dir`` must be visible to all of them.
+
+    Raises:
+        RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
+            (ValueError also for a batch size that does not split evenly over the processes).
+        NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
+        TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
+    """
+    launch = launch_from_env()
+    if mode == "resume":
+        config = config_from_dict(RunFolder(out_dir, mode="resume").read_config())
+    # Everything that can fail on bad input (device, data, model options) happens before the
+    # run folder is created or overwritten, so a failed start leaves no half-made run behind.
+    per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
+    device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
+    with deterministic_algorithms(config.deterministic, device), processes(launch, device) as dist:
+        return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics)
+
+
+def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed,
+           epoch_metrics: EpochMetrics | None) -> dict:
+    """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished."""
+    dataset, train_loader, test_loader = make_loaders(config, dist)
+    # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind.
+    state = TrainState.start(config, dataset, train_loader, dist,
+                             init_from=None if mode == "resume" else config.init_from)
+    run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
+    try:
+        saver = Saver(run, state)
+        if mode == "resume":
+            _resume(state, saver)
+        else:
+            run.write_config(config.to_dict())
+        log.info("preset %s: %s parameters, %d classes, data %s, device %s", config.preset,
+                 f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device)
+        if dist.enabled:
+            log.info("DDP over %d processes: global batch %d = %d examples per process and step, %d steps "
+                     "per epoch", dist.world_size, config.batch_size, train_loader.batch_size, len(train_loader))
+        try:
+            _loop(state, saver, train_loader, test_loader, progress, epoch_metrics)
+        except NonFiniteLossError as err:
+            saver.explain(err)
+            raise
+        summary = {"preset": config.preset, "epochs": config.epochs, "parameters": state.about["parameters"],
+                   "dataset": dataset.source, "final": state.record, "best": state.best}
+        run.mark_finished(summary)
+        return summary
+    finally:
+        run.close()
+
+
+def _resume(state: TrainState, saver: Saver) -> None:
+    """Restore ``state`` from the run folder's newest checkpoint (or, if there is none, start again
+    from the run's initial weights) and drop metrics records written after it."""
+    run, dist = saver.run, state.dist
+    found = run.latest_checkpoint()
+    if found is not None:
+        state.from_checkpoint(load_checkpoint(found), found)
+    elif state.config.init_from is not None:
+        load_weights(state.model, state.config.init_from)     # stopped before its first checkpoint
+    steps = state.schedule.steps_per_epoch
+    _same_start(dist, -1 if found is None else state.epoch * (steps + 1) + state.step, run.path)
+    if found is not None:
+        run.rewind_metrics(state.epoch)
+        saver.last_good = (found, state.epoch, state.step)
+        log.info("resuming %s from %s (%s)", run.path, found.name, position_text(state.epoch, state.step))
+
+
+def _same_start(dist: Distributed, position: int, run_path: Path) -> None:
+    """Under DDP, refuse to go on unless every process resumed from the same point (a collective)."""
+    if dist.enabled and dist.max_int(position) != -dist.max_int(-position):
+        raise TrainingError(f"the processes found different checkpoints in {run_path}: every process must see "
+                            "the same run folder (on several nodes, put it on a shared file system)")
+
+
+def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_loader: DeviceLoader, progress: bool,
+          epoch_metrics: EpochMetrics | None) -> None:
+    """Train from the state's position to the last epoch; see the module docstring for the order."""
+    config, dist, steps, every = state.config, state.dist, len(train_loader), state.config.checkpoint_every_steps
+    net = dist.wrap(state.model)   # DDP averages the gradients; state.model stays the plain module (saved weights)
+    with stop_on_signals() as stop:
+        while state.epoch < config.epochs:
+            epoch = state.epoch
+            lr = state.schedule.lr_at(epoch, min(state.step, steps - 1))
+            net.train()
+            with EpochMeter(epoch, steps, state.step, state.sums, progress) as meter:
+                for step, (images, labels) in train_loader.batches(epoch, start=state.step):
+                    lr = state.schedule.set_lr(state.optimizer, epoch, step)
+                    logits = net(images)
+                    loss = F.cross_entropy(logits, labels)
+                    state.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                    state.optimizer.step()
+                    state.add_step(loss.detach(), logits.detach(), labels)       # on the device: no host sync
+                    synced = state.step % SYNC_EVERY == 0 or state.step == steps
+                    if synced:
+                        state.check_finite()                                     # one host sync
+                        meter.show(state.step, state.sums, lr)
+                    due = bool(every) and (epoch * steps + state.step) % every == 0 and state.step < steps
+                    # A signal reaches each process on its own: one process looks after every step,
+                    # several compare notes (a collective) only where all of them are at the same step.
+                    if dist.enabled and not (synced or due):
+                        continue
+                    signum = dist.max_int(stop.signum or 0)
+                    if signum or due:
+                        state.check_finite()                                     # never checkpoint a broken model
+                        saver.save("last")
+                    if signum:
+                        raise saver.interrupted(signum, f"epoch {epoch + 1}/{config.epochs}, step {state.step} "
+                                                        f"of {steps}")
+                stats = meter.finish(state.sums, lr, dist)
+            result = evaluate(state.model, test_loader, dist=dist)
+            record = {"epoch": epoch + 1, **stats, "test_loss": result.loss, "test_accuracy": result.accuracy,
+                      "eval_seconds": result.seconds, **(epoch_metrics(state.model) if epoch_metrics else {})}
+            saver.run.append_metrics(record)
+            log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1fs  %.0f img/s",
+                     epoch + 1, config.epochs, lr, stats["train_loss"], stats["train_accuracy"], result.loss,
+                     result.accuracy, stats["seconds"], stats["images_per_second"])
+            if state.end_epoch(record):                  # the accuracy is summed over the processes:
+                saver.save("best")                       # they all take the same branches
+            if config.checkpoint_every and state.epoch % config.checkpoint_every == 0:
+                saver.save_periodic()
+            saver.save("last")
+            signum = dist.max_int(stop.signum or 0)
+            if signum and state.epoch < config.epochs:
+                raise saver.interrupted(signum, f"the end of epoch {state.epoch}/{config.epochs}")

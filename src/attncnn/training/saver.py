@@ -1,0 +1,75 @@
+"""Writing a run's checkpoints (``last``, ``best``, periodic) and saying what a failure left behind."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import signal
+from pathlib import Path
+
+from .checkpoint import write_checkpoint
+from .distributed import Distributed, MainProcessRunFolder
+from .errors import NonFiniteLossError, TrainingInterrupted
+from .state import TrainState, position_text
+
+__all__ = ["Saver", "resume_command"]
+
+log = logging.getLogger(__name__)
+
+
+def resume_command(run_path: Path, dist: Distributed) -> str:
+    """The shell command that continues the run in ``run_path`` (under torchrun when it ran there)."""
+    command = f"attncnn train --resume {shlex.quote(str(run_path))}"
+    if not dist.enabled:
+        return command
+    per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
+    command = f"torchrun --nproc_per_node {per_node} -m {command}"
+    if per_node != dist.world_size:
+        command += " (on every node, with this run's rendezvous options)"
+    return command
+
+
+class Saver:
+    """Writes ``state``'s checkpoints into ``run`` and remembers the newest ``last`` one.
+
+    Every process calls the same methods (the checkpoint gathers random states and sums from all
+    of them); rank 0 alone writes. Writes are atomic: a failure leaves the previous file intact.
+    """
+
+    def __init__(self, run: MainProcessRunFolder, state: TrainState) -> None:
+        self.run, self.state = run, state
+        #: ``(file, epoch, step)`` of the newest good ``last`` checkpoint, or None before the first
+        self.last_good: tuple[Path, int, int] | None = None
+
+    def _write(self, path: Path) -> None:
+        checkpoint = self.state.to_checkpoint()
+        self.run.write_checkpoint(path, lambda: write_checkpoint(path, checkpoint))
+
+    def save(self, name: str = "last") -> Path:
+        """Checkpoint the state now as ``checkpoints/<name>.safetensors``; returns the path."""
+        path = self.run.checkpoint_path(name)
+        self._write(path)
+        if name == "last":
+            self.last_good = (path, self.state.epoch, self.state.step)
+        return path
+
+    def save_periodic(self) -> None:
+        """``checkpoints/epoch_NNNN``, keeping the newest ``config.keep_checkpoints`` of them."""
+        self.run.save_periodic(self.state.epoch, self._write, self.state.config.keep_checkpoints)
+
+    def interrupted(self, signum: int, where: str) -> TrainingInterrupted:
+        """The error for a stop on ``signum`` at ``where``, after ``last`` was saved."""
+        last = self.run.checkpoint_path("last")
+        message = (f"interrupted by {signal.Signals(signum).name} at {where}; saved a resumable checkpoint {last}. "
+                   f"Resume with: {resume_command(self.run.path, self.state.dist)}")
+        (log.warning if self.state.dist.is_main else log.debug)("%s", message)    # once, not once per process
+        return TrainingInterrupted(message, signum=signum, checkpoint=last)
+
+    def explain(self, err: NonFiniteLossError) -> NonFiniteLossError:
+        """``err`` with what is left: nothing written after the failure, and the last good checkpoint."""
+        kept = ("no checkpoint had been written yet" if self.last_good is None else
+                f"the last good checkpoint is {self.last_good[0]} ({position_text(*self.last_good[1:])})")
+        err.args = (f"{err.args[0]} Nothing was written after the failure; {kept}.",)
+        return err
+
