@@ -308,3 +308,38 @@ def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, 
     err = capsys.readouterr().err
     assert "--init-from" in err and "same --preset" in err
     assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.slow
+def test_a_second_train_on_a_live_run_is_refused_and_a_killed_runs_lock_is_not_stale(tmp_path, tiny_dataset,
+                                                                                      capsys):
+    from attncnn.training import RunFolder
+
+    run, cache = tmp_path / "run", tmp_path / "cache"
+    proc = subprocess.Popen(_cli("--epochs", "50", out=run, data=tiny_dataset, cache=cache), env=_env(cache),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_until_mid_epoch(proc, run, epoch=0)
+        for argv in (["--resume", str(run)], ["--out", str(run), "--overwrite", "--preset", "demo"]):
+            assert main(["train", *argv, "--no-progress"]) == 2
+            err = capsys.readouterr().err
+            assert f"run folder {run} is in use: attncnn pid {proc.pid} on host" in err and err.count("\n") == 1
+        assert proc.poll() is None and (run / "config.json").is_file()      # the live run is untouched
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    with RunFolder(run, mode="resume") as folder:                           # the kernel dropped the lock
+        assert (folder.path / ".lock").read_text().startswith(f"attncnn pid {os.getpid()} ")
+
+
+def test_a_log_file_gets_plain_lines_not_progress_bar_frames(tmp_path, tiny_dataset):
+    log = tmp_path / "train.log"
+    with open(log, "w") as stderr:                       # a file, as under nohup or a scheduler
+        done = subprocess.run([sys.executable, "-m", "attncnn", "train", "--preset", "demo", "--data",
+                               str(tiny_dataset), "--epochs", "2", "--batch-size", "10", "--out", str(tmp_path / "run")],
+                              stderr=stderr, stdout=subprocess.DEVNULL, env=_env(tmp_path / "cache"), timeout=300)
+    text = log.read_text()
+    assert done.returncode == 0, text
+    assert "\r" not in text and "batch/s" not in text
+    assert [line.split()[1] for line in text.splitlines() if line.startswith("epoch ")] == ["1/2", "2/2"]

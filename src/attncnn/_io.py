@@ -45,13 +45,22 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         raise
 
 
-def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``dest`` atomically (temp file in the same folder, fsync, rename)."""
+def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes, *, shared: bool = False) -> None:
+    """Write ``data`` to ``dest`` atomically (temp file in the same folder, fsync, rename).
+
+    The file is private to the user (mode 0600, from :func:`tempfile.mkstemp`) unless ``shared``,
+    which gives it the mode a plain ``open()`` would: 0666 less the umask (a file meant to be
+    handed to others, such as the viewer page).
+    """
     with atomic_path(dest) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        if shared:
+            umask = os.umask(0)       # the only way to read the umask is to set it
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
 
 
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:

@@ -8,12 +8,14 @@ exits with 130 / 143.
 from __future__ import annotations
 
 import argparse
-import ast
+import dataclasses
 import importlib
 import json
 import logging
 import sys
 from pathlib import Path
+
+from .training.options import add_config_options, flag_name, given_options
 
 __all__ = ["main", "build_parser"]
 
@@ -21,20 +23,8 @@ log = logging.getLogger("attncnn")
 
 #: Modules that add their own subcommands: each has ``register(subparsers)``, which adds parsers
 #: whose defaults set ``handler`` to a function ``(args) -> exit status``. Keeps this file thin.
-_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.analysis.viewer_command",
+_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.analysis.viewer.command",
                     "attncnn.bench.command")
-
-
-def _model_option(text: str) -> tuple[str, object]:
-    """Parse ``key=value`` with a Python literal value (``num_heads=16``, ``head_dim=None``)."""
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
-    key, raw = text.split("=", 1)
-    try:
-        value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError):
-        value = raw   # bare strings such as attention=learned
-    return key.strip(), value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,33 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a preset and print its test accuracy")
-    t.add_argument("--preset", default="quadratic", help="model preset (see `attncnn presets`)")
-    t.add_argument("--data", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and test/<class>/")
-    t.add_argument("--data-dir", help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or ~/.cache/attncnn)")
-    t.add_argument("--download", action="store_true", default=None, help="download official archives if missing")
-    t.add_argument("--epochs", type=int)
-    t.add_argument("--batch-size", type=int)
-    t.add_argument("--lr", type=float, help="peak learning rate (paper: 0.1)")
-    t.add_argument("--momentum", type=float)
-    t.add_argument("--weight-decay", type=float)
-    t.add_argument("--schedule", choices=["cosine", "multistep", "constant"])
-    t.add_argument("--warmup-ratio", type=float)
-    t.add_argument("--lr-stepping", choices=["step", "epoch"],
-                   help="update the LR every batch (default) or once per epoch like the reference code")
-    t.add_argument("--seed", type=int)
-    t.add_argument("--device", help="auto (default), cpu, cuda, cuda:N")
-    t.add_argument("--train-subset", type=int, help="train on a seeded class-balanced subset of N images")
-    t.add_argument("--checkpoint-every", type=int, help="periodic checkpoint interval in epochs (0: none)")
-    t.add_argument("--keep-checkpoints", type=int, help="periodic checkpoints to keep (0: all)")
-    t.add_argument("--checkpoint-every-steps", type=int, metavar="N",
-                   help="also refresh the 'last' checkpoint every N optimiser steps, so a killed run loses at "
-                        "most N steps (0, the default: only at the end of each epoch)")
-    t.add_argument("--deterministic", action="store_true", default=None,
-                   help="deterministic algorithms only (with --device cpu, runs and resumed runs are bit-identical)")
-    t.add_argument("--init-from", metavar="CHECKPOINT",
-                   help="start from this checkpoint's weights (fine-tune: new optimiser and schedule)")
-    t.add_argument("--set", dest="model", action="append", type=_model_option, default=[], metavar="KEY=VALUE",
-                   help="override a model option, e.g. --set num_heads=16 (repeatable)")
+    add_config_options(t)     # one flag per TrainConfig field, with the field's help
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
     t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
                    help="continue the run in --out (or RUN) from its last checkpoint")
@@ -100,46 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# train flags that become TrainConfig fields (all default to None: "not given")
-_TRAIN_OPTIONS = ("data", "data_dir", "download", "epochs", "batch_size", "lr", "momentum", "weight_decay",
-                  "schedule", "warmup_ratio", "lr_stepping", "seed", "device", "train_subset",
-                  "checkpoint_every", "keep_checkpoints", "checkpoint_every_steps", "deterministic", "init_from")
-
-
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .training import resolve_config, train
+    from .analysis.metrics import epoch_metrics
+    from .training import TrainConfig, resolve_config, train
     from .training.distributed import is_main_process
 
+    given = given_options(args)                  # only the options the user passed
+    preset = given.pop("preset", TrainConfig.preset)
     resume_path = args.resume if isinstance(args.resume, str) else None
-    out = Path(resume_path or args.out or f"runs/{args.preset}")
+    out = Path(resume_path or args.out or f"runs/{preset}")
     if args.resume and args.overwrite:
         raise ValueError("--resume and --overwrite exclude each other")
     mode = "resume" if args.resume else ("overwrite" if args.overwrite else "new")
+    config = None
     if mode == "resume":
         # A resumed run uses its stored configuration; silently dropping a changed option would
         # let a user believe e.g. --epochs took effect.
-        given = [f"--{name.replace('_', '-')}" for name in _TRAIN_OPTIONS if getattr(args, name) is not None]
-        if args.model:
-            given.append("--set")
-        if args.preset != "quadratic":
-            given.append("--preset")
-        if given:
-            raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(given)} "
+        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)]
+        if flags:
+            raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
                              "cannot change it. Drop them, or start a new run with --init-from on its checkpoint")
-    config = None
-    if mode != "resume":
-        config = resolve_config(
-            args.preset, data=args.data, data_dir=args.data_dir, download=args.download, epochs=args.epochs,
-            batch_size=args.batch_size, lr=args.lr, momentum=args.momentum, weight_decay=args.weight_decay,
-            schedule=args.schedule, warmup_ratio=args.warmup_ratio, lr_stepping=args.lr_stepping,
-            seed=args.seed, device=args.device, train_subset=args.train_subset,
-            checkpoint_every=args.checkpoint_every, keep_checkpoints=args.keep_checkpoints,
-            checkpoint_every_steps=args.checkpoint_every_steps, deterministic=args.deterministic,
-            init_from=args.init_from, model=dict(args.model) or None)
-        # Reject bad model options now, before any data is read.
-        from .models import build_model
-        build_model(config.preset, **config.model)
-    summary = train(config, out, mode=mode, progress=not args.no_progress)
+    else:
+        config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
+    summary = train(config, out, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)
     if not is_main_process():
         return 0          # under torchrun, rank 0 reports for every process
     final = summary["final"]

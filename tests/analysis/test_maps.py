@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attncnn.analysis import attention_layers, attention_maps, layer_values, position_maps, record_attention
+from attncnn.analysis import (attention_layers, attention_maps, attention_maps_by_kind, layer_values, position_maps,
+                              record_attention)
 from attncnn.models import build_model
 
 SMALL = {"num_layers": 3, "num_heads": 4, "dim": 16, "mlp_dim": 16, "pooling": 4, "max_size": 8}
@@ -98,3 +99,20 @@ def test_score_kinds_add_up_to_the_probabilities():
         layer_values(build_model("learned", **SMALL).blocks[0].attention, x, "content")
     with pytest.raises(ValueError, match="unknown attention value kind"):
         layer_values(layer, x, "nope")
+
+
+@pytest.mark.parametrize("preset", ["learned-content", "quadratic"])
+def test_several_kinds_in_one_pass_equal_one_kind_at_a_time(preset):
+    torch.manual_seed(0)
+    model = build_model(preset, **SMALL).eval()
+    images = torch.randn(3, 3, 32, 32)
+    kinds = ["content", "positional", "probs"] if preset == "learned-content" else ["probs", "scores"]
+    for average in (False, True):
+        together = attention_maps_by_kind(model, images, kinds, average=average, queries=[1, 9], batch_size=2)
+        assert list(together) == kinds
+        for kind in kinds:
+            alone = attention_maps(model, images, kind=kind, average=average, queries=[1, 9], batch_size=2)
+            for a, b in zip(together[kind], alone):
+                assert (a.layer, a.height, a.width, a.position_only, a.queries) == (
+                    b.layer, b.height, b.width, b.position_only, b.queries)
+                torch.testing.assert_close(a.values, b.values, rtol=0, atol=0)

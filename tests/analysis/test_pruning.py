@@ -74,11 +74,12 @@ def test_pruned_model_rebuilds_from_its_config(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(rebuilt(images), model(images), rtol=0, atol=0)
     # ... and through a checkpoint with the metadata `attncnn prune --out` writes.
-    meta = pruned_metadata(model, result, {"epoch": 7, "config": {"preset": "demo", "model": {"dim": 16}}},
+    options = {"attention": "quadratic-generalized", "dim": 16, "mlp_dim": 16, "num_layers": 3}
+    meta = pruned_metadata(model, result, {"epoch": 7, "config": {"preset": "demo", "model": options}},
                            source="runs/x", condition_number=1000.0, min_eigenvalue=1e-5)
     save_checkpoint(tmp_path / "p.safetensors", model=model, metadata=meta)
     loaded, stored = load_model(tmp_path / "p.safetensors")
-    assert stored["config"]["model"] == {"dim": 16, "layer_heads": [4, 2, 4]}
+    assert stored["config"]["model"] == {**options, "layer_heads": [4, 2, 4]}
     assert stored["pruning"]["pruned"] == [[], [0, 2], []] and stored["epoch"] == 7
     with torch.no_grad():
         torch.testing.assert_close(loaded(images), model(images), rtol=0, atol=0)

@@ -1,5 +1,5 @@
 """`attncnn viewer`: the exported page decodes back to the maps of real activations, to the
-quantisation tolerance of each encoding (attncnn.analysis.viewer module docstring), needs nothing
+quantisation tolerance of each encoding (attncnn.analysis.viewer.encoding docstring), needs nothing
 outside the file, and fails clearly without leaving a half-written page."""
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ import dataclasses
 import math
 import os
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,10 +16,10 @@ import torch
 
 from attncnn.analysis.maps import attention_maps
 from attncnn.analysis.metrics import quadratic_head_parameters
-from attncnn.analysis.runs import open_run
+from attncnn.analysis.runs import ImageIndexError, open_run
 from attncnn.analysis.runs import test_images as load_test_images
-from attncnn.analysis.viewer import (build_html, export_model, page_maps, quantize_affine, quantize_scaled,
-                                     quantize_separable, read_viewer, separate_axes, write_viewer)
+from attncnn.analysis.viewer import (PAGE_TEMPLATE, build_html, export_model, export_run, page_maps, quantize_affine,
+                                     quantize_scaled, quantize_separable, read_viewer, separate_axes, write_viewer)
 from attncnn.cli import main
 from attncnn.models import build_model
 
@@ -127,6 +128,13 @@ def test_page_references_nothing_outside_itself(pages):
     assert pages["content"].stat().st_size < 2_000_000              # tiny runs: a few hundred kB
 
 
+def test_a_shared_page_names_the_data_set_without_local_paths(pages, tiny_data, runs):
+    text = pages["content"].read_text(encoding="utf-8")
+    assert str(tiny_data) not in text and str(runs["content"]) not in text and str(Path.home()) not in text
+    shown = read_viewer(pages["content"]).manifest["runs"][0]["dataset"]
+    assert re.fullmatch(rf"{tiny_data.name} \(sha256:[0-9a-f]{{12}}\)", shown)
+
+
 def test_quadratic_centres_and_mass_ellipses(runs, pages):
     run = open_run(runs["generalized"])
     info = read_viewer(pages["generalized"]).manifest["runs"][0]
@@ -199,6 +207,35 @@ def test_plain_content_model_has_no_positional_values():
     truth = attention_maps(model, raw[:1].float() / 255)[0].values.double().numpy()[0]
     e = _row_bound(data, 0, "a", "content", 0) + 1e-6
     assert (np.abs(page_maps(data, 0, "a", "all")[0] - truth) <= truth * np.expm1(2 * e)[..., None] + 1e-7).all()
+
+
+def test_images_beyond_the_test_split_raise_a_typed_error(runs):
+    with pytest.raises(ImageIndexError) as beyond:
+        export_run(runs["content"], [0, 99, 120], average=2)
+    assert isinstance(beyond.value, ValueError)
+    assert (beyond.value.indices, beyond.value.count) == ([99, 120], 12)
+    assert "--images 99,120: beyond the 12 test images" in str(beyond.value)
+    with pytest.raises(ImageIndexError, match="--average 13 exceeds the 12 test images") as beyond:
+        export_run(runs["content"], [0], average=13)
+    assert beyond.value.indices == [12]
+
+
+def test_every_file_of_the_page_is_package_data():
+    """An installed (non-editable) attncnn must carry the template and every file it inlines."""
+    from pathlib import Path
+
+    import attncnn.analysis.viewer as viewer
+
+    tomllib = pytest.importorskip("tomllib")                           # Python >= 3.11
+
+    folder = Path(viewer.__file__).parent
+    template = (folder / PAGE_TEMPLATE).read_text(encoding="utf-8")
+    inlined = re.findall(r"/\*__ATTNCNN_INCLUDE ([\w.-]+)__\*/", template)
+    assert sorted(inlined) == ["decode.js", "page.css", "page.js"]
+    on_disk = sorted(p.name for p in folder.iterdir() if p.suffix in (".html", ".css", ".js"))
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text(encoding="utf-8"))
+    listed = pyproject["tool"]["setuptools"]["package-data"]["attncnn.analysis.viewer"]
+    assert sorted(listed) == on_disk == sorted([PAGE_TEMPLATE, *inlined])
 
 
 # -- the command -----------------------------------------------------------------------------------

@@ -263,3 +263,18 @@ def test_iter_from_rejects_steps_outside_the_epoch():
     for bad in (-1, 6):
         with pytest.raises(ValueError, match=r"start_step must be in \[0, 5\]"):
             loader.iter_from(bad)
+
+
+def test_the_dataset_digest_depends_on_the_pixels_not_the_path(tmp_path):
+    from attncnn.data import Dataset, ImageSplit
+
+    def dataset(name, pixel):
+        images = torch.zeros(4, 3, 2, 2, dtype=torch.uint8)
+        images[0, 0, 0, 0] = pixel
+        split = ImageSplit(images, torch.tensor([0, 1, 0, 1]))
+        return Dataset(name=name, source=f"image folder /somewhere/{name}", classes=("a", "b"), train=split,
+                       test=split)
+
+    a, b, c = dataset("x", 1), dataset("y", 1), dataset("x", 2)
+    assert a.digest == b.digest != c.digest and a.digest.startswith("sha256:") and len(a.digest) == 19
+    assert a.shareable_name == f"x ({a.digest})" and "/somewhere" not in a.shareable_name

@@ -139,6 +139,51 @@ def test_fast_path_equals_explicit_path(kind, head_dim):
     torch.testing.assert_close(layer(x), layer(x, return_attention=True)[0], rtol=1e-5, atol=1e-6)
 
 
+def _naive_terms(layer, x):
+    """(content, positional or None), each (B, N_h, N, N), pair by pair in float64: content
+    q_h . k_h / sqrt(D_h) and positional (q_h[:D_h/2] . e_row(k_r - q_r) + q_h[D_h/2:] . e_col(k_c - q_c)) / sqrt(D_h)."""
+    b, n, dh, nh = x.shape[0], H * W, layer.head_dim, layer.num_heads
+    tokens = x.reshape(b, n, D)
+    q = [[layer.query(tokens[bi, t])[h * dh:(h + 1) * dh] for t in range(n)] for bi in range(b) for h in range(nh)]
+    k = [[layer.key(tokens[bi, t])[h * dh:(h + 1) * dh] for t in range(n)] for bi in range(b) for h in range(nh)]
+    content = torch.empty(b * nh, n, n, dtype=torch.float64)
+    positional = torch.empty(b * nh, n, n, dtype=torch.float64)
+    learned = isinstance(layer, LearnedRelativeContentAttention)
+    for g in range(b * nh):
+        for i in range(n):
+            for j in range(n):
+                content[g, i, j] = q[g][i] @ k[g][j] / math.sqrt(dh)
+                if learned:
+                    (qr, qc), (kr, kc), m, half = _pos(i), _pos(j), layer.max_size, dh // 2
+                    e_row = layer.row_embeddings.weight[kr - qr + m - 1]
+                    e_col = layer.col_embeddings.weight[kc - qc + m - 1]
+                    positional[g, i, j] = (q[g][i][:half] @ e_row + q[g][i][half:] @ e_col) / math.sqrt(dh)
+    shape = (b, nh, n, n)
+    return content.reshape(shape), positional.reshape(shape) if learned else None
+
+
+@pytest.mark.parametrize("kind", ["content", "learned-content"])
+@pytest.mark.parametrize("head_dim", [None, 6])
+def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim):
+    layer = _make(kind, head_dim=head_dim).double()
+    x = torch.randn(2, H, W, D, dtype=torch.float64)
+    with torch.no_grad():
+        content, positional = layer.score_terms(x)
+        expected_content, expected_positional = _naive_terms(layer, x)
+        scores = layer.attention_scores(x)
+        q, _ = layer.queries_keys(x)
+        direct = layer.positional_term(q, H, W)
+    torch.testing.assert_close(content, expected_content, rtol=1e-12, atol=1e-12)
+    assert layer.has_positional_term == (positional is not None) == (kind == "learned-content")
+    if positional is None:
+        assert direct is None
+        torch.testing.assert_close(scores, content, rtol=1e-12, atol=1e-12)
+    else:
+        torch.testing.assert_close(positional, expected_positional, rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(direct, positional, rtol=0, atol=0)
+        torch.testing.assert_close(scores, content + positional, rtol=1e-12, atol=1e-12)
+
+
 def test_position_only_probs_do_not_depend_on_input_or_batch():
     layer = _make("quadratic")
     _, p1 = layer(torch.randn(4, H, W, D), return_attention=True)

@@ -1,5 +1,6 @@
 """Safetensors checkpoints: exact resume, metadata, pickle refusal, corruption, atomicity."""
 
+import json
 import os
 import pickle
 
@@ -284,3 +285,51 @@ def test_map_location_cpu_device_object(tmp_path):
     ck = load_checkpoint(path, map_location=torch.device("cpu"))
     assert all(t.device.type == "cpu" for t in ck.model_state.values())
     assert ckpt_mod.FORMAT_VERSION == "1"
+
+
+# -- integrity ------------------------------------------------------------------------------------
+
+def _data_start(path) -> int:
+    return 8 + int.from_bytes(path.read_bytes()[:8], "little")
+
+
+@pytest.mark.parametrize("where", [0, 0.5, -1])
+def test_a_flipped_byte_in_the_tensor_data_is_refused(tmp_path, where):
+    model, opt = make()
+    steps(model, opt, 2, seed=1)
+    path = tmp_path / "ck.safetensors"
+    save_checkpoint(path, model=model, optimizer=opt, extra_tensors={"x": torch.arange(5)})
+    raw = bytearray(path.read_bytes())
+    start = _data_start(path)
+    index = start if where == 0 else (len(raw) - 1 if where == -1 else start + (len(raw) - start) // 2)
+    raw[index] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match=rf"{path} is corrupt: its tensors do not match the digest"):
+        load_checkpoint(path)
+
+
+def test_the_digest_covers_names_and_shapes_and_is_independent_of_the_device_copy(tmp_path):
+    a = {"w": torch.arange(6.0).reshape(2, 3)}
+    b = {"w": torch.arange(6.0).reshape(3, 2)}
+    entries = [(n, t.shape, ckpt_mod._tensor_bytes(t)) for n, t in a.items()]
+    assert ckpt_mod._digest(entries) != ckpt_mod._digest([(n, t.shape, ckpt_mod._tensor_bytes(t)) for n, t in b.items()])
+    assert ckpt_mod._digest(entries) != ckpt_mod._digest([("v", *entries[0][1:])])
+    model, _ = make()
+    path = tmp_path / "ck.safetensors"
+    save_checkpoint(path, model=model)
+    header = json.loads(path.read_bytes()[8:_data_start(path)])
+    assert header["__metadata__"]["digest"].startswith("sha256:")
+
+
+def test_a_file_without_digest_loads_with_a_warning(tmp_path, caplog):
+    model, _ = make()
+    path = tmp_path / "old.safetensors"
+    save_checkpoint(path, model=model)
+    tensors = safetensors.torch.load_file(str(path))
+    header = json.loads(path.read_bytes()[8:_data_start(path)])["__metadata__"]
+    del header["digest"]
+    safetensors.torch.save_file(tensors, str(path), metadata=header)
+    with caplog.at_level("WARNING"):
+        ck = load_checkpoint(path)
+    assert "no content digest" in caplog.text
+    assert all(torch.equal(ck.model_state[k], v) for k, v in model.state_dict().items())

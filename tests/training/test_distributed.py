@@ -45,7 +45,7 @@ if os.environ.get("SIGNAL_AT"):                      # "rank,epoch,step": SIGTER
     LRSchedule.set_lr = set_lr
 if os.environ.get("NAN_AT"):                         # "rank,call": NaN logits at that training forward
     nan_rank, nan_call = (int(v) for v in os.environ["NAN_AT"].split(","))
-    real_build = state.build_model
+    real_build = state.build_checked
     def build(*args, **kwargs):
         model = real_build(*args, **kwargs)
         inner, calls = model.forward, [0]
@@ -58,7 +58,7 @@ if os.environ.get("NAN_AT"):                         # "rank,call": NaN logits a
             return out
         model.forward = forward
         return model
-    state.build_model = build
+    state.build_checked = build
 sys.exit(main(sys.argv[1:]))
 '''
 

@@ -11,7 +11,7 @@ from attncnn.training.run_folder import RunFolder, RunFolderError
 
 def test_new_creates_and_refuses_non_empty(tmp_path):
     run = RunFolder(tmp_path / "a" / "run", mode="new")
-    assert run.path.is_dir() and list(run.path.iterdir()) == []
+    assert run.path.is_dir() and [p.name for p in run.path.iterdir()] == [".lock"]      # held while open
     run.write_config({"lr": 0.1})
     with pytest.raises(RunFolderError, match="use --resume to continue it, --overwrite to replace it"):
         RunFolder(run.path, mode="new")
@@ -32,7 +32,7 @@ def test_overwrite_deletes_previous_contents(tmp_path):
     run.close()
     (run.checkpoint_path("last")).write_bytes(b"x")
     run2 = RunFolder(tmp_path / "run", mode="overwrite")
-    assert list(run2.path.iterdir()) == []
+    assert [p.name for p in run2.path.iterdir()] == [".lock"]
     RunFolder(tmp_path / "fresh", mode="overwrite")    # missing folder is created
     assert (tmp_path / "fresh").is_dir()
 
@@ -49,8 +49,8 @@ def test_overwrite_refuses_cwd_and_its_parents(tmp_path, monkeypatch):
     other = tmp_path / "other"
     other.mkdir()
     (other / "stale.txt").write_text("x")
-    RunFolder(other, mode="overwrite")                 # any other folder is emptied
-    assert list(other.iterdir()) == []
+    RunFolder(other, mode="overwrite").close()         # any other folder is emptied
+    assert [p.name for p in other.iterdir()] == [".lock"]
 
 
 def test_resume_requires_config(tmp_path):
@@ -61,6 +61,7 @@ def test_resume_requires_config(tmp_path):
         RunFolder(tmp_path / "half", mode="resume")
     run = RunFolder(tmp_path / "ok", mode="new")
     run.write_config({"epochs": 3, "milestones": [1, 2]})
+    run.close()
     resumed = RunFolder(tmp_path / "ok", mode="resume")
     assert resumed.read_config() == {"epochs": 3, "milestones": [1, 2]}
 
@@ -152,7 +153,7 @@ def test_config_is_atomic_json(tmp_path):
     run = RunFolder(tmp_path, mode="new")
     run.write_config({"b": 2, "a": [1, 2]})
     assert json.loads((tmp_path / "config.json").read_text()) == {"a": [1, 2], "b": 2}
-    assert [p.name for p in tmp_path.iterdir()] == ["config.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "config.json"]
     (tmp_path / "config.json").write_text("{broken")
     with pytest.raises(RunFolderError, match="config.json"):
         run.read_config()
@@ -238,3 +239,19 @@ def test_unwritable_folder_simulated(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkstemp", denied)
     with pytest.raises(RunFolderError, match=rf"{tmp_path}.*Permission denied; choose a writable output folder"):
         RunFolder(tmp_path, mode="new")
+
+
+def test_a_writing_folder_is_locked_until_closed(tmp_path):
+    first = RunFolder(tmp_path / "run", mode="new")
+    first.write_config({"a": 1})
+    for mode in ("resume", "overwrite"):
+        with pytest.raises(RunFolderError, match=rf"{tmp_path / 'run'} is in use: attncnn pid {os.getpid()} on host"):
+            RunFolder(tmp_path / "run", mode=mode)
+    with pytest.raises(RunFolderError, match="is in use"):
+        RunFolder.check_not_in_use(tmp_path / "run")
+    assert RunFolder(tmp_path / "run", mode="read").read_config() == {"a": 1}     # readers take no lock
+    first.close()
+    RunFolder.check_not_in_use(tmp_path / "run")
+    with RunFolder(tmp_path / "run", mode="overwrite") as again:
+        assert [p.name for p in again.path.iterdir()] == [".lock"]               # the lock file survives
+    RunFolder(tmp_path / "run", mode="new").close()                               # only a lock: empty

@@ -179,7 +179,7 @@ def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
 
 def _poison(monkeypatch, at_call: int) -> None:
     """Make the model's ``at_call``-th training forward return NaN logits."""
-    real = state.build_model
+    real = state.build_checked
 
     def build(*args, **kwargs):
         model = real(*args, **kwargs)
@@ -196,7 +196,7 @@ def _poison(monkeypatch, at_call: int) -> None:
         model.forward = forward
         return model
 
-    monkeypatch.setattr(state, "build_model", build)
+    monkeypatch.setattr(state, "build_checked", build)
 
 
 @pytest.mark.parametrize("every_steps", [0, 4])

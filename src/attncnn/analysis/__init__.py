@@ -5,20 +5,21 @@
   distance to a convolution's grid of shifts; :func:`epoch_metrics` for the training log;
 * :mod:`.figures`: the paper's figures (matplotlib, Agg);
 * :mod:`.report`: Table 1 for trained runs;
+* :mod:`.viewer`: the offline interactive page (``attncnn viewer``);
 * :mod:`.command`: the ``plot``, ``inspect`` and ``report`` subcommands.
 """
 
 from __future__ import annotations
 
-from .maps import (VALUE_KINDS, LayerMaps, attention_layers, attention_maps, default_grid_size, layer_values,
-                   position_maps, record_attention)
+from .maps import (VALUE_KINDS, LayerMaps, attention_layers, attention_maps, attention_maps_by_kind,
+                   default_grid_size, layer_values, layer_values_by_kind, position_maps, record_attention)
 from .metrics import (DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads, epoch_metrics,
                       flatten_metrics, grid_distance, head_statistics, kernel_grids, model_metrics,
                       optimal_assignment, quadratic_head_parameters)
 
 __all__ = [
-    "VALUE_KINDS", "LayerMaps", "attention_layers", "attention_maps", "default_grid_size", "layer_values",
-    "position_maps", "record_attention", "DEFAULT_CONDITION_NUMBER", "DEFAULT_MIN_EIGENVALUE",
-    "degenerate_heads", "epoch_metrics", "flatten_metrics", "grid_distance", "head_statistics",
-    "kernel_grids", "model_metrics", "optimal_assignment", "quadratic_head_parameters",
+    "VALUE_KINDS", "LayerMaps", "attention_layers", "attention_maps", "attention_maps_by_kind", "default_grid_size",
+    "layer_values", "layer_values_by_kind", "position_maps", "record_attention", "DEFAULT_CONDITION_NUMBER",
+    "DEFAULT_MIN_EIGENVALUE", "degenerate_heads", "epoch_metrics", "flatten_metrics", "grid_distance",
+    "head_statistics", "kernel_grids", "model_metrics", "optimal_assignment", "quadratic_head_parameters",
 ]

@@ -5,7 +5,9 @@ The fast forward path of a layer never materialises its attention probabilities.
 the layer's *real input* (the output of the previous block, not re-fed embeddings, which is the
 measurement bug of convit#23) and hands it to a callback together with the layer. The callback
 chooses what to compute; :func:`attention_maps` asks for the probabilities
-``(B or 1, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1, tokens row-major).
+``(B or 1, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1, tokens row-major), or the scores
+or one of their terms (:func:`layer_values`), and :func:`attention_maps_by_kind` for several of
+these in one pass over the images (the viewer's export).
 
 Position-only layers (``layer.position_only``) do not depend on the input, so their maps come
 from ``layer.attention_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
@@ -15,17 +17,16 @@ batch dimension of 1. Without images, :func:`position_maps` computes them for a 
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
-from ..layers import GridAttention, LearnedRelativeContentAttention
+from ..layers import GridAttention
 
 __all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "run_recorded", "attention_maps",
-           "position_maps", "layer_values", "VALUE_KINDS"]
+           "attention_maps_by_kind", "position_maps", "layer_values", "layer_values_by_kind", "VALUE_KINDS"]
 
 #: What :func:`layer_values` can compute: the probabilities, the full pre-softmax scores, the
 #: positional term only (q.r or the position-only score) and the content term only (q.k).
@@ -134,7 +135,8 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         kind: one of :data:`VALUE_KINDS`: ``"probs"`` (after the softmax), ``"scores"`` (before it,
             all terms), ``"positional"`` (the positional term only: q.r/sqrt(D_h) for content +
             learned layers, the whole score for position-only layers) or ``"content"``
-            (q.k/sqrt(D_h) only, content layers).
+            (q.k/sqrt(D_h) only, content layers). The two terms are the layer's own
+            :meth:`~attncnn.layers.ContentAttention.score_terms`.
 
     Returns:
         ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
@@ -143,25 +145,50 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         ValueError: unknown ``kind``, or a kind the layer does not have (content scores of a
             position-only layer, positional scores of a plain content layer).
     """
-    if kind not in VALUE_KINDS:
-        raise ValueError(f"unknown attention value kind {kind!r}; choose one of {', '.join(VALUE_KINDS)}")
+    return layer_values_by_kind(layer, x, (kind,))[kind]
+
+
+def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[str]) -> dict[str, torch.Tensor]:
+    """:func:`layer_values` of several kinds for the same input, computing shared work once.
+
+    ``"content"`` and ``"positional"`` come from one call of the layer's ``score_terms``.
+
+    Returns:
+        ``{kind: values}`` for every kind in ``kinds``, shaped as :func:`layer_values` says.
+
+    Raises:
+        ValueError: as :func:`layer_values`.
+    """
+    _check_kinds(kinds)
     _, h, w, _ = x.shape
     if layer.position_only:
-        if kind == "probs":
-            return layer.attention_probs(h, w)
-        if kind == "content":
-            raise ValueError(f"{type(layer).__name__} has no content scores (it is position-only)")
-        return layer.attention_scores(h, w).unsqueeze(0)
+        return {kind: _position_values(layer, h, w, kind) for kind in kinds}
+    content = positional = None
+    if "content" in kinds or "positional" in kinds:
+        content, positional = layer.score_terms(x)
+        if "positional" in kinds and positional is None:
+            raise ValueError(f"{type(layer).__name__} has no positional scores")
+    out = {"content": content, "positional": positional}
+    if "scores" in kinds:
+        out["scores"] = layer.attention_scores(x)
+    if "probs" in kinds:
+        out["probs"] = layer.forward(x, return_attention=True)[1]
+    return {kind: out[kind] for kind in kinds}
+
+
+def _check_kinds(kinds: Sequence[str]) -> None:
+    for kind in kinds:
+        if kind not in VALUE_KINDS:
+            raise ValueError(f"unknown attention value kind {kind!r}; choose one of {', '.join(VALUE_KINDS)}")
+
+
+def _position_values(layer: GridAttention, height: int, width: int, kind: str) -> torch.Tensor:
+    """``(1, N_h, H*W, H*W)`` values of a position-only layer; its whole score is positional."""
     if kind == "probs":
-        return layer.forward(x, return_attention=True)[1]
-    if kind == "scores":
-        return layer.attention_scores(x)
-    q, k = layer._qk(x)
-    if kind == "content":
-        return (q @ k.transpose(-2, -1)) / math.sqrt(layer.head_dim)
-    if not isinstance(layer, LearnedRelativeContentAttention):
-        raise ValueError(f"{type(layer).__name__} has no positional scores")
-    return layer.positional_scores(q, h, w) / math.sqrt(layer.head_dim)
+        return layer.attention_probs(height, width)
+    if kind not in ("scores", "positional"):
+        raise ValueError(f"{type(layer).__name__} has no {kind} scores (it is position-only); use probs or scores")
+    return layer.attention_scores(height, width).unsqueeze(0)
 
 
 def _select(values: torch.Tensor, queries: Sequence[int] | None) -> torch.Tensor:
@@ -190,39 +217,61 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
     Raises:
         ValueError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
     """
+    return attention_maps_by_kind(model, images, (kind,), average=average, queries=queries,
+                                  batch_size=batch_size)[kind]
+
+
+@torch.no_grad()
+def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequence[str], *, average: bool = False,
+                           queries: Sequence[int] | None = None, batch_size: int = 50) -> dict[str, list[LayerMaps]]:
+    """:func:`attention_maps` of several kinds in one pass over the images.
+
+    The forward passes dominate the time of the paper-size content model, so every kind is taken
+    from each layer's real input in the same pass (:func:`layer_values_by_kind`).
+
+    Returns:
+        ``{kind: [LayerMaps per block]}``, each list as :func:`attention_maps` returns it.
+
+    Raises:
+        ValueError: as :func:`attention_maps`, or no ``kinds``.
+    """
     if images.dim() != 4 or images.shape[0] == 0:
         raise ValueError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
+    if not kinds:
+        raise ValueError(f"give at least one attention value kind: {', '.join(VALUE_KINDS)}")
+    _check_kinds(kinds)
     layers = attention_layers(model)
-    sums: dict[int, torch.Tensor] = {}
-    per_image: dict[int, list[torch.Tensor]] = {i: [] for i in range(len(layers))}
+    # kept[(kind, layer)]: the maps of each batch, or their running sum (average), or the one
+    # input-free map (position-only); all on the CPU in float32
+    kept: dict[tuple[str, int], list[torch.Tensor]] = {}
     grids: dict[int, tuple[int, int]] = {}
 
     def callback(index: int, layer: GridAttention, x: torch.Tensor) -> None:
         grids[index] = (x.shape[1], x.shape[2])
-        if layer.position_only and index in sums:
+        if layer.position_only and (kinds[0], index) in kept:
             return                                   # same maps for every batch
-        values = _select(layer_values(layer, x, kind), queries).float()
-        if layer.position_only:
-            sums[index] = values.cpu()
-        elif average:
-            total = values.sum(0, keepdim=True).cpu()
-            sums[index] = total if index not in sums else sums[index] + total
-        else:
-            per_image[index].append(values.cpu())
+        for kind, values in layer_values_by_kind(layer, x, kinds).items():
+            values = _select(values, queries).float()
+            parts = kept.setdefault((kind, index), [])
+            if average and not layer.position_only:
+                total = values.sum(0, keepdim=True).cpu()
+                parts[:] = [parts[0] + total if parts else total]
+            else:
+                parts.append(values.cpu())
 
     run_recorded(model, images, callback, batch_size)
-    out = []
     n = images.shape[0]
-    for i, layer in enumerate(layers):
-        h, w = grids[i]
+
+    def finished(kind: str, index: int, layer: GridAttention) -> LayerMaps:
+        parts = kept[(kind, index)]
         if layer.position_only:
-            values = sums[i]
-        elif average:
-            values = sums[i] / n
+            values = parts[0]
         else:
-            values = torch.cat(per_image[i])
-        out.append(LayerMaps(i, values, h, w, layer.position_only, None if queries is None else list(queries)))
-    return out
+            values = parts[0] / n if average else torch.cat(parts)
+        return LayerMaps(index, values, *grids[index], layer.position_only,
+                         None if queries is None else list(queries))
+
+    return {kind: [finished(kind, i, layer) for i, layer in enumerate(layers)] for kind in kinds}
 
 
 @torch.no_grad()
@@ -239,21 +288,17 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
         One :class:`LayerMaps` per block with values ``(1, N_h, H*W, H*W)`` (CPU, float32).
 
     Raises:
-        ValueError: no attention blocks, or a layer that depends on the input (pass images to
-            :func:`attention_maps` instead).
+        ValueError: no attention blocks, a layer that depends on the input (pass images to
+            :func:`attention_maps` instead), or a kind other than these.
     """
     layers = attention_layers(model)
     if not all(layer.position_only for layer in layers):
         raise ValueError("this model's attention depends on the input: compute its maps from images "
                          "(attention_maps(model, images))")
+    _check_kinds((kind,))
     h, w = grid_size or default_grid_size(model)
     out = []
     for i, layer in enumerate(layers):
-        if kind == "probs":
-            values = layer.attention_probs(h, w)
-        elif kind in ("scores", "positional"):
-            values = layer.attention_scores(h, w).unsqueeze(0)
-        else:
-            raise ValueError(f"position-only layers have no {kind!r} values; use probs or scores")
+        values = _position_values(layer, h, w, kind)
         out.append(LayerMaps(i, values.detach().float().cpu(), h, w, True))
     return out

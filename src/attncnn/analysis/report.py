@@ -26,7 +26,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..bench.harness import time_steps
 from ..models import build_model, count_parameters, get_preset
-from .runs import Run
+from .runs import Run, shareable_dataset
 
 __all__ = ["macs_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]
 
@@ -102,7 +102,7 @@ def run_row(run: Run, *, speed: bool = True, batch_size: int = 32, image_size: i
     row = {
         "run": run.name, "preset": preset, "model": _describe(run.model, config),
         "epochs": last.get("epoch") if last else run.metadata.get("epoch"),
-        "dataset": run.metadata.get("dataset"),
+        "dataset": shareable_dataset(run.metadata),      # reports get shared: no local path
         "last_accuracy": last.get("test_accuracy") if last else None,
         "best_accuracy": best["test_accuracy"] if best else None,
         "best_epoch": best["epoch"] if best else None, "best_selected_on": "test",

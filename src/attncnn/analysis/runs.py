@@ -16,7 +16,36 @@ from torch import nn
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
 from ..training import RunFolder, load_model
 
-__all__ = ["Run", "open_run", "test_images", "parse_indices", "parse_query"]
+__all__ = ["Run", "ImageIndexError", "open_run", "test_images", "parse_indices", "parse_query", "shareable_dataset"]
+
+
+class ImageIndexError(ValueError):
+    """Test-image indices beyond the test split of a data set.
+
+    Attributes:
+        indices: the indices that do not exist (each ``>= count``), in the order given.
+        count: the number of test images.
+        source: the data set, as its loader describes it.
+    """
+
+    def __init__(self, indices: Sequence[int], count: int, source: str, message: str | None = None) -> None:
+        self.indices = list(indices)
+        self.count = count
+        self.source = source
+        super().__init__(message or f"image indices {self.indices} exceed the {count} test images of {source}")
+
+
+def shareable_dataset(metadata: dict, data: str | None = None) -> str | None:
+    """The data set of a run as pages and reports meant for sharing show it: its name and content
+    digest (``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``, stored by the trainer as ``dataset_name``),
+    never a local path. ``data``: a data set given on the command line instead (its file name is
+    shown). Runs written before ``dataset_name`` existed show the file name of their ``data``."""
+    if data is None and isinstance(metadata.get("dataset_name"), str):
+        return metadata["dataset_name"]
+    if data is None:
+        config = metadata.get("config")
+        data = config.get("data") if isinstance(config, dict) else None
+    return None if data is None else Path(str(data)).name
 
 
 @dataclass
@@ -116,14 +145,14 @@ def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,
 
     Raises:
         attncnn.data.DataError: the data set cannot be found.
-        ValueError: an index beyond the test split.
+        ImageIndexError: an index beyond the test split (a ValueError).
     """
     stored = run.metadata.get("config", {})
     dataset = load_dataset(data or stored.get("data", "cifar10"), data_dir=data_dir or stored.get("data_dir"))
     images = dataset.test.images
     bad = [i for i in indices if i >= len(images)]
     if bad:
-        raise ValueError(f"image indices {bad} exceed the {len(images)} test images of {dataset.source}")
+        raise ImageIndexError(bad, len(images), dataset.source)
     raw = images[list(indices)]
     mean = torch.tensor(CIFAR_MEAN).view(1, -1, 1, 1)
     std = torch.tensor(CIFAR_STD).view(1, -1, 1, 1)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +52,8 @@ class Dataset:
 
     Attributes:
         name: ``"cifar10"``, ``"cifar100"``, or the folder / zip file name.
-        source: human-readable description of where the pixels came from (for reports).
+        source: human-readable description of where the pixels came from, with the local path
+            (for local logs; :attr:`shareable_name` is the form for pages and reports others read).
         classes: class names; label ``k`` means ``classes[k]``.
         train, test: the two splits.
     """
@@ -64,6 +67,22 @@ class Dataset:
     @property
     def num_classes(self) -> int:
         return len(self.classes)
+
+    @functools.cached_property
+    def digest(self) -> str:
+        """``sha256:<12 hex>`` of the class names and every decoded image and label of both splits:
+        the same for the same pixels wherever the files live (about 0.3 s for CIFAR-10)."""
+        h = hashlib.sha256("\0".join(self.classes).encode())
+        for split in (self.train, self.test):
+            for tensor in (split.images, split.labels):
+                h.update(tensor.contiguous().reshape(-1).view(torch.uint8).numpy())
+        return "sha256:" + h.hexdigest()[:12]
+
+    @property
+    def shareable_name(self) -> str:
+        """The data set's name and :attr:`digest`, without any local path, e.g.
+        ``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``: what pages and reports meant for sharing show."""
+        return f"{self.name} ({self.digest})"
 
 
 def default_data_dir() -> Path:

@@ -160,48 +160,87 @@ class ContentAttention(GridAttention):
     Scores ``q_h . k_h / sqrt(D_h)`` with ``q = x W_qry + b``, ``k = x W_key + b``
     (paper eq. 8, term 1 only). With mean pooling this model sees a bag of tokens.
 
+    Subclasses add a positional term by overriding :meth:`positional_term` (and setting
+    :attr:`has_positional_term`); :meth:`score_terms` gives both terms to the analysis tools.
+
     Args: as :class:`GridAttention`.
     """
+
+    #: True when :meth:`positional_term` returns a tensor (False: plain content attention).
+    has_positional_term: bool = False
 
     def __init__(self, dim: int, num_heads: int, **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
         self.query = nn.Linear(dim, num_heads * self.head_dim)
         self.key = nn.Linear(dim, num_heads * self.head_dim)
 
-    def _qk(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys ``(B, N_h, H*W, D_h)``."""
+    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys of every head for the grid ``x (B, H, W, D)``.
+
+        ``q = x W_qry + b_qry`` and ``k = x W_key + b_key`` (paper eq. 8), split into heads.
+
+        Returns:
+            ``(q, k)``, each ``(B, N_h, H*W, D_h)`` (tokens row-major).
+        """
         b, h, w, _ = x.shape
         q = self.query(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.key(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
         return q, k
 
-    def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
-        """Additive score term ``(B, N_h, N, N)`` (already scaled), or None. Overridden by subclasses.
+    def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
+        """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
 
-        Materialised for the fused kernel's ``attn_mask``; the explicit path uses
-        :meth:`scaled_position_scores` instead, which subclasses override together with this.
+        The single place where a subclass writes its positional term (paper eq. 8, term 2 for
+        learned relative encodings). Both paths use it: the explicit path adds ``q.k / sqrt(D_h)``
+        onto it, the fast path passes it to the fused kernel as ``attn_mask``.
+
+        Args:
+            q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
+            height, width: the token grid ``H x W``.
+
+        Returns:
+            ``(B, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1); None here (plain content
+            attention has no positional term, :attr:`has_positional_term` is False).
         """
         return None
 
-    def scaled_position_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
-        """The same term as :meth:`score_bias`, ``(B, N_h, N, N)``, for the explicit path: a subclass
-        may build it more cheaply (default: :meth:`score_bias`)."""
-        return self.score_bias(q, height, width)
+    def score_terms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The two pre-softmax terms of the grid ``x (B, H, W, D)``, each already scaled.
+
+        Returns:
+            ``(content, positional)``: ``content = q_h . k_h / sqrt(D_h)`` ``(B, N_h, H*W, H*W)``
+            (paper eq. 8, term 1) and the :meth:`positional_term` ``(B, N_h, H*W, H*W)`` or None.
+            Their sum is :meth:`attention_scores` (up to float rounding).
+
+        Raises:
+            ValueError: wrong rank or channel count.
+        """
+        _, h, w = self._check_input(x)
+        q, k = self.queries_keys(x)
+        return self._add_content(None, q, k), self.positional_term(q, h, w)
 
     def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """Pre-softmax scores ``(B, N_h, H*W, H*W)`` for the grid ``x (B, H, W, D)``."""
-        b, h, w = self._check_input(x)
-        q, k = self._qk(x)
-        n, nh, dh = h * w, self.num_heads, self.head_dim
-        bias = self.scaled_position_scores(q, h, w)
-        if bias is None:
-            return (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(dh))
+        """Pre-softmax scores ``(B, N_h, H*W, H*W)`` for the grid ``x (B, H, W, D)``: the sum of
+        :meth:`score_terms`, built in one pass over the full-size scores.
+
+        Raises:
+            ValueError: wrong rank or channel count.
+        """
+        _, h, w = self._check_input(x)
+        q, k = self.queries_keys(x)
+        return self._add_content(self.positional_term(q, h, w), q, k)
+
+    def _add_content(self, positional: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``positional + q.k / sqrt(D_h)`` ``(B, N_h, N, N)`` (just the content term when None)."""
+        b, nh, n, dh = q.shape
+        scale = 1.0 / math.sqrt(dh)
+        if positional is None:
+            return (q @ k.transpose(-2, -1)) * scale
         # One pass over the (B, N_h, N, N) scores: the matrix product adds q.k / sqrt(D_h) onto
         # the positional term (baddbmm), instead of scaling and adding full-size tensors apart
         # (measured: those extra passes cost as much as the reference's dense einsums saved).
-        bias = bias.reshape(b * nh, n, n)
-        scores = torch.baddbmm(bias, q.reshape(b * nh, n, dh), k.reshape(b * nh, n, dh).transpose(1, 2),
-                               alpha=1.0 / math.sqrt(dh))
+        scores = torch.baddbmm(positional.reshape(b * nh, n, n), q.reshape(b * nh, n, dh),
+                               k.reshape(b * nh, n, dh).transpose(1, 2), alpha=scale)
         return scores.view(b, nh, n, n)
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
@@ -230,8 +269,8 @@ class ContentAttention(GridAttention):
                 mixed = dropped @ self.head_values(x)
             out = self._output(mixed, b, h, w)
             return (out, probs) if return_attention else out
-        q, k = self._qk(x)
+        q, k = self.queries_keys(x)
         mixed = F.scaled_dot_product_attention(
-            q, k, self.head_values(x), attn_mask=self.score_bias(q, h, w),
+            q, k, self.head_values(x), attn_mask=self.positional_term(q, h, w),
             dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
         return self._output(mixed, b, h, w)

@@ -83,6 +83,8 @@ class LearnedRelativeContentAttention(ContentAttention):
         ValueError: if ``head_dim`` is odd (the query is split in two halves).
     """
 
+    has_positional_term = True
+
     def __init__(self, dim: int, num_heads: int, *, max_size: int = 16, **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
         if self.head_dim % 2:
@@ -92,39 +94,33 @@ class LearnedRelativeContentAttention(ContentAttention):
         self.row_embeddings = nn.Embedding(2 * max_size - 1, half)
         self.col_embeddings = nn.Embedding(2 * max_size - 1, half)
 
-    def _axis_scores(self, q: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Positional scores per axis for queries ``q (B, N_h, H*W, D_h)``, unscaled.
+    def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
 
-        Returns ``row (B, N_h, H*W, H)`` with ``row[..., (i, j), k] = q[:D_h/2] . e_row(k - i)`` and
-        ``col (B, N_h, H*W, W)`` with ``col[..., (i, j), l] = q[D_h/2:] . e_col(l - j)``: the
-        relative shift is applied by looking the table up per (query row, key row) pair.
+        Paper eq. 8, term 2, in the form of PAPER.md 3.3 (r_delta = [e_row(delta_1); e_col(delta_2)],
+        no separate key map for positions).
+
+        Args:
+            q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
+            height, width: the token grid ``H x W``.
+
+        Returns:
+            ``(B, N_h, H*W, H*W)``, queries on dim -2, keys on dim -1 (both row-major).
+
+        Raises:
+            ValueError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
-        half = dh // 2
+        half, scale = dh // 2, 1.0 / math.sqrt(dh)
         q = q.reshape(b, nh, height, width, dh)
         e_row = _table_rows(self.row_embeddings, height, self.max_size, "height")   # (H, H, D_h/2)
         e_col = _table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
-        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row)                # (B, N_h, H, W, H)
-        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col)                # (B, N_h, H, W, W)
-        return row.reshape(b, nh, n, height), col.reshape(b, nh, n, width)
-
-    def positional_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """Unscaled q.r term ``(B, N_h, H*W, H*W)`` for queries ``q (B, N_h, H*W, D_h)`` (explicit path)."""
-        b, nh, n, _ = q.shape
-        row, col = self._axis_scores(q, height, width)
-        scores = row.reshape(b, nh, n, height, 1) + col.reshape(b, nh, n, 1, width)   # (B, N_h, N, H, W)
-        return scores.reshape(b, nh, n, n)
-
-    def score_bias(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        return self.positional_scores(q, height, width) / math.sqrt(self.head_dim)
-
-    def scaled_position_scores(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """``score_bias`` built with one full-size pass: the per-axis terms are scaled while they
-        are small, then broadcast-added into ``(B, N_h, N, H*W)``."""
-        b, nh, n, _ = q.shape
-        row, col = self._axis_scores(q, height, width)
-        scale = 1.0 / math.sqrt(self.head_dim)
-        scores = (row * scale).reshape(b, nh, n, height, 1) + (col * scale).reshape(b, nh, n, 1, width)
+        # Score each query against the table row of every (query row, key row) shift, per axis:
+        # row[b, h, i, j, k] = q[:D_h/2] . e_row(k - i), col[b, h, i, j, l] = q[D_h/2:] . e_col(l - j).
+        # Scaled while they are small, then broadcast-added: one full-size pass.
+        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row) * scale        # (B, N_h, H, W, H)
+        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col) * scale        # (B, N_h, H, W, W)
+        scores = row.reshape(b, nh, n, height, 1) + col.reshape(b, nh, n, 1, width)  # (B, N_h, N, H, W)
         return scores.reshape(b, nh, n, n)
 
     def extra_repr(self) -> str:

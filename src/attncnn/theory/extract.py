@@ -241,6 +241,93 @@ def _assign(cost: torch.Tensor, assignment: str) -> list[int | None]:
     return out
 
 
+def _unwrap(layer: AttentionConv2d | PositionalAttention,
+            assignment: str) -> tuple[AttentionConv2d | None, PositionalAttention]:
+    """``(wrapper or None, its position-only attention)``; checks both arguments of the extraction."""
+    wrapper = layer if isinstance(layer, AttentionConv2d) else None
+    attn = wrapper.attention if wrapper is not None else layer
+    if not isinstance(attn, PositionalAttention):
+        raise ValueError(f"{type(attn).__name__} is not a position-only attention layer: its attention depends "
+                         "on the input, so no single convolution describes it")
+    if assignment not in ASSIGNMENTS:
+        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+    return wrapper, attn
+
+
+def _kernel_size_and_dilation(attn: PositionalAttention, wrapper: AttentionConv2d | None,
+                              kernel_size: int | None, dilation: int | None) -> tuple[int, int]:
+    """K and the dilation: as given, else the wrapper's, else ``sqrt(N_h)`` (odd) and 1."""
+    nh = attn.num_heads
+    if kernel_size is None:
+        kernel_size = wrapper.kernel_size if wrapper is not None else math.isqrt(nh)
+        if wrapper is None and (kernel_size ** 2 != nh or kernel_size % 2 == 0):
+            raise ValueError(f"{nh} heads do not fill an odd K x K grid; pass kernel_size")
+    if dilation is None:
+        dilation = wrapper.dilation if wrapper is not None else 1
+    return kernel_size, dilation
+
+
+def _probe_grid(attn: PositionalAttention, inputs: torch.Tensor | None, grid: tuple[int, int] | None,
+                dims: int, shifts: torch.Tensor) -> tuple[int, int]:
+    """The ``(H, W)`` grid of the probabilities (and of the centres of learned encodings).
+
+    As given; else the inputs' grid (checked here); else the learned tables' ``max_size`` square;
+    else the smallest odd square (1-D: row) holding every shift and quadratic centre, at most 65.
+    """
+    if inputs is not None:
+        expect = 4 if dims == 2 else 3
+        if inputs.dim() != expect or inputs.shape[-1] != attn.dim:
+            raise ValueError(f"inputs must be channels-last with {attn.dim} channels and {expect} axes, "
+                             f"got {tuple(inputs.shape)}")
+    if grid is None:
+        if inputs is not None:
+            grid = tuple(inputs.shape[1:3]) if dims == 2 else (1, inputs.shape[1])
+        elif hasattr(attn, "max_size"):
+            grid = (attn.max_size, attn.max_size)
+        else:
+            reach = shifts.abs().max().item()
+            if isinstance(attn, QuadraticAttention):
+                reach = max(reach, attn.centers.detach().abs().max().item())
+            side = 2 * min(int(math.ceil(reach)) + 1, 32) + 1
+            grid = (1, side) if dims == 1 else (side, side)
+    return int(grid[0]), int(grid[1])
+
+
+def _head_reports(probs: torch.Tensor, query: int, grid: tuple[int, int], centres: torch.Tensor,
+                  alphas: list[float | None], assigned: list[int | None], shifts: torch.Tensor,
+                  kernel_size: int, dims: int) -> list[HeadReport]:
+    """One :class:`HeadReport` per head: its centre, assigned shift and tap, distance, alpha, and the
+    attention mass ``probs (N_h, N, N)`` puts on the assigned shift from token ``query``."""
+    heads = []
+    for h, s in enumerate(assigned):
+        centre = tuple(float(v) for v in centres[h])
+        if s is None:
+            heads.append(HeadReport(h, centre, None, None, None, alphas[h], 0.0))
+            continue
+        shift = shifts[s]
+        row, col = query // grid[1] + int(shift[0]), query % grid[1] + int(shift[1])
+        inside = 0 <= row < grid[0] and 0 <= col < grid[1]
+        mass = probs[h, query, row * grid[1] + col].item() if inside else 0.0
+        tap = (s // kernel_size, s % kernel_size) if dims == 2 else (0, s)
+        heads.append(HeadReport(h, centre, (float(shift[0]), float(shift[1])), tap,
+                                float(torch.linalg.vector_norm(centres[h] - shift)), alphas[h], mass))
+    return heads
+
+
+def _kernel_weight(attn: PositionalAttention, assigned: list[int | None], num_shifts: int, kernel_size: int,
+                   dims: int) -> torch.Tensor:
+    """The kernel ``(C_out, C_in, K, K)`` (1-D: ``(C_out, C_in, K)``): each head's folded value matrix
+    ``W^(h)`` (Lemma 1) on the tap of its assigned shift; heads on the same shift add up."""
+    w_heads = folded_value_matrices(attn)                                         # (N_h, C_in, C_out)
+    taps = torch.zeros(num_shifts, attn.out_dim, attn.dim, dtype=w_heads.dtype, device=w_heads.device)
+    for h, s in enumerate(assigned):
+        if s is not None:
+            taps[s] += w_heads[h].T
+    if dims == 2:
+        return taps.reshape(kernel_size, kernel_size, attn.out_dim, attn.dim).permute(2, 3, 0, 1).contiguous()
+    return taps.permute(1, 2, 0).contiguous()
+
+
 @torch.no_grad()
 def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_size: int | None = None,
                         dilation: int | None = None, inputs: torch.Tensor | None = None,
@@ -273,73 +360,21 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
             or inputs of the wrong shape.
         ModuleNotFoundError: ``assignment="optimal"`` without SciPy installed.
     """
-    wrapper = layer if isinstance(layer, AttentionConv2d) else None
-    attn = wrapper.attention if wrapper is not None else layer
-    if not isinstance(attn, PositionalAttention):
-        raise ValueError(f"{type(attn).__name__} is not a position-only attention layer: its attention depends "
-                         "on the input, so no single convolution describes it")
-    if assignment not in ASSIGNMENTS:
-        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+    wrapper, attn = _unwrap(layer, assignment)
     dims = wrapper.spatial_dims if wrapper is not None else 2
-    nh = attn.num_heads
-    if kernel_size is None:
-        kernel_size = wrapper.kernel_size if wrapper is not None else math.isqrt(nh)
-        if wrapper is None and (kernel_size ** 2 != nh or kernel_size % 2 == 0):
-            raise ValueError(f"{nh} heads do not fill an odd K x K grid; pass kernel_size")
-    if dilation is None:
-        dilation = wrapper.dilation if wrapper is not None else 1
+    kernel_size, dilation = _kernel_size_and_dilation(attn, wrapper, kernel_size, dilation)
     shifts = kernel_shifts(kernel_size, dilation, spatial_dims=dims)              # (S, 2)
-
-    # Grid for the probabilities (and, for learned encodings, the centres).
-    if inputs is not None:
-        expect = 4 if dims == 2 else 3
-        if inputs.dim() != expect or inputs.shape[-1] != attn.dim:
-            raise ValueError(f"inputs must be channels-last with {attn.dim} channels and {expect} axes, "
-                             f"got {tuple(inputs.shape)}")
-    if grid is None:
-        if inputs is not None:
-            grid = tuple(inputs.shape[1:3]) if dims == 2 else (1, inputs.shape[1])
-        elif hasattr(attn, "max_size"):
-            grid = (attn.max_size, attn.max_size)
-        else:
-            reach = shifts.abs().max().item()
-            if isinstance(attn, QuadraticAttention):
-                reach = max(reach, attn.centers.detach().abs().max().item())
-            side = 2 * min(int(math.ceil(reach)) + 1, 32) + 1
-            grid = (1, side) if dims == 1 else (side, side)
-    grid = (int(grid[0]), int(grid[1]))
+    grid = _probe_grid(attn, inputs, grid, dims, shifts)
     probs = attn.attention_probs(*grid)[0].double().cpu()                         # (N_h, N, N)
     query = (grid[0] // 2) * grid[1] + grid[1] // 2
     centres, alphas = _centres_and_alpha(attn, probs, query, grid)
+    assigned = _assign(torch.cdist(centres, shifts) ** 2, assignment)             # cost (N_h, S)
+    heads = _head_reports(probs, query, grid, centres, alphas, assigned, shifts, kernel_size, dims)
 
-    cost = torch.cdist(centres, shifts) ** 2                                     # (N_h, S)
-    assigned = _assign(cost, assignment)
-
-    w_heads = folded_value_matrices(attn)                                         # (N_h, C_in, C_out)
-    taps = torch.zeros(shifts.shape[0], attn.out_dim, attn.dim, dtype=w_heads.dtype, device=w_heads.device)
-    heads = []
-    c = kernel_size // 2
-    for h, s in enumerate(assigned):
-        centre = tuple(float(v) for v in centres[h])
-        if s is None:
-            heads.append(HeadReport(h, centre, None, None, None, alphas[h], 0.0))
-            continue
-        taps[s] += w_heads[h].T
-        shift = shifts[s]
-        row, col = query // grid[1] + int(shift[0]), query % grid[1] + int(shift[1])
-        inside = 0 <= row < grid[0] and 0 <= col < grid[1]
-        mass = probs[h, query, row * grid[1] + col].item() if inside else 0.0
-        tap = (s // kernel_size, s % kernel_size) if dims == 2 else (0, s)
-        heads.append(HeadReport(h, centre, (float(shift[0]), float(shift[1])), tap,
-                                float(torch.linalg.vector_norm(centres[h] - shift)), alphas[h], mass))
-    if dims == 2:
-        weight = taps.reshape(kernel_size, kernel_size, attn.out_dim, attn.dim).permute(2, 3, 0, 1).contiguous()
-    else:
-        weight = taps.permute(1, 2, 0).contiguous()
     stride = wrapper.stride if wrapper is not None else 1
     padding = wrapper.padding if wrapper is not None else "same"
+    weight = _kernel_weight(attn, assigned, shifts.shape[0], kernel_size, dims)
     conv = ExtractedConv(weight, folded_bias(attn), stride, dilation, padding, report=None)  # type: ignore[arg-type]
-
     errors = None
     if inputs is not None:
         out = (wrapper or attn)(inputs)

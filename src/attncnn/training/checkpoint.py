@@ -8,15 +8,18 @@ pickle can run arbitrary code, so attncnn writes and reads safetensors only:
   (e.g. SGD ``momentum_buffer``, Adam ``exp_avg``/``step``);
 * tensors ``extra.<key>`` for caller tensors (e.g. RNG states as uint8 tensors);
 * in the safetensors header metadata (string -> string): ``"format_version": "1"``,
-  ``"attncnn"`` = the caller's metadata as JSON, and ``"optimizer"`` = the optimizer's non-tensor
+  ``"attncnn"`` = the caller's metadata as JSON, ``"optimizer"`` = the optimizer's non-tensor
   state (param-group hyper-parameters with their parameter indices, scalar per-parameter state)
-  as JSON.
+  as JSON, and ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes.
 
-Files are written atomically (temp file in the same folder + ``os.replace``).
+Files are written atomically (temp file in the same folder + ``os.replace``). Loading verifies
+the digest, so a flipped bit on disk or in a copy is an error naming the file, not silently
+different weights (files written before the digest existed load with a warning).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -29,7 +32,8 @@ import torch
 
 from .._io import atomic_path
 
-__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "FORMAT_VERSION"]
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata", "tensor_specs",
+           "FORMAT_VERSION"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +70,20 @@ def _cpu_copy(t: torch.Tensor) -> torch.Tensor:
     # clone() gives every tensor its own storage, so tied/aliased weights (which safetensors
     # refuses to save) are stored twice; contiguous_format makes the copy dense.
     return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+
+
+def _digest(entries) -> str:
+    """``"sha256:<hex>"`` over ``(name, shape, raw bytes)`` entries taken in name order."""
+    h = hashlib.sha256()
+    for name, shape, data in sorted(entries, key=lambda e: e[0]):
+        h.update(f"{name}\0{list(shape)}\0".encode())
+        h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+def _tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The bytes safetensors writes for a contiguous CPU tensor (little-endian, row-major)."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
 def _json_default(value: Any) -> Any:
@@ -132,6 +150,7 @@ def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> No
     header = {"format_version": FORMAT_VERSION, "attncnn": _dumps(checkpoint.metadata, "metadata")}
     if checkpoint.optimizer_state is not None:
         tensors.update(_optimizer_tensors(checkpoint.optimizer_state, header))
+    header["digest"] = _digest((name, t.shape, _tensor_bytes(t)) for name, t in tensors.items())
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -171,8 +190,9 @@ def _looks_like_pickle(head: bytes) -> bool:
     return len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and head[2] != 0
 
 
-def _read_header(path: Path) -> dict:
-    """Validate the safetensors framing without loading tensors; return the header JSON."""
+def _read_header(path: Path) -> tuple[dict, int]:
+    """Validate the safetensors framing without loading tensors; return the header JSON and the
+    offset of the data section."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -212,7 +232,73 @@ def _read_header(path: Path) -> dict:
             raise CheckpointError(f"{path}: corrupt safetensors entry {name!r}") from err
     if 8 + n + end > size:
         raise CheckpointError(f"{path} is truncated: tensor data needs {8 + n + end} bytes, file has {size}")
-    return header
+    return header, 8 + n
+
+
+def tensor_specs(path: str | os.PathLike[str]) -> dict[str, tuple[str, list[int]]]:
+    """``{name: (safetensors dtype, shape)}`` of a checkpoint's model tensors (``model.`` prefix
+    removed), read from its header alone: no tensor data is loaded.
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
+    """
+    header, _ = _read_header(Path(path))
+    return {name[len(_MODEL):]: (info.get("dtype"), list(info.get("shape", [])))
+            for name, info in header.items() if name.startswith(_MODEL)}
+
+
+def _verified_tensors(path: Path, header: dict, data_start: int, device: str) -> dict[str, torch.Tensor]:
+    """The file's tensors on ``device``, after checking the stored digest (one read of the file)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    stored = (header.get("__metadata__") or {}).get("digest")
+    if stored is None:
+        log.warning("%s has no content digest (written by an older attncnn): its integrity is not checked", path)
+    else:
+        view = memoryview(raw)
+        try:
+            actual = _digest((name, info["shape"], view[data_start + int(info["data_offsets"][0]):
+                                                        data_start + int(info["data_offsets"][1])])
+                             for name, info in header.items() if name != "__metadata__")
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: corrupt safetensors header ({err!r})") from err
+        if actual != stored:
+            raise CheckpointError(f"{path} is corrupt: its tensors do not match the digest stored when it was "
+                                  "written (a changed byte on disk or in a copy); use another checkpoint of the "
+                                  "run, or copy the file again")
+    try:
+        tensors = load(raw)
+    except (SafetensorError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def _attncnn_metadata(path: Path, header: dict) -> tuple[dict, dict | None]:
+    """``(caller metadata, optimizer JSON or None)`` from a safetensors header."""
+    meta = header.get("__metadata__") or {}
+    if meta.get("format_version") != FORMAT_VERSION or "attncnn" not in meta:
+        raise CheckpointError(f"{path} is a safetensors file but not an attncnn checkpoint (format_version "
+                              f"{meta.get('format_version')!r}, expected {FORMAT_VERSION!r})")
+    try:
+        return json.loads(meta["attncnn"]), (json.loads(meta["optimizer"]) if "optimizer" in meta else None)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: corrupt attncnn metadata ({err})") from err
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict:
+    """The metadata given to :func:`save_checkpoint`, from the file's header alone (no tensor data
+    is read, so it is cheap for any file size; the digest is checked when the tensors are loaded).
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
+    """
+    path = Path(path)
+    return _attncnn_metadata(path, _read_header(path)[0])[0]
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Checkpoint:
@@ -225,27 +311,13 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     Raises:
         FileNotFoundError: no file at ``path``.
         CheckpointError: a pickle / ``torch.save`` file (refused, not opened), a truncated or
-            corrupt file, or a safetensors file not written by attncnn; the message names the file.
+            corrupt file (including tensors that no longer match the stored digest), or a
+            safetensors file not written by attncnn; the message names the file.
     """
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     path = Path(path)
-    header = _read_header(path)
-    meta = header.get("__metadata__") or {}
-    if meta.get("format_version") != FORMAT_VERSION or "attncnn" not in meta:
-        raise CheckpointError(f"{path} is a safetensors file but not an attncnn checkpoint (format_version "
-                              f"{meta.get('format_version')!r}, expected {FORMAT_VERSION!r})")
-    try:
-        metadata = json.loads(meta["attncnn"])
-        optim_json = json.loads(meta["optimizer"]) if "optimizer" in meta else None
-    except ValueError as err:
-        raise CheckpointError(f"{path}: corrupt attncnn metadata ({err})") from err
-    device = str(torch.device(map_location))
-    try:
-        tensors = load_file(str(path), device=device)
-    except (SafetensorError, OSError, RuntimeError, ValueError) as err:
-        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    header, data_start = _read_header(path)
+    metadata, optim_json = _attncnn_metadata(path, header)
+    tensors = _verified_tensors(path, header, data_start, str(torch.device(map_location)))
 
     model_state: dict[str, torch.Tensor] = {}
     extra: dict[str, torch.Tensor] = {}

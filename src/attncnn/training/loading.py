@@ -1,6 +1,12 @@
 """Networks from checkpoint files: rebuild a model (``load_model``), check weights against a
 model, start a run from another run's weights (``--init-from``).
 
+A stored configuration is never trusted with memory: :func:`build_checked` first builds the
+network on PyTorch's ``meta`` device (shapes only, no storage), compares every parameter and
+buffer name, shape and dtype with the file's tensor headers (read without loading any data) and
+the total size with the device's memory, and only then allocates. An edited ``config.json`` or
+checkpoint that asks for a 2 TB model is a one-line error, not an out-of-memory crash.
+
 Every command that reads a model from a file (``evaluate``, ``inspect``, ``plot``, ``report``,
 ``viewer``, ``prune``, ``theorem --conv-from``, ``train --init-from`` and ``--resume``) goes through
 here, so they all refuse the same bad files with the same messages. The file format itself is in
@@ -9,40 +15,112 @@ here, so they all refuse the same bad files with the same messages. The file for
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
+import os
 from pathlib import Path
 
 import torch
 from torch import nn
 
 from ..models import build_model_from_config
-from .checkpoint import load_checkpoint
+from .checkpoint import load_checkpoint, read_metadata, tensor_specs
 from .config import config_from_dict
 from .errors import TrainingError
 from .run_folder import RunFolder
 
-__all__ = ["load_model", "check_weights", "load_weights", "checkpoint_of"]
+__all__ = ["load_model", "check_weights", "load_weights", "checkpoint_of", "build_checked", "specs_of",
+           "init_from_mismatch"]
+
+#: safetensors dtype names (file headers) -> torch dtypes
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+Specs = dict  # {name: (torch dtype, shape tuple)}
+
+
+def specs_of(state: dict[str, torch.Tensor]) -> Specs:
+    """``{name: (dtype, shape)}`` of a state dict (real or meta tensors)."""
+    return {name: (t.dtype, tuple(t.shape)) for name, t in state.items()}
+
+
+def file_specs(path: str | Path) -> Specs:
+    """``{name: (dtype, shape)}`` of a checkpoint's model tensors, from its header alone."""
+    return {name: (_DTYPES.get(dtype, dtype), tuple(shape)) for name, (dtype, shape) in tensor_specs(path).items()}
 
 log = logging.getLogger(__name__)
 
 
-def check_weights(path: str | Path, model: nn.Module, state: dict[str, torch.Tensor]) -> None:
-    """Every tensor of ``state`` must match ``model.state_dict()`` by name and shape.
+def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
+    """The tensors described by ``specs`` (:func:`specs_of`, :func:`file_specs`) must match
+    ``model.state_dict()`` by name, shape and dtype; ``model`` may live on the meta device.
 
     Raises:
-        ValueError: missing or unexpected names (the first five of each) or a shape mismatch (the
-            key, both shapes); the message names ``path``.
+        ValueError: missing or unexpected names (the first five of each), or a shape or dtype
+            mismatch (the key and both values); the message names ``path``.
     """
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
+    expected = specs_of(model.state_dict())
+    missing = sorted(set(expected) - set(specs))
+    unexpected = sorted(set(specs) - set(expected))
     if missing or unexpected:
         raise ValueError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
-    for name, tensor in state.items():
-        if tensor.shape != expected[name].shape:
-            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {tuple(tensor.shape)}, "
-                             f"the configuration needs {tuple(expected[name].shape)}")
+    for name, (dtype, shape) in specs.items():
+        if shape != expected[name][1]:
+            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {shape}, "
+                             f"the configuration needs {expected[name][1]}")
+        if dtype != expected[name][0]:
+            raise ValueError(f"checkpoint {path}: weight {name!r} is {dtype}, the configuration needs "
+                             f"{expected[name][0]}")
+
+
+def _memory_of(device: torch.device) -> int:
+    """Bytes of memory on ``device``: physical RAM for the CPU, the GPU's total memory for CUDA."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
+                  device: str | torch.device = "cpu", source: str = "the configuration") -> nn.Module:
+    """Build a network only after checking, on the meta device, that it fits ``weights`` and memory.
+
+    Args:
+        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
+            the configuration dataclass).
+        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
+            read from its header only; None checks the size alone.
+        device: where the network is built (and whose memory bounds its size).
+        source: what the configuration came from, for the size error (e.g. a file name).
+
+    Returns:
+        The network on ``device``, with its usual initialisation.
+
+    Raises:
+        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+            parameters and buffers larger than the device's memory.
+        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
+    """
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    device = torch.device(device)
+    with torch.device("meta"):
+        shape_only = build_model_from_config(arch, dict(config))
+    if weights is not None:
+        check_weights(weights, shape_only, file_specs(weights))
+    size = sum(t.numel() * t.element_size() for t in itertools.chain(shape_only.parameters(), shape_only.buffers()))
+    if size > _memory_of(device):
+        raise ValueError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
+                         f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
+                         f"{_short(config)}); check the model options")
+    return build_model_from_config(arch, dict(config)).to(device)
+
+
+def _short(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items() if k in ("dim", "num_layers", "num_heads", "mlp_dim",
+                                                                     "head_dim", "widths", "blocks"))
 
 
 def checkpoint_of(path: str | Path) -> Path:
@@ -85,26 +163,31 @@ def _checked_metadata(path: Path, meta) -> dict:
 def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
     """Rebuild a network from a checkpoint file (or a run folder: its ``best`` or ``last``).
 
-    The stored configuration is validated before the model is built (unknown keys and wrong types
-    are named), and every weight must match the built model's names and shapes.
+    The stored configuration is validated (unknown keys and wrong types are named) and checked on
+    the meta device against the file's tensors (:func:`build_checked`) before anything is
+    allocated; the weights are read after that.
 
     Returns:
         ``(model in eval mode, checkpoint metadata)``.
 
     Raises:
         FileNotFoundError: no checkpoint at ``path``.
-        attncnn.training.checkpoint.CheckpointError: not a safe attncnn checkpoint.
-        ValueError: configuration or weights that do not fit (the message names the key).
+        attncnn.training.checkpoint.CheckpointError: not a safe attncnn checkpoint, or corrupt.
+        ValueError: configuration or weights that do not fit, or a model larger than memory (the
+            message names the key).
     """
     path = checkpoint_of(path)
-    ckpt = load_checkpoint(path)
-    meta = _checked_metadata(path, ckpt.metadata)
+    meta = _checked_metadata(path, read_metadata(path))     # the header only: no tensor is read yet
     try:
-        model = build_model_from_config(meta["arch"], dict(meta["model_config"]))
-    except (ValueError, TypeError) as err:
+        model = build_checked(meta["arch"], dict(meta["model_config"]), weights=path, device="cpu",
+                              source=f"checkpoint {path}")
+    except TypeError as err:
         raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
-    check_weights(path, model, ckpt.model_state)
-    model.load_state_dict(ckpt.model_state)
+    except ValueError as err:
+        if str(path) in str(err):
+            raise
+        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+    model.load_state_dict(load_checkpoint(path).model_state)
     return model.to(device).eval(), meta
 
 
@@ -120,11 +203,15 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
             preset/model options to use).
     """
     path = Path(path)
-    ckpt = load_checkpoint(path)
     try:
-        check_weights(path, model, ckpt.model_state)
-    except (ValueError, RuntimeError) as err:
-        raise TrainingError(f"--init-from {path}: {err}. Build the same model as the checkpoint "
-                            "(same --preset and --set options).") from err
-    model.load_state_dict(ckpt.model_state)
+        check_weights(path, model, file_specs(path))
+    except ValueError as err:
+        raise init_from_mismatch(path, err) from err
+    model.load_state_dict(load_checkpoint(path).model_state)
     log.info("initialised the weights from %s", path)
+
+
+def init_from_mismatch(path: str | Path, err: ValueError) -> TrainingError:
+    """The error for ``--init-from`` weights that do not fit the run's model, with the fix."""
+    return TrainingError(f"--init-from {path}: {err}. Build the same model as the checkpoint "
+                         "(same --preset and --set options).")

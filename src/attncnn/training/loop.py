@@ -96,8 +96,9 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
         TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
     launch = launch_from_env()
+    RunFolder.check_not_in_use(out_dir)
     if mode == "resume":
-        config = config_from_dict(RunFolder(out_dir, mode="resume").read_config())
+        config = config_from_dict(RunFolder.resumable_config(out_dir))
     # Everything that can fail on bad input (device, data, model options) happens before the
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
@@ -110,9 +111,11 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
            epoch_metrics: EpochMetrics | None) -> dict:
     """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
-    # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind.
+    # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
+    # a resume checks the model against the checkpoint it will load before allocating it.
+    resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
     state = TrainState.start(config, dataset, train_loader, dist,
-                             init_from=None if mode == "resume" else config.init_from)
+                             init_from=None if mode == "resume" else config.init_from, shaped_like=resume_from)
     run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
     try:
         saver = Saver(run, state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 
 from tqdm.auto import tqdm
@@ -14,21 +15,26 @@ __all__ = ["EpochMeter"]
 
 class EpochMeter:
     """Measures one epoch from its first step (or its resume point) to its last, and shows a tqdm
-    bar on stderr when ``enabled``. Use as a context manager: the bar is closed on any exit.
+    bar on stderr when ``enabled`` and stderr is a terminal. Use as a context manager: the bar is
+    closed on any exit.
+
+    When stderr is not a terminal (CI, ``nohup``, a scheduler's log file) there is no bar: its
+    carriage-return frames would pile up in the log (25 KB for the 5-epoch demo); the loop's one
+    plain line per epoch is the progress report there.
 
     Args:
         epoch: 0-based epoch.
         steps: batches in the epoch.
         start_step: batches already done (a resumed epoch).
         sums: the epoch's running sums (their ``count`` now is the examples done before this call).
-        enabled: draw the bar (rank 0 only under DDP).
+        enabled: draw the bar (rank 0 only under DDP) if stderr is a terminal.
     """
 
     def __init__(self, epoch: int, steps: int, start_step: int, sums: RunningSums, enabled: bool) -> None:
         self.count_before = sums.count
         self.start = time.perf_counter()
         self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}", unit="batch", leave=False,
-                        disable=not enabled, dynamic_ncols=True)
+                        disable=not (enabled and sys.stderr.isatty()), dynamic_ncols=True)
 
     def __enter__(self) -> "EpochMeter":
         return self

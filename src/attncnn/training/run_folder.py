@@ -7,6 +7,7 @@ Layout::
     <run>/tb/                    TensorBoard event files (every numeric metric, step = epoch)
     <run>/checkpoints/<name>.safetensors   "best", "last", "epoch_0010", ...
     <run>/finished.json          written at the very end; a run without it is unfinished
+    <run>/.lock                  locked while a process trains in the folder; names that process
 
 Every file except the TensorBoard events is written atomically (temporary file in the same folder,
 fsync, rename), so a crash or a full disk during a write leaves the previous version intact; a
@@ -20,12 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import math
 import os
 import re
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -37,6 +40,8 @@ __all__ = ["RunFolderError", "RunFolder", "write_error_message"]
 log = logging.getLogger(__name__)
 
 _MODES = ("new", "overwrite", "resume", "read")
+#: the lock file of a run being trained (see :class:`_RunLock`)
+LOCK_FILE = ".lock"
 _PERIODIC = re.compile(r"^epoch_(\d+)\.safetensors$")
 
 
@@ -79,6 +84,10 @@ class RunFolder:
             * ``"resume"``: it must exist and hold ``config.json``;
             * ``"read"``: it must exist; nothing is written (evaluate an existing run).
 
+            The three writing modes hold an exclusive lock on the folder until :meth:`close`; a
+            folder locked by a live process is refused (:class:`RunFolderError` naming its pid and
+            host). ``"read"`` takes no lock.
+
     Raises:
         ValueError: unknown ``mode``.
         RunFolderError: the folder is missing/not a folder/not writable/not creatable, or the mode's
@@ -92,6 +101,7 @@ class RunFolder:
         self.mode = mode
         self._writer: Any = None
         self._tb_unavailable = False
+        self._lock: _RunLock | None = None
         p = self.path
         if p.exists() and not p.is_dir():
             raise RunFolderError(f"run folder {p} exists but is not a folder; choose another output path")
@@ -100,14 +110,9 @@ class RunFolder:
                 raise RunFolderError(f"run folder {p} does not exist; check the path")
             return
         if mode == "resume":
-            if not p.is_dir():
-                raise RunFolderError(f"cannot resume: run folder {p} does not exist; start a new run without "
-                                     "--resume")
-            if not (p / "config.json").is_file():
-                raise RunFolderError(f"cannot resume: {p} holds no config.json, so it is not a started attncnn "
-                                     "run; start a new run (with --overwrite to replace the folder)")
+            _check_resumable(p)
         elif mode == "new":
-            if p.is_dir() and any(p.iterdir()):
+            if p.is_dir() and any(entry.name != LOCK_FILE for entry in p.iterdir()):
                 raise RunFolderError(f"run folder {p} already exists and is not empty; use --resume to continue "
                                      "it, --overwrite to replace it, or choose another output folder")
         elif mode == "overwrite" and p.is_dir():
@@ -117,8 +122,11 @@ class RunFolder:
                                      "one of its parents; choose a dedicated output folder")
         try:
             p.mkdir(parents=True, exist_ok=True)
+            self._lock = _RunLock.take(p)          # before anything is deleted or written
             if mode == "overwrite":
                 for entry in p.iterdir():
+                    if entry.name == LOCK_FILE:
+                        continue
                     if entry.is_dir() and not entry.is_symlink():
                         shutil.rmtree(entry)
                     else:
@@ -128,6 +136,7 @@ class RunFolder:
             os.close(fd)
             os.unlink(probe)
         except OSError as err:
+            self.close()
             raise RunFolderError(f"cannot create or write the run folder {p}: {err.strerror or err}; choose a "
                                  "writable output folder (or fix its permissions)") from err
 
@@ -340,10 +349,37 @@ class RunFolder:
         return (self.path / "finished.json").is_file()
 
     def close(self) -> None:
-        """Flush and close the TensorBoard writer (idempotent)."""
+        """Flush and close the TensorBoard writer and release the folder's lock (idempotent)."""
         if self._writer is not None:
             self._writer.close()
             self._writer = None
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    @staticmethod
+    def check_not_in_use(path: str | os.PathLike[str]) -> None:
+        """Fail at once if a live process trains in ``path`` (before a caller spends time loading
+        data for a run it could not write); the lock itself is taken when the folder is opened.
+
+        Raises:
+            RunFolderError: naming the holder's pid and host.
+        """
+        try:
+            _RunLock.probe(Path(path))
+        except OSError:
+            pass        # an unreadable folder gets its own clear error when it is opened
+
+    @staticmethod
+    def resumable_config(path: str | os.PathLike[str]) -> dict:
+        """``config.json`` of a run that ``mode="resume"`` would accept, read without taking its
+        lock (every process of a torchrun job reads it; only rank 0 opens the folder to write).
+
+        Raises:
+            RunFolderError: the folder or its config.json is missing or unreadable.
+        """
+        _check_resumable(Path(path))
+        return RunFolder(path, mode="read").read_config()
 
     def __enter__(self) -> "RunFolder":
         return self
@@ -353,6 +389,49 @@ class RunFolder:
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r}, mode={self.mode!r})"
+
+
+def _check_resumable(p: Path) -> None:
+    if not p.is_dir():
+        raise RunFolderError(f"cannot resume: run folder {p} does not exist; start a new run without --resume")
+    if not (p / "config.json").is_file():
+        raise RunFolderError(f"cannot resume: {p} holds no config.json, so it is not a started attncnn run; start a "
+                             "new run (with --overwrite to replace the folder)")
+
+
+class _RunLock:
+    """An exclusive advisory lock (``fcntl.flock``) on ``<run>/.lock``, held while a process writes
+    the run. The kernel releases it when the process ends in any way (SIGKILL, power loss: the
+    lock dies with the machine), so a stale lock never blocks a resume; the file itself stays and
+    names the last holder."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    @classmethod
+    def take(cls, folder: Path) -> "_RunLock":
+        """Lock ``folder`` or raise :class:`RunFolderError` naming the holder's pid and host."""
+        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise RunFolderError(f"run folder {folder} is in use: {holder} is training in it. Wait for that run to "
+                                 "finish or stop it (Ctrl-C / kill: it saves a checkpoint) before resuming, or "
+                                 "choose another --out folder") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"attncnn pid {os.getpid()} on host {socket.gethostname()}\n".encode())
+        return cls(fd)
+
+    def release(self) -> None:
+        os.close(self.fd)         # closing the descriptor drops the flock
+
+    @classmethod
+    def probe(cls, folder: Path) -> None:
+        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise take nothing."""
+        if (folder / LOCK_FILE).is_file():
+            cls.take(folder).release()
 
 
 def _finite(obj: Any) -> Any:

@@ -23,13 +23,13 @@ import torch
 from torch import nn
 
 from ..data import Dataset, DeviceLoader
-from ..models import build_model, count_parameters
+from ..models import count_parameters, preset_model_config
 from .checkpoint import Checkpoint
 from .components import make_optimizer, make_schedule
 from .config import TrainConfig
 from .distributed import Distributed
 from .errors import NonFiniteLossError, TrainingError
-from .loading import check_weights, load_weights
+from .loading import build_checked, check_weights, init_from_mismatch, load_weights, specs_of
 from .rng import capture_rng, restore_rng, seed_rank_stream
 from .schedule import LRSchedule
 
@@ -141,19 +141,31 @@ class TrainState:
 
     @classmethod
     def start(cls, config: TrainConfig, dataset: Dataset, train_loader: DeviceLoader, dist: Distributed, *,
-              init_from: str | None = None) -> "TrainState":
-        """A fresh state: the network built once from ``config`` (with weights from ``init_from``
-        if given), seeded identically on every process, then each process's dropout stream.
+              init_from: str | None = None, shaped_like: Path | None = None) -> "TrainState":
+        """A fresh state: the network built once from ``config`` (seeded identically on every
+        process), with the weights of ``init_from`` if given, then each process's dropout stream.
+
+        Before any weight is allocated the network is checked on the meta device against
+        ``init_from`` or ``shaped_like`` (the checkpoint a resume will load) and against memory.
 
         Raises:
+            ValueError: the network does not fit that checkpoint or the device's memory (named).
             CheckpointError, TrainingError: ``init_from`` unreadable or not fitting the model.
         """
         torch.manual_seed(config.seed)          # the same initial weights on every process
-        model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(dist.device)
+        arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
+        try:
+            model = build_checked(arch, model_config, weights=init_from or shaped_like, device=dist.device,
+                                  source=f"preset {config.preset} with model options {config.model}")
+        except ValueError as err:
+            if init_from is None:
+                raise
+            raise init_from_mismatch(init_from, err) from err
         if init_from is not None:
             load_weights(model, init_from)
         seed_rank_stream(config.seed, dist)
-        about = {"classes": list(dataset.classes), "dataset": dataset.source, "parameters": count_parameters(model)}
+        about = {"classes": list(dataset.classes), "dataset": dataset.source, "dataset_name": dataset.shareable_name,
+                 "parameters": count_parameters(model)}
         return cls(config, model, make_optimizer(model, config), make_schedule(config, train_loader), dist, about)
 
     # -- the loop's bookkeeping ---------------------------------------------------------------
@@ -212,7 +224,7 @@ class TrainState:
             ValueError: weights that do not fit the model (names the key).
             TrainingError: no optimizer state, or a position that does not fit this run.
         """
-        check_weights(path, self.model, ckpt.model_state)
+        check_weights(path, self.model, specs_of(ckpt.model_state))
         if ckpt.optimizer_state is None:
             raise TrainingError(f"checkpoint {path} holds no optimiser state, so the run cannot be resumed "
                                 "exactly; start a new run")

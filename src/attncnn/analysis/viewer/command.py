@@ -1,6 +1,7 @@
 """``attncnn viewer``: the paper's interactive website as one offline HTML file (PAPER.md 6).
 
-Registered by :mod:`attncnn.cli`; the handler returns the exit status. Errors are raised as
+Registered by :mod:`attncnn.cli` (module ``attncnn.analysis.viewer.command``); the handler returns
+the exit status; the library it calls is imported only when the command runs. Errors are raised as
 ValueError/OSError/FileNotFoundError/DataError (the CLI turns them into one stderr line and exit 2).
 """
 
@@ -37,8 +38,9 @@ def register(subparsers) -> None:
 
 
 def cmd_viewer(args: argparse.Namespace) -> int:
-    from .runs import parse_indices
-    from .viewer import write_viewer
+    """Write the page; returns the exit status."""
+    from ..runs import parse_indices
+    from .page import write_viewer
 
     indices = parse_indices(args.images)
     if args.batch_size < 1:

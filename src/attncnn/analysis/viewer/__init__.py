@@ -1,0 +1,53 @@
+"""The paper's interactive website (PAPER.md 6) as one self-contained, offline HTML file.
+
+:func:`write_viewer` exports the attention of one or more runs, for a few test images and the
+average over a batch of test images, into a single HTML file (no network, all JS and CSS inline).
+One idea per module:
+
+* :mod:`.encoding`: how maps are stored (uint8 quantisation, packed arrays, page-safe base85);
+* :mod:`.export`: maps of a model or run from real activations
+  (:func:`~attncnn.analysis.maps.attention_maps_by_kind`) into a manifest and blobs;
+* :mod:`.centres`: quadratic heads' centres and mass ellipses for the centres view;
+* :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
+  and writing it atomically;
+* :mod:`.decode`: reading a page back and :func:`page_maps`, the page's computation in numpy;
+* :mod:`.command`: the ``attncnn viewer`` subcommand.
+
+The names below load their module on first use, so the command registers without importing the
+training code.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+# public name -> module of this package that defines it
+_EXPORTS = {
+    "ENCODING_VERSION": "encoding", "quantize_affine": "encoding", "quantize_scaled": "encoding",
+    "quantize_separable": "encoding", "separate_axes": "encoding",
+    "RunExport": "export", "export_model": "export", "export_run": "export",
+    "PAGE_TEMPLATE": "page", "build_html": "page", "write_viewer": "page",
+    "DISPLAY_KINDS": "decode", "ViewerData": "decode", "read_viewer": "decode", "page_maps": "decode",
+}
+
+__all__ = list(_EXPORTS)
+
+if TYPE_CHECKING:
+    from .decode import DISPLAY_KINDS, ViewerData, page_maps, read_viewer
+    from .encoding import ENCODING_VERSION, quantize_affine, quantize_scaled, quantize_separable, separate_axes
+    from .export import RunExport, export_model, export_run
+    from .page import PAGE_TEMPLATE, build_html, write_viewer
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))
