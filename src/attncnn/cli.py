@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 from .training.options import add_config_options, flag_name, given_options
+from .training.precision import PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
@@ -47,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--download", action="store_true")
     e.add_argument("--device", default="auto")
     e.add_argument("--batch-size", type=int, default=500)
+    e.add_argument("--precision", choices=PRECISIONS,
+                   help="default: the run's own (fp32 for runs from before --precision existed)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
@@ -100,6 +103,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset
     from .training import evaluate, load_model, resolve_device
+    from .training.precision import resolve_precision
 
     device = resolve_device(args.device)
     model, meta = load_model(args.path, device)
@@ -111,15 +115,16 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
                          "pass the --data the model was trained on")
     loader = DeviceLoader(dataset.test, batch_size=args.batch_size, device=device, train=False)
-    result = evaluate(model, loader)
-    out = {"path": str(args.path), "dataset": dataset.source, "epoch": meta.get("epoch"),
+    precision = resolve_precision(args.precision or stored.get("precision", "fp32"), device)
+    result = evaluate(model, loader, precision=precision)
+    out = {"path": str(args.path), "dataset": dataset.source, "epoch": meta.get("epoch"), "precision": precision,
            "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,
            "seconds": round(result.seconds, 3)}
     if args.json:
         print(json.dumps(out))
     else:
         print(f"test accuracy: {result.accuracy:.4f}  test loss: {result.loss:.4f}  "
-              f"({result.examples} images of {dataset.source}, epoch {meta.get('epoch')})")
+              f"({result.examples} images of {dataset.source}, epoch {meta.get('epoch')}, {precision})")
     return 0
 
 

@@ -33,7 +33,15 @@ def test_bench_preset_reports_consistent_figures():
 
 
 def test_bench_command_json(capsys):
-    assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--json"]) == 0
+    assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--variants", "fp32,bf16",
+                 "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert out["results"][0]["preset"] == "demo" and out["matmul_peak_flops_per_s"] > 0
+    assert [(r["preset"], r["precision"], r["compile"]) for r in out["results"]] == [("demo", "fp32", False),
+                                                                                     ("demo", "bf16", False)]
+    assert out["matmul_peak_flops_per_s"]["fp32"] > 0 and out["matmul_peak_flops_per_s"]["bf16"] > 0
     assert out["machine"]["torch"] == torch.__version__
+
+
+def test_unknown_variants_are_refused(capsys):
+    assert main(["bench", "--presets", "demo", "--variants", "fp16"]) == 2
+    assert "unknown benchmark variant(s) ['fp16']; choose from fp32, bf16" in capsys.readouterr().err

@@ -46,7 +46,7 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
 def _config(tiny, **overrides):
     data, cache = tiny
     values = dict(data=str(data), data_dir=str(cache), epochs=2, batch_size=10, device="cpu", deterministic=True,
-                  checkpoint_every=1, model={"dim": 16, "mlp_dim": 16})
+                  checkpoint_every=1, model={"dim": 16, "mlp_dim": 16}, precision="fp32")
     values.update(overrides)
     return resolve_config("demo", **values)
 
@@ -117,6 +117,50 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     assert_same_files(_last(reference_run), _last(out))
     assert_same_metrics(reference_run, out)                  # the split epoch's metrics line too
     assert (out / "finished.json").exists()
+
+
+def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
+        with pytest.raises(TrainingInterrupted):
+            train(_config(tiny), out, progress=False)
+    config = json.loads((out / "config.json").read_text())
+    del config["precision"], config["compile"]                  # as an older attncnn wrote it
+    (out / "config.json").write_text(json.dumps(config))
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference_run), _last(out))
+
+
+def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    train(_config(tiny, precision="bf16"), reference, progress=False)
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
+        with pytest.raises(TrainingInterrupted):
+            train(_config(tiny, precision="bf16"), out, progress=False)
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference), _last(out))
+    assert_same_metrics(reference, out)
+    assert json.loads((out / "config.json").read_text())["precision"] == "bf16"
+    assert load_checkpoint(_last(out)).metadata["config"]["precision"] == "bf16"
+    fp32 = load_checkpoint(_last(reference))                   # bf16 really ran: not the fp32 weights
+    assert not torch.equal(fp32.model_state["head.weight"], _fp32_weights(tiny, tmp_path)["head.weight"])
+
+
+def _fp32_weights(tiny, tmp_path) -> dict:
+    train(_config(tiny), tmp_path / "fp32", progress=False)
+    return load_checkpoint(_last(tmp_path / "fp32")).model_state
+
+
+def test_auto_precision_is_resolved_and_stored(tiny, tmp_path, monkeypatch):
+    from attncnn.training import precision
+
+    for fast, expected in ((True, "bf16"), (False, "fp32")):
+        monkeypatch.setattr(precision, "fast_bf16", lambda device, fast=fast: fast)
+        out = tmp_path / expected
+        train(_config(tiny, precision="auto", epochs=1), out, progress=False)
+        assert json.loads((out / "config.json").read_text())["precision"] == expected
 
 
 def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, reference_run, tmp_path,
@@ -342,3 +386,15 @@ def test_resume_checks_weights_against_config_json(trained_checkpoint, tmp_path)
     (run / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"weight '.*' has shape"):
         train(None, run, mode="resume", progress=False)
+
+
+@pytest.mark.slow
+def test_compile_trains_the_same_model(tiny, reference_run, tmp_path):
+    out = tmp_path / "compiled"
+    train(_config(tiny, compile=True, deterministic=False), out, progress=False)
+    plain, compiled = _metrics(reference_run), _metrics(out)
+    assert [r["epoch"] for r in compiled] == [1, 2]
+    for a, b in zip(plain, compiled):                   # inductor fuses and reorders: close, not equal
+        assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
+        assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-3)
+    assert load_checkpoint(_last(out)).metadata["config"]["compile"] is True

@@ -13,6 +13,8 @@ import logging
 import re
 from pathlib import Path
 
+from ..training.precision import add_precision_option, running_at
+
 __all__ = ["register", "FIGURES"]
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ def register(subparsers) -> None:
     i.add_argument("--min-eigenvalue", type=float, default=1e-5, help="degenerate-head threshold (PAPER.md 3.8)")
     i.add_argument("--data")
     i.add_argument("--data-dir")
+    add_precision_option(i)
     i.set_defaults(handler=cmd_inspect)
 
     r = subparsers.add_parser("report", help="Table 1: accuracy, parameters, MACs, images/s beside the paper",
@@ -76,6 +79,7 @@ def register(subparsers) -> None:
     r.add_argument("--batch-size", type=int, default=32, help="batch for the images/s measurements")
     r.add_argument("--image-size", type=int, default=32)
     r.add_argument("--out", help="also write the table to this file (.json, .md or text)")
+    add_precision_option(r)
     r.set_defaults(handler=cmd_report)
 
     pr = subparsers.add_parser(
@@ -248,8 +252,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             count = _available_images(run, argparse.Namespace(average=args.images, data=args.data,
                                                               data_dir=args.data_dir))
             images, _ = test_images(run, list(range(count)), data=args.data, data_dir=args.data_dir)
-        result = model_metrics(run.model, images, margin=args.margin, condition_number=args.condition_number,
-                               min_eigenvalue=args.min_eigenvalue)
+        with running_at(args.precision):
+            result = model_metrics(run.model, images, margin=args.margin, condition_number=args.condition_number,
+                                   min_eigenvalue=args.min_eigenvalue)
     result = {"run": run.name, "epoch": run.metadata.get("epoch"), "kind": run.kind, **result}
     if args.json:
         print(json.dumps(result, indent=2))
@@ -306,7 +311,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.json and args.markdown:
         raise ValueError("--json and --markdown exclude each other")
     kwargs = {"speed": not args.no_speed, "batch_size": args.batch_size, "image_size": args.image_size}
-    with _quiet_logs(args.json):
+    with _quiet_logs(args.json), running_at(args.precision):
         rows = [run_row(open_run(path), **kwargs) for path in args.runs]
         rows += [preset_row(name, **kwargs) for name in args.preset]
     if args.json:

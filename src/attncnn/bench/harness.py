@@ -29,7 +29,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..layers import dense_attention
 from ..models import build_model, count_parameters
+from ..training.precision import autocast
 
 __all__ = ["machine_info", "matmul_peak", "time_median", "time_steps", "count_training_flops", "bench_preset",
            "bench_preset_isolated"]
@@ -85,11 +87,13 @@ def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: 
 
 
 def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor) -> tuple[int, int]:
-    """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode."""
-    with FlopCounterMode(display=False) as counter:
-        logits = model(images)
+    """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode, of the
+    dense attention average (:func:`attncnn.layers.dense_attention`): "model FLOP/s" then compares
+    models by their nominal work, as MFU does, whichever exact path computes it."""
+    with dense_attention(model), FlopCounterMode(display=False) as counter:
+        model(images)
     forward = counter.get_total_flops()
-    with FlopCounterMode(display=False) as counter:
+    with dense_attention(model), FlopCounterMode(display=False) as counter:
         F.cross_entropy(model(images), labels).backward()
     model.zero_grad(set_to_none=True)
     return forward, counter.get_total_flops()
@@ -101,7 +105,7 @@ def _rss_bytes() -> int:
 
 
 def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
-               run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, bf16: bool = False,
+               run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, precision: str = "fp32",
                warmup: int = 1, reps: int = 3) -> dict:
     """Median seconds of one training step and one inference pass of ``model`` on ``images``.
 
@@ -111,7 +115,8 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
     Args:
         images: ``(B, C, H, W)`` on the model's device. labels: ``(B,)`` int64.
         run_model: what to call instead of ``model`` (e.g. its ``torch.compile`` wrapper).
-        bf16: autocast to bfloat16.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast, as ``attncnn train --precision bf16``: the loss
+            in float32).
 
     Returns:
         ``{"step_seconds", "infer_seconds", "peak_memory_bytes"}``; peak memory as in the module
@@ -120,18 +125,17 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
     dev = images.device
     run_model = run_model or model
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    autocast = torch.autocast(dev.type, dtype=torch.bfloat16, enabled=bf16)
-
     def train_step():
-        with autocast:
-            loss = F.cross_entropy(run_model(images), labels)
+        with autocast(precision, dev):
+            logits = run_model(images)
+        loss = F.cross_entropy(logits.float(), labels)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
 
     @torch.no_grad()
     def infer():
-        with autocast:
+        with autocast(precision, dev):
             run_model(images)
 
     was_training = model.training
@@ -149,7 +153,7 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
 
 
 def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, device: str = "cpu",
-                 overrides: dict | None = None, warmup: int = 1, reps: int = 3, bf16: bool = False,
+                 overrides: dict | None = None, warmup: int = 1, reps: int = 3, precision: str = "fp32",
                  compile: bool = False, channels_last: bool = False, seed: int = 0) -> dict:
     """Measure one preset in this process; see the module docstring for the conventions.
 
@@ -157,7 +161,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
         impl: ``"ours"`` or ``"reference"`` (the reference-style baseline of
             ``benchmarks/reference_style.py``, which must be importable).
         overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers).
-        bf16: autocast to bfloat16 (CUDA). compile: ``torch.compile`` the model.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)
     torch.manual_seed(seed)
@@ -175,7 +179,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
         images = images.to(memory_format=torch.channels_last)
     fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2])
     run_model = torch.compile(model) if compile else model
-    timing = time_steps(model, images, labels, run_model=run_model, bf16=bf16, warmup=warmup, reps=reps)
+    timing = time_steps(model, images, labels, run_model=run_model, precision=precision, warmup=warmup, reps=reps)
     step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
     per_image_train = train_flops / 2       # counted on a batch of 2
     return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides or {},
@@ -184,7 +188,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
             "peak_memory_bytes": peak, "forward_flops_per_image": fwd_flops / 2,
             "train_flops_per_image": per_image_train,
             "model_flops_per_s": per_image_train * batch_size / step_s,
-            "bf16": bf16, "compile": compile}
+            "precision": precision, "compile": compile}
 
 
 def _child(queue, kwargs, sys_path):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .attention import ContentAttention, GridAttention, PositionalAttention
+from .attention import ContentAttention, GridAttention, PositionalAttention, dense_attention
 from .learned import LearnedRelativeAttention, LearnedRelativeContentAttention
 from .pooling import SpaceToDepth, depth_to_space, space_to_depth
 from .quadratic import QuadraticAttention
@@ -37,7 +37,7 @@ def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttent
 
 
 __all__ = [
-    "ATTENTION_KINDS", "build_attention", "GridAttention", "PositionalAttention", "ContentAttention",
+    "ATTENTION_KINDS", "build_attention", "GridAttention", "PositionalAttention", "ContentAttention", "dense_attention",
     "QuadraticAttention", "LearnedRelativeAttention", "LearnedRelativeContentAttention",
     "SpaceToDepth", "space_to_depth", "depth_to_space",
     "grid_positions", "relative_offsets", "quadratic_features", "axis_offsets",

@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .attention import ContentAttention, PositionalAttention
+from .precision import score_dtype
 from .relative import axis_offsets
 
 __all__ = ["LearnedRelativeAttention", "LearnedRelativeContentAttention"]
@@ -54,12 +56,28 @@ class LearnedRelativeAttention(PositionalAttention):
         self.head_keys_row = nn.Linear(self.table_dim, num_heads, bias=False)
         self.head_keys_col = nn.Linear(self.table_dim, num_heads, bias=False)
 
+    #: Scores are a row term plus a column term (paper eq. 8 term 4 with r = [e_row; e_col]).
+    is_separable = True
+
+    def axis_scores(self, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row and column terms ``row[h, i, k] = w_row^(h) . e_row(k - i)`` ``(N_h, H, H)`` and
+        ``col[h, j, l] = w_col^(h) . e_col(l - j)`` ``(N_h, W, W)``; float32 for half parameters.
+
+        Raises:
+            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+        """
+        # Look up the table row of every (query, key) shift on each axis, then score it per head.
+        dtype = score_dtype(self.row_embeddings.weight.dtype)
+        e_row = _table_rows(self.row_embeddings, height, self.max_size, "height").to(dtype)   # (H, H, E)
+        e_col = _table_rows(self.col_embeddings, width, self.max_size, "width").to(dtype)     # (W, W, E)
+        row = F.linear(e_row, self.head_keys_row.weight.to(dtype))
+        col = F.linear(e_col, self.head_keys_col.weight.to(dtype))
+        return row.permute(2, 0, 1), col.permute(2, 0, 1)                 # (N_h, H, H), (N_h, W, W)
+
     def attention_scores(self, height: int, width: int) -> torch.Tensor:
-        """Scores ``(N_h, H*W, H*W)``; score[h, (i, j), (k, l)] = row[h, i, k] + col[h, j, l]."""
-        # Score every table row once per head, then look the (query, key) shifts up.
-        row = self.head_keys_row(_table_rows(self.row_embeddings, height, self.max_size, "height"))
-        col = self.head_keys_col(_table_rows(self.col_embeddings, width, self.max_size, "width"))
-        row, col = row.permute(2, 0, 1), col.permute(2, 0, 1)             # (N_h, H, H), (N_h, W, W)
+        """Scores ``(N_h, H*W, H*W)``; score[h, (i, j), (k, l)] = row[h, i, k] + col[h, j, l]
+        (see :meth:`axis_scores`)."""
+        row, col = self.axis_scores(height, width)
         scores = row[:, :, None, :, None] + col[:, None, :, None, :]       # (N_h, H, W, H, W)
         n = height * width
         return scores.reshape(self.num_heads, n, n)

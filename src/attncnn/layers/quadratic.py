@@ -21,7 +21,8 @@ import torch
 from torch import nn
 
 from .attention import PositionalAttention
-from .relative import relative_offsets
+from .precision import score_dtype
+from .relative import axis_offsets, relative_offsets
 
 __all__ = ["QuadraticAttention"]
 
@@ -83,15 +84,48 @@ class QuadraticAttention(PositionalAttention):
         """Names of parameters the optimiser must not decay (reference: centres and spreads)."""
         return {"centers", "spreads"}
 
+    @property
+    def is_separable(self) -> bool:
+        """True for isotropic heads: ``-alpha |delta - Delta|^2`` is a row term plus a column term."""
+        return not self.full_covariance
+
+    def _score_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``centers`` and ``spreads`` in the score dtype (float16/bfloat16 parameters upcast to float32)."""
+        dtype = score_dtype(self.centers.dtype)
+        return self.centers.to(dtype), self.spreads.to(dtype)
+
     def attention_scores(self, height: int, width: int) -> torch.Tensor:
-        """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)."""
-        delta = relative_offsets(height, width, self.centers.device, self.centers.dtype)  # (N, N, 2)
-        diff = delta[None] - self.centers[:, None, None, :]                                # (N_h, N, N, 2)
+        """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)
+        (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
+        centers, spreads = self._score_parameters()
+        delta = relative_offsets(height, width, centers.device, centers.dtype)  # (N, N, 2)
+        diff = delta[None] - centers[:, None, None, :]                           # (N_h, N, N, 2)
         if self.full_covariance:
             # (delta-Delta)^T S S^T (delta-Delta) = |S^T (delta-Delta)|^2 = |(delta-Delta) S|^2
-            proj = diff @ self.spreads[:, None]                                            # (N_h, N, N, 2)
+            proj = diff @ spreads[:, None]                                       # (N_h, N, N, 2)
             return -0.5 * proj.square().sum(-1)
-        return -self.alpha[:, None, None] * diff.square().sum(-1)
+        alpha = spreads ** 2 / 2
+        return -alpha[:, None, None] * diff.square().sum(-1)
+
+    def axis_scores(self, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row and column terms of isotropic heads (paper eq. 9 split by axis):
+        ``row[h, i, k] = -alpha_h (k - i - Delta_h,0)^2`` ``(N_h, H, H)`` and
+        ``col[h, j, l] = -alpha_h (l - j - Delta_h,1)^2`` ``(N_h, W, W)``, summing to
+        :meth:`attention_scores` for query (i, j) and key (k, l).
+
+        Raises:
+            ValueError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
+        """
+        if self.full_covariance:
+            raise ValueError("full-covariance quadratic heads are not separable (Sigma^-1's off-diagonal "
+                             "couples rows and columns); use attention_probs")
+        centers, spreads = self._score_parameters()
+        alpha = (spreads ** 2 / 2)[:, None, None]                               # (N_h, 1, 1)
+        terms = []
+        for axis, length in enumerate((height, width)):
+            shift = axis_offsets(length, centers.device).to(centers.dtype)        # (L, L): k - i
+            terms.append(-alpha * (shift[None] - centers[:, axis, None, None]).square())
+        return terms[0], terms[1]
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", full_covariance={self.full_covariance}"

@@ -163,7 +163,9 @@ class ImageTransformer(nn.Module):
         """Embedded token grid ``(B, H/p, W/p, D)`` before the first block."""
         self._check_images(images)
         x = images.permute(0, 2, 3, 1)                       # (B, H, W, C)
-        return self.embed(space_to_depth(x, self.config.pooling))
+        # The residual stream stays in the weights' dtype (float32) under bf16 autocast (a no-op
+        # otherwise): every block adds its bf16 branch onto it, so LayerNorm sees float32.
+        return self.embed(space_to_depth(x, self.config.pooling)).to(self.embed.weight.dtype)
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """Output grid of the last block, ``(B, H/p, W/p, D)``."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from .._typecheck import value_matches
 from ..models import get_preset, preset_model_config
+from .precision import PRECISIONS
 
 __all__ = ["TrainConfig", "resolve_config", "config_from_dict", "option"]
 
@@ -73,6 +74,13 @@ class TrainConfig:
                                               "killed run loses at most N steps (0, the default: only at the end "
                                               "of each epoch)")
     keep_checkpoints: int = option(30, help="periodic checkpoints to keep (0: all)")
+    precision: str = option("auto", choices=PRECISIONS,
+                            help="fp32, bf16 (mixed precision: bfloat16 matrix products, fp32 weights, softmax, "
+                                 "LayerNorm and loss), or auto: bf16 where the device has bfloat16 units (CUDA "
+                                 "with bf16, a CPU with AVX512-BF16 or AMX), else fp32; a run stores the resolved "
+                                 "value")
+    compile: bool = option(False, help="torch.compile the model (CPU inductor or CUDA); see the README's Speed "
+                                       "section for where it helps")
     deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
                                              "runs are bit-identical)")
     init_from: str | None = option(None, metavar="CHECKPOINT",
@@ -88,7 +96,7 @@ class TrainConfig:
             raise ValueError(f"train_subset must be positive, got {self.train_subset}")
         if self.lr < 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
             raise ValueError("lr and weight_decay must be >= 0 and momentum in [0, 1)")
-        for name in ("schedule", "lr_stepping"):
+        for name in ("schedule", "lr_stepping", "precision"):
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")

@@ -11,6 +11,7 @@ from torch import nn
 
 from ..data import DeviceLoader
 from .distributed import Distributed
+from .precision import autocast
 
 __all__ = ["EvalResult", "evaluate", "check_sharding"]
 
@@ -37,10 +38,13 @@ def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distribute
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None) -> EvalResult:
+def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None,
+             precision: str = "fp32") -> EvalResult:
     """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode).
 
     Args:
+        precision: ``"fp32"`` or ``"bf16"`` (autocast of the forward pass; the loss and the sums
+            are float32/float64 either way). Resolve ``"auto"`` with :func:`resolve_precision`.
         model: the plain module (not the DDP wrapper: evaluation needs no gradient sync, and the
             shards may differ by one batch).
         dist: under DDP, the processes whose loaders together hold the test set (each example in
@@ -59,7 +63,8 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = 0
     for x, y in loader:
-        logits = model(x)
+        with autocast(precision, device):
+            logits = model(x)
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
         correct += (logits.argmax(dim=-1) == y).sum()
         count += y.numel()

@@ -1,10 +1,12 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
 How one run flows: :func:`train` reads the configuration (a resumed run's own), picks the device
-and, under torchrun, joins the process group; :func:`_train` builds the data loaders and the
+and the precision (``auto`` becomes ``bf16`` or ``fp32``, stored so a resume keeps it) and, under
+torchrun, joins the process group; :func:`_train` builds the data loaders and the
 :class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
 the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
-trains. Per step, in this order: learning rate, forward/backward/optimizer step, running sums (on
+trains. Per step, in this order: learning rate, forward (under autocast in bf16), float32 loss,
+backward/optimizer step, running sums (on
 the device, no host sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar,
 then a stop request (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
 the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
@@ -33,10 +35,12 @@ one (torchrun waits 30 s, ``--shutdown-timeout``, before it kills the processes)
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Callable
 
+import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -49,6 +53,7 @@ from .distributed import (Distributed, MainProcessRunFolder, launch_from_env, pe
 from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
 from .loading import load_weights
+from .precision import autocast, resolve_precision
 from .progress import EpochMeter
 from .run_folder import RunFolder
 from .saver import Saver
@@ -98,11 +103,13 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
     launch = launch_from_env()
     RunFolder.check_not_in_use(out_dir)
     if mode == "resume":
-        config = config_from_dict(RunFolder.resumable_config(out_dir))
+        # runs written before --precision existed trained in fp32: keep that, do not resolve "auto"
+        config = config_from_dict({"precision": "fp32", **RunFolder.resumable_config(out_dir)})
     # Everything that can fail on bad input (device, data, model options) happens before the
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
     device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
+    config = dataclasses.replace(config, precision=resolve_precision(config.precision, device))  # stored resolved
     with deterministic_algorithms(config.deterministic, device), processes(launch, device) as dist:
         return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics)
 
@@ -123,8 +130,9 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
             _resume(state, saver)
         else:
             run.write_config(config.to_dict())
-        log.info("preset %s: %s parameters, %d classes, data %s, device %s", config.preset,
-                 f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device)
+        log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
+                 f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
+                 config.precision, ", compiled" if config.compile else "")
         if dist.enabled:
             log.info("DDP over %d processes: global batch %d = %d examples per process and step, %d steps "
                      "per epoch", dist.world_size, config.batch_size, train_loader.batch_size, len(train_loader))
@@ -170,6 +178,7 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
     """Train from the state's position to the last epoch; see the module docstring for the order."""
     config, dist, steps, every = state.config, state.dist, len(train_loader), state.config.checkpoint_every_steps
     net = dist.wrap(state.model)   # DDP averages the gradients; state.model stays the plain module (saved weights)
+    net = torch.compile(net) if config.compile else net
     with stop_on_signals() as stop:
         while state.epoch < config.epochs:
             epoch = state.epoch
@@ -178,8 +187,9 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
             with EpochMeter(epoch, steps, state.step, state.sums, progress) as meter:
                 for step, (images, labels) in train_loader.batches(epoch, start=state.step):
                     lr = state.schedule.set_lr(state.optimizer, epoch, step)
-                    logits = net(images)
-                    loss = F.cross_entropy(logits, labels)
+                    with autocast(config.precision, dist.device):
+                        logits = net(images)
+                    loss = F.cross_entropy(logits.float(), labels)                  # the loss in float32
                     state.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     state.optimizer.step()
@@ -201,7 +211,7 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                         raise saver.interrupted(signum, f"epoch {epoch + 1}/{config.epochs}, step {state.step} "
                                                         f"of {steps}")
                 stats = meter.finish(state.sums, lr, dist)
-            result = evaluate(state.model, test_loader, dist=dist)
+            result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
             record = {"epoch": epoch + 1, **stats, "test_loss": result.loss, "test_accuracy": result.accuracy,
                       "eval_seconds": result.seconds, **(epoch_metrics(state.model) if epoch_metrics else {})}
             saver.run.append_metrics(record)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...training.precision import add_precision_option, running_at
+
 __all__ = ["register", "cmd_viewer"]
 
 
@@ -34,6 +36,7 @@ def register(subparsers) -> None:
     v.add_argument("--data", help="dataset for the images (default: each run's own)")
     v.add_argument("--data-dir", help="cache folder for official archives (default: each run's)")
     v.add_argument("--batch-size", type=int, default=50, help="images per forward pass (default 50)")
+    add_precision_option(v)
     v.set_defaults(handler=cmd_viewer)
 
 
@@ -49,8 +52,9 @@ def cmd_viewer(args: argparse.Namespace) -> int:
     if missing:
         raise FileNotFoundError(f"no run folder or checkpoint at {', '.join(missing)}; pass the folder that "
                                 "`attncnn train --out` wrote (or one of its .safetensors checkpoints)")
-    out = write_viewer(args.runs, args.out, indices=indices, data=args.data, data_dir=args.data_dir,
-                       average=args.average, batch_size=args.batch_size, title=args.title)
+    with running_at(args.precision):
+        out = write_viewer(args.runs, args.out, indices=indices, data=args.data, data_dir=args.data_dir,
+                           average=args.average, batch_size=args.batch_size, title=args.title)
     size = out.stat().st_size
     print(f"viewer: {out} ({size / 1e6:.1f} MB, {len(args.runs)} run(s)); open it in a browser, no network needed")
     return 0

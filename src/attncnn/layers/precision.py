@@ -1,0 +1,63 @@
+"""Which dtype attention computes in under mixed precision (autocast or half-precision tensors).
+
+The rule every layer follows: pre-softmax scores and the softmax run in at least float32;
+the matrix products that mix value vectors run in the dtype autocast chooses (bfloat16 or
+float16), which is where the speed of mixed precision is. Helpers here answer "is autocast on
+for this device, and in which dtype", so that layers can cast once, explicitly, instead of
+letting each autocast-listed op cast its own copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+__all__ = ["autocast_dtype", "autocast_off", "matmul_dtype", "score_dtype"]
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """The dtype autocast gives matrix products on ``device``, or None when autocast is off there
+    (or ``device`` is a type autocast does not know, such as ``meta``)."""
+    kind = device.type
+    try:
+        if torch.is_autocast_enabled(kind):
+            return torch.get_autocast_dtype(kind)
+        return None
+    except RuntimeError:                 # "unknown device type for autocast" (meta, ...)
+        return None
+    except TypeError:                    # torch < 2.4: no device_type argument
+        if kind == "cpu" and torch.is_autocast_cpu_enabled():
+            return torch.get_autocast_cpu_dtype()
+        if kind == "cuda" and torch.is_autocast_enabled():
+            return torch.get_autocast_gpu_dtype()
+        return None
+
+
+def autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
+    """A context that turns autocast off on ``device`` (a no-op context when it is off already).
+
+    Used around position-only score and softmax computations: they are small (``N_h x N x N``
+    at most, independent of the batch), so running them in float32 costs little, whereas autocast
+    would run their matrix products (full-covariance projection, learned per-head keys) in bf16.
+    """
+    if autocast_dtype(device) is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, enabled=False)
+
+
+def matmul_dtype(x: torch.Tensor) -> torch.dtype:
+    """The dtype matrix products with ``x`` run in: autocast's dtype when autocast is on for ``x``'s
+    device and would cast ``x`` (float32 or half inputs; autocast leaves float64 alone), else ``x.dtype``."""
+    lower = autocast_dtype(x.device)
+    if lower is not None and x.dtype in (torch.float32, *_HALF):
+        return lower
+    return x.dtype
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype scores and softmax run in for parameters or products of ``dtype``: float32 for
+    float16/bfloat16, else ``dtype`` unchanged (float32 stays float32, float64 stays float64)."""
+    return torch.float32 if dtype in _HALF else dtype
