@@ -79,7 +79,7 @@ def _env(cache: Path, **extra: str) -> dict[str, str]:
 def _train_args(data: Path, out: Path, *more: str) -> list[str]:
     return ["train", "--preset", "demo", "--set", "dropout=0", "--data", str(data),
             "--batch-size", "10", "--epochs", "2", "--deterministic", "--device", "cpu", "--no-progress",
-            "--out", str(out), *more]
+            "--precision", "fp32", "--out", str(out), *more]      # fp32: the tolerances below are fp32's
 
 
 def _run(args: list[str], env: dict[str, str], *, processes: int = 1, script: Path | None = None,

@@ -123,7 +123,7 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
         docstring (on CPU only meaningful in a fresh process).
     """
     dev = images.device
-    run_model = run_model or model
+    run_model = model if run_model is None else run_model     # (a compiled module has no truth value)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     def train_step():
         with autocast(precision, dev):
