@@ -23,7 +23,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
