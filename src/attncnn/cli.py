@@ -25,7 +25,7 @@ log = logging.getLogger("attncnn")
 #: Modules that add their own subcommands: each has ``register(subparsers)``, which adds parsers
 #: whose defaults set ``handler`` to a function ``(args) -> exit status``. Keeps this file thin.
 _COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.analysis.viewer.command",
-                    "attncnn.bench.command")
+                    "attncnn.bench.command", "attncnn.reproduce.command")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from attncnn.layers import (ATTENTION_KINDS, ContentAttention, LearnedRelativeAttention,
+from attncnn.layers import (ATTENTION_KINDS, ContentAttention, GatedPositionalAttention, LearnedRelativeAttention,
                             LearnedRelativeContentAttention, QuadraticAttention, build_attention)
 
 H, W, D, NH = 3, 4, 8, 3   # a small non-square grid
@@ -63,6 +63,8 @@ def _naive_probs(layer, x):
                              for k in range(n)])
             out.append(_naive_softmax(rows))
         return torch.stack(out)[None]
+    if isinstance(layer, GatedPositionalAttention):
+        return _naive_gpsa_probs(layer, x)
     # content layers
     b = x.shape[0]
     dh = layer.head_dim
@@ -87,6 +89,29 @@ def _naive_probs(layer, x):
     return out
 
 
+def _naive_gpsa_probs(layer, x):
+    """ConViT's GPSA per pair: ((1-g) softmax(q.k/sqrt(D_h)) + g softmax(v_pos . (d1, d2, d1^2+d2^2))) / sum."""
+    b, n, dh = x.shape[0], H * W, layer.head_dim
+    q = layer.query(x).reshape(b, n, layer.num_heads, dh)
+    k = layer.key(x).reshape(b, n, layer.num_heads, dh)
+    out = torch.empty(b, layer.num_heads, n, n, dtype=torch.float64)
+    for h in range(layer.num_heads):
+        v = layer.v_pos[h].tolist()
+        g = 1.0 / (1.0 + math.exp(-float(layer.gate_logits[h])))
+        positional = []
+        for qi_ in range(n):
+            (a, c) = _pos(qi_)
+            positional.append([v[0] * (_pos(ki_)[0] - a) + v[1] * (_pos(ki_)[1] - c)
+                               + v[2] * ((_pos(ki_)[0] - a) ** 2 + (_pos(ki_)[1] - c) ** 2) for ki_ in range(n)])
+        pos = _naive_softmax(positional)
+        for bi in range(b):
+            content = _naive_softmax([[float(q[bi, qi_, h] @ k[bi, ki_, h]) / math.sqrt(dh) for ki_ in range(n)]
+                                      for qi_ in range(n)])
+            mixed = (1 - g) * content + g * pos
+            out[bi, h] = mixed / mixed.sum(-1, keepdim=True)
+    return out
+
+
 def _make(kind, **kw):
     extra = {"max_size": 5} if kind.startswith("learned") else {}
     torch.manual_seed(0)
@@ -95,6 +120,9 @@ def _make(kind, **kw):
         with torch.no_grad():   # centres near the grid, sharp enough for a non-trivial map
             layer.centers.copy_(torch.tensor([[0.0, 1.0], [-1.3, 0.4], [2.0, -2.5]]))
             layer.spreads.mul_(1.3)
+    if isinstance(layer, GatedPositionalAttention):
+        with torch.no_grad():   # a different gate per head, mostly content to mostly positional
+            layer.gate_logits.copy_(torch.tensor([-1.5, 0.3, 2.0]))
     return layer
 
 

@@ -15,7 +15,7 @@ from attncnn.layers import ATTENTION_KINDS, QuadraticAttention, build_attention
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([torch.float32, torch.float64])
-POSITIONAL = [k for k in ATTENTION_KINDS if k not in ("content", "learned-content")]
+POSITIONAL = [k for k in ATTENTION_KINDS if k not in ("content", "learned-content", "gpsa")]   # position-only
 
 
 def _tol(dtype: torch.dtype) -> float:

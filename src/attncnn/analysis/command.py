@@ -230,11 +230,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _available_images(run, args) -> int:
-    from ..data import load_dataset
+    from .runs import test_count
 
-    stored = run.metadata.get("config", {})
-    dataset = load_dataset(args.data or stored.get("data", "cifar10"), data_dir=args.data_dir or stored.get("data_dir"))
-    return max(1, min(args.average, len(dataset.test.labels)))
+    return max(1, min(args.average, test_count(run, data=args.data, data_dir=args.data_dir)))
 
 
 # -- inspect --------------------------------------------------------------------------------------

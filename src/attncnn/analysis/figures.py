@@ -9,7 +9,9 @@ Agg/PDF canvases; pyplot and its global state are never used, so no backend is s
 * :func:`quadratic_epochs_figure` (Fig. 3): the same for one layer across checkpoints;
 * :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query
   (position-only maps, one image's maps, or maps averaged over images);
-* :func:`accuracy_figure` (Fig. 2): test accuracy against epoch for several runs.
+* :func:`accuracy_figure` (Fig. 2): test accuracy against epoch for several runs;
+* :func:`layer_curves_figure`: per-layer metrics (attention distance, distance to the grid of
+  shifts) against epoch, one line per layer.
 
 Quadratic contours are drawn from the head's Gaussian evaluated on a sub-token grid around the
 query (the continuous version of the discrete map, ignoring the image border), normalised over
@@ -35,7 +37,7 @@ from .maps import LayerMaps, attention_layers
 from .metrics import degenerate_heads, quadratic_head_parameters
 
 __all__ = ["mass_threshold", "gaussian_window", "draw_quadratic_layer", "quadratic_layers_figure",
-           "quadratic_epochs_figure", "attention_grid_figure", "accuracy_figure", "save_figure",
+           "quadratic_epochs_figure", "attention_grid_figure", "accuracy_figure", "layer_curves_figure", "save_figure",
            "MASSES", "head_colors"]
 
 #: Attention-mass contours and their line styles (paper: 50 % solid, 90 % dotted).
@@ -333,6 +335,36 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
+    return fig
+
+
+def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Sequence[float]]]], *,
+                        title: str | None = None) -> Figure:
+    """Per-layer curves against epoch: one panel per metric, one line per layer (light: layer 1).
+
+    Args:
+        panels: ``y-axis label -> {layer: (epochs, values)}``, e.g. ``{"attention distance
+            (tokens)": {1: ([1, 2], [1.9, 1.7]), ...}}``.
+        title: figure title.
+
+    Raises:
+        ValueError: no panel, or a panel without curves.
+    """
+    if not panels or not all(panels.values()):
+        raise ValueError("no per-layer curves to plot (only position-only models log them every epoch)")
+    fig = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (ylabel, curves) in zip(axes, panels.items()):
+        cmap = matplotlib.colormaps["viridis"]
+        for n, (layer, (epochs, values)) in enumerate(sorted(curves.items())):
+            ax.plot(list(epochs), list(values), marker=".", lw=1.5, label=f"layer {layer}",
+                    color=cmap(0.9 - 0.8 * n / max(1, len(curves) - 1)))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
     return fig
 
 

@@ -20,6 +20,9 @@ Quadratic heads also report their parameters: the centre Delta (row, col shift i
 (isotropic) or Sigma^-1 (full covariance), the eigenvalues of Sigma^-1 (isotropic: ``2 alpha``
 twice), its condition number, and whether the head is degenerate (PAPER.md 3.8).
 
+GPSA heads (ConViT) also report their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional
+map (read off the parameters, no forward pass).
+
 Per layer, ``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the
 mean distance between the centres of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the
 shifts of the nearest ``K x K`` kernel grid, under the optimal one-to-one assignment.
@@ -34,8 +37,8 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..layers import (ContentAttention, LearnedRelativeAttention, LearnedRelativeContentAttention,
-                      QuadraticAttention, grid_positions, relative_offsets)
+from ..layers import (ContentAttention, GatedPositionalAttention, LearnedRelativeAttention,
+                      LearnedRelativeContentAttention, QuadraticAttention, grid_positions, relative_offsets)
 from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
@@ -265,7 +268,7 @@ def _layer_kind(layer) -> str:
     if isinstance(layer, QuadraticAttention):
         return "quadratic-generalized" if layer.full_covariance else "quadratic"
     kinds = {LearnedRelativeAttention: "learned", LearnedRelativeContentAttention: "learned-content",
-             ContentAttention: "content"}
+             ContentAttention: "content", GatedPositionalAttention: "gpsa"}
     return kinds.get(type(layer), type(layer).__name__)
 
 
@@ -279,6 +282,11 @@ def _layer_report(index: int, layer, stats: dict[str, torch.Tensor], *, conditio
               "distance": float(stats["distance"].mean()), "peak": float(stats["peak"].mean()),
               "entropy": float(stats["entropy"].mean())}
     centers = stats["shift"]
+    if isinstance(layer, GatedPositionalAttention):
+        gates = _gates(layer)
+        for head, gate in zip(heads, gates):
+            head["gate"] = gate
+        report["gate"] = sum(gates) / len(gates)
     if isinstance(layer, QuadraticAttention):
         params = quadratic_head_parameters(layer)
         degenerate = degenerate_heads(layer, condition_number=condition_number, min_eigenvalue=min_eigenvalue)
@@ -325,9 +333,10 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of
         ``distance``/``peak``/``entropy``, ``grid_distance`` and ``grid`` (see :func:`grid_distance`;
         centres are the quadratic parameters or else each head's mean shift), for quadratic layers
-        ``degenerate_heads``, and ``heads``: one dict per head (1-based ``head``, the statistics of
-        :func:`head_statistics`, plus ``center``, ``alpha`` or ``inverse_covariance``,
-        ``eigenvalues``, ``condition_number`` and ``degenerate`` for quadratic heads).
+        ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
+        (1-based ``head``, the statistics of :func:`head_statistics`, plus ``center``, ``alpha`` or
+        ``inverse_covariance``, ``eigenvalues``, ``condition_number`` and ``degenerate`` for
+        quadratic heads, ``gate`` for GPSA heads).
 
     Raises:
         ValueError: no attention blocks, or an input-dependent model without images.
@@ -370,20 +379,21 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
 def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
     """Flatten :func:`model_metrics` output to ``{"attn/layer1/head3/distance": 1.0, ...}`` floats.
 
-    Per layer: ``distance``, ``peak``, ``entropy``, ``grid_distance`` and (quadratic)
-    ``degenerate_heads``; per head: ``distance``, ``peak``, ``entropy``, and for quadratic heads
-    ``center_row``, ``center_col``, ``alpha`` (isotropic) or ``eigenvalue_min``/``eigenvalue_max``
-    (full covariance), and ``degenerate`` as 0.0/1.0. Layer and head numbers are 1-based.
+    Per layer: ``distance``, ``peak``, ``entropy``, ``grid_distance``, (quadratic)
+    ``degenerate_heads`` and (GPSA) ``gate``; per head: ``distance``, ``peak``, ``entropy``, for
+    quadratic heads ``center_row``, ``center_col``, ``alpha`` (isotropic) or
+    ``eigenvalue_min``/``eigenvalue_max`` (full covariance), and ``degenerate`` as 0.0/1.0, for
+    GPSA heads ``gate``. Layer and head numbers are 1-based.
     """
     flat: dict[str, float] = {}
     for layer in metrics["layers"]:
         base = f"{prefix}/layer{layer['layer']}"
-        for key in ("distance", "peak", "entropy", "grid_distance", "degenerate_heads"):
+        for key in ("distance", "peak", "entropy", "grid_distance", "degenerate_heads", "gate"):
             if key in layer:
                 flat[f"{base}/{key}"] = float(layer[key])
         for head in layer["heads"]:
             hb = f"{base}/head{head['head']}"
-            for key in ("distance", "peak", "entropy", "alpha"):
+            for key in ("distance", "peak", "entropy", "alpha", "gate"):
                 if key in head:
                     flat[f"{hb}/{key}"] = float(head[key])
             if "center" in head:
@@ -397,9 +407,11 @@ def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
 def epoch_metrics(model: nn.Module, grid_size: tuple[int, int] | None = None) -> dict[str, float]:
     """Cheap per-epoch attention metrics for the training log (metrics.jsonl and TensorBoard).
 
-    Position-only models (quadratic, learned) only: their maps do not depend on the input, so
-    this costs one softmax per layer and no forward pass; it does not touch the model's mode,
-    gradients or random state. Any other model (content attention, ResNet) gives ``{}``.
+    Position-only models (quadratic, learned): their maps do not depend on the input, so this
+    costs one softmax per layer and no forward pass. Models with GPSA layers, whose maps depend on
+    the input, give only the gates (``attn/layerL/gate`` and ``attn/layerL/headH/gate``, read off
+    the parameters). Any other model (content attention, ResNet) gives ``{}``. It does not touch
+    the model's mode, gradients or random state.
 
     Args:
         model: the network being trained (any device).
@@ -414,8 +426,18 @@ def epoch_metrics(model: nn.Module, grid_size: tuple[int, int] | None = None) ->
     except ValueError:
         return {}
     if not all(layer.position_only for layer in layers):
-        return {}
+        gated = [{"layer": i + 1, "heads": [{"head": h + 1, "gate": g} for h, g in enumerate(_gates(layer))]}
+                 for i, layer in enumerate(layers) if isinstance(layer, GatedPositionalAttention)]
+        for report in gated:
+            report["gate"] = sum(h["gate"] for h in report["heads"]) / len(report["heads"])
+        return flatten_metrics({"layers": gated})
     return flatten_metrics(model_metrics(model, grid_size=grid_size or default_grid_size(model)))
+
+
+def _gates(layer: GatedPositionalAttention) -> list[float]:
+    """The per-head gates ``sigmoid(lambda_h)`` of a GPSA layer, as floats."""
+    with torch.no_grad():
+        return [float(g) for g in layer.gates().detach().double().cpu()]
 
 
 def layer_maps_statistics(maps: Sequence[LayerMaps], margin: int = 0) -> list[dict[str, torch.Tensor]]:

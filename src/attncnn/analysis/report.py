@@ -25,11 +25,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..bench.harness import time_steps
-from ..layers import dense_attention
+from ..layers import GridAttention, dense_attention
 from ..models import build_model, count_parameters, get_preset
 from .runs import Run, shareable_dataset
 
-__all__ = ["macs_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]
+__all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]
 
 
 @torch.no_grad()
@@ -48,6 +48,40 @@ def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) ->
     finally:
         model.train(was_training)
     return counter.get_total_flops() // 2
+
+
+@torch.no_grad()
+def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
+    """The paper's "# FLOPS" of Table 1 for ``model``, one image: a reconstruction of its convention.
+
+    The paper's numbers fit two different counts (PAPER.md 5.1-5.2, section 8): for the attention
+    models 2 x the multiply-accumulates of the linear layers only (attention products left out;
+    the 12.1 M quadratic model gives 6.18 B, the content model 15.0 B: the paper's 6.2 B and 15 B),
+    for ResNet18 the plain multiply-accumulates of every convolution and linear layer (0.56 B).
+    So: 2 x linear-layer MACs for a model with attention layers, :func:`macs_per_image` otherwise.
+
+    Raises:
+        ValueError: an image size the model cannot take.
+    """
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not any(isinstance(m, GridAttention) for m in model.modules()):
+        return macs_per_image(model, image_size, in_chans)
+    total = [0]
+
+    def count(module: nn.Linear, _inputs, output: torch.Tensor) -> None:
+        total[0] += module.in_features * output.numel()       # output.numel() = rows x out_features
+
+    hooks = [m.register_forward_hook(count) for m in linears]
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    try:
+        model(torch.zeros(1, in_chans, image_size, image_size, device=device))
+    finally:
+        model.train(was_training)
+        for hook in hooks:
+            hook.remove()
+    return 2 * total[0]
 
 
 def throughput(model: nn.Module, *, batch_size: int = 32, image_size: int = 32, reps: int = 2,

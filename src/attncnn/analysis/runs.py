@@ -16,7 +16,7 @@ from torch import nn
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
 from ..training import RunFolder, load_model
 
-__all__ = ["Run", "ImageIndexError", "open_run", "test_images", "parse_indices", "parse_query", "shareable_dataset"]
+__all__ = ["Run", "ImageIndexError", "open_run", "test_count", "test_images", "parse_indices", "parse_query", "shareable_dataset"]
 
 
 class ImageIndexError(ValueError):
@@ -133,6 +133,17 @@ def parse_query(text: str) -> tuple[int, int]:
     except ValueError:
         raise ValueError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
     return row, col
+
+
+def test_count(run: Run, *, data: str | None = None, data_dir: str | None = None) -> int:
+    """Number of test images of the run's data set (or ``data``).
+
+    Raises:
+        attncnn.data.DataError: the data set cannot be found.
+    """
+    stored = run.metadata.get("config", {})
+    dataset = load_dataset(data or stored.get("data", "cifar10"), data_dir=data_dir or stored.get("data_dir"))
+    return len(dataset.test.labels)
 
 
 def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,

@@ -9,21 +9,32 @@
       -> mean over all positions -> Linear D -> classes
 
 No positional encoding is added to the tokens (position enters only through the attention
-layers) and all weights keep PyTorch's default initialisation, as in the reference code.
+layers) and all weights keep PyTorch's default initialisation, as in the reference code, unless
+``init="conv"``: then every attention layer starts as a convolution's attention pattern (head h
+on the h-th tap's shift, :func:`attncnn.layers.local_init_`; ConViT's local init), and with
+``value_init="conv"`` its folded value matrix holds a K x K kernel (:func:`attncnn.layers.conv_value_init_`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import ATTENTION_KINDS, GridAttention, build_attention, space_to_depth
+from ..layers import (ATTENTION_KINDS, GridAttention, build_attention, conv_kernel_size, conv_value_init_,
+                      local_init_, space_to_depth)
 
 __all__ = ["ImageTransformerConfig", "TransformerBlock", "ImageTransformer"]
+
+log = logging.getLogger(__name__)
+
+#: Values of ``ImageTransformerConfig.init`` and ``value_init``.
+INITS = ("random", "conv")
 
 
 @dataclass
@@ -31,8 +42,10 @@ class ImageTransformerConfig:
     """Shape of an :class:`ImageTransformer`; defaults are the paper's (PAPER.md 2.6).
 
     Raises:
-        ValueError: unknown ``attention``, a size below 1, or a ``layer_heads`` that is not one
-            head count >= 1 per layer (the message names the field and the fix).
+        ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
+            head count >= 1 per layer, or convolutional-init / GPSA options that do not fit (unknown
+            ``init``/``value_init``, ``num_heads`` not ``K^2`` for an odd K, a kind without positional
+            term, tables too narrow, ``freeze_gate`` without GPSA); the message names the field and the fix.
     """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
@@ -54,6 +67,25 @@ class ImageTransformerConfig:
     #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
     #: (PAPER.md 3.8), whose layers keep different numbers of heads.
     layer_heads: list[int] | None = None
+    #: "random" (PyTorch's default init, as the reference) or "conv": head h of every layer starts
+    #: on the h-th shift of a K x K kernel (row-major taps, as attncnn.theory), positional score
+    #: -locality_strength * |delta - Delta_h|^2 (ConViT's local init). Layers whose head count is
+    #: not K^2 (a pruned model's layer_heads) keep the random init: their weights come from a checkpoint.
+    init: str = "random"
+    #: alpha of init="conv", in 1/tokens^2. 1.0 is ConViT's default locality strength, whose score
+    #: alpha * (-|delta|^2 + 2 Delta.delta) is this project's -alpha |delta - Delta|^2 up to a constant,
+    #: so no rescaling is needed; it is twice the reference's random-init alpha (s^2/2 = 0.5), and
+    #: puts 0.32 of an interior query's attention on the target pixel (0.62 at 2, 0.97 at 5).
+    locality_strength: float = 1.0
+    conv_kernel_size: int | None = None  #: K of init="conv" (None: sqrt(num_heads)); K odd, K^2 == num_heads
+    conv_dilation: int = 1              #: spacing of init="conv"'s shifts, tokens
+    #: "random", or "conv" (with init="conv", heads as wide as the model): the folded value matrix
+    #: holds a K x K kernel drawn with nn.Conv2d's default init. Note: with init="conv" every layer
+    #: already computes *some* K x K convolution at step 0 (up to the finite-alpha softmax), since any
+    #: folded value matrix is a kernel under the head -> tap map, and nn.Conv2d's init has the same
+    #: distribution as the value map's (uniform +-1/sqrt(D K^2)): the two differ only in the random stream.
+    value_init: str = "random"
+    freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_KINDS:
@@ -63,7 +95,7 @@ class ImageTransformerConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         # The layers check these too, but only once weights are being allocated; checking them
         # here lets a command reject bad options from the configuration alone.
-        for name in ("head_dim", "table_dim", "max_size"):
+        for name in ("head_dim", "table_dim", "max_size", "conv_kernel_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         width = self.dim if self.head_dim is None else self.head_dim
@@ -72,6 +104,42 @@ class ImageTransformerConfig:
                              f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
         if self.layer_heads is not None:
             self.layer_heads = self._checked_layer_heads(self.layer_heads)
+        self._check_init()
+
+    def _check_init(self) -> None:
+        """The options of the convolutional init and of GPSA; ValueError naming the field and the fix."""
+        for name in ("init", "value_init"):
+            if getattr(self, name) not in INITS:
+                raise ValueError(f"{name} must be one of {', '.join(INITS)}, got {getattr(self, name)!r}")
+        if not (isinstance(self.locality_strength, (int, float)) and 0 < self.locality_strength < math.inf):
+            raise ValueError(f"locality_strength must be a positive finite number (alpha, 1/tokens^2; ConViT: 1.0), "
+                             f"got {self.locality_strength!r}")
+        self.locality_strength = float(self.locality_strength)
+        if self.conv_dilation < 1:
+            raise ValueError(f"conv_dilation must be >= 1, got {self.conv_dilation}")
+        if self.freeze_gate and self.attention != "gpsa":
+            raise ValueError(f"freeze_gate applies to attention='gpsa' only, got attention={self.attention!r}; "
+                             "set freeze_gate=False or attention='gpsa'")
+        if self.value_init == "conv" and self.init != "conv":
+            raise ValueError("value_init='conv' needs init='conv' (the kernel's taps need heads on its shifts); "
+                             "set init='conv' or value_init='random'")
+        if self.value_init == "conv" and self.head_dim not in (None, self.dim):
+            raise ValueError(f"value_init='conv' needs heads as wide as the model (head_dim None or {self.dim}), "
+                             f"got head_dim={self.head_dim}; set head_dim=None or value_init='random'")
+        if self.init != "conv":
+            return
+        if self.attention == "content":
+            raise ValueError("init='conv' needs a positional attention kind (content attention has no positional "
+                             "term); set attention to quadratic, quadratic-generalized, learned, learned-content or "
+                             "gpsa, or init='random'")
+        conv_kernel_size(self.num_heads, self.conv_kernel_size)     # K^2 == num_heads, K odd (names the fix)
+        width = self.dim if self.head_dim is None else self.head_dim
+        if self.attention == "learned" and (self.table_dim or self.dim) < 3:
+            raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of the learned tables, but their width "
+                             f"is {self.table_dim or self.dim}; set table_dim >= 3")
+        if self.attention == "learned-content" and width < 6:
+            raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
+                             f"{width}; set head_dim (or dim) >= 6")
 
     def _checked_layer_heads(self, value) -> list[int]:
         """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""
@@ -102,6 +170,8 @@ class ImageTransformerConfig:
             kwargs.update(max_size=self.max_size, table_dim=self.table_dim)
         elif self.attention == "learned-content":
             kwargs.update(max_size=self.max_size)
+        elif self.attention == "gpsa":
+            kwargs.update(freeze_gate=self.freeze_gate)
         return kwargs
 
 
@@ -149,6 +219,22 @@ class ImageTransformer(nn.Module):
         self.embed = nn.Linear(config.pooling ** 2 * config.in_chans, config.dim)
         self.blocks = nn.ModuleList(TransformerBlock(config, heads) for heads in config.heads())
         self.head = nn.Linear(config.dim, config.num_classes)
+        if config.init == "conv":
+            self._conv_init()
+
+    def _conv_init(self) -> None:
+        """``init="conv"``: every layer with K^2 heads starts on the kernel's shifts (and, with
+        ``value_init="conv"``, holds a random K x K kernel in its value matrix)."""
+        cfg = self.config
+        k = conv_kernel_size(cfg.num_heads, cfg.conv_kernel_size)
+        for i, block in enumerate(self.blocks):
+            if block.attention.num_heads != k * k:
+                log.debug("layer %d has %d heads, not %d: it keeps the random init", i + 1,
+                          block.attention.num_heads, k * k)
+                continue
+            local_init_(block.attention, alpha=cfg.locality_strength, dilation=cfg.conv_dilation)
+            if cfg.value_init == "conv":
+                conv_value_init_(block.attention)
 
     def _check_images(self, images: torch.Tensor) -> None:
         c, p = self.config.in_chans, self.config.pooling
@@ -178,7 +264,8 @@ class ImageTransformer(nn.Module):
         return self.head(self.forward_features(images).mean(dim=(1, 2)))
 
     def no_weight_decay(self) -> set[str]:
-        """Full names of parameters excluded from weight decay (quadratic centres and spreads)."""
+        """Full names of parameters excluded from weight decay (quadratic centres and spreads, GPSA
+        positional vectors and gates)."""
         names = set()
         for i, block in enumerate(self.blocks):
             skip = getattr(block.attention, "no_weight_decay", lambda: set())()

@@ -3,7 +3,8 @@
 Construction (PAPER.md 1.2-1.5), with the project's own :class:`~attncnn.layers.QuadraticAttention`:
 
 * one head per kernel tap: N_h = K^2 heads; head ``h = u*K + v`` serves tap ``(u, v)`` and has
-  centre ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units;
+  centre ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
+  (:func:`~attncnn.layers.kernel_shifts`, re-exported here; the models' ``init="conv"`` uses it too);
 * the quadratic encoding (paper eq. 9) with a sharpness alpha so large that each head's softmax is
   exactly one-hot on the key ``q + Delta^(h)`` in floating point (Lemma 2, see :func:`default_alpha`);
 * the folded value matrices of Lemma 1 set to the kernel slices,
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import QuadraticAttention
+from ..layers import QuadraticAttention, kernel_shifts
 
 __all__ = ["AttentionConv2d", "attention_from_conv2d", "default_alpha", "kernel_shifts", "PADDINGS"]
 
@@ -69,24 +70,6 @@ def default_alpha(dtype: torch.dtype) -> float:
     if not dtype.is_floating_point:
         raise ValueError(f"alpha is defined for floating dtypes, got {dtype}")
     return -math.log(torch.finfo(dtype).tiny)
-
-
-def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) -> torch.Tensor:
-    """The shifts of a kernel's taps in row-major tap order: ``(K^2, 2)`` (2-D) or ``(K, 2)`` (1-D).
-
-    Tap ``(u, v)`` (row-major index ``u*K + v``) reads the input at ``q + ((u - c) d, (v - c) d)``
-    with ``c = K // 2``, as :func:`torch.nn.functional.conv2d` does. In 1-D the row shift is 0.
-    Units: tokens (pixels). float64, CPU.
-
-    Raises:
-        ValueError: even or non-positive ``kernel_size``, non-positive ``dilation``.
-    """
-    _check_geometry(kernel_size, dilation, 1)
-    offsets = (torch.arange(kernel_size, dtype=torch.float64) - kernel_size // 2) * dilation
-    if spatial_dims == 1:
-        return torch.stack([torch.zeros_like(offsets), offsets], dim=-1)
-    rows, cols = torch.meshgrid(offsets, offsets, indexing="ij")
-    return torch.stack([rows.reshape(-1), cols.reshape(-1)], dim=-1)
 
 
 def _check_geometry(kernel_size: int, dilation: int, stride: int) -> None:

@@ -83,7 +83,8 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.SGD:
     """SGD with two groups: weight decay on everything except the model's ``no_weight_decay()``
-    names (Gaussian centres and spreads), as the reference optimiser (PAPER.md 4)."""
+    names (Gaussian centres and spreads, as the reference optimiser, PAPER.md 4; by the same rule
+    GPSA's positional vectors ``v_pos`` and gates)."""
     skip = getattr(model, "no_weight_decay", lambda: set())()
     decay = [p for n, p in model.named_parameters() if n not in skip]
     no_decay = [p for n, p in model.named_parameters() if n in skip]

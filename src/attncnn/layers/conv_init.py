@@ -1,0 +1,239 @@
+"""Convolutional ("local") initialisation of attention layers: Theorem 1 at step 0.
+
+A layer with N_h = K^2 heads gets one head per tap of a K x K kernel. Head ``h = u*K + v`` serves
+tap ``(u, v)`` and its centre of attention is the shift that tap reads,
+``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens (row, column), as
+:func:`torch.nn.functional.conv2d`'s taps. :func:`kernel_shifts` is the one place this order is
+written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
+
+:func:`local_init_` makes every head's positional score ``-alpha |delta - Delta^(h)|^2`` up to a
+constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1),
+where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Per kind:
+
+* quadratic: ``centers = Delta``, spreads ``s = sqrt(2 alpha)`` (alpha = s^2/2); full covariance:
+  ``S = sqrt(2 alpha) I``, so ``Sigma^-1 = 2 alpha I`` and ``-1/2 (.)^T Sigma^-1 (.)`` is the same score;
+* learned position-only (Lemma 2 inside the learned encoding): columns 0-2 of both axis tables are
+  ``(d^2, d, 1)`` for the shift d on that axis, the other columns 0; the head keys get
+  ``(-alpha, 2 alpha Delta_a, -alpha Delta_a^2)`` on those columns for axis a (the rest keeps its
+  random values, so the zero table columns receive gradients), hence the row term is exactly
+  ``-alpha (d_1 - Delta_1)^2`` and the column term ``-alpha (d_2 - Delta_2)^2``;
+* learned + content: content attention starts switched off and is learned. The query weight is 0
+  and the query bias of head h, ``c_h``, is non-zero on 6 coordinates only: on the row half
+  ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against table columns ``(d^2, d, 1)``,
+  likewise on the column half. The key weight rows of those 6 coordinates are set to 0 (the rest
+  of the key map keeps its random values), so ``q_h . k_h = c_h . b_key`` is the same for every
+  key and cancels in the softmax, while ``q_h . r_delta / sqrt(D_h) = -alpha |delta - Delta|^2``
+  exactly. (Leaving the key map untouched would not cancel: ``c_h . W_key x_k`` varies with k.)
+  Other table columns keep their values: they meet zero query coordinates.
+* GPSA: ``v_pos^(h) = alpha (2 Delta_1, 2 Delta_2, -1)`` against ``r = (d_1, d_2, |d|^2)``, giving
+  ``-alpha |delta - Delta|^2 + alpha |Delta|^2`` (ConViT); the gates keep their initial value.
+
+:func:`conv_value_init_` writes a convolution kernel into the folded value matrix (Lemma 1), so
+that with a large alpha the layer *is* that convolution (same padding, renormalised at borders).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .attention import ContentAttention, GridAttention
+from .gpsa import GatedPositionalAttention
+from .learned import LearnedRelativeAttention, LearnedRelativeContentAttention
+from .quadratic import QuadraticAttention
+
+__all__ = ["kernel_shifts", "conv_kernel_size", "local_init_", "conv_value_init_", "conv_initialize_"]
+
+
+def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) -> torch.Tensor:
+    """The shifts of a kernel's taps in row-major tap order: ``(K^2, 2)`` (2-D) or ``(K, 2)`` (1-D).
+
+    Tap ``(u, v)`` (row-major index ``u*K + v``, the head that serves it) reads the input at
+    ``q + ((u - c) d, (v - c) d)`` with ``c = K // 2``, as :func:`torch.nn.functional.conv2d` does.
+    In 1-D the row shift is 0. Units: tokens (pixels). float64, CPU.
+
+    Raises:
+        ValueError: even or non-positive ``kernel_size``, non-positive ``dilation``.
+    """
+    if kernel_size < 1 or kernel_size % 2 == 0:
+        raise ValueError(f"the kernel size must be odd and positive (its taps are centred on the query), "
+                         f"got {kernel_size}")
+    if dilation < 1:
+        raise ValueError(f"the dilation must be a positive integer, got {dilation}")
+    offsets = (torch.arange(kernel_size, dtype=torch.float64) - kernel_size // 2) * dilation
+    if spatial_dims == 1:
+        return torch.stack([torch.zeros_like(offsets), offsets], dim=-1)
+    rows, cols = torch.meshgrid(offsets, offsets, indexing="ij")
+    return torch.stack([rows.reshape(-1), cols.reshape(-1)], dim=-1)
+
+
+def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
+    """The kernel size K of a convolutional init with ``num_heads`` heads (one head per tap).
+
+    Args:
+        num_heads: N_h.
+        kernel_size: K, or None for ``sqrt(N_h)``.
+
+    Raises:
+        ValueError: ``K^2 != N_h`` or K even (the message says which head counts work).
+    """
+    k = math.isqrt(num_heads) if kernel_size is None else kernel_size
+    if k < 1 or k * k != num_heads or k % 2 == 0:
+        if kernel_size is None:
+            raise ValueError(f"a convolutional init needs one head per tap of an odd K x K kernel (num_heads = K^2: "
+                             f"1, 9, 25, ...), got num_heads={num_heads}; set num_heads to 9 (3x3) or 25 (5x5), "
+                             "or use init='random'")
+        raise ValueError(f"a convolutional init needs one head per tap of an odd K x K kernel, got "
+                         f"conv_kernel_size={kernel_size} with num_heads={num_heads}; set num_heads = "
+                         f"conv_kernel_size^2 (K odd), or conv_kernel_size=None to take K = sqrt(num_heads)")
+    return k
+
+
+def _axis_coefficients(centres: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``(N_h, 3)`` coefficients against features ``(d^2, d, 1)``: ``-alpha (d - centre)^2``."""
+    return torch.stack([torch.full_like(centres, -alpha), 2 * alpha * centres, -alpha * centres.square()], dim=-1)
+
+
+def _table_features(table: nn.Embedding, max_size: int) -> torch.Tensor:
+    """``(2*max_size - 1, 3)`` rows ``(d^2, d, 1)`` for the shifts ``d = -(max_size-1) .. max_size-1``."""
+    d = torch.arange(-(max_size - 1), max_size, dtype=table.weight.dtype, device=table.weight.device)
+    return torch.stack([d.square(), d, torch.ones_like(d)], dim=-1)
+
+
+def _init_learned(layer: LearnedRelativeAttention, shifts: torch.Tensor, alpha: float) -> None:
+    if layer.table_dim < 3:
+        raise ValueError(f"a convolutional init of learned attention writes (d^2, d, 1) into 3 table columns, "
+                         f"but table_dim={layer.table_dim}; set table_dim >= 3")
+    for axis, (table, keys) in enumerate(((layer.row_embeddings, layer.head_keys_row),
+                                          (layer.col_embeddings, layer.head_keys_col))):
+        table.weight.zero_()
+        table.weight[:, :3] = _table_features(table, layer.max_size)
+        keys.weight[:, :3] = _axis_coefficients(shifts[:, axis], alpha)
+
+
+def _init_learned_content(layer: LearnedRelativeContentAttention, shifts: torch.Tensor, alpha: float) -> None:
+    dh, nh = layer.head_dim, layer.num_heads
+    half = dh // 2
+    if half < 3:
+        raise ValueError(f"a convolutional init of learned-content attention writes (d^2, d, 1) into 3 table "
+                         f"columns of width head_dim/2, but head_dim={dh}; set head_dim (or dim) >= 6")
+    scale = math.sqrt(dh)                               # the layer divides q . r by sqrt(D_h)
+    layer.query.weight.zero_()
+    layer.query.bias.zero_()
+    bias = layer.query.bias.view(nh, dh)
+    key = layer.key.weight.view(nh, dh, layer.dim)
+    for axis, (table, start) in enumerate(((layer.row_embeddings, 0), (layer.col_embeddings, half))):
+        table.weight[:, :3] = _table_features(table, layer.max_size)
+        bias[:, start:start + 3] = scale * _axis_coefficients(shifts[:, axis], alpha)
+        key[:, start:start + 3] = 0.0                  # q . k is then the same for every key
+
+
+@torch.no_grad()
+def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> torch.Tensor:
+    """Give head ``h`` of ``layer`` the positional score ``-alpha |delta - Delta^(h)|^2`` (+ a constant
+    per query), ``Delta^(h)`` the h-th of :func:`kernel_shifts` (see the module docstring per kind).
+
+    Args:
+        layer: a quadratic (isotropic or full), learned, learned-content or GPSA layer with
+            ``N_h = K^2`` heads, K odd.
+        alpha: locality strength (> 0, inverse squared token distance). Peak probability of an
+            interior query: 0.16 at alpha 0.5, 0.32 at 1, 0.62 at 2, 0.97 at 5, 1 - 1.8e-4 at 10
+            (one-hot as alpha -> inf).
+        dilation: spacing of the shifts in tokens.
+
+    Returns:
+        The centres ``(N_h, 2)`` (float64, CPU), row-major taps.
+
+    Raises:
+        ValueError: a layer without a positional term (plain content attention), ``N_h`` not the
+            square of an odd number, alpha not positive and finite, or tables too narrow
+            (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``).
+    """
+    if not (alpha > 0 and math.isfinite(alpha)):
+        raise ValueError(f"locality strength alpha must be positive and finite, got {alpha}")
+    kernel = conv_kernel_size(layer.num_heads)
+    shifts64 = kernel_shifts(kernel, dilation)
+    dtype = layer.value.weight.dtype
+    shifts = shifts64.to(device=layer.value.weight.device, dtype=dtype)
+    if isinstance(layer, QuadraticAttention):
+        layer.centers.copy_(shifts)
+        spread = math.sqrt(2.0 * alpha)                 # alpha = s^2 / 2
+        if layer.full_covariance:
+            layer.spreads.copy_(spread * torch.eye(2, dtype=dtype, device=shifts.device).expand_as(layer.spreads))
+        else:
+            layer.spreads.fill_(spread)
+    elif isinstance(layer, LearnedRelativeAttention):
+        _init_learned(layer, shifts, alpha)
+    elif isinstance(layer, LearnedRelativeContentAttention):
+        _init_learned_content(layer, shifts, alpha)
+    elif isinstance(layer, GatedPositionalAttention):
+        layer.v_pos.copy_(alpha * torch.cat([2 * shifts, -torch.ones_like(shifts[:, :1])], dim=-1))
+    elif isinstance(layer, ContentAttention):
+        raise ValueError(f"{type(layer).__name__} has no positional term, so it cannot start as a convolution; "
+                         "use a positional kind (quadratic, learned, learned-content, gpsa) or init='random'")
+    else:
+        raise ValueError(f"no convolutional init is defined for {type(layer).__name__}")
+    return shifts64
+
+
+@torch.no_grad()
+def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
+                     bias: torch.Tensor | None = None) -> None:
+    """Copy a convolution kernel's taps into the folded value matrix (Lemma 1, PAPER.md 1.2).
+
+    With heads as wide as the input (``value_in`` is None) the layer computes
+    ``value(concat_h sum_k p_hk x_k)``; head h owns input columns ``h*D:(h+1)*D`` of ``value``, so
+    ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)`` (``h = u*K + v``)
+    and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer output is
+    ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside the grid
+    (at the border the softmax renormalises over the keys that exist; pad with zero tokens and
+    crop to match zero padding). GPSA layers equal it only through their positional part
+    (weight ``g_h``); the content part adds ``(1 - g_h)`` of a content average.
+
+    Args:
+        layer: an attention layer with ``N_h = K^2`` heads and ``head_dim == dim``.
+        kernel: ``(D_out, D, K, K)``; None draws one with :class:`torch.nn.Conv2d`'s default
+            init (its bias too, unless ``bias`` is given). That is the same distribution as the
+            value map's default init (both uniform in ``+-1/sqrt(D K^2)``): only the random
+            stream differs, so this matters when a given kernel is copied.
+        bias: ``(D_out,)``; None with a given kernel means no bias (0).
+
+    Raises:
+        ValueError: ``head_dim != dim`` (a value projection: see ``attncnn.theory`` for narrow
+            heads), ``N_h`` not the square of an odd K, or a kernel/bias of the wrong shape.
+    """
+    if layer.value_in is not None:
+        raise ValueError(f"value_init='conv' needs heads as wide as the input (head_dim == dim == {layer.dim}), "
+                         f"got head_dim={layer.head_dim}; set head_dim=None or value_init='random'")
+    k = conv_kernel_size(layer.num_heads)
+    weight = layer.value.weight
+    if kernel is None:
+        conv = nn.Conv2d(layer.dim, layer.out_dim, k, device=weight.device, dtype=weight.dtype)
+        kernel, bias = conv.weight, (conv.bias if bias is None else bias)
+    expected = (layer.out_dim, layer.dim, k, k)
+    if tuple(kernel.shape) != expected:
+        raise ValueError(f"the kernel must have shape (D_out, D, K, K) = {expected}, got {tuple(kernel.shape)}")
+    if bias is not None and tuple(bias.shape) != (layer.out_dim,):
+        raise ValueError(f"the bias must have shape ({layer.out_dim},), got {tuple(bias.shape)}")
+    taps = kernel.permute(2, 3, 0, 1).reshape(k * k, layer.out_dim, layer.dim)     # tap u*K+v -> (D_out, D)
+    weight.copy_(taps.permute(1, 0, 2).reshape(layer.out_dim, k * k * layer.dim))
+    if bias is None:
+        layer.value.bias.zero_()
+    else:
+        layer.value.bias.copy_(bias)
+
+
+def conv_initialize_(layer: GridAttention, kernel: torch.Tensor | None = None, bias: torch.Tensor | None = None,
+                     *, alpha: float, dilation: int = 1) -> torch.Tensor:
+    """:func:`local_init_` then :func:`conv_value_init_`: the layer becomes the convolution
+    ``(kernel, bias, dilation)`` up to Lemma 2's finite-alpha error (exact in floating point for
+    ``alpha >= -ln(tiny)``: 87.4 in float32, 708.4 in float64; see ``attncnn.theory.default_alpha``).
+
+    Returns:
+        The centres ``(N_h, 2)``, float64. Raises: as the two functions.
+    """
+    shifts = local_init_(layer, alpha=alpha, dilation=dilation)
+    conv_value_init_(layer, kernel, bias)
+    return shifts

@@ -1,0 +1,12 @@
+"""``attncnn reproduce``: train a suite of Table 1 runs, then report them beside the paper.
+
+``suites`` (which presets and seeds, where each run lives, which runs are finished) ->
+``runner`` (train or resume each job; ``--dry-run`` estimates) -> ``summary`` (Table 1 rows over
+seeds, per-layer curves) -> ``figures`` and ``report`` (report.md / report.json) -> ``ship``
+(trim finished folders for committing). It sits above ``analysis`` and ``training`` and below
+the command line.
+"""
+
+from .suites import SUITES, Job, Suite, get_suite, job_state, plan
+
+__all__ = ["SUITES", "Suite", "Job", "get_suite", "plan", "job_state"]

@@ -1,0 +1,137 @@
+"""``attncnn reproduce mini|paper``: train a Table 1 suite (resumable), then write its report,
+figures and viewer page; ``--dry-run`` prints the commands and the estimated time instead."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from ..training.precision import PRECISIONS
+from .suites import SUITES
+
+log = logging.getLogger("attncnn.reproduce")
+
+__all__ = ["register", "cmd_reproduce"]
+
+#: test images of the viewer page (those of the paper's website)
+VIEWER_IMAGES = (2, 3, 19, 56)
+
+
+def register(subparsers) -> None:
+    """Add the ``reproduce`` subcommand."""
+    r = subparsers.add_parser(
+        "reproduce", help="train a Table 1 suite (resumable) and write its report, figures and viewer page",
+        description="Train every model of a suite in sequence into <out>/<preset>/seed<N> (ordinary run folders "
+                    "with periodic checkpoints), skipping finished runs and resuming interrupted ones, then write "
+                    "<out>/report.md (Table 1 beside the paper's, per-seed results, the paper's claims measured), "
+                    "<out>/figures/ (Figs. 2-6, per-layer distances) and <out>/viewer.html. Stop it at any time "
+                    "(Ctrl-C): the same command continues. Suites: " +
+                    "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()))
+    r.add_argument("suite", choices=sorted(SUITES))
+    r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
+                                   "test images: default each run's own")
+    r.add_argument("--data-dir", help="cache folder for official archives")
+    r.add_argument("--download", action="store_true", help="download official archives if missing")
+    r.add_argument("--out", help="suite folder (default: results/<suite>)")
+    r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
+                                   "quadratic model)")
+    r.add_argument("--only", help="comma-separated presets of the suite to train and report")
+    r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    r.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the preset's, auto)")
+    r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
+    r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print each job's train command and its time estimated from a short measurement here")
+    r.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
+    r.add_argument("--trim", action="store_true",
+                   help="before reporting, trim finished run folders for committing (see attncnn.reproduce.ship)")
+    r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
+    r.add_argument("--formats", default="png", help="figure formats, comma-separated (default png)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.set_defaults(handler=cmd_reproduce)
+
+
+def _options(args: argparse.Namespace):
+    from .runner import TrainOptions
+
+    for name in ("epochs", "train_subset"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return TrainOptions(data=args.data or "cifar10", data_dir=args.data_dir, download=args.download, device=args.device,
+                        precision=args.precision, epochs=args.epochs, train_subset=args.train_subset)
+
+
+def _dry_run(jobs, options) -> int:
+    from .runner import estimate_job, train_command
+
+    measured: dict = {}
+    total = 0.0
+    for job in jobs:
+        estimate = estimate_job(job, options, measured=measured)
+        total += estimate.total_seconds
+        print(f"{train_command(job, options)}\n    # {estimate.step_seconds:.2f} s/step, "
+              f"~{estimate.epoch_seconds / 60:.1f} min/epoch, ~{estimate.total_seconds / 3600:.2f} h "
+              f"({estimate.precision})")
+    print(f"# total ~{total / 3600:.1f} h on this device (from one timed step per model; CIFAR-10 sizes)")
+    return 0
+
+
+def _train(jobs, options, args, command: str) -> None:
+    from ..analysis.metrics import epoch_metrics
+    from .runner import train_jobs
+
+    train_jobs(jobs, options, progress=not args.no_progress, epoch_metrics=epoch_metrics,
+               resume_hint=f"`{command}`")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    """Run the command; returns the exit status."""
+    from .figures import suite_figures
+    from .report import write_report
+    from .ship import trim_jobs
+    from .suites import get_suite, parse_seeds, plan
+    from .summary import finished_runs
+
+    suite = get_suite(args.suite)
+    out = Path(args.out or f"results/{suite.name}")
+    only = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else None
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
+    options = _options(args)
+    command = shlex.join(["attncnn", *sys.argv[1:]]) if sys.argv[1:2] == ["reproduce"] else f"attncnn reproduce {suite.name}"
+    if args.dry_run:
+        return _dry_run(jobs, options)
+    if not args.report_only:
+        _train(jobs, options, args, command)
+    if args.trim:
+        seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
+        trim_jobs(jobs, keep_epochs_of={(suite.evolution_preset, min(seeds))} if seeds else set())
+    results = finished_runs(jobs)
+    if not results:
+        raise ValueError(f"no finished run under {out} to report; train first (without --report-only)")
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    figures = suite_figures(results, out / "figures", formats=formats, data=args.data, data_dir=args.data_dir)
+    if not args.no_viewer:
+        _viewer(results, out, args)
+    path = write_report(suite, out, jobs, results, figures, command=command, data=args.data,
+                        data_dir=args.data_dir)
+    print(f"report: {path}")
+    return 0
+
+
+def _viewer(results, out: Path, args: argparse.Namespace) -> None:
+    from ..analysis.runs import test_count
+    from ..analysis.viewer.page import write_viewer
+    from ..training.precision import running_at
+
+    firsts = [runs[0] for runs in results.values() if hasattr(runs[0].run.model.config, "attention")]
+    if firsts:
+        count = test_count(firsts[0].run, data=args.data, data_dir=args.data_dir)
+        indices = [i for i in VIEWER_IMAGES if i < count] or [0]        # a small data set has fewer images
+        with running_at("fp32"):
+            page = write_viewer([r.job.folder for r in firsts], out / "viewer.html", indices=indices,
+                                average=min(100, count), data=args.data, data_dir=args.data_dir,
+                                title=f"attncnn reproduce {args.suite}: trained models")
+        log.info("viewer: %s (%.1f MB)", page, page.stat().st_size / 1e6)

@@ -1,0 +1,140 @@
+"""Training a suite's jobs one after another, and estimating how long that takes (``--dry-run``).
+
+Each job is an ordinary :func:`attncnn.training.train` call into its run folder: ``new`` for a job
+never started, ``resume`` for an interrupted one (from its last, possibly mid-epoch, checkpoint),
+nothing for a finished one. So the suite can be stopped at any moment (Ctrl-C, SIGTERM, a lost
+machine) and the same command continues it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import shlex
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .._io import atomic_write_text
+from ..bench.harness import machine_info, time_steps
+from ..models import build_model
+from ..training import TrainingInterrupted, resolve_config, resolve_device, train
+from ..training.precision import resolve_precision
+from .suites import Job, job_state
+
+log = logging.getLogger("attncnn.reproduce")
+
+__all__ = ["MACHINE_FILE", "TrainOptions", "train_jobs", "train_command", "Estimate", "estimate_job"]
+
+#: written into each run folder the harness finishes: the machine its timings come from
+MACHINE_FILE = "machine.json"
+
+#: CIFAR-10's sizes, assumed by the dry run (which reads no data)
+TRAIN_IMAGES, TEST_IMAGES = 50_000, 10_000
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Options passed to every job's training (None: the preset's value).
+
+    ``epochs`` and ``train_subset`` exist for smoke runs of the harness; a suite trained with
+    them is not the suite of the report's title, and the report says so (it prints each run's epochs).
+    """
+
+    data: str = "cifar10"
+    data_dir: str | None = None
+    download: bool = False
+    device: str = "auto"
+    precision: str | None = None
+    epochs: int | None = None
+    train_subset: int | None = None
+
+    def overrides(self, seed: int) -> dict:
+        return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
+                "device": self.device, "precision": self.precision, "epochs": self.epochs,
+                "train_subset": self.train_subset}
+
+
+def train_command(job: Job, options: TrainOptions) -> str:
+    """The ``attncnn train`` command line equivalent to one job (printed by ``--dry-run``)."""
+    words = ["attncnn", "train", "--preset", job.preset, "--seed", str(job.seed), "--data", options.data,
+             "--out", str(job.folder)]
+    for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
+                                                           else options.device),
+                        ("--precision", options.precision), ("--epochs", options.epochs),
+                        ("--train-subset", options.train_subset)):
+        if value is not None:
+            words += [flag, str(value)]
+    if options.download:
+        words.append("--download")
+    return shlex.join(words)
+
+
+def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
+               epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
+    """Train every job that is not finished, in order; returns each job's state before this call.
+
+    Each job this call finishes gets ``machine.json`` (:func:`~attncnn.bench.harness.machine_info`),
+    so the report can say where its timings come from.
+
+    Raises:
+        TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
+            says that running the same command again continues the suite (``resume_hint``).
+        ValueError: a job folder that holds another run (see :func:`job_state`), bad options.
+        TrainingError, RunFolderError, DataError: from the job's training, naming the job.
+    """
+    states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
+    for n, job in enumerate(jobs, 1):
+        if states[job] == "finished":
+            log.info("[%d/%d] %s: finished already (%s)", n, len(jobs), job.label, job.folder)
+            continue
+        mode = "resume" if states[job] == "interrupted" else "new"
+        log.info("[%d/%d] %s: %s in %s", n, len(jobs), job.label,
+                 "resuming" if mode == "resume" else "training", job.folder)
+        config = None if mode == "resume" else resolve_config(job.preset, **options.overrides(job.seed))
+        try:
+            train(config, job.folder, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
+        except TrainingInterrupted as err:
+            raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
+                                      f"written. Run {resume_hint or 'the same command'} again to continue",
+                                      signum=err.signum, checkpoint=err.checkpoint) from err
+        atomic_write_text(job.folder / MACHINE_FILE, json.dumps(machine_info(resolve_device(options.device)),
+                                                                indent=1) + "\n")
+    return states
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Measured cost of one job on this device (seconds)."""
+
+    step_seconds: float
+    infer_seconds: float
+    epoch_seconds: float
+    total_seconds: float
+    precision: str
+
+
+def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
+    """Time a few training steps of the job's model at its batch size and precision, and scale them
+    to the whole run (CIFAR-10 sizes or ``train_subset``; evaluation once per epoch).
+
+    ``measured`` caches the step timing per preset (seeds of a preset cost the same).
+    """
+    config = resolve_config(job.preset, **options.overrides(job.seed))
+    device = resolve_device(config.device)
+    precision = resolve_precision(config.precision, device)
+    measured = {} if measured is None else measured
+    if job.preset not in measured:
+        torch.manual_seed(0)
+        model = build_model(job.preset).to(device)
+        images = torch.randn(config.batch_size, 3, 32, 32, device=device)
+        labels = torch.randint(0, 10, (config.batch_size,), device=device)
+        measured[job.preset] = time_steps(copy.deepcopy(model), images, labels, precision=precision,
+                                          warmup=1, reps=1)
+    timing = measured[job.preset]
+    train_images = config.train_subset or TRAIN_IMAGES
+    epoch = (train_images / config.batch_size * timing["step_seconds"]
+             + TEST_IMAGES / config.batch_size * timing["infer_seconds"])
+    return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch, epoch * config.epochs, precision)

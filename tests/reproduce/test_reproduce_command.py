@@ -1,0 +1,99 @@
+"""``attncnn reproduce`` end to end on a tiny data set: train, trim, report, figures, viewer, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attncnn.cli import main
+
+pytestmark = pytest.mark.slow        # trains the five mini models for one step each (~1 min on 2 cores)
+
+
+@pytest.fixture(scope="module")
+def suite(make_tiny_data, tmp_path_factory):
+    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    out = tmp_path_factory.mktemp("suite") / "mini"
+    args = ["reproduce", "mini", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "0",
+            "--no-progress", "--trim"]
+    assert main(args) == 0
+    return out, args
+
+
+def test_report_has_every_row_and_the_papers_numbers(suite):
+    out, _ = suite
+    report = json.loads((out / "report.json").read_text())
+    rows = {row["preset"]: row for row in report["rows"]}
+    assert list(rows) == ["quadratic-mini", "learned-mini", "resnet18-mini", "quadratic-generalized-mini",
+                          "learned-content-mini"]
+    for row in rows.values():
+        assert row["seeds"] == [0] and row["epochs"] == 1 and 0 <= row["accuracy_mean"] <= 1
+        assert row["accuracy_std"] is None and row["paper_flops"] > 0 and row["macs"] > 0
+    assert rows["quadratic-mini"]["parameters"] == 349_164 - 7 * 65      # 3 classes instead of 10
+    assert rows["learned-content-mini"]["paper"]["accuracy"] == 0.871
+    assert report["missing"] == []
+    text = (out / "report.md").read_text()
+    assert "| quadratic-mini |" in text and "87.1 / 29.5 M / 15 B" in text
+    assert {c["claim"].split(" ")[0] for c in report["claims"]} >= {"early-layer", "deeper", "learned", "adding",
+                                                                    "full-covariance"}
+
+
+def test_every_figure_and_the_viewer_are_written(suite):
+    out, _ = suite
+    names = {p.name for p in (out / "figures").iterdir()}
+    assert names == {"fig2-accuracy.png", "fig4-quadratic-mini-centers.png", "fig3-quadratic-mini-layer1-epochs.png",
+                     "fig3-quadratic-mini-layer4-epochs.png", "fig4-quadratic-generalized-mini-centers.png",
+                     "fig5-learned-mini-maps.png", "fig6-learned-content-mini-image0.png",
+                     "fig6-learned-content-mini-average30.png", "distances-quadratic-mini.png",
+                     "distances-learned-mini.png", "distances-quadratic-generalized-mini.png"}
+    # --trim keeps periodic checkpoints only for the Fig. 3 model (quadratic-mini's first seed)
+    assert (out / "viewer.html").stat().st_size > 10_000
+
+
+def test_trim_keeps_what_a_user_needs(suite):
+    out, _ = suite
+    kept = {p.relative_to(out / "quadratic-mini" / "seed0").as_posix()
+            for p in (out / "quadratic-mini" / "seed0").rglob("*") if p.is_file()}
+    assert kept == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "checkpoints/last.safetensors",
+                    "checkpoints/epoch_0001.safetensors"}
+    learned = {p.name for p in (out / "learned-mini" / "seed0").rglob("*") if p.is_file()}
+    assert learned == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "last.safetensors"}
+
+
+def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
+    out, _ = suite
+    report = json.loads((out / "report.json").read_text())
+    capsys.readouterr()
+    for row in report["rows"][:3]:
+        assert main(["evaluate", str(out / row["preset"] / "seed0"), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["test_accuracy"] == pytest.approx(row["accuracy_mean"], abs=1e-9)
+
+
+def test_a_second_call_trains_nothing_and_an_unfinished_run_is_resumed(suite, caplog):
+    out, args = suite
+    folder = out / "resnet18-mini" / "seed0"
+    metrics = (folder / "metrics.jsonl").read_text()
+    (folder / "finished.json").unlink()                    # as if the machine went away at the very end
+    with caplog.at_level("INFO", logger="attncnn.reproduce"):
+        assert main(args + ["--no-viewer"]) == 0
+    assert "quadratic-mini seed 0: finished already" in caplog.text
+    assert "resnet18-mini seed 0: resuming" in caplog.text
+    assert (folder / "finished.json").is_file() and (folder / "metrics.jsonl").read_text() == metrics
+
+
+def test_dry_run_prints_commands_and_estimates(tmp_path, capsys):
+    assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--out", str(tmp_path),
+                 "--epochs", "2"]) == 0
+    text = capsys.readouterr().out
+    assert f"attncnn train --preset resnet18-mini --seed 0 --data cifar10 --out {tmp_path}/resnet18-mini/seed0 " \
+           "--epochs 2" in text
+    assert "min/epoch" in text and "# total ~" in text
+    assert not any(tmp_path.iterdir())                     # a dry run writes nothing
+
+
+def test_bad_options_are_named(tmp_path, capsys):
+    assert main(["reproduce", "mini", "--out", str(tmp_path), "--report-only"]) == 2
+    assert "no finished run" in capsys.readouterr().err
+    assert main(["reproduce", "mini", "--out", str(tmp_path), "--epochs", "0"]) == 2
+    assert "--epochs must be >= 1" in capsys.readouterr().err

@@ -1,0 +1,88 @@
+"""Suites, job plans and job states of ``attncnn reproduce`` (no training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attncnn.analysis.report import macs_per_image, paper_flops_per_image
+from attncnn.models import build_model
+from attncnn.reproduce import SUITES, Job, get_suite, job_state, plan
+from attncnn.reproduce.runner import TrainOptions, train_command
+from attncnn.reproduce.suites import parse_seeds
+
+
+def test_every_suite_preset_exists_and_names_a_paper_row():
+    for suite in SUITES.values():
+        for preset in suite.presets:
+            build_model(preset, num_classes=10) if preset.endswith("mini") else None
+            assert suite.paper_names[preset] in ("quadratic", "quadratic-generalized", "learned",
+                                                 "learned-content", "resnet18")
+        assert suite.evolution_preset in suite.presets
+
+
+def test_plan_trains_every_model_once_before_further_seeds(tmp_path):
+    jobs = plan(get_suite("mini"), tmp_path)
+    labels = [(j.preset, j.seed) for j in jobs]
+    assert labels == [("quadratic-mini", 0), ("learned-mini", 0), ("resnet18-mini", 0),
+                      ("quadratic-generalized-mini", 0), ("learned-content-mini", 0),
+                      ("quadratic-mini", 1), ("quadratic-mini", 2)]
+    assert jobs[0].folder == tmp_path / "quadratic-mini" / "seed0"
+    jobs = plan(get_suite("mini"), tmp_path, seeds=(3, 4), only=("learned-mini", "resnet18-mini"))
+    assert [(j.preset, j.seed) for j in jobs] == [("learned-mini", 3), ("resnet18-mini", 3),
+                                                  ("learned-mini", 4), ("resnet18-mini", 4)]
+
+
+def test_plan_and_seeds_reject_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="quadratic.*not in suite 'mini'"):
+        plan(get_suite("mini"), tmp_path, only=("quadratic",))
+    with pytest.raises(ValueError, match="unknown suite"):
+        get_suite("huge")
+    assert parse_seeds("0, 1,2") == (0, 1, 2) and parse_seeds(None) is None
+    for bad in ("a", "1,1", "-1", ""):
+        with pytest.raises(ValueError, match="--seeds"):
+            parse_seeds(bad)
+
+
+def _config(folder, preset, seed):
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"preset": preset, "seed": seed, "epochs": 1}))
+
+
+def test_job_state_reads_the_folder_and_refuses_another_run(tmp_path):
+    job = Job("quadratic-mini", 0, tmp_path / "q" / "seed0")
+    assert job_state(job) == "new"
+    _config(job.folder, "quadratic-mini", 0)
+    assert job_state(job) == "interrupted"
+    (job.folder / "finished.json").write_text("{}")
+    assert job_state(job) == "finished"
+    other = Job("quadratic-mini", 1, tmp_path / "x")
+    _config(other.folder, "learned-mini", 1)
+    with pytest.raises(ValueError, match="holds a run of learned-mini seed 1, not quadratic-mini seed 1"):
+        job_state(other)
+    stray = Job("quadratic-mini", 2, tmp_path / "stray")
+    stray.folder.mkdir()
+    (stray.folder / "notes.txt").write_text("mine")
+    with pytest.raises(ValueError, match="holds no config.json"):
+        job_state(stray)
+
+
+def test_train_command_is_the_equivalent_train_call(tmp_path):
+    job = Job("learned-mini", 2, tmp_path / "learned-mini" / "seed2")
+    text = train_command(job, TrainOptions(data="my data.zip", epochs=1))
+    assert text == (f"attncnn train --preset learned-mini --seed 2 --data 'my data.zip' --out {job.folder} "
+                    "--epochs 1")
+
+
+@pytest.mark.parametrize("preset,paper", [("quadratic", "6.2"), ("learned", "6.2"), ("learned-content", "15.0"),
+                                          ("resnet18", "0.56")])
+def test_paper_flops_convention_gives_the_papers_table(preset, paper):
+    # PAPER.md 5.1: 6.2 B / 6.2 B / 15 B / 0.56 B, from thop-style counts we reconstruct
+    value = paper_flops_per_image(build_model(preset)) / 1e9
+    assert f"{value:.{len(paper.split('.')[1])}f}" == paper
+
+
+def test_paper_flops_of_a_resnet_are_its_plain_macs():
+    model = build_model("resnet18-mini")
+    assert paper_flops_per_image(model) == macs_per_image(model)
