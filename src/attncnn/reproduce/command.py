@@ -4,6 +4,7 @@ figures and viewer page; ``--dry-run`` prints the commands and the estimated tim
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import shlex
 import sys
@@ -131,7 +132,9 @@ def _viewer(results, out: Path, args: argparse.Namespace) -> None:
         count = test_count(firsts[0].run, data=args.data, data_dir=args.data_dir)
         indices = [i for i in VIEWER_IMAGES if i < count] or [0]        # a small data set has fewer images
         with running_at("fp32"):
-            page = write_viewer([r.job.folder for r in firsts], out / "viewer.html", indices=indices,
+            # named after preset and seed (the folder names are all "seed0")
+            runs = [dataclasses.replace(r.run, name=r.job.label) for r in firsts]
+            page = write_viewer(runs, out / "viewer.html", indices=indices,
                                 average=min(100, count), data=args.data, data_dir=args.data_dir,
                                 title=f"attncnn reproduce {args.suite}: trained models")
         log.info("viewer: %s (%.1f MB)", page, page.stat().st_size / 1e6)
