@@ -97,3 +97,11 @@ def test_bad_options_are_named(tmp_path, capsys):
     assert "no finished run" in capsys.readouterr().err
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--epochs", "0"]) == 2
     assert "--epochs must be >= 1" in capsys.readouterr().err
+
+
+def test_dry_run_skips_finished_runs(suite, capsys):
+    out, _ = suite
+    assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert f"# resnet18-mini seed 0: finished in {out}/resnet18-mini/seed0, skipped" in text
+    assert "# total ~0.0 h" in text

@@ -67,16 +67,24 @@ def _options(args: argparse.Namespace):
 
 def _dry_run(jobs, options) -> int:
     from .runner import estimate_job, train_command
+    from .suites import job_state
 
     measured: dict = {}
     total = 0.0
     for job in jobs:
+        state = job_state(job)
+        if state == "finished":
+            print(f"# {job.label}: finished in {job.folder}, skipped")
+            continue
+        if state == "interrupted":
+            print(f"# {job.label}: interrupted, resumed with: attncnn train --resume {job.folder}")
         estimate = estimate_job(job, options, measured=measured)
         total += estimate.total_seconds
         print(f"{train_command(job, options)}\n    # {estimate.step_seconds:.2f} s/step, "
               f"~{estimate.epoch_seconds / 60:.1f} min/epoch, ~{estimate.total_seconds / 3600:.2f} h "
               f"({estimate.precision})")
-    print(f"# total ~{total / 3600:.1f} h on this device (from one timed step per model; CIFAR-10 sizes)")
+    print(f"# total ~{total / 3600:.1f} h on this device for what is left (from one timed step per model, "
+          "CIFAR-10 sizes; an interrupted run needs less)")
     return 0
 
 
@@ -101,7 +109,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     only = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else None
     jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
     options = _options(args)
-    command = shlex.join(["attncnn", *sys.argv[1:]]) if sys.argv[1:2] == ["reproduce"] else f"attncnn reproduce {suite.name}"
+    from_cli = sys.argv[1:2] == ["reproduce"]
+    command = shlex.join(["attncnn", *sys.argv[1:]]) if from_cli else f"attncnn reproduce {suite.name}"
     if args.dry_run:
         return _dry_run(jobs, options)
     if not args.report_only:

@@ -81,7 +81,7 @@ def claims(rows: Sequence[dict], layers: dict[str, list[dict] | None],
     if layers.get(gen):
         out.append({"claim": "full-covariance heads degenerate and can be pruned",
                     "metric": f"{gen}: degenerate heads per layer (condition number > 1000 or an "
-                              "eigenvalue < 1e-3, PAPER.md 3.8), of 9",
+                              "eigenvalue < 1e-5, PAPER.md 3.8), of 9",
                     "values": [lay["degenerate_heads"] for lay in layers[gen]]})
     return out
 
