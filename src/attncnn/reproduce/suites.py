@@ -14,7 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..models import get_preset
 from ..training import RunFolder, TrainConfig
 
 __all__ = ["Suite", "Job", "SUITES", "get_suite", "plan", "job_state", "parse_seeds"]
@@ -153,8 +152,3 @@ def job_state(job: Job) -> str:
                          "move it away or choose another --out")
     return "finished" if folder.finished else "interrupted"
 
-
-def check_presets(suite: Suite) -> None:
-    """Every preset of ``suite`` exists (a guard for suites edited by hand)."""
-    for name in suite.presets:
-        get_preset(name)
