@@ -29,9 +29,17 @@ def gpsa(d: int) -> int:
     return 2 * (d * HEADS * d + HEADS * d) + 3 * HEADS + HEADS
 
 
+def gpsa_narrow(d: int, head_dim: int) -> int:
+    """GPSA with heads of width head_dim < D: q, k and the value projection value_in (D -> 9 x head_dim
+    with bias), v_pos and gates; the folded output takes 9 x head_dim (not 9 x D) inputs, which the
+    difference to transformer()'s full-width ``values`` accounts for."""
+    inner = HEADS * head_dim
+    return 3 * (d * inner + inner) + 3 * HEADS + HEADS - (HEADS * d * d - inner * d)
+
+
 COUNTS = {
     "gpsa": transformer(400, 512, gpsa(400)),
-    "gpsa-mini": transformer(64, 128, gpsa(64)),
+    "gpsa-mini": transformer(64, 128, gpsa_narrow(64, 16)),
     "quadratic-conv-mini": transformer(64, 128, HEADS * 2 + HEADS),          # the init adds no parameter
     "learned-conv-mini": transformer(64, 128, 2 * TABLE_ROWS * 64 + 2 * 64 * HEADS),
 }
@@ -43,7 +51,7 @@ def test_new_preset_parameter_counts(name, count):
 
 
 def test_hand_counts():
-    assert COUNTS["gpsa"] == 29_410_098 and COUNTS["gpsa-mini"] == 798_498
+    assert COUNTS["gpsa"] == 29_410_098 and COUNTS["gpsa-mini"] == 351_810
     assert COUNTS["quadratic-conv-mini"] == 349_164 and COUNTS["learned-conv-mini"] == 379_722
 
 
@@ -51,7 +59,7 @@ def test_hand_counts():
 def test_new_mini_presets_are_the_mini_geometry_and_recipe(name):
     preset, reference = get_preset(name), get_preset("quadratic-mini")
     assert preset.train == reference.train
-    assert {k: v for k, v in preset.model.items() if k not in ("attention", "init")} == \
+    assert {k: v for k, v in preset.model.items() if k not in ("attention", "init", "head_dim")} == \
         {k: v for k, v in reference.model.items() if k != "attention"}
     assert preset.model["init"] == "conv"
     assert get_preset("gpsa").train == get_preset("quadratic").train
@@ -130,7 +138,8 @@ def test_set_options_from_the_command_line_are_typed_and_checked():
     from attncnn.training.options import key_value
 
     given = dict(key_value(s) for s in ["init=conv", "locality_strength=2", "conv_kernel_size=None",
-                                         "conv_dilation=2", "value_init=conv", "freeze_gate=True"])
+                                         "conv_dilation=2", "value_init=conv", "freeze_gate=True",
+                                         "head_dim=None"])       # value_init=conv needs full-width heads
     config = resolve_config("gpsa-mini", model=given)
     arch, model_config = preset_model_config(config.preset, **config.model)
     assert (model_config.init, model_config.locality_strength, model_config.conv_dilation) == ("conv", 2.0, 2)

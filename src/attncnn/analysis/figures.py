@@ -314,12 +314,14 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
 
 
 def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], *,
-                    title: str = "Test accuracy") -> Figure:
-    """Test accuracy against epoch, one line per run (paper Fig. 2).
+                    title: str = "Test accuracy", xlabel: str = "epoch", logx: bool = False) -> Figure:
+    """Test accuracy against epoch, one line per run (paper Fig. 2), or against another x.
 
     Args:
         curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
         title: axes title.
+        xlabel: x-axis label (e.g. ``"seen images"``, ``"training images"``).
+        logx: logarithmic x axis.
 
     Raises:
         ValueError: no curves.
@@ -329,8 +331,10 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     for label, (epochs, acc) in curves.items():
-        ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5)
-    ax.set_xlabel("epoch")
+        ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5, marker="." if len(epochs) < 12 else None)
+    ax.set_xlabel(xlabel)
+    if logx:
+        ax.set_xscale("log")
     ax.set_ylabel("test accuracy (%)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -339,13 +343,14 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
 
 
 def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Sequence[float]]]], *,
-                        title: str | None = None) -> Figure:
+                        title: str | None = None, xlabel: str = "epoch") -> Figure:
     """Per-layer curves against epoch: one panel per metric, one line per layer (light: layer 1).
 
     Args:
         panels: ``y-axis label -> {layer: (epochs, values)}``, e.g. ``{"attention distance
             (tokens)": {1: ([1, 2], [1.9, 1.7]), ...}}``.
         title: figure title.
+        xlabel: x-axis label (the curves' x values are epochs by default).
 
     Raises:
         ValueError: no panel, or a panel without curves.
@@ -359,7 +364,7 @@ def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Seque
         for n, (layer, (epochs, values)) in enumerate(sorted(curves.items())):
             ax.plot(list(epochs), list(values), marker=".", lw=1.5, label=f"layer {layer}",
                     color=cmap(0.9 - 0.8 * n / max(1, len(curves) - 1)))
-        ax.set_xlabel("epoch")
+        ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from ..training.precision import PRECISIONS
+from .grid import GRID
 from .suites import SUITES
 
 log = logging.getLogger("attncnn.reproduce")
@@ -30,8 +31,10 @@ def register(subparsers) -> None:
                     "<out>/report.md (Table 1 beside the paper's, per-seed results, the paper's claims measured), "
                     "<out>/figures/ (Figs. 2-6, per-layer distances) and <out>/viewer.html. Stop it at any time "
                     "(Ctrl-C): the same command continues. Suites: " +
-                    "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()))
-    r.add_argument("suite", choices=sorted(SUITES))
+                    "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()) +
+                    f"; {GRID.name}: {GRID.description} ({', '.join(GRID.presets)}): writes <out>/report.md (accuracy "
+                    "per model and training-set size, ConViT's claims measured) and <out>/figures/.")
+    r.add_argument("suite", choices=sorted([*SUITES, GRID.name]))
     r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
                                    "test images: default each run's own")
     r.add_argument("--data-dir", help="cache folder for official archives")
@@ -44,6 +47,12 @@ def register(subparsers) -> None:
     r.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the preset's, auto)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
     r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
+    r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")
+    r.add_argument("--train-images", type=int, metavar="N",
+                   help=f"{GRID.name}: size of the full training set, the 100 %% cell (default {GRID.train_images:,}, "
+                        "CIFAR-10's)")
+    r.add_argument("--passes", type=int, help=f"{GRID.name}: seen images per cell in full training sets "
+                                              f"(default {GRID.passes})")
     r.add_argument("--dry-run", action="store_true",
                    help="print each job's train command and its time estimated from a short measurement here")
     r.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
@@ -58,11 +67,12 @@ def register(subparsers) -> None:
 def _options(args: argparse.Namespace):
     from .runner import TrainOptions
 
-    for name in ("epochs", "train_subset"):
+    for name in ("epochs", "train_subset", "batch_size", "train_images", "passes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return TrainOptions(data=args.data or "cifar10", data_dir=args.data_dir, download=args.download, device=args.device,
-                        precision=args.precision, epochs=args.epochs, train_subset=args.train_subset)
+                        precision=args.precision, epochs=args.epochs, train_subset=args.train_subset,
+                        batch_size=args.batch_size)
 
 
 def _dry_run(jobs, options) -> int:
@@ -104,13 +114,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     from .suites import get_suite, parse_seeds, plan
     from .summary import finished_runs
 
-    suite = get_suite(args.suite)
-    out = Path(args.out or f"results/{suite.name}")
+    out = Path(args.out or f"results/{args.suite}")
     only = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else None
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
     options = _options(args)
     from_cli = sys.argv[1:2] == ["reproduce"]
-    command = shlex.join(["attncnn", *sys.argv[1:]]) if from_cli else f"attncnn reproduce {suite.name}"
+    command = shlex.join(["attncnn", *sys.argv[1:]]) if from_cli else f"attncnn reproduce {args.suite}"
+    if args.suite == GRID.name:
+        return _grid(args, out, only, options, command)
+    if args.train_images is not None or args.passes is not None:
+        raise ValueError(f"--train-images and --passes belong to the {GRID.name} grid, not to suite {args.suite}")
+    suite = get_suite(args.suite)
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
     if args.dry_run:
         return _dry_run(jobs, options)
     if not args.report_only:
@@ -147,3 +161,31 @@ def _viewer(results, out: Path, args: argparse.Namespace) -> None:
                                 average=min(100, count), data=args.data, data_dir=args.data_dir,
                                 title=f"attncnn reproduce {args.suite}: trained models")
         log.info("viewer: %s (%.1f MB)", page, page.stat().st_size / 1e6)
+
+
+def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> int:
+    """The sample-efficiency grid: train its cells (resumable), trim, then its report and figures."""
+    from .grid import plan_grid
+    from .grid_figures import grid_figures
+    from .grid_report import grid_results, write_grid_report
+    from .ship import trim_jobs
+    from .suites import parse_seeds
+
+    if options.epochs is not None or options.train_subset is not None:
+        raise ValueError(f"the {GRID.name} grid sets each cell's epochs and subset itself; for a smoke run use "
+                         "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
+    jobs = plan_grid(GRID, out, seeds=parse_seeds(args.seeds), only=only, train_images=args.train_images,
+                     passes=args.passes)
+    if args.dry_run:
+        return _dry_run(jobs, options)
+    if not args.report_only:
+        _train(jobs, options, args, command)
+    if args.trim:
+        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
+    results = grid_results(jobs)
+    if not results:
+        raise ValueError(f"no finished cell under {out} to report; train first (without --report-only)")
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    figures = grid_figures(jobs, results, out / "figures", formats=formats)
+    print(f"report: {write_grid_report(GRID, out, jobs, results, figures, command=command)}")
+    return 0

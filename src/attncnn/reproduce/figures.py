@@ -38,7 +38,7 @@ def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], k
 def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
     preset, run = result.job.preset, result.run
     _figure(quadratic_layers_figure(run.model, title=f"{preset}: every layer after epoch "
-                                                     f"{len(result.records)} (50 % solid, 90 % dotted mass)"),
+                                                     f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"),
             out / f"fig4-{preset}-centers", formats, written, f"fig4 {preset}")
     snapshots = [(epoch, load_model(path)[0]) for epoch, path in run.periodic_checkpoints()]
     if not snapshots:

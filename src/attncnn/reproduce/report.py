@@ -94,7 +94,7 @@ def _seed_lines(results: dict[str, list[RunResult]]) -> list[str]:
             best, epoch = r.best
             machine = _machine(r)
             lines.append(f"| {preset} | {r.job.seed} | {100 * r.final_accuracy:.2f} | {100 * best:.2f} ({epoch}) | "
-                         f"{len(r.records)} | {r.train_seconds / 3600:.2f} | {r.images_per_second:.0f} | "
+                         f"{len(r.epoch_records)} | {r.train_seconds / 3600:.2f} | {r.images_per_second:.0f} | "
                          f"{r.run.metadata.get('dataset_name') or '-'} | {machine} |")
     return lines
 

@@ -20,13 +20,13 @@ import torch
 from .._io import atomic_write_text
 from ..bench.harness import machine_info, time_steps
 from ..models import build_model
-from ..training import TrainingInterrupted, resolve_config, resolve_device, train
+from ..training import TrainConfig, TrainingInterrupted, resolve_config, resolve_device, train
 from ..training.precision import resolve_precision
 from .suites import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["MACHINE_FILE", "TrainOptions", "train_jobs", "train_command", "Estimate", "estimate_job"]
+__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "train_jobs", "train_command", "Estimate", "estimate_job"]
 
 #: written into each run folder the harness finishes: the machine its timings come from
 MACHINE_FILE = "machine.json"
@@ -39,7 +39,7 @@ TRAIN_IMAGES, TEST_IMAGES = 50_000, 10_000
 class TrainOptions:
     """Options passed to every job's training (None: the preset's value).
 
-    ``epochs`` and ``train_subset`` exist for smoke runs of the harness; a suite trained with
+    ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
     """
 
@@ -50,21 +50,34 @@ class TrainOptions:
     precision: str | None = None
     epochs: int | None = None
     train_subset: int | None = None
+    batch_size: int | None = None
 
     def overrides(self, seed: int) -> dict:
         return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
                 "device": self.device, "precision": self.precision, "epochs": self.epochs,
-                "train_subset": self.train_subset}
+                "train_subset": self.train_subset, "batch_size": self.batch_size}
+
+
+def job_config(job: Job, options: TrainOptions) -> TrainConfig:
+    """The job's training configuration: its preset's recipe, the options, then the job's own
+    ``overrides`` (a grid cell's subset and epochs win over the command line's).
+
+    Raises:
+        ValueError: an option the preset rejects (from :func:`~attncnn.training.resolve_config`).
+    """
+    return resolve_config(job.preset, **{**options.overrides(job.seed), **dict(job.overrides)})
 
 
 def train_command(job: Job, options: TrainOptions) -> str:
     """The ``attncnn train`` command line equivalent to one job (printed by ``--dry-run``)."""
     words = ["attncnn", "train", "--preset", job.preset, "--seed", str(job.seed), "--data", options.data,
              "--out", str(job.folder)]
+    given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
+             **dict(job.overrides)}
     for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
                                                            else options.device),
-                        ("--precision", options.precision), ("--epochs", options.epochs),
-                        ("--train-subset", options.train_subset)):
+                        ("--precision", options.precision),
+                        *((f"--{name.replace('_', '-')}", value) for name, value in given.items())):
         if value is not None:
             words += [flag, str(value)]
     if options.download:
@@ -93,7 +106,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
         mode = "resume" if states[job] == "interrupted" else "new"
         log.info("[%d/%d] %s: %s in %s", n, len(jobs), job.label,
                  "resuming" if mode == "resume" else "training", job.folder)
-        config = None if mode == "resume" else resolve_config(job.preset, **options.overrides(job.seed))
+        config = None if mode == "resume" else job_config(job, options)
         try:
             train(config, job.folder, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
         except TrainingInterrupted as err:
@@ -118,11 +131,12 @@ class Estimate:
 
 def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
     """Time a few training steps of the job's model at its batch size and precision, and scale them
-    to the whole run (CIFAR-10 sizes or ``train_subset``; evaluation once per epoch).
+    to the whole run (CIFAR-10 sizes or ``train_subset``; an evaluation every ``eval_every`` epochs
+    and after the last).
 
     ``measured`` caches the step timing per preset (seeds of a preset cost the same).
     """
-    config = resolve_config(job.preset, **options.overrides(job.seed))
+    config = job_config(job, options)
     device = resolve_device(config.device)
     precision = resolve_precision(config.precision, device)
     measured = {} if measured is None else measured
@@ -135,6 +149,8 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
                                           warmup=1, reps=1)
     timing = measured[job.preset]
     train_images = config.train_subset or TRAIN_IMAGES
-    epoch = (train_images / config.batch_size * timing["step_seconds"]
-             + TEST_IMAGES / config.batch_size * timing["infer_seconds"])
-    return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch, epoch * config.epochs, precision)
+    evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
+    evaluations = sum(1 for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs)
+    epoch = train_images / config.batch_size * timing["step_seconds"]
+    return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch + evaluation,
+                    epoch * config.epochs + evaluation * evaluations, precision)

@@ -5,7 +5,8 @@ A trimmed folder keeps ``config.json``, ``metrics.jsonl``, ``finished.json``, ``
 ``plot`` and ``viewer`` work on it as on any run folder); ``best`` only when it is another epoch
 than ``last``. Periodic checkpoints are kept, without their optimiser state, for the runs that feed
 the figure of centres over epochs (paper Fig. 3), and deleted elsewhere. TensorBoard events and
-the lock file go. Unfinished folders are never touched: they are still needed to resume.
+the lock file go. A lean trim (the sample-efficiency grid's many cells) keeps ``last`` alone,
+weights only. Unfinished folders are never touched: they are still needed to resume.
 """
 
 from __future__ import annotations
@@ -39,11 +40,13 @@ def _weights_only(path: Path) -> None:
         write_checkpoint(path, ckpt)
 
 
-def trim_job(job: Job, *, keep_epochs: bool) -> tuple[int, int]:
+def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, int]:
     """Trim one finished job's folder in place; returns its size in bytes before and after.
 
     Args:
         keep_epochs: keep the periodic checkpoints (weights only) instead of deleting them.
+        lean: keep ``last`` alone, weights only (a grid of many cells: ``evaluate``, ``inspect``,
+            ``plot`` and ``viewer`` still work; ``train --resume`` of a finished run is not needed).
 
     Raises:
         ValueError: the job is not finished (its folder is needed to resume), or holds another run.
@@ -58,8 +61,11 @@ def trim_job(job: Job, *, keep_epochs: bool) -> tuple[int, int]:
         elif entry.is_file() and entry.name not in _KEEP_FILES:
             entry.unlink()
     last, best = folder.checkpoint_path("last"), folder.checkpoint_path("best")
-    if best.exists() and last.exists() and read_metadata(best).get("epoch") == read_metadata(last).get("epoch"):
-        best.unlink()                                    # the same weights twice
+    same = best.exists() and last.exists() and read_metadata(best).get("epoch") == read_metadata(last).get("epoch")
+    if best.exists() and (same or lean):
+        best.unlink()                                    # the same weights twice, or not wanted
+    if lean and last.exists():
+        _weights_only(last)
     for _, path in folder.periodic_checkpoints():
         if keep_epochs:
             _weights_only(path)
@@ -68,13 +74,15 @@ def trim_job(job: Job, *, keep_epochs: bool) -> tuple[int, int]:
     return before, folder_bytes(job.folder)
 
 
-def trim_jobs(jobs: Sequence[Job], *, keep_epochs_of: set[tuple[str, int]]) -> list[tuple[Job, int, int]]:
+def trim_jobs(jobs: Sequence[Job], *, keep_epochs_of: set[tuple[str, int]],
+              lean: bool = False) -> list[tuple[Job, int, int]]:
     """Trim every finished job; ``keep_epochs_of`` names the ``(preset, seed)`` whose periodic
-    checkpoints stay. Returns ``(job, bytes before, bytes after)`` of each trimmed job."""
+    checkpoints stay, ``lean`` is passed to :func:`trim_job`. Returns ``(job, bytes before,
+    bytes after)`` of each trimmed job."""
     done = []
     for job in jobs:
         if job_state(job) == "finished":
-            before, after = trim_job(job, keep_epochs=(job.preset, job.seed) in keep_epochs_of)
+            before, after = trim_job(job, keep_epochs=(job.preset, job.seed) in keep_epochs_of, lean=lean)
             log.info("trimmed %s: %.1f MB -> %.1f MB", job.folder, before / 1e6, after / 1e6)
             done.append((job, before, after))
     return done

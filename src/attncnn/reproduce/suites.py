@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..training import RunFolder, TrainConfig
 
-__all__ = ["Suite", "Job", "SUITES", "get_suite", "plan", "job_state", "parse_seeds"]
+__all__ = ["Suite", "Job", "SUITES", "get_suite", "plan", "job_state", "parse_seeds", "select_presets"]
 
 
 @dataclass(frozen=True)
@@ -92,17 +92,38 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     return seeds
 
 
+def select_presets(presets: tuple[str, ...], only: tuple[str, ...] | None, what: str) -> tuple[str, ...]:
+    """``presets`` restricted to ``only`` (None: all), in their own order.
+
+    Raises:
+        ValueError: a name in ``only`` that is not in ``presets`` (the message lists ``what``'s presets).
+    """
+    if only is None:
+        return presets
+    unknown = [p for p in only if p not in presets]
+    if unknown:
+        raise ValueError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(presets)}")
+    return tuple(p for p in presets if p in only)
+
+
 @dataclass(frozen=True)
 class Job:
-    """One run of a suite: ``preset`` trained with ``seed`` into ``folder``."""
+    """One run of a suite: ``preset`` trained with ``seed`` into ``folder``.
+
+    ``overrides`` are training options the job itself sets, as ``(name, value)`` pairs (the
+    sample-efficiency grid's ``train_subset``, ``epochs``, ``eval_every``), and ``cell`` names
+    them for people (``"10 %"``); Table 1 jobs have neither.
+    """
 
     preset: str
     seed: int
     folder: Path
+    overrides: tuple[tuple[str, object], ...] = ()
+    cell: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.preset} seed {self.seed}"
+        return f"{self.preset}{' ' + self.cell if self.cell else ''} seed {self.seed}"
 
 
 def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
@@ -120,13 +141,7 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
     Raises:
         ValueError: a name in ``only`` that is not one of the suite's presets.
     """
-    presets = suite.presets
-    if only is not None:
-        unknown = [p for p in only if p not in suite.presets]
-        if unknown:
-            raise ValueError(f"--only names {', '.join(unknown)}, not in suite {suite.name!r}; "
-                             f"its presets are {', '.join(suite.presets)}")
-        presets = tuple(p for p in suite.presets if p in only)
+    presets = select_presets(suite.presets, only, f"suite {suite.name!r}")
     per_preset = {p: suite.seeds_of(p, seeds) for p in presets}
     rounds = max(len(s) for s in per_preset.values())
     return [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}")
@@ -137,7 +152,8 @@ def job_state(job: Job) -> str:
     """``"finished"``, ``"interrupted"`` (a run folder without ``finished.json``) or ``"new"``.
 
     Raises:
-        ValueError: the folder holds a run of another preset or seed (the message names both).
+        ValueError: the folder holds a run of another preset or seed, or with other values of the
+            job's ``overrides`` (the message names both).
     """
     folder = RunFolder(job.folder, mode="read") if (job.folder / "config.json").is_file() else None
     if folder is None:
@@ -150,5 +166,10 @@ def job_state(job: Job) -> str:
     if (preset, seed) != (job.preset, job.seed):
         raise ValueError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
                          "move it away or choose another --out")
+    for name, value in job.overrides:
+        if stored.get(name) != value:
+            raise ValueError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
+                             f"{name}={value!r} (another --train-images or --passes?); move it away or choose "
+                             "another --out")
     return "finished" if folder.finished else "interrupted"
 

@@ -27,8 +27,14 @@ class RunResult:
     run: Run
 
     @property
+    def epoch_records(self) -> list[dict]:
+        """Every epoch's record (with ``eval_every`` > 1 some have no test metrics)."""
+        return [r for r in self.run.metrics if isinstance(r.get("epoch"), int)]
+
+    @property
     def records(self) -> list[dict]:
-        return [r for r in self.run.metrics if isinstance(r.get("test_accuracy"), (int, float))]
+        """The records of the epochs evaluated on the test set (every epoch by default)."""
+        return [r for r in self.epoch_records if isinstance(r.get("test_accuracy"), (int, float))]
 
     @property
     def final_accuracy(self) -> float:
@@ -42,12 +48,12 @@ class RunResult:
     @property
     def train_seconds(self) -> float:
         """Wall-clock seconds of the training epochs plus their evaluations, as logged."""
-        return sum(r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in self.records)
+        return sum(r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in self.epoch_records)
 
     @property
     def images_per_second(self) -> float:
         """Training images per second, the median over epochs (robust to one slow, shared epoch)."""
-        return statistics.median(r.get("images_per_second", 0.0) for r in self.records)
+        return statistics.median(r.get("images_per_second", 0.0) for r in self.epoch_records)
 
 
 def finished_runs(jobs: Sequence[Job]) -> dict[str, list[RunResult]]:
@@ -86,7 +92,7 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
         if done:
             model, config = done[0].run.model, done[0].run.metadata.get("config", {})
             row["accuracy_mean"], row["accuracy_std"] = mean_std(row["accuracies"])
-            row.update(epochs=len(done[0].records), parameters=count_parameters(model),
+            row.update(epochs=len(done[0].epoch_records), parameters=count_parameters(model),
                        macs=macs_per_image(model), paper_flops=paper_flops_per_image(model),
                        train_hours=statistics.fmean(r.train_seconds for r in done) / 3600,
                        images_per_second=statistics.fmean(r.images_per_second for r in done),
@@ -137,7 +143,7 @@ def layer_curves(results: Sequence[RunResult], key: str) -> dict[int, tuple[list
     """
     curves: dict[int, dict[int, list[float]]] = {}
     for result in results:
-        for record in result.records:
+        for record in result.epoch_records:
             for name, value in record.items():
                 parts = name.split("/")
                 if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and math.isfinite(value):

@@ -68,6 +68,9 @@ class TrainConfig:
     seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
     device: str = option("auto", help="auto (default), cpu, cuda, cuda:N")
     train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
+    eval_every: int = option(1, metavar="EPOCHS",
+                             help="evaluate on the test set every N epochs and after the last (default 1: every "
+                                  "epoch); the best checkpoint is chosen among the evaluated epochs")
     checkpoint_every: int = option(10, help="periodic checkpoint interval in epochs (0: none)")
     checkpoint_every_steps: int = option(0, metavar="N",
                                          help="also refresh the 'last' checkpoint every N optimiser steps, so a "
@@ -89,7 +92,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
-        for name in ("epochs", "batch_size", "eval_batch_size"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "eval_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.train_subset is not None and self.train_subset <= 0:

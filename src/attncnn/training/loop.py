@@ -10,6 +10,8 @@ backward/optimizer step, running sums (on
 the device, no host sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar,
 then a stop request (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
 the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
+The evaluation runs every ``eval_every`` epochs and after the last one; the other epochs' records
+have no ``test_*`` keys (readers of ``metrics.jsonl`` skip them for test curves).
 
 What survives what:
 
@@ -211,13 +213,16 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                         raise saver.interrupted(signum, f"epoch {epoch + 1}/{config.epochs}, step {state.step} "
                                                         f"of {steps}")
                 stats = meter.finish(state.sums, lr, dist)
-            result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
-            record = {"epoch": epoch + 1, **stats, "test_loss": result.loss, "test_accuracy": result.accuracy,
-                      "eval_seconds": result.seconds, **(epoch_metrics(state.model) if epoch_metrics else {})}
+            test, tested = {}, "not evaluated"
+            if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:    # the last one always
+                result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
+                test = {"test_loss": result.loss, "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
+                tested = f"test loss {result.loss:.4f} acc {result.accuracy:.4f}"
+            record = {"epoch": epoch + 1, **stats, **test, **(epoch_metrics(state.model) if epoch_metrics else {})}
             saver.run.append_metrics(record)
-            log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  test loss %.4f acc %.4f  %.1fs  %.0f img/s",
-                     epoch + 1, config.epochs, lr, stats["train_loss"], stats["train_accuracy"], result.loss,
-                     result.accuracy, stats["seconds"], stats["images_per_second"])
+            log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  %s  %.1fs  %.0f img/s", epoch + 1,
+                     config.epochs, lr, stats["train_loss"], stats["train_accuracy"], tested, stats["seconds"],
+                     stats["images_per_second"])
             if state.end_epoch(record):                  # the accuracy is summed over the processes:
                 saver.save("best")                       # they all take the same branches
             if config.checkpoint_every and state.epoch % config.checkpoint_every == 0:

@@ -1,0 +1,83 @@
+"""Figures of the sample-efficiency grid (the drawing code is :mod:`attncnn.analysis.figures`):
+
+* ``efficiency-accuracy``: final test accuracy against training-set size, one line per model;
+* ``efficiency-seen-<pct>``: test accuracy against seen images in one training-set size;
+* ``efficiency-distance-<pct>``: per-layer attention distance over training of each position-only
+  model (logged every epoch), for one training-set size;
+* ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per training-set size.
+
+Curves are means over the finished seeds of a cell, against seen images (epoch x subset size).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from ..analysis.figures import accuracy_figure, layer_curves_figure, save_figure
+from .grid_report import Cells
+from .suites import Job
+from .summary import layer_curves
+
+__all__ = ["grid_figures"]
+
+
+def _subset(results: Cells, key: tuple[str, str]) -> int:
+    return dict(results[key][0].job.overrides)["train_subset"]
+
+
+def _accuracy_curve(results: Cells, key: tuple[str, str]) -> tuple[list[int], list[float]]:
+    """(seen images, mean test accuracy) at the evaluated epochs common to the cell's seeds."""
+    per_seed = [{r["epoch"]: r["test_accuracy"] for r in run.records} for run in results[key]]
+    epochs = sorted(set.intersection(*(set(s) for s in per_seed)))
+    return [e * _subset(results, key) for e in epochs], [statistics.fmean(s[e] for s in per_seed) for e in epochs]
+
+
+def _per_seen(curves: dict, subset: int) -> dict:
+    return {layer: ([e * subset for e in epochs], values) for layer, (epochs, values) in curves.items()}
+
+
+def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *,
+                 formats: Sequence[str] = ("png",)) -> dict[str, Path]:
+    """Draw every figure the finished cells allow into ``out``; returns ``key -> first file``."""
+    out, written = Path(out), {}
+    presets = list(dict.fromkeys(j.preset for j in jobs))
+    cells = list(dict.fromkeys(j.cell for j in jobs))
+    slug = {c: c.replace(" %", "pct") for c in cells}
+
+    def save(fig, name: str) -> None:
+        written[name] = save_figure(fig, out / name, formats)[0]
+
+    by_size = {}
+    for preset in presets:
+        done = [(dict(results[(preset, c)][0].job.overrides)["train_subset"],
+                 statistics.fmean(r.final_accuracy for r in results[(preset, c)]))
+                for c in cells if (preset, c) in results]
+        if done:
+            by_size[preset] = tuple(zip(*done))
+    if by_size:
+        save(accuracy_figure(by_size, title="Final test accuracy, equal seen images per cell",
+                             xlabel="training images (class-balanced subset)", logx=True), "efficiency-accuracy")
+    for cell in cells:
+        curves = {p: _accuracy_curve(results, (p, cell)) for p in presets if (p, cell) in results}
+        if curves:
+            save(accuracy_figure(curves, title=f"Test accuracy on {cell} of the training set", xlabel="seen images"),
+                 f"efficiency-seen-{slug[cell]}")
+        panels = {}
+        for p in presets:
+            if (p, cell) in results:
+                distances = layer_curves(results[(p, cell)], "distance")
+                if distances:
+                    panels[f"{p}: attention distance (tokens)"] = _per_seen(distances, _subset(results, (p, cell)))
+        if panels:
+            save(layer_curves_figure(panels, title=f"Attention distance per layer over training ({cell} of the "
+                                                   "training set)", xlabel="seen images"),
+                 f"efficiency-distance-{slug[cell]}")
+    gates = {f"GPSA gate sigmoid(lambda), {c}": _per_seen(layer_curves(results[("gpsa-mini", c)], "gate"),
+                                                          _subset(results, ("gpsa-mini", c)))
+             for c in cells if ("gpsa-mini", c) in results}
+    if gates and all(gates.values()):
+        save(layer_curves_figure(gates, title="GPSA: weight of the positional attention per layer (layer mean)",
+                                 xlabel="seen images"), "efficiency-gates")
+    return written

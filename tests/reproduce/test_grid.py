@@ -1,0 +1,63 @@
+"""The sample-efficiency grid's cells and plan (no training): equal seen images, whole epochs,
+the order a grid run in parts needs, and folders that hold another cell refused."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attncnn.models import get_preset
+from attncnn.reproduce import job_state
+from attncnn.reproduce.grid import GRID, cell_options, plan_grid
+from attncnn.reproduce.runner import TrainOptions, job_config, train_command
+
+
+def test_every_cell_sees_the_same_images_in_whole_epochs():
+    cells = [cell_options(f, train_images=50_000, passes=GRID.passes, evaluations=GRID.evaluations)
+             for f in GRID.fractions]
+    assert [(c["train_subset"], c["epochs"], c["eval_every"]) for c in cells] == [(5_000, 20, 5), (12_500, 8, 2),
+                                                                                  (50_000, 2, 1)]
+    assert {c["train_subset"] * c["epochs"] for c in cells} == {100_000}
+    assert all(c["checkpoint_every"] == 0 for c in cells)
+
+
+def test_cells_that_are_not_whole_epochs_are_refused():
+    with pytest.raises(ValueError, match="not a whole number of epochs.*--passes"):
+        cell_options(0.3, train_images=50_000, passes=2, evaluations=4)        # 100,000 / 15,000
+    with pytest.raises(ValueError, match="larger --train-images"):
+        cell_options(0.1, train_images=4, passes=2, evaluations=4)           # 0 images
+
+
+def test_plan_puts_the_smallest_subset_first_and_every_preset_exists(tmp_path):
+    jobs = plan_grid(GRID, tmp_path)
+    assert len(jobs) == len(GRID.presets) * len(GRID.fractions)
+    assert [j.cell for j in jobs[:len(GRID.presets)]] == ["10 %"] * len(GRID.presets)
+    assert [j.preset for j in jobs[:len(GRID.presets)]] == list(GRID.presets)
+    assert all(get_preset(p).name == p for p in GRID.presets)
+    assert jobs[0].folder == tmp_path / "resnet18-mini" / "10pct" / "seed0"
+    assert jobs[0].label == "resnet18-mini 10 % seed 0"
+    only = plan_grid(GRID, tmp_path, seeds=(1,), only=("gpsa-mini",), train_images=1_000)
+    assert [(j.preset, j.seed, dict(j.overrides)["train_subset"]) for j in only] == [
+        ("gpsa-mini", 1, 100), ("gpsa-mini", 1, 250), ("gpsa-mini", 1, 1_000)]
+    with pytest.raises(ValueError, match="not in the efficiency grid"):
+        plan_grid(GRID, tmp_path, only=("quadratic",))
+
+
+def test_a_cells_options_win_over_the_command_line_and_reach_its_train_command(tmp_path):
+    job = plan_grid(GRID, tmp_path)[1]
+    options = TrainOptions(data="somewhere", epochs=99, batch_size=50)
+    config = job_config(job, options)
+    assert (config.preset, config.train_subset, config.epochs, config.eval_every, config.batch_size) == (
+        "quadratic-mini", 5_000, 20, 5, 50)
+    command = train_command(job, options)
+    assert "--train-subset 5000" in command and "--epochs 20" in command and "--eval-every 5" in command
+
+
+def test_a_folder_holding_another_cell_is_refused(tmp_path):
+    ten, thirty = plan_grid(GRID, tmp_path, only=("quadratic-mini",))[:2]
+    thirty.folder.mkdir(parents=True)
+    stored = {"preset": "quadratic-mini", "seed": 0, **dict(ten.overrides)}
+    (thirty.folder / "config.json").write_text(json.dumps(stored))
+    with pytest.raises(ValueError, match="holds a run with epochs=20.*needs epochs=8"):
+        job_state(thirty)

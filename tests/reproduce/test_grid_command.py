@@ -1,0 +1,68 @@
+"""``attncnn reproduce efficiency`` end to end on a tiny data set: every cell trained for the same
+seen images, the lean trim, the report's numbers equal to the runs', figures, evaluate on a cell."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from attncnn.cli import main
+
+pytestmark = pytest.mark.slow        # four mini models x three cells of 40 tiny steps (~1-2 min on 2 cores)
+
+MODELS = ("resnet18-mini", "quadratic-mini", "quadratic-conv-mini", "gpsa-mini")
+
+
+@pytest.fixture(scope="module")
+def grid(make_tiny_data, tmp_path_factory):
+    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    out = tmp_path_factory.mktemp("grid") / "efficiency"
+    args = ["reproduce", "efficiency", "--data", str(data), "--out", str(out), "--train-images", "120",
+            "--batch-size", "6", "--only", ",".join(MODELS), "--no-progress", "--trim"]
+    assert main(args) == 0
+    return out, json.loads((out / "report.json").read_text())
+
+
+def _records(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy(grid):
+    out, report = grid
+    assert [row["preset"] for row in report["rows"]] == list(MODELS) and report["missing"] == []
+    for row in report["rows"]:
+        for cell, folder, epochs, every in (("10 %", "10pct", 20, 5), ("25 %", "25pct", 8, 2),
+                                            ("100 %", "100pct", 2, 1)):
+            entry = row["cells"][cell]
+            assert (entry["epochs"], entry["seen_images"]) == (epochs, 240)
+            records = _records(out / row["preset"] / folder / "seed0")
+            assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
+            tested = [r["epoch"] for r in records if "test_accuracy" in r]
+            assert tested == list(range(every, epochs + 1, every))
+            assert entry["accuracies"] == [records[-1]["test_accuracy"]]
+
+
+def test_claims_carry_the_measured_gains_and_gates(grid):
+    _, report = grid
+    rows = {row["preset"]: row["cells"] for row in report["rows"]}
+    claims = {c["claim"]: c["values"] for c in report["claims"]}
+    conv = next(v for k, v in claims.items() if k.startswith("starting attention") and "quadratic" in k)
+    gain = rows["quadratic-conv-mini"]["10 %"]["accuracy_mean"] - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
+    assert conv.startswith(f"10 % {100 * gain:+.2f}")
+    gates = next(v for k, v in claims.items() if k.startswith("GPSA's early layers"))
+    assert gates.count("L6") == 3 and "L1 0." in gates
+
+
+def test_lean_trim_figures_and_evaluate_on_a_cell(grid, capsys):
+    out, report = grid
+    folder = out / "gpsa-mini" / "10pct" / "seed0"
+    kept = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    assert kept == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "checkpoints/last.safetensors"}
+    assert {p.name for p in (out / "figures").iterdir()} == {
+        "efficiency-accuracy.png", "efficiency-gates.png",
+        *(f"efficiency-{kind}-{pct}pct.png" for kind in ("seen", "distance") for pct in (10, 25, 100))}
+    capsys.readouterr()
+    assert main(["evaluate", str(folder), "--json"]) == 0
+    accuracy = json.loads(capsys.readouterr().out)["test_accuracy"]
+    assert accuracy == pytest.approx(report["rows"][3]["cells"]["10 %"]["accuracies"][0], abs=1e-9)
