@@ -51,8 +51,7 @@ def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *,
 
     by_size = {}
     for preset in presets:
-        done = [(dict(results[(preset, c)][0].job.overrides)["train_subset"],
-                 statistics.fmean(r.final_accuracy for r in results[(preset, c)]))
+        done = [(_subset(results, (preset, c)), statistics.fmean(r.final_accuracy for r in results[(preset, c)]))
                 for c in cells if (preset, c) in results]
         if done:
             by_size[preset] = tuple(zip(*done))
