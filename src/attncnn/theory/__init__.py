@@ -5,6 +5,8 @@
   with zero padding, stride, dilation and narrow heads (Theorem 1, Lemma 1, PAPER.md 1.5-1.6);
 * :func:`conv_from_attention`: the convolution closest to a positional attention layer, with a
   per-head report;
+* :func:`layer_as_conv`: one layer of an image transformer (e.g. a conv-initialised model at step 0)
+  against its closest convolution on the layer's real input;
 * :func:`off_target_mass` / :func:`lemma2_bound`: Lemma 2 for finite alpha;
 * ``attncnn theorem``: the command (:mod:`attncnn.theory.command`).
 """
@@ -25,10 +27,11 @@ from .extract import (
     output_errors,
 )
 from .lemma2 import Lemma2Bound, lattice_theta_tail, lemma2_bound, off_target_mass
+from .model_layer import LayerCheck, layer_as_conv
 
 __all__ = [
     "PADDINGS", "ASSIGNMENTS", "AttentionConv2d", "AttentionConv1d", "attention_from_conv2d",
     "attention_from_conv1d", "default_alpha", "kernel_shifts", "conv_from_attention", "ExtractedConv",
     "ExtractionReport", "HeadReport", "folded_value_matrices", "folded_bias", "interior_mask", "output_errors",
-    "Lemma2Bound", "lattice_theta_tail", "off_target_mass", "lemma2_bound",
+    "Lemma2Bound", "lattice_theta_tail", "off_target_mass", "lemma2_bound", "LayerCheck", "layer_as_conv",
 ]
