@@ -210,3 +210,20 @@ def test_quadratic_run_maps_and_centres_view(browser, page_file, runs, artifacts
     viewer.after(lambda: page.select_option("#run-select", "0"))
     assert viewer.state()["view"] == "maps" and page.locator("#maps-view").is_visible()
     assert not viewer.errors
+
+
+def test_gpsa_gates_under_the_maps(browser, tmp_path):
+    import math
+
+    from attncnn.analysis.viewer import build_html
+    from test_viewer_gates import LAMBDAS, gpsa_export
+
+    path = tmp_path / "gpsa.html"
+    path.write_text(build_html([gpsa_export("gpsa-mini", head_dim=8)]), encoding="utf-8")
+    viewer = Viewer(browser, path)
+    shown = viewer.page.locator("#maps-table .gate").all_inner_texts()
+    expected = [1 / (1 + math.exp(-1.0))] * 9 + [1 / (1 + math.exp(-v)) for v in LAMBDAS]
+    assert shown == [f"gate {g:.2f}" for g in expected]
+    title = viewer.page.locator('#maps-table canvas.map[data-layer="1"][data-head="0"]').get_attribute("title")
+    assert title.startswith(f"layer 2, head 1, gate {expected[9]:.3f}:")
+    assert not viewer.errors

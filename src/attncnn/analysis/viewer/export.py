@@ -12,7 +12,7 @@ pass (:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set hold
   averaged scores.
 
 Encodings: :mod:`.encoding`. Quadratic runs also carry each head's centre and ellipses
-(:mod:`.centres`).
+(:mod:`.centres`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from ..runs import ImageIndexError, Run, open_run, shareable_dataset, test_image
 from .centres import head_centres
 from .encoding import Blob, encode_affine, encode_positional, encode_scaled
 
-__all__ = ["RunExport", "export_model", "export_run"]
+__all__ = ["RunExport", "export_model", "export_run", "head_gates"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,14 @@ def _layer_kinds(layers: Sequence[GridAttention]) -> dict[str, bool]:
         raise ValueError("the viewer needs all layers position-only or all content-based; this model mixes them")
     positional = position_only or all(getattr(layer, "has_positional_term", False) for layer in layers)
     return {"all": True, "positional": positional, "content": not position_only}
+
+
+def head_gates(layers: Sequence[GridAttention]) -> list[list[float] | None] | None:
+    """Per layer, the gates ``sigmoid(lambda_h)`` of its heads (the positional softmax's weight in
+    ConViT's mix, in [0, 1]) for GPSA layers, None for other layers; None when no layer is gated."""
+    gates = [[float(g) for g in layer.gates().detach().double().cpu()] if hasattr(layer, "gates") else None
+             for layer in layers]
+    return gates if any(g is not None for g in gates) else None
 
 
 def _pixels(raw: torch.Tensor) -> str:
@@ -182,7 +190,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
                         "pixels": _pixels(mean_raw)})
     manifest = {"layers": len(layers), "heads": [layer.num_heads for layer in layers], "grid": list(sets.grid),
                 "position_only": position_only, "kinds": kinds, "images": entries, "sets": sets.sets,
-                "average": average, "centres": head_centres(layers)}
+                "average": average, "centres": head_centres(layers), "gates": head_gates(layers)}
     return RunExport(manifest, sets.blobs)
 
 

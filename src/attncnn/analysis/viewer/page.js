@@ -126,6 +126,10 @@
         c.addEventListener("mousemove", (ev) => hover(ev, c));
         c.addEventListener("mouseleave", () => { $("readout").textContent = ""; });
         td.appendChild(c);
+        if (r.gates && r.gates[l]) {        // GPSA: weight of the positional softmax in the head's mix
+          const g = document.createElement("div"); g.className = "gate";
+          g.textContent = `gate ${r.gates[l][h].toFixed(2)}`; td.appendChild(g);
+        }
       }
     }
   }
@@ -154,7 +158,8 @@
           ctx.fillRect(j * cellPx, i * cellPx, cellPx, cellPx);
         }
       outlineCell(ctx, qc * cellPx, qr * cellPx, cellPx, cellPx, Math.max(1, Math.round(cellPx / 6)));
-      c.title = `layer ${l + 1}, head ${h + 1}: ${fmt(lo)} … ${fmt(hi)}`;
+      const gate = r.gates && r.gates[l] ? `, gate ${r.gates[l][h].toFixed(3)}` : "";
+      c.title = `layer ${l + 1}, head ${h + 1}${gate}: ${fmt(lo)} … ${fmt(hi)}`;
     }
     const bar = $("legend-bar").getContext("2d");
     for (let x = 0; x < 160; x++) { bar.fillStyle = css(colour(x / 159)); bar.fillRect(x, 0, 1, 12); }
