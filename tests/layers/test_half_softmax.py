@@ -1,0 +1,58 @@
+"""ContentAttention.half_softmax: under bf16 autocast the training path's softmax writes bf16
+probabilities; outputs and gradients stay those of the float32 softmax to bf16 rounding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attncnn.layers import build_attention
+
+
+def _run(layer, x, half: bool, autocast: bool):
+    layer.half_softmax = half
+    x = x.clone().requires_grad_(True)
+    layer.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+        out = layer(x)
+    out.float().square().sum().backward()
+    grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
+    return out.detach().float(), x.grad.clone(), grads
+
+
+def _flat(grads: dict) -> torch.Tensor:
+    return torch.cat([g.double().flatten() for _, g in sorted(grads.items())])
+
+
+@pytest.mark.parametrize("kind", ["learned-content", "content"])
+def test_bf16_softmax_matches_float32_softmax(kind):
+    torch.manual_seed(0)
+    layer = build_attention(kind, 32, 4, max_size=8) if kind == "learned-content" else build_attention(kind, 32, 4)
+    x = torch.randn(3, 8, 8, 32)
+    out_half, gx_half, g_half = _run(layer, x, True, True)
+    out_full, gx_full, g_full = _run(layer, x, False, True)
+    out_64, gx_64, g_64 = _run(layer.double(), x.double(), False, False)
+    # Forward: the probabilities are rounded to bf16 before the value product either way.
+    assert torch.allclose(out_half, out_full, rtol=0, atol=1e-2 * out_full.abs().max().item())
+    # Backward: against float64, the bf16 probabilities add at most bf16-rounding-sized error to
+    # what bf16 autocast already costs (all gradients together: key.bias's true gradient is 0,
+    # the softmax being invariant to a per-query constant, so alone it is pure rounding).
+    for half, full, exact in [(_flat(g_half), _flat(g_full), _flat(g_64)), (gx_half, gx_full, gx_64)]:
+        err_half = ((half - exact).norm() / exact.norm()).item()
+        err_full = ((full.double() - exact).norm() / exact.norm()).item()
+        assert err_half <= 1.2 * err_full + 1e-3, (err_half, err_full)
+        assert err_half < 3e-2
+
+
+def test_float32_and_returned_probabilities_unchanged():
+    torch.manual_seed(0)
+    layer = build_attention("learned-content", 16, 2, max_size=4)
+    x = torch.randn(2, 4, 4, 16)
+    out_a, gx_a, _ = _run(layer, x, True, False)
+    out_b, gx_b, _ = _run(layer, x, False, False)
+    assert torch.equal(out_a, out_b) and torch.equal(gx_a, gx_b)      # no autocast: float32 throughout
+    layer.half_softmax = True
+    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+        _, probs = layer(x, return_attention=True)
+    assert probs.dtype == torch.float32
+    assert torch.allclose(probs.sum(-1), torch.ones(()), atol=1e-6)
