@@ -44,12 +44,18 @@ def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy
 
 
 def test_claims_carry_the_measured_gains_and_gates(grid):
-    _, report = grid
+    out, report = grid
     rows = {row["preset"]: row["cells"] for row in report["rows"]}
     claims = {c["claim"]: c["values"] for c in report["claims"]}
     conv = next(v for k, v in claims.items() if k.startswith("starting attention") and "quadratic" in k)
     gain = rows["quadratic-conv-mini"]["10 %"]["accuracy_mean"] - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
     assert conv.startswith(f"10 % {100 * gain:+.2f}")
+    scarce = next(v for k, v in claims.items() if k.startswith("precondition"))
+    train = _records(out / "quadratic-mini" / "10pct" / "seed0")[-1]["train_accuracy"]
+    cost = rows["quadratic-mini"]["100 %"]["accuracy_mean"] - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
+    gap = train - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
+    assert f"quadratic-mini: 100 % vs 10 % {100 * cost:+.2f}, train - test {100 * gap:+.2f}" in scarce
+    assert scarce.count("train - test") == len(MODELS)
     gates = next(v for k, v in claims.items() if k.startswith("GPSA's early layers"))
     assert gates.count("L6") == 3 and "L1 0." in gates
 
