@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     r.add_argument("--out", help="suite folder (default: results/<suite>)")
     r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
                                    "quadratic model)")
-    r.add_argument("--only", help="comma-separated presets of the suite to train and report")
+    r.add_argument("--only", help="comma-separated presets of the suite to train (the report still covers "
+                                  "every finished run under --out, so a suite run in parts keeps one report)")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     r.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the preset's, auto)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
@@ -129,6 +130,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return _dry_run(jobs, options)
     if not args.report_only:
         _train(jobs, options, args, command)
+    # Trim and report the whole suite, not only what this call trained: a suite run in parts
+    # (--only one model at a time) must not drop the models finished earlier from its report.
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds))
     if args.trim:
         seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
         trim_jobs(jobs, keep_epochs_of={(suite.evolution_preset, min(seeds))} if seeds else set())
@@ -180,6 +184,8 @@ def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> i
         return _dry_run(jobs, options)
     if not args.report_only:
         _train(jobs, options, args, command)
+    # The whole grid, as for the suites: --only trains part of it, the report covers every cell.
+    jobs = plan_grid(GRID, out, seeds=parse_seeds(args.seeds), train_images=args.train_images, passes=args.passes)
     if args.trim:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)

@@ -128,7 +128,7 @@ def grid_claims(jobs: Sequence[Job], results: Cells) -> list[dict]:
                          "the model overfits it)",
                 "metric": f"per model, accuracy on {large} minus on {small}, and on {small} the last epoch's "
                           "training accuracy (augmented images) minus the test accuracy, points",
-                "values": "; ".join(scarcity(p) for p in presets)})
+                "values": "; ".join(scarcity(p) for p in presets if any((p, c) in results for c in cells))})
     for random, conv in (("quadratic-mini", "quadratic-conv-mini"), ("learned-mini", "learned-conv-mini")):
         out.append({"claim": f"starting attention as a convolution helps most with little data ({conv} vs {random})",
                     "metric": "accuracy gain in points per training-set size",
