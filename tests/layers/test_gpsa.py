@@ -133,6 +133,25 @@ def test_v_pos_and_gates_take_no_weight_decay():
         assert id(block.attention.query.weight) not in no_decay
 
 
+def test_adamw_keeps_the_groups_and_decays_only_the_decayed_group():
+    from attncnn.training import TrainConfig
+    from attncnn.training.components import make_optimizer
+
+    model = build_model("gpsa-mini", num_layers=1)
+    optimizer = make_optimizer(model, TrainConfig(preset="gpsa-mini", optimizer="adamw", lr=5e-4, weight_decay=0.05))
+    assert isinstance(optimizer, torch.optim.AdamW)
+    assert [g["weight_decay"] for g in optimizer.param_groups] == [0.05, 0.0]
+    # a zero gradient leaves Adam's update zero: what remains is the decoupled decay, w *= 1 - lr * wd
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    skip = model.no_weight_decay()
+    for name, p in model.named_parameters():
+        factor = 1.0 if name in skip else 1 - 5e-4 * 0.05
+        torch.testing.assert_close(p.detach(), before[name] * factor, rtol=1e-6, atol=0), name
+
+
 def test_local_init_gives_gaussian_positional_scores():
     layer = build_attention("gpsa", D, 9).double()
     local_init_(layer, alpha=1.5, dilation=2)

@@ -7,7 +7,7 @@ def test_defaults_are_the_paper_recipe():
     c = TrainConfig()
     assert (c.epochs, c.batch_size, c.lr, c.momentum, c.weight_decay, c.warmup_ratio, c.schedule) == \
         (300, 100, 0.1, 0.9, 1e-4, 0.05, "cosine")
-    assert c.lr_stepping == "step"
+    assert c.lr_stepping == "step" and c.optimizer == "sgd"
 
 
 def test_resolve_applies_preset_then_overrides():
@@ -25,6 +25,7 @@ def test_resolve_applies_preset_then_overrides():
     ({"lr": "fast"}, "'lr' must be"),
     ({"milestones": [1.5]}, "'milestones' must be"),
     ({"schedule": "linear"}, "schedule must be"),
+    ({"optimizer": "adam"}, "optimizer must be one of sgd, adamw, got 'adam'"),
     ({"train_subset": 0}, "train_subset must be positive"),
 ])
 def test_bad_values_are_rejected_by_name(values, match):

@@ -148,6 +148,22 @@ def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
     assert not torch.equal(fp32.model_state["head.weight"], _fp32_weights(tiny, tmp_path)["head.weight"])
 
 
+def test_adamw_runs_resume_bit_identically_with_their_moments(tiny, tmp_path, monkeypatch):
+    reference, out = tmp_path / "reference", tmp_path / "run"
+    config = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05)
+    train(_config(tiny, **config), reference, progress=False)
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
+        with pytest.raises(TrainingInterrupted):
+            train(_config(tiny, **config), out, progress=False)
+    train(None, out, mode="resume", progress=False)
+    assert_same_files(_last(reference), _last(out))
+    assert_same_metrics(reference, out)
+    state = load_checkpoint(_last(out)).optimizer_state["state"]
+    assert all({"exp_avg", "exp_avg_sq", "step"} <= set(s) for s in state.values())
+    assert json.loads((out / "config.json").read_text())["optimizer"] == "adamw"
+
+
 def _fp32_weights(tiny, tmp_path) -> dict:
     train(_config(tiny), tmp_path / "fp32", progress=False)
     return load_checkpoint(_last(tmp_path / "fp32")).model_state

@@ -54,8 +54,12 @@ class TrainConfig:
     epochs: int = option(300, help="training epochs")
     batch_size: int = option(100, help="global batch size (split over the processes under torchrun)")
     eval_batch_size: int = option(500, help="evaluation batch per process (sets memory use only)")
+    optimizer: str = option("sgd", choices=("sgd", "adamw"),
+                            help="sgd (the paper's, with --momentum) or adamw (ConViT's and DeiT's: Adam with "
+                                 "decoupled weight decay, betas 0.9/0.999; set its own --lr and --weight-decay, "
+                                 "e.g. 5e-4 and 0.05)")
     lr: float = option(0.1, help="peak learning rate (paper: 0.1)")
-    momentum: float = option(0.9, help="SGD momentum")
+    momentum: float = option(0.9, help="SGD momentum (not used by adamw)")
     weight_decay: float = option(1e-4, help="weight decay (never on Gaussian centres and spreads)")
     schedule: str = option("cosine", choices=("cosine", "multistep", "constant"),
                            help="learning-rate schedule: warm-up + cosine, steps at --milestones, or constant")
@@ -99,7 +103,7 @@ class TrainConfig:
             raise ValueError(f"train_subset must be positive, got {self.train_subset}")
         if self.lr < 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
             raise ValueError("lr and weight_decay must be >= 0 and momentum in [0, 1)")
-        for name in ("schedule", "lr_stepping", "precision"):
+        for name in ("optimizer", "schedule", "lr_stepping", "precision"):
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
