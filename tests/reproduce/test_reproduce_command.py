@@ -7,6 +7,7 @@ import json
 import pytest
 
 from attncnn.cli import main
+from attncnn.training import load_checkpoint
 
 pytestmark = pytest.mark.slow        # trains the five mini models for one step each (~1 min on 2 cores)
 
@@ -59,6 +60,10 @@ def test_trim_keeps_what_a_user_needs(suite):
                     "checkpoints/epoch_0001.safetensors"}
     learned = {p.name for p in (out / "learned-mini" / "seed0").rglob("*") if p.is_file()}
     assert learned == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "last.safetensors"}
+    # weights only: a finished run is not resumed, and the optimiser state would double its size
+    for folder in (out / "quadratic-mini" / "seed0", out / "learned-mini" / "seed0"):
+        checkpoint = load_checkpoint(folder / "checkpoints" / "last.safetensors")
+        assert checkpoint.optimizer_state is None and checkpoint.model_state
 
 
 def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
@@ -70,14 +75,22 @@ def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
         assert json.loads(capsys.readouterr().out)["test_accuracy"] == pytest.approx(row["accuracy_mean"], abs=1e-9)
 
 
-def test_a_second_call_trains_nothing_and_an_unfinished_run_is_resumed(suite, caplog):
+def test_a_second_call_trains_nothing_and_an_unfinished_run_is_resumed(suite, tmp_path, caplog):
     out, args = suite
-    folder = out / "resnet18-mini" / "seed0"
-    metrics = (folder / "metrics.jsonl").read_text()
-    (folder / "finished.json").unlink()                    # as if the machine went away at the very end
     with caplog.at_level("INFO", logger="attncnn.reproduce"):
         assert main(args + ["--no-viewer"]) == 0
-    assert "quadratic-mini seed 0: finished already" in caplog.text
+    assert "quadratic-mini seed 0: finished already" in caplog.text and "resuming" not in caplog.text
+    # An untrimmed run whose finished.json was never written (the machine went away at the very
+    # end) resumes from its last checkpoint; trimmed folders hold weights only and are never resumed.
+    part = ["reproduce", "mini", "--data", args[args.index("--data") + 1], "--out", str(tmp_path / "mini"),
+            "--epochs", "1", "--seeds", "0", "--only", "resnet18-mini", "--no-progress", "--no-viewer"]
+    assert main(part) == 0
+    folder = tmp_path / "mini" / "resnet18-mini" / "seed0"
+    metrics = (folder / "metrics.jsonl").read_text()
+    (folder / "finished.json").unlink()
+    caplog.clear()
+    with caplog.at_level("INFO", logger="attncnn.reproduce"):
+        assert main(part) == 0
     assert "resnet18-mini seed 0: resuming" in caplog.text
     assert (folder / "finished.json").is_file() and (folder / "metrics.jsonl").read_text() == metrics
 

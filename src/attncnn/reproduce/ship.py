@@ -1,12 +1,13 @@
 """Trimming finished run folders to what is worth committing (``attncnn reproduce ... --trim``).
 
 A trimmed folder keeps ``config.json``, ``metrics.jsonl``, ``finished.json``, ``machine.json`` and
-``checkpoints/last.safetensors`` (weights and optimiser state, so ``attncnn evaluate``, ``inspect``,
-``plot`` and ``viewer`` work on it as on any run folder); ``best`` only when it is another epoch
-than ``last``. Periodic checkpoints are kept, without their optimiser state, for the runs that feed
-the figure of centres over epochs (paper Fig. 3), and deleted elsewhere. TensorBoard events and
-the lock file go. A lean trim (the sample-efficiency grid's many cells) keeps ``last`` alone,
-weights only. Unfinished folders are never touched: they are still needed to resume.
+``checkpoints/last.safetensors``, weights only (``attncnn evaluate``, ``inspect``, ``plot``,
+``viewer`` and ``train --init-from`` work on it as on any run folder; the optimiser state, as large
+again as the weights, only serves to resume, and a finished run is not resumed); ``best`` only when
+it is another epoch than ``last``. Periodic checkpoints are kept, weights only, for the runs that
+feed the figure of centres over epochs (paper Fig. 3), and deleted elsewhere. TensorBoard events
+and the lock file go. A lean trim (the sample-efficiency grid's many cells) also drops ``best``.
+Unfinished folders are never touched: they are still needed to resume.
 """
 
 from __future__ import annotations
@@ -45,8 +46,7 @@ def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, i
 
     Args:
         keep_epochs: keep the periodic checkpoints (weights only) instead of deleting them.
-        lean: keep ``last`` alone, weights only (a grid of many cells: ``evaluate``, ``inspect``,
-            ``plot`` and ``viewer`` still work; ``train --resume`` of a finished run is not needed).
+        lean: keep ``last`` alone, never ``best`` (a grid of many cells reports the last epoch).
 
     Raises:
         ValueError: the job is not finished (its folder is needed to resume), or holds another run.
@@ -64,8 +64,9 @@ def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, i
     same = best.exists() and last.exists() and read_metadata(best).get("epoch") == read_metadata(last).get("epoch")
     if best.exists() and (same or lean):
         best.unlink()                                    # the same weights twice, or not wanted
-    if lean and last.exists():
-        _weights_only(last)
+    for kept in (last, best):
+        if kept.exists():
+            _weights_only(kept)
     for _, path in folder.periodic_checkpoints():
         if keep_epochs:
             _weights_only(path)
