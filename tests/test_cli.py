@@ -11,10 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 from attncnn.cli import main
 from attncnn.training import load_checkpoint
