@@ -100,6 +100,14 @@ def test_presets_json_prints_exact_counts(capsys):
     assert rows["resnet18"] == 11_173_962
 
 
+def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
+    assert main(["presets"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    # every count ends where the header's "parameters" ends, long names (quadratic-generalized-mini) included
+    end = lines[0].index("parameters") + len("parameters")
+    assert len(lines) > 10 and all(line[:end].rstrip()[-1].isdigit() and line[end] == " " for line in lines[1:])
+
+
 @pytest.mark.parametrize("argv,match", [
     (["train", "--preset", "gaussian"], "choose one of resnet18"),
     (["train", "--preset", "demo", "--epochs", "0"], "epochs must be a positive integer"),

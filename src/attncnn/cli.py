@@ -140,10 +140,11 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'preset':<22} {'parameters':>12}  {'paper acc.':>10}  description")
+    width = max(len("preset"), *(len(r["name"]) for r in rows))
+    print(f"{'preset':<{width}} {'parameters':>12}  {'paper acc.':>10}  description")
     for r in rows:
         acc = "-" if r["paper_accuracy"] is None else f"{r['paper_accuracy']:.3f}"
-        print(f"{r['name']:<22} {r['parameters']:>12,}  {acc:>10}  {r['description']}")
+        print(f"{r['name']:<{width}} {r['parameters']:>12,}  {acc:>10}  {r['description']}")
     return 0
 
 

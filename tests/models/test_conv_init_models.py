@@ -40,7 +40,9 @@ def gpsa_narrow(d: int, head_dim: int) -> int:
 COUNTS = {
     "gpsa": transformer(400, 512, gpsa(400)),
     "gpsa-mini": transformer(64, 128, gpsa_narrow(64, 16)),
-    "quadratic-conv-mini": transformer(64, 128, HEADS * 2 + HEADS),          # the init adds no parameter
+    "quadratic-conv": transformer(400, 512, HEADS * 2 + HEADS),             # the init adds no parameter
+    "learned-conv": transformer(400, 512, 2 * TABLE_ROWS * 400 + 2 * 400 * HEADS),
+    "quadratic-conv-mini": transformer(64, 128, HEADS * 2 + HEADS),
     "learned-conv-mini": transformer(64, 128, 2 * TABLE_ROWS * 64 + 2 * 64 * HEADS),
 }
 
@@ -53,6 +55,8 @@ def test_new_preset_parameter_counts(name, count):
 def test_hand_counts():
     assert COUNTS["gpsa"] == 29_410_098 and COUNTS["gpsa-mini"] == 351_810
     assert COUNTS["quadratic-conv-mini"] == 349_164 and COUNTS["learned-conv-mini"] == 379_722
+    # the paper-scale conv variants have their random-init presets' counts (tests/models/test_models.py)
+    assert COUNTS["quadratic-conv"] == 12_086_844 and COUNTS["learned-conv"] == 12_278_682
 
 
 @pytest.mark.parametrize("name", ["gpsa-mini", "quadratic-conv-mini", "learned-conv-mini"])
@@ -63,6 +67,13 @@ def test_new_mini_presets_are_the_mini_geometry_and_recipe(name):
         {k: v for k, v in reference.model.items() if k != "attention"}
     assert preset.model["init"] == "conv"
     assert get_preset("gpsa").train == get_preset("quadratic").train
+
+
+@pytest.mark.parametrize("name,base", [("quadratic-conv", "quadratic"), ("learned-conv", "learned")])
+def test_paper_scale_conv_presets_differ_from_the_papers_only_in_init(name, base):
+    preset, reference = get_preset(name), get_preset(base)
+    assert preset.train == reference.train and preset.arch == reference.arch
+    assert preset.model == {**reference.model, "init": "conv"}
 
 
 # -- init="conv" in models --------------------------------------------------------------------------

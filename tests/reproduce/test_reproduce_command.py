@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
+from attncnn.analysis.viewer.decode import read_viewer
 from attncnn.cli import main
 from attncnn.training import load_checkpoint
 
@@ -50,6 +52,22 @@ def test_every_figure_and_the_viewer_are_written(suite):
                      "distances-learned-mini.png", "distances-quadratic-generalized-mini.png"}
     # --trim keeps periodic checkpoints only for the Fig. 3 model (quadratic-mini's first seed)
     assert (out / "viewer.html").stat().st_size > 10_000
+
+
+def test_the_viewer_page_holds_the_chosen_images_and_no_average_by_default(suite, tmp_path):
+    out, args = suite
+    runs = read_viewer(out / "viewer.html").manifest["runs"]
+    assert [r["preset"] for r in runs] == ["quadratic-mini", "learned-mini", "quadratic-generalized-mini",
+                                           "learned-content-mini"]                 # no ResNet: no attention
+    assert all([i["key"] for i in r["images"]] == ["2"] and r["average"] == 0 for r in runs)
+    # the paper website's choice on request: more images, and the content model's average
+    copy = tmp_path / "mini"
+    shutil.copytree(out, copy)
+    assert main(["reproduce", "mini", "--data", args[args.index("--data") + 1], "--out", str(copy), "--seeds", "0",
+                 "--report-only", "--viewer-images", "2,3", "--viewer-average", "5", "--no-progress"]) == 0
+    runs = {r["preset"]: r for r in read_viewer(copy / "viewer.html").manifest["runs"]}
+    assert [i["key"] for i in runs["learned-content-mini"]["images"]] == ["2", "3", "average"]
+    assert runs["learned-content-mini"]["average"] == 5 and runs["learned-mini"]["average"] == 0
 
 
 def test_trim_keeps_what_a_user_needs(suite):
@@ -110,6 +128,12 @@ def test_bad_options_are_named(tmp_path, capsys):
     assert "no finished run" in capsys.readouterr().err
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--epochs", "0"]) == 2
     assert "--epochs must be >= 1" in capsys.readouterr().err
+    # refused before any training, not when the page is written hours later
+    assert main(["reproduce", "mini", "--out", str(tmp_path), "--viewer-images", "2,x"]) == 2
+    assert "--viewer-images must be comma-separated test image indices" in capsys.readouterr().err
+    assert main(["reproduce", "mini", "--out", str(tmp_path), "--viewer-average", "-1"]) == 2
+    assert "--viewer-average must be >= 0" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
 
 
 def test_dry_run_skips_finished_runs(suite, capsys):

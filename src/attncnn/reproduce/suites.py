@@ -55,7 +55,7 @@ _PAPER_ROWS = ("quadratic", "learned", "resnet18", "quadratic-generalized", "lea
 SUITES: dict[str, Suite] = {s.name: s for s in [
     Suite("mini", "Table 1 at CPU scale: width 64, 6 epochs, the paper's geometry and recipe shape "
           "(on 2 CPU cores, measured: ~2 h for one seed of the four cheaper models, ~3 h with the "
-          "quadratic model's three seeds; learned-content alone ~3 h, estimated from its step time)",
+          "quadratic model's three seeds; learned-content alone 2.7 h)",
           tuple(f"{name}-mini" for name in _PAPER_ROWS), (0,), {"quadratic-mini": (0, 1, 2)},
           {f"{name}-mini": name for name in _PAPER_ROWS}, "quadratic-mini"),
     Suite("paper", "Table 1 at the paper's scale: width 400, 300 epochs (for a GPU: days in all)",
