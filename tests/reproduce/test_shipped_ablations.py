@@ -1,0 +1,42 @@
+"""The committed single runs beside the sample-efficiency grid (results/efficiency-ablation,
+results/efficiency-adamw): each is a finished, trimmed run folder whose last checkpoint evaluates to
+the final accuracy its metrics record, which is the number the folder's README reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from attncnn.cli import main
+from attncnn.training import load_checkpoint
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+FOLDERS = sorted(p.parent for pattern in ("efficiency-ablation", "efficiency-adamw")
+                 for p in (RESULTS / pattern).glob("**/finished.json"))
+pytestmark = pytest.mark.slow
+
+
+def test_there_are_shipped_ablations():
+    assert {f.relative_to(RESULTS).parts[0] for f in FOLDERS} == {"efficiency-ablation", "efficiency-adamw"}
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(RESULTS).as_posix())
+def test_a_shipped_ablation_evaluates_to_its_recorded_accuracy(folder, cifar10_path, capsys):
+    finished = json.loads((folder / "finished.json").read_text())
+    last_line = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last_line["test_accuracy"] == finished["final"]["test_accuracy"]
+    assert {p.name for p in (folder / "checkpoints").iterdir()} == {"last.safetensors"}     # trimmed
+    assert load_checkpoint(folder / "checkpoints" / "last.safetensors").optimizer_state is None
+    capsys.readouterr()
+    assert main(["evaluate", str(folder), "--data", str(cifar10_path), "--json"]) == 0
+    measured = json.loads(capsys.readouterr().out)["test_accuracy"]
+    assert measured == pytest.approx(finished["final"]["test_accuracy"], abs=1e-3)   # bf16 rounding elsewhere
+
+
+def test_the_readmes_name_the_recorded_accuracies():
+    for folder in FOLDERS:
+        readme = (RESULTS / folder.relative_to(RESULTS).parts[0] / "README.md").read_text()
+        accuracy = json.loads((folder / "finished.json").read_text())["final"]["test_accuracy"]
+        assert f"{100 * accuracy:.2f}" in readme, folder
