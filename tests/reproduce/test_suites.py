@@ -27,7 +27,7 @@ def test_plan_trains_every_model_once_before_further_seeds(tmp_path):
     labels = [(j.preset, j.seed) for j in jobs]
     assert labels == [("quadratic-mini", 0), ("learned-mini", 0), ("resnet18-mini", 0),
                       ("quadratic-generalized-mini", 0), ("learned-content-mini", 0),
-                      ("quadratic-mini", 1), ("quadratic-mini", 2)]
+                      ("quadratic-mini", 1), ("learned-mini", 1), ("quadratic-mini", 2), ("learned-mini", 2)]
     assert jobs[0].folder == tmp_path / "quadratic-mini" / "seed0"
     jobs = plan(get_suite("mini"), tmp_path, seeds=(3, 4), only=("learned-mini", "resnet18-mini"))
     assert [(j.preset, j.seed) for j in jobs] == [("learned-mini", 3), ("resnet18-mini", 3),
