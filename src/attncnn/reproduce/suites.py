@@ -54,8 +54,8 @@ _PAPER_ROWS = ("quadratic", "learned", "resnet18", "quadratic-generalized", "lea
 
 SUITES: dict[str, Suite] = {s.name: s for s in [
     Suite("mini", "Table 1 at CPU scale: width 64, 6 epochs, the paper's geometry and recipe shape "
-          "(on 2 CPU cores, measured: ~2 h for one seed of the four cheaper models, ~3 h with the "
-          "quadratic model's three seeds; learned-content alone 2.7 h)",
+          "(on 2 CPU cores, measured: 2.4 h for one seed of the four cheaper models, 4.9 h with the "
+          "quadratic and learned models' three seeds; learned-content alone 2.7 h)",
           tuple(f"{name}-mini" for name in _PAPER_ROWS), (0,),
           # three seeds for the two models whose comparisons need a spread: quadratic's grid claim,
           # and learned, which the content claim and learned-vs-quadratic compare against
