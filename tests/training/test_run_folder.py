@@ -1,5 +1,6 @@
 """RunFolder: modes, config, metrics + TensorBoard, periodic checkpoints, finished marker."""
 
+import fcntl
 import json
 import logging
 import os
@@ -239,6 +240,21 @@ def test_unwritable_folder_simulated(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkstemp", denied)
     with pytest.raises(RunFolderError, match=rf"{tmp_path}.*Permission denied; choose a writable output folder"):
         RunFolder(tmp_path, mode="new")
+
+
+def test_probes_at_the_same_moment_do_not_refuse_each_other(tmp_path):
+    # The ranks of one torchrun job probe the folder together (a CI run once failed so: rank 0 took
+    # rank 1's probe for a trainer). A probe holds a shared lock and rewrites nothing.
+    RunFolder(tmp_path / "run", mode="new").close()
+    lock = tmp_path / "run" / ".lock"
+    line = lock.read_text()
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)           # another process's probe, in progress
+        RunFolder.check_not_in_use(tmp_path / "run")
+    finally:
+        os.close(fd)
+    assert lock.read_text() == line
 
 
 def test_a_writing_folder_is_locked_until_closed(tmp_path):

@@ -103,7 +103,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
         TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
     launch = launch_from_env()
-    RunFolder.check_not_in_use(out_dir)
+    if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
+        RunFolder.check_not_in_use(out_dir)
     if mode == "resume":
         # runs written before --precision existed trained in fp32: keep that, do not resolve "auto"
         config = config_from_dict({"precision": "fp32", **RunFolder.resumable_config(out_dir)})

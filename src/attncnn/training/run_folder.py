@@ -415,11 +415,9 @@ class _RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another process"
+            err = _in_use(folder, fd)
             os.close(fd)
-            raise RunFolderError(f"run folder {folder} is in use: {holder} is training in it. Wait for that run to "
-                                 "finish or stop it (Ctrl-C / kill: it saves a checkpoint) before resuming, or "
-                                 "choose another --out folder") from None
+            raise err from None
         os.ftruncate(fd, 0)
         os.write(fd, f"attncnn pid {os.getpid()} on host {socket.gethostname()}\n".encode())
         return cls(fd)
@@ -427,11 +425,32 @@ class _RunLock:
     def release(self) -> None:
         os.close(self.fd)         # closing the descriptor drops the flock
 
-    @classmethod
-    def probe(cls, folder: Path) -> None:
-        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise take nothing."""
-        if (folder / LOCK_FILE).is_file():
-            cls.take(folder).release()
+    @staticmethod
+    def probe(folder: Path) -> None:
+        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise change nothing.
+
+        The probe asks for a *shared* lock and writes nothing: two processes probing at the same
+        moment (the ranks of one torchrun job, two ``reproduce`` commands) must not see each other
+        as a trainer, which an exclusive probe lock made them do."""
+        path = folder / LOCK_FILE
+        if not path.is_file():
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise _in_use(folder, fd) from None
+        finally:
+            os.close(fd)          # also drops the shared lock
+
+
+def _in_use(folder: Path, fd: int) -> RunFolderError:
+    """The error for a folder whose lock another process holds; ``fd`` reads the holder's line."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another process"
+    return RunFolderError(f"run folder {folder} is in use: {holder} is training in it. Wait for that run to "
+                          "finish or stop it (Ctrl-C / kill: it saves a checkpoint) before resuming, or "
+                          "choose another --out folder")
 
 
 def _finite(obj: Any) -> Any:
