@@ -1,4 +1,5 @@
-"""Why a training run stopped early: the errors :func:`attncnn.training.train` raises on purpose.
+"""The errors :func:`attncnn.training.train` raises on purpose: a run folder it cannot use, and why a
+run stopped early.
 
 The command line turns each into one line on stderr; :class:`TrainingInterrupted` also carries the
 shell exit status (130 for SIGINT, 143 for SIGTERM).
@@ -8,7 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["TrainingError", "NonFiniteLossError", "TrainingInterrupted"]
+__all__ = ["RunFolderError", "TrainingError", "NonFiniteLossError", "TrainingInterrupted"]
+
+
+class RunFolderError(Exception):
+    """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
 
 
 class TrainingError(RuntimeError):

@@ -21,32 +21,26 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import fcntl
 import json
 import logging
 import math
 import os
 import re
 import shutil
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from .errors import RunFolderError
+from .run_lock import LOCK_FILE, RunLock
 
 __all__ = ["RunFolderError", "RunFolder", "write_error_message"]
 
 log = logging.getLogger(__name__)
 
 _MODES = ("new", "overwrite", "resume", "read")
-#: the lock file of a run being trained (see :class:`_RunLock`)
-LOCK_FILE = ".lock"
 _PERIODIC = re.compile(r"^epoch_(\d+)\.safetensors$")
-
-
-class RunFolderError(Exception):
-    """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
 
 
 _FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
@@ -101,7 +95,7 @@ class RunFolder:
         self.mode = mode
         self._writer: Any = None
         self._tb_unavailable = False
-        self._lock: _RunLock | None = None
+        self._lock: RunLock | None = None
         p = self.path
         if p.exists() and not p.is_dir():
             raise RunFolderError(f"run folder {p} exists but is not a folder; choose another output path")
@@ -122,7 +116,7 @@ class RunFolder:
                                      "one of its parents; choose a dedicated output folder")
         try:
             p.mkdir(parents=True, exist_ok=True)
-            self._lock = _RunLock.take(p)          # before anything is deleted or written
+            self._lock = RunLock.take(p)          # before anything is deleted or written
             if mode == "overwrite":
                 for entry in p.iterdir():
                     if entry.name == LOCK_FILE:
@@ -366,7 +360,7 @@ class RunFolder:
             RunFolderError: naming the holder's pid and host.
         """
         try:
-            _RunLock.probe(Path(path))
+            RunLock.probe(Path(path))
         except OSError:
             pass        # an unreadable folder gets its own clear error when it is opened
 
@@ -397,60 +391,6 @@ def _check_resumable(p: Path) -> None:
     if not (p / "config.json").is_file():
         raise RunFolderError(f"cannot resume: {p} holds no config.json, so it is not a started attncnn run; start a "
                              "new run (with --overwrite to replace the folder)")
-
-
-class _RunLock:
-    """An exclusive advisory lock (``fcntl.flock``) on ``<run>/.lock``, held while a process writes
-    the run. The kernel releases it when the process ends in any way (SIGKILL, power loss: the
-    lock dies with the machine), so a stale lock never blocks a resume; the file itself stays and
-    names the last holder."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-
-    @classmethod
-    def take(cls, folder: Path) -> "_RunLock":
-        """Lock ``folder`` or raise :class:`RunFolderError` naming the holder's pid and host."""
-        fd = os.open(folder / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            err = _in_use(folder, fd)
-            os.close(fd)
-            raise err from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"attncnn pid {os.getpid()} on host {socket.gethostname()}\n".encode())
-        return cls(fd)
-
-    def release(self) -> None:
-        os.close(self.fd)         # closing the descriptor drops the flock
-
-    @staticmethod
-    def probe(folder: Path) -> None:
-        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise change nothing.
-
-        The probe asks for a *shared* lock and writes nothing: two processes probing at the same
-        moment (the ranks of one torchrun job, two ``reproduce`` commands) must not see each other
-        as a trainer, which an exclusive probe lock made them do."""
-        path = folder / LOCK_FILE
-        if not path.is_file():
-            return
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise _in_use(folder, fd) from None
-        finally:
-            os.close(fd)          # also drops the shared lock
-
-
-def _in_use(folder: Path, fd: int) -> RunFolderError:
-    """The error for a folder whose lock another process holds; ``fd`` reads the holder's line."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another process"
-    return RunFolderError(f"run folder {folder} is in use: {holder} is training in it. Wait for that run to "
-                          "finish or stop it (Ctrl-C / kill: it saves a checkpoint) before resuming, or "
-                          "choose another --out folder")
 
 
 def _finite(obj: Any) -> Any:
