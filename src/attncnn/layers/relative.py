@@ -22,6 +22,10 @@ def _cached(fn):
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        if torch.compiler.is_compiling():
+            # torch.compile traces the builder itself into the graph as constants (Dynamo skips an
+            # lru_cache, with a warning); the cache is for eager calls
+            return fn(*args, **kwargs)
         with torch.inference_mode(False), torch.no_grad():
             return cached(*args, **kwargs)
 
