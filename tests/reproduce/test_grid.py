@@ -30,7 +30,7 @@ def test_cells_that_are_not_whole_epochs_are_refused():
 
 
 def test_plan_puts_the_smallest_subset_first_and_every_preset_exists(tmp_path):
-    jobs = plan_grid(GRID, tmp_path)
+    jobs = plan_grid(GRID, tmp_path, seeds=(0,))
     assert len(jobs) == len(GRID.presets) * len(GRID.fractions)
     assert [j.cell for j in jobs[:len(GRID.presets)]] == ["10 %"] * len(GRID.presets)
     assert [j.preset for j in jobs[:len(GRID.presets)]] == list(GRID.presets)
@@ -42,6 +42,17 @@ def test_plan_puts_the_smallest_subset_first_and_every_preset_exists(tmp_path):
         ("gpsa-mini", 1, 100), ("gpsa-mini", 1, 250), ("gpsa-mini", 1, 1_000)]
     with pytest.raises(ValueError, match="not in the efficiency grid"):
         plan_grid(GRID, tmp_path, only=("quadratic",))
+
+
+def test_the_scarce_data_cells_get_a_second_seed_after_the_first_seeds_whole_grid(tmp_path):
+    jobs = plan_grid(GRID, tmp_path)
+    whole = len(GRID.presets) * len(GRID.fractions)
+    first, more = jobs[:whole], jobs[whole:]
+    assert {j.seed for j in first} == {0} and first[-1].cell == "100 %"
+    assert [(j.preset, j.seed, j.cell) for j in more] == [(p, 1, "10 %") for p in GRID.presets]
+    assert more[0].folder == tmp_path / "resnet18-mini" / "10pct" / "seed1"
+    # --seeds gives every cell the same seeds
+    assert {(j.seed, j.cell) for j in plan_grid(GRID, tmp_path, seeds=(2,))} == {(2, "10 %"), (2, "25 %"), (2, "100 %")}
 
 
 def test_a_cells_options_win_over_the_command_line_and_reach_its_train_command(tmp_path):

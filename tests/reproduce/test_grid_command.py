@@ -10,7 +10,7 @@ import pytest
 from attncnn.cli import main
 from attncnn.reproduce.grid import GRID
 
-pytestmark = pytest.mark.slow        # four mini models x three cells of 40 tiny steps (~1-2 min on 2 cores)
+pytestmark = pytest.mark.slow        # four mini models x four cells of 40 tiny steps (~1-2 min on 2 cores)
 
 MODELS = ("resnet18-mini", "quadratic-mini", "quadratic-conv-mini", "gpsa-mini")
 
@@ -34,8 +34,9 @@ def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy
     # --only trains part of the grid; the report still has every preset, the others listed as missing
     assert [row["preset"] for row in report["rows"]] == list(GRID.presets)
     untrained = [p for p in GRID.presets if p not in MODELS]
-    assert sorted(report["missing"]) == sorted(f"{p} {cell} seed 0" for p in untrained
-                                               for cell in ("10 %", "25 %", "100 %"))
+    assert sorted(report["missing"]) == sorted([f"{p} {cell} seed 0" for p in untrained
+                                                for cell in ("10 %", "25 %", "100 %")]
+                                               + [f"{p} 10 % seed 1" for p in untrained])   # the scarce cell's 2nd seed
     for row in report["rows"]:
         if row["preset"] in untrained:
             assert all(entry["accuracies"] == [] for entry in row["cells"].values())
@@ -44,11 +45,18 @@ def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy
                                             ("100 %", "100pct", 2, 1)):
             entry = row["cells"][cell]
             assert (entry["epochs"], entry["seen_images"]) == (epochs, 240)
-            records = _records(out / row["preset"] / folder / "seed0")
-            assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
-            tested = [r["epoch"] for r in records if "test_accuracy" in r]
-            assert tested == list(range(every, epochs + 1, every))
-            assert entry["accuracies"] == [records[-1]["test_accuracy"]]
+            seeds = [0, 1] if cell == "10 %" else [0]
+            assert entry["seeds"] == seeds
+            finals = []
+            for seed in seeds:
+                records = _records(out / row["preset"] / folder / f"seed{seed}")
+                assert [r["epoch"] for r in records] == list(range(1, epochs + 1))
+                tested = [r["epoch"] for r in records if "test_accuracy" in r]
+                assert tested == list(range(every, epochs + 1, every))
+                finals.append(records[-1]["test_accuracy"])
+            assert entry["accuracies"] == finals
+            assert entry["accuracy_mean"] == pytest.approx(sum(finals) / len(finals))
+            assert (entry["accuracy_std"] is None) == (len(finals) == 1)
 
 
 def test_claims_carry_the_measured_gains_and_gates(grid):
@@ -59,7 +67,7 @@ def test_claims_carry_the_measured_gains_and_gates(grid):
     gain = rows["quadratic-conv-mini"]["10 %"]["accuracy_mean"] - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
     assert conv.startswith(f"10 % {100 * gain:+.2f}")
     scarce = next(v for k, v in claims.items() if k.startswith("precondition"))
-    train = _records(out / "quadratic-mini" / "10pct" / "seed0")[-1]["train_accuracy"]
+    train = sum(_records(out / "quadratic-mini" / "10pct" / f"seed{s}")[-1]["train_accuracy"] for s in (0, 1)) / 2
     cost = rows["quadratic-mini"]["100 %"]["accuracy_mean"] - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
     gap = train - rows["quadratic-mini"]["10 %"]["accuracy_mean"]
     assert f"quadratic-mini: 100 % vs 10 % {100 * cost:+.2f}, train - test {100 * gap:+.2f}" in scarce

@@ -46,7 +46,8 @@ def register(subparsers) -> None:
     r.add_argument("--download", action="store_true", help="download official archives if missing")
     r.add_argument("--out", help="suite folder (default: results/<suite>)")
     r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
-                                   "mini suite's quadratic and learned models)")
+                                   "mini suite's quadratic and learned models, 0,1 for the efficiency grid's "
+                                   "10 %% cells)")
     r.add_argument("--only", help="comma-separated presets of the suite to train (the report still covers "
                                   "every finished run under --out, so a suite run in parts keeps one report)")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
