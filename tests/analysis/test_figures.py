@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 
 from attncnn.analysis import position_maps
@@ -50,6 +51,15 @@ def test_contours_enclose_the_stated_mass(inv_cov):
     _, _, density = gaussian_window(center, inv_cov, 9.5, 16)
     for mass in (0.5, 0.9):
         assert density[density >= mass_threshold(density, mass)].sum() == pytest.approx(mass, abs=0.01)
+
+
+def test_accuracy_figure_marks_each_seed_in_its_lines_colour():
+    fig = accuracy_figure({"a": ([1, 2], [0.4, 0.5]), "b": ([1, 2], [0.3, 0.2])},
+                          points={"a": ([1, 1], [0.35, 0.45]), "ghost": ([1], [0.9])})
+    ax = fig.axes[0]
+    (dots,) = ax.collections                                   # "ghost" has no line: not drawn
+    assert dots.get_offsets().tolist() == [[1, 35], [1, 45]]     # percent, like the lines
+    assert tuple(dots.get_edgecolor()[0][:3]) == to_rgb(ax.lines[0].get_color())
 
 
 def test_figures_are_written_and_non_empty(tmp_path):

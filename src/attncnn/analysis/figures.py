@@ -314,7 +314,8 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
 
 
 def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], *,
-                    title: str = "Test accuracy", xlabel: str = "epoch", logx: bool = False) -> Figure:
+                    title: str = "Test accuracy", xlabel: str = "epoch", logx: bool = False,
+                    points: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Figure:
     """Test accuracy against epoch, one line per run (paper Fig. 2), or against another x.
 
     Args:
@@ -322,6 +323,8 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
         title: axes title.
         xlabel: x-axis label (e.g. ``"seen images"``, ``"training images"``).
         logx: logarithmic x axis.
+        points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
+            line, e.g. each seed around a line of means (labels missing from ``curves`` are ignored).
 
     Raises:
         ValueError: no curves.
@@ -331,7 +334,12 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     for label, (epochs, acc) in curves.items():
-        ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5, marker="." if len(epochs) < 12 else None)
+        (line,) = ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5,
+                          marker="." if len(epochs) < 12 else None)
+        if points and label in points:
+            xs, ys = points[label]
+            ax.scatter(list(xs), [100 * a for a in ys], s=18, facecolors="none", edgecolors=line.get_color(),
+                       linewidths=0.9, zorder=3)
     ax.set_xlabel(xlabel)
     if logx:
         ax.set_xscale("log")

@@ -6,7 +6,8 @@
   model (logged every epoch), for one training-set size;
 * ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per training-set size.
 
-Curves are means over the finished seeds of a cell, against seen images (epoch x subset size).
+Curves are means over the finished seeds of a cell, against seen images (epoch x subset size);
+``efficiency-accuracy`` also marks each seed of the cells that have several.
 """
 
 from __future__ import annotations
@@ -49,15 +50,22 @@ def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *,
     def save(fig, name: str) -> None:
         written[name] = save_figure(fig, out / name, formats)[0]
 
-    by_size = {}
+    by_size, seeds = {}, {}
     for preset in presets:
-        done = [(_subset(results, (preset, c)), statistics.fmean(r.final_accuracy for r in results[(preset, c)]))
-                for c in cells if (preset, c) in results]
+        finished = [(preset, c) for c in cells if (preset, c) in results]
+        done = [(_subset(results, key), statistics.fmean(r.final_accuracy for r in results[key])) for key in finished]
         if done:
             by_size[preset] = tuple(zip(*done))
+        # every seed of a cell with several, so a mean drawn from a wide spread shows it
+        spread = [(_subset(results, key), r.final_accuracy) for key in finished if len(results[key]) > 1
+                  for r in results[key]]
+        if spread:
+            seeds[preset] = tuple(zip(*spread))
     if by_size:
-        save(accuracy_figure(by_size, title="Final test accuracy, equal seen images per cell",
-                             xlabel="training images (class-balanced subset)", logx=True), "efficiency-accuracy")
+        title = "Final test accuracy, equal seen images per cell" + (" (line: mean; circles: each seed)"
+                                                                      if seeds else "")
+        save(accuracy_figure(by_size, title=title, xlabel="training images (class-balanced subset)", logx=True,
+                             points=seeds), "efficiency-accuracy")
     for cell in cells:
         curves = {p: _accuracy_curve(results, (p, cell)) for p in presets if (p, cell) in results}
         if curves:
