@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 
 from attncnn.cli import main
 from attncnn.data import DeviceLoader, load_dataset
-from attncnn.training import evaluate, load_checkpoint, load_model
+from attncnn.training import RunFolder, evaluate, load_checkpoint, load_model
 from attncnn.training.distributed import launch_from_env, per_process_batch, rank_device
 from attncnn.training.rng import rank_seed
 
@@ -211,6 +211,18 @@ def test_a_failure_on_rank_0_alone_stops_every_process_at_once(runs):
     assert f"run folder {runs['two']} already exists and is not empty; use --resume" in again.stderr
     assert f"rank 0 failed to open the run folder {runs['two']} (its error message says why); rank 1 stops" \
         in again.stderr
+
+
+@pytest.mark.slow
+def test_a_folder_in_use_is_refused_by_rank_0_and_stops_the_job(runs, tmp_path):
+    # Only rank 0 checks the lock (two ranks checking at once once took each other for a trainer);
+    # the refusal must still end every process promptly, with the holder named.
+    with RunFolder(tmp_path / "run", mode="new") as held:
+        held.write_config({"preset": "demo"})
+        refused = _run(["train", "--resume", str(tmp_path / "run"), "--no-progress"], _env(runs["cache"]),
+                       processes=2, timeout=60)
+    assert refused.returncode != 0
+    assert f"run folder {tmp_path / 'run'} is in use: attncnn pid {os.getpid()} on host" in refused.stderr
 
 
 # -- sharding of the device loader -----------------------------------------------------------------
