@@ -116,6 +116,9 @@ def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
     (["train", "--preset", "demo", "--checkpoint-every-steps", "-1"], "checkpoint_every_steps must be >= 0"),
     (["train", "--preset", "demo", "--set", "heads=3"], "unknown model option 'heads'"),
     (["train", "--preset", "demo", "--set", "num_heads=four"], "'num_heads' must be"),
+    (["train", "--preset", "quadratic-generalized-mini", "--set", "impl=separable"],
+     "quadratic-generalized attention has no impl 'separable'; choose one of auto, dense"),
+    (["train", "--preset", "gpsa-mini", "--set", "impl=dense"], "gpsa attention has no impl 'dense'"),
     (["evaluate", "/nonexistent/run"], "no checkpoint"),
 ])
 def test_bad_arguments_give_one_clear_line(argv, match, capsys, tmp_path, monkeypatch):

@@ -72,3 +72,43 @@ def test_the_checker_sees_relative_imports():
     # guards the test above against passing because it found nothing
     assert _package_imports(SRC / "training" / "state.py") >= {"models", "data"}
     assert "training" in _package_imports(SRC / "analysis" / "runs.py")
+
+
+def _attention_class_names() -> set[str]:
+    import attncnn.layers as layers
+    return {name for name in layers.__all__
+            if isinstance(getattr(layers, name), type) and issubclass(getattr(layers, name), layers.GridAttention)}
+
+
+def _isinstance_targets(node: ast.Call) -> set[str]:
+    """Names in the class argument of an ``isinstance``/``issubclass`` call."""
+    if not (isinstance(node.func, ast.Name) and node.func.id in ("isinstance", "issubclass") and len(node.args) == 2):
+        return set()
+    found = set()
+    for sub in ast.walk(node.args[1]):
+        if isinstance(sub, ast.Name):
+            found.add(sub.id)
+        elif isinstance(sub, ast.Attribute):
+            found.add(sub.attr)
+    return found
+
+
+def test_only_layers_and_theory_ask_an_attention_layer_for_its_class():
+    # analysis, reports and figures ask the layer for its kind and capabilities (position_only,
+    # has_centers, has_gates, ...); the theory is about QuadraticAttention itself
+    classes = _attention_class_names()
+    assert {"GridAttention", "QuadraticAttention", "GatedPositionalAttention"} <= classes
+    found = []
+    for path in PY_FILES:
+        if path.relative_to(SRC).parts[0] in ("layers", "theory"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and _isinstance_targets(node) & classes:
+                found.append(f"{path.relative_to(SRC)}:{node.lineno}")
+    assert not found
+
+
+def test_the_isinstance_checker_sees_attention_classes():
+    # guards the test above against passing because it found nothing
+    call = ast.parse("isinstance(m, (nn.Linear, layers.QuadraticAttention))").body[0].value
+    assert "QuadraticAttention" in _isinstance_targets(call)

@@ -2,10 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 import types
 import typing
 
-__all__ = ["value_matches"]
+__all__ = ["value_matches", "check_options"]
+
+
+def check_options(options: dict, cls: type, kind: str, owner: str | None = None) -> None:
+    """Check every ``key: value`` of ``options`` against the dataclass ``cls``: the key must be one
+    of its fields and the value must match the field's annotation (:func:`value_matches`), so a typo
+    or a wrong type in a configuration file or ``--set`` fails by name before ``cls`` is built.
+
+    Args:
+        kind: what the options are called in messages (``"model option"``, ``"training option"``).
+        owner: what they belong to (an architecture name), named after an unknown key.
+
+    Raises:
+        ValueError: ``unknown <kind> 'key'[ for <owner>]; valid options: <fields>`` or
+            ``<kind> 'key' must be <annotation>, got <value>``.
+    """
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key, value in options.items():
+        if key not in names:
+            where = f" for {owner}" if owner else ""
+            raise ValueError(f"unknown {kind} {key!r}{where}; valid options: {', '.join(names)}")
+        if not value_matches(value, hints[key]):
+            raise ValueError(f"{kind} {key!r} must be {hints[key]}, got {value!r}")
 
 
 def value_matches(value, annotation) -> bool:

@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import logging
 import sys
 from pathlib import Path
 
+from .analysis import command as analysis_command
+from .analysis.viewer import command as viewer_command
+from .bench import command as bench_command
+from .reproduce import command as reproduce_command
+from .theory import command as theory_command
 from .training.options import add_config_options, flag_name, given_options
-from .training.precision import PRECISIONS
+from .training.run_precision import PRECISIONS
 
 __all__ = ["main", "build_parser"]
 
 log = logging.getLogger("attncnn")
-
-#: Modules that add their own subcommands: each has ``register(subparsers)``, which adds parsers
-#: whose defaults set ``handler`` to a function ``(args) -> exit status``. Keeps this file thin.
-_COMMAND_MODULES = ("attncnn.theory.command", "attncnn.analysis.command", "attncnn.analysis.viewer.command",
-                    "attncnn.bench.command", "attncnn.reproduce.command")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -58,12 +57,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.set_defaults(handler=_cmd_train)
     e.set_defaults(handler=_cmd_evaluate)
     p.set_defaults(handler=_cmd_presets)
-    for module in _COMMAND_MODULES:
-        try:
-            importlib.import_module(module).register(sub)
-        except ModuleNotFoundError as err:
-            if err.name != module:   # the module exists but something it imports is missing
-                raise
+    # The other subcommands live beside their library: each module's register(sub) adds parsers whose
+    # handler is a function (args) -> exit status and imports that library only when the command runs.
+    theory_command.register(sub)
+    analysis_command.register(sub)
+    viewer_command.register(sub)
+    bench_command.register(sub)
+    reproduce_command.register(sub)
     return parser
 
 
@@ -103,7 +103,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset
     from .training import evaluate, load_model, resolve_device
-    from .training.precision import resolve_precision
+    from .training.run_precision import resolve_precision
 
     device = resolve_device(args.device)
     model, meta = load_model(args.path, device)

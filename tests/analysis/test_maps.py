@@ -78,7 +78,7 @@ def test_position_maps_without_images_and_errors():
     model = build_model("quadratic", **SMALL)
     maps = position_maps(model)                 # 32x32 images -> 8x8 tokens
     assert maps[0].values.shape == (1, 4, 64, 64)
-    torch.testing.assert_close(maps[2].values, model.blocks[2].attention.attention_probs(8, 8).detach())
+    torch.testing.assert_close(maps[2].values, model.blocks[2].attention.grid_probs(8, 8).detach())
     assert position_maps(model, (5, 6))[0].values.shape == (1, 4, 30, 30)
     with pytest.raises(ValueError, match="depends on the input"):
         position_maps(build_model("learned-content", **SMALL))

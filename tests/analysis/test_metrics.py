@@ -66,7 +66,7 @@ def test_sharp_quadratic_heads_measure_their_shift():
     with torch.no_grad():
         layer.centers.copy_(torch.tensor([[0.0, 1.0], [-1.0, -1.0]]))
         layer.spreads.fill_(math.sqrt(2 * 50.0))          # alpha = 50: one-hot up to e^-50
-    stats = head_statistics(layer.attention_probs(6, 6), 6, 6, margin=1)
+    stats = head_statistics(layer.grid_probs(6, 6), 6, 6, margin=1)
     assert stats["distance"].tolist() == pytest.approx([1.0, math.sqrt(2)], abs=1e-9)
     assert stats["peak"].tolist() == pytest.approx([1.0, 1.0], abs=1e-9)
 

@@ -198,7 +198,7 @@ def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim
     with torch.no_grad():
         content, positional = layer.score_terms(x)
         expected_content, expected_positional = _naive_terms(layer, x)
-        scores = layer.attention_scores(x)
+        scores = layer.input_scores(x)
         q, _ = layer.queries_keys(x)
         direct = layer.positional_term(q, H, W)
     torch.testing.assert_close(content, expected_content, rtol=1e-12, atol=1e-12)
@@ -227,7 +227,7 @@ def test_quadratic_eq9_dot_product_form_gives_same_probabilities():
     a, c = layer.alpha, layer.centers
     v = -a[:, None] * torch.stack([torch.ones_like(a), -2 * c[:, 0], -2 * c[:, 1]], dim=-1)   # (N_h, 3)
     scores = torch.einsum("qkf,hf->hqk", r, v)
-    torch.testing.assert_close(layer.attention_probs(H, W)[0], torch.softmax(scores, -1))
+    torch.testing.assert_close(layer.grid_probs(H, W)[0], torch.softmax(scores, -1))
 
 
 def test_generalized_five_feature_form_gives_same_probabilities():
@@ -240,7 +240,7 @@ def test_generalized_five_feature_form_gives_same_probabilities():
     mu = torch.einsum("hij,hj->hi", inv, layer.centers)
     v = torch.stack([mu[:, 0], mu[:, 1], -inv[:, 0, 0] / 2, -inv[:, 1, 1] / 2, -inv[:, 0, 1]], dim=-1)
     scores = torch.einsum("qkf,hf->hqk", quadratic_features(H, W, dtype=torch.float64, generalized=True), v)
-    torch.testing.assert_close(layer.attention_probs(H, W)[0], torch.softmax(scores, -1))
+    torch.testing.assert_close(layer.grid_probs(H, W)[0], torch.softmax(scores, -1))
 
 
 def test_quadratic_initialisation_matches_reference():
@@ -259,7 +259,7 @@ def test_sharp_quadratic_head_is_one_hot_at_its_centre():
     with torch.no_grad():
         layer.centers.copy_(torch.tensor([[1.0, -1.0]]))
         layer.spreads.fill_(20.0)                     # alpha = 200
-    probs = layer.attention_probs(5, 5)[0, 0]
+    probs = layer.grid_probs(5, 5)[0, 0]
     q = 2 * 5 + 2                                    # centre token (2, 2)
     assert probs[q, 3 * 5 + 1] == 1.0                # key (3, 1) = query + (1, -1)
     assert probs[q].sum() == 1.0 and (probs[q] > 0).sum() == 1
@@ -305,8 +305,8 @@ def test_flushing_tiny_probabilities_changes_outputs_by_less_than_1e6():
     with torch.no_grad():
         layer.spreads.fill_(2.0)                                   # alpha = 2: far keys ~ exp(-450)
     x = torch.randn(2, 16, 16, D)
-    raw = torch.softmax(layer.attention_scores(16, 16), dim=-1)    # unflushed, (N_h, N, N)
-    flushed = layer.attention_probs(16, 16)[0]
+    raw = torch.softmax(layer.grid_scores(16, 16), dim=-1)    # unflushed, (N_h, N, N)
+    flushed = layer.grid_probs(16, 16)[0]
     assert ((raw > 0) & (flushed == 0)).sum() > 1000               # the flush really happened
     reference = layer.value((raw @ x.reshape(2, 1, 256, D)).transpose(1, 2).reshape(2, 256, 9 * D))
     out = layer(x).reshape(2, 256, D)

@@ -40,7 +40,7 @@ def _positional_probs(layer, x: torch.Tensor) -> torch.Tensor:
     """``(N_h, N, N)`` maps of the positional part: the whole map for all kinds but GPSA."""
     h, w = x.shape[1:3]
     if layer.position_only:
-        return layer.attention_probs(h, w)[0]
+        return layer.grid_probs(h, w)[0]
     if isinstance(layer, GatedPositionalAttention):
         return layer.positional_probs(h, w)[0]
     return layer(x, return_attention=True)[1][0]
@@ -93,7 +93,7 @@ def test_learned_content_starts_input_independent_with_content_cancelled():
 def test_position_only_scores_are_exactly_minus_alpha_squared_distance(kind):
     layer = _layer(kind)
     local_init_(layer, alpha=2.5)
-    scores = layer.attention_scores(4, 6)
+    scores = layer.grid_scores(4, 6)
     delta = relative_offsets(4, 6, dtype=torch.float64)
     expected = torch.stack([-2.5 * (delta - c).square().sum(-1) for c in kernel_shifts(3)])
     torch.testing.assert_close(scores, expected, rtol=1e-13, atol=1e-12)

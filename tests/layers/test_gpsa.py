@@ -57,7 +57,7 @@ def test_gates_start_at_sigmoid_1_and_select_the_two_maps():
     content = torch.softmax(layer.score_terms(x)[0], dim=-1)
     with torch.no_grad():
         layer.gate_logits.copy_(torch.tensor([60.0, -60.0, 0.0]))       # g = 1, 0, 1/2
-    probs = layer.attention_probs(x)
+    probs = layer.input_probs(x)
     positional = layer.positional_probs(H, W)
     torch.testing.assert_close(probs[:, 0], positional[:, 0].expand(2, -1, -1), rtol=0, atol=1e-15)
     torch.testing.assert_close(probs[:, 1], content[:, 1], rtol=0, atol=1e-15)
@@ -72,7 +72,7 @@ def test_fast_path_equals_explicit_path_and_returns_gated_maps(head_dim):
     explicit, probs = layer(x, return_attention=True)
     assert probs.shape == (3, NH, H * W, H * W)
     torch.testing.assert_close(layer(x), explicit, rtol=1e-12, atol=1e-13)
-    layer.fast_path = "explicit"
+    layer.impl = "explicit"
     torch.testing.assert_close(layer(x), explicit, rtol=0, atol=0)
 
 
@@ -92,7 +92,7 @@ def test_dropout_in_training_takes_the_explicit_path_with_one_mask_per_image():
 def test_gradcheck_inputs_and_every_parameter(fast_path, head_dim):
     torch.manual_seed(0)
     layer = GatedPositionalAttention(4, 2, head_dim=head_dim).double()
-    layer.fast_path = fast_path
+    layer.impl = fast_path
     names = [n for n, _ in layer.named_parameters()]
     params = tuple(p.detach().clone().requires_grad_() for _, p in layer.named_parameters())
     x = torch.randn(2, 2, 3, 4, dtype=torch.float64, requires_grad=True)

@@ -1,5 +1,5 @@
-"""ContentAttention.half_softmax: under bf16 autocast the training path's softmax writes bf16
-probabilities; outputs and gradients stay those of the float32 softmax to bf16 rounding."""
+"""Content attention's impl="explicit-half": under bf16 autocast the softmax writes bf16
+probabilities; outputs and gradients stay those of impl="explicit" (float32 softmax) to bf16 rounding."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from attncnn.layers import build_attention
 
 
 def _run(layer, x, half: bool, autocast: bool):
-    layer.half_softmax = half
+    layer.impl = "explicit-half" if half else "explicit"
     x = x.clone().requires_grad_(True)
     layer.zero_grad()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
@@ -51,7 +51,7 @@ def test_float32_and_returned_probabilities_unchanged():
     out_a, gx_a, _ = _run(layer, x, True, False)
     out_b, gx_b, _ = _run(layer, x, False, False)
     assert torch.equal(out_a, out_b) and torch.equal(gx_a, gx_b)      # no autocast: float32 throughout
-    layer.half_softmax = True
+    layer.impl = "explicit-half"
     with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
         _, probs = layer(x, return_attention=True)
     assert probs.dtype == torch.float32

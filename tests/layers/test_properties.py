@@ -80,7 +80,7 @@ def test_positional_scores_depend_only_on_the_relative_shift(kind, grid, heads, 
     h, w = grid
     layer = _layer(kind, 4, heads, None, torch.float64, seed)
     with torch.no_grad():
-        scores = layer.attention_scores(h, w).reshape(heads, h, w, h, w)
+        scores = layer.grid_scores(h, w).reshape(heads, h, w, h, w)
     sy, sx = shift
     rows, cols = range(max(0, -sy), min(h, h - sy)), range(max(0, -sx), min(w, w - sx))
     assume(len(rows) and len(cols))
@@ -170,10 +170,10 @@ def test_alpha_limits_give_uniform_and_one_hot_attention(full, dtype):
     with torch.no_grad():
         layer.centers.copy_(torch.tensor([[1.0, -2.0]], dtype=dtype))
         layer.spreads.zero_()
-        uniform = layer.attention_probs(h, w)[0, 0]
+        uniform = layer.grid_probs(h, w)[0, 0]
         layer.spreads.copy_(torch.full_like(layer.spreads, 1e3) if not full else
                             1e3 * torch.eye(2, dtype=dtype)[None])
-        sharp = layer.attention_probs(h, w)[0, 0]
+        sharp = layer.grid_probs(h, w)[0, 0]
     torch.testing.assert_close(uniform, torch.full_like(uniform, 1 / (h * w)))
     q = 1 * w + 3                                # query (1, 3) -> key (2, 1)
     assert sharp[q, 2 * w + 1] == 1.0 and sharp[q].sum() == 1.0

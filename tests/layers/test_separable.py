@@ -28,7 +28,7 @@ def _both_paths(layer, x, weight):
     """Output and gradients (input and every parameter) of the separable and the dense path."""
     results = []
     for separable in (True, False):
-        layer.separable_path = separable
+        layer.impl = "separable" if separable else "dense"
         layer.zero_grad(set_to_none=True)
         xg = x.clone().requires_grad_()
         out = layer(xg)
@@ -61,7 +61,7 @@ def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol):
     h, w = grid
     with torch.no_grad():
         row, col = layer.axis_probs(h, w)
-        dense = layer.attention_probs(h, w)[0]
+        dense = layer.grid_probs(h, w)[0]
         s_row, s_col = layer.axis_scores(h, w)
     assert row.shape == (NH, h, h) and col.shape == (NH, w, w) and row.dtype == col.dtype == dtype
     eps = torch.finfo(dtype).eps
@@ -70,7 +70,7 @@ def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol):
     outer = torch.einsum("hik,hjl->hijkl", row, col).reshape(NH, h * w, h * w)
     torch.testing.assert_close(outer, dense, rtol=0, atol=tol)
     summed = (s_row[:, :, None, :, None] + s_col[:, None, :, None, :]).reshape(NH, h * w, h * w)
-    torch.testing.assert_close(summed, layer.attention_scores(h, w), rtol=1e-12 if dtype == torch.float64 else 1e-6,
+    torch.testing.assert_close(summed, layer.grid_scores(h, w), rtol=1e-12 if dtype == torch.float64 else 1e-6,
                                atol=0)
 
 
@@ -85,9 +85,9 @@ def test_factor_entries_below_eps_are_zero_and_outputs_move_by_at_most_h_plus_w_
         for factor in (row, col):
             assert ((factor > 0) & (factor < eps)).sum() == 0 and (factor == 0).sum() > 100
         x = torch.randn(B, 16, 16, D)
-        layer.separable_path = True
+        layer.impl = "separable"
         out = layer(x)
-        exact = layer.double()._output(torch.softmax(layer.attention_scores(16, 16), -1) @ x.double()[:, None]
+        exact = layer.double().output(torch.softmax(layer.grid_scores(16, 16), -1) @ x.double()[:, None]
                                        .reshape(B, 1, 256, D), B, 16, 16)
     bound = (16 + 16) * eps * x.abs().max() * layer.value.weight.abs().sum(-1).max() + 1e-5 * exact.abs().max()
     assert (out.double() - exact).abs().max() <= bound
@@ -103,15 +103,19 @@ class _Spy:
 
 
 def _path_taken(layer, x, **kwargs) -> str:
-    """'separable' or 'dense', from which of axis_probs / attention_probs the forward called."""
-    layer.axis_probs, layer.attention_probs = _Spy(layer.axis_probs), _Spy(layer.attention_probs)
+    """'separable' or 'dense', from which of axis_probs / grid_probs the forward called; checks
+    that the layer's own ``path`` (what a run records) names the same one."""
+    layer.axis_probs, layer.grid_probs = _Spy(layer.axis_probs), _Spy(layer.grid_probs)
     try:
         layer(x, **kwargs)
-        taken = (layer.axis_probs.calls, layer.attention_probs.calls)
+        taken = (layer.axis_probs.calls, layer.grid_probs.calls)
     finally:
-        del layer.axis_probs, layer.attention_probs
+        del layer.axis_probs, layer.grid_probs
     assert taken in ((1, 0), (0, 1))
-    return "separable" if taken == (1, 0) else "dense"
+    path = "separable" if taken == (1, 0) else "dense"
+    if not kwargs.get("return_attention"):
+        assert layer.path(x.shape[1], x.shape[2]) == path
+    return path
 
 
 @pytest.mark.parametrize("kind", ["quadratic", "learned"])
@@ -123,10 +127,10 @@ def test_which_path_the_forward_takes(kind):
     assert _path_taken(layer.train(), x16) == "dense"                     # dropout on the (N, N) map
     assert _path_taken(layer.eval(), x16, return_attention=True) == "dense"
     assert _path_taken(layer, x8) == "dense"                              # 64 < 6 (8 + 8): measured slower
-    layer.separable_path = True
+    layer.impl = "separable"
     assert _path_taken(layer, x8) == "separable"
     assert _path_taken(layer.train(), x8) == "dense"                      # forcing never drops dropout
-    layer.separable_path = False
+    layer.impl = "dense"
     assert _path_taken(layer.eval(), x16) == "dense"
     no_drop = _layer(kind, dtype=torch.float32, attn_drop=0.0).train()
     assert _path_taken(no_drop, x16) == "separable"                       # training, attn_drop = 0
@@ -134,7 +138,10 @@ def test_which_path_the_forward_takes(kind):
 
 def test_full_covariance_heads_are_dense_only():
     layer = _layer("quadratic-generalized", dtype=torch.float32)
-    layer.separable_path = True
+    assert layer.impls == ("auto", "dense")
+    with pytest.raises(ValueError, match="quadratic-generalized attention has no impl 'separable'; choose one of "
+                                         "auto, dense"):
+        layer.impl = "separable"
     assert not layer.is_separable
     assert _path_taken(layer, torch.randn(B, 16, 16, D)) == "dense"
     with pytest.raises(ValueError, match="not separable"):

@@ -58,7 +58,7 @@ def test_full_images_and_one_hot_attention(test_images, dtype):
     x = test_images.to(dtype)
     with torch.no_grad():
         out = module(x.permute(0, 2, 3, 1))
-        probs = layer.attention_probs(34, 34)[0]                       # the padded grid
+        probs = layer.grid_probs(34, 34)[0]                       # the padded grid
     assert relative_error(out, conv(x).detach().permute(0, 2, 3, 1)) <= TOL[dtype]
     # Interior queries (the only ones cropped back in): target probability exactly 1, others 0.
     rows = torch.arange(1, 33)

@@ -18,7 +18,7 @@ def test_off_target_mass_matches_the_layer(alpha):
     """m(alpha) is the exact mass off the target for a query far from the grid's edge."""
     module = attention_from_conv2d(torch.zeros(1, 1, 3, 3, dtype=torch.float64), alpha=alpha)
     n = 25
-    probs = module.attention.attention_probs(n, n)[0]
+    probs = module.attention.grid_probs(n, n)[0]
     q = (n // 2) * n + n // 2
     for h, (dr, dc) in enumerate([(-1, -1), (0, 0), (1, 0)]):
         head = dr * 3 + dc + 4
@@ -26,7 +26,7 @@ def test_off_target_mass_matches_the_layer(alpha):
         assert measured == pytest.approx(off_target_mass(alpha), rel=1e-12, abs=1e-15)
     # 1-D: K heads on a one-row grid.
     module = attention_from_conv1d(torch.zeros(1, 1, 3, dtype=torch.float64), alpha=alpha)
-    probs = module.attention.attention_probs(1, n)[0]
+    probs = module.attention.grid_probs(1, n)[0]
     measured = 1.0 - probs[2, n // 2, n // 2 + 1].item()
     assert measured == pytest.approx(off_target_mass(alpha, spatial_dims=1), rel=1e-12, abs=1e-15)
 

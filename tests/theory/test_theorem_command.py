@@ -76,3 +76,24 @@ def test_bad_options_exit_2(capsys, cifar10_path, data_cache_dir, argv, message)
     rc, _, err = _run(capsys, "--data", str(cifar10_path), "--data-dir", str(data_cache_dir), *argv)
     assert rc == 2
     assert err.startswith("attncnn theorem: error:") and message in err
+
+
+def test_without_data_it_reads_the_training_default_not_a_test_variable(capsys, monkeypatch, tmp_path):
+    import attncnn.data
+    from attncnn.training import TrainConfig
+
+    asked = []
+
+    def load_dataset(spec, **kwargs):
+        asked.append(spec)
+        raise attncnn.data.DataError(f"stop after choosing {spec}")
+
+    monkeypatch.setenv("ATTNCNN_TEST_CIFAR10", str(tmp_path / "tests-only.zip"))
+    monkeypatch.setattr(attncnn.data, "load_dataset", load_dataset)
+    rc, _, err = _run(capsys, "--images", "1")
+    assert rc == 2 and asked == [TrainConfig.data] == ["cifar10"]
+    assert "stop after choosing cifar10" in err
+    with pytest.raises(SystemExit):
+        main(["theorem", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "cifar10 (default, as for train)" in help_text and "ATTNCNN_TEST_CIFAR10" not in help_text

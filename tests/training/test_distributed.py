@@ -105,14 +105,15 @@ def _without_timings(records: list[dict]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs(make_tiny_data, data_cache_dir, tmp_path_factory) -> dict:
-    """The same 2-epoch training with 1 process and with 2 (the latter with mid-epoch checkpoints,
-    which must change nothing), both at global batch 10."""
+    """The same 2-epoch training with 1 process and with 2 (the latter with mid-epoch checkpoints
+    and one periodic checkpoint kept, which must change nothing), both at global batch 10."""
     data = make_tiny_data(20, 6)
     root = tmp_path_factory.mktemp("ddp")
     one, two = root / "one", root / "two"
     single = _run(_train_args(data, one), _env(data_cache_dir))
     assert single.returncode == 0, single.stderr
-    double = _run(_train_args(data, two, "--checkpoint-every-steps", "4"), _env(data_cache_dir), processes=2)
+    double = _run(_train_args(data, two, "--checkpoint-every-steps", "4", "--keep-checkpoints", "1"),
+                  _env(data_cache_dir), processes=2)
     assert double.returncode == 0, double.stderr
     return {"data": data, "cache": data_cache_dir, "root": root, "one": one, "two": two,
             "two_stdout": double.stdout, "two_stderr": double.stderr}
@@ -144,6 +145,10 @@ def test_only_rank_0_writes_and_the_checkpoint_loads_in_one_process(runs):
     assert sorted(p.name for p in two.iterdir()) == sorted(p.name for p in runs["one"].iterdir())
     assert len(list((two / "tb").iterdir())) == 1                                     # one event file
     assert len(_metrics(two)) == 2 and (two / "finished.json").is_file()
+    # the demo preset saves a periodic checkpoint every epoch; rank 0 deleted epoch 1's (keep 1)
+    assert sorted(p.name for p in (two / "checkpoints").iterdir()) == [
+        "best.safetensors", "epoch_0002.safetensors", "last.safetensors"]
+    assert (runs["one"] / "checkpoints" / "epoch_0001.safetensors").is_file()           # kept by default
     assert runs["two_stdout"].count("run folder:") == 1                               # printed by rank 0
     assert "global batch 10 = 5 examples per process" in runs["two_stderr"]
     ckpt = load_checkpoint(two / "checkpoints" / "last.safetensors")

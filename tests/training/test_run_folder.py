@@ -160,11 +160,14 @@ def test_config_is_atomic_json(tmp_path):
         run.read_config()
 
 
-def _writer(calls):
-    def save(path):
+def _save_periodic(run, epoch, keep, calls=None):
+    """A periodic save as the saver does it: path, write, prune."""
+    path = run.periodic_path(epoch)
+    if calls is not None:
         calls.append(path.name)
-        path.write_bytes(b"ckpt")
-    return save
+    path.write_bytes(b"ckpt")
+    run.prune_periodic(keep)
+    return path
 
 
 def test_checkpoint_path_names(tmp_path):
@@ -176,12 +179,22 @@ def test_checkpoint_path_names(tmp_path):
             run.checkpoint_path(bad)
 
 
-def test_save_periodic_keeps_last_n_deleting_oldest_first(tmp_path):
+def test_periodic_path_names_the_epoch_with_at_least_four_digits(tmp_path):
+    run = RunFolder(tmp_path, mode="new")
+    assert run.periodic_path(7) == tmp_path / "checkpoints" / "epoch_0007.safetensors"
+    assert run.periodic_path(12345).name == "epoch_12345.safetensors"
+    assert not run.periodic_path(7).exists()                          # a path, nothing written
+    for epoch in (7, 300, 12345):
+        run.periodic_path(epoch).write_bytes(b"x")
+    assert [e for e, _ in run.periodic_checkpoints()] == [7, 300, 12345]   # the number reads back
+
+
+def test_periodic_saves_keep_the_last_n_deleting_the_oldest_first(tmp_path):
     run = RunFolder(tmp_path, mode="new")
     calls = []
     kept_after = []
     for epoch in (10, 20, 30, 40, 50):
-        p = run.save_periodic(epoch, _writer(calls), keep=3)
+        p = _save_periodic(run, epoch, keep=3, calls=calls)
         assert p.name == f"epoch_{epoch:04d}.safetensors" and p.exists()
         kept_after.append(sorted(x.name for x in (tmp_path / "checkpoints").iterdir()))
     assert calls == [f"epoch_{e:04d}.safetensors" for e in (10, 20, 30, 40, 50)]
@@ -190,24 +203,49 @@ def test_save_periodic_keeps_last_n_deleting_oldest_first(tmp_path):
     assert kept_after[4] == ["epoch_0030.safetensors", "epoch_0040.safetensors", "epoch_0050.safetensors"]
 
 
-def test_save_periodic_orders_by_epoch_number_and_spares_other_files(tmp_path):
+def test_periodic_saves_order_by_epoch_number_and_spare_other_files(tmp_path):
     run = RunFolder(tmp_path, mode="new")
     run.checkpoint_path("best").write_bytes(b"b")
     run.checkpoint_path("last").write_bytes(b"l")
     for epoch in (9999, 10000, 5):                       # 10000 > 9999 although "1..." < "9..."
-        run.save_periodic(epoch, _writer([]), keep=0)   # keep all
+        _save_periodic(run, epoch, keep=0)              # keep all
     assert len(run.periodic_checkpoints()) == 3
-    run.save_periodic(10001, _writer([]), keep=2)
+    _save_periodic(run, 10001, keep=2)
     names = sorted(x.name for x in (tmp_path / "checkpoints").iterdir())
     assert names == ["best.safetensors", "epoch_10000.safetensors", "epoch_10001.safetensors",
                      "last.safetensors"]
 
 
+@pytest.mark.parametrize("keep, left", [(0, [1, 2, 3, 4]), (1, [4]), (3, [2, 3, 4]), (4, [1, 2, 3, 4]),
+                                        (9, [1, 2, 3, 4])])
+def test_prune_periodic_leaves_the_newest_keep(tmp_path, keep, left):
+    run = RunFolder(tmp_path, mode="new")
+    for epoch in (3, 1, 4, 2):
+        run.periodic_path(epoch).write_bytes(b"x")
+    run.checkpoint_path("last").write_bytes(b"l")
+    deleted = run.prune_periodic(keep)
+    assert [e for e, _ in run.periodic_checkpoints()] == left
+    assert deleted == [run.periodic_path(e) for e in (1, 2, 3, 4) if e not in left]      # oldest first
+    assert run.checkpoint_path("last").exists()
+    assert run.prune_periodic(keep) == []                              # nothing more to do
+
+
+def test_prune_periodic_without_checkpoints_and_in_a_read_only_folder(tmp_path):
+    run = RunFolder(tmp_path / "run", mode="new")
+    assert run.prune_periodic(1) == []                                 # no checkpoints/ folder yet
+    run.periodic_path(1).write_bytes(b"x")
+    run.periodic_path(2).write_bytes(b"x")
+    reader = RunFolder(tmp_path / "run", mode="read")
+    with pytest.raises(RunFolderError, match="opened read-only; cannot delete old periodic checkpoints"):
+        reader.prune_periodic(1)
+    assert len(run.periodic_checkpoints()) == 2
+
+
 def test_latest_checkpoint(tmp_path):
     run = RunFolder(tmp_path, mode="new")
     assert run.latest_checkpoint() is None
-    run.save_periodic(1, _writer([]), keep=0)
-    run.save_periodic(2, _writer([]), keep=0)
+    _save_periodic(run, 1, keep=0)
+    _save_periodic(run, 2, keep=0)
     assert run.latest_checkpoint().name == "epoch_0002.safetensors"
     run.checkpoint_path("last").write_bytes(b"x")
     assert run.latest_checkpoint().name == "last.safetensors"

@@ -170,13 +170,30 @@ def _fp32_weights(tiny, tmp_path) -> dict:
 
 
 def test_auto_precision_is_resolved_and_stored(tiny, tmp_path, monkeypatch):
-    from attncnn.training import precision
+    from attncnn.training import run_precision
 
     for fast, expected in ((True, "bf16"), (False, "fp32")):
-        monkeypatch.setattr(precision, "fast_bf16", lambda device, fast=fast: fast)
+        monkeypatch.setattr(run_precision, "fast_bf16", lambda device, fast=fast: fast)
         out = tmp_path / expected
         train(_config(tiny, precision="auto", epochs=1), out, progress=False)
         assert json.loads((out / "config.json").read_text())["precision"] == expected
+
+
+def test_a_run_records_the_attention_path_it_asked_for_and_the_one_it_took(tiny, reference_run, tmp_path):
+    out = tmp_path / "separable"
+    train(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"}), out, progress=False)
+    assert json.loads((out / "config.json").read_text())["model"]["impl"] == "separable"
+    assert load_checkpoint(_last(out)).metadata["attention_paths"] == ["separable", "separable"]   # demo: 2 layers
+    assert load_model(out)[0].config.impl == "separable"
+    # impl "auto" on the demo's 8x8 tokens: 64 < 6 (8 + 8), the dense path
+    assert load_checkpoint(_last(reference_run)).metadata["attention_paths"] == ["dense", "dense"]
+
+
+def test_a_checkpoint_from_before_impl_existed_loads_as_auto():
+    shipped = Path(__file__).resolve().parents[2] / "results" / "mini" / "quadratic-mini" / "seed0"
+    meta = load_checkpoint(next((shipped / "checkpoints").glob("*.safetensors"))).metadata
+    assert "impl" not in meta["config"]["model"] and "attention_paths" not in meta
+    assert load_model(shipped)[0].config.impl == "auto"
 
 
 def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, reference_run, tmp_path,

@@ -13,7 +13,8 @@ import logging
 import re
 from pathlib import Path
 
-from ..training.precision import add_precision_option, running_at
+from ..training.options import add_precision_option
+from ..training.run_precision import running_at
 
 __all__ = ["register", "FIGURES"]
 
@@ -179,7 +180,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         except ValueError:
             log.info("%s: no attention layers (%s); only the accuracy curve applies", run.name, run.kind)
             continue
-        quadratic = run.kind.startswith("quadratic")
+        quadratic = all(layer.has_centers for layer in layers)
         position_only = all(layer.position_only for layer in layers)
         epoch = run.metadata.get("epoch")
         if quadratic and "centers" in wanted:

@@ -159,7 +159,7 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
 
 def _quadratic_layers(model) -> list[QuadraticAttention]:
     layers = attention_layers(model)
-    if not all(isinstance(layer, QuadraticAttention) for layer in layers):
+    if not all(layer.has_centers for layer in layers):
         raise ValueError("centre/contour figures need a quadratic-attention model (presets quadratic, "
                          "quadratic-generalized, many-heads, demo); use the attention-map grid for others")
     return layers

@@ -10,7 +10,7 @@ or one of their terms (:func:`layer_values`), and :func:`attention_maps_by_kind`
 these in one pass over the images (the viewer's export).
 
 Position-only layers (``layer.position_only``) do not depend on the input, so their maps come
-from ``layer.attention_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
+from ``layer.grid_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
 batch dimension of 1. Without images, :func:`position_maps` computes them for a given grid.
 """
 
@@ -23,7 +23,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
-from ..layers import GridAttention
+from ..layers import GridAttention, is_attention_layer
 
 __all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "run_recorded", "attention_maps",
            "attention_maps_by_kind", "position_maps", "layer_values", "layer_values_by_kind", "VALUE_KINDS"]
@@ -62,7 +62,7 @@ def attention_layers(model: nn.Module) -> list[GridAttention]:
     """
     blocks = getattr(model, "blocks", None)
     layers = [getattr(b, "attention", None) for b in blocks] if blocks is not None else []
-    if not layers or not all(isinstance(a, GridAttention) for a in layers):
+    if not layers or not all(is_attention_layer(a) for a in layers):
         raise ValueError(f"{type(model).__name__} has no self-attention blocks; attention maps and "
                          "metrics need an image-transformer run (not the ResNet baseline)")
     return layers
@@ -170,9 +170,9 @@ def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[
             raise ValueError(f"{type(layer).__name__} has no positional scores")
     out = {"content": content, "positional": positional}
     if "scores" in kinds:
-        out["scores"] = layer.attention_scores(x)
+        out["scores"] = layer.input_scores(x)
     if "probs" in kinds:
-        out["probs"] = layer.forward(x, return_attention=True)[1]
+        out["probs"] = layer.input_probs(x)
     return {kind: out[kind] for kind in kinds}
 
 
@@ -185,10 +185,10 @@ def _check_kinds(kinds: Sequence[str]) -> None:
 def _position_values(layer: GridAttention, height: int, width: int, kind: str) -> torch.Tensor:
     """``(1, N_h, H*W, H*W)`` values of a position-only layer; its whole score is positional."""
     if kind == "probs":
-        return layer.attention_probs(height, width)
+        return layer.grid_probs(height, width)
     if kind not in ("scores", "positional"):
         raise ValueError(f"{type(layer).__name__} has no {kind} scores (it is position-only); use probs or scores")
-    return layer.attention_scores(height, width).unsqueeze(0)
+    return layer.grid_scores(height, width).unsqueeze(0)
 
 
 def _select(values: torch.Tensor, queries: Sequence[int] | None) -> torch.Tensor:

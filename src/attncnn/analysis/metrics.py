@@ -37,8 +37,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..layers import (ContentAttention, GatedPositionalAttention, LearnedRelativeAttention,
-                      LearnedRelativeContentAttention, QuadraticAttention, grid_positions, relative_offsets)
+from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
 from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
@@ -137,7 +136,7 @@ def degenerate_heads(layer: QuadraticAttention, *, condition_number: float = DEF
     Raises:
         TypeError: ``layer`` is not a :class:`~attncnn.layers.QuadraticAttention`.
     """
-    if not isinstance(layer, QuadraticAttention):
+    if not layer.has_centers:
         raise TypeError(f"degenerate heads are defined for quadratic layers, got {type(layer).__name__}")
     params = quadratic_head_parameters(layer)
     eig = params["eigenvalues"]
@@ -263,31 +262,22 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
 
 # -- whole models -------------------------------------------------------------------------------
 
-def _layer_kind(layer) -> str:
-    """The layer's name in :data:`attncnn.layers.ATTENTION_KINDS` (class name for other layers)."""
-    if isinstance(layer, QuadraticAttention):
-        return "quadratic-generalized" if layer.full_covariance else "quadratic"
-    kinds = {LearnedRelativeAttention: "learned", LearnedRelativeContentAttention: "learned-content",
-             ContentAttention: "content", GatedPositionalAttention: "gpsa"}
-    return kinds.get(type(layer), type(layer).__name__)
-
-
 def _layer_report(index: int, layer, stats: dict[str, torch.Tensor], *, condition_number: float,
                   min_eigenvalue: float) -> dict:
     nh = layer.num_heads
     heads = [{"head": h + 1, "distance": float(stats["distance"][h]), "peak": float(stats["peak"][h]),
               "entropy": float(stats["entropy"][h]), "shift": [float(v) for v in stats["shift"][h]]}
              for h in range(nh)]
-    report = {"layer": index + 1, "kind": _layer_kind(layer), "num_heads": nh,
+    report = {"layer": index + 1, "kind": layer.kind, "num_heads": nh,
               "distance": float(stats["distance"].mean()), "peak": float(stats["peak"].mean()),
               "entropy": float(stats["entropy"].mean())}
     centers = stats["shift"]
-    if isinstance(layer, GatedPositionalAttention):
+    if layer.has_gates:
         gates = _gates(layer)
         for head, gate in zip(heads, gates):
             head["gate"] = gate
         report["gate"] = sum(gates) / len(gates)
-    if isinstance(layer, QuadraticAttention):
+    if layer.has_centers:
         params = quadratic_head_parameters(layer)
         degenerate = degenerate_heads(layer, condition_number=condition_number, min_eigenvalue=min_eigenvalue)
         for h, head in enumerate(heads):
@@ -359,7 +349,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
             grids[index] = (hh, ww)
             if layer.position_only:
                 if index not in sums:
-                    sums[index] = head_statistics(layer.attention_probs(hh, ww), hh, ww, margin=margin)
+                    sums[index] = head_statistics(layer.grid_probs(hh, ww), hh, ww, margin=margin)
                 return
             batch = x.shape[0]
             s = head_statistics(layer.forward(x, return_attention=True)[1], hh, ww, margin=margin)
@@ -427,7 +417,7 @@ def epoch_metrics(model: nn.Module, grid_size: tuple[int, int] | None = None) ->
         return {}
     if not all(layer.position_only for layer in layers):
         gated = [{"layer": i + 1, "heads": [{"head": h + 1, "gate": g} for h, g in enumerate(_gates(layer))]}
-                 for i, layer in enumerate(layers) if isinstance(layer, GatedPositionalAttention)]
+                 for i, layer in enumerate(layers) if layer.has_gates]
         for report in gated:
             report["gate"] = sum(h["gate"] for h in report["heads"]) / len(report["heads"])
         return flatten_metrics({"layers": gated})

@@ -84,7 +84,7 @@ def prune_layer(layer: QuadraticAttention, keep: torch.Tensor) -> QuadraticAtten
     Raises:
         TypeError: not a quadratic layer. ValueError: wrong mask shape or no head kept.
     """
-    if not isinstance(layer, QuadraticAttention):
+    if not layer.has_centers:
         raise TypeError(f"only quadratic layers can be pruned, got {type(layer).__name__}")
     keep = torch.as_tensor(keep, dtype=torch.bool).cpu()
     if keep.shape != (layer.num_heads,):
@@ -125,7 +125,7 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
         ValueError: the model has no attention blocks or non-quadratic ones.
     """
     layers = attention_layers(model)
-    if not all(isinstance(layer, QuadraticAttention) for layer in layers):
+    if not all(layer.has_centers for layer in layers):
         raise ValueError("pruning degenerate heads needs a quadratic-attention model (PAPER.md 3.8)")
     before = count_parameters(model)
     pruned, heads_before, heads_after = [], [], []

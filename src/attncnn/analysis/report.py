@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from ..bench.harness import time_steps
-from ..layers import GridAttention, dense_attention
+from ..layers import attention_modules, dense_attention
 from ..models import build_model, count_parameters, get_preset
 from .runs import Run, shareable_dataset
 
@@ -64,7 +64,7 @@ def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int 
         ValueError: an image size the model cannot take.
     """
     linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
-    if not any(isinstance(m, GridAttention) for m in model.modules()):
+    if not attention_modules(model):
         return macs_per_image(model, image_size, in_chans)
     total = [0]
 

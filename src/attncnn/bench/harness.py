@@ -31,7 +31,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..layers import dense_attention
 from ..models import build_model, count_parameters
-from ..training.precision import autocast
+from ..training.run_precision import autocast
 
 __all__ = ["machine_info", "matmul_peak", "time_median", "time_steps", "count_training_flops", "bench_preset",
            "bench_preset_isolated"]

@@ -8,25 +8,10 @@ written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
 
 :func:`local_init_` makes every head's positional score ``-alpha |delta - Delta^(h)|^2`` up to a
 constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1),
-where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Per kind:
-
-* quadratic: ``centers = Delta``, spreads ``s = sqrt(2 alpha)`` (alpha = s^2/2); full covariance:
-  ``S = sqrt(2 alpha) I``, so ``Sigma^-1 = 2 alpha I`` and ``-1/2 (.)^T Sigma^-1 (.)`` is the same score;
-* learned position-only (Lemma 2 inside the learned encoding): columns 0-2 of both axis tables are
-  ``(d^2, d, 1)`` for the shift d on that axis, the other columns 0; the head keys get
-  ``(-alpha, 2 alpha Delta_a, -alpha Delta_a^2)`` on those columns for axis a (the rest keeps its
-  random values, so the zero table columns receive gradients), hence the row term is exactly
-  ``-alpha (d_1 - Delta_1)^2`` and the column term ``-alpha (d_2 - Delta_2)^2``;
-* learned + content: content attention starts switched off and is learned. The query weight is 0
-  and the query bias of head h, ``c_h``, is non-zero on 6 coordinates only: on the row half
-  ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against table columns ``(d^2, d, 1)``,
-  likewise on the column half. The key weight rows of those 6 coordinates are set to 0 (the rest
-  of the key map keeps its random values), so ``q_h . k_h = c_h . b_key`` is the same for every
-  key and cancels in the softmax, while ``q_h . r_delta / sqrt(D_h) = -alpha |delta - Delta|^2``
-  exactly. (Leaving the key map untouched would not cancel: ``c_h . W_key x_k`` varies with k.)
-  Other table columns keep their values: they meet zero query coordinates.
-* GPSA: ``v_pos^(h) = alpha (2 Delta_1, 2 Delta_2, -1)`` against ``r = (d_1, d_2, |d|^2)``, giving
-  ``-alpha |delta - Delta|^2 + alpha |Delta|^2`` (ConViT); the gates keep their initial value.
+where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Each
+layer class writes its own (``GridAttention.local_init_``: quadratic centres and spreads, the
+learned tables and head keys, learned-content's query bias, GPSA's ``v_pos``); the helpers
+:func:`axis_coefficients` and :func:`table_features` give the Lemma 2 coefficients they share.
 
 :func:`conv_value_init_` writes a convolution kernel into the folded value matrix (Lemma 1), so
 that with a large alpha the layer *is* that convolution (same padding, renormalised at borders).
@@ -35,16 +20,16 @@ that with a large alpha the layer *is* that convolution (same padding, renormali
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
 
-from .attention import ContentAttention, GridAttention
-from .gpsa import GatedPositionalAttention
-from .learned import LearnedRelativeAttention, LearnedRelativeContentAttention
-from .quadratic import QuadraticAttention
+if TYPE_CHECKING:
+    from .base import GridAttention
 
-__all__ = ["kernel_shifts", "conv_kernel_size", "local_init_", "conv_value_init_", "conv_initialize_"]
+__all__ = ["kernel_shifts", "conv_kernel_size", "local_init_", "conv_value_init_", "conv_initialize_",
+           "axis_coefficients", "table_features"]
 
 
 def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) -> torch.Tensor:
@@ -91,43 +76,17 @@ def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
     return k
 
 
-def _axis_coefficients(centres: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``(N_h, 3)`` coefficients against features ``(d^2, d, 1)``: ``-alpha (d - centre)^2``."""
+def axis_coefficients(centres: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``(N_h, 3)`` coefficients against the features ``(d^2, d, 1)`` of one axis whose dot product
+    is ``-alpha (d - centre)^2`` (Lemma 2 on one axis); ``centres`` ``(N_h,)`` in tokens."""
     return torch.stack([torch.full_like(centres, -alpha), 2 * alpha * centres, -alpha * centres.square()], dim=-1)
 
 
-def _table_features(table: nn.Embedding, max_size: int) -> torch.Tensor:
-    """``(2*max_size - 1, 3)`` rows ``(d^2, d, 1)`` for the shifts ``d = -(max_size-1) .. max_size-1``."""
-    d = torch.arange(-(max_size - 1), max_size, dtype=table.weight.dtype, device=table.weight.device)
+def table_features(max_size: int, like: torch.Tensor) -> torch.Tensor:
+    """``(2*max_size - 1, 3)`` rows ``(d^2, d, 1)`` for the shifts ``d = -(max_size-1) .. max_size-1``
+    of a learned per-axis table, in ``like``'s dtype and device."""
+    d = torch.arange(-(max_size - 1), max_size, dtype=like.dtype, device=like.device)
     return torch.stack([d.square(), d, torch.ones_like(d)], dim=-1)
-
-
-def _init_learned(layer: LearnedRelativeAttention, shifts: torch.Tensor, alpha: float) -> None:
-    if layer.table_dim < 3:
-        raise ValueError(f"a convolutional init of learned attention writes (d^2, d, 1) into 3 table columns, "
-                         f"but table_dim={layer.table_dim}; set table_dim >= 3")
-    for axis, (table, keys) in enumerate(((layer.row_embeddings, layer.head_keys_row),
-                                          (layer.col_embeddings, layer.head_keys_col))):
-        table.weight.zero_()
-        table.weight[:, :3] = _table_features(table, layer.max_size)
-        keys.weight[:, :3] = _axis_coefficients(shifts[:, axis], alpha)
-
-
-def _init_learned_content(layer: LearnedRelativeContentAttention, shifts: torch.Tensor, alpha: float) -> None:
-    dh, nh = layer.head_dim, layer.num_heads
-    half = dh // 2
-    if half < 3:
-        raise ValueError(f"a convolutional init of learned-content attention writes (d^2, d, 1) into 3 table "
-                         f"columns of width head_dim/2, but head_dim={dh}; set head_dim (or dim) >= 6")
-    scale = math.sqrt(dh)                               # the layer divides q . r by sqrt(D_h)
-    layer.query.weight.zero_()
-    layer.query.bias.zero_()
-    bias = layer.query.bias.view(nh, dh)
-    key = layer.key.weight.view(nh, dh, layer.dim)
-    for axis, (table, start) in enumerate(((layer.row_embeddings, 0), (layer.col_embeddings, half))):
-        table.weight[:, :3] = _table_features(table, layer.max_size)
-        bias[:, start:start + 3] = scale * _axis_coefficients(shifts[:, axis], alpha)
-        key[:, start:start + 3] = 0.0                  # q . k is then the same for every key
 
 
 @torch.no_grad()
@@ -149,7 +108,8 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
     Raises:
         ValueError: a layer without a positional term (plain content attention), ``N_h`` not the
             square of an odd number, alpha not positive and finite, or tables too narrow
-            (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``).
+            (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``): the layer's own
+            :meth:`~attncnn.layers.GridAttention.local_init_` says which.
     """
     if not (alpha > 0 and math.isfinite(alpha)):
         raise ValueError(f"locality strength alpha must be positive and finite, got {alpha}")
@@ -157,24 +117,7 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
     shifts64 = kernel_shifts(kernel, dilation)
     dtype = layer.value.weight.dtype
     shifts = shifts64.to(device=layer.value.weight.device, dtype=dtype)
-    if isinstance(layer, QuadraticAttention):
-        layer.centers.copy_(shifts)
-        spread = math.sqrt(2.0 * alpha)                 # alpha = s^2 / 2
-        if layer.full_covariance:
-            layer.spreads.copy_(spread * torch.eye(2, dtype=dtype, device=shifts.device).expand_as(layer.spreads))
-        else:
-            layer.spreads.fill_(spread)
-    elif isinstance(layer, LearnedRelativeAttention):
-        _init_learned(layer, shifts, alpha)
-    elif isinstance(layer, LearnedRelativeContentAttention):
-        _init_learned_content(layer, shifts, alpha)
-    elif isinstance(layer, GatedPositionalAttention):
-        layer.v_pos.copy_(alpha * torch.cat([2 * shifts, -torch.ones_like(shifts[:, :1])], dim=-1))
-    elif isinstance(layer, ContentAttention):
-        raise ValueError(f"{type(layer).__name__} has no positional term, so it cannot start as a convolution; "
-                         "use a positional kind (quadratic, learned, learned-content, gpsa) or init='random'")
-    else:
-        raise ValueError(f"no convolutional init is defined for {type(layer).__name__}")
+    layer.local_init_(shifts, alpha)
     return shifts64
 
 

@@ -14,7 +14,7 @@ head; ``lambda_h`` (``gate_logits``, ``(N_h,)``) is ConViT's gating parameter, 1
 initialisation (``g = 0.73``). The renormalisation is ConViT's; both maps already sum to 1, so it
 only removes rounding.
 
-Local ("convolutional") initialisation (ConViT sec. 3.1, :func:`attncnn.layers.conv_init.local_init_`):
+Local ("convolutional") initialisation (ConViT sec. 3.1, :meth:`GatedPositionalAttention.local_init_`):
 ``v_pos^(h) = alpha (2 Delta_1^(h), 2 Delta_2^(h), -1)`` gives the positional score
 ``-alpha |delta - Delta^(h)|^2 + alpha |Delta^(h)|^2``, a discrete Gaussian around the head's shift.
 Without it ``v_pos`` starts like the weight of ``nn.Linear(3, N_h)`` (uniform in +-1/sqrt(3)).
@@ -33,10 +33,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .attention import GridAttention
-from .precision import autocast_off, matmul_dtype, score_dtype
+from .autocast_rules import autocast_off, matmul_dtype, score_dtype
+from .content import QueryKeyAttention
+from .mixing import flush_below, mix_per_image, mix_shared
 from .relative import relative_offsets
-from .separable import flush_below
 
 __all__ = ["GatedPositionalAttention", "gpsa_features"]
 
@@ -49,7 +49,7 @@ def gpsa_features(height: int, width: int, device: torch.device | str = "cpu",
     return torch.cat([d, d.square().sum(-1, keepdim=True)], dim=-1)
 
 
-class GatedPositionalAttention(GridAttention):
+class GatedPositionalAttention(QueryKeyAttention):
     """Gated positional self-attention over a token grid (ConViT's GPSA, see the module docstring).
 
     Args:
@@ -58,21 +58,24 @@ class GatedPositionalAttention(GridAttention):
             full-width heads). Dropout acts on the gated probabilities, one mask per image.
         gate_init: initial ``lambda_h`` of every head (ConViT: 1).
         freeze_gate: keep ``lambda`` fixed at ``gate_init`` (``requires_grad=False``).
+        impl: ``"sdpa"`` (fused content attention plus the batch-shared positional product),
+            ``"explicit"`` (the gated map materialised per image) or ``"auto"`` (``"sdpa"``); see
+            :meth:`forward`.
 
     Parameters: ``query`` and ``key`` (``D -> N_h*D_h``), ``v_pos`` ``(N_h, 3)``, ``gate_logits``
-    ``(N_h,)``, and the value/output maps of :class:`GridAttention`.
+    ``(N_h,)``, and the value/output maps of :class:`~attncnn.layers.GridAttention`.
     """
 
+    KINDS = ("gpsa",)
+    CONFIG_KEYS = ("freeze_gate",)
+    EXCLUSIVE_KEYS = ("freeze_gate",)
+    IMPLS = ("auto", "explicit", "sdpa")
     has_positional_term = True
-    #: Fast path for ``forward`` without probabilities: "sdpa" (fused content attention plus the
-    #: batch-shared positional product) or "explicit" (the gated map materialised per image).
-    fast_path: str = "sdpa"
+    has_gates = True
 
     def __init__(self, dim: int, num_heads: int, *, gate_init: float = 1.0, freeze_gate: bool = False,
                  **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        self.query = nn.Linear(dim, num_heads * self.head_dim)
-        self.key = nn.Linear(dim, num_heads * self.head_dim)
         self.v_pos = nn.Parameter(torch.empty(num_heads, 3))
         self.gate_logits = nn.Parameter(torch.full((num_heads,), float(gate_init)), requires_grad=not freeze_gate)
         self.reset_positional_parameters()
@@ -97,12 +100,11 @@ class GatedPositionalAttention(GridAttention):
         """Names of the parameters the optimiser must not decay: ``v_pos`` and ``gate_logits``."""
         return {"v_pos", "gate_logits"}
 
-    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys ``(B, N_h, H*W, D_h)`` of the grid ``x (B, H, W, D)``."""
-        b, h, w, _ = x.shape
-        q = self.query(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
-        k = self.key(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
-        return q, k
+    @torch.no_grad()
+    def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
+        """``v_pos^(h) = alpha (2 Delta_1, 2 Delta_2, -1)`` against ``r = (d_1, d_2, |d|^2)``: the
+        positional score ``-alpha |delta - Delta|^2 + alpha |Delta|^2`` (ConViT); gates unchanged."""
+        self.v_pos.copy_(alpha * torch.cat([2 * shifts, -torch.ones_like(shifts[:, :1])], dim=-1))
 
     def positional_scores(self, height: int, width: int) -> torch.Tensor:
         """``v_pos^(h) . r_delta`` for every pair: ``(N_h, H*W, H*W)``, float32 at least, autocast off."""
@@ -115,7 +117,7 @@ class GatedPositionalAttention(GridAttention):
         """The positional maps ``P`` ``(1, N_h, H*W, H*W)``, shared by the batch; rows sum to 1.
 
         Softmax in float32 at least (autocast off); entries below ``eps(dtype)**2`` are set to 0,
-        as :meth:`~attncnn.layers.PositionalAttention.attention_probs` does (same reason: keep the
+        as :meth:`~attncnn.layers.PositionalAttention.grid_probs` does (same reason: keep the
         backward products out of the subnormal range).
         """
         with autocast_off(self.v_pos.device):
@@ -132,13 +134,13 @@ class GatedPositionalAttention(GridAttention):
         Raises:
             ValueError: wrong rank or channel count.
         """
-        b, h, w = self._check_input(x)
+        b, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
         content = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         positional = self.positional_scores(h, w)
         return content, positional.unsqueeze(0).expand(b, *positional.shape)
 
-    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+    def input_probs(self, x: torch.Tensor) -> torch.Tensor:
         """The gated probabilities ``A`` ``(B, N_h, H*W, H*W)`` (module docstring), float32 at least;
         every row sums to 1 over the keys.
 
@@ -152,11 +154,11 @@ class GatedPositionalAttention(GridAttention):
         mixed = torch.lerp(c, p, g)                                                # (1-g) C + g P
         return mixed / mixed.sum(-1, keepdim=True)
 
-    def attention_scores(self, x: torch.Tensor) -> torch.Tensor:
+    def input_scores(self, x: torch.Tensor) -> torch.Tensor:
         """``log A`` ``(B, N_h, H*W, H*W)``: GPSA mixes after the softmaxes, so it has no single
-        pre-softmax score; these are the scores whose softmax is :meth:`attention_probs`
+        pre-softmax score; these are the scores whose softmax is :meth:`input_probs`
         (``-inf`` where a probability is 0). The two real terms are :meth:`score_terms`."""
-        return torch.log(self.attention_probs(x))
+        return torch.log(self.input_probs(x))
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer.
@@ -172,52 +174,36 @@ class GatedPositionalAttention(GridAttention):
             ValueError: wrong rank or channel count.
 
         Paths: with ``return_attention``, dropout in training (one mask on the gated map, which
-        does not split between the two parts), or ``fast_path = "explicit"``, the gated map
-        ``(B, N_h, N, N)`` is built and applied per image. Otherwise (``fast_path = "sdpa"``,
-        default) ``(1 - g) SDPA(q, k, v) + g (P v)`` with P applied to the whole batch at once;
-        it skips the renormalisation, a no-op in exact arithmetic. Chosen by measurement (16x16
-        tokens, 9 heads, CPU time of one thread, medians of 6, shared 2-core machine; forward /
-        training step, explicit vs sdpa, batch 20): width 64 with full-width heads 247 / 97 ms and
-        690 / 330 ms; width 64, head_dim 16: 160 / 30 ms and 487 / 93 ms; width 400, head_dim 64:
-        281 / 192 ms and 925 / 556 ms; the paper's full-width heads (width 400, batch 10) are
-        even: 538 / 500 ms and 1440 / 1500 ms.
+        does not split between the two parts), or ``impl="explicit"``, the gated map ``(B, N_h, N,
+        N)`` is built and applied per image. Otherwise (``impl`` "sdpa" or "auto") ``(1 - g)
+        SDPA(q, k, v) + g (P v)`` with P applied to the whole batch at once; it skips the
+        renormalisation, a no-op in exact arithmetic. The sdpa path measured faster for narrow
+        heads and even for the paper's full-width heads (``benchmarks/results/attention-paths.md``).
         """
-        b, h, w = self._check_input(x)
-        dropout = self.training and self.attn_drop.p > 0
-        if return_attention or dropout or self.fast_path == "explicit":
-            probs = self.attention_probs(x)                                        # (B, N_h, N, N)
+        b, h, w = self.check_input(x)
+        if return_attention or self.path(h, w) == "explicit":
+            probs = self.input_probs(x)                                            # (B, N_h, N, N)
             dropped = self.attn_drop(probs).to(matmul_dtype(x))
-            out = self._output(self._average(dropped, x), b, h, w)
+            out = self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w)
             return (out, probs) if return_attention else out
-        return self._output(self._sdpa_mix(x), b, h, w)
+        return self.output(self._sdpa_mix(x), b, h, w)
 
-    def _average(self, probs: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """Per-image maps ``probs (B, N_h, N, N)`` applied to the values: ``(B, N_h, N, D_h)``."""
-        b, h, w, d = x.shape
-        n = h * w
-        if self.value_in is None:
-            # every head averages the same tokens: one (N_h*N, N) @ (N, D) product per image
-            mixed = torch.bmm(probs.reshape(b, self.num_heads * n, n), x.reshape(b, n, d).to(probs.dtype))
-            return mixed.view(b, self.num_heads, n, d)
-        return probs @ self.head_values(x).to(probs.dtype)
+    def path(self, height: int = 0, width: int = 0) -> str:
+        """The path :meth:`forward` takes without probabilities: ``"explicit"`` when ``impl`` says
+        so or dropout acts in training, else ``"sdpa"`` (the grid size does not matter)."""
+        dropout = self.training and self.attn_drop.p > 0
+        return "explicit" if dropout or self.impl == "explicit" else "sdpa"
 
     def _sdpa_mix(self, x: torch.Tensor) -> torch.Tensor:
         """Fast path: ``(1 - g) SDPA(q, k, v) + g (P v)``, ``(B, N_h, N, D_h)``; P is applied to
         the whole batch as one matrix product (never expanded over it)."""
-        b, h, w, d = x.shape
-        n, nh = h * w, self.num_heads
+        h, w = x.shape[1], x.shape[2]
         dtype = matmul_dtype(x)
         q, k = self.queries_keys(x)
         values = self.head_values(x)                                               # (B, N_h, N, D_h)
         content = F.scaled_dot_product_attention(q, k, values, scale=1.0 / math.sqrt(self.head_dim))
         p = self.positional_probs(h, w)[0].to(dtype)                              # (N_h, N, N)
-        if self.value_in is None:
-            tokens = x.reshape(b, n, d).transpose(0, 1).to(dtype=dtype, memory_format=torch.contiguous_format)
-            positional = (p.reshape(nh * n, n) @ tokens.reshape(n, b * d)).reshape(nh, n, b, d)
-        else:
-            v = values.to(dtype).permute(1, 2, 0, 3).reshape(nh, n, b * self.head_dim)   # (N_h, N, B*D_h)
-            positional = torch.bmm(p, v).reshape(nh, n, b, self.head_dim)
-        positional = positional.permute(2, 0, 1, 3)                               # (B, N_h, N, D_h)
+        positional = mix_shared(p, x, None if self.value_in is None else values)  # (B, N_h, N, D_h)
         g = self.gates().to(content.dtype)[:, None, None]
         return torch.lerp(content, positional.to(content.dtype), g)
 

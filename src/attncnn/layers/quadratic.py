@@ -17,11 +17,13 @@ inside the grid (no padding), exactly as in the reference code.
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import nn
 
-from .attention import PositionalAttention
-from .precision import score_dtype
+from .autocast_rules import score_dtype
+from .position_only import PositionalAttention
 from .relative import axis_offsets, relative_offsets
 
 __all__ = ["QuadraticAttention"]
@@ -29,6 +31,8 @@ __all__ = ["QuadraticAttention"]
 
 class QuadraticAttention(PositionalAttention):
     """Position-only multi-head attention with the quadratic relative encoding.
+
+    Kinds ``"quadratic"`` (isotropic) and ``"quadratic-generalized"`` (``full_covariance=True``).
 
     Args:
         dim: token width D.
@@ -38,22 +42,53 @@ class QuadraticAttention(PositionalAttention):
             the paper writes N(0, 2 I), i.e. std 1.41; see PAPER.md 2.5).
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
-        head_dim, out_dim, attn_drop: see :class:`~attncnn.layers.attention.GridAttention`.
+        head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.GridAttention` and
+            :class:`~attncnn.layers.PositionalAttention` (full-covariance heads have no
+            ``"separable"`` path).
 
     Parameters ``centers`` ``(N_h, 2)`` (row, column shift) and ``spreads`` (``(N_h,)`` or
     ``(N_h, 2, 2)``) take no weight decay (:meth:`no_weight_decay`), as in the reference optimiser.
     """
 
+    KINDS = ("quadratic", "quadratic-generalized")
+    CONFIG_KEYS = ("center_init_std", "spread_init_std")
+    has_centers = True
+
     def __init__(self, dim: int, num_heads: int, *, full_covariance: bool = False,
                  center_init_std: float = 2.0, spread_init_std: float = 0.01, **kwargs) -> None:
+        self.full_covariance = full_covariance         # before super(): its impl check reads the kind
         super().__init__(dim, num_heads, **kwargs)
-        self.full_covariance = full_covariance
         self.center_init_std = center_init_std
         self.spread_init_std = spread_init_std
         self.centers = nn.Parameter(torch.empty(num_heads, 2))
         shape = (num_heads, 2, 2) if full_covariance else (num_heads,)
         self.spreads = nn.Parameter(torch.empty(shape))
         self.reset_positional_parameters()
+
+    @property
+    def kind(self) -> str:
+        return "quadratic-generalized" if self.full_covariance else "quadratic"
+
+    @classmethod
+    def config_kwargs(cls, kind: str, config) -> dict:
+        return {**super().config_kwargs(kind, config), "full_covariance": kind == "quadratic-generalized"}
+
+    @classmethod
+    def separable_kind(cls, kind: str) -> bool:
+        """Isotropic heads: ``-alpha |delta - Delta|^2`` is a row term plus a column term."""
+        return kind == "quadratic"
+
+    @torch.no_grad()
+    def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
+        """``centers = shifts``; spreads ``s = sqrt(2 alpha)`` (alpha = s^2/2), or ``S = sqrt(2 alpha) I``
+        for full covariance, so that ``Sigma^-1 = 2 alpha I`` gives the same score."""
+        self.centers.copy_(shifts)
+        spread = math.sqrt(2.0 * alpha)
+        if self.full_covariance:
+            eye = torch.eye(2, dtype=shifts.dtype, device=shifts.device)
+            self.spreads.copy_(spread * eye.expand_as(self.spreads))
+        else:
+            self.spreads.fill_(spread)
 
     @torch.no_grad()
     def reset_positional_parameters(self) -> None:
@@ -84,17 +119,12 @@ class QuadraticAttention(PositionalAttention):
         """Names of parameters the optimiser must not decay (reference: centres and spreads)."""
         return {"centers", "spreads"}
 
-    @property
-    def is_separable(self) -> bool:
-        """True for isotropic heads: ``-alpha |delta - Delta|^2`` is a row term plus a column term."""
-        return not self.full_covariance
-
     def _score_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
         """``centers`` and ``spreads`` in the score dtype (float16/bfloat16 parameters upcast to float32)."""
         dtype = score_dtype(self.centers.dtype)
         return self.centers.to(dtype), self.spreads.to(dtype)
 
-    def attention_scores(self, height: int, width: int) -> torch.Tensor:
+    def grid_scores(self, height: int, width: int) -> torch.Tensor:
         """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)
         (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
         centers, spreads = self._score_parameters()
@@ -111,14 +141,14 @@ class QuadraticAttention(PositionalAttention):
         """Row and column terms of isotropic heads (paper eq. 9 split by axis):
         ``row[h, i, k] = -alpha_h (k - i - Delta_h,0)^2`` ``(N_h, H, H)`` and
         ``col[h, j, l] = -alpha_h (l - j - Delta_h,1)^2`` ``(N_h, W, W)``, summing to
-        :meth:`attention_scores` for query (i, j) and key (k, l).
+        :meth:`grid_scores` for query (i, j) and key (k, l).
 
         Raises:
             ValueError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
         """
         if self.full_covariance:
             raise ValueError("full-covariance quadratic heads are not separable (Sigma^-1's off-diagonal "
-                             "couples rows and columns); use attention_probs")
+                             "couples rows and columns); use grid_probs")
         centers, spreads = self._score_parameters()
         alpha = (spreads ** 2 / 2)[:, None, None]                               # (N_h, 1, 1)
         terms = []

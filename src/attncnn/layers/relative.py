@@ -12,7 +12,7 @@ import functools
 
 import torch
 
-__all__ = ["grid_positions", "relative_offsets", "quadratic_features", "axis_offsets"]
+__all__ = ["grid_positions", "relative_offsets", "quadratic_features", "axis_offsets", "table_rows"]
 
 
 def _cached(fn):
@@ -88,3 +88,18 @@ def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tenso
         raise ValueError(f"axis length must be positive, got {length}")
     idx = torch.arange(length, device=device)
     return idx[None, :] - idx[:, None]
+
+
+def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str) -> torch.Tensor:
+    """Rows of a learned per-axis table for every (query, key) shift along one axis: ``(L, L, E)``,
+    ``out[i, k] = table[k - i + max_size - 1]`` (differentiable gather, not cached).
+
+    Raises:
+        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+    """
+    if length > max_size:
+        raise ValueError(
+            f"grid {axis} {length} exceeds the learned table's max_size {max_size}: "
+            f"build the layer with max_size >= {length}")
+    index = axis_offsets(length, table.weight.device) + (max_size - 1)   # (L, L)
+    return table.weight[index]

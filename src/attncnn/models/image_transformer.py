@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (ATTENTION_KINDS, GridAttention, build_attention, conv_kernel_size, conv_value_init_,
-                      local_init_, space_to_depth)
+from ..layers import (ATTENTION_LAYERS, GridAttention, attention_class, build_attention, conv_kernel_size,
+                      conv_value_init_, local_init_, space_to_depth)
 
 __all__ = ["ImageTransformerConfig", "TransformerBlock", "ImageTransformer"]
 
@@ -43,12 +43,19 @@ class ImageTransformerConfig:
 
     Raises:
         ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
-            head count >= 1 per layer, or convolutional-init / GPSA options that do not fit (unknown
-            ``init``/``value_init``, ``num_heads`` not ``K^2`` for an odd K, a kind without positional
-            term, tables too narrow, ``freeze_gate`` without GPSA); the message names the field and the fix.
+            head count >= 1 per layer, an option another attention kind owns (``freeze_gate``
+            without GPSA), an ``impl`` the kind does not have, or convolutional-init options that do
+            not fit (unknown ``init``/``value_init``, ``num_heads`` not ``K^2`` for an odd K, and the
+            layer's own checks: a kind without positional term, tables too narrow); the message
+            names the field and the fix.
     """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
+    #: computation path of every attention layer: "auto" (the layer chooses) or one of the paths
+    #: its kind has (position-only: dense, separable; content: explicit, explicit-half, sdpa; gpsa:
+    #: explicit, sdpa). Every path computes the same output. Missing in configs written before it
+    #: existed: "auto", which is what those runs used.
+    impl: str = "auto"
     num_layers: int = 6
     num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)
     dim: int = 400                      #: hidden width D
@@ -88,8 +95,7 @@ class ImageTransformerConfig:
     freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
 
     def __post_init__(self) -> None:
-        if self.attention not in ATTENTION_KINDS:
-            raise ValueError(f"unknown attention {self.attention!r}; choose one of {', '.join(ATTENTION_KINDS)}")
+        layer_class = attention_class(self.attention)        # ValueError listing the kinds
         for name in ("num_layers", "num_heads", "dim", "mlp_dim", "pooling", "in_chans", "num_classes"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -98,13 +104,24 @@ class ImageTransformerConfig:
         for name in ("head_dim", "table_dim", "max_size", "conv_kernel_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        width = self.dim if self.head_dim is None else self.head_dim
-        if self.attention == "learned-content" and width % 2:
-            raise ValueError(f"learned-content attention splits each query in a row half and a column half, so "
-                             f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
         if self.layer_heads is not None:
             self.layer_heads = self._checked_layer_heads(self.layer_heads)
+        self._check_foreign_options(layer_class)
         self._check_init()
+        layer_class.check_config(self.attention, self)      # the kind's own checks (impl, tables, ...)
+
+    def _check_foreign_options(self, layer_class: type) -> None:
+        """An option that another kind owns exclusively (its ``EXCLUSIVE_KEYS``, e.g. GPSA's
+        ``freeze_gate``), set away from its default: ValueError naming it. (Other kinds' options,
+        such as ``max_size``, are ignored by kinds that do not take them.)"""
+        own = set(layer_class.CONFIG_KEYS)
+        for key in sorted({k for cls in ATTENTION_LAYERS.values() for k in cls.EXCLUSIVE_KEYS} - own):
+            default = type(self).__dataclass_fields__[key].default
+            if getattr(self, key) != default:
+                kinds = sorted(kind for kind, cls in ATTENTION_LAYERS.items() if key in cls.EXCLUSIVE_KEYS)
+                raise ValueError(f"{key} applies to attention={' or '.join(map(repr, kinds))} only, got "
+                                 f"attention={self.attention!r}; remove {key} (default {default!r}) or change "
+                                 "attention")
 
     def _check_init(self) -> None:
         """The options of the convolutional init and of GPSA; ValueError naming the field and the fix."""
@@ -117,29 +134,14 @@ class ImageTransformerConfig:
         self.locality_strength = float(self.locality_strength)
         if self.conv_dilation < 1:
             raise ValueError(f"conv_dilation must be >= 1, got {self.conv_dilation}")
-        if self.freeze_gate and self.attention != "gpsa":
-            raise ValueError(f"freeze_gate applies to attention='gpsa' only, got attention={self.attention!r}; "
-                             "set freeze_gate=False or attention='gpsa'")
         if self.value_init == "conv" and self.init != "conv":
             raise ValueError("value_init='conv' needs init='conv' (the kernel's taps need heads on its shifts); "
                              "set init='conv' or value_init='random'")
         if self.value_init == "conv" and self.head_dim not in (None, self.dim):
             raise ValueError(f"value_init='conv' needs heads as wide as the model (head_dim None or {self.dim}), "
                              f"got head_dim={self.head_dim}; set head_dim=None or value_init='random'")
-        if self.init != "conv":
-            return
-        if self.attention == "content":
-            raise ValueError("init='conv' needs a positional attention kind (content attention has no positional "
-                             "term); set attention to quadratic, quadratic-generalized, learned, learned-content or "
-                             "gpsa, or init='random'")
-        conv_kernel_size(self.num_heads, self.conv_kernel_size)     # K^2 == num_heads, K odd (names the fix)
-        width = self.dim if self.head_dim is None else self.head_dim
-        if self.attention == "learned" and (self.table_dim or self.dim) < 3:
-            raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of the learned tables, but their width "
-                             f"is {self.table_dim or self.dim}; set table_dim >= 3")
-        if self.attention == "learned-content" and width < 6:
-            raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
-                             f"{width}; set head_dim (or dim) >= 6")
+        if self.init == "conv" and ATTENTION_LAYERS[self.attention].has_positional_term:
+            conv_kernel_size(self.num_heads, self.conv_kernel_size)     # K^2 == num_heads, K odd (names the fix)
 
     def _checked_layer_heads(self, value) -> list[int]:
         """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""
@@ -162,17 +164,9 @@ class ImageTransformerConfig:
         return list(self.layer_heads) if self.layer_heads is not None else [self.num_heads] * self.num_layers
 
     def attention_kwargs(self) -> dict:
-        """Keyword arguments for :func:`attncnn.layers.build_attention` for this configuration."""
-        kwargs: dict = {"head_dim": self.head_dim, "attn_drop": self.attn_dropout}
-        if self.attention.startswith("quadratic"):
-            kwargs.update(center_init_std=self.center_init_std, spread_init_std=self.spread_init_std)
-        elif self.attention == "learned":
-            kwargs.update(max_size=self.max_size, table_dim=self.table_dim)
-        elif self.attention == "learned-content":
-            kwargs.update(max_size=self.max_size)
-        elif self.attention == "gpsa":
-            kwargs.update(freeze_gate=self.freeze_gate)
-        return kwargs
+        """Keyword arguments for :func:`attncnn.layers.build_attention` for this configuration
+        (the kind's ``config_kwargs``: head width, dropout, impl and its own keys)."""
+        return attention_class(self.attention).config_kwargs(self.attention, self)
 
 
 class TransformerBlock(nn.Module):
@@ -262,6 +256,18 @@ class ImageTransformer(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.head(self.forward_features(images).mean(dim=(1, 2)))
+
+    def attention_paths(self, image_height: int = 32, image_width: int = 32) -> list[str]:
+        """The computation path of each block's attention (first block first) on images of this
+        size, in the model's current mode: what a run records it trained (or evaluated) with.
+
+        Raises:
+            ValueError: a size not divisible by the pooling width.
+        """
+        p = self.config.pooling
+        if image_height % p or image_width % p:
+            raise ValueError(f"image size {image_height}x{image_width} is not divisible by the pooling width {p}")
+        return [block.attention.path(image_height // p, image_width // p) for block in self.blocks]
 
     def no_weight_decay(self) -> set[str]:
         """Full names of parameters excluded from weight decay (quadratic centres and spreads, GPSA

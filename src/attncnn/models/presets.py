@@ -7,13 +7,11 @@ numbers for comparison. Parameter counts for 10 classes are pinned by tests (PAP
 
 from __future__ import annotations
 
-import dataclasses
-import typing
 from dataclasses import dataclass, field
 
 from torch import nn
 
-from .._typecheck import value_matches
+from .._typecheck import check_options
 from .image_transformer import ImageTransformer, ImageTransformerConfig
 from .resnet import ResNet, ResNetConfig
 
@@ -162,13 +160,7 @@ def _make_config(arch: str, kwargs: dict):
     if arch not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     cls = ARCHITECTURES[arch][0]
-    hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    for key, value in kwargs.items():
-        if key not in hints:
-            raise ValueError(f"unknown model option {key!r} for {arch}; valid options: {', '.join(names)}")
-        if not value_matches(value, hints[key]):
-            raise ValueError(f"model option {key!r} must be {hints[key]}, got {value!r}")
+    check_options(kwargs, cls, "model option", owner=arch)
     return cls(**kwargs)
 
 

@@ -10,7 +10,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..training.precision import PRECISIONS
+from ..training.run_precision import PRECISIONS
 from .grid import GRID
 from .suites import SUITES
 
@@ -182,7 +182,7 @@ def _viewer_images(text: str) -> list[int]:
 def _viewer(results, out: Path, args: argparse.Namespace) -> None:
     from ..analysis.runs import test_count
     from ..analysis.viewer.page import write_viewer
-    from ..training.precision import running_at
+    from ..training.run_precision import running_at
 
     firsts = [runs[0] for runs in results.values() if hasattr(runs[0].run.model.config, "attention")]
     if firsts:

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from ..analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure,
                                 quadratic_epochs_figure, quadratic_layers_figure, save_figure)
-from ..analysis.maps import attention_maps, default_grid_size, position_maps
+from ..analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ..analysis.runs import test_count, test_images
 from ..training import load_model
 from .summary import RunResult, layer_curves
@@ -76,6 +76,23 @@ def _distances(preset: str, results: Sequence[RunResult], out: Path, formats, wr
         _figure(fig, out / f"distances-{preset}", formats, written, f"distances {preset}")
 
 
+def _figure_kind(model) -> str | None:
+    """Which figure a model's attention gets, asked of its layers: ``"centres"`` (quadratic heads),
+    ``"position maps"`` (other position-only heads), ``"score terms"`` (content + positional scores,
+    not gated), None otherwise (ResNet, plain content, GPSA)."""
+    try:
+        layers = attention_layers(model)
+    except ValueError:
+        return None
+    if all(layer.has_centers for layer in layers):
+        return "centres"
+    if all(layer.position_only for layer in layers):
+        return "position maps"
+    if all(layer.has_positional_term and not layer.position_only and not layer.has_gates for layer in layers):
+        return "score terms"
+    return None
+
+
 def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, formats: Sequence[str] = ("png",),
                   image: int = 0, average: int = 100, data: str | None = None,
                   data_dir: str | None = None) -> dict[str, Path]:
@@ -100,15 +117,15 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
                 formats, written, "fig2")
     for preset, runs in results.items():
         first = runs[0]
-        kind = first.run.kind
-        if kind.startswith("quadratic"):
+        kind = _figure_kind(first.run.model)
+        if kind == "centres":
             _quadratic(first, out, formats, written)
-        if kind == "learned":
+        if kind == "position maps":
             grid = default_grid_size(first.run.model)
             fig = attention_grid_figure(position_maps(first.run.model), (grid[0] // 2, grid[1] // 2),
                                         title=f"{preset}: attention probabilities of the central query")
             _figure(fig, out / f"fig5-{preset}-maps", formats, written, f"fig5 {preset}")
-        if kind == "learned-content":
+        if kind == "score terms":
             _content(first, out, formats, written, image=image, average=average, data=data, data_dir=data_dir)
         _distances(preset, runs, out, formats, written)
     return written

@@ -14,6 +14,7 @@ import torch
 from .._io import atomic_write_text
 from ..analysis.metrics import model_metrics
 from ..analysis.runs import test_count, test_images
+from ..layers import attention_modules
 from ..models import get_preset
 from .runner import MACHINE_FILE
 from .suites import Job, Suite
@@ -40,8 +41,7 @@ def final_layer_metrics(result: RunResult, *, images: int = 100, data: str | Non
     if not hasattr(getattr(model, "config", None), "attention"):
         return None
     batch = None
-    if not all(getattr(layer, "position_only", False) for layer in model.modules()
-               if hasattr(layer, "position_only")):
+    if not all(layer.position_only for layer in attention_modules(model)):
         images = min(images, test_count(result.run, data=data, data_dir=data_dir))
         batch, _ = test_images(result.run, list(range(images)), data=data, data_dir=data_dir)
     metrics = model_metrics(model, batch)

@@ -21,7 +21,7 @@ from .._io import atomic_write_text
 from ..bench.harness import machine_info, time_steps
 from ..models import build_model
 from ..training import TrainConfig, TrainingInterrupted, resolve_config, resolve_device, train
-from ..training.precision import resolve_precision
+from ..training.run_precision import resolve_precision
 from .suites import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")

@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+from ..training.config import TrainConfig
 from ..training.options import key_value
 
 __all__ = ["register", "run", "DTYPES"]
@@ -40,7 +41,8 @@ def register(subparsers) -> None:
                    "87.3 for float32, 708.4 for float64)")
     p.add_argument("--dtype", choices=DTYPES, help="float64 (default) or float32 (default with --model)")
     p.add_argument("--images", type=int, default=100, help="number of test images (default 100)")
-    p.add_argument("--data", help="cifar10 (default, or $ATTNCNN_TEST_CIFAR10 when set) or a folder/zip of images")
+    p.add_argument("--data", help=f"data set of the test images: {TrainConfig.data} (default, as for train), "
+                                  "cifar100, or a folder/zip as for train")
     p.add_argument("--data-dir",
                    help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or ~/.cache/attncnn)")
     p.add_argument("--conv-from", metavar="CHECKPOINT",
@@ -107,9 +109,7 @@ def _images(args: argparse.Namespace, c_in: int, dtype):
 
     from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
 
-
-    spec = args.data or os.environ.get("ATTNCNN_TEST_CIFAR10") or "cifar10"
-    dataset = load_dataset(spec, data_dir=args.data_dir)
+    dataset = load_dataset(args.data or TrainConfig.data, data_dir=args.data_dir)
     raw = dataset.test.images[: args.images]
     x = torch.as_tensor(raw).to(torch.float64) / 255.0
     if x.shape[1] == 3:

@@ -365,7 +365,7 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
     kernel_size, dilation = _kernel_size_and_dilation(attn, wrapper, kernel_size, dilation)
     shifts = kernel_shifts(kernel_size, dilation, spatial_dims=dims)              # (S, 2)
     grid = _probe_grid(attn, inputs, grid, dims, shifts)
-    probs = attn.attention_probs(*grid)[0].double().cpu()                         # (N_h, N, N)
+    probs = attn.grid_probs(*grid)[0].double().cpu()                         # (N_h, N, N)
     query = (grid[0] // 2) * grid[1] + grid[1] // 2
     centres, alphas = _centres_and_alpha(attn, probs, query, grid)
     assigned = _assign(torch.cdist(centres, shifts) ** 2, assignment)             # cost (N_h, S)

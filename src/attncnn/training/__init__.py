@@ -4,7 +4,8 @@
 ``components`` (device, loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all
 that survives a restart) with ``rng``; ``loop`` (:func:`train`) with ``progress``, ``signals``,
 ``saver`` and ``errors``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
-(models from files); ``run_folder`` and ``distributed``.
+(models from files); ``run_folder``, ``distributed`` and ``main_process_folder`` (the run folder
+under DDP); ``run_precision`` (fp32 / bf16).
 """
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, write_checkpoint

@@ -11,12 +11,11 @@ reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
 from __future__ import annotations
 
 import dataclasses
-import typing
 from dataclasses import dataclass, field
 
-from .._typecheck import value_matches
+from .._typecheck import check_options
 from ..models import get_preset, preset_model_config
-from .precision import PRECISIONS
+from .run_precision import PRECISIONS
 
 __all__ = ["TrainConfig", "resolve_config", "config_from_dict", "option"]
 
@@ -126,12 +125,7 @@ def config_from_dict(values: dict) -> TrainConfig:
     Raises:
         ValueError: unknown key or wrong type, naming the key and the expected type.
     """
-    hints = typing.get_type_hints(TrainConfig)
-    for key, value in values.items():
-        if key not in hints:
-            raise ValueError(f"unknown training option {key!r}; valid options: {', '.join(hints)}")
-        if not value_matches(value, hints[key]):
-            raise ValueError(f"training option {key!r} must be {hints[key]}, got {value!r}")
+    check_options(values, TrainConfig, "training option")
     values = dict(values)
     if "milestones" in values:
         values["milestones"] = list(values["milestones"])

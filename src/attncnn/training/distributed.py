@@ -11,9 +11,10 @@ The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`)
   ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
   so one step is the same SGD step as one process with the whole batch.
 * Every process holds the same weights, optimiser state and LR; only rank 0 writes files
-  (:class:`MainProcessRunFolder`). Each write is followed by one small collective in which rank 0
-  reports success, so a failed write (full disk) stops every process at the same point instead
-  of leaving the others waiting in the next gradient all-reduce.
+  (:class:`~attncnn.training.main_process_folder.MainProcessRunFolder`). Each write is followed
+  by one small collective in which rank 0 reports success, so a failed write (full disk) stops
+  every process at the same point instead of leaving the others waiting in the next gradient
+  all-reduce.
 * Decisions that one process could take alone (stop on SIGINT/SIGTERM, stop on a NaN loss) are
   agreed with a collective at points every process reaches in the same order
   (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`).
@@ -50,17 +51,16 @@ import contextlib
 import logging
 import os
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterator, Mapping, TypeVar
 
 import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from .run_folder import RunFolder, RunFolderError
+from .errors import RunFolderError
 
 __all__ = ["Launch", "Distributed", "launch_from_env", "rank_device", "per_process_batch", "process_group",
-           "processes", "MainProcessRunFolder", "is_main_process"]
+           "processes", "is_main_process"]
 
 log = logging.getLogger(__name__)
 
@@ -302,82 +302,3 @@ def processes(launch: Launch | None, device: torch.device) -> contextlib.Abstrac
     if launch is None:
         return contextlib.nullcontext(Distributed(device=device))
     return process_group(launch, device)
-
-
-class MainProcessRunFolder:
-    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank.
-
-    The training loop calls the same methods on every process: on ranks > 0 the writes do nothing but
-    wait for rank 0 (:meth:`Distributed.on_main`), so all processes leave each write together and
-    all of them raise if it failed on rank 0. With one process this is the plain run folder.
-
-    Use :meth:`open` rather than the constructor.
-    """
-
-    def __init__(self, folder: RunFolder, dist: Distributed) -> None:
-        self._folder, self._dist = folder, dist
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str], mode: str, dist: Distributed) -> "MainProcessRunFolder":
-        """Rank 0 opens ``path`` in ``mode`` (creating or wiping it as :class:`RunFolder` does); the
-        others then open it read-only (the folder must be visible to them: same node or a shared
-        file system).
-
-        Raises:
-            RunFolderError: as :class:`RunFolder` (on ranks > 0: that rank 0 failed).
-        """
-        folder = dist.on_main(lambda: RunFolder(path, mode=mode), f"open the run folder {path}")
-        if folder is None:
-            folder = RunFolder(path, mode="read")
-        return cls(folder, dist)
-
-    # -- reads: every rank ----------------------------------------------------------------------
-
-    @property
-    def path(self) -> Path:
-        return self._folder.path
-
-    def checkpoint_path(self, name: str) -> Path:
-        return self._folder.checkpoint_path(name)
-
-    def latest_checkpoint(self) -> Path | None:
-        return self._folder.latest_checkpoint()
-
-    def read_metrics(self) -> list[dict]:
-        return self._folder.read_metrics()
-
-    # -- writes: rank 0, agreed by all ----------------------------------------------------------
-
-    def write_config(self, config: dict) -> None:
-        self._dist.on_main(lambda: self._folder.write_config(config), "write config.json")
-
-    def append_metrics(self, record: dict) -> None:
-        self._dist.on_main(lambda: self._folder.append_metrics(record), "write metrics.jsonl")
-
-    def rewind_metrics(self, epoch: int) -> None:
-        self._dist.on_main(lambda: self._folder.rewind_metrics(epoch), "rewind metrics.jsonl")
-
-    def mark_finished(self, summary: dict) -> None:
-        self._dist.on_main(lambda: self._folder.mark_finished(summary), "write finished.json")
-
-    def write_checkpoint(self, path: Path, write: Callable[[], None]) -> None:
-        """Call ``write()`` (which writes ``path``) on rank 0, turning an OSError into a
-        :class:`RunFolderError` that names the file and the fix."""
-        def main() -> None:
-            with self._folder.writing(path):
-                write()
-        self._dist.on_main(main, f"write the checkpoint {path}")
-
-    def save_periodic(self, epoch: int, save_fn: Callable[[Path], None], keep: int) -> Path:
-        """``save_fn(path)`` on *every* rank (it may hold collectives; its writes go through
-        :meth:`write_checkpoint`), then rank 0 deletes the periodic checkpoints beyond ``keep``
-        as :meth:`RunFolder.save_periodic` does."""
-        path = self.checkpoint_path(f"epoch_{epoch:04d}")
-        save_fn(path)
-        # The file exists now: RunFolder.save_periodic with a no-op writer only prunes.
-        self._dist.on_main(lambda: self._folder.save_periodic(epoch, lambda p: None, keep),
-                           "delete old periodic checkpoints")
-        return path
-
-    def close(self) -> None:
-        self._folder.close()

@@ -11,7 +11,7 @@ from torch import nn
 
 from ..data import DeviceLoader
 from .distributed import Distributed
-from .precision import autocast
+from .run_precision import autocast
 
 __all__ = ["EvalResult", "evaluate", "check_sharding"]
 

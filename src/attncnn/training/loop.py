@@ -50,12 +50,12 @@ from ..data import DeviceLoader
 from .checkpoint import load_checkpoint
 from .components import deterministic_algorithms, make_loaders, resolve_device
 from .config import TrainConfig, config_from_dict
-from .distributed import (Distributed, MainProcessRunFolder, launch_from_env, per_process_batch, processes,
-                          rank_device)
+from .distributed import Distributed, launch_from_env, per_process_batch, processes, rank_device
 from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
 from .loading import load_weights
-from .precision import autocast, resolve_precision
+from .main_process_folder import MainProcessRunFolder
+from .run_precision import autocast, resolve_precision
 from .progress import EpochMeter
 from .run_folder import RunFolder
 from .saver import Saver
@@ -136,6 +136,8 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
                  config.precision, ", compiled" if config.compile else "")
+        if "attention_paths" in state.about:
+            log.info("attention paths (training, per layer): %s", ", ".join(state.about["attention_paths"]))
         if dist.enabled:
             log.info("DDP over %d processes: global batch %d = %d examples per process and step, %d steps "
                      "per epoch", dist.world_size, config.batch_size, train_loader.batch_size, len(train_loader))

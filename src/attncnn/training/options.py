@@ -1,4 +1,5 @@
-"""``attncnn train``'s flags, built from the fields of :class:`TrainConfig` (declared once there).
+"""``attncnn train``'s flags, built from the fields of :class:`TrainConfig` (declared once there),
+and the command-line helpers other commands share (``KEY=VALUE`` values, ``--precision``).
 
 Each field ``name`` becomes ``--name`` (underscores as dashes) with the field's help; booleans
 also get ``--no-name``; lists take several values; the ``model`` dict is given as repeated
@@ -16,8 +17,9 @@ import types
 import typing
 
 from .config import TrainConfig
+from .run_precision import PRECISIONS
 
-__all__ = ["add_config_options", "given_options", "flag_name", "key_value"]
+__all__ = ["add_config_options", "given_options", "flag_name", "key_value", "add_precision_option"]
 
 
 def key_value(text: str) -> tuple[str, object]:
@@ -71,3 +73,11 @@ def given_options(args: argparse.Namespace) -> dict:
     if "model" in given:
         given["model"] = dict(given["model"])
     return given
+
+
+def add_precision_option(parser: argparse.ArgumentParser, default: str = "fp32") -> None:
+    """Add ``--precision`` to a command that runs a model (``inspect``, ``report``, ``viewer``),
+    fp32 by default: the maps and metrics they print are measurements."""
+    parser.add_argument("--precision", choices=PRECISIONS, default=default,
+                        help=f"precision of the model's forward passes (default {default}: maps and metrics are "
+                             "measurements; bf16 or auto to see them as a bf16 run computes them)")

@@ -29,7 +29,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from .errors import RunFolderError
@@ -296,27 +296,36 @@ class RunFolder:
         found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _PERIODIC.match(p.name))]
         return sorted(found)
 
-    def save_periodic(self, epoch: int, save_fn: Callable[[Path], None], keep: int) -> Path:
-        """Call ``save_fn(path)`` for ``"epoch_{epoch:04d}"``, then delete the oldest periodic
-        checkpoints (by epoch number) beyond the newest ``keep``; ``keep <= 0`` keeps all.
+    def periodic_path(self, epoch: int) -> Path:
+        """``checkpoints/epoch_NNNN.safetensors``: where the periodic checkpoint taken after ``epoch``
+        whole epochs goes (at least four digits; :meth:`periodic_checkpoints` reads the number back,
+        so ``epoch_10000`` sorts after ``epoch_9999``)."""
+        return self.checkpoint_path(f"epoch_{epoch:04d}")
+
+    def prune_periodic(self, keep: int) -> list[Path]:
+        """Delete the periodic checkpoints beyond the newest ``keep`` (newest by epoch number, not by
+        name or file time); ``keep <= 0`` keeps them all. ``best``, ``last`` and any other file are
+        never touched. A periodic save is :meth:`periodic_path`, the write, then this.
 
         Returns:
-            The path passed to ``save_fn``.
+            The deleted files, oldest first.
+
+        Raises:
+            RunFolderError: folder opened in ``"read"`` mode.
         """
-        self._check_writable("save checkpoints")
-        path = self.checkpoint_path(f"epoch_{epoch:04d}")
-        save_fn(path)
-        if keep > 0:
-            periodic = self.periodic_checkpoints()
-            for old_epoch, old in periodic[:max(len(periodic) - keep, 0)]:
-                if old == path:
-                    continue
-                try:
-                    old.unlink()
-                    log.debug("deleted old checkpoint %s (epoch %d)", old, old_epoch)
-                except FileNotFoundError:
-                    pass
-        return path
+        self._check_writable("delete old periodic checkpoints")
+        if keep <= 0:
+            return []
+        periodic = self.periodic_checkpoints()
+        deleted = []
+        for old_epoch, old in periodic[:max(len(periodic) - keep, 0)]:
+            try:
+                old.unlink()
+            except FileNotFoundError:
+                continue
+            log.debug("deleted old checkpoint %s (epoch %d)", old, old_epoch)
+            deleted.append(old)
+        return deleted
 
     def latest_checkpoint(self) -> Path | None:
         """``checkpoints/last.safetensors`` if it exists, else the newest periodic one, else ``None``."""

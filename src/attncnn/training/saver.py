@@ -9,8 +9,9 @@ import signal
 from pathlib import Path
 
 from .checkpoint import write_checkpoint
-from .distributed import Distributed, MainProcessRunFolder
+from .distributed import Distributed
 from .errors import NonFiniteLossError, TrainingInterrupted
+from .main_process_folder import MainProcessRunFolder
 from .state import TrainState, position_text
 
 __all__ = ["Saver", "resume_command"]
@@ -54,9 +55,13 @@ class Saver:
             self.last_good = (path, self.state.epoch, self.state.step)
         return path
 
-    def save_periodic(self) -> None:
-        """``checkpoints/epoch_NNNN``, keeping the newest ``config.keep_checkpoints`` of them."""
-        self.run.save_periodic(self.state.epoch, self._write, self.state.config.keep_checkpoints)
+    def save_periodic(self) -> Path:
+        """Checkpoint the state as ``checkpoints/epoch_NNNN.safetensors`` (the epochs done), then delete
+        the periodic checkpoints beyond the newest ``config.keep_checkpoints``; returns the path."""
+        path = self.run.periodic_path(self.state.epoch)
+        self._write(path)
+        self.run.prune_periodic(self.state.config.keep_checkpoints)
+        return path
 
     def interrupted(self, signum: int, where: str) -> TrainingInterrupted:
         """The error for a stop on ``signum`` at ``where``, after ``last`` was saved."""

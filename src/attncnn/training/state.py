@@ -166,6 +166,8 @@ class TrainState:
         seed_rank_stream(config.seed, dist)
         about = {"classes": list(dataset.classes), "dataset": dataset.source, "dataset_name": dataset.shareable_name,
                  "parameters": count_parameters(model)}
+        if hasattr(model, "attention_paths"):          # which computation path each attention layer trains with
+            about["attention_paths"] = model.attention_paths(*dataset.train.images.shape[-2:])
         return cls(config, model, make_optimizer(model, config), make_schedule(config, train_loader), dist, about)
 
     # -- the loop's bookkeeping ---------------------------------------------------------------

@@ -44,7 +44,7 @@ def head_centres(layers: Sequence[GridAttention]) -> list[list[dict]] | None:
     Returns:
         JSON-ready lists, or None when any layer is not quadratic (no centres to show).
     """
-    if not all(hasattr(layer, "centers") and hasattr(layer, "inverse_covariance") for layer in layers):
+    if not all(layer.has_centers for layer in layers):
         return None
     out = []
     for layer in layers:

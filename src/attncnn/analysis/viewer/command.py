@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...training.precision import add_precision_option, running_at
+from ...training.options import add_precision_option
+from ...training.run_precision import running_at
 
 __all__ = ["register", "cmd_viewer"]
 

@@ -60,14 +60,14 @@ def _layer_kinds(layers: Sequence[GridAttention]) -> dict[str, bool]:
     position_only = all(layer.position_only for layer in layers)
     if not position_only and any(layer.position_only for layer in layers):
         raise ValueError("the viewer needs all layers position-only or all content-based; this model mixes them")
-    positional = position_only or all(getattr(layer, "has_positional_term", False) for layer in layers)
+    positional = all(layer.has_positional_term for layer in layers)
     return {"all": True, "positional": positional, "content": not position_only}
 
 
 def head_gates(layers: Sequence[GridAttention]) -> list[list[float] | None] | None:
     """Per layer, the gates ``sigmoid(lambda_h)`` of its heads (the positional softmax's weight in
     ConViT's mix, in [0, 1]) for GPSA layers, None for other layers; None when no layer is gated."""
-    gates = [[float(g) for g in layer.gates().detach().double().cpu()] if hasattr(layer, "gates") else None
+    gates = [[float(g) for g in layer.gates().detach().double().cpu()] if layer.has_gates else None
              for layer in layers]
     return gates if any(g is not None for g in gates) else None
 

@@ -1,4 +1,6 @@
-"""Numeric precision of a run: ``fp32``, or ``bf16`` mixed precision (autocast).
+"""Numeric precision of a run: ``fp32``, or ``bf16`` mixed precision (autocast); the values of
+``--precision`` and how ``auto`` is resolved on a device (the analysis commands' flag is
+:func:`attncnn.training.options.add_precision_option`).
 
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
 parameters, the optimizer state, the attention scores and softmax (the layers compute them in
@@ -16,7 +18,7 @@ import logging
 
 import torch
 
-__all__ = ["PRECISIONS", "fast_bf16", "resolve_precision", "autocast", "add_precision_option", "running_at"]
+__all__ = ["PRECISIONS", "fast_bf16", "resolve_precision", "autocast", "running_at"]
 
 log = logging.getLogger(__name__)
 
@@ -61,13 +63,6 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     raise ValueError(f"precision must be 'fp32' or 'bf16' here (resolve 'auto' first), got {precision!r}")
-
-
-def add_precision_option(parser, default: str = "fp32") -> None:
-    """Add ``--precision`` to a command that runs a model (``inspect``, ``report``, ``viewer``)."""
-    parser.add_argument("--precision", choices=PRECISIONS, default=default,
-                        help=f"precision of the model's forward passes (default {default}: maps and metrics are "
-                             "measurements; bf16 or auto to see them as a bf16 run computes them)")
 
 
 def running_at(name: str, device: str | torch.device = "cpu") -> contextlib.AbstractContextManager:

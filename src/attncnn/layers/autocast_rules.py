@@ -4,9 +4,9 @@ The rule every layer follows: the softmax computes in at least float32 (its max,
 and sums); the matrix products that mix value vectors run in the dtype autocast chooses (bfloat16
 or float16), which is where the speed of mixed precision is. Content attention's training path
 lets the softmax write its (batch-sized) probabilities in that dtype directly
-(``ContentAttention.half_softmax``); position-only maps are batch-shared and stay float32. Helpers here answer "is autocast on
-for this device, and in which dtype", so that layers can cast once, explicitly, instead of
-letting each autocast-listed op cast its own copy.
+(``impl="explicit-half"`` of the content layers); position-only maps are batch-shared and stay
+float32. Helpers here answer "is autocast on for this device, and in which dtype", so that
+layers can cast once, explicitly, instead of letting each autocast-listed op cast its own copy.
 """
 
 from __future__ import annotations

@@ -1,0 +1,201 @@
+"""The content family: attention maps computed from the input (paper eq. 8, term 1 and more).
+
+:class:`QueryKeyAttention` holds what every content layer shares: queries and keys
+``q = x W_qry + b``, ``k = x W_key + b`` split into heads. :class:`ContentAttention` is plain
+content attention, softmax of ``q.k / sqrt(D_h)`` plus an optional positional term that
+subclasses write in :meth:`ContentAttention.positional_term` (learned relative encodings,
+:mod:`~attncnn.layers.learned_content`). GPSA (:mod:`~attncnn.layers.gpsa`) mixes its content
+and positional maps after their softmaxes, so it shares the queries and keys only.
+
+Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
+
+* ``"explicit"``: the scores ``(B, N_h, N, N)`` materialised, a float32 softmax, the per-image
+  product (:func:`~attncnn.layers.mixing.mix_per_image`); the plain formula.
+* ``"explicit-half"``: the same, except that under mixed precision the softmax writes its
+  probabilities in the products' dtype (bf16). It still computes max, exponentials and sums in
+  float32, and the probabilities were rounded to bf16 before the value product either way, so the
+  forward output is the same; the backward reads the bf16-rounded probabilities. Less memory
+  traffic on the largest tensor of the layer.
+* ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` with the positional term
+  as ``attn_mask``; ``q.k`` and its softmax run in float32 inside the fused kernel.
+* ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
+  there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
+  fused kernel with a bias measured slower), else ``"sdpa"``.
+
+The measurements behind ``"auto"`` are in ``benchmarks/results/attention-paths.md``
+(``benchmarks/paths.py`` repeats them). Mixed precision (bf16 autocast): queries, keys and the
+``q.k`` product run in bf16 (float32 accumulation), the explicit scores are rounded to bf16, the
+softmax computes in float32, the value products run in bf16 (a float32 ``q.k`` would cost several
+times the bf16 product for an error of the same order: rounding ``q`` and ``k`` to bf16 already
+moves the scores as much as rounding their product).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .autocast_rules import matmul_dtype, score_dtype
+from .base import GridAttention
+from .mixing import mix_per_image
+
+__all__ = ["QueryKeyAttention", "ContentAttention"]
+
+
+class QueryKeyAttention(GridAttention):
+    """Base of the content family: per-head queries and keys (``query``, ``key``: ``D -> N_h*D_h``).
+
+    Subclasses implement :meth:`input_probs` (and :meth:`input_scores`, :meth:`score_terms`).
+
+    Args: as :class:`~attncnn.layers.GridAttention`.
+    """
+
+    def __init__(self, dim: int, num_heads: int, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        self.query = nn.Linear(dim, num_heads * self.head_dim)
+        self.key = nn.Linear(dim, num_heads * self.head_dim)
+
+    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys of every head for the grid ``x (B, H, W, D)``.
+
+        ``q = x W_qry + b_qry`` and ``k = x W_key + b_key`` (paper eq. 8), split into heads.
+
+        Returns:
+            ``(q, k)``, each ``(B, N_h, H*W, D_h)`` (tokens row-major).
+        """
+        b, h, w, _ = x.shape
+        q = self.query(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
+        k = self.key(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
+        return q, k
+
+    def input_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """Probabilities ``(B, N_h, H*W, H*W)`` of the grid ``x``, float32 at least; rows sum to 1."""
+        raise NotImplementedError
+
+    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`input_probs` (content maps depend on the input)."""
+        return self.input_probs(x)
+
+
+class ContentAttention(QueryKeyAttention):
+    """Plain content-based multi-head attention, no positional information (for ablations).
+
+    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only). With mean pooling this model
+    sees a bag of tokens. Subclasses add a positional term by overriding :meth:`positional_term`
+    (and setting :attr:`has_positional_term`); :meth:`score_terms` gives both terms to the
+    analysis tools.
+
+    Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``,
+    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring).
+    """
+
+    KINDS = ("content",)
+    IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
+
+    def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
+        """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
+
+        The single place where a subclass writes its positional term (paper eq. 8, term 2 for
+        learned relative encodings). Both paths use it: the explicit path adds ``q.k / sqrt(D_h)``
+        onto it, the fused path passes it to the kernel as ``attn_mask``.
+
+        Args:
+            q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
+            height, width: the token grid ``H x W``.
+
+        Returns:
+            ``(B, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1); None here (plain content
+            attention has no positional term, :attr:`has_positional_term` is False).
+        """
+        return None
+
+    def score_terms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The two pre-softmax terms of the grid ``x (B, H, W, D)``, each already scaled.
+
+        Returns:
+            ``(content, positional)``: ``content = q_h . k_h / sqrt(D_h)`` ``(B, N_h, H*W, H*W)``
+            (paper eq. 8, term 1) and the :meth:`positional_term` ``(B, N_h, H*W, H*W)`` or None.
+            Their sum is :meth:`input_scores` (up to float rounding).
+
+        Raises:
+            ValueError: wrong rank or channel count.
+        """
+        _, h, w = self.check_input(x)
+        q, k = self.queries_keys(x)
+        return self._add_content(None, q, k), self.positional_term(q, h, w)
+
+    def input_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Pre-softmax scores ``(B, N_h, H*W, H*W)`` for the grid ``x (B, H, W, D)``: the sum of
+        :meth:`score_terms`, built in one pass over the full-size scores.
+
+        Raises:
+            ValueError: wrong rank or channel count.
+        """
+        _, h, w = self.check_input(x)
+        q, k = self.queries_keys(x)
+        return self._add_content(self.positional_term(q, h, w), q, k)
+
+    def input_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """Softmax of :meth:`input_scores` over the keys, ``(B, N_h, H*W, H*W)``, float32 at least.
+
+        Raises:
+            ValueError: wrong rank or channel count.
+        """
+        scores = self.input_scores(x)
+        return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
+
+    def _add_content(self, positional: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """``positional + q.k / sqrt(D_h)`` ``(B, N_h, N, N)`` (just the content term when None)."""
+        b, nh, n, dh = q.shape
+        scale = 1.0 / math.sqrt(dh)
+        if positional is None:
+            return (q @ k.transpose(-2, -1)) * scale
+        # One pass over the (B, N_h, N, N) scores: the matrix product adds q.k / sqrt(D_h) onto
+        # the positional term (baddbmm), instead of scaling and adding full-size tensors apart.
+        scores = torch.baddbmm(positional.reshape(b * nh, n, n), q.reshape(b * nh, n, dh),
+                               k.reshape(b * nh, n, dh).transpose(1, 2), alpha=scale)
+        return scores.view(b, nh, n, n)
+
+    def path(self, height: int = 0, width: int = 0) -> str:
+        """The path :meth:`forward` takes without probabilities: ``impl``, with ``"auto"`` resolved
+        (module docstring; the grid size does not matter)."""
+        if self.impl != "auto":
+            return self.impl
+        return "explicit-half" if self.value_in is None else "sdpa"
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Apply the layer.
+
+        Args:
+            x: ``(B, H, W, D)`` token grid.
+            return_attention: also return the probabilities ``(B, N_h, H*W, H*W)`` (explicit path,
+                float32 under autocast).
+
+        Returns:
+            ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
+
+        Raises:
+            ValueError: wrong rank or channel count (the message gives the expected shape).
+        """
+        b, h, w = self.check_input(x)
+        path = "explicit" if return_attention else self.path(h, w)
+        if path == "sdpa":
+            q, k = self.queries_keys(x)
+            mixed = F.scaled_dot_product_attention(
+                q, k, self.head_values(x), attn_mask=self.positional_term(q, h, w),
+                dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
+            return self.output(mixed, b, h, w)
+        scores = self.input_scores(x)                             # (B, N_h, N, N), bf16 under autocast
+        dtype = matmul_dtype(x)
+        if path == "explicit" or scores.dtype != dtype:
+            probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))   # float32 at least
+        else:
+            # explicit-half: the softmax computes in float32 and writes the product dtype directly,
+            # so no float32 copy of the (B, N_h, N, N) map is made, cast and kept for the backward
+            probs = torch.softmax(scores, dim=-1)
+        dropped = self.attn_drop(probs).to(dtype)
+        out = self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w)
+        return (out, probs) if return_attention else out

@@ -1,0 +1,128 @@
+"""Content + learned relative attention, the paper's "SA learned emb. + content" (PAPER.md 3.3).
+
+A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
+paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
+relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
+family's (``impl``: explicit, explicit-half, sdpa), with the q.r term as the fused kernel's bias.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .content import ContentAttention
+from .conv_init import axis_coefficients, table_features
+from .relative import table_rows
+
+__all__ = ["LearnedRelativeContentAttention"]
+
+#: the first columns of each query half (and table) a convolutional init writes (d^2, d, 1) into
+_INIT_COLUMNS = 3
+
+
+def _check_even(width: int) -> None:
+    if width % 2:
+        raise ValueError(f"learned-content attention splits each query in a row half and a column half, so "
+                         f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
+
+
+def _check_init_width(width: int) -> None:
+    if width < 2 * _INIT_COLUMNS:
+        raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
+                         f"{width}; set head_dim (or dim) >= 6")
+
+
+class LearnedRelativeContentAttention(ContentAttention):
+    """Content + learned relative attention, the paper's "SA learned emb. + content" (29.5 M).
+
+    Score of head h (PAPER.md 3.3, later upstream form with the q.r term):
+    ``A = (q_h . k_h + q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``,
+    with tables of width ``D_h/2`` per axis and no per-head key vectors.
+
+    Args:
+        dim, num_heads, head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.ContentAttention`.
+        max_size: largest grid side supported by the tables (paper: 16).
+
+    Raises:
+        ValueError: if ``head_dim`` is odd (the query is split in two halves).
+    """
+
+    KINDS = ("learned-content",)
+    CONFIG_KEYS = ("max_size",)
+    has_positional_term = True
+
+    def __init__(self, dim: int, num_heads: int, *, max_size: int = 16, **kwargs) -> None:
+        super().__init__(dim, num_heads, **kwargs)
+        _check_even(self.head_dim)
+        self.max_size = max_size
+        half = self.head_dim // 2
+        self.row_embeddings = nn.Embedding(2 * max_size - 1, half)
+        self.col_embeddings = nn.Embedding(2 * max_size - 1, half)
+
+    @classmethod
+    def check_config(cls, kind: str, config) -> None:
+        super().check_config(kind, config)
+        width = config.dim if config.head_dim is None else config.head_dim
+        _check_even(width)
+        if config.init == "conv":
+            _check_init_width(width)
+
+    @torch.no_grad()
+    def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
+        """Content attention starts switched off and is learned; the q.r term starts local.
+
+        The query weight is 0 and the query bias of head h, ``c_h``, is non-zero on 6 coordinates
+        only: on the row half ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against
+        table columns ``(d^2, d, 1)``, likewise on the column half. The key weight rows of those 6
+        coordinates are set to 0 (the rest of the key map keeps its random values), so ``q_h . k_h
+        = c_h . b_key`` is the same for every key and cancels in the softmax, while ``q_h . r_delta
+        / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly. (Leaving the key map untouched would not
+        cancel: ``c_h . W_key x_k`` varies with k.) Other table columns meet zero query coordinates.
+        """
+        dh, nh = self.head_dim, self.num_heads
+        _check_init_width(dh)
+        half = dh // 2
+        scale = math.sqrt(dh)                           # the layer divides q . r by sqrt(D_h)
+        self.query.weight.zero_()
+        self.query.bias.zero_()
+        bias = self.query.bias.view(nh, dh)
+        key = self.key.weight.view(nh, dh, self.dim)
+        for axis, (table, start) in enumerate(((self.row_embeddings, 0), (self.col_embeddings, half))):
+            table.weight[:, :_INIT_COLUMNS] = table_features(self.max_size, table.weight)
+            bias[:, start:start + _INIT_COLUMNS] = scale * axis_coefficients(shifts[:, axis], alpha)
+            key[:, start:start + _INIT_COLUMNS] = 0.0      # q . k is then the same for every key
+
+    def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
+
+        Paper eq. 8, term 2, in the form of PAPER.md 3.3 (r_delta = [e_row(delta_1); e_col(delta_2)],
+        no separate key map for positions).
+
+        Args:
+            q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
+            height, width: the token grid ``H x W``.
+
+        Returns:
+            ``(B, N_h, H*W, H*W)``, queries on dim -2, keys on dim -1 (both row-major).
+
+        Raises:
+            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+        """
+        b, nh, n, dh = q.shape
+        half, scale = dh // 2, 1.0 / math.sqrt(dh)
+        q = q.reshape(b, nh, height, width, dh)
+        e_row = table_rows(self.row_embeddings, height, self.max_size, "height")   # (H, H, D_h/2)
+        e_col = table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
+        # Score each query against the table row of every (query row, key row) shift, per axis:
+        # row[b, h, i, j, k] = q[:D_h/2] . e_row(k - i), col[b, h, i, j, l] = q[D_h/2:] . e_col(l - j).
+        # Scaled while they are small, then broadcast-added: one full-size pass.
+        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row) * scale        # (B, N_h, H, W, H)
+        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col) * scale        # (B, N_h, H, W, W)
+        scores = row.reshape(b, nh, n, height, 1) + col.reshape(b, nh, n, 1, width)  # (B, N_h, N, H, W)
+        return scores.reshape(b, nh, n, n)
+
+    def extra_repr(self) -> str:
+        return super().extra_repr() + f", max_size={self.max_size}"

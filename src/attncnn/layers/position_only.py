@@ -1,0 +1,175 @@
+"""The position-only family: attention maps that depend on the grid size alone.
+
+Quadratic (:mod:`~attncnn.layers.quadratic`) and learned position-only
+(:mod:`~attncnn.layers.learned`) layers implement :meth:`PositionalAttention.grid_scores`;
+their probabilities do not depend on the input, so they are computed once per forward, shared by
+the batch and never expanded over it. Dropout on them therefore uses one mask for the whole
+batch, which is what the reference code does for these layers (PAPER.md 2.3).
+
+Paths (``impl``): ``"dense"`` applies the ``(N_h, N, N)`` map as one batch-shared product
+(:func:`~attncnn.layers.mixing.mix_shared`); ``"separable"`` (layers whose every head scores a
+row term plus a column term) applies a row factor and a column factor
+(:func:`~attncnn.layers.mixing.separable_mix`); ``"auto"`` takes the separable path on grids
+with ``H W >= 6 (H + W)`` (why 6, and the speed of each path: ``benchmarks/paths.py``, whose
+measurements are kept in ``benchmarks/results/attention-paths.md``).
+
+Mixed precision (:mod:`~attncnn.layers.autocast_rules`): scores and softmax are computed with
+autocast off, in float32 at least (float16/bfloat16 parameters are upcast); only the products
+with the values run in autocast's dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .autocast_rules import autocast_off, matmul_dtype
+from .base import GridAttention
+from .mixing import flush_below, mix_explicit, mix_shared, separable_mix
+
+__all__ = ["PositionalAttention"]
+
+
+class PositionalAttention(GridAttention):
+    """Base class of position-only attention (see the module docstring).
+
+    Subclasses implement :meth:`grid_scores`; separable ones (:attr:`is_separable`) also
+    implement :meth:`axis_scores`.
+
+    Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``, ``"dense"``
+    and, for separable layers, ``"separable"``.
+    """
+
+    IMPLS = ("auto", "dense", "separable")
+    position_only = True
+    has_positional_term = True
+
+    @classmethod
+    def impls_of(cls, kind: str) -> tuple[str, ...]:
+        return cls.IMPLS if cls.separable_kind(kind) else ("auto", "dense")
+
+    @classmethod
+    def separable_kind(cls, kind: str) -> bool:
+        """True when every layer of ``kind`` has separable heads (see :attr:`is_separable`)."""
+        return False
+
+    @property
+    def is_separable(self) -> bool:
+        """True when every head's score is ``row[h, i, k] + col[h, j, l]`` (see :meth:`axis_scores`)."""
+        return type(self).separable_kind(self.kind)
+
+    def grid_scores(self, height: int, width: int) -> torch.Tensor:
+        """Pre-softmax scores ``(N_h, H*W, H*W)`` for an ``height x width`` grid."""
+        raise NotImplementedError
+
+    def axis_scores(self, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row and column score terms ``(N_h, H, H)`` and ``(N_h, W, W)`` of a separable layer:
+        ``grid_scores[h, (i, j), (k, l)] == row[h, i, k] + col[h, j, l]``.
+
+        Raises:
+            ValueError: the layer is not separable (:attr:`is_separable` is False).
+        """
+        raise ValueError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
+                         "use grid_probs")
+
+    def _score_context(self):
+        """Autocast off on the parameters' device: scores and softmax run in float32 or wider."""
+        return autocast_off(self.value.weight.device)
+
+    def grid_probs(self, height: int, width: int) -> torch.Tensor:
+        """Attention probabilities ``(1, N_h, H*W, H*W)``; each row sums to 1 over the keys.
+
+        Computed with autocast off, in float32 at least (float64 for float64 parameters), and
+        returned in that dtype; the forward casts them to the product dtype afterwards.
+
+        Probabilities below ``eps(dtype)**2`` of that float32/float64 dtype (1.4e-14 in float32,
+        4.9e-32 in float64) are set to exactly 0. Gaussian heads give tiny values far from their
+        centre, and their products with gradients in the backward matrix products fall into the
+        subnormal range, which CPUs process many times slower (the quadratic layer's backward
+        took 2x the learned layer's at equal FLOPs before this). The change to any output is at
+        most ``H*W * eps**2 * max|value|`` (4e-12 relative for a 16x16 grid in float32).
+        Under bf16 autocast the threshold stays float32's: bfloat16 has float32's exponent range
+        and CPU bf16 GEMMs accumulate in float32, so the same values keep the products normal,
+        whereas bfloat16's own ``eps**2`` (6.1e-5) would drop up to ``H*W * 6.1e-5`` (1.6 % at
+        16x16) of a row's mass. (float16 products: values below 6.1e-5 become float16 subnormals
+        in the cast, which GPUs process at full speed and CPU GEMMs widen to normal float32.)
+        """
+        with self._score_context():
+            probs = torch.softmax(self.grid_scores(height, width), dim=-1)
+        threshold = torch.finfo(probs.dtype).eps ** 2
+        return flush_below(probs, threshold).unsqueeze(0)
+
+    def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
+        """:meth:`grid_probs` of the grid of ``x (B, H, W, D)``: ``(1, N_h, H*W, H*W)``."""
+        _, h, w = self.check_input(x)
+        return self.grid_probs(h, w)
+
+    def axis_probs(self, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two factors of a separable layer's probabilities (paper eq. 9 / eq. 8 term 4):
+        ``probs[h, (i, j), (k, l)] = row[h, i, k] * col[h, j, l]``.
+
+        Returns:
+            ``(row, col)``: ``(N_h, H, H)`` and ``(N_h, W, W)``, softmaxes of :meth:`axis_scores`
+            over the key axis (dim -1), in float32 at least (autocast off, as :meth:`grid_probs`).
+            Entries below ``eps(dtype)`` (1.2e-7 in float32, 2.2e-16 in float64) are set to 0, so
+            each row sums to 1 within ``H * eps`` (``W * eps``).
+
+        Why ``eps`` and not the dense path's ``eps**2``: in the backward of the two products a
+        gradient meets a row factor times a column factor (``dL/dv = rows^T (cols^T g)``), so the
+        smallest products are ``t**2 * |g|`` for a threshold ``t``; ``t = eps`` keeps them at
+        ``eps**2 * |g|``, as normal as the dense path's. The outputs move by at most
+        ``(H + W) * eps * max|value|`` (3.8e-6 relative for 16x16 in float32, below the rounding
+        of a float32 sum over 256 keys; 7e-15 in float64).
+
+        Raises:
+            ValueError: the layer is not separable, or the grid is too large for its tables.
+        """
+        if not self.is_separable:
+            self.axis_scores(height, width)          # raises the explanation
+        with self._score_context():
+            row, col = self.axis_scores(height, width)
+            row, col = torch.softmax(row, dim=-1), torch.softmax(col, dim=-1)
+        threshold = torch.finfo(row.dtype).eps
+        return flush_below(row, threshold), flush_below(col, threshold)
+
+    def path(self, height: int, width: int) -> str:
+        """The path :meth:`forward` takes without probabilities: ``"separable"`` or ``"dense"``.
+
+        The separable path is exact, so it needs a separable layer and no dropout on the map (a
+        dropout mask on ``(N, N)`` entries does not factor), i.e. eval mode or ``attn_drop.p ==
+        0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never, ``"auto"`` when the
+        grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
+        12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
+        """
+        dropout = self.training and self.attn_drop.p > 0
+        if not self.is_separable or dropout or self.impl == "dense":
+            return "dense"
+        if self.impl == "separable" or height * width >= 6 * (height + width):
+            return "separable"
+        return "dense"
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Apply the layer.
+
+        Args:
+            x: ``(B, H, W, D)`` token grid.
+            return_attention: also return the probabilities ``(1, N_h, H*W, H*W)`` (explicit
+                path, the plain product), float32 under autocast (float64 for a float64 layer).
+
+        Returns:
+            ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
+
+        Raises:
+            ValueError: wrong rank or channel count (the message gives the expected shape).
+        """
+        b, h, w = self.check_input(x)
+        dtype = matmul_dtype(x)
+        if not return_attention and self.path(h, w) == "separable":
+            rows, cols = self.axis_probs(h, w)                   # (N_h, H, H), (N_h, W, W)
+            values = x if self.value_in is None else self.value_in(x).reshape(b, h, w, self.num_heads, -1)
+            return self.value(separable_mix(rows, cols, values, dtype))
+        probs = self.grid_probs(h, w)                            # (1, N_h, N, N)
+        dropped = self.attn_drop(probs).to(dtype)                # one mask for the batch
+        if return_attention:
+            mixed = mix_explicit(dropped, x, self.projected_values(x))       # (B, N_h, N, D_h)
+            return self.output(mixed, b, h, w), probs
+        return self.output(mix_shared(dropped[0], x, self.projected_values(x)), b, h, w)

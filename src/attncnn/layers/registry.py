@@ -1,0 +1,94 @@
+"""The attention kinds: one table from a kind's name to its layer class, and what is built from it.
+
+Adding a kind means writing its layer class (its ``KINDS``, ``CONFIG_KEYS``, ``IMPLS``,
+``check_config``, ``local_init_`` and capability attributes, see :mod:`attncnn.layers.base`) and
+adding the class to :data:`_LAYER_CLASSES`. Models, analysis, reports and figures ask the layer,
+never its class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from torch import nn
+
+from .base import GridAttention
+from .content import ContentAttention
+from .gpsa import GatedPositionalAttention
+from .learned import LearnedRelativeAttention
+from .learned_content import LearnedRelativeContentAttention
+from .quadratic import QuadraticAttention
+
+__all__ = ["ATTENTION_LAYERS", "ATTENTION_KINDS", "attention_class", "build_attention", "is_attention_layer",
+           "attention_modules", "dense_attention"]
+
+_LAYER_CLASSES: tuple[type[GridAttention], ...] = (
+    QuadraticAttention, LearnedRelativeAttention, LearnedRelativeContentAttention, ContentAttention,
+    GatedPositionalAttention,
+)
+
+#: kind name -> layer class (a class may serve several kinds: quadratic and quadratic-generalized)
+ATTENTION_LAYERS: dict[str, type[GridAttention]] = {kind: cls for cls in _LAYER_CLASSES for kind in cls.KINDS}
+#: Attention kinds accepted by :func:`build_attention` (and the models' ``attention`` option).
+ATTENTION_KINDS: tuple[str, ...] = tuple(ATTENTION_LAYERS)
+
+
+def attention_class(kind: str) -> type[GridAttention]:
+    """The layer class of ``kind``.
+
+    Raises:
+        ValueError: unknown ``kind`` (the message lists the valid names).
+    """
+    try:
+        return ATTENTION_LAYERS[kind]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}") from None
+
+
+def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttention:
+    """Build an attention layer by name.
+
+    Args:
+        kind: one of :data:`ATTENTION_KINDS`.
+        dim, num_heads: token width D and number of heads N_h.
+        **kwargs: forwarded to the layer class (``head_dim``, ``attn_drop``, ``impl``, ``max_size``, ...);
+            ``quadratic-generalized`` sets ``full_covariance=True``.
+
+    Raises:
+        ValueError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
+    """
+    cls = attention_class(kind)
+    if kind == "quadratic-generalized":
+        kwargs = {**kwargs, "full_covariance": True}
+    return cls(dim, num_heads, **kwargs)
+
+
+def is_attention_layer(module: nn.Module) -> bool:
+    """True for the attention layers of this package (any kind)."""
+    return isinstance(module, GridAttention)
+
+
+def attention_modules(model: nn.Module) -> list[GridAttention]:
+    """Every attention layer in ``model`` (module order; empty for a model without any)."""
+    return [m for m in model.modules() if isinstance(m, GridAttention)]
+
+
+@contextlib.contextmanager
+def dense_attention(model: nn.Module) -> Iterator[None]:
+    """While the block runs, every layer of ``model`` that has a ``"dense"`` path takes it
+    (``impl = "dense"``); the previous ``impl`` comes back afterwards.
+
+    The separable path computes the same outputs with fewer multiply-adds; counts of a model's
+    operations meant to be compared with the paper (Table 1's MACs, "model FLOP/s") are of the
+    dense (HW x HW) average, so they are taken under this context.
+    """
+    layers = [m for m in attention_modules(model) if "dense" in m.impls]
+    saved = [layer.impl for layer in layers]
+    for layer in layers:
+        layer.impl = "dense"
+    try:
+        yield
+    finally:
+        for layer, value in zip(layers, saved):
+            layer.impl = value
