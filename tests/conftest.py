@@ -72,7 +72,13 @@ def data_cache_dir(tmp_path_factory) -> Path:
     return Path(env) if env else tmp_path_factory.mktemp("data-cache")
 
 
-@pytest.fixture(autouse=True)
-def _never_the_user_cache(data_cache_dir, monkeypatch):
-    """Tests never write decoded data into ~/.cache: the default data folder is the session's."""
-    monkeypatch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
+@pytest.fixture(scope="session", autouse=True)
+def _never_the_user_cache(data_cache_dir):
+    """Tests never write decoded data into ~/.cache: the default data folder is the session's.
+
+    Session-scoped, so that it is in force before any fixture of any scope runs: a module-scoped
+    fixture that trains a tiny run (tests/test_cli.py, tests/reproduce/) is set up before the
+    function-scoped fixtures of its first test, and used to decode into ~/.cache/attncnn."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
+        yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from attncnn.cli import main
+from attncnn.cli import build_parser, main
 from attncnn.training import load_checkpoint
 
 CLASSES = ("cat", "dog", "frog")
@@ -93,11 +94,43 @@ def test_resume_continues_to_the_same_weights(tmp_path, tiny_dataset):
     assert epochs == [1, 2]
 
 
+def test_train_needs_a_preset(tmp_path, capsys, monkeypatch):
+    # it used to train the 12 M-parameter quadratic model when --preset was left out
+    monkeypatch.chdir(tmp_path)
+    assert main(["train", "--data", str(tmp_path / "nowhere")]) == 2
+    assert "--preset is required: e.g. --preset demo" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()
+
+
+SUBCOMMANDS = ("train", "evaluate", "presets", "plot", "inspect", "report", "prune", "viewer", "theorem", "bench",
+               "reproduce")
+
+
+@pytest.mark.parametrize("command", SUBCOMMANDS)
+def test_help_states_every_default(command):
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    formatter = sub._get_formatter()
+    missing = []
+    for action in sub._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction):
+            continue
+        text = formatter._expand_help(action) if action.help else ""
+        has_default = action.default not in (None, False, argparse.SUPPRESS)
+        if command == "train" and action.default is argparse.SUPPRESS:       # TrainConfig's flags
+            has_default = True
+        if has_default and "default" not in text.lower() and "required" not in text:
+            missing.append(action.option_strings[0])
+    assert not missing
+
+
 def test_presets_json_prints_exact_counts(capsys):
     assert main(["presets", "--json"]) == 0
-    rows = {r["name"]: r["parameters"] for r in json.loads(capsys.readouterr().out)}
+    presets = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    rows = {name: r["parameters"] for name, r in presets.items()}
     assert rows["quadratic"] == 12_086_844 and rows["learned-content"] == 29_484_282
     assert rows["resnet18"] == 11_173_962
+    assert presets["demo"]["recipe"]["epochs"] == 5 and presets["quadratic"]["model"] == {"attention": "quadratic"}
 
 
 def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):

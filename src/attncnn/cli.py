@@ -22,17 +22,47 @@ from .theory import command as theory_command
 from .training.options import add_config_options, flag_name, given_options
 from .training.run_precision import PRECISIONS
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "DefaultsHelpFormatter"]
 
 log = logging.getLogger("attncnn")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="attncnn", description=(
-        "Self-attention as convolution (Cordonnier, Loukas & Jaggi, ICLR 2020): train, evaluate, inspect."))
-    sub = parser.add_subparsers(dest="command", required=True)
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` that states each option's default: ``(default: X)`` is added to the help of every
+    option that has one and does not state it already (flags that are off by default say nothing)."""
 
-    t = sub.add_parser("train", help="train a preset and print its test accuracy")
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None or default is False
+                or default is argparse.SUPPRESS or isinstance(action, argparse._HelpAction)):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+class _Parser(argparse.ArgumentParser):
+    """The parser of ``attncnn`` and every subcommand: defaults shown in ``--help``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.help is None and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "(default: %(default)s)"      # argparse prints no line for an option without help
+        return action
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="attncnn", description=(
+        "Self-attention as convolution (Cordonnier, Loukas & Jaggi, ICLR 2020): train, evaluate, inspect."))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a preset and print its test accuracy",
+                       description="Train a preset (`attncnn presets` lists them; --preset demo trains a "
+                                   "79 k-parameter model in minutes on a CPU) into a run folder and print its "
+                                   "test accuracy. Options you do not pass take the preset's recipe.")
     add_config_options(t)     # one flag per TrainConfig field, with the field's help
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
     t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
@@ -42,17 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
     e.add_argument("path", metavar="RUN_OR_CHECKPOINT")
-    e.add_argument("--data", help="dataset (default: the one the run was trained on)")
-    e.add_argument("--data-dir")
-    e.add_argument("--download", action="store_true")
-    e.add_argument("--device", default="auto")
-    e.add_argument("--batch-size", type=int, default=500)
+    e.add_argument("--data", help="dataset (default: the run's own when it is here, else cifar10; shipped runs "
+                                  "store only their data set's name)")
+    e.add_argument("--data-dir", help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
+                                      "~/.cache/attncnn)")
+    e.add_argument("--download", action="store_true", help="download official archives if missing")
+    e.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
+    e.add_argument("--batch-size", type=int, default=500, help="images per forward pass")
     e.add_argument("--precision", choices=PRECISIONS,
                    help="default: the run's own (fp32 for runs from before --precision existed)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (with each preset's model options and recipe)")
 
     t.set_defaults(handler=_cmd_train)
     e.set_defaults(handler=_cmd_evaluate)
@@ -73,6 +105,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from .training.distributed import is_main_process
 
     given = given_options(args)                  # only the options the user passed
+    if "preset" not in given and not args.resume:
+        raise ValueError("--preset is required: e.g. --preset demo (a 79 k-parameter model, 5 epochs, minutes on "
+                         "a CPU); `attncnn presets` lists them all with their parameter counts")
     preset = given.pop("preset", TrainConfig.preset)
     resume_path = args.resume if isinstance(args.resume, str) else None
     out = Path(resume_path or args.out or f"runs/{preset}")
@@ -101,14 +136,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .data import DeviceLoader, load_dataset
+    from .data import DeviceLoader, load_dataset, run_data
     from .training import evaluate, load_model, resolve_device
     from .training.run_precision import resolve_precision
 
     device = resolve_device(args.device)
     model, meta = load_model(args.path, device)
     stored = meta.get("config", {})
-    spec = args.data or stored.get("data", "cifar10")
+    spec = run_data(stored.get("data"), args.data)
     dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
     classes = meta.get("classes")
     if classes is not None and len(classes) != dataset.num_classes:
@@ -136,7 +171,8 @@ def _cmd_presets(args: argparse.Namespace) -> int:
         preset = get_preset(name)
         rows.append({"name": name, "parameters": count_parameters(build_model(name)), "arch": preset.arch,
                      "description": preset.description, "paper_accuracy": preset.paper.get("accuracy"),
-                     "paper_parameters": preset.paper.get("params")})
+                     "paper_parameters": preset.paper.get("params"), "model": preset.model,
+                     "recipe": preset.train})
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0

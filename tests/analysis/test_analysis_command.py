@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -18,9 +20,11 @@ def test_plot_writes_every_figure_that_applies(runs, tmp_path, capsys):
     args = [str(runs[k]) for k in ("quadratic", "generalized", "learned", "content")]
     assert main(["plot", *args, "--out", str(out), "--average", "5"]) == 0
     printed = capsys.readouterr().out.split()
+    # runs are named "<preset> seed <seed>"; the two demo runs share one, so the end of their paths tells them apart
     expected = {f"{stem}.{ext}" for ext in ("png", "pdf") for stem in (
-        "quadratic-centers", "quadratic-layer2-evolution", "generalized-centers", "generalized-layer2-evolution",
-        "learned-maps", "content-maps-image0", "content-maps-average5", "accuracy")}
+        "demo-seed-42-quadratic-centers", "demo-seed-42-quadratic-layer2-evolution",
+        "demo-seed-42-generalized-centers", "demo-seed-42-generalized-layer2-evolution", "learned-seed-42-maps",
+        "learned-content-seed-42-maps-image0", "learned-content-seed-42-maps-average5", "accuracy")}
     assert {p.name for p in out.iterdir()} == expected
     assert all(p.stat().st_size > 1000 for p in out.iterdir())
     assert len([p for p in printed if p.endswith((".png", ".pdf"))]) == len(expected)
@@ -30,7 +34,8 @@ def test_plot_options_and_errors(runs, tmp_path, capsys):
     ckpt = runs["quadratic"] / "checkpoints" / "epoch_0001.safetensors"
     assert main(["plot", str(ckpt), "--out", str(tmp_path), "--figures", "maps,centers", "--query", "1,2",
                  "--zoom", "2", "--formats", "png"]) == 0
-    assert {p.name for p in tmp_path.iterdir()} == {"quadratic-epoch_0001-maps.png", "quadratic-epoch_0001-centers.png"}
+    assert {p.name for p in tmp_path.iterdir()} == {"demo-seed-42-epoch_0001-maps.png",
+                                                    "demo-seed-42-epoch_0001-centers.png"}
     assert main(["plot", str(runs["learned"]), "--out", str(tmp_path), "--figures", "bogus"]) == 2
     assert "unknown figure" in capsys.readouterr().err
     assert main(["plot", str(runs["quadratic"]), "--out", str(tmp_path), "--figures", "evolution",
@@ -38,9 +43,39 @@ def test_plot_options_and_errors(runs, tmp_path, capsys):
     assert "layer" in capsys.readouterr().err
 
 
+def test_plot_labels_runs_by_preset_and_seed_and_draws_every_curve(runs, tmp_path, monkeypatch, capsys):
+    import attncnn.analysis.figures as figures
+
+    curves: dict = {}
+    real = figures.accuracy_figure
+    monkeypatch.setattr(figures, "accuracy_figure", lambda c, **kw: curves.update(c) or real(c, **kw))
+    options = ["--figures", "accuracy", "--formats", "png", "--out", str(tmp_path / "figs")]
+    assert main(["plot", str(runs["quadratic"]), str(runs["learned"]), *options]) == 0
+    assert set(curves) == {"demo seed 42", "learned seed 42"}
+    # two folders both named seed0 holding runs of one preset and seed: the end of each path tells them apart
+    a, b = tmp_path / "a" / "seed0", tmp_path / "b" / "seed0"
+    shutil.copytree(runs["learned"], a)
+    shutil.copytree(runs["learned"], b)
+    curves.clear()
+    assert main(["plot", str(a), str(b), *options]) == 0
+    assert set(curves) == {"learned seed 42 (a/seed0)", "learned seed 42 (b/seed0)"}
+    capsys.readouterr()
+    assert main(["plot", str(a), str(a), *options]) == 2
+    assert "the same run is given twice" in capsys.readouterr().err
+    assert main(["plot", str(a), str(b), *options, "--labels", "x,x"]) == 2
+    assert "--labels must be distinct" in capsys.readouterr().err
+    shipped = Path(__file__).resolve().parents[2] / "results" / "mini"
+    if (shipped / "learned-mini" / "seed0").is_dir():           # the newcomer's two shipped runs, both "seed0"
+        curves.clear()
+        assert main(["plot", str(shipped / "quadratic-mini" / "seed0"), str(shipped / "learned-mini" / "seed0"),
+                     *options]) == 0
+        assert set(curves) == {"quadratic-mini seed 0", "learned-mini seed 0"}
+
+
 def test_inspect_text_and_json(runs, capsys):
     assert main(["inspect", str(runs["quadratic"])]) == 0
     text = capsys.readouterr().out
+    assert text.startswith("demo seed 42 (epoch 2, quadratic)")       # the model, not the folder's name
     assert "layer 2 (quadratic)" in text and "alpha" in text and "2x2 grid" in text
     assert main(["inspect", str(runs["content"]), "--json", "--images", "6"]) == 0
     result = json.loads(capsys.readouterr().out)           # stdout is pure JSON

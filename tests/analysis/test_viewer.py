@@ -161,7 +161,7 @@ def test_several_runs_share_one_page(runs, tmp_path):
     out = write_viewer([runs["content"], runs["quadratic"]], tmp_path / "both.html", indices=[1], average=2)
     data = read_viewer(out)
     names = [r["name"] for r in data.manifest["runs"]]
-    assert names == ["content", "quadratic"]
+    assert names == ["learned-content seed 42", "demo seed 42"]        # "<preset> seed <seed>", not the folder
     blobs = [s["blob"] for r in data.manifest["runs"] for s in r["sets"]]
     assert blobs == list(range(len(data.blobs))) == [0, 1, 2]
     assert data.manifest["runs"][1]["centres"] is not None and data.manifest["runs"][0]["centres"] is None

@@ -1,5 +1,5 @@
 """bf16 autocast on the image transformer: matrix products in bf16, the residual stream, LayerNorm
-and the weights in float32 (README "Speed")."""
+and the weights in float32 (docs/speed.md)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def test_claims_carry_the_measured_gains_and_gates(grid):
     assert gates.count("L6") == 3 and "L1 0." in gates
 
 
-def test_lean_trim_figures_and_evaluate_on_a_cell(grid, capsys):
+def test_lean_trim_figures_and_evaluate_on_a_cell(grid, make_tiny_data, capsys):
     out, report = grid
     folder = out / "gpsa-mini" / "10pct" / "seed0"
     kept = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
@@ -85,6 +85,8 @@ def test_lean_trim_figures_and_evaluate_on_a_cell(grid, capsys):
         "efficiency-accuracy.png", "efficiency-gates.png",
         *(f"efficiency-{kind}-{pct}pct.png" for kind in ("seen", "distance") for pct in (10, 25, 100))}
     capsys.readouterr()
-    assert main(["evaluate", str(folder), "--json"]) == 0
+    # a trimmed (shareable) cell records its data set's name, not its path: --data says where it is here
+    assert json.loads((folder / "config.json").read_text())["data"] == make_tiny_data(40, 10).name
+    assert main(["evaluate", str(folder), "--data", str(make_tiny_data(40, 10)), "--json"]) == 0
     accuracy = json.loads(capsys.readouterr().out)["test_accuracy"]
     assert accuracy == pytest.approx(report["rows"][3]["cells"]["10 %"]["accuracies"][0], abs=1e-9)

@@ -85,11 +85,13 @@ def test_trim_keeps_what_a_user_needs(suite):
 
 
 def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
-    out, _ = suite
+    out, args = suite
     report = json.loads((out / "report.json").read_text())
     capsys.readouterr()
     for row in report["rows"][:3]:
-        assert main(["evaluate", str(out / row["preset"] / "seed0"), "--json"]) == 0
+        # trimmed folders store their data set's name, not its local path: --data says where it is here
+        assert main(["evaluate", str(out / row["preset"] / "seed0"), "--data", args[args.index("--data") + 1],
+                     "--json"]) == 0
         assert json.loads(capsys.readouterr().out)["test_accuracy"] == pytest.approx(row["accuracy_mean"], abs=1e-9)
 
 
@@ -136,9 +138,37 @@ def test_bad_options_are_named(tmp_path, capsys):
     assert not any(tmp_path.iterdir())
 
 
-def test_dry_run_skips_finished_runs(suite, capsys):
+def test_dry_run_skips_finished_runs_and_says_when_all_are(suite, capsys, monkeypatch):
+    from attncnn.reproduce import runner
+
+    monkeypatch.setattr(runner, "cpu_load", lambda: 0.0)           # an idle machine: no warning
     out, _ = suite
     assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
+    assert f"the 1 run(s) of mini under {out} are all finished: nothing to train" in text
+    assert "attncnn reproduce mini --dry-run --out runs/mini" in text and "# total" not in text
+    # a finished run beside one still to train: the finished one is listed as skipped, the other timed
+    assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0,1", "--out",
+                 str(out)]) == 0
+    text = capsys.readouterr().out
     assert f"# resnet18-mini seed 0: finished in {out}/resnet18-mini/seed0, skipped" in text
-    assert "# total ~0.0 h" in text
+    assert "--seed 1 " in text and "# total ~" in text and "busy" not in text
+
+
+def test_dry_run_warns_when_the_cpu_was_busy(tmp_path, capsys, monkeypatch):
+    from attncnn.reproduce import runner
+
+    monkeypatch.setattr(runner, "cpu_load", lambda: 1000.0)        # far more runnable processes than cores
+    assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--out", str(tmp_path)]) == 0
+    text = capsys.readouterr().out
+    assert "# warning: the CPU was busy while the steps were timed (load average 1000.0 on" in text
+    assert "Run the dry run again when the machine is idle" in text
+
+
+def test_the_busy_cpu_rule():
+    from attncnn.reproduce.runner import busy_cpu
+
+    assert busy_cpu([0.3, 1.2], cores=2) is None                    # this process alone
+    assert busy_cpu([None, None], cores=2) is None                  # no load average on this system
+    assert busy_cpu([1.0, 3.1], cores=2).startswith("warning: the CPU was busy")   # a 2-thread job beside it
+    assert busy_cpu([4.0], cores=16) is None

@@ -1,5 +1,5 @@
 """The committed single runs beside the sample-efficiency grid (results/efficiency-ablation,
-results/efficiency-adamw): each is a finished, trimmed run folder whose last checkpoint evaluates to
+results/efficiency-adamw, results/efficiency-geometry): each is a finished, trimmed run folder whose last checkpoint evaluates to
 the final accuracy its metrics record, which is the number the folder's README reports."""
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from attncnn.cli import main
 from attncnn.training import load_checkpoint
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-FOLDERS = sorted(p.parent for pattern in ("efficiency-ablation", "efficiency-adamw")
+GROUPS = ("efficiency-ablation", "efficiency-adamw", "efficiency-geometry")
+FOLDERS = sorted(p.parent for pattern in GROUPS
                  for p in (RESULTS / pattern).glob("**/finished.json"))
 pytestmark = pytest.mark.slow
 
 
 def test_there_are_shipped_ablations():
-    assert {f.relative_to(RESULTS).parts[0] for f in FOLDERS} == {"efficiency-ablation", "efficiency-adamw"}
+    assert {f.relative_to(RESULTS).parts[0] for f in FOLDERS} == set(GROUPS)
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda f: f.relative_to(RESULTS).as_posix())

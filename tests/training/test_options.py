@@ -24,7 +24,8 @@ def test_every_field_has_exactly_one_flag_with_the_fields_help():
     fields = dataclasses.fields(TrainConfig)
     assert set(actions) == {f.name for f in fields}
     for f in fields:
-        assert actions[f.name].help == f.metadata["help"] and flag_name(f) in actions[f.name].option_strings
+        assert actions[f.name].help.startswith(f.metadata["help"]) and flag_name(f) in actions[f.name].option_strings
+        assert "default" in actions[f.name].help or "required" in actions[f.name].help, f.name
 
 
 def test_only_the_options_the_user_passed_are_given():

@@ -43,7 +43,8 @@ def register(subparsers) -> None:
     p.add_argument("--image", type=int, default=0, help="test image index for 'maps' of content models")
     p.add_argument("--average", type=int, default=100, help="test images averaged for 'average' (default 100)")
     p.add_argument("--zoom", type=int, help="show only the (2 ZOOM+1)^2 tokens around the query (paper: 3)")
-    p.add_argument("--labels", help="comma-separated curve labels for 'accuracy' (default: run names)")
+    p.add_argument("--labels", help="comma-separated curve labels for 'accuracy' (default: '<preset> seed <seed>' of "
+                                    "each run, with the end of its path when two runs share one)")
     p.add_argument("--formats", default="png,pdf", help="comma-separated file formats (default: png,pdf)")
     p.add_argument("--data", help="dataset for content-model figures (default: the run's)")
     p.add_argument("--data-dir")
@@ -158,7 +159,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     from .figures import (accuracy_figure, attention_grid_figure, quadratic_epochs_figure,
                           quadratic_layers_figure, save_figure)
     from .maps import attention_layers, attention_maps, default_grid_size, position_maps
-    from .runs import open_run, parse_query, test_images
+    from .runs import label_runs, open_run, parse_query, test_images
 
     wanted = _figure_set(args.figures)
     formats = _formats(args.formats)
@@ -166,7 +167,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     if labels is not None and len(labels) != len(args.runs):
         raise ValueError(f"--labels gives {len(labels)} labels for {len(args.runs)} runs")
-    runs = [open_run(path) for path in args.runs]
+    if labels is not None and len(set(labels)) != len(labels):
+        raise ValueError(f"--labels must be distinct (one curve each), got {args.labels!r}")
+    runs = label_runs([open_run(path) for path in args.runs])     # "<preset> seed <seed>", made distinct
     written: list[Path] = []
     curves = {}
     for n, run in enumerate(runs):
@@ -268,7 +271,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from .._io import atomic_write_text
     from .report import markdown_table, preset_row, run_row, text_table
-    from .runs import open_run
+    from .runs import label_runs, open_run
 
     if not args.runs and not args.preset:
         raise ValueError("give at least one RUN or --preset NAME")
@@ -276,7 +279,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise ValueError("--json and --markdown exclude each other")
     kwargs = {"speed": not args.no_speed, "batch_size": args.batch_size, "image_size": args.image_size}
     with _quiet_logs(args.json), running_at(args.precision):
-        rows = [run_row(open_run(path), **kwargs) for path in args.runs]
+        rows = [run_row(run, **kwargs) for run in label_runs([open_run(path) for path in args.runs])]
         rows += [preset_row(name, **kwargs) for name in args.preset]
     if args.json:
         text = json.dumps(rows, indent=2) + "\n"

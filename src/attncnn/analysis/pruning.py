@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..data import run_data
 from ..layers import QuadraticAttention
 from ..models import ImageTransformerConfig, count_parameters
 from ..training import RunFolder, RunFolderError, resolve_config, save_checkpoint, train
@@ -200,6 +201,7 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
         raise ValueError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
                          "pruning can only fine-tune runs written by `attncnn train`")
     stored = {k: v for k, v in source_config.items() if k not in ("preset", "model", "init_from")}
+    stored["data"] = run_data(stored.get("data"), overrides.get("data"))   # shipped runs store a name only
     model = {**(source_config.get("model") or {}), "layer_heads": list(layer_heads)}
     return resolve_config(source_config["preset"], **{**stored, **{k: v for k, v in overrides.items()
                                                                    if v is not None}}, model=model)

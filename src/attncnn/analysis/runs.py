@@ -13,10 +13,11 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
+from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
 from ..training import RunFolder, load_model
 
-__all__ = ["Run", "ImageIndexError", "open_run", "test_count", "test_images", "parse_indices", "parse_query", "shareable_dataset"]
+__all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
+           "test_images", "parse_indices", "parse_query", "shareable_dataset"]
 
 
 class ImageIndexError(ValueError):
@@ -54,7 +55,8 @@ class Run:
 
     Attributes:
         path: what was given (folder or checkpoint file).
-        name: a short label (folder name, or the checkpoint's stem with its folder).
+        name: a short label: ``"<preset> seed <seed>"`` (:func:`run_label`), else the folder name
+            (or the checkpoint's stem with its folder).
         model: the network, eval mode, CPU.
         metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
         folder: the run folder, or None for a bare checkpoint outside one.
@@ -103,7 +105,58 @@ def open_run(path: str | Path) -> Run:
         name = f"{(parent or path.parent).resolve().name}/{path.stem}"
     model, meta = load_model(target, "cpu")
     metrics = folder.read_metrics() if folder is not None else []
-    return Run(path, name, model, meta, folder, metrics)
+    return Run(path, run_label(meta, None if path.is_dir() else path) or name, model, meta, folder, metrics)
+
+
+def run_label(metadata: dict, checkpoint: Path | None = None) -> str | None:
+    """What figures, tables and pages call a run: ``"<preset> seed <seed>"`` from its stored
+    configuration (every shipped run folder is named ``seedN``, so folder names tell nothing),
+    followed by the checkpoint's stem for a checkpoint other than ``best``/``last``
+    (``"quadratic-mini seed 0 epoch_0003"``). None when the metadata names no preset."""
+    config = metadata.get("config")
+    if not isinstance(config, dict) or not isinstance(config.get("preset"), str):
+        return None
+    label = f"{config['preset']} seed {config.get('seed', '?')}"
+    if checkpoint is not None and checkpoint.stem not in ("best", "last"):
+        label += f" {checkpoint.stem}"
+    return label
+
+
+def unique_labels(labels: Sequence[str], paths: Sequence[str | Path]) -> list[str]:
+    """``labels`` made distinct: each group of equal labels gets the shortest trailing part of its
+    runs' paths that tells them apart, in brackets (``"demo seed 42 (quadratic)"``).
+
+    Raises:
+        ValueError: the same run folder or checkpoint given twice.
+    """
+    resolved = [Path(p).resolve() for p in paths]
+    out = list(labels)
+    for label in set(labels):
+        group = [i for i, other in enumerate(labels) if other == label]
+        if len(group) < 2:
+            continue
+        if len({resolved[i] for i in group}) < len(group):
+            raise ValueError(f"the same run is given twice ({label}: {', '.join(str(paths[i]) for i in group)}); "
+                             "give each run once")
+        depth = max(len(resolved[i].parts) for i in group)
+        for k in range(1, depth + 1):
+            tails = [Path(*resolved[i].parts[-k:]).as_posix() for i in group]
+            if len(set(tails)) == len(group):
+                break
+        for i, tail in zip(group, tails):
+            out[i] = f"{label} ({tail})"
+    return out
+
+
+def label_runs(runs: Sequence[Run]) -> list[Run]:
+    """``runs`` with names made distinct by :func:`unique_labels` (names changed in place).
+
+    Raises:
+        ValueError: the same run given twice.
+    """
+    for run, name in zip(runs, unique_labels([r.name for r in runs], [r.path for r in runs])):
+        run.name = name
+    return list(runs)
 
 
 def parse_indices(text: str) -> list[int]:
@@ -142,7 +195,7 @@ def test_count(run: Run, *, data: str | None = None, data_dir: str | None = None
         attncnn.data.DataError: the data set cannot be found.
     """
     stored = run.metadata.get("config", {})
-    dataset = load_dataset(data or stored.get("data", "cifar10"), data_dir=data_dir or stored.get("data_dir"))
+    dataset = load_dataset(run_data(stored.get("data"), data), data_dir=data_dir or stored.get("data_dir"))
     return len(dataset.test.labels)
 
 
@@ -159,7 +212,7 @@ def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,
         ImageIndexError: an index beyond the test split (a ValueError).
     """
     stored = run.metadata.get("config", {})
-    dataset = load_dataset(data or stored.get("data", "cifar10"), data_dir=data_dir or stored.get("data_dir"))
+    dataset = load_dataset(run_data(stored.get("data"), data), data_dir=data_dir or stored.get("data_dir"))
     images = dataset.test.images
     bad = [i for i in indices if i >= len(images)]
     if bad:

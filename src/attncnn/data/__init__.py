@@ -5,6 +5,7 @@ Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -17,11 +18,15 @@ from .subset import class_balanced_subset
 
 __all__ = [
     "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataError", "default_data_dir",
-    "load_dataset", "class_balanced_subset", "DeviceLoader", "random_crop_flip",
+    "load_dataset", "class_balanced_subset", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA", "run_data",
 ]
+
+log = logging.getLogger(__name__)
 
 
 _NAMES = ("cifar10", "cifar100")
+#: the data set of a command that names none, and of a stored run whose own data set is not here
+DEFAULT_DATA = "cifar10"
 
 
 def _describe(path: Path, kind: str, classes: tuple[str, ...], train: ImageSplit) -> str:
@@ -78,3 +83,29 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
     raise DataError(f"unknown data set {text!r} (no such file or folder); valid choices: cifar10, cifar100, or "
                     f"the path of a folder or .zip holding train/<class>/<image> and test/<class>/<image> "
                     f"(images ending in {', '.join(IMAGE_EXTENSIONS)})")
+
+
+def run_data(stored: str | None, given: str | None = None) -> str:
+    """The data set a command uses for a trained run: ``given`` if any, else the run's own.
+
+    A run stores the data set it was trained on (``config["data"]``). That is used when it names
+    CIFAR-10/100 or a folder or zip that exists here; a run from another machine, or a shipped
+    run (which stores only its data set's file name, never a local path), falls back to
+    :data:`DEFAULT_DATA` with a log line naming the run's own, so that ``--data`` is the fix.
+
+    Args:
+        stored: the run's ``config["data"]`` (None: not recorded).
+        given: the data set given on the command line, which always wins.
+
+    Returns:
+        A data-set spec for :func:`load_dataset`.
+    """
+    if given:
+        return given
+    if not stored:
+        return DEFAULT_DATA
+    if stored.strip().lower() in _NAMES or Path(stored).expanduser().exists():
+        return stored
+    log.warning("the run was trained on %s, which is not here; using %s (pass --data to choose the data set)",
+                stored, DEFAULT_DATA)
+    return DEFAULT_DATA

@@ -50,13 +50,29 @@ class QueryKeyAttention(GridAttention):
 
     Subclasses implement :meth:`input_probs` (and :meth:`input_scores`, :meth:`score_terms`).
 
-    Args: as :class:`~attncnn.layers.GridAttention`.
+    Args:
+        dim, num_heads, head_dim, out_dim, attn_drop, impl: as :class:`~attncnn.layers.GridAttention`.
+        qk_bias: give ``query`` and ``key`` a bias (PyTorch's and the reference code's default; ConViT: no).
+        qk_init_std: draw the ``query`` and ``key`` weights from a normal distribution of this std,
+            truncated at +-2 (timm's and ConViT's init, 0.02), biases 0; None: PyTorch's default init.
+
+    Raises:
+        ValueError: a ``qk_init_std`` that is not positive.
     """
 
-    def __init__(self, dim: int, num_heads: int, **kwargs) -> None:
+    def __init__(self, dim: int, num_heads: int, *, qk_bias: bool = True, qk_init_std: float | None = None,
+                 **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        self.query = nn.Linear(dim, num_heads * self.head_dim)
-        self.key = nn.Linear(dim, num_heads * self.head_dim)
+        self.query = nn.Linear(dim, num_heads * self.head_dim, bias=qk_bias)
+        self.key = nn.Linear(dim, num_heads * self.head_dim, bias=qk_bias)
+        if qk_init_std is not None:
+            if not qk_init_std > 0:
+                raise ValueError(f"qk_init_std must be positive (ConViT: 0.02) or None, got {qk_init_std}")
+            with torch.no_grad():
+                for linear in (self.query, self.key):
+                    nn.init.trunc_normal_(linear.weight, std=qk_init_std, a=-2.0, b=2.0)
+                    if linear.bias is not None:
+                        linear.bias.zero_()
 
     def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys of every head for the grid ``x (B, H, W, D)``.
@@ -93,6 +109,8 @@ class ContentAttention(QueryKeyAttention):
     """
 
     KINDS = ("content",)
+    CONFIG_KEYS = ("qk_bias", "qk_init_std")
+    EXCLUSIVE_KEYS = ("qk_bias", "qk_init_std")
     IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:

@@ -58,6 +58,7 @@ class GatedPositionalAttention(QueryKeyAttention):
             full-width heads). Dropout acts on the gated probabilities, one mask per image.
         gate_init: initial ``lambda_h`` of every head (ConViT: 1).
         freeze_gate: keep ``lambda`` fixed at ``gate_init`` (``requires_grad=False``).
+        qk_bias, qk_init_std: see :class:`~attncnn.layers.QueryKeyAttention` (ConViT: no bias, 0.02).
         impl: ``"sdpa"`` (fused content attention plus the batch-shared positional product),
             ``"explicit"`` (the gated map materialised per image) or ``"auto"`` (``"sdpa"``); see
             :meth:`forward`.
@@ -67,8 +68,8 @@ class GatedPositionalAttention(QueryKeyAttention):
     """
 
     KINDS = ("gpsa",)
-    CONFIG_KEYS = ("freeze_gate",)
-    EXCLUSIVE_KEYS = ("freeze_gate",)
+    CONFIG_KEYS = ("freeze_gate", "qk_bias", "qk_init_std")
+    EXCLUSIVE_KEYS = ("freeze_gate", "qk_bias", "qk_init_std")
     IMPLS = ("auto", "explicit", "sdpa")
     has_positional_term = True
     has_gates = True
@@ -103,8 +104,16 @@ class GatedPositionalAttention(QueryKeyAttention):
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
         """``v_pos^(h) = alpha (2 Delta_1, 2 Delta_2, -1)`` against ``r = (d_1, d_2, |d|^2)``: the
-        positional score ``-alpha |delta - Delta|^2 + alpha |Delta|^2`` (ConViT); gates unchanged."""
+        positional score ``-alpha |delta - Delta|^2 + alpha |Delta|^2`` (ConViT); gates unchanged.
+
+        When the value projection is square (``N_h * D_h == D``, ConViT's split of the width) it
+        becomes the identity with a zero bias, as ConViT's local init sets it: each head then
+        averages its own ``D_h`` channels of the tokens. (Full-width heads have no projection; other
+        widths keep their random one.)"""
         self.v_pos.copy_(alpha * torch.cat([2 * shifts, -torch.ones_like(shifts[:, :1])], dim=-1))
+        if self.value_in is not None and self.value_in.weight.shape[0] == self.value_in.weight.shape[1]:
+            self.value_in.weight.copy_(torch.eye(self.dim, dtype=self.value_in.weight.dtype))
+            self.value_in.bias.zero_()
 
     def positional_scores(self, height: int, width: int) -> torch.Tensor:
         """``v_pos^(h) . r_delta`` for every pair: ``(N_h, H*W, H*W)``, float32 at least, autocast off."""

@@ -51,7 +51,8 @@ class LearnedRelativeContentAttention(ContentAttention):
     """
 
     KINDS = ("learned-content",)
-    CONFIG_KEYS = ("max_size",)
+    CONFIG_KEYS = ("max_size",)           # not qk_bias / qk_init_std: its local init writes the query bias
+    EXCLUSIVE_KEYS = ()
     has_positional_term = True
 
     def __init__(self, dim: int, num_heads: int, *, max_size: int = 16, **kwargs) -> None:

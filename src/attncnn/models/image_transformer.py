@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: Values of ``ImageTransformerConfig.init`` and ``value_init``.
 INITS = ("random", "conv")
+#: Values of ``ImageTransformerConfig.pos_embed``.
+POS_EMBEDS = ("none", "learned")
 
 
 @dataclass
@@ -93,6 +95,13 @@ class ImageTransformerConfig:
     #: distribution as the value map's (uniform +-1/sqrt(D K^2)): the two differ only in the random stream.
     value_init: str = "random"
     freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
+    qk_bias: bool = True                #: content, gpsa: biases on queries and keys (ConViT: False)
+    qk_init_std: float | None = None    #: content, gpsa: query/key weights ~ N(0, std^2) truncated (ConViT: 0.02)
+    #: "none" (the paper: position enters only through the attention layers) or "learned": a learned
+    #: absolute position embedding added to the tokens after the embedding (DeiT's and ConViT's),
+    #: (1, H/p, W/p, D) for images of image_size x image_size, N(0, 0.02^2) truncated, no weight decay
+    pos_embed: str = "none"
+    image_size: int = 32                #: image side the learned position embedding is built for
 
     def __post_init__(self) -> None:
         layer_class = attention_class(self.attention)        # ValueError listing the kinds
@@ -118,13 +127,18 @@ class ImageTransformerConfig:
         for key in sorted({k for cls in ATTENTION_LAYERS.values() for k in cls.EXCLUSIVE_KEYS} - own):
             default = type(self).__dataclass_fields__[key].default
             if getattr(self, key) != default:
-                kinds = sorted(kind for kind, cls in ATTENTION_LAYERS.items() if key in cls.EXCLUSIVE_KEYS)
+                kinds = sorted(kind for kind, cls in ATTENTION_LAYERS.items() if key in cls.CONFIG_KEYS)
                 raise ValueError(f"{key} applies to attention={' or '.join(map(repr, kinds))} only, got "
                                  f"attention={self.attention!r}; remove {key} (default {default!r}) or change "
                                  "attention")
 
     def _check_init(self) -> None:
         """The options of the convolutional init and of GPSA; ValueError naming the field and the fix."""
+        if self.pos_embed not in POS_EMBEDS:
+            raise ValueError(f"pos_embed must be one of {', '.join(POS_EMBEDS)}, got {self.pos_embed!r}")
+        if self.pos_embed == "learned" and (self.image_size < 1 or self.image_size % self.pooling):
+            raise ValueError(f"pos_embed='learned' needs image_size divisible by the pooling width {self.pooling}, "
+                             f"got {self.image_size}; set image_size to the side of the training images")
         for name in ("init", "value_init"):
             if getattr(self, name) not in INITS:
                 raise ValueError(f"{name} must be one of {', '.join(INITS)}, got {getattr(self, name)!r}")
@@ -213,6 +227,11 @@ class ImageTransformer(nn.Module):
         self.embed = nn.Linear(config.pooling ** 2 * config.in_chans, config.dim)
         self.blocks = nn.ModuleList(TransformerBlock(config, heads) for heads in config.heads())
         self.head = nn.Linear(config.dim, config.num_classes)
+        self.pos_embed = None
+        if config.pos_embed == "learned":                   # after the other weights: their draws are unchanged
+            side = config.image_size // config.pooling
+            self.pos_embed = nn.Parameter(torch.empty(1, side, side, config.dim))
+            nn.init.trunc_normal_(self.pos_embed, std=0.02, a=-2.0, b=2.0)
         if config.init == "conv":
             self._conv_init()
 
@@ -245,7 +264,14 @@ class ImageTransformer(nn.Module):
         x = images.permute(0, 2, 3, 1)                       # (B, H, W, C)
         # The residual stream stays in the weights' dtype (float32) under bf16 autocast (a no-op
         # otherwise): every block adds its bf16 branch onto it, so LayerNorm sees float32.
-        return self.embed(space_to_depth(x, self.config.pooling)).to(self.embed.weight.dtype)
+        tokens = self.embed(space_to_depth(x, self.config.pooling)).to(self.embed.weight.dtype)
+        if self.pos_embed is None:
+            return tokens
+        if tokens.shape[1:3] != self.pos_embed.shape[1:3]:
+            raise ValueError(f"this model's learned position embedding is for {self.config.image_size}x"
+                             f"{self.config.image_size} images, got {tuple(images.shape[-2:])}; resize the images "
+                             "(an absolute embedding does not transfer to other sizes)")
+        return tokens + self.pos_embed
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:
         """Output grid of the last block, ``(B, H/p, W/p, D)``."""
@@ -271,8 +297,8 @@ class ImageTransformer(nn.Module):
 
     def no_weight_decay(self) -> set[str]:
         """Full names of parameters excluded from weight decay (quadratic centres and spreads, GPSA
-        positional vectors and gates)."""
-        names = set()
+        positional vectors and gates, the learned position embedding as in DeiT)."""
+        names = {"pos_embed"} if self.pos_embed is not None else set()
         for i, block in enumerate(self.blocks):
             skip = getattr(block.attention, "no_weight_decay", lambda: set())()
             names |= {f"blocks.{i}.attention.{n}" for n in skip}

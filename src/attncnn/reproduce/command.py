@@ -91,18 +91,27 @@ def _options(args: argparse.Namespace):
                         batch_size=args.batch_size)
 
 
-def _dry_run(jobs, options) -> int:
-    from .runner import estimate_job, train_command
+def _dry_run(jobs, options, out: Path, suite: str) -> int:
+    from ..training import resolve_device
+    from .runner import busy_cpu, cpu_load, estimate_job, train_command
     from .suites import job_state
 
+    states = {job: job_state(job) for job in jobs}
+    if all(state == "finished" for state in states.values()):
+        fresh = Path("runs") / suite                 # a dry run writes nothing: any empty folder will do
+        fresh = fresh if fresh.resolve() != out.resolve() else out.parent / f"{out.name}-fresh"
+        print(f"# the {len(jobs)} run(s) of {suite} under {out} are all finished: nothing to train, nothing to "
+              f"estimate. To estimate a fresh run on this machine, point --out at an empty folder:\n"
+              f"attncnn reproduce {suite} --dry-run --out {fresh}")
+        return 0
     measured: dict = {}
     total = 0.0
+    loads = [cpu_load()]
     for job in jobs:
-        state = job_state(job)
-        if state == "finished":
+        if states[job] == "finished":
             print(f"# {job.label}: finished in {job.folder}, skipped")
             continue
-        if state == "interrupted":
+        if states[job] == "interrupted":
             print(f"# {job.label}: interrupted, resumed with: attncnn train --resume {job.folder}")
         estimate = estimate_job(job, options, measured=measured)
         total += estimate.total_seconds
@@ -111,6 +120,9 @@ def _dry_run(jobs, options) -> int:
               f"({estimate.precision})")
     print(f"# total ~{total / 3600:.1f} h on this device for what is left (from one timed step per model, "
           "CIFAR-10 sizes; an interrupted run needs less)")
+    warning = busy_cpu(loads + [cpu_load()]) if resolve_device(options.device).type == "cpu" else None
+    if warning:
+        print(f"# {warning}")
     return 0
 
 
@@ -142,7 +154,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     suite = get_suite(args.suite)
     jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
     if args.dry_run:
-        return _dry_run(jobs, options)
+        return _dry_run(jobs, options, out, args.suite)
     if not args.report_only:
         _train(jobs, options, args, command)
     # Trim and report the whole suite, not only what this call trained: a suite run in parts
@@ -211,7 +223,7 @@ def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> i
     jobs = plan_grid(GRID, out, seeds=parse_seeds(args.seeds), only=only, train_images=args.train_images,
                      passes=args.passes)
     if args.dry_run:
-        return _dry_run(jobs, options)
+        return _dry_run(jobs, options, out, args.suite)
     if not args.report_only:
         _train(jobs, options, args, command)
     # The whole grid, as for the suites: --only trains part of it, the report covers every cell.

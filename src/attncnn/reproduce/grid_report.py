@@ -110,7 +110,7 @@ def _gain(results: Cells, better: str, base: str | Sequence[str], cell: str, at=
 
 
 def grid_claims(jobs: Sequence[Job], results: Cells) -> list[dict]:
-    """ConViT's claims next to the grid's numbers (points of test accuracy; no verdict: the README
+    """ConViT's claims next to the grid's numbers (points of test accuracy; no verdict: docs/study-efficiency.md
     gives it). Each: ``claim``, ``metric``, ``values`` (text; ``-`` where a cell is missing)."""
     cells, out = _cells(jobs), []
     presets = list(dict.fromkeys(j.preset for j in jobs))

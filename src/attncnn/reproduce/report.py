@@ -52,7 +52,7 @@ def final_layer_metrics(result: RunResult, *, images: int = 100, data: str | Non
 
 def claims(rows: Sequence[dict], layers: dict[str, list[dict] | None],
            results: dict[str, list[RunResult]]) -> list[dict]:
-    """The paper's claims next to the numbers that test them (no verdict: the README gives it)."""
+    """The paper's claims next to the numbers that test them (no verdict: docs/study-mini.md gives it)."""
     by_kind = {row["paper_preset"]: row for row in rows}
     preset_of = {row["paper_preset"]: row["preset"] for row in rows}
     out = []

@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import os
 import shlex
 from dataclasses import dataclass
 from typing import Callable
@@ -26,7 +27,8 @@ from .suites import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "train_jobs", "train_command", "Estimate", "estimate_job"]
+__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "train_jobs", "train_command", "Estimate", "estimate_job",
+           "cpu_load", "busy_cpu"]
 
 #: written into each run folder the harness finishes: the machine its timings come from
 MACHINE_FILE = "machine.json"
@@ -154,3 +156,36 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     epoch = train_images / config.batch_size * timing["step_seconds"]
     return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch + evaluation,
                     epoch * config.epochs + evaluation * evaluations, precision)
+
+
+def cpu_load() -> float | None:
+    """The CPU's 1-minute load average (runnable processes, this one included), or None where the
+    system does not report one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
+    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
+
+    The timing of a step grows with every process sharing the cores (the mini suite was estimated
+    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
+    measured beside other work is not the time the suite will take alone.
+
+    Args:
+        loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).
+        cores: CPU cores (default: ``os.cpu_count()``).
+
+    Returns:
+        The warning's text when the load from other processes (the largest sample less the one
+        this process adds) exceeds half the cores.
+    """
+    cores = cores or os.cpu_count() or 1
+    known = [load for load in loads if load is not None]
+    if not known or max(known) - 1 <= cores / 2:
+        return None
+    return (f"warning: the CPU was busy while the steps were timed (load average {max(known):.1f} on {cores} "
+            "cores, other processes included); the estimate can be several times the time the runs take "
+            "alone. Run the dry run again when the machine is idle.")

@@ -42,7 +42,7 @@ class TrainConfig:
             message names the option.
     """
 
-    preset: str = option("quadratic", help="model preset (see `attncnn presets`)")
+    preset: str = option("quadratic", help="model preset (see `attncnn presets`; e.g. demo, minutes on a CPU)")
     model: dict = option(factory=dict, flag="--set", metavar="KEY=VALUE",
                          help="override a model option, e.g. --set num_heads=16 (repeatable)")
     data: str = option("cifar10", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and "
@@ -85,10 +85,13 @@ class TrainConfig:
                                  "LayerNorm and loss), or auto: bf16 where the device has bfloat16 units (CUDA "
                                  "with bf16, a CPU with AVX512-BF16 or AMX), else fp32; a run stores the resolved "
                                  "value")
-    compile: bool = option(False, help="torch.compile the model (CPU inductor or CUDA); see the README's Speed "
-                                       "section for where it helps")
+    compile: bool = option(False, help="torch.compile the model (CPU inductor or CUDA); docs/speed.md says where it "
+                                       "helps")
     deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
                                              "runs are bit-identical)")
+    measure_paths: bool = option(True, help="when the model options leave impl=auto, time the attention layers' "
+                                            "paths on this machine once (cached in the data folder) and train "
+                                            "with the fastest; never with --deterministic or under torchrun")
     init_from: str | None = option(None, metavar="CHECKPOINT",
                                    help="start from this checkpoint's weights (fine-tune: new optimiser and "
                                         "schedule)")

@@ -55,6 +55,7 @@ from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
 from .loading import load_weights
 from .main_process_folder import MainProcessRunFolder
+from .path_choice import with_measured_paths
 from .run_precision import autocast, resolve_precision
 from .progress import EpochMeter
 from .run_folder import RunFolder
@@ -121,6 +122,8 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
            epoch_metrics: EpochMetrics | None) -> dict:
     """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
+    if mode != "resume":            # a resumed run keeps the path its configuration names
+        config = with_measured_paths(config, dataset, train_loader.batch_size, dist)
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None

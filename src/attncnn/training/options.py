@@ -16,10 +16,11 @@ import dataclasses
 import types
 import typing
 
+from ..models import get_preset, list_presets
 from .config import TrainConfig
 from .run_precision import PRECISIONS
 
-__all__ = ["add_config_options", "given_options", "flag_name", "key_value", "add_precision_option"]
+__all__ = ["add_config_options", "given_options", "flag_name", "key_value", "add_precision_option", "default_text"]
 
 
 def key_value(text: str) -> tuple[str, object]:
@@ -57,12 +58,41 @@ def _argparse_settings(annotation) -> dict:
     return {"type": annotation}
 
 
+def _shown(value) -> str:
+    """A default as ``--help`` shows it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return "none" if value is None else str(value)
+
+
+def default_text(field: dataclasses.Field) -> str:
+    """What ``--help`` says about a field's default: its :class:`TrainConfig` value, and whether a
+    preset's recipe may set another (``attncnn presets --json`` lists the recipes)."""
+    if field.name == "preset":
+        return "required, except with --resume"
+    if field.name == "model":
+        return "default: the preset's model options"
+    value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    recipes = {name: get_preset(name).train for name in list_presets()}
+    differ = sorted(name for name, recipe in recipes.items() if recipe.get(field.name, value) != value)
+    if not differ:
+        return f"default: {_shown(value)}"
+    return f"default: the preset's recipe, else {_shown(value)}; see `attncnn presets --json`"
+
+
 def add_config_options(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per :class:`TrainConfig` field to ``parser`` (destination = the field name)."""
+    """Add one flag per :class:`TrainConfig` field to ``parser`` (destination = the field name); each
+    flag's help is the field's help, followed by its default (:func:`default_text`) unless the help
+    states it."""
     hints = typing.get_type_hints(TrainConfig)
     for field in dataclasses.fields(TrainConfig):
         extra = {k: v for k, v in field.metadata.items() if k not in ("flag", "help")}
-        parser.add_argument(flag_name(field), dest=field.name, default=argparse.SUPPRESS, help=field.metadata["help"],
+        text = field.metadata["help"]
+        if "default" not in text or field.name in ("preset", "model"):   # else the help states it already
+            text = f"{text} ({default_text(field)})"
+        parser.add_argument(flag_name(field), dest=field.name, default=argparse.SUPPRESS, help=text,
                             **_argparse_settings(hints[field.name]), **extra)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 
-from tqdm.auto import tqdm
+from tqdm import tqdm          # plain: the bar only ever draws on a terminal (below), never in a notebook
 
 from .distributed import Distributed
 from .state import RunningSums

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..._io import atomic_write_bytes
-from ..runs import Run
+from ..runs import Run, label_runs, open_run
 from .encoding import ENCODING_VERSION, blob_text
 from .export import RunExport, export_run
 
@@ -140,8 +140,10 @@ def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike
     """
     out = Path(out)
     _check_output(out)
+    # "<preset> seed <seed>" per run, made distinct: the page's run menu must tell them apart
+    opened = label_runs([run if isinstance(run, Run) else open_run(run) for run in runs])
     exports = [export_run(run, indices, data=data, data_dir=data_dir, average=average, batch_size=batch_size)
-               for run in runs]
+               for run in opened]
     names = ", ".join(e.manifest["name"] for e in exports)
     data = build_html(exports, title=title or f"attncnn attention viewer: {names}").encode("utf-8")
     atomic_write_bytes(out, data, shared=True)      # a page is meant to be shared, not mkstemp's 0600

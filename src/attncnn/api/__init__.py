@@ -1,0 +1,19 @@
+"""The way in from Python: trained models in one line, ready for images in ``[0, 1]``, and their
+attention maps. Everything here is re-exported at the top level (``attncnn.pretrained``, ...).
+
+* :func:`pretrained`: a model this project trained, by name, from the repository's ``results/``;
+* :func:`load_model`: a model from any run folder or checkpoint;
+* :class:`Classifier`: what both return, the network with its input normalisation and class names;
+* :func:`attention_maps`: per-layer probabilities and score terms from real activations.
+
+This package sits at the top of the import arrow, beside the command line: it uses
+``training`` (loading), ``data`` (the normalisation) and ``analysis`` (the hooks), and no other
+package of attncnn imports it (the top-level ``attncnn`` re-exports it).
+"""
+
+from .attention import LayerAttention, attention_maps
+from .classifier import Classifier, load_model
+from .pretrained import RESULTS_ENV, list_pretrained, pretrained, pretrained_path, results_folders
+
+__all__ = ["Classifier", "load_model", "pretrained", "pretrained_path", "list_pretrained", "results_folders",
+           "RESULTS_ENV", "LayerAttention", "attention_maps"]

@@ -1,0 +1,123 @@
+"""Attention maps of a model in hand: :func:`attention_maps`, one :class:`LayerAttention` per layer.
+
+The maps are taken from each attention layer's *real input* during an ordinary forward pass,
+through forward hooks (:func:`attncnn.analysis.record_attention`), never by re-feeding
+embeddings; see :mod:`attncnn.analysis.maps` for the machinery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..analysis import LayerMaps, attention_layers, attention_maps_by_kind, position_maps
+from .classifier import Classifier
+
+__all__ = ["LayerAttention", "attention_maps"]
+
+
+@dataclass
+class LayerAttention(LayerMaps):
+    """Attention of one layer: its probabilities and, where it has them, the two score terms.
+
+    Shapes: ``(B, N_h, Q, H*W)`` with queries on dim -2 and keys on dim -1, tokens row-major
+    (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers (their maps do
+    not depend on the image) and for averaged maps; ``Q = H*W`` unless ``queries`` were chosen.
+    All on the CPU in float32. It is a :class:`~attncnn.analysis.LayerMaps` (``values`` are the
+    probabilities), so the figure functions of :mod:`attncnn.analysis.figures` take a list of them.
+
+    Attributes:
+        layer: 0-based index of the block.
+        values: the attention probabilities (also :attr:`probs`), after the softmax.
+        height, width: the token grid ``H x W`` the layer saw (16 x 16 for 32 x 32 CIFAR images and
+            2 x 2 space-to-depth).
+        position_only: True when the maps do not depend on the input (quadratic, learned).
+        queries: the kept query indices, or None for all.
+        content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None
+            (position-only layers, or ``scores=False``).
+        positional: the positional term (q.r / sqrt(D_h) for content + learned layers, GPSA's
+            positional score, or the whole score of a position-only layer), or None (plain
+            content attention, or ``scores=False``).
+    """
+
+    content: torch.Tensor | None = None
+    positional: torch.Tensor | None = None
+
+    @property
+    def probs(self) -> torch.Tensor:
+        """The attention probabilities (the same tensor as ``values``)."""
+        return self.values
+
+
+def _score_kinds(network: nn.Module) -> list[str]:
+    """The score terms every attention layer of ``network`` has (``"content"``, ``"positional"``)."""
+    kinds = None
+    for layer in attention_layers(network):
+        if layer.position_only:
+            have = {"positional"}
+        else:
+            have = {"content"} | ({"positional"} if layer.has_positional_term else set())
+        kinds = have if kinds is None else kinds & have
+    return sorted(kinds or ())
+
+
+def _inputs(model: nn.Module, images) -> tuple[nn.Module, torch.Tensor | None]:
+    """The bare network and its (normalised) input."""
+    if isinstance(model, Classifier):
+        return model.network, None if images is None else model.preprocess(images)
+    if images is not None and not (isinstance(images, torch.Tensor) and images.dtype.is_floating_point):
+        raise ValueError("a bare network takes normalised float images (B, C, H, W); load the model with "
+                         "attncnn.load_model or attncnn.pretrained to pass images in [0, 1] or uint8")
+    return model, images
+
+
+def attention_maps(model: nn.Module, images=None, *, scores: bool = True, average: bool = False,
+                   queries: Sequence[int] | None = None, batch_size: int = 50) -> list[LayerAttention]:
+    """Attention probabilities (and score terms) of every layer, from real activations.
+
+    Args:
+        model: a :class:`Classifier` from :func:`attncnn.load_model` / :func:`attncnn.pretrained`
+            (then ``images`` are in ``[0, 1]`` or uint8), or a bare image transformer such as
+            :func:`attncnn.build_model` returns (then ``images`` are normalised as it was trained).
+            Switched to eval mode during the call, then restored.
+        images: ``(B, 3, H_img, W_img)``, or None for a model whose layers are all position-only
+            (quadratic, learned): their maps do not depend on the input and are computed for
+            32 x 32 images.
+        scores: also return the pre-softmax score terms (``content``, ``positional``) each layer has.
+        average: average the maps over the images (paper Fig. 6) instead of one per image.
+        queries: keep only these query tokens (row-major ``r * W + c``) to save memory.
+        batch_size: images per forward pass.
+
+    Returns:
+        One :class:`LayerAttention` per block, first block first. Memory: each tensor holds
+        ``B * N_h * Q * (H*W)`` floats per layer (a content model at width 64 with 100 images:
+        about 240 MB per term and layer); use ``queries``, ``average=True`` or fewer images for more.
+
+    Raises:
+        ValueError: a model without attention layers (the ResNet baseline), images out of range or
+            of the wrong shape, or no images for a model whose attention depends on them.
+    """
+    network, x = _inputs(model, images)
+    layers = attention_layers(network)
+    kinds = ["probs", *(_score_kinds(network) if scores else [])]
+    if x is None:
+        if not all(layer.position_only for layer in layers):
+            raise ValueError("this model's attention depends on the image: pass images, e.g. "
+                             "attention_maps(model, images) with images (B, 3, 32, 32) in [0, 1]")
+        by_kind = {kind: position_maps(network, kind=kind) for kind in kinds}
+        if queries is not None:
+            for maps in by_kind.values():
+                for m in maps:
+                    m.values, m.queries = m.values[:, :, list(queries), :], list(queries)
+    else:
+        by_kind = attention_maps_by_kind(network, x, kinds, average=average, queries=queries,
+                                         batch_size=batch_size)
+    out = []
+    for i, probs in enumerate(by_kind["probs"]):
+        terms = {kind: by_kind[kind][i].values for kind in kinds if kind != "probs"}
+        out.append(LayerAttention(probs.layer, probs.values, probs.height, probs.width, probs.position_only,
+                                  probs.queries, content=terms.get("content"), positional=terms.get("positional")))
+    return out

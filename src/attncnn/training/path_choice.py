@@ -1,0 +1,148 @@
+"""Which computation path (``impl``) a run's attention layers take: measured on this machine, cached.
+
+Every path of a layer computes the same output up to rounding (tests check each pair), but which
+is fastest depends on the machine: on a 2-core AMD EPYC (AVX512-BF16) the separable path of the
+CPU-scale quadratic model is the faster one, on a 2-core Intel Xeon with AMX the dense one
+(``benchmarks/results/attention-paths.md``). So a run whose model options leave ``impl="auto"``
+times every path of one of its layers, on its own batch size, grid, precision and device
+(:func:`attncnn.layers.path_timing.time_impls`, a few seconds), and trains with the fastest; the
+choice is written into the run's configuration (``config.json``'s ``model.impl``), so a resumed run
+keeps it, and cached in ``attention-paths.json`` in the run's ``--data-dir`` (default
+:func:`attncnn.data.default_data_dir`), keyed by CPU model, thread count, torch version, device,
+precision and the layer's shape, so the next run on this machine reuses it without measuring: for a
+given cache the choice is deterministic.
+
+Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
+``"auto"``, the layers' own rule.
+
+Compiling is not chosen this way: timed alone (one forward + backward of the model, while other work
+shared the CPU) ``torch.compile`` looked 1.2x faster for the CPU-scale quadratic model, but inside
+``attncnn train`` it measured 0.74x of eager on the same, idle machine (``benchmarks/results/speedup-amd-epyc-2cores-2026-11-25.md``), so a timing of the
+model alone does not predict the run; ``--compile`` stays the user's choice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from .._io import atomic_write_text
+from ..data import default_data_dir
+from ..layers import build_attention
+from ..layers.path_timing import time_impls
+from ..models import preset_model_config
+
+__all__ = ["CACHE_NAME", "path_cache_key", "choose_impl", "with_measured_paths"]
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "attention-paths.json"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device) -> str:
+    """The cache key of a measurement: machine (CPU model or GPU name, threads, torch) and the
+    layer's kind, shape, dropout, grid, per-process batch, precision."""
+    c = model_config
+    shape = (f"{c.attention} dim={c.dim} heads={c.num_heads} head_dim={c.head_dim} attn_drop={c.attn_dropout} "
+             f"grid={grid[0]}x{grid[1]} batch={batch} {precision}")
+    return f"{_machine(device)} | {shape}"
+
+
+def _machine(device: torch.device) -> str:
+    """CPU model (or GPU name), threads, torch version and device type: what a timing depends on."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    return f"{name} | threads={torch.get_num_threads()} | torch {torch.__version__} | {device.type}"
+
+
+def _read(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
+                cache_dir: str | os.PathLike[str] | None = None) -> tuple[str, dict[str, float] | None]:
+    """The fastest path of ``model_config``'s attention layers for this run, from the cache or measured.
+
+    Args:
+        model_config: an :class:`~attncnn.models.ImageTransformerConfig` (``impl`` is ignored).
+        batch: images per step and process. image_size: ``(H, W)`` of the images.
+        precision: ``"fp32"`` or ``"bf16"`` (resolved). device: where the run trains.
+        cache_dir: folder of the cache file (default: the data cache folder, :func:`attncnn.data.default_data_dir`).
+
+    Returns:
+        ``(impl, timings)``: the chosen path and the measured seconds per path (None when cached).
+        A kind with only one path besides ``"auto"`` returns it without measuring.
+    """
+    p = model_config.pooling
+    grid = (image_size[0] // p, image_size[1] // p)
+    path = Path(cache_dir) if cache_dir is not None else default_data_dir()
+    path = path / CACHE_NAME
+    key = path_cache_key(model_config, batch, grid, precision, device)
+    cached = _read(path).get(key)
+    if isinstance(cached, str):
+        return cached, None
+    torch.manual_seed(0)            # the weights of the probe layer; the run seeds itself afterwards
+    layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
+                            **model_config.attention_kwargs()).to(device).train()
+    impls = tuple(i for i in layer.impls if i != "auto")
+    if len(impls) == 1:
+        return impls[0], None
+    x = torch.randn(batch, *grid, model_config.dim, device=device)
+    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
+    best = min(timings, key=timings.get)
+    _write(path, key, best)
+    return best, timings
+
+
+def _write(path: Path, key: str, value) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps({**_read(path), key: value}, indent=1, sort_keys=True) + "\n")
+    except OSError as err:          # a read-only cache folder costs a re-measurement next time, nothing else
+        log.warning("could not cache a speed measurement in %s: %s", path, err)
+
+
+def with_measured_paths(config, dataset, batch: int, dist) -> object:
+    """``config`` with ``model.impl`` set to the fastest path here (:func:`choose_impl`), or unchanged:
+    when ``measure_paths`` is off, the run is ``deterministic``, several processes train (each would
+    time its own share of the machine), the model options name an ``impl``, or the network has no
+    attention layers.
+
+    Args:
+        config: the run's resolved :class:`~attncnn.training.TrainConfig` (precision resolved).
+        dataset: the loaded data set (its image size). batch: images per step and process.
+        dist: the run's :class:`~attncnn.training.distributed.Distributed`.
+    """
+    if not config.measure_paths or config.deterministic or dist.enabled or "impl" in config.model:
+        return config
+    arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
+    if not hasattr(model_config, "attention"):
+        return config
+    impl, timings = choose_impl(model_config, batch=batch, image_size=tuple(dataset.train.images.shape[-2:]),
+                                precision=config.precision, device=dist.device, cache_dir=config.data_dir)
+    if timings is None:
+        log.info("attention path %s (cached for this machine and shape)", impl)
+    else:
+        log.info("attention path %s, measured on one layer (forward + backward): %s", impl,
+                 ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in timings.items()))
+    return dataclasses.replace(config, model={**config.model, "impl": impl})

@@ -1,0 +1,149 @@
+"""The way in from Python: ``attncnn.pretrained`` / ``attncnn.load_model`` give a model that takes
+images in [0, 1] and refuses anything else, and ``attncnn.attention_maps`` gives each layer's
+probabilities and score terms from real activations."""
+
+from __future__ import annotations
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import attncnn
+from attncnn.analysis import attention_maps as analysis_maps
+from attncnn.analysis import position_maps
+from attncnn.data import CIFAR_MEAN, CIFAR_STD
+from attncnn.training import load_model as load_network
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+shipped = pytest.mark.skipif(not (RESULTS / "mini" / "learned-mini" / "seed0").is_dir(),
+                             reason="no committed results/mini")
+
+
+def _images(n: int = 3) -> torch.Tensor:
+    return torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+
+
+@shipped
+def test_the_documented_three_lines_run():
+    snippet = textwrap.dedent(attncnn.__doc__.split("::", 1)[1].split("\n\n")[1])
+    assert len(snippet.strip().splitlines()) == 3 and "attncnn.pretrained" in snippet
+    scope: dict = {}
+    exec(snippet, scope)                                           # noqa: S102 (our own docstring)
+    maps = scope["maps"]
+    assert len(maps) == 6 and maps[0].probs.shape == (1, 9, 256, 256)
+
+
+@shipped
+def test_a_shipped_model_classifies_images_in_0_1_as_its_network_does_normalised_ones():
+    model = attncnn.pretrained("quadratic-mini", seed=1)
+    assert isinstance(model, attncnn.Classifier) and not model.training
+    assert model.name == "quadratic-mini seed 1" and model.classes[0] == "airplane" and len(model.classes) == 10
+    images = _images()
+    mean, std = torch.tensor(CIFAR_MEAN).view(1, 3, 1, 1), torch.tensor(CIFAR_STD).view(1, 3, 1, 1)
+    with torch.no_grad():
+        expected = model.network((images - mean) / std)
+        assert torch.equal(model(images), expected)
+        as_bytes = (images * 255).round().to(torch.uint8)
+        assert torch.allclose(model(as_bytes), model.network((as_bytes.float() / 255 - mean) / std))
+        assert torch.allclose(model(images[0]), expected[:1], atol=1e-5)     # one image (C, H, W)
+    assert model.predict(images) == [model.classes[i] for i in expected.argmax(1).tolist()]
+
+
+@shipped
+def test_a_model_refuses_images_it_would_misread():
+    model = attncnn.pretrained("learned-mini")
+    images = _images()
+    with pytest.raises(ValueError, match="look normalised already: give them to model.network"):
+        model((images - 0.5) / 0.25)
+    with pytest.raises(ValueError, match="divide by 255 or pass uint8"):
+        model(images * 255)
+    with pytest.raises(ValueError, match=r"must be \(B, 3, H, W\)"):
+        model(images[:, :1])
+    with pytest.raises(ValueError, match="float in \\[0, 1\\] or uint8"):
+        model(images.long())
+
+
+@shipped
+def test_load_model_takes_a_folder_or_a_checkpoint_a_device_and_a_dtype():
+    folder = RESULTS / "mini" / "learned-mini" / "seed0"
+    model = attncnn.load_model(folder, dtype=torch.float64)
+    assert next(model.parameters()).dtype == torch.float64 and model.source.name == "last.safetensors"
+    network, meta = load_network(folder)                            # the training API keeps its (model, meta)
+    assert meta["classes"] == list(model.classes) and not network.training
+    images = _images(2)
+    with torch.no_grad():
+        assert model(images).dtype == torch.float64
+        assert torch.allclose(model(images).float(), attncnn.load_model(folder / "checkpoints" /
+                                                                        "last.safetensors")(images), atol=1e-4)
+    with pytest.raises(ValueError, match="floating dtype"):
+        attncnn.load_model(folder, dtype=torch.int64)
+
+
+@shipped
+def test_pretrained_lists_what_it_has_and_names_where_it_looked(tmp_path, monkeypatch):
+    found = attncnn.list_pretrained()
+    assert found[:3] == [("learned-content-mini", 0), ("learned-mini", 0), ("learned-mini", 1)]
+    assert ("efficiency/gpsa-mini/10pct", 1) in found
+    assert attncnn.pretrained("efficiency/gpsa-mini/10pct", seed=1).name == "gpsa-mini seed 1"
+    with pytest.raises(FileNotFoundError) as err:
+        attncnn.pretrained("quadratic-mini", seed=7)
+    message = str(err.value)
+    assert str(RESULTS / "mini" / "quadratic-mini" / "seed7") in message and "quadratic-mini seed 2" in message
+    with pytest.raises(FileNotFoundError, match="clone the repository and pass root=.*ATTNCNN_RESULTS"):
+        attncnn.pretrained("quadratic-mini", root=tmp_path)
+    with pytest.raises(ValueError, match="a preset such as 'quadratic-mini'"):
+        attncnn.pretrained("../mini/quadratic-mini")
+    # a results folder elsewhere, named by the environment variable
+    shutil.copytree(RESULTS / "mini" / "resnet18-mini" / "seed0", tmp_path / "mini" / "resnet18-mini" / "seed0")
+    monkeypatch.setenv("ATTNCNN_RESULTS", str(tmp_path))
+    assert attncnn.list_pretrained() == [("resnet18-mini", 0)]
+    assert attncnn.pretrained("resnet18-mini").source.is_relative_to(tmp_path)
+
+
+@shipped
+def test_maps_of_a_position_only_model_need_no_image():
+    model = attncnn.pretrained("quadratic-mini")
+    maps = attncnn.attention_maps(model)
+    reference = position_maps(model.network)
+    assert len(maps) == 6
+    for got, want in zip(maps, reference):
+        assert got.position_only and (got.height, got.width) == (16, 16)
+        assert torch.equal(got.probs, want.values) and got.content is None
+        assert torch.allclose(torch.softmax(got.positional, -1), got.probs, atol=1e-6)   # the whole score
+    assert attncnn.attention_maps(model, _images(2))[0].probs.equal(maps[0].probs)       # the same with images
+    picked = attncnn.attention_maps(model, queries=[0, 17])
+    assert picked[2].probs.shape == (1, 9, 2, 256) and picked[2].probs.equal(maps[2].probs[:, :, [0, 17]])
+
+
+@shipped
+def test_maps_of_a_content_model_come_from_real_activations_with_both_score_terms():
+    model = attncnn.pretrained("learned-content-mini")
+    images = _images(2)
+    maps = attncnn.attention_maps(model, images)
+    hooked = analysis_maps(model.network, model.preprocess(images))
+    for got, want in zip(maps, hooked):
+        assert got.probs.shape == (2, 9, 256, 256) and torch.equal(got.probs, want.values)
+        # the probabilities are the softmax of the two terms' sum (paper eq. 8: q.k + q.r)
+        assert torch.allclose(torch.softmax(got.content + got.positional, -1), got.probs, atol=1e-5)
+    averaged = attncnn.attention_maps(model, images, average=True, scores=False)
+    assert averaged[0].probs.shape == (1, 9, 256, 256) and averaged[0].content is None
+    assert torch.allclose(averaged[3].probs[0], maps[3].probs.mean(0), atol=1e-6)
+    with pytest.raises(ValueError, match="depends on the image: pass images"):
+        attncnn.attention_maps(model)
+
+
+def test_maps_of_a_bare_network_and_what_has_no_attention():
+    torch.manual_seed(0)
+    network = attncnn.build_model("demo", num_classes=3).eval()
+    normalised = torch.randn(2, 3, 32, 32)
+    maps = attncnn.attention_maps(network, normalised)               # a bare network takes normalised images
+    assert [m.probs.shape for m in maps] == [(1, 4, 64, 64)] * 2
+    with pytest.raises(ValueError, match="bare network takes normalised float images"):
+        attncnn.attention_maps(network, (normalised > 0).to(torch.uint8))
+    with pytest.raises(ValueError, match="no self-attention blocks"):
+        attncnn.attention_maps(attncnn.Classifier(attncnn.build_model("resnet18-mini").eval()), _images(1))
+    wrapped = attncnn.Classifier(network)
+    assert wrapped.classes == ("0", "1", "2") and wrapped.name == "model"

@@ -1,0 +1,89 @@
+"""The measured choice of the attention path: timed once per machine and shape, cached, recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attncnn.layers import build_attention
+from attncnn.layers.path_timing import time_impls
+from attncnn.models import preset_model_config
+from attncnn.training import path_choice, resolve_config
+from attncnn.training.path_choice import CACHE_NAME, choose_impl, with_measured_paths
+
+CPU = torch.device("cpu")
+
+
+def _model_config(**overrides):
+    return preset_model_config("demo", 3, dim=16, mlp_dim=16, **overrides)[1]
+
+
+def test_time_impls_times_every_path_and_restores_the_layer():
+    layer = build_attention("quadratic", 16, 4, impl="dense").train()
+    timings = time_impls(layer, torch.randn(2, 12, 12, 16), reps=1)
+    assert set(timings) == {"dense", "separable"} and all(t > 0 for t in timings.values())
+    assert layer.impl == "dense" and all(p.grad is None for p in layer.parameters())
+
+
+def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatch):
+    config = _model_config()
+    impl, timings = choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
+    assert timings is not None and impl == min(timings, key=timings.get)
+    cache = json.loads((tmp_path / CACHE_NAME).read_text())
+    assert list(cache.values()) == [impl] and "quadratic dim=16 heads=4" in next(iter(cache))
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a cached choice must not be measured again")
+
+    monkeypatch.setattr(path_choice, "time_impls", no_timing)
+    for _ in range(3):
+        assert choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU,
+                           cache_dir=tmp_path) == (impl, None)
+    # another shape is another key: measured (here: refused), not taken from the cache
+    with pytest.raises(AssertionError, match="must not be measured"):
+        choose_impl(config, batch=8, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
+
+
+def test_the_fastest_path_is_chosen(tmp_path, monkeypatch):
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.2, "separable": 0.1})
+    assert choose_impl(_model_config(), batch=4, image_size=(32, 32), precision="bf16", device=CPU,
+                       cache_dir=tmp_path) == ("separable", {"dense": 0.2, "separable": 0.1})
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"explicit": 0.3, "sdpa": 0.4})
+    gpsa = preset_model_config("gpsa-mini", 3)[1]
+    assert choose_impl(gpsa, batch=4, image_size=(32, 32), precision="bf16", device=CPU,
+                       cache_dir=tmp_path)[0] == "explicit"
+
+
+def _run_parts(tmp_path):
+    dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
+    dist = SimpleNamespace(enabled=False, device=CPU)
+    return dataset, dist
+
+
+@pytest.mark.parametrize("change,measured", [
+    ({}, True),
+    ({"deterministic": True}, False),
+    ({"measure_paths": False}, False),
+    ({"model": {"dim": 16, "mlp_dim": 16, "impl": "dense"}}, False),
+])
+def test_which_runs_measure(tmp_path, monkeypatch, change, measured):
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.1, "separable": 0.2})
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    config = dataclasses.replace(config, **change)
+    dataset, dist = _run_parts(tmp_path)
+    out = with_measured_paths(config, dataset, 4, dist)
+    assert (out.model.get("impl") == "dense" and out is not config) == measured
+    if not measured:
+        assert out.model == config.model
+
+
+def test_networks_without_attention_and_multi_process_runs_keep_their_configuration(tmp_path):
+    dataset, dist = _run_parts(tmp_path)
+    resnet = resolve_config("resnet18-mini", data_dir=str(tmp_path))
+    assert with_measured_paths(resnet, dataset, 4, dist) is resnet
+    config = resolve_config("demo", data_dir=str(tmp_path))
+    assert with_measured_paths(config, dataset, 4, SimpleNamespace(enabled=True, device=CPU)) is config
