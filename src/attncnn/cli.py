@@ -138,9 +138,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset, run_data
     from .training import evaluate, load_model, resolve_device
+    from .training.host_memory import reuse_freed_memory
     from .training.run_precision import resolve_precision
 
     device = resolve_device(args.device)
+    if device.type == "cpu":
+        reuse_freed_memory()
     model, meta = load_model(args.path, device)
     stored = meta.get("config", {})
     spec = run_data(stored.get("data"), args.data)

@@ -142,8 +142,13 @@ def test_epoch_metrics_is_flat_cheap_and_leaves_the_model_alone():
                 "attn/layer2/head4/center_row", "attn/layer1/degenerate_heads"):
         assert key in flat, key
     assert "attn/layer1/head1/distance" in epoch_metrics(build_model("learned", **SMALL))
-    full = epoch_metrics(build_model("quadratic-generalized", **SMALL))
+    generalized = build_model("quadratic-generalized", **SMALL)
+    full = epoch_metrics(generalized)
     assert "attn/layer1/head1/eigenvalue_max" in full
+    # the whole Sigma^-1 of every head, so that the head can be redrawn from metrics.jsonl alone
+    inv = generalized.blocks[1].attention.inverse_covariance.detach().double()[2]
+    assert [full[f"attn/layer2/head3/inverse_covariance_{k}"] for k in ("rr", "rc", "cc")] == \
+        pytest.approx([float(inv[0, 0]), float(inv[0, 1]), float(inv[1, 1])])
     assert epoch_metrics(build_model("learned-content", **SMALL)) == {}
     assert epoch_metrics(build_model("resnet18")) == {}
 

@@ -372,8 +372,9 @@ def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
     Per layer: ``distance``, ``peak``, ``entropy``, ``grid_distance``, (quadratic)
     ``degenerate_heads`` and (GPSA) ``gate``; per head: ``distance``, ``peak``, ``entropy``, for
     quadratic heads ``center_row``, ``center_col``, ``alpha`` (isotropic) or
-    ``eigenvalue_min``/``eigenvalue_max`` (full covariance), and ``degenerate`` as 0.0/1.0, for
-    GPSA heads ``gate``. Layer and head numbers are 1-based.
+    ``eigenvalue_min``/``eigenvalue_max`` and the symmetric Sigma^-1 itself, ``inverse_covariance_rr``,
+    ``_rc``, ``_cc`` (full covariance: row-row, row-col, col-col entries, enough to redraw the head), and
+    ``degenerate`` as 0.0/1.0, for GPSA heads ``gate``. Layer and head numbers are 1-based.
     """
     flat: dict[str, float] = {}
     for layer in metrics["layers"]:
@@ -391,6 +392,9 @@ def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
                 flat[f"{hb}/degenerate"] = float(head["degenerate"])
             if "inverse_covariance" in head:
                 flat[f"{hb}/eigenvalue_min"], flat[f"{hb}/eigenvalue_max"] = map(float, head["eigenvalues"])
+                (rr, rc), (_, cc) = head["inverse_covariance"]
+                for name, value in (("rr", rr), ("rc", rc), ("cc", cc)):
+                    flat[f"{hb}/inverse_covariance_{name}"] = float(value)
     return flat
 
 

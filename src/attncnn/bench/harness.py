@@ -32,6 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from ..layers import dense_attention
 from ..models import build_model, count_parameters
+from ..training.host_memory import reuse_freed_memory
 from ..training.run_precision import autocast
 
 __all__ = ["machine_info", "matmul_peak", "time_median", "time_steps", "count_training_flops", "bench_preset",
@@ -172,6 +173,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)
+    host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
     torch.manual_seed(seed)
     model = build_model(preset, **(overrides or {}))
     if impl == "reference":
@@ -199,7 +201,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
             "model_flops_per_s": per_image_train * batch_size / step_s,
             "train_flops_per_image_as_run": run_flops / 2,
             "achieved_flops_per_s": run_flops / 2 * batch_size / step_s,
-            "precision": precision, "compile": compile}
+            "precision": precision, "compile": compile, "host_memory": host_memory}
 
 
 def _child(queue, kwargs, sys_path):

@@ -1,4 +1,4 @@
-"""``attncnn reproduce mini|paper``: train a Table 1 suite (resumable), then write its report,
+"""``attncnn reproduce mini|mini-long|paper``: train a Table 1 suite (resumable), then write its report,
 figures and viewer page; ``--dry-run`` prints the commands and the estimated time instead."""
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def register(subparsers) -> None:
     r.add_argument("--download", action="store_true", help="download official archives if missing")
     r.add_argument("--out", help="suite folder (default: results/<suite>)")
     r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
-                                   "mini suite's quadratic and learned models, 0,1 for the efficiency grid's "
-                                   "10 %% cells)")
+                                   "mini suite's quadratic and learned models, mini-long's quadratic, learned "
+                                   "and resnet18 models, 0,1 for the efficiency grid's 10 %% cells)")
     r.add_argument("--only", help="comma-separated presets of the suite to train (the report still covers "
                                   "every finished run under --out, so a suite run in parts keeps one report)")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
@@ -65,6 +65,11 @@ def register(subparsers) -> None:
     r.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
     r.add_argument("--trim", action="store_true",
                    help="before reporting, trim finished run folders for committing (see attncnn.reproduce.ship)")
+    r.add_argument("--ship", action="store_true",
+                   help="train nothing; prepare --out for `git add` when work stops: finished runs trimmed as with "
+                        "--trim, each unfinished run reduced to its config, metrics and newest resumable checkpoint "
+                        "(optimiser state included), then the report of what has finished. The same command "
+                        "without --ship resumes the unfinished runs, also from a fresh clone (give --data)")
     r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
     r.add_argument("--viewer-images", default=",".join(map(str, VIEWER_IMAGES)), metavar="I,J,...",
                    help="test images of the viewer page (default %(default)s; each costs a content model 3-5 MB "
@@ -152,28 +157,45 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.train_images is not None or args.passes is not None:
         raise ValueError(f"--train-images and --passes belong to the {GRID.name} grid, not to suite {args.suite}")
     suite = get_suite(args.suite)
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only)
+    if args.ship and args.dry_run:
+        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only, epochs=options.epochs)
     if args.dry_run:
         return _dry_run(jobs, options, out, args.suite)
-    if not args.report_only:
+    if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
     # Trim and report the whole suite, not only what this call trained: a suite run in parts
     # (--only one model at a time) must not drop the models finished earlier from its report.
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds))
-    if args.trim:
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
+    if args.trim or args.ship:
         seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
-        trim_jobs(jobs, keep_epochs_of={(suite.evolution_preset, min(seeds))} if seeds else set())
+        keep = seeds and suite.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
+        trim_jobs(jobs, keep_epochs_of={(suite.evolution_preset, min(seeds))} if keep else set())
+    if args.ship:
+        _ship_unfinished(jobs)
     results = finished_runs(jobs)
+    if not results and args.ship:
+        print(f"no finished run under {out} yet, so no report; the unfinished runs are ready for `git add {out}`")
+        return 0
     if not results:
         raise ValueError(f"no finished run under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    figures = suite_figures(results, out / "figures", formats=formats, data=args.data, data_dir=args.data_dir)
+    figures = suite_figures(results, out / "figures", formats=formats, data=args.data, data_dir=args.data_dir,
+                            suite=suite)
     if not args.no_viewer:
         _viewer(results, out, args)
     path = write_report(suite, out, jobs, results, figures, command=command, data=args.data,
                         data_dir=args.data_dir)
     print(f"report: {path}")
     return 0
+
+
+def _ship_unfinished(jobs) -> None:
+    from .unfinished import ship_unfinished_jobs
+
+    for job, before, after in ship_unfinished_jobs(jobs):
+        print(f"unfinished {job.label}: {job.folder} ready to commit ({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
+              "resumable)")
 
 
 def _viewer_images(text: str) -> list[int]:
@@ -217,6 +239,9 @@ def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> i
     from .ship import trim_jobs
     from .suites import parse_seeds
 
+    if args.ship:
+        raise ValueError(f"--ship belongs to the Table 1 suites; the {GRID.name} grid's cells are short: finish "
+                         "them, then --trim")
     if options.epochs is not None or options.train_subset is not None:
         raise ValueError(f"the {GRID.name} grid sets each cell's epochs and subset itself; for a smoke run use "
                          "--train-images (a small training set) and --passes instead of --epochs/--train-subset")

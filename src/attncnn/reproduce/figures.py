@@ -8,6 +8,12 @@
 * Fig. 6: layers x heads maps of the content model for one test image and averaged over 100;
 * per-layer attention distance and distance to the grid of shifts against epoch (position-only
   models log them every epoch; the curve is the mean over the finished seeds).
+
+A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
+Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
+``metrics.jsonl`` logged every epoch (layers 1-4 at the first epoch, the suite's ``settle_epochs``
+and the last) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the
+grid distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
 """
 
 from __future__ import annotations
@@ -18,9 +24,12 @@ from typing import Sequence
 
 from ..analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure,
                                 quadratic_epochs_figure, quadratic_layers_figure, save_figure)
+from ..analysis.epoch_figures import accuracy_bands_figure, centres_over_epochs_figure, seed_curves_figure
 from ..analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ..analysis.runs import test_count, test_images
 from ..training import load_model
+from .epochs import SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
+from .suites import Suite
 from .summary import RunResult, layer_curves
 
 log = logging.getLogger("attncnn.reproduce")
@@ -29,17 +38,30 @@ __all__ = ["suite_figures", "EVOLUTION_LAYERS"]
 
 #: layers drawn across epochs (paper Fig. 3): the first, where the grid forms, and a deeper one
 EVOLUTION_LAYERS = (1, 4)
+#: layers drawn across epochs from metrics.jsonl in a suite followed over epochs (the paper shows layer 4)
+LOGGED_EVOLUTION_LAYERS = (1, 2, 3, 4)
 
 
 def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], key: str) -> None:
     written[key] = save_figure(fig, path, formats)[0]
 
 
-def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+def _fig4(result: RunResult, out: Path, formats, written: dict[str, Path], *, seed_in_name: bool = False) -> None:
     preset, run = result.job.preset, result.run
-    _figure(quadratic_layers_figure(run.model, title=f"{preset}: every layer after epoch "
+    seed = f" seed {result.job.seed}" if seed_in_name else ""
+    _figure(quadratic_layers_figure(run.model, title=f"{preset}{seed}: every layer after epoch "
                                                      f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"),
-            out / f"fig4-{preset}-centers", formats, written, f"fig4 {preset}")
+            out / f"fig4-{preset}{seed.replace(' ', '-')}-centers", formats, written, f"fig4 {preset}{seed}")
+
+
+def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+    _fig4(result, out, formats, written)
+    _checkpoint_evolution(result, out, formats, written)
+
+
+def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+    """Fig. 3 from the run's periodic checkpoints."""
+    preset, run = result.job.preset, result.run
     snapshots = [(epoch, load_model(path)[0]) for epoch, path in run.periodic_checkpoints()]
     if not snapshots:
         log.warning("%s: no periodic checkpoints, so no figure of the centres over epochs", run.path)
@@ -93,9 +115,61 @@ def _figure_kind(model) -> str | None:
     return None
 
 
+def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, written: dict[str, Path]) -> None:
+    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints)."""
+    preset, records = result.job.preset, result.epoch_records
+    layers = {}
+    for layer in LOGGED_EVOLUTION_LAYERS:
+        snaps = [(r["epoch"], *heads) for r in records if (heads := quadratic_heads(r, layer)) is not None]
+        if snaps:
+            layers[layer] = snaps
+    if not layers:
+        log.warning("%s: metrics.jsonl logs no centres and spreads per epoch, so no Fig. 3", result.run.path)
+        return
+    drawn = evolution_epochs([r["epoch"] for r in records], suite.settle_epochs)
+    fig = centres_over_epochs_figure(layers, drawn, title=f"{preset} seed {result.job.seed}: layers "
+                                     f"{min(layers)}-{max(layers)} over the epochs\n(50 % solid, 90 % dotted mass; "
+                                     "thin lines: each centre's path)")
+    _figure(fig, out / f"fig3-{preset}-layers-epochs", formats, written, f"fig3 {preset}")
+
+
+def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path, formats,
+                 written: dict[str, Path]) -> None:
+    """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
+    of every seed, the grid distance of every seed."""
+    if _figure_kind(runs[0].run.model) == "centres":
+        if suite.evolution_from == "metrics":
+            _logged_evolution(runs[0], suite, out, formats, written)
+        else:
+            _checkpoint_evolution(runs[0], out, formats, written)
+        for result in runs:
+            _fig4(result, out, formats, written, seed_in_name=True)
+    curves = seed_layer_curves(runs, "grid_distance")
+    if curves:
+        fig = seed_curves_figure(curves, ylabel="grid distance (tokens)", threshold=SETTLED_BELOW,
+                                 threshold_label=f"settled: below {SETTLED_BELOW}",
+                                 title=f"{preset}: distance of each layer's heads to the nearest 3x3 grid of shifts")
+        _figure(fig, out / f"grid-distance-seeds-{preset}", formats, written, f"grid distance seeds {preset}")
+
+
+def _accuracy(results: dict[str, list[RunResult]], suite: Suite | None, out: Path, formats,
+              written: dict[str, Path]) -> None:
+    if suite is not None and suite.settle_epochs:
+        bands = {preset: accuracy_bands(runs) for preset, runs in results.items() if runs}
+        fig = accuracy_bands_figure(bands, seeds={p: len(r) for p, r in results.items()},
+                                    title="Test accuracy: mean over seeds, band from min to max")
+        _figure(fig, out / "fig2-accuracy", formats, written, "fig2")
+        return
+    curves = {preset: ([r["epoch"] for r in runs[0].records], [r["test_accuracy"] for r in runs[0].records])
+              for preset, runs in results.items() if runs}
+    if curves:
+        _figure(accuracy_figure(curves, title="Test accuracy (first seed of each model)"), out / "fig2-accuracy",
+                formats, written, "fig2")
+
+
 def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, formats: Sequence[str] = ("png",),
                   image: int = 0, average: int = 100, data: str | None = None,
-                  data_dir: str | None = None) -> dict[str, Path]:
+                  data_dir: str | None = None, suite: Suite | None = None) -> dict[str, Path]:
     """Draw every figure the finished runs allow into ``out``; returns ``{figure key: first file}``.
 
     Args:
@@ -104,21 +178,22 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
         image: test image of the single-image content map (Fig. 6).
         average: number of test images the averaged content map uses (paper: 100).
         data, data_dir: data set for the test images (default: each run's own).
+        suite: the suite; one with ``settle_epochs`` gets the figures of a study over epochs (see
+            the module's description). None: the figures of a Table 1 suite.
 
     Raises:
         attncnn.data.DataError: the test images of a content model cannot be read.
     """
     out = Path(out)
     written: dict[str, Path] = {}
-    curves = {preset: ([r["epoch"] for r in runs[0].records], [r["test_accuracy"] for r in runs[0].records])
-              for preset, runs in results.items() if runs}
-    if curves:
-        _figure(accuracy_figure(curves, title="Test accuracy (first seed of each model)"), out / "fig2-accuracy",
-                formats, written, "fig2")
+    over_epochs = suite is not None and bool(suite.settle_epochs)
+    _accuracy(results, suite, out, formats, written)
     for preset, runs in results.items():
         first = runs[0]
         kind = _figure_kind(first.run.model)
-        if kind == "centres":
+        if over_epochs:
+            _epoch_study(suite, preset, runs, out, formats, written)
+        elif kind == "centres":
             _quadratic(first, out, formats, written)
         if kind == "position maps":
             grid = default_grid_size(first.run.model)

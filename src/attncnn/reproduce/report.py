@@ -16,6 +16,8 @@ from ..analysis.metrics import model_metrics
 from ..analysis.runs import test_count, test_images
 from ..layers import attention_modules
 from ..models import get_preset
+from .epoch_report import epoch_sections
+from .machines import segments_text
 from .runner import MACHINE_FILE
 from .suites import Job, Suite
 from .summary import RunResult, layer_curves, markdown_table, table_rows
@@ -104,6 +106,8 @@ def _machine(result: RunResult) -> str:
     if not path.is_file():
         return "not recorded"
     info = json.loads(path.read_text())
+    if len(info.get("segments") or []) > 1:                # the run changed machine mid-way
+        return segments_text(info["segments"])
     return f"{info.get('cpu', '?')}, {info.get('torch_threads', '?')} threads, torch {info.get('torch', '?')}" + \
         (f", {info['gpu']}" if info.get("gpu") else "")
 
@@ -145,6 +149,10 @@ def write_report(suite: Suite, out: str | Path, planned: Sequence[Job], results:
           "First seed of each model; content models averaged over 100 test images.", "", *_layer_lines(layers), "",
           "## The paper's claims, measured", ""]
     md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
+    study: dict = {}
+    if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
+        lines, study = epoch_sections(suite, out, rows, results)
+        md += ["", *lines]
     md += ["", "## Figures", ""] + [f"- {key}: [{path.name}]({path.relative_to(out).as_posix()})"
                                      for key, path in figures.items()]
     md += ["", "## Use the trained models", "",
@@ -153,6 +161,8 @@ def write_report(suite: Suite, out: str | Path, planned: Sequence[Job], results:
     report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "claims": found,
               "missing": missing, "figures": {k: p.relative_to(out).as_posix() for k, p in figures.items()},
               "presets": {p: get_preset(p).description for p in suite.presets}}
+    if study:
+        report["epoch_study"] = study
     atomic_write_text(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     return out / "report.md"

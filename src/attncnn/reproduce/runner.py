@@ -21,9 +21,11 @@ import torch
 from .._io import atomic_write_text
 from ..bench.harness import machine_info, time_steps
 from ..models import build_model
-from ..training import TrainConfig, TrainingInterrupted, resolve_config, resolve_device, train
+from ..training import RunFolder, TrainConfig, TrainingInterrupted, resolve_config, resolve_device, train
 from ..training.run_precision import resolve_precision
+from .machines import machine_segments, recording_machine
 from .suites import Job, job_state
+from .unfinished import point_at_data
 
 log = logging.getLogger("attncnn.reproduce")
 
@@ -91,16 +93,22 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
     """Train every job that is not finished, in order; returns each job's state before this call.
 
-    Each job this call finishes gets ``machine.json`` (:func:`~attncnn.bench.harness.machine_info`),
-    so the report can say where its timings come from.
+    Each epoch record names the machine that trained it and the load average
+    (:mod:`~attncnn.reproduce.machines`). Each job this call finishes gets ``machine.json``
+    (:func:`~attncnn.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
+    the report can say where its timings come from. An interrupted run shipped from another machine
+    is first pointed at this machine's data set (:func:`~attncnn.reproduce.unfinished.point_at_data`).
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
             says that running the same command again continues the suite (``resume_hint``).
-        ValueError: a job folder that holds another run (see :func:`job_state`), bad options.
+        ValueError: a job folder that holds another run (see :func:`job_state`), bad options, a
+            shipped run whose data set is not the one given.
         TrainingError, RunFolderError, DataError: from the job's training, naming the job.
     """
     states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
+    device = resolve_device(options.device)
+    recorded = recording_machine(epoch_metrics, device)
     for n, job in enumerate(jobs, 1):
         if states[job] == "finished":
             log.info("[%d/%d] %s: finished already (%s)", n, len(jobs), job.label, job.folder)
@@ -109,13 +117,16 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
         log.info("[%d/%d] %s: %s in %s", n, len(jobs), job.label,
                  "resuming" if mode == "resume" else "training", job.folder)
         config = None if mode == "resume" else job_config(job, options)
+        if mode == "resume":
+            point_at_data(job.folder, options.data, options.data_dir)
         try:
-            train(config, job.folder, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
+            train(config, job.folder, mode=mode, progress=progress, epoch_metrics=recorded)
         except TrainingInterrupted as err:
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
-        atomic_write_text(job.folder / MACHINE_FILE, json.dumps(machine_info(resolve_device(options.device)),
+        segments = machine_segments(RunFolder(job.folder, mode="read").read_metrics())
+        atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
                                                                 indent=1) + "\n")
     return states
 

@@ -153,24 +153,27 @@ def _shared(meta: dict, paths: dict[str, str]) -> dict:
     return out
 
 
-def share_run_folder(folder: str | Path) -> list[Path]:
+def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Path]:
     """Remove the local paths a finished run folder records, so that it can be committed and
     shared (``results/``): see the module's description. Safe to run again (then nothing changes).
 
     Args:
         folder: a finished run folder (``config.json`` and ``finished.json``).
+        unfinished: accept a run without ``finished.json`` too (an unfinished run shipped to be
+            resumed elsewhere, :func:`~attncnn.reproduce.unfinished.ship_unfinished`: the resume
+            is then told where its data set is).
 
     Returns:
         The files rewritten (atomically, through the project's own writers).
 
     Raises:
-        ValueError: the folder is not a finished run (its paths are still needed to resume), or an
-            absolute path would remain in one of its files (named, with the path); nothing is
-            written then.
+        ValueError: the folder is not a finished run (its paths are still needed to resume; not
+            raised with ``unfinished`` for a folder with ``config.json``), or an absolute path would
+            remain in one of its files (named, with the path); nothing is written then.
     """
     folder = Path(folder)
     run = RunFolder(folder, mode="read")
-    if not (folder / "config.json").is_file() or not run.finished:
+    if not (folder / "config.json").is_file() or not (run.finished or unfinished):
         raise ValueError(f"{folder} is not a finished run folder (config.json and finished.json); only finished "
                          "runs are shared, the others still need their paths to resume")
     config = run.read_config()
@@ -178,8 +181,9 @@ def share_run_folder(folder: str | Path) -> list[Path]:
     paths = _local_paths(config)
     for ckpt in checkpoints.values():
         paths.update(_local_paths(ckpt.metadata.get("config") or {}))
-    texts = {folder / "config.json": shareable_config(_replaced(config, paths)),
-             folder / "finished.json": _replaced(json.loads((folder / "finished.json").read_text()), paths)}
+    texts = {folder / "config.json": shareable_config(_replaced(config, paths))}
+    if run.finished:
+        texts[folder / "finished.json"] = _replaced(json.loads((folder / "finished.json").read_text()), paths)
     metas = {path: _shared(ckpt.metadata, paths) for path, ckpt in checkpoints.items()}
     for path, content in [*texts.items(), *metas.items()]:           # check everything, then write
         left = ABSOLUTE_PATH.findall(json.dumps(content))

@@ -24,15 +24,28 @@ class Suite:
     """A named set of Table 1 runs.
 
     Attributes:
-        name: ``"mini"`` or ``"paper"``.
+        name: ``"mini"``, ``"mini-long"`` or ``"paper"``.
         description: one line for the help text and the report.
         presets: the presets, in the order they are trained (one Table 1 row each).
         seeds: default seeds of every preset.
         more_seeds: presets trained with more seeds than ``seeds`` by default (the issue asks for
             at least three seeds of the model whose spread matters most).
         paper_names: preset -> the paper's Table 1 preset it stands for (for the paper's numbers).
-        evolution_preset: the preset whose first seed keeps its periodic checkpoints when trimmed
-            (they draw the centres over epochs, paper Fig. 3).
+        evolution_preset: the preset whose first seed's centres are drawn over epochs (paper Fig. 3).
+        evolution_from: where those centres come from: ``"checkpoints"`` (its periodic checkpoints,
+            which ``--trim`` keeps, weights only) or ``"metrics"`` (the centres and spreads that
+            ``metrics.jsonl`` records every epoch; ``--trim`` keeps no periodic checkpoint).
+        overrides: training options the suite sets over every preset's recipe, as ``(name, value)``
+            pairs, e.g. ``(("epochs", 60),)``; they become each job's ``overrides``, so a folder holding a
+            run with other values is refused. ``--epochs`` on the command line still wins (smoke runs).
+        last: presets trained after every other job (all their seeds), e.g. the most expensive one.
+        settle_epochs: epochs at which the report judges, per layer and seed, whether the heads have
+            settled on a grid (grid distance below :data:`~attncnn.reproduce.epochs.SETTLED_BELOW`
+            tokens). Non-empty makes the report a study over epochs (see :mod:`.epoch_report`):
+            that table, the efficiency and machines of each run, the accuracy of the seeds as bands,
+            the grid distance of every seed.
+        baseline: another suite whose ``report.json`` beside this suite's folder gives the accuracy to
+            show beside this one's (``mini-long``: ``"mini"``, the 6-epoch runs).
     """
 
     name: str
@@ -42,6 +55,16 @@ class Suite:
     more_seeds: dict[str, tuple[int, ...]] = field(default_factory=dict)
     paper_names: dict[str, str] = field(default_factory=dict)
     evolution_preset: str | None = None
+    evolution_from: str = "checkpoints"
+    overrides: tuple[tuple[str, object], ...] = ()
+    last: tuple[str, ...] = ()
+    settle_epochs: tuple[int, ...] = ()
+    baseline: str | None = None
+
+    @property
+    def epochs(self) -> int | None:
+        """The epochs the suite sets for every model (None: each preset's own)."""
+        return dict(self.overrides).get("epochs")
 
     def seeds_of(self, preset: str, seeds: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """The seeds ``preset`` is trained with: ``seeds`` when given, else the suite's defaults."""
@@ -61,6 +84,17 @@ SUITES: dict[str, Suite] = {s.name: s for s in [
           # and learned, which the content claim and learned-vs-quadratic compare against
           {"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2)},
           {f"{name}-mini": name for name in _PAPER_ROWS}, "quadratic-mini"),
+    # Issue 25: the same presets and recipe at 60 epochs for every model (equal epochs, as the paper
+    # compares them); three seeds of the three cheap baselines' comparisons, learned-content last
+    # (the most expensive; its 60 epochs may not fit). The centres over epochs come from
+    # metrics.jsonl, so no periodic checkpoint is shipped; one every 10 epochs stays while training.
+    Suite("mini-long", "Table 1 at CPU scale for 60 epochs: the mini presets and recipe (width 64, SGD 0.1/0.9/1e-4, "
+          "5 % warm-up + cosine, batch 100), 60 epochs for every model; whether the grid of shifts forms",
+          tuple(f"{name}-mini" for name in _PAPER_ROWS), (0,),
+          {"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2), "resnet18-mini": (0, 1, 2)},
+          {f"{name}-mini": name for name in _PAPER_ROWS}, "quadratic-mini", evolution_from="metrics",
+          overrides=(("epochs", 60), ("checkpoint_every", 10)), last=("learned-content-mini",),
+          settle_epochs=(6, 20, 40, 60), baseline="mini"),
     Suite("paper", "Table 1 at the paper's scale: width 400, 300 epochs (for a GPU: days in all)",
           _PAPER_ROWS, (0,), {}, {name: name for name in _PAPER_ROWS}, "quadratic"),
 ]}
@@ -114,8 +148,8 @@ class Job:
     """One run of a suite: ``preset`` trained with ``seed`` into ``folder``.
 
     ``overrides`` are training options the job itself sets, as ``(name, value)`` pairs (the
-    sample-efficiency grid's ``train_subset``, ``epochs``, ``eval_every``), and ``cell`` names
-    them for people (``"10 %"``); Table 1 jobs have neither.
+    sample-efficiency grid's ``train_subset``, ``epochs``, ``eval_every``; a suite's own
+    ``overrides``), and ``cell`` names a grid cell for people (``"10 %"``); Table 1 jobs have no cell.
     """
 
     preset: str
@@ -130,8 +164,9 @@ class Job:
 
 
 def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
-         only: tuple[str, ...] | None = None) -> list[Job]:
-    """The suite's jobs: every preset's first seed in suite order, then the further seeds.
+         only: tuple[str, ...] | None = None, epochs: int | None = None) -> list[Job]:
+    """The suite's jobs: every preset's first seed in suite order, then the further seeds, then
+    the suite's ``last`` presets (all their seeds).
 
     Training every model once before any second seed means an interrupted suite has the whole
     table (one seed) before it has error bars.
@@ -140,6 +175,8 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
         out: the suite's folder; job folders are ``<out>/<preset>/seed<seed>``.
         seeds: seeds for every preset (None: the suite's defaults).
         only: restrict to these presets (None: all of the suite's).
+        epochs: replaces the suite's own ``epochs`` override (``--epochs`` of a smoke run); a suite
+            without one leaves epochs to the training options.
 
     Raises:
         ValueError: a name in ``only`` that is not one of the suite's presets.
@@ -147,8 +184,12 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
     presets = select_presets(suite.presets, only, f"suite {suite.name!r}")
     per_preset = {p: suite.seeds_of(p, seeds) for p in presets}
     rounds = max(len(s) for s in per_preset.values())
-    return [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}")
+    overrides = dict(suite.overrides)
+    if epochs is not None and "epochs" in overrides:
+        overrides["epochs"] = epochs
+    jobs = [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}", tuple(overrides.items()))
             for i in range(rounds) for p in presets if i < len(per_preset[p])]
+    return sorted(jobs, key=lambda job: job.preset in suite.last)          # stable: the order otherwise kept
 
 
 def job_state(job: Job) -> str:
@@ -172,7 +213,7 @@ def job_state(job: Job) -> str:
     for name, value in job.overrides:
         if stored.get(name) != value:
             raise ValueError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
-                             f"{name}={value!r} (another --train-images or --passes?); move it away or choose "
-                             "another --out")
+                             f"{name}={value!r} (another --epochs, --train-images or --passes?); move it away or "
+                             "choose another --out")
     return "finished" if folder.finished else "interrupted"
 

@@ -53,6 +53,7 @@ from .config import TrainConfig, config_from_dict
 from .distributed import Distributed, launch_from_env, per_process_batch, processes, rank_device
 from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
+from .host_memory import reuse_freed_memory
 from .loading import load_weights
 from .main_process_folder import MainProcessRunFolder
 from .path_choice import with_measured_paths
@@ -114,6 +115,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
     device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
     config = dataclasses.replace(config, precision=resolve_precision(config.precision, device))  # stored resolved
+    if device.type == "cpu":
+        reuse_freed_memory()        # no page faults on the step's large tensors (host_memory); same numbers
     with deterministic_algorithms(config.deterministic, device), processes(launch, device) as dist:
         return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics)
 

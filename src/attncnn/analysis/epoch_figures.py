@@ -1,0 +1,139 @@
+"""Figures of runs followed over many epochs and several seeds (a long suite's report).
+
+* :func:`accuracy_bands_figure` (paper Fig. 2 with seeds): test accuracy against epoch, the mean
+  over seeds as a line and the min/max over seeds as a band;
+* :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
+  seed, with a threshold line (e.g. the grid distance under which a layer has settled);
+* :func:`centres_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
+  epochs, each panel the heads' attention-mass contours at that epoch and each centre's path so far,
+  drawn from logged centres and spreads, so no checkpoint per epoch is needed.
+
+Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot; save
+them with :func:`~attncnn.analysis.figures.save_figure`.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from .figures import _legend, _panel_grid, _window_radius, draw_quadratic_layer, head_colors
+
+__all__ = ["accuracy_bands_figure", "seed_curves_figure", "centres_over_epochs_figure"]
+
+
+def accuracy_bands_figure(bands: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float], Sequence[float]]],
+                          *, seeds: dict[str, int] | None = None, title: str = "Test accuracy") -> Figure:
+    """Test accuracy against epoch: per model the mean over seeds (line) and min/max (band).
+
+    Args:
+        bands: ``label -> (epochs, mean, min, max)``, accuracies as fractions (a single seed: the
+            three equal, no band drawn).
+        seeds: ``label -> number of seeds``, shown in the legend.
+        title: axes title.
+
+    Raises:
+        ValueError: no curves.
+    """
+    if not bands:
+        raise ValueError("no runs to plot")
+    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
+    ax = fig.subplots()
+    for label, (epochs, mean, low, high) in bands.items():
+        count = (seeds or {}).get(label)
+        name = label if count is None else f"{label} ({count} seed{'s' if count != 1 else ''})"
+        (line,) = ax.plot(list(epochs), [100 * a for a in mean], lw=1.5, label=name,
+                          marker="." if len(epochs) < 12 else None)
+        if any(h > lo for lo, h in zip(low, high)):
+            ax.fill_between(list(epochs), [100 * a for a in low], [100 * a for a in high], color=line.get_color(),
+                            alpha=0.2, lw=0)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence[float]]]], *, ylabel: str,
+                       threshold: float | None = None, threshold_label: str = "", title: str | None = None) -> Figure:
+    """One panel per layer, one line per seed, against epoch.
+
+    Args:
+        curves: ``{layer: {seed: (epochs, values)}}``.
+        ylabel: y-axis label (with its unit).
+        threshold: draw a dashed horizontal line at this value (None: none).
+        threshold_label: the legend text of that line.
+        title: figure title.
+
+    Raises:
+        ValueError: no curves.
+    """
+    if not curves or not any(curves.values()):
+        raise ValueError("no per-layer curves to plot (only position-only models log them every epoch)")
+    rows, cols = _panel_grid(len(curves))
+    fig = Figure(figsize=(3.4 * cols, 2.7 * rows + 0.3), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
+    seeds = sorted({seed for per_seed in curves.values() for seed in per_seed})
+    cmap = matplotlib.colormaps["tab10"]
+    for ax, (layer, per_seed) in zip(axes.flat, sorted(curves.items())):
+        for seed, (epochs, values) in sorted(per_seed.items()):
+            ax.plot(list(epochs), list(values), lw=1.3, color=cmap(seeds.index(seed) % 10), label=f"seed {seed}")
+        if threshold is not None:
+            ax.axhline(threshold, color="0.3", ls="--", lw=1, label=threshold_label or None)
+        ax.set_title(f"layer {layer}", fontsize=9)
+        ax.set_xlabel("epoch", fontsize=8)
+        ax.set_ylabel(ylabel, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(curves):]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]],
+                               drawn: Sequence[int], *, title: str | None = None) -> Figure:
+    """Rows: layers; columns: the ``drawn`` epochs. Each panel: the layer's heads at that epoch as
+    50 % / 90 % attention-mass contours (as :func:`~attncnn.analysis.figures.draw_quadratic_layer`)
+    and, as a thin line in each head's colour, the path of its centre from the first logged epoch.
+
+    Args:
+        layers: ``{layer: [(epoch, centres (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
+            (e.g. :func:`attncnn.reproduce.epochs.quadratic_heads` of every record).
+        drawn: the epochs that get a column (those a layer lacks stay empty).
+        title: figure title.
+
+    Raises:
+        ValueError: no layer or no epoch to draw.
+    """
+    if not layers or not drawn:
+        raise ValueError("no centres to draw: the run logged no quadratic centres per epoch")
+    every = np.concatenate([c for snaps in layers.values() for _, c, _ in snaps])
+    radius = _window_radius(every)
+    fig = Figure(figsize=(2.5 * len(drawn), 2.5 * len(layers) + 0.6), layout="constrained")
+    axes = fig.subplots(len(layers), len(drawn), squeeze=False)
+    num_heads = 1
+    for row, (layer, snaps) in enumerate(sorted(layers.items())):
+        by_epoch = {epoch: (centers, invs) for epoch, centers, invs in snaps}
+        epochs = [epoch for epoch, _, _ in snaps]
+        for col, epoch in enumerate(drawn):
+            ax = axes[row, col]
+            if epoch not in by_epoch:
+                ax.set_visible(False)
+                continue
+            centers, invs = by_epoch[epoch]
+            num_heads = max(num_heads, len(centers))
+            path = np.stack([by_epoch[e][0] for e in epochs if e <= epoch])         # (epochs so far, N_h, 2)
+            for h, color in enumerate(head_colors(len(centers))):
+                ax.plot(path[:, h, 1], path[:, h, 0], color=color, lw=0.7, alpha=0.6)
+            draw_quadratic_layer(ax, centers, invs, radius=radius, title=f"layer {layer}, epoch {epoch}")
+    _legend(fig, num_heads)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig

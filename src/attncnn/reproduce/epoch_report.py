@@ -1,0 +1,138 @@
+"""The report sections of a suite followed over epochs (``mini-long``): whether each layer has
+settled on a grid at the chosen epochs, the cost and machines of every run, and Table 1 beside a
+shorter suite's.
+
+Everything is read from the run folders (``metrics.jsonl``, ``machine.json``) and, for the
+comparison, from the shorter suite's ``report.json``; nothing is trained or timed here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Sequence
+
+from .epochs import SETTLED_BELOW, settled_table
+from .machines import machine_segments, segments_text, shared_epochs
+from .suites import Suite
+from .summary import RunResult
+
+__all__ = ["settled_lines", "run_costs", "cost_lines", "baseline_rows", "baseline_lines", "epoch_sections"]
+
+
+def settled_lines(table: Sequence[dict], threshold: float = SETTLED_BELOW) -> list[str]:
+    """Markdown table of :func:`~attncnn.reproduce.epochs.settled_table` rows: per model, seed and
+    epoch, every layer's grid distance (tokens), marked ✓ when below ``threshold``."""
+    if not table:
+        return ["(no finished run logs grid distances at these epochs)"]
+    layers = max(len(row["grid_distance"]) for row in table)
+    lines = ["| model | seed | epoch | " + " | ".join(f"layer {n}" for n in range(1, layers + 1)) +
+             " | settled layers |", "|---|---|---|" + "---|" * layers + "---|"]
+    for row in table:
+        cells = [f"{d:.2f}{' ✓' if ok else ''}" for d, ok in zip(row["grid_distance"], row["settled"])]
+        cells += ["-"] * (layers - len(cells))
+        lines.append(f"| {row['preset']} | {row['seed']} | {row['epoch']} | " + " | ".join(cells) +
+                     f" | {row['settled_layers']} of {len(row['grid_distance'])} |")
+    return lines + ["", f"✓: settled on a grid, i.e. grid distance below {threshold} tokens (the criterion fixed "
+                        "before the runs, issue 25)."]
+
+
+def _segments(result: RunResult) -> list[dict]:
+    """Which epochs ran where: ``machine.json``'s segments, else from the records."""
+    path = result.job.folder / "machine.json"
+    if path.is_file():
+        segments = json.loads(path.read_text()).get("segments")
+        if segments:
+            return segments
+    return machine_segments(result.epoch_records)
+
+
+def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:
+    """Per finished run: ``preset``, ``seed``, ``epochs``, ``hours`` (logged training +
+    evaluation), ``images_per_second`` (median over epochs), ``machines`` (segments of epochs per
+    machine) and ``shared_epochs`` (epochs whose load average says other work shared the CPU)."""
+    return [{"preset": preset, "seed": r.job.seed, "epochs": len(r.epoch_records), "hours": r.train_seconds / 3600,
+             "images_per_second": r.images_per_second, "machines": _segments(r),
+             "shared_epochs": shared_epochs(r.epoch_records)}
+            for preset, runs in results.items() for r in runs]
+
+
+def _ranges(epochs: Sequence[int]) -> str:
+    parts: list[list[int]] = []
+    for e in epochs:
+        if parts and parts[-1][1] == e - 1:
+            parts[-1][1] = e
+        else:
+            parts.append([e, e])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts) or "none"
+
+
+def cost_lines(costs: Sequence[dict]) -> list[str]:
+    """Markdown table of :func:`run_costs`."""
+    lines = ["| model | seed | epochs | train + eval time (h) | train img/s (median) | machine (epochs) | "
+             "epochs that shared the CPU |", "|---|---|---|---|---|---|---|"]
+    for c in costs:
+        lines.append(f"| {c['preset']} | {c['seed']} | {c['epochs']} | {c['hours']:.2f} | "
+                     f"{c['images_per_second']:.0f} | {segments_text(c['machines'])} | {_ranges(c['shared_epochs'])} |")
+    return lines + ["", "Time: the logged seconds of training and evaluation (not the per-epoch metrics, checkpoints "
+                        "or pauses between sessions). Machine: the one that finished each epoch (an epoch resumed "
+                        "mid-way ran partly on the machine before). Shared: the 5-minute load average at the end "
+                        "of the epoch exceeded the run's own threads by more than one."]
+
+
+def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
+    """Per Table 1 row: ``preset``, this suite's accuracy (``mean``, ``std``, ``seeds``), the
+    baseline suite's (``baseline_mean``, ``baseline_std``, ``baseline_seeds``, ``baseline_epochs``;
+    None when it has no such row) and the paper's ``paper`` accuracy (fractions)."""
+    theirs = {row["preset"]: row for row in (baseline or {}).get("rows", [])}
+    out = []
+    for row in rows:
+        other = theirs.get(row["preset"], {})
+        out.append({"preset": row["preset"], "mean": row["accuracy_mean"], "std": row["accuracy_std"],
+                    "seeds": row["seeds"], "epochs": row["epochs"], "baseline_mean": other.get("accuracy_mean"),
+                    "baseline_std": other.get("accuracy_std"), "baseline_seeds": other.get("seeds"),
+                    "baseline_epochs": other.get("epochs"), "paper": row["paper"].get("accuracy")})
+    return out
+
+
+def _acc(mean, std, seeds, epochs) -> str:
+    if mean is None:
+        return "not run yet"
+    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
+    return text + f" ({len(seeds or [])} seed{'s' if len(seeds or []) != 1 else ''}, {epochs} epochs)"
+
+
+def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
+    """Markdown table of :func:`baseline_rows`."""
+    lines = [f"| model | test acc. % (this suite) | test acc. % (`{baseline}`) | paper (300 epochs) |",
+             "|---|---|---|---|"]
+    for row in table:
+        paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
+        lines.append(f"| {row['preset']} | {_acc(row['mean'], row['std'], row['seeds'], row['epochs'])} | "
+                     f"{_acc(row['baseline_mean'], row['baseline_std'], row['baseline_seeds'], row['baseline_epochs'])}"
+                     f" | {paper} |")
+    return lines
+
+
+def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict],
+                   results: dict[str, list[RunResult]]) -> tuple[list[str], dict]:
+    """The Markdown lines and the ``report.json`` entry of a suite with ``settle_epochs``."""
+    table = settled_table(results, suite.settle_epochs)
+    costs = run_costs(results)
+    md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
+          *settled_lines(table), "", "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
+    entry = {"settled_below": SETTLED_BELOW, "settle_epochs": list(suite.settle_epochs), "settled": table,
+             "costs": costs}
+    if suite.baseline:
+        path = out.parent / suite.baseline / "report.json"
+        baseline = json.loads(path.read_text()) if path.is_file() else None
+        beside = baseline_rows(rows, baseline)
+        note = (f"`{suite.baseline}`: from ../{suite.baseline}/report.json; each suite's cosine schedule ends at its "
+                "own last epoch, so an epoch-6 accuracy of a 60-epoch run is not the 6-epoch result." if baseline else
+                f"No `{suite.baseline}` report beside this folder (../{suite.baseline}/report.json).")
+        md += [f"## Table 1 beside the `{suite.baseline}` suite and the paper", "",
+               *baseline_lines(beside, suite.baseline), "", note, ""]
+        entry["baseline"] = {"suite": suite.baseline, "rows": beside}
+    while md and not md[-1]:
+        md.pop()
+    return md, entry

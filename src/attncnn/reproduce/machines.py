@@ -1,0 +1,108 @@
+"""Which machine trained each epoch of a suite's run, and which epochs shared the CPU.
+
+A run of a long suite outlives a working session and may be continued on another machine
+(``attncnn reproduce ...`` from a fresh clone). Every epoch record that ``attncnn reproduce``
+writes into ``metrics.jsonl`` therefore carries
+
+* ``"machine"``: ``{"cpu": model name, "threads": torch threads, "torch": version, "device": ...}``
+  (``"gpu"`` too on a GPU) of the process that finished the epoch (an epoch resumed mid-way from a
+  checkpoint ran partly on the machine before);
+* ``"load_average"``: the system's 5-minute load average when the epoch ended (runnable processes,
+  this one's threads included), so that the report can say which epochs shared the CPU.
+
+:func:`machine_segments` turns them into consecutive stretches of epochs per machine; the runner
+writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report shows them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import torch
+
+from ..bench.harness import machine_info
+
+__all__ = ["MACHINE_KEY", "LOAD_KEY", "epoch_machine", "recording_machine", "machine_segments", "segments_text",
+           "shared_epochs"]
+
+#: the keys each epoch record gets
+MACHINE_KEY, LOAD_KEY = "machine", "load_average"
+
+
+def epoch_machine(device: torch.device) -> dict:
+    """What identifies the machine an epoch ran on: CPU model name, torch threads, torch version,
+    device (and GPU name on a GPU), from :func:`~attncnn.bench.harness.machine_info`."""
+    info = machine_info(device)
+    out = {"cpu": info["cpu"], "threads": info["torch_threads"], "torch": info["torch"], "device": info["device"]}
+    if info.get("gpu"):
+        out["gpu"] = info["gpu"]
+    return out
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[1], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def recording_machine(epoch_metrics: Callable | None, device: torch.device) -> Callable:
+    """``epoch_metrics`` (None: none) with :data:`MACHINE_KEY` and :data:`LOAD_KEY` added to each
+    epoch's numbers (see the module's description). Draws no random numbers."""
+    machine = epoch_machine(device)           # read once per process: /proc/cpuinfo does not change
+
+    def metrics(model) -> dict:
+        out = dict(epoch_metrics(model)) if epoch_metrics is not None else {}
+        out[MACHINE_KEY] = dict(machine)
+        load = _load_average()
+        if load is not None:
+            out[LOAD_KEY] = load
+        return out
+
+    return metrics
+
+
+def machine_segments(records: Sequence[dict]) -> list[dict]:
+    """Consecutive epochs trained on the same machine: ``[{"epochs": [first, last], "machine":
+    dict or None (not recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``."""
+    segments: list[dict] = []
+    for record in records:
+        epoch = record.get("epoch")
+        if not isinstance(epoch, int):
+            continue
+        machine = record.get(MACHINE_KEY)
+        if segments and segments[-1]["machine"] == machine and segments[-1]["epochs"][1] == epoch - 1:
+            segments[-1]["epochs"][1] = epoch
+        else:
+            segments.append({"epochs": [epoch, epoch], "machine": machine})
+    return segments
+
+
+def _machine_text(machine: dict | None) -> str:
+    if not machine:
+        return "machine not recorded"
+    text = f"{machine.get('cpu', '?')}, {machine.get('threads', '?')} threads, torch {machine.get('torch', '?')}"
+    return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
+
+
+def segments_text(segments: Sequence[dict]) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0 (epochs 1-30); Intel Xeon, ... (epochs 31-60)"``."""
+    parts = []
+    for segment in segments:
+        first, last = segment["epochs"]
+        epochs = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+        parts.append(f"{_machine_text(segment['machine'])} ({epochs})")
+    return "; ".join(parts)
+
+
+def shared_epochs(records: Sequence[dict]) -> list[int]:
+    """Epochs whose recorded 5-minute load average exceeds the run's own torch threads by more than
+    one: other work shared the CPU (an estimate: the load average lags by minutes)."""
+    shared = []
+    for record in records:
+        load, machine = record.get(LOAD_KEY), record.get(MACHINE_KEY) or {}
+        threads = machine.get("threads")
+        if isinstance(load, (int, float)) and isinstance(threads, int) and load > threads + 1:
+            shared.append(record["epoch"])
+    return shared

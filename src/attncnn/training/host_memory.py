@@ -1,0 +1,81 @@
+"""Keep freed host memory for reuse, so that large CPU tensors do not page-fault on every step.
+
+Why: glibc's ``malloc`` serves large blocks with ``mmap`` and returns them to the system with
+``munmap`` when they are freed (blocks above its mmap threshold, which grows with use but never
+past 32 MiB, and the top of the heap above the trim threshold). A training step allocates and frees
+the same large tensors every step (activations, attention scores, their gradients), so each step
+maps fresh pages and the kernel zero-fills every one of them on first touch: for the CPU-scale
+content model (``learned-content-mini``, scores of 100 x 9 x 256 x 256 per layer) that was
+about 740,000 page faults and 1.9 s of system time per training step on a 2-core AMD EPYC.
+
+:func:`reuse_freed_memory` tells glibc to serve every block from its heap (``M_MMAP_MAX = 0``)
+and to keep freed memory (``M_TRIM_THRESHOLD`` at its maximum), so the second step reuses the
+first step's pages. The numbers computed do not change (only where the memory comes from); the
+cost is that the process keeps its peak resident memory until it exits. The measured effect is in
+``benchmarks/results/`` (``benchmarks/speedup.py``) and ``docs/speed.md``.
+
+``attncnn train``, ``evaluate``, ``bench`` and ``reproduce`` call it once per process on CPU;
+``ATTNCNN_MALLOC=system`` (environment) keeps glibc's defaults. Elsewhere (macOS, Windows, musl)
+it does nothing: those allocators behave differently, and ``mallopt`` is glibc's.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import os
+import platform
+
+__all__ = ["reuse_freed_memory", "ENV_VAR"]
+
+log = logging.getLogger(__name__)
+
+#: Environment variable: ``system`` keeps the C library's own allocation policy.
+ENV_VAR = "ATTNCNN_MALLOC"
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD = -1
+_M_MMAP_MAX = -4
+_INT_MAX = 2**31 - 1
+
+_state: dict[str, str] = {}
+
+
+def reuse_freed_memory() -> str:
+    """Make glibc keep freed memory for reuse (see the module docstring); idempotent.
+
+    Returns:
+        What was done, for the log: ``"heap"`` (set now or earlier in this process), ``"system"``
+        (``ATTNCNN_MALLOC=system``), or ``"unsupported"`` (not Linux with glibc, or ``mallopt``
+        refused a setting; nothing is changed then).
+
+    Raises:
+        ValueError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.
+    """
+    if "result" in _state:
+        return _state["result"]
+    choice = os.environ.get(ENV_VAR, "heap").strip().lower() or "heap"
+    if choice not in ("heap", "system"):
+        raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: expected 'heap' (keep freed memory for reuse, the "
+                         "default) or 'system' (the C library's own policy)")
+    result = choice if choice == "system" else _set_heap_policy()
+    _state["result"] = result
+    log.debug("host memory: %s", result)
+    return result
+
+
+def _set_heap_policy() -> str:
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return "unsupported"
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return "unsupported"
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    # mallopt returns 1 on success, 0 on error; the trim threshold first, so a refusal of the
+    # second setting leaves only the harmless first one in place
+    if mallopt(_M_TRIM_THRESHOLD, _INT_MAX) != 1 or mallopt(_M_MMAP_MAX, 0) != 1:
+        return "unsupported"
+    return "heap"

@@ -1,0 +1,95 @@
+"""``attncnn reproduce mini-long`` on a tiny data set: the one-epoch smoke version of the suite, and an
+unfinished run shipped with ``--ship``, then resumed from a copy (a fresh clone) on "another machine"."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+import pytest
+
+from attncnn.cli import main
+from attncnn.reproduce import get_suite, plan
+from attncnn.reproduce.runner import TrainOptions, train_jobs
+from attncnn.reproduce.ship import ABSOLUTE_PATH
+from attncnn.training import TrainingInterrupted, load_checkpoint
+
+pytestmark = pytest.mark.slow
+
+
+def test_one_epoch_smoke_run_of_the_suite(make_tiny_data, tmp_path):
+    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    out = tmp_path / "mini-long"
+    assert main(["reproduce", "mini-long", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "0,1",
+                 "--only", "quadratic-mini,resnet18-mini", "--no-progress", "--no-viewer", "--trim"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    assert [r["epoch"] for r in report["epoch_study"]["settled"]] == []        # epochs 6, 20, 40, 60: none yet
+    costs = {(c["preset"], c["seed"]): c for c in report["epoch_study"]["costs"]}
+    assert set(costs) == {("quadratic-mini", 0), ("quadratic-mini", 1), ("resnet18-mini", 0), ("resnet18-mini", 1)}
+    assert all(c["epochs"] == 1 and c["machines"][0]["machine"]["cpu"] for c in costs.values())
+    text = (out / "report.md").read_text()
+    assert "## Settled on a grid? (epochs 6, 20, 40, 60)" in text and "## What each run cost" in text
+    assert "## Table 1 beside the `mini` suite" in text
+    names = {p.name for p in (out / "figures").iterdir()}
+    assert names == {"fig2-accuracy.png", "fig3-quadratic-mini-layers-epochs.png",
+                     "fig4-quadratic-mini-seed-0-centers.png", "fig4-quadratic-mini-seed-1-centers.png",
+                     "grid-distance-seeds-quadratic-mini.png", "distances-quadratic-mini.png"}
+    record = json.loads((out / "quadratic-mini" / "seed0" / "metrics.jsonl").read_text().splitlines()[0])
+    assert record["machine"]["torch"] and "attn/layer4/head9/center_col" in record
+    # trimmed like the mini suite, but no periodic checkpoint: Fig. 3 comes from metrics.jsonl
+    kept = {p.relative_to(out / "quadratic-mini" / "seed0").as_posix()
+            for p in (out / "quadratic-mini" / "seed0").rglob("*") if p.is_file()}
+    assert kept == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "checkpoints/last.safetensors"}
+
+
+def _stop_after_first_epoch(model) -> dict:
+    os.kill(os.getpid(), signal.SIGINT)                # as Ctrl-C: the epoch's checkpoint is saved, then it stops
+    return {}
+
+
+def _records(folder):
+    return [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_path, monkeypatch, capsys):
+    data = make_tiny_data(40, 10)
+    suite = get_suite("mini-long")
+    options = TrainOptions(data=str(data), epochs=2)
+    job = plan(suite, tmp_path / "here", only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([job], options, progress=False, epoch_metrics=_stop_after_first_epoch)
+    assert (job.folder / "tb").is_dir() and not (job.folder / "finished.json").exists()
+    args = ["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "resnet18-mini", "--seeds", "0",
+            "--no-progress", "--no-viewer"]
+    assert main(args + ["--out", str(tmp_path / "here"), "--ship"]) == 0
+    assert "ready for `git add" in capsys.readouterr().out
+    kept = {p.relative_to(job.folder).as_posix() for p in job.folder.rglob("*") if p.is_file()}
+    assert kept == {"config.json", "metrics.jsonl", "checkpoints/last.safetensors"}
+    last = load_checkpoint(job.folder / "checkpoints" / "last.safetensors")
+    assert last.optimizer_state and last.metadata["epoch"] == 1
+    for path in job.folder.rglob("*"):                 # nothing says where the data set was here
+        if path.suffix in (".json", ".jsonl"):
+            assert not ABSOLUTE_PATH.findall(path.read_text()), path
+    assert not ABSOLUTE_PATH.findall(json.dumps(last.metadata))
+    # a fresh clone on another machine: the same command continues the run where it stopped
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "here", clone)
+    monkeypatch.setattr("attncnn.reproduce.machines.machine_info",
+                        lambda device: {"cpu": "Other CPU", "torch_threads": 3, "torch": "9.9", "device": "cpu"})
+    assert main(args + ["--out", str(clone)]) == 0
+    folder = clone / "resnet18-mini" / "seed0"
+    records = _records(folder)
+    assert [r["epoch"] for r in records] == [1, 2] and records[1]["machine"]["cpu"] == "Other CPU"
+    assert records[0]["machine"]["cpu"] != "Other CPU"
+    segments = json.loads((folder / "machine.json").read_text())["segments"]
+    assert [s["epochs"] for s in segments] == [[1, 1], [2, 2]]
+    assert "Other CPU, 3 threads, torch 9.9 (epoch 2)" in (clone / "report.md").read_text()
+    # and it lost nothing: the same numbers as a run never interrupted (same machine, same kernels)
+    monkeypatch.undo()
+    reference = plan(suite, tmp_path / "reference", only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
+    train_jobs([reference], options, progress=False)
+    for ours, theirs in zip(records, _records(reference.folder)):
+        for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
+            assert ours[key] == pytest.approx(theirs[key], abs=1e-6), (ours["epoch"], key)
