@@ -1,5 +1,7 @@
 """``attncnn reproduce mini|mini-long|paper``: train a Table 1 suite (resumable), then write its report,
-figures and viewer page; ``--dry-run`` prints the commands and the estimated time instead."""
+figures and viewer page; ``--dry-run`` prints the commands and the estimated time instead.
+``attncnn reproduce efficiency|efficiency-scarce``: a sample-efficiency grid, the same way; the scarce
+grid's ``--calibrate`` and ``--lr-sweep`` measure its seen images per cell and its shared rate."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import sys
 from pathlib import Path
 
 from ..training.run_precision import PRECISIONS
-from .grid import GRID
+from .grid import GRID, GRIDS, SCARCE_GRID
 from .suites import SUITES
 
 log = logging.getLogger("attncnn.reproduce")
@@ -37,9 +39,10 @@ def register(subparsers) -> None:
                     "<out>/figures/ (Figs. 2-6, per-layer distances) and <out>/viewer.html. Stop it at any time "
                     "(Ctrl-C): the same command continues. Suites: " +
                     "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()) +
-                    f"; {GRID.name}: {GRID.description} ({', '.join(GRID.presets)}): writes <out>/report.md (accuracy "
-                    "per model and training-set size, ConViT's claims measured) and <out>/figures/.")
-    r.add_argument("suite", choices=sorted([*SUITES, GRID.name]))
+                    "".join(f"; {g.name}: {g.description} ({', '.join(g.presets)})" for g in GRIDS.values()) +
+                    ": the grids write <out>/report.md (accuracy per model and training-set size, ConViT's claims "
+                    "measured) and <out>/figures/.")
+    r.add_argument("suite", choices=sorted([*SUITES, *GRIDS]))
     r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
                                    "test images: default each run's own")
     r.add_argument("--data-dir", help="cache folder for official archives")
@@ -58,8 +61,25 @@ def register(subparsers) -> None:
     r.add_argument("--train-images", type=int, metavar="N",
                    help=f"{GRID.name}: size of the full training set, the 100 %% cell (default {GRID.train_images:,}, "
                         "CIFAR-10's)")
-    r.add_argument("--passes", type=int, help=f"{GRID.name}: seen images per cell in full training sets "
-                                              f"(default {GRID.passes})")
+    r.add_argument("--passes", type=int, help=f"grids: seen images per cell in full training sets "
+                                              f"(default {GRID.name} {GRID.passes}, {SCARCE_GRID.name} "
+                                              f"{SCARCE_GRID.passes})")
+    r.add_argument("--fractions", metavar="F,G,...",
+                   help=f"grids: the training-set fractions of the cells (default {GRID.name} "
+                        f"{','.join(f'{f:g}' for f in GRID.fractions)}, {SCARCE_GRID.name} "
+                        f"{','.join(f'{f:g}' for f in SCARCE_GRID.fractions)}; e.g. 0.1,0.25,1 adds the 25 %% cell); "
+                        "--calibrate and --lr-sweep train the smallest")
+    r.add_argument("--lr", type=float, metavar="RATE",
+                   help=f"{SCARCE_GRID.name}: the learning rate shared by its content models "
+                        f"({', '.join(SCARCE_GRID.lr_rows)}; default {SCARCE_GRID.lr:g})")
+    r.add_argument("--calibrate", action="store_true",
+                   help=f"{SCARCE_GRID.name}: train {' and '.join(SCARCE_GRID.calibrate_rows)} on the 10 %% cell "
+                        "(seed 0) for --passes into <out>/calibrate/passes<P>/ and print their train - test gap "
+                        "beside the criterion (>= 15 points)")
+    r.add_argument("--lr-sweep", metavar="R,S,...",
+                   help=f"{SCARCE_GRID.name}: train {' and '.join(SCARCE_GRID.sweep_rows)} on the 10 %% cell (seed "
+                        "0) at each rate (e.g. 2.5e-4,5e-4,1e-3) into <out>/lr-sweep/ and report the best rate for "
+                        "both")
     r.add_argument("--dry-run", action="store_true",
                    help="print each job's train command and its time estimated from a short measurement here")
     r.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
@@ -152,10 +172,14 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     options = _options(args)
     from_cli = sys.argv[1:2] == ["reproduce"]
     command = shlex.join(["attncnn", *sys.argv[1:]]) if from_cli else f"attncnn reproduce {args.suite}"
-    if args.suite == GRID.name:
-        return _grid(args, out, only, options, command)
-    if args.train_images is not None or args.passes is not None:
-        raise ValueError(f"--train-images and --passes belong to the {GRID.name} grid, not to suite {args.suite}")
+    if args.suite in GRIDS:
+        return _grid(args, GRIDS[args.suite], out, only, options, command)
+    given = [flag for flag, value in (("--train-images", args.train_images), ("--passes", args.passes),
+                                      ("--fractions", args.fractions), ("--lr", args.lr),
+                                      ("--calibrate", args.calibrate), ("--lr-sweep", args.lr_sweep)) if value]
+    if given:
+        raise ValueError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the grids "
+                         f"({', '.join(GRIDS)}), not to suite {args.suite}")
     suite = get_suite(args.suite)
     if args.ship and args.dry_run:
         raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
@@ -231,8 +255,23 @@ def _viewer(results, out: Path, args: argparse.Namespace) -> None:
         log.info("viewer: %s (%.1f MB)", page, page.stat().st_size / 1e6)
 
 
-def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> int:
-    """The sample-efficiency grid: train its cells (resumable), trim, then its report and figures."""
+def _fractions(text: str | None) -> tuple[float, ...] | None:
+    """``"0.1,0.25,1"`` -> ``(0.1, 0.25, 1.0)``; None stays None (the grid's).
+
+    Raises:
+        ValueError: an entry that is not a number.
+    """
+    if text is None:
+        return None
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise ValueError(f"--fractions must be comma-separated fractions like 0.1,0.25,1, got {text!r}") from None
+
+
+def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str) -> int:
+    """A sample-efficiency grid: train its cells (resumable), trim, then its report and figures;
+    or one of its measurements (``--calibrate``, ``--lr-sweep``)."""
     from .grid import plan_grid
     from .grid_figures import grid_figures
     from .grid_report import grid_results, write_grid_report
@@ -240,25 +279,63 @@ def _grid(args: argparse.Namespace, out: Path, only, options, command: str) -> i
     from .suites import parse_seeds
 
     if args.ship:
-        raise ValueError(f"--ship belongs to the Table 1 suites; the {GRID.name} grid's cells are short: finish "
+        raise ValueError(f"--ship belongs to the Table 1 suites; the {grid.name} grid's cells are short: finish "
                          "them, then --trim")
     if options.epochs is not None or options.train_subset is not None:
-        raise ValueError(f"the {GRID.name} grid sets each cell's epochs and subset itself; for a smoke run use "
+        raise ValueError(f"the {grid.name} grid sets each cell's epochs and subset itself; for a smoke run use "
                          "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
-    jobs = plan_grid(GRID, out, seeds=parse_seeds(args.seeds), only=only, train_images=args.train_images,
-                     passes=args.passes)
+    if args.lr is not None and not grid.lr_rows:
+        raise ValueError(f"--lr sets the shared rate of a grid's content models; the {grid.name} grid has none")
+    if args.calibrate or args.lr_sweep:
+        return _measure(args, grid, out, options, command)
+    planned = dict(seeds=parse_seeds(args.seeds), train_images=args.train_images, passes=args.passes,
+                   fractions=_fractions(args.fractions), lr=args.lr)
+    jobs = plan_grid(grid, out, only=only, **planned)
     if args.dry_run:
         return _dry_run(jobs, options, out, args.suite)
     if not args.report_only:
         _train(jobs, options, args, command)
     # The whole grid, as for the suites: --only trains part of it, the report covers every cell.
-    jobs = plan_grid(GRID, out, seeds=parse_seeds(args.seeds), train_images=args.train_images, passes=args.passes)
+    jobs = plan_grid(grid, out, **planned)
     if args.trim:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)
     if not results:
         raise ValueError(f"no finished cell under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    figures = grid_figures(jobs, results, out / "figures", formats=formats)
-    print(f"report: {write_grid_report(GRID, out, jobs, results, figures, command=command)}")
+    figures = grid_figures(jobs, results, out / "figures", formats=formats, gate_rows=grid.gate_rows)
+    claims, sections = None, ()
+    if grid.name == SCARCE_GRID.name:
+        from .scarce_report import gap_lines, read_records, scarce_claims
+
+        claims, sections = scarce_claims(grid, jobs, read_records(jobs)), gap_lines(jobs)
+    path = write_grid_report(grid, out, jobs, results, figures, command=command, claims=claims, sections=sections)
+    print(f"report: {path}")
+    return 0
+
+
+def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -> int:
+    """``--calibrate`` or ``--lr-sweep``: train the measurement's jobs (resumable), then print its result."""
+    from .scarce import calibration_lines, parse_rates, plan_calibration, plan_lr_sweep, write_sweep_report
+
+    if args.calibrate and args.lr_sweep:
+        raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
+    if args.only or args.seeds or args.trim:
+        raise ValueError("--calibrate and --lr-sweep choose their own models and seed; leave out --only, --seeds "
+                         "and --trim")
+    fraction = min(_fractions(args.fractions)) if args.fractions else None      # default: the grid's smallest
+    if args.calibrate:
+        jobs = plan_calibration(grid, out, passes=args.passes, train_images=args.train_images, lr=args.lr,
+                                fraction=fraction)
+    else:
+        if args.lr is not None:
+            raise ValueError("--lr-sweep trains at each of its rates; leave out --lr")
+        rates = parse_rates(args.lr_sweep)
+        jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
+    if args.dry_run:
+        return _dry_run(jobs, options, out, args.suite)
+    if not args.report_only:
+        _train(jobs, options, args, command)
+    lines = calibration_lines(jobs) if args.calibrate else write_sweep_report(grid, out, jobs, rates, command=command)
+    print("\n".join(lines))
     return 0

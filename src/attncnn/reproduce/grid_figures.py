@@ -4,7 +4,8 @@
 * ``efficiency-seen-<pct>``: test accuracy against seen images in one training-set size;
 * ``efficiency-distance-<pct>``: per-layer attention distance over training of each position-only
   model (logged every epoch), for one training-set size;
-* ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per training-set size.
+* ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per GPSA row and
+  training-set size.
 
 Curves are means over the finished seeds of a cell, against seen images (epoch x subset size);
 ``efficiency-accuracy`` also marks each seed of the cells that have several.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis.figures import accuracy_figure, layer_curves_figure, save_figure
+from .grid import row_of
 from .grid_report import Cells
 from .suites import Job
 from .summary import layer_curves
@@ -39,11 +41,14 @@ def _per_seen(curves: dict, subset: int) -> dict:
     return {layer: ([e * subset for e in epochs], values) for layer, (epochs, values) in curves.items()}
 
 
-def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *,
-                 formats: Sequence[str] = ("png",)) -> dict[str, Path]:
-    """Draw every figure the finished cells allow into ``out``; returns ``key -> first file``."""
+def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *, formats: Sequence[str] = ("png",),
+                 gate_rows: Sequence[str] = ("gpsa-mini",)) -> dict[str, Path]:
+    """Draw every figure the finished cells allow into ``out``; returns ``key -> first file``.
+
+    ``gate_rows``: the GPSA rows whose gates ``efficiency-gates`` draws (the grid's ``gate_rows``).
+    """
     out, written = Path(out), {}
-    presets = list(dict.fromkeys(j.preset for j in jobs))
+    presets = list(dict.fromkeys(row_of(j) for j in jobs))
     cells = list(dict.fromkeys(j.cell for j in jobs))
     slug = {c: c.replace(" %", "pct") for c in cells}
 
@@ -81,9 +86,10 @@ def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *,
             save(layer_curves_figure(panels, title=f"Attention distance per layer over training ({cell} of the "
                                                    "training set)", xlabel="seen images"),
                  f"efficiency-distance-{slug[cell]}")
-    gates = {f"GPSA gate sigmoid(lambda), {c}": _per_seen(layer_curves(results[("gpsa-mini", c)], "gate"),
-                                                          _subset(results, ("gpsa-mini", c)))
-             for c in cells if ("gpsa-mini", c) in results}
+    named = (lambda row: "GPSA") if len(gate_rows) == 1 else (lambda row: row)
+    gates = {f"{named(row)} gate sigmoid(lambda), {c}": _per_seen(layer_curves(results[(row, c)], "gate"),
+                                                                 _subset(results, (row, c)))
+             for row in gate_rows for c in cells if (row, c) in results}
     if gates and all(gates.values()):
         save(layer_curves_figure(gates, title="GPSA: weight of the positional attention per layer (layer mean)",
                                  xlabel="seen images"), "efficiency-gates")

@@ -19,7 +19,7 @@ import torch
 from .._io import atomic_write_text
 from ..analysis.runs import open_run, shareable_dataset
 from ..models import count_parameters, get_preset
-from .grid import Grid
+from .grid import Grid, row_of
 from .suites import Job, job_state
 from .summary import RunResult, mean_std
 
@@ -29,11 +29,12 @@ Cells = dict[tuple[str, str], list[RunResult]]
 
 
 def grid_results(jobs: Sequence[Job]) -> Cells:
-    """``(preset, cell) -> finished runs`` (seeds in plan order; unfinished jobs left out)."""
+    """``(row, cell) -> finished runs`` (seeds in plan order; unfinished jobs left out). A row is a
+    preset, or a grid's variant of one (:func:`~attncnn.reproduce.grid.row_of`)."""
     results: Cells = {}
     for job in jobs:
         if job_state(job) == "finished":
-            results.setdefault((job.preset, job.cell), []).append(RunResult(job, open_run(job.folder)))
+            results.setdefault((row_of(job), job.cell), []).append(RunResult(job, open_run(job.folder)))
     return results
 
 
@@ -48,14 +49,15 @@ def accuracy_of(results: Cells, preset: str, cell: str) -> float | None:
 
 
 def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
-    """One row per preset: ``preset``, ``parameters`` and ``cells``: cell -> ``seeds``,
-    ``accuracies``, ``accuracy_mean``/``accuracy_std`` (fractions), ``train_images``, ``epochs``,
-    ``seen_images``, ``train_hours`` (mean per seed), ``images_per_second`` (None where not run)."""
+    """One row per grid row: ``preset`` (the row's name: a preset or a grid's variant of one),
+    ``parameters`` and ``cells``: cell -> ``seeds``, ``accuracies``, ``accuracy_mean``/``accuracy_std``
+    (fractions), ``train_images``, ``epochs``, ``seen_images``, ``train_hours`` (mean per seed),
+    ``images_per_second`` (None where not run)."""
     rows = []
-    for preset in dict.fromkeys(job.preset for job in jobs):
+    for preset in dict.fromkeys(row_of(job) for job in jobs):
         row: dict = {"preset": preset, "parameters": None, "cells": {}}
         for cell in _cells(jobs):
-            job = next(j for j in jobs if (j.preset, j.cell) == (preset, cell))
+            job = next(j for j in jobs if (row_of(j), j.cell) == (preset, cell))
             options, runs = dict(job.overrides), results.get((preset, cell), [])
             entry = {"seeds": [r.job.seed for r in runs], "accuracies": [r.final_accuracy for r in runs],
                      "accuracy_mean": None, "accuracy_std": None, "train_images": options["train_subset"],
@@ -113,7 +115,7 @@ def grid_claims(jobs: Sequence[Job], results: Cells) -> list[dict]:
     """ConViT's claims next to the grid's numbers (points of test accuracy; no verdict: docs/study-efficiency.md
     gives it). Each: ``claim``, ``metric``, ``values`` (text; ``-`` where a cell is missing)."""
     cells, out = _cells(jobs), []
-    presets = list(dict.fromkeys(j.preset for j in jobs))
+    presets = list(dict.fromkeys(row_of(j) for j in jobs))
     # Every claim below is about scarce data; it is only tested if the smallest subset is scarce at
     # the grid's budget, i.e. it costs accuracy (vs the largest) and the model fits it better than the
     # test set. An underfitted grid measures optimisation speed instead, whatever the subset size.
@@ -153,7 +155,7 @@ def grid_claims(jobs: Sequence[Job], results: Cells) -> list[dict]:
     return out
 
 
-def _table(rows: Sequence[dict], cells: Sequence[str]) -> list[str]:
+def _table(rows: Sequence[dict], cells: Sequence[str], recipe: str) -> list[str]:
     first = next(iter(rows[0]["cells"].values())) if rows else None
     head = ["model", "params"] + [f"{c} ({rows[0]['cells'][c]['train_images']:,} img, "
                                   f"{rows[0]['cells'][c]['epochs']} ep)" for c in cells]
@@ -170,33 +172,59 @@ def _table(rows: Sequence[dict], cells: Sequence[str]) -> list[str]:
             out.append(text)
         lines.append("| " + " | ".join(out) + " |")
     seen = f"{first['seen_images']:,}" if first else "-"
-    return lines + ["", f"Every cell: {seen} seen images (the preset's recipe: SGD, warm-up 5 % + cosine over the "
-                        "cell's steps); test accuracy after the last epoch on the full test set, mean ± sample std "
-                        "over seeds; hours: logged training + evaluation time per seed."]
+    return lines + ["", f"Every cell: {seen} seen images (the preset's recipe: {recipe}); test accuracy after the "
+                        "last epoch on the full test set, mean ± sample std over seeds; hours: logged training + "
+                        "evaluation time per seed."]
+
+
+def _model_lines(grid: Grid, rows: Sequence[str]) -> list[str]:
+    """One line per row: the preset's description, or a variant's preset, options and description."""
+    lines = []
+    for row in rows:
+        if row in grid.variants:
+            variant = grid.variants[row]
+            options = " ".join(f"--set {k}={v}" for k, v in variant.model)
+            lines.append(f"- `{row}`: `{variant.preset}` with `{options}`: {variant.description}")
+        else:
+            lines.append(f"- `{row}`: {get_preset(row).description}")
+    return lines
+
+
+def _claim_line(claim: dict) -> str:
+    verdict = f"**{claim['verdict']}**: " if claim.get("verdict") else ""
+    return f"- {verdict}{claim['claim']}: {claim['metric']}: {claim['values']}"
 
 
 def write_grid_report(grid: Grid, out: str | Path, jobs: Sequence[Job], results: Cells,
-                      figures: dict[str, Path], *, command: str) -> Path:
+                      figures: dict[str, Path], *, command: str, claims: list[dict] | None = None,
+                      sections: Sequence[str] = ()) -> Path:
     """Write ``<out>/report.md`` and ``<out>/report.json``; returns the Markdown file.
+
+    Args:
+        claims: the claims section, dicts with ``claim``, ``metric``, ``values`` and optionally
+            ``verdict`` (None: :func:`grid_claims`, issue 14's).
+        sections: further Markdown lines, written after the claims (``efficiency-scarce``: the
+            train-test gap of every scarce cell).
 
     Raises:
         OSError: ``out`` not writable.
     """
     out = Path(out)
-    rows, cells, found = grid_rows(jobs, results), _cells(jobs), grid_claims(jobs, results)
-    missing = [j.label for j in jobs if (j.preset, j.cell) not in results
-               or j.seed not in [r.job.seed for r in results[(j.preset, j.cell)]]]
+    rows, cells = grid_rows(jobs, results), _cells(jobs)
+    found = grid_claims(jobs, results) if claims is None else claims
+    missing = [j.label for j in jobs if (row_of(j), j.cell) not in results
+               or j.seed not in [r.job.seed for r in results[(row_of(j), j.cell)]]]
     dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
     md = [f"# Sample-efficiency grid `{grid.name}`", "", grid.description + ".", "",
           f"Data: {dataset}. Report written by `{command}` with torch {torch.__version__}, Python "
           f"{platform.python_version()}.", "", "## Test accuracy (%) per training-set size", "",
-          *_table(rows, cells), "", "Cells not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
+          *_table(rows, cells, grid.recipe), "",
+          "Cells not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
           "## ConViT's claims, measured", ""]
-    md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found]
+    md += [_claim_line(c) for c in found] + ([""] + list(sections) if sections else [])
     md += ["", "## Figures", ""] + [f"- {key}: [{path.name}]({path.relative_to(out).as_posix()})"
                                      for key, path in figures.items()]
-    md += ["", "## Models", ""] + [f"- `{p}`: {get_preset(p).description}" for p in dict.fromkeys(j.preset
-                                                                                                   for j in jobs)]
+    md += ["", "## Models", ""] + _model_lines(grid, list(dict.fromkeys(row_of(j) for j in jobs)))
     report = {"grid": grid.name, "command": command, "dataset": dataset, "rows": rows, "claims": found,
               "missing": missing, "figures": {k: p.relative_to(out).as_posix() for k, p in figures.items()}}
     atomic_write_text(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")

@@ -8,6 +8,7 @@ machine) and the same command continues it.
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import logging
@@ -64,12 +65,14 @@ class TrainOptions:
 
 def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     """The job's training configuration: its preset's recipe, the options, then the job's own
-    ``overrides`` (a grid cell's subset and epochs win over the command line's).
+    ``overrides`` (a grid cell's subset and epochs win over the command line's; a grid variant's
+    ``model`` options).
 
     Raises:
         ValueError: an option the preset rejects (from :func:`~attncnn.training.resolve_config`).
     """
-    return resolve_config(job.preset, **{**options.overrides(job.seed), **dict(job.overrides)})
+    own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
+    return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
 
 
 def train_command(job: Job, options: TrainOptions) -> str:
@@ -78,6 +81,8 @@ def train_command(job: Job, options: TrainOptions) -> str:
              "--out", str(job.folder)]
     given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
              **dict(job.overrides)}
+    for key, value in given.pop("model", {}).items():        # a grid variant's model options
+        words += ["--set", f"{key}={value!r}" if isinstance(value, str) and _literal(value) else f"{key}={value}"]
     for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
                                                            else options.device),
                         ("--precision", options.precision),
@@ -87,6 +92,15 @@ def train_command(job: Job, options: TrainOptions) -> str:
     if options.download:
         words.append("--download")
     return shlex.join(words)
+
+
+def _literal(text: str) -> bool:
+    """Whether ``--set key=text`` would read ``text`` as a Python literal, not as the string itself."""
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return True
 
 
 def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
@@ -155,7 +169,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     measured = {} if measured is None else measured
     if job.preset not in measured:
         torch.manual_seed(0)
-        model = build_model(job.preset).to(device)
+        model = build_model(job.preset, **config.model).to(device)
         images = torch.randn(config.batch_size, 3, 32, 32, device=device)
         labels = torch.randint(0, 10, (config.batch_size,), device=device)
         measured[job.preset] = time_steps(copy.deepcopy(model), images, labels, precision=precision,

@@ -211,7 +211,10 @@ def job_state(job: Job) -> str:
         raise ValueError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
                          "move it away or choose another --out")
     for name, value in job.overrides:
-        if stored.get(name) != value:
+        found = stored.get(name)
+        if name == "model" and isinstance(found, dict):     # the options it sets; a run adds the path it measured
+            found = {key: found.get(key) for key in value}
+        if found != value:
             raise ValueError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
                              f"{name}={value!r} (another --epochs, --train-images or --passes?); move it away or "
                              "choose another --out")

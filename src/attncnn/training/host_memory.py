@@ -4,15 +4,15 @@ Why: glibc's ``malloc`` serves large blocks with ``mmap`` and returns them to th
 ``munmap`` when they are freed (blocks above its mmap threshold, which grows with use but never
 past 32 MiB, and the top of the heap above the trim threshold). A training step allocates and frees
 the same large tensors every step (activations, attention scores, their gradients), so each step
-maps fresh pages and the kernel zero-fills every one of them on first touch: for the CPU-scale
-content model (``learned-content-mini``, scores of 100 x 9 x 256 x 256 per layer) that was
-about 740,000 page faults and 1.9 s of system time per training step on a 2-core AMD EPYC.
+maps fresh pages and the kernel zero-fills every one of them on first touch; content attention,
+whose scores are the largest tensors of a step, spends a large part of its step there (the page
+faults and system time measured per step are in ``docs/speed.md``).
 
 :func:`reuse_freed_memory` tells glibc to serve every block from its heap (``M_MMAP_MAX = 0``)
 and to keep freed memory (``M_TRIM_THRESHOLD`` at its maximum), so the second step reuses the
 first step's pages. The numbers computed do not change (only where the memory comes from); the
-cost is that the process keeps its peak resident memory until it exits. The measured effect is in
-``benchmarks/results/`` (``benchmarks/speedup.py``) and ``docs/speed.md``.
+cost is that the process keeps its peak resident memory until it exits. The effect through the
+real trainer is measured by ``benchmarks/speedup.py`` (results in ``benchmarks/results/``).
 
 ``attncnn train``, ``evaluate``, ``bench`` and ``reproduce`` call it once per process on CPU;
 ``ATTNCNN_MALLOC=system`` (environment) keeps glibc's defaults. Elsewhere (macOS, Windows, musl)
