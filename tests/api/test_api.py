@@ -101,6 +101,13 @@ def test_pretrained_lists_what_it_has_and_names_where_it_looked(tmp_path, monkey
     monkeypatch.setenv("ATTNCNN_RESULTS", str(tmp_path))
     assert attncnn.list_pretrained() == [("resnet18-mini", 0)]
     assert attncnn.pretrained("resnet18-mini").source.is_relative_to(tmp_path)
+    # an unfinished run (shipped with its resumable checkpoint to be continued) is not offered
+    unfinished = tmp_path / "mini-long" / "resnet18-mini" / "seed0"
+    shutil.copytree(RESULTS / "mini" / "resnet18-mini" / "seed0", unfinished)
+    (unfinished / "finished.json").unlink()
+    assert attncnn.list_pretrained() == [("resnet18-mini", 0)]
+    with pytest.raises(FileNotFoundError, match="no trained model 'mini-long/resnet18-mini'"):
+        attncnn.pretrained("mini-long/resnet18-mini")
 
 
 @shipped

@@ -48,7 +48,10 @@ def results_folders(root: str | os.PathLike | None = None) -> list[Path]:
 
 
 def _has_checkpoint(folder: Path) -> bool:
-    return any((folder / "checkpoints" / f"{which}.safetensors").is_file() for which in ("best", "last"))
+    """A finished run with a checkpoint: an unfinished one (a long study shipped between sessions
+    with its resumable checkpoint, e.g. ``results/mini-long``) is not a trained model yet."""
+    return (folder / "finished.json").is_file() and any(
+        (folder / "checkpoints" / f"{which}.safetensors").is_file() for which in ("best", "last"))
 
 
 def _candidates(name: str, seed: int, roots: list[Path]) -> list[Path]:
