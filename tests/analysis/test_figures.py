@@ -62,6 +62,16 @@ def test_accuracy_figure_marks_each_seed_in_its_lines_colour():
     assert tuple(dots.get_edgecolor()[0][:3]) == to_rgb(ax.lines[0].get_color())
 
 
+def test_accuracy_figure_shades_a_band_in_its_lines_colour_only_where_seeds_differ():
+    fig = accuracy_figure({"a": ([1, 2], [0.4, 0.5]), "b": ([1, 2], [0.3, 0.2])},
+                          bands={"a": ([0.35, 0.45], [0.45, 0.55]), "b": ([0.3, 0.2], [0.3, 0.2])})
+    ax = fig.axes[0]
+    (band,) = ax.collections                                   # "b" (one seed: low == high) gets none
+    ys = sorted({round(float(y), 6) for y in band.get_paths()[0].vertices[:, 1]})
+    assert ys == [35.0, 45.0, 55.0]                              # percent, from min to max
+    assert tuple(band.get_facecolor()[0][:3]) == to_rgb(ax.lines[0].get_color())
+
+
 def test_figures_are_written_and_non_empty(tmp_path):
     torch.manual_seed(0)
     quad = build_model("quadratic", num_layers=2, dim=16, mlp_dim=16)

@@ -1,7 +1,6 @@
-"""Figures of runs followed over many epochs and several seeds (a long suite's report).
+"""Figures of runs followed over many epochs and several seeds (a long suite's report; its Fig. 2,
+the seeds' mean and band, is :func:`~attncnn.analysis.figures.accuracy_figure` with ``bands``).
 
-* :func:`accuracy_bands_figure` (paper Fig. 2 with seeds): test accuracy against epoch, the mean
-  over seeds as a line and the min/max over seeds as a band;
 * :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
   seed, with a threshold line (e.g. the grid distance under which a layer has settled);
 * :func:`centres_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
@@ -22,40 +21,7 @@ from matplotlib.figure import Figure
 
 from .figures import _legend, _panel_grid, _window_radius, draw_quadratic_layer, head_colors
 
-__all__ = ["accuracy_bands_figure", "seed_curves_figure", "centres_over_epochs_figure"]
-
-
-def accuracy_bands_figure(bands: dict[str, tuple[Sequence[int], Sequence[float], Sequence[float], Sequence[float]]],
-                          *, seeds: dict[str, int] | None = None, title: str = "Test accuracy") -> Figure:
-    """Test accuracy against epoch: per model the mean over seeds (line) and min/max (band).
-
-    Args:
-        bands: ``label -> (epochs, mean, min, max)``, accuracies as fractions (a single seed: the
-            three equal, no band drawn).
-        seeds: ``label -> number of seeds``, shown in the legend.
-        title: axes title.
-
-    Raises:
-        ValueError: no curves.
-    """
-    if not bands:
-        raise ValueError("no runs to plot")
-    fig = Figure(figsize=(6.4, 4.2), layout="constrained")
-    ax = fig.subplots()
-    for label, (epochs, mean, low, high) in bands.items():
-        count = (seeds or {}).get(label)
-        name = label if count is None else f"{label} ({count} seed{'s' if count != 1 else ''})"
-        (line,) = ax.plot(list(epochs), [100 * a for a in mean], lw=1.5, label=name,
-                          marker="." if len(epochs) < 12 else None)
-        if any(h > lo for lo, h in zip(low, high)):
-            ax.fill_between(list(epochs), [100 * a for a in low], [100 * a for a in high], color=line.get_color(),
-                            alpha=0.2, lw=0)
-    ax.set_xlabel("epoch")
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return fig
+__all__ = ["seed_curves_figure", "centres_over_epochs_figure"]
 
 
 def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence[float]]]], *, ylabel: str,

@@ -315,7 +315,8 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
 
 def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], *,
                     title: str = "Test accuracy", xlabel: str = "epoch", logx: bool = False,
-                    points: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Figure:
+                    points: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+                    bands: dict[str, tuple[Sequence[float], Sequence[float]]] | None = None) -> Figure:
     """Test accuracy against epoch, one line per run (paper Fig. 2), or against another x.
 
     Args:
@@ -325,6 +326,8 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
         logx: logarithmic x axis.
         points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
             line, e.g. each seed around a line of means (labels missing from ``curves`` are ignored).
+        bands: ``label -> (low, high)`` accuracies at ``label``'s x values, shaded in its colour,
+            e.g. the min and max over seeds around their mean (no band where low == high).
 
     Raises:
         ValueError: no curves.
@@ -336,6 +339,10 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     for label, (epochs, acc) in curves.items():
         (line,) = ax.plot(list(epochs), [100 * a for a in acc], label=label, lw=1.5,
                           marker="." if len(epochs) < 12 else None)
+        if bands and label in bands and any(h > lo for lo, h in zip(*bands[label])):
+            low, high = bands[label]
+            ax.fill_between(list(epochs), [100 * a for a in low], [100 * a for a in high], color=line.get_color(),
+                            alpha=0.2, lw=0)
         if points and label in points:
             xs, ys = points[label]
             ax.scatter(list(xs), [100 * a for a in ys], s=18, facecolors="none", edgecolors=line.get_color(),

@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure,
                                 quadratic_epochs_figure, quadratic_layers_figure, save_figure)
-from ..analysis.epoch_figures import accuracy_bands_figure, centres_over_epochs_figure, seed_curves_figure
+from ..analysis.epoch_figures import centres_over_epochs_figure, seed_curves_figure
 from ..analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ..analysis.runs import test_count, test_images
 from ..training import load_model
@@ -155,9 +155,13 @@ def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path
 def _accuracy(results: dict[str, list[RunResult]], suite: Suite | None, out: Path, formats,
               written: dict[str, Path]) -> None:
     if suite is not None and suite.settle_epochs:
-        bands = {preset: accuracy_bands(runs) for preset, runs in results.items() if runs}
-        fig = accuracy_bands_figure(bands, seeds={p: len(r) for p, r in results.items()},
-                                    title="Test accuracy: mean over seeds, band from min to max")
+        curves, bands = {}, {}
+        for preset, runs in results.items():
+            if runs:
+                epochs, mean, low, high = accuracy_bands(runs)
+                label = f"{preset} ({len(runs)} seed{'s' if len(runs) != 1 else ''})"
+                curves[label], bands[label] = (epochs, mean), (low, high)
+        fig = accuracy_figure(curves, bands=bands, title="Test accuracy: mean over seeds, band from min to max")
         _figure(fig, out / "fig2-accuracy", formats, written, "fig2")
         return
     curves = {preset: ([r["epoch"] for r in runs[0].records], [r["test_accuracy"] for r in runs[0].records])
