@@ -19,6 +19,27 @@ def test_counted_flops_equal_the_analytic_count():
     assert 2.5 * forward <= train <= 3 * forward       # backward: about 2x forward (no input grad at layer 1)
 
 
+def test_cpu_attention_kernel_is_counted():
+    """F.scaled_dot_product_attention on CPU (GPSA's content term) runs a kernel that torch's
+    FlopCounterMode does not know; the harness counts it as the two products it computes."""
+    class Attend(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(()))
+
+        def forward(self, x):                               # x: (B, heads, N, D)
+            out = torch.nn.functional.scaled_dot_product_attention(x * self.scale, x, x)
+            return out.flatten(1)
+
+    b, heads, n, d = 2, 3, 10, 4
+    x = torch.randn(b, heads, n, d, requires_grad=True)
+    forward, train = count_training_flops(Attend(), x, torch.tensor([0, 1]))
+    assert forward == 2 * 2 * b * heads * n * n * d          # scores and the value average
+    # backward: five products of the same size (scores recomputed; gradients of values, probabilities,
+    # queries and keys), torch's convention for its CUDA kernels
+    assert train == forward + 5 * forward // 2
+
+
 def test_time_median_measures_sleep():
     import time
     t = time_median(lambda: time.sleep(0.02), torch.device("cpu"), warmup=0, reps=3)

@@ -28,7 +28,7 @@ from typing import Callable
 
 import torch
 import torch.nn.functional as F
-from torch.utils.flop_counter import FlopCounterMode
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ..layers import dense_attention
 from ..models import build_model, count_parameters
@@ -88,6 +88,22 @@ def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: 
     return 2 * size ** 3 / seconds
 
 
+def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                             **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+# torch 2.13's FlopCounterMode counts the CUDA SDPA kernels but not the CPU flash kernel that
+# F.scaled_dot_product_attention dispatches to on CPU (GPSA's content term): without these two
+# entries its products would count 0 FLOPs.
+_CPU_SDPA = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops}
+
+
 def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                          dense: bool = True) -> tuple[int, int]:
     """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode.
@@ -99,10 +115,10 @@ def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: t
     def context():
         return dense_attention(model) if dense else contextlib.nullcontext()
 
-    with context(), FlopCounterMode(display=False) as counter:
+    with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
         model(images)
     forward = counter.get_total_flops()
-    with context(), FlopCounterMode(display=False) as counter:
+    with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
         F.cross_entropy(model(images), labels).backward()
     model.zero_grad(set_to_none=True)
     return forward, counter.get_total_flops()

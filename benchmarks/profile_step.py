@@ -1,0 +1,200 @@
+"""Where a preset's training step and test pass spend their time, and how fast they could be.
+
+    python benchmarks/profile_step.py [--presets quadratic-mini,learned-mini,...] [--batch-size 100]
+                                      [--precision bf16] [--steps 2] [--out results/NAME.md]
+
+For each preset (built as ``attncnn train`` builds it, ``impl="auto"``, freed host memory kept for
+reuse as the trainer does), on random images:
+
+1. FLOPs of the formulation actually run (``FlopCounterMode``, separable path where the layer takes
+   it), forward and forward + backward.
+2. Wall time: median of ``--steps + 1`` training steps (forward, loss, backward, SGD momentum 0.9) and
+   of as many test-mode forwards, after two warm-up calls, without the profiler.
+3. A ``torch.profiler`` trace of ``--steps`` more of each, whose operators' self CPU times are summed
+   into groups: matrix products (mm, addmm, bmm, baddbmm, convolutions, SDPA kernels), copies and
+   casts, softmax, normalisation, activations, dropout, optimiser, everything else.
+
+and prints, next to the machine's measured bf16 (or fp32) matrix-product peak (2048^2):
+
+- ``GF/s as run``: FLOPs as run / wall time; ``% peak`` its share of the measured peak.
+- ``products at``: FLOPs / the time the matrix products themselves took, as a share of the peak
+  (how well the products run).
+- ``ceiling: no overhead``: wall / product time, the speed-up if everything but the products cost
+  nothing; ``ceiling: peak``: wall / (FLOPs / peak), the speed-up if the products also ran at the
+  measured peak. A goal above ``ceiling: peak`` needs fewer FLOPs, not a better kernel.
+
+The profiler adds a little time per operator; the group shares are of the profiled time, the
+ceilings use the unprofiled wall time and the products' share. Measure on an idle machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import statistics
+import time
+from collections import defaultdict
+
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from attncnn.bench.harness import count_training_flops, matmul_peak
+from attncnn.models import build_model
+from attncnn.training.host_memory import reuse_freed_memory
+from attncnn.training.run_precision import autocast
+
+MINIS = ("quadratic-mini", "learned-mini", "quadratic-generalized-mini", "gpsa-mini", "learned-content-mini",
+         "resnet18-mini")
+
+# operator name (without "aten::") -> group; names not listed fall in "other"
+GROUPS = {
+    "products": ("mm", "addmm", "bmm", "baddbmm", "addbmm", "mkldnn_convolution", "convolution_backward",
+                 "_scaled_dot_product_flash_attention_for_cpu",
+                 "_scaled_dot_product_flash_attention_for_cpu_backward", "_mkldnn_convolution",
+                 "mkldnn_rnn_layer", "_convolution", "convolution", "conv2d"),
+    "copies and casts": ("copy_", "_to_copy", "clone", "contiguous", "cat", "stack", "index_select",
+                         "_unsafe_view", "reshape", "expand", "permute", "transpose", "as_strided",
+                         "empty", "empty_strided", "zeros", "zero_", "fill_", "new_zeros", "empty_like"),
+    "softmax": ("_softmax", "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data"),
+    "normalisation": ("native_layer_norm", "native_layer_norm_backward", "native_batch_norm",
+                      "native_batch_norm_backward", "_batch_norm_impl_index", "_native_batch_norm_legit",
+                      "_native_batch_norm_legit_no_training", "_batch_norm_with_update",
+                      "batch_norm_backward"),
+    "activations": ("gelu", "gelu_backward", "relu", "relu_", "threshold_backward", "sigmoid",
+                    "sigmoid_backward", "clamp_min", "clamp_min_"),
+    "dropout": ("native_dropout", "native_dropout_backward", "bernoulli_"),
+    "optimiser": ("_foreach_add_", "_foreach_mul_", "_foreach_add", "_foreach_addcmul_", "_foreach_lerp_",
+                  "_foreach_mul", "_foreach_sqrt", "_foreach_div_", "_foreach_addcdiv_"),
+}
+GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
+
+
+def _group_times(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Self CPU seconds per group and per operator (top level of the profile's key averages)."""
+    groups: dict[str, float] = defaultdict(float)
+    ops = []
+    for event in prof.key_averages():
+        name = event.key.removeprefix("aten::")
+        seconds = event.self_cpu_time_total / 1e6
+        if seconds <= 0:
+            continue
+        groups[GROUP_OF.get(name, "other")] += seconds
+        ops.append((event.key, seconds))
+    ops.sort(key=lambda item: -item[1])
+    return dict(groups), ops
+
+
+def _median_seconds(fn, calls: int) -> float:
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def profile_preset(preset: str, batch_size: int, precision: str, steps: int) -> dict:
+    torch.manual_seed(0)
+    model = build_model(preset)
+    dev = torch.device("cpu")
+    images = torch.randn(batch_size, 3, 32, 32)
+    labels = torch.randint(0, 10, (batch_size,))
+    fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def train_step():
+        with autocast(precision, dev):
+            logits = model(images)
+        loss = F.cross_entropy(logits.float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def test_pass():
+        with autocast(precision, dev):
+            model(images)
+
+    result = {"preset": preset}
+    for mode, fn, flops in (("train", train_step, train_flops), ("test", test_pass, fwd_flops)):
+        model.train(mode == "train")
+        fn(), fn()                                                     # warm-up
+        wall = _median_seconds(fn, steps + 1)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                fn()
+        groups, ops = _group_times(prof)
+        total = sum(groups.values())
+        result[mode] = {"wall_seconds": wall, "images_per_s": batch_size / wall,
+                        "flops_per_image": flops / 2, "flops_per_s": flops / 2 * batch_size / wall,
+                        "shares": {g: s / total for g, s in groups.items()},
+                        "product_seconds": groups.get("products", 0.0) / steps,
+                        "top_ops": [(name, s / total) for name, s in ops[:6]]}
+    return result
+
+
+def _markdown(results: list[dict], peak: float, args, machine: str) -> str:
+    lines = [f"# Step profile: {machine}, torch {torch.__version__}, {datetime.date.today().isoformat()}", "",
+             f"`python benchmarks/profile_step.py --precision {args.precision} --batch-size {args.batch_size} "
+             f"--steps {args.steps}`; measured {args.precision} matrix-product peak (2048^2): "
+             f"{peak / 1e9:.0f} GFLOP/s. Wall times unprofiled (median), shares from the profiler's self "
+             "CPU times.", ""]
+    groups = list(GROUPS) + ["other"]
+    for mode in ("train", "test"):
+        lines += [f"## {'Training step' if mode == 'train' else 'Test pass'} (batch {args.batch_size})", "",
+                  "| preset | s | img/s | GFLOP/img as run | GF/s as run | % peak | products at (% peak) "
+                  "| ceiling: no overhead | ceiling: peak | " + " | ".join(groups) + " |",
+                  "|---|" + "---:|" * (9 + len(groups))]
+        for r in results:
+            m = r[mode]
+            products = m["shares"].get("products", 0.0)
+            product_seconds = products * m["wall_seconds"]
+            flops_step = m["flops_per_image"] * args.batch_size
+            at = flops_step / product_seconds / peak if product_seconds else float("nan")
+            lines.append(
+                f"| `{r['preset']}` | {m['wall_seconds']:.3f} | {m['images_per_s']:.0f} | "
+                f"{m['flops_per_image'] / 1e9:.3f} | {m['flops_per_s'] / 1e9:.0f} | "
+                f"{100 * m['flops_per_s'] / peak:.0f} | {100 * at:.0f} | "
+                f"{1 / products if products else float('nan'):.2f}x | "
+                f"{m['wall_seconds'] * peak / flops_step:.2f}x | "
+                + " | ".join(f"{100 * m['shares'].get(g, 0.0):.0f}" for g in groups) + " |")
+        lines += ["", "Largest operators (self time share):", ""]
+        for r in results:
+            tops = ", ".join(f"`{name}` {100 * share:.0f} %" for name, share in r[mode]["top_ops"])
+            lines.append(f"- `{r['preset']}`: {tops}")
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default=",".join(MINIS))
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--out", default=None, help="also write the Markdown table to this file")
+    args = parser.parse_args()
+    reuse_freed_memory()                                 # as attncnn train does
+    peak = matmul_peak(torch.device("cpu"), torch.bfloat16 if args.precision == "bf16" else torch.float32)
+    machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
+    try:
+        with open("/proc/cpuinfo") as f:
+            names = [line.split(":", 1)[1].strip() for line in f if line.startswith("model name")]
+        machine = f"{names[0]}, {len(names)} cores" if names else machine
+    except OSError:
+        pass
+    results = []
+    for preset in args.presets.split(","):
+        results.append(profile_preset(preset, args.batch_size, args.precision, args.steps))
+        print(f"profiled {preset}", flush=True)
+    text = _markdown(results, peak, args, machine)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
