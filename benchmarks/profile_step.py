@@ -37,13 +37,11 @@ import time
 from collections import defaultdict
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from attncnn.bench.harness import count_training_flops, matmul_peak
+from attncnn.bench.harness import count_training_flops, matmul_peak, step_functions
 from attncnn.models import build_model
 from attncnn.training.host_memory import reuse_freed_memory
-from attncnn.training.run_precision import autocast
 
 MINIS = ("quadratic-mini", "learned-mini", "quadratic-generalized-mini", "gpsa-mini", "learned-content-mini",
          "resnet18-mini")
@@ -98,24 +96,10 @@ def _median_seconds(fn, calls: int) -> float:
 def profile_preset(preset: str, batch_size: int, precision: str, steps: int) -> dict:
     torch.manual_seed(0)
     model = build_model(preset)
-    dev = torch.device("cpu")
     images = torch.randn(batch_size, 3, 32, 32)
     labels = torch.randint(0, 10, (batch_size,))
     fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-
-    def train_step():
-        with autocast(precision, dev):
-            logits = model(images)
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    @torch.no_grad()
-    def test_pass():
-        with autocast(precision, dev):
-            model(images)
+    train_step, test_pass = step_functions(model, images, labels, precision=precision)
 
     result = {"preset": preset}
     for mode, fn, flops in (("train", train_step, train_flops), ("test", test_pass, fwd_flops)):

@@ -35,7 +35,7 @@ from ..models import build_model, count_parameters
 from ..training.host_memory import reuse_freed_memory
 from ..training.run_precision import autocast
 
-__all__ = ["machine_info", "matmul_peak", "time_median", "time_steps", "count_training_flops", "bench_preset",
+__all__ = ["machine_info", "matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "bench_preset",
            "bench_preset_isolated"]
 
 
@@ -129,6 +129,35 @@ def _rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def step_functions(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+                   run_model: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   precision: str = "fp32") -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(train_step, infer)``: the two calls :func:`time_steps` times, for timing or profiling.
+
+    ``train_step()`` is forward under ``precision``'s autocast, float32 cross-entropy on ``labels``,
+    backward and an SGD (momentum 0.9, lr 1e-3) update of ``model``'s weights; ``infer()`` a forward
+    without gradients. Neither sets train/eval mode. Arguments as for :func:`time_steps`.
+    """
+    dev = images.device
+    run_model = model if run_model is None else run_model     # (a compiled module has no truth value)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def train_step():
+        with autocast(precision, dev):
+            logits = run_model(images)
+        loss = F.cross_entropy(logits.float(), labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    @torch.no_grad()
+    def infer():
+        with autocast(precision, dev):
+            run_model(images)
+
+    return train_step, infer
+
+
 def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
                run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, precision: str = "fp32",
                warmup: int = 1, reps: int = 3) -> dict:
@@ -148,21 +177,7 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
         docstring (on CPU only meaningful in a fresh process).
     """
     dev = images.device
-    run_model = model if run_model is None else run_model     # (a compiled module has no truth value)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
-    def train_step():
-        with autocast(precision, dev):
-            logits = run_model(images)
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-
-    @torch.no_grad()
-    def infer():
-        with autocast(precision, dev):
-            run_model(images)
-
+    train_step, infer = step_functions(model, images, labels, run_model=run_model, precision=precision)
     was_training = model.training
     model.train()
     if dev.type == "cuda":
