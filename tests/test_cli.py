@@ -312,6 +312,22 @@ def test_resume_refuses_options_it_would_ignore(tmp_path, tiny_dataset, capsys):
     assert "--epochs" in err and "--lr" in err and "stored configuration" in err
 
 
+def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys):
+    # a run started on a GPU stores "device": "cuda"; on a CPU machine --resume --device cpu continues it
+    assert _train(tmp_path, tiny_dataset) == 0
+    run = tmp_path / "run"
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "device": "cuda"}))
+    for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
+        (run / name).unlink()                        # as if stopped after epoch 1 (epoch_0001 stays)
+    if not torch.cuda.is_available():
+        assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+        assert "CUDA is not available" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--device", "cpu", "--no-progress"]) == 0
+    assert json.loads((run / "config.json").read_text())["device"] == "cpu"
+    assert (run / "finished.json").is_file()
+
+
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
     """0 epochs are not allowed, so fine-tune with lr 0: the weights must come through unchanged."""
     assert _train(tmp_path, tiny_dataset, out="base") == 0

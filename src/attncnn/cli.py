@@ -118,10 +118,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if mode == "resume":
         # A resumed run uses its stored configuration; silently dropping a changed option would
         # let a user believe e.g. --epochs took effect.
-        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)]
+        # --device is the machine's, not the run's: a run started on a GPU may resume on a CPU.
+        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name) and f.name != "device"]
         if flags:
             raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
-                             "cannot change it. Drop them, or start a new run with --init-from on its checkpoint")
+                             "cannot change it (only --device can). Drop them, or start a new run with --init-from "
+                             "on its checkpoint")
+        if "device" in given:
+            from .reproduce.unfinished import point_at_machine
+            point_at_machine(out, given["device"])
     else:
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
     summary = train(config, out, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)

@@ -93,3 +93,24 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
     for ours, theirs in zip(records, _records(reference.folder)):
         for key in ("train_loss", "train_accuracy", "test_loss", "test_accuracy"):
             assert ours[key] == pytest.approx(theirs[key], abs=1e-6), (ours["epoch"], key)
+
+
+def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(make_tiny_data, tmp_path, caplog):
+    # the GPU half is simulated: a quadratic run stopped after its first epoch is rewritten to say it
+    # trained on CUDA with the dense path, as the lent H100 leaves it (config.json "device": "cuda")
+    data = make_tiny_data(40, 10)
+    job = plan(get_suite("mini-long"), tmp_path, only=("quadratic-mini",), seeds=(0,), epochs=2)[0]
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([job], TrainOptions(data=str(data), epochs=2), progress=False, epoch_metrics=_stop_after_first_epoch)
+    config = json.loads((job.folder / "config.json").read_text())
+    (job.folder / "config.json").write_text(json.dumps({**config, "device": "cuda", "model": {"impl": "dense"}}))
+    records = _records(job.folder)
+    records[0]["machine"] = {"cpu": "Host CPU", "threads": 1, "torch": "2.11.0", "device": "cuda", "gpu": "Some GPU"}
+    (job.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with caplog.at_level("INFO"):
+        assert main(["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "quadratic-mini",
+                     "--seeds", "0", "--out", str(tmp_path), "--no-progress", "--no-viewer"]) == 0
+    assert "resumed on another machine: device 'cuda' -> 'auto'" in caplog.text
+    stored = json.loads((job.folder / "config.json").read_text())
+    assert stored["device"] == "auto" and stored["model"]["impl"] in ("dense", "separable")    # measured and recorded
+    assert [r["epoch"] for r in _records(job.folder)] == [1, 2] and (job.folder / "finished.json").is_file()

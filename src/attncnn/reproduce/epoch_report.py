@@ -70,14 +70,16 @@ def _ranges(epochs: Sequence[int]) -> str:
 def cost_lines(costs: Sequence[dict]) -> list[str]:
     """Markdown table of :func:`run_costs`."""
     lines = ["| model | seed | epochs | train + eval time (h) | train img/s (median) | machine (epochs) | "
-             "epochs that shared the CPU |", "|---|---|---|---|---|---|---|"]
+             "epochs that shared the machine |", "|---|---|---|---|---|---|---|"]
     for c in costs:
         lines.append(f"| {c['preset']} | {c['seed']} | {c['epochs']} | {c['hours']:.2f} | "
                      f"{c['images_per_second']:.0f} | {segments_text(c['machines'])} | {_ranges(c['shared_epochs'])} |")
     return lines + ["", "Time: the logged seconds of training and evaluation (not the per-epoch metrics, checkpoints "
                         "or pauses between sessions). Machine: the one that finished each epoch (an epoch resumed "
                         "mid-way ran partly on the machine before). Shared: the 5-minute load average at the end "
-                        "of the epoch exceeded the run's own threads by more than one."]
+                        "of the epoch exceeded the run's own threads by more than one (on a GPU machine that trained "
+                        "several runs at once, the other runs: they shared its GPU too, so their img/s is a share of "
+                        "the GPU, not what one run gets alone)."]
 
 
 def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:

@@ -26,7 +26,7 @@ from ..training import RunFolder, TrainConfig, TrainingInterrupted, resolve_conf
 from ..training.run_precision import resolve_precision
 from .machines import machine_segments, recording_machine
 from .suites import Job, job_state
-from .unfinished import point_at_data
+from .unfinished import point_at_data, point_at_machine
 
 log = logging.getLogger("attncnn.reproduce")
 
@@ -111,7 +111,8 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     (:mod:`~attncnn.reproduce.machines`). Each job this call finishes gets ``machine.json``
     (:func:`~attncnn.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
     the report can say where its timings come from. An interrupted run shipped from another machine
-    is first pointed at this machine's data set (:func:`~attncnn.reproduce.unfinished.point_at_data`).
+    is first pointed at this machine's data set (:func:`~attncnn.reproduce.unfinished.point_at_data`),
+    device and attention path (:func:`~attncnn.reproduce.unfinished.point_at_machine`).
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -133,6 +134,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
         config = None if mode == "resume" else job_config(job, options)
         if mode == "resume":
             point_at_data(job.folder, options.data, options.data_dir)
+            point_at_machine(job.folder, options.device, keep_impl="impl" in dict(job.overrides).get("model", {}))
         try:
             train(config, job.folder, mode=mode, progress=progress, epoch_metrics=recorded)
         except TrainingInterrupted as err:

@@ -15,7 +15,8 @@ Periodic checkpoints, TensorBoard events (``tb/``, rewritten by the resumed run)
 file go, and the local paths the run records are replaced by file names
 (:func:`~attncnn.reproduce.ship.share_run_folder`). From a fresh clone, the same
 ``attncnn reproduce <suite> --data <data set>`` resumes it: :func:`point_at_data` first tells the
-shipped configuration where its data set is on this machine (the file name must match).
+shipped configuration where its data set is on this machine (the file name must match), and
+:func:`point_at_machine` gives it this machine's device and lets it measure its attention path here.
 """
 
 from __future__ import annotations
@@ -26,14 +27,15 @@ from pathlib import Path
 from typing import Sequence
 
 from .._io import atomic_write_json
-from ..training import RunFolder, load_checkpoint
+from ..training import RunFolder, load_checkpoint, resolve_device
 from ..training.checkpoint import read_metadata
+from .machines import MACHINE_KEY, epoch_machine
 from .ship import _weights_only, folder_bytes, share_run_folder
 from .suites import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data"]
+__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "point_at_machine"]
 
 _KEEP_FILES = {"config.json", "metrics.jsonl", "machine.json"}
 #: data sets named, not located
@@ -128,3 +130,44 @@ def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) ->
     atomic_write_json(path, config)
     log.info("%s: its data set is %s on this machine", folder, config["data"])
     return True
+
+
+def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -> list[str]:
+    """Before resuming a run: what belongs to the machine, not to the run, is taken from this one.
+    Rewrites ``config.json`` (atomically) when something changes and returns what changed, in words
+    (empty: nothing did).
+
+    * ``device``: the stored device becomes ``device``, this command's ``--device`` (default
+      ``"auto"``), so that a run started on a GPU (``"cuda"``) resumes on a CPU and the other way round.
+    * ``model.impl``, the attention path a new run measured on its machine
+      (:mod:`attncnn.training.path_choice`): when the last epoch in ``metrics.jsonl`` ran on another
+      machine (its ``"machine"`` record: CPU model, torch threads, torch version, device, GPU) it is
+      removed, so that the resumed run measures the fastest path here and records it. Every path
+      computes the same function up to rounding, and bit-identical results are promised only on one
+      machine; on the same machine the path is kept, so a resumed run continues exactly. A run that
+      never measured (``measure_paths`` off, ``deterministic``) or whose path was chosen by the user
+      (``keep_impl``: the suite or ``--set`` names ``impl``) keeps it.
+
+    Raises:
+        RunFolderError: no readable ``config.json``, or a process is training the run now.
+    """
+    RunFolder.check_not_in_use(folder)
+    run = RunFolder(folder, mode="read")
+    config = run.read_config()
+    changes = []
+    if config.get("device", "auto") != device:
+        changes.append(f"device {config.get('device', 'auto')!r} -> {device!r}")
+        config["device"] = device
+    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    measured = config.get("measure_paths", True) and not config.get("deterministic", False) and not keep_impl
+    if measured and "impl" in model:
+        records = [r for r in run.read_metrics() if isinstance(r.get(MACHINE_KEY), dict)]
+        here = epoch_machine(resolve_device(device))
+        if records and records[-1][MACHINE_KEY] != here:
+            changes.append(f"attention path {model['impl']!r} (measured on {records[-1][MACHINE_KEY].get('gpu') or records[-1][MACHINE_KEY].get('cpu')}) "
+                           "-> measured again here")
+            config["model"] = {k: v for k, v in model.items() if k != "impl"}
+    if changes:
+        atomic_write_json(Path(folder) / "config.json", config)
+        log.info("%s: resumed on another machine: %s", folder, "; ".join(changes))
+    return changes

@@ -69,7 +69,8 @@ class TrainConfig:
     lr_stepping: str = option("step", choices=("step", "epoch"),
                               help="update the LR every batch (default) or once per epoch like the reference code")
     seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
-    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N")
+    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N; the one option --resume takes (a run "
+                                      "started on a GPU continues on a CPU)")
     train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
     eval_every: int = option(1, metavar="EPOCHS",
                              help="evaluate on the test set every N epochs and after the last (default 1: every "

@@ -125,7 +125,10 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
            epoch_metrics: EpochMetrics | None) -> dict:
     """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
-    if mode != "resume":            # a resumed run keeps the path its configuration names
+    # A resumed run keeps the path its configuration names; one whose path was removed (resumed on
+    # another machine, attncnn.reproduce.unfinished.point_at_machine) measures it here and records it.
+    measure_now = mode != "resume" or "impl" not in config.model
+    if measure_now:
         config = with_measured_paths(config, dataset, train_loader.batch_size, dist)
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
@@ -137,7 +140,7 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         saver = Saver(run, state)
         if mode == "resume":
             _resume(state, saver)
-        else:
+        if mode != "resume" or (measure_now and "impl" in config.model):
             run.write_config(config.to_dict())
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
