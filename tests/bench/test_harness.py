@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import torch
 
@@ -66,3 +68,11 @@ def test_bench_command_json(capsys):
 def test_unknown_variants_are_refused(capsys):
     assert main(["bench", "--presets", "demo", "--variants", "fp16"]) == 2
     assert "unknown benchmark variant(s) ['fp16']; choose from fp32, bf16" in capsys.readouterr().err
+
+
+def test_an_isolated_benchmark_whose_process_dies_fails_instead_of_hanging():
+    # from `python -` a spawned child cannot import the caller's __main__ and dies before answering
+    code = "from attncnn.bench.harness import bench_preset_isolated\nbench_preset_isolated(preset='demo', reps=1)\n"
+    done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert "RuntimeError: benchmark of demo failed: its process exited with code" in done.stderr

@@ -21,6 +21,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue as queue_module
 import resource
 import statistics
 import time
@@ -245,12 +246,28 @@ def _child(queue, kwargs, sys_path):
 
 
 def bench_preset_isolated(extra_sys_path: list[str] | None = None, **kwargs) -> dict:
-    """:func:`bench_preset` in a fresh process (accurate CPU peak memory); same arguments."""
+    """:func:`bench_preset` in a fresh process (accurate CPU peak memory); same arguments.
+
+    Raises:
+        RuntimeError: the benchmark failed in the child (the message holds its error), or the child
+            died without answering (e.g. a caller run from ``python -`` whose ``__main__`` a spawned
+            process cannot import: run it from a file).
+    """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     proc = ctx.Process(target=_child, args=(queue, kwargs, extra_sys_path or []))
     proc.start()
-    status, result = queue.get()
+    while True:                     # wait for the answer, but not for a child that died without one
+        alive = proc.is_alive()     # read before waiting: an answer sent just before exiting is still read
+        try:
+            status, result = queue.get(timeout=1.0)
+            break
+        except queue_module.Empty:
+            if not alive:
+                raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: its process exited with code "
+                                   f"{proc.exitcode} before answering (a caller run from `python -` or an "
+                                   "interactive session cannot be imported by a spawned process: run it from a "
+                                   "file)") from None
     proc.join()
     if status != "ok":
         raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: {result}")

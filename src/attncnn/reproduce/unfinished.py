@@ -145,8 +145,9 @@ def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -
       removed, so that the resumed run measures the fastest path here and records it. Every path
       computes the same function up to rounding, and bit-identical results are promised only on one
       machine; on the same machine the path is kept, so a resumed run continues exactly. A run that
-      never measured (``measure_paths`` off, ``deterministic``) or whose path was chosen by the user
-      (``keep_impl``: the suite or ``--set`` names ``impl``) keeps it.
+      never measured (``measure_paths`` off, ``deterministic``), whose path was chosen for it
+      (``keep_impl``: the suite names ``impl``) or whose epochs name no machine (``attncnn train``
+      records none) keeps it.
 
     Raises:
         RunFolderError: no readable ``config.json``, or a process is training the run now.
@@ -164,7 +165,8 @@ def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -
         records = [r for r in run.read_metrics() if isinstance(r.get(MACHINE_KEY), dict)]
         here = epoch_machine(resolve_device(device))
         if records and records[-1][MACHINE_KEY] != here:
-            changes.append(f"attention path {model['impl']!r} (measured on {records[-1][MACHINE_KEY].get('gpu') or records[-1][MACHINE_KEY].get('cpu')}) "
+            before = records[-1][MACHINE_KEY]
+            changes.append(f"attention path {model['impl']!r} (measured on {before.get('gpu') or before.get('cpu')}) "
                            "-> measured again here")
             config["model"] = {k: v for k, v in model.items() if k != "impl"}
     if changes:
