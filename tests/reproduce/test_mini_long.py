@@ -11,7 +11,8 @@ import pytest
 
 from attncnn.models import get_preset
 from attncnn.reproduce import get_suite, job_state, plan
-from attncnn.reproduce.epoch_report import cost_lines, epoch_sections, run_costs, settled_lines
+from attncnn.reproduce.epoch_report import (centre_lines, centre_rows, cost_lines, epoch_sections, run_costs,
+                                           settled_lines)
 from attncnn.reproduce.epochs import (SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads,
                                       seed_layer_curves, settled_rows, settled_table)
 from attncnn.reproduce.machines import machine_segments, recording_machine, segments_text, shared_epochs
@@ -197,3 +198,19 @@ def test_a_run_resumed_on_another_machine_takes_its_device_and_measures_its_path
         write(config, gpu)
         assert point_at_machine(folder, "cpu", keep_impl=keep) == []
         assert json.loads((folder / "config.json").read_text())["model"] == {"impl": "dense"}
+
+
+def test_where_the_centres_went_from_a_handwritten_record(tmp_path):
+    heads = [((0.02, -0.98), 5.0), ((1.1, 0.0), 2.0), ((2.5, 2.5), 0.1), ((0.0, 3.0), 1.0)]
+    record = {"epoch": 60, "test_accuracy": 0.8}
+    for n, ((row, col), alpha) in enumerate(heads, 1):
+        record.update({f"attn/layer1/head{n}/center_row": row, f"attn/layer1/head{n}/center_col": col,
+                       f"attn/layer1/head{n}/alpha": alpha})
+    rows = centre_rows({"quadratic-mini": [_result(tmp_path, "quadratic-mini", 2, [record])],
+                        "resnet18-mini": [_result(tmp_path, "resnet18-mini", 0, [{"epoch": 60}])]})
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["seed"], row["epoch"], row["layer"], row["heads"], row["sharp"]) == (2, 60, 1, 4, 2)
+    assert row["shifts"] == [(0, -1), (1, 0)]                        # alpha 1.0 is not sharp: above 1 only
+    assert row["off_shift"] == pytest.approx(0.1) and row["others_alpha"] == pytest.approx(1.0)
+    assert centre_lines(rows)[2] == "| quadratic-mini | 2 | 60 | 1 | 2 of 4 | (+0, -1) (+1, +0) | 0.10 | 1.00 |"

@@ -12,12 +12,20 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from .epochs import SETTLED_BELOW, settled_table
+import numpy as np
+
+from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
 from .machines import machine_segments, segments_text, shared_epochs
 from .suites import Suite
 from .summary import RunResult
 
-__all__ = ["settled_lines", "run_costs", "cost_lines", "baseline_rows", "baseline_lines", "epoch_sections"]
+__all__ = ["SHARP_ALPHA", "settled_lines", "centre_rows", "centre_lines", "run_costs", "cost_lines", "baseline_rows",
+           "baseline_lines", "epoch_sections"]
+
+#: A quadratic head is called sharp when its attention one token away from its centre is below e^-1 of
+#: the centre's, i.e. alpha > 1 (for a full Sigma^-1: half its smaller eigenvalue); chosen after the
+#: runs, to say where the centres went, not to judge the grid (that is the grid distance's job).
+SHARP_ALPHA = 1.0
 
 
 def settled_lines(table: Sequence[dict], threshold: float = SETTLED_BELOW) -> list[str]:
@@ -35,6 +43,52 @@ def settled_lines(table: Sequence[dict], threshold: float = SETTLED_BELOW) -> li
                      f" | {row['settled_layers']} of {len(row['grid_distance'])} |")
     return lines + ["", f"✓: settled on a grid, i.e. grid distance below {threshold} tokens (the criterion fixed "
                         "before the runs, issue 25)."]
+
+
+def centre_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_ALPHA) -> list[dict]:
+    """Where the quadratic heads went, per finished run and layer at its last epoch: ``heads``, the
+    ``sharp`` ones (alpha > ``sharp_alpha``, see :data:`SHARP_ALPHA`), their centres rounded to the
+    nearest shift (``shifts``, (row, col) in tokens, sorted), the largest distance of a sharp centre
+    from its shift (``off_shift``, tokens; None without sharp heads) and the largest alpha of the other
+    heads (``others_alpha``; None when every head is sharp). Runs without quadratic heads give none."""
+    rows = []
+    for preset, runs in results.items():
+        for result in runs:
+            records = result.epoch_records
+            if not records:
+                continue
+            layer = 1
+            while (heads := quadratic_heads(records[-1], layer)) is not None:
+                centers, inverse = heads
+                alpha = np.linalg.eigvalsh(inverse)[:, 0] / 2
+                sharp = alpha > sharp_alpha
+                shifts = np.rint(centers[sharp])
+                rows.append({"preset": preset, "seed": result.job.seed, "epoch": records[-1]["epoch"], "layer": layer,
+                             "heads": len(alpha), "sharp": int(sharp.sum()),
+                             "shifts": sorted((int(r), int(c)) for r, c in shifts),
+                             "off_shift": float(np.linalg.norm(centers[sharp] - shifts, axis=1).max()) if sharp.any()
+                             else None,
+                             "others_alpha": float(alpha[~sharp].max()) if (~sharp).any() else None})
+                layer += 1
+    return rows
+
+
+def centre_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list[str]:
+    """Markdown table of :func:`centre_rows`."""
+    if not rows:
+        return ["(no finished run has quadratic heads)"]
+    lines = ["| model | seed | epoch | layer | sharp heads | their shifts (row, col) | farthest from its shift | "
+             "other heads' largest alpha |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        off = "-" if r["off_shift"] is None else f"{r['off_shift']:.2f}"
+        rest = "-" if r["others_alpha"] is None else f"{r['others_alpha']:.2f}"
+        shifts = " ".join(f"({a:+d}, {b:+d})" for a, b in r["shifts"]) or "-"
+        lines.append(f"| {r['preset']} | {r['seed']} | {r['epoch']} | {r['layer']} | {r['sharp']} of {r['heads']} | "
+                     f"{shifts} | {off} | {rest} |")
+    return lines + ["", f"Sharp: alpha > {sharp_alpha:g} (attention one token from the centre below e^-1 of the "
+                        "centre's; for a full Sigma^-1 half its smaller eigenvalue), a description chosen after the "
+                        "runs; whether a layer settled on a grid is judged by the grid distance above, which assigns "
+                        "every head."]
 
 
 def _segments(result: RunResult) -> list[dict]:
@@ -121,10 +175,12 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict],
     """The Markdown lines and the ``report.json`` entry of a suite with ``settle_epochs``."""
     table = settled_table(results, suite.settle_epochs)
     costs = run_costs(results)
+    centres = centre_rows(results)
     md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
-          *settled_lines(table), "", "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
+          *settled_lines(table), "", "## Where the centres went (last epoch of each run)", "", *centre_lines(centres), "",
+          "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
     entry = {"settled_below": SETTLED_BELOW, "settle_epochs": list(suite.settle_epochs), "settled": table,
-             "costs": costs}
+             "centres": centres, "costs": costs}
     if suite.baseline:
         path = out.parent / suite.baseline / "report.json"
         baseline = json.loads(path.read_text()) if path.is_file() else None
