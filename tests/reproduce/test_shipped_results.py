@@ -54,4 +54,6 @@ def test_results_stay_small(suite):
     if not (ROOT / suite).is_dir():
         pytest.skip(f"no committed results/{suite}")
     size = sum(p.stat().st_size for p in (ROOT / suite).rglob("*") if p.is_file())
-    assert size < 40e6, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (attncnn reproduce {suite} --trim)"
+    # mini-long holds 11 runs of 60 epochs; its unfinished ones keep their optimiser state to resume elsewhere
+    limit = {"mini": 40e6, "mini-long": 50e6}[suite]
+    assert size < limit, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (attncnn reproduce {suite} --trim)"
