@@ -51,7 +51,8 @@ def centre_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_
     nearest shift (``shifts``, (row, col) in tokens, sorted), the largest distance of a sharp centre
     from its shift (``off_shift``, tokens; None without sharp heads) and the largest alpha of the other
     heads (``others_alpha``; None when every head is sharp). Runs without quadratic heads give none.
-    The centres are those of the paper's quadratic encoding (Eq. 9, Sec. 3; the learned ones are drawn in its Fig. 4, Sec. 4).
+    The centres are those of the paper's quadratic encoding (Eq. 9, Sec. 3; the learned ones are
+    drawn in its Fig. 4, Sec. 4).
 
     Raises:
         numpy.linalg.LinAlgError: a logged Sigma^-1 that is not a finite symmetric matrix."""
