@@ -1,10 +1,10 @@
 """Where a preset's training step and test pass spend their time, and how fast they could be.
 
     python benchmarks/profile_step.py [--presets quadratic-mini,learned-mini,...] [--batch-size 100]
-                                      [--precision bf16] [--steps 2] [--out results/NAME.md]
+                                      [--precision bf16] [--steps 2] [--impl measured] [--out results/NAME.md]
 
-For each preset (built as ``attncnn train`` builds it, ``impl="auto"``, freed host memory kept for
-reuse as the trainer does), on random images:
+For each preset (built as ``attncnn train`` builds it: the attention path it would measure and choose
+on this machine unless ``--impl`` names one, freed host memory kept for reuse), on random images:
 
 1. FLOPs of the formulation actually run (``FlopCounterMode``, separable path where the layer takes
    it), forward and forward + backward.
@@ -33,6 +33,7 @@ import argparse
 import datetime
 import platform
 import statistics
+import tempfile
 import time
 from collections import defaultdict
 
@@ -40,7 +41,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from attncnn.bench.harness import count_training_flops, matmul_peak, step_functions
-from attncnn.models import build_model
+from attncnn.models import build_model, preset_model_config
+from attncnn.training.path_choice import choose_impl
 from attncnn.training.host_memory import reuse_freed_memory
 
 MINIS = ("quadratic-mini", "learned-mini", "quadratic-generalized-mini", "gpsa-mini", "learned-content-mini",
@@ -93,15 +95,29 @@ def _median_seconds(fn, calls: int) -> float:
     return statistics.median(times)
 
 
-def profile_preset(preset: str, batch_size: int, precision: str, steps: int) -> dict:
+def _path(preset: str, impl: str, batch_size: int, precision: str) -> str | None:
+    """The attention path to build ``preset`` with: ``impl``, or for ``"measured"`` what
+    ``attncnn train`` would measure and choose here (None: the preset has no attention layers)."""
+    arch, config = preset_model_config(preset, 10)
+    if not hasattr(config, "attention"):
+        return None
+    if impl != "measured":
+        return impl
+    with tempfile.TemporaryDirectory() as cache:            # a fresh measurement, not a cached one
+        return choose_impl(config, batch=batch_size, image_size=(32, 32), precision=precision,
+                           device=torch.device("cpu"), cache_dir=cache)[0]
+
+
+def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto") -> dict:
+    path = _path(preset, impl, batch_size, precision)
     torch.manual_seed(0)
-    model = build_model(preset)
+    model = build_model(preset) if path is None else build_model(preset, impl=path)
     images = torch.randn(batch_size, 3, 32, 32)
     labels = torch.randint(0, 10, (batch_size,))
     fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
     train_step, test_pass = step_functions(model, images, labels, precision=precision)
 
-    result = {"preset": preset}
+    result = {"preset": preset, "path": path or "-"}
     for mode, fn, flops in (("train", train_step, train_flops), ("test", test_pass, fwd_flops)):
         model.train(mode == "train")
         fn(), fn()                                                     # warm-up
@@ -122,15 +138,15 @@ def profile_preset(preset: str, batch_size: int, precision: str, steps: int) -> 
 def _markdown(results: list[dict], peak: float, args, machine: str) -> str:
     lines = [f"# Step profile: {machine}, torch {torch.__version__}, {datetime.date.today().isoformat()}", "",
              f"`python benchmarks/profile_step.py --precision {args.precision} --batch-size {args.batch_size} "
-             f"--steps {args.steps}`; measured {args.precision} matrix-product peak (2048^2): "
+             f"--steps {args.steps} --impl {args.impl}`; measured {args.precision} matrix-product peak (2048^2): "
              f"{peak / 1e9:.0f} GFLOP/s. Wall times unprofiled (median), shares from the profiler's self "
              "CPU times.", ""]
     groups = list(GROUPS) + ["other"]
     for mode in ("train", "test"):
         lines += [f"## {'Training step' if mode == 'train' else 'Test pass'} (batch {args.batch_size})", "",
-                  "| preset | s | img/s | GFLOP/img as run | GF/s as run | % peak | products at (% peak) "
+                  "| preset | path | s | img/s | GFLOP/img as run | GF/s as run | % peak | products at (% peak) "
                   "| ceiling: no overhead | ceiling: peak | " + " | ".join(groups) + " |",
-                  "|---|" + "---:|" * (9 + len(groups))]
+                  "|---|---|" + "---:|" * (9 + len(groups))]
         for r in results:
             m = r[mode]
             products = m["shares"].get("products", 0.0)
@@ -138,7 +154,7 @@ def _markdown(results: list[dict], peak: float, args, machine: str) -> str:
             flops_step = m["flops_per_image"] * args.batch_size
             at = flops_step / product_seconds / peak if product_seconds else float("nan")
             lines.append(
-                f"| `{r['preset']}` | {m['wall_seconds']:.3f} | {m['images_per_s']:.0f} | "
+                f"| `{r['preset']}` | {r['path']} | {m['wall_seconds']:.3f} | {m['images_per_s']:.0f} | "
                 f"{m['flops_per_image'] / 1e9:.3f} | {m['flops_per_s'] / 1e9:.0f} | "
                 f"{100 * m['flops_per_s'] / peak:.0f} | {100 * at:.0f} | "
                 f"{1 / products if products else float('nan'):.2f}x | "
@@ -158,6 +174,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--impl", default="measured",
+                        help="attention path: 'measured' (what attncnn train picks on this machine, the default), "
+                             "'auto' (the layers' own rule) or a path name (dense, folded, separable, ...)")
     parser.add_argument("--out", default=None, help="also write the Markdown table to this file")
     args = parser.parse_args()
     reuse_freed_memory()                                 # as attncnn train does
@@ -171,7 +190,7 @@ def main() -> None:
         pass
     results = []
     for preset in args.presets.split(","):
-        results.append(profile_preset(preset, args.batch_size, args.precision, args.steps))
+        results.append(profile_preset(preset, args.batch_size, args.precision, args.steps, args.impl))
         print(f"profiled {preset}", flush=True)
     text = _markdown(results, peak, args, machine)
     print(text)

@@ -150,7 +150,7 @@ def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
     (["train", "--preset", "demo", "--set", "heads=3"], "unknown model option 'heads'"),
     (["train", "--preset", "demo", "--set", "num_heads=four"], "'num_heads' must be"),
     (["train", "--preset", "quadratic-generalized-mini", "--set", "impl=separable"],
-     "quadratic-generalized attention has no impl 'separable'; choose one of auto, dense"),
+     "quadratic-generalized attention has no impl 'separable'; choose one of auto, dense, folded"),
     (["train", "--preset", "gpsa-mini", "--set", "impl=dense"], "gpsa attention has no impl 'dense'"),
     (["evaluate", "/nonexistent/run"], "no checkpoint"),
 ])

@@ -21,6 +21,16 @@ def test_counted_flops_equal_the_analytic_count():
     assert 2.5 * forward <= train <= 3 * forward       # backward: about 2x forward (no input grad at layer 1)
 
 
+def test_the_folded_path_counts_the_dense_paths_flops():
+    """With D_out = D the folded path runs the dense path's multiply-adds in another order; its
+    backward's in-place head sum (addmm_, which FlopCounterMode does not know) is counted too."""
+    x, y = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
+    counts = {impl: count_training_flops(build_model("quadratic", num_layers=2, num_heads=4, dim=16, mlp_dim=8,
+                                                     impl=impl), x, y, dense=False)
+              for impl in ("dense", "folded")}
+    assert counts["folded"] == counts["dense"]
+
+
 def test_cpu_attention_kernel_is_counted():
     """F.scaled_dot_product_attention on CPU (GPSA's content term) runs a kernel that torch's
     FlopCounterMode does not know; the harness counts it as the two products it computes."""
@@ -63,6 +73,13 @@ def test_bench_command_json(capsys):
                                                                                      ("demo", "bf16", False)]
     assert out["matmul_peak_flops_per_s"]["fp32"] > 0 and out["matmul_peak_flops_per_s"]["bf16"] > 0
     assert out["machine"]["torch"] == torch.__version__
+
+
+def test_bench_command_times_the_path_it_is_given(capsys):
+    assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--variants", "fp32",
+                 "--set", "impl=folded", "--json"]) == 0
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["overrides"] == {"impl": "folded"}
 
 
 def test_unknown_variants_are_refused(capsys):

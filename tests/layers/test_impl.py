@@ -10,8 +10,8 @@ from attncnn.layers import (ATTENTION_KINDS, ATTENTION_LAYERS, GridAttention, at
 from attncnn.models import build_model
 
 D, NH = 8, 9
-IMPLS = {"quadratic": ("auto", "dense", "separable"), "quadratic-generalized": ("auto", "dense"),
-         "learned": ("auto", "dense", "separable"), "learned-content": ("auto", "explicit", "explicit-half", "sdpa"),
+IMPLS = {"quadratic": ("auto", "dense", "separable", "folded"), "quadratic-generalized": ("auto", "dense", "folded"),
+         "learned": ("auto", "dense", "separable", "folded"), "learned-content": ("auto", "explicit", "explicit-half", "sdpa"),
          "content": ("auto", "explicit", "explicit-half", "sdpa"), "gpsa": ("auto", "explicit", "sdpa")}
 
 

@@ -138,7 +138,7 @@ def test_which_path_the_forward_takes(kind):
 
 def test_full_covariance_heads_are_dense_only():
     layer = _layer("quadratic-generalized", dtype=torch.float32)
-    assert layer.impls == ("auto", "dense")
+    assert layer.impls == ("auto", "dense", "folded")
     with pytest.raises(ValueError, match="quadratic-generalized attention has no impl 'separable'; choose one of "
                                          "auto, dense"):
         layer.impl = "separable"

@@ -25,7 +25,7 @@ def _model_config(**overrides):
 def test_time_impls_times_every_path_and_restores_the_layer():
     layer = build_attention("quadratic", 16, 4, impl="dense").train()
     timings = time_impls(layer, torch.randn(2, 12, 12, 16), reps=1)
-    assert set(timings) == {"dense", "separable"} and all(t > 0 for t in timings.values())
+    assert set(timings) == {"dense", "separable", "folded"} and all(t > 0 for t in timings.values())
     assert layer.impl == "dense" and all(p.grad is None for p in layer.parameters())
 
 
@@ -35,6 +35,7 @@ def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatc
     assert timings is not None and impl == min(timings, key=timings.get)
     cache = json.loads((tmp_path / CACHE_NAME).read_text())
     assert list(cache.values()) == [impl] and "quadratic dim=16 heads=4" in next(iter(cache))
+    assert next(iter(cache)).endswith(" paths=dense,separable,folded")      # the paths it chose among
 
     def no_timing(*args, **kwargs):
         raise AssertionError("a cached choice must not be measured again")
@@ -46,6 +47,17 @@ def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatc
     # another shape is another key: measured (here: refused), not taken from the cache
     with pytest.raises(AssertionError, match="must not be measured"):
         choose_impl(config, batch=8, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
+
+
+def test_a_choice_made_among_fewer_paths_is_measured_again(tmp_path, monkeypatch):
+    """A cache written before a path existed (its key names other paths, or none) is not reused."""
+    config = _model_config()
+    key = path_choice.path_cache_key(config, 4, (16, 16), "fp32", CPU, ("dense", "separable"))
+    (tmp_path / CACHE_NAME).write_text(json.dumps({key: "separable", key.rsplit(" paths=", 1)[0]: "dense"}))
+    monkeypatch.setattr(path_choice, "time_impls",
+                        lambda layer, x, **kw: {"dense": 0.3, "separable": 0.2, "folded": 0.1})
+    assert choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU,
+                       cache_dir=tmp_path)[0] == "folded"
 
 
 def test_the_fastest_path_is_chosen(tmp_path, monkeypatch):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from ..training.options import key_value
+
 __all__ = ["register", "parse_variants", "VARIANTS"]
 
 DEFAULT_PRESETS = ("demo", "quadratic", "learned", "learned-content", "resnet18")
@@ -33,6 +35,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=100)
     p.add_argument("--device", default="auto")
     p.add_argument("--layers", type=int, help="time the attention presets with this many (identical) layers")
+    p.add_argument("--set", dest="overrides", action="append", type=key_value, default=[], metavar="KEY=VALUE",
+                   help="a model option for every preset, e.g. impl=folded (the attention path to time)")
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=run)
@@ -63,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     peaks = {p: matmul_peak(device, torch.bfloat16 if p == "bf16" else torch.float32) for p in ("fp32", "bf16")}
     results = []
     for name in presets:
-        overrides = {}
+        overrides = dict(args.overrides)
         if args.layers and get_preset(name).arch == "image-transformer":
             overrides["num_layers"] = args.layers
         for precision, compile in variants:

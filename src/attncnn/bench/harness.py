@@ -98,11 +98,17 @@ def _cpu_sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape
     return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
 
 
+def _addmm_inplace_flops(self_shape, mat1_shape, mat2_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * mat1_shape[0] * mat1_shape[1] * mat2_shape[1]
+
+
 # torch 2.13's FlopCounterMode counts the CUDA SDPA kernels but not the CPU flash kernel that
 # F.scaled_dot_product_attention dispatches to on CPU (GPSA's content term): without these two
-# entries its products would count 0 FLOPs.
+# entries its products would count 0 FLOPs. Nor does it count the in-place ``addmm_`` (the folded
+# path's backward adds the heads' input gradients with it).
 _CPU_SDPA = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
-             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops}
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops,
+             torch.ops.aten.addmm_: _addmm_inplace_flops}
 
 
 def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,

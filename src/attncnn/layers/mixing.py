@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["flush_below", "mix_explicit", "mix_shared", "mix_per_image", "separable_mix"]
+__all__ = ["flush_below", "folded_mix", "mix_explicit", "mix_shared", "mix_per_image", "separable_mix"]
 
 
 def flush_below(probs: torch.Tensor, threshold: float) -> torch.Tensor:
@@ -132,3 +132,96 @@ def separable_mix(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
     z = torch.bmm(y.reshape(nh, h * b * d, w), cols.transpose(1, 2))        # (N_h, H*B*D, W)
     z = z.view(nh, h, b, d, w)
     return z.permute(2, 1, 4, 0, 3).reshape(b, h, w, nh * d)                # (B, H, W, N_h*D_h)
+
+
+class _FoldedMix(torch.autograd.Function):
+    """Autograd of :func:`folded_mix`: every product a plain 2-D matrix product over the whole
+    batch, and no full-size tensor ever permuted (the point of the path)."""
+
+    @staticmethod
+    def forward(ctx, probs, tokens, weight, bias, dtype):
+        with torch.autocast(tokens.device.type, enabled=False):      # the dtypes are chosen here
+            return _FoldedMix._forward(ctx, probs, tokens, weight, bias, dtype)
+
+    @staticmethod
+    def _forward(ctx, probs, tokens, weight, bias, dtype):
+        nh, n, _ = probs.shape
+        b, d = tokens.shape[0], tokens.shape[-1]
+        dout = weight.shape[0]
+        # token-major tokens (N*B, D): the copy that puts tokens first also casts them (one pass)
+        x = tokens.reshape(b, n, d).transpose(0, 1).to(dtype=dtype, memory_format=torch.contiguous_format)
+        x = x.reshape(n * b, d)                                     # (a no-op copy-free view after a cast)
+        w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
+        v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
+        for h in range(nh):
+            torch.mm(x, w[:, h].t(), out=v[h])
+        p = probs.to(dtype).transpose(0, 1).reshape(n, nh * n)      # [query, (head, key)]
+        v2 = v.view(nh * n, b * dout)                               # [(head, key), (image, channel)]
+        if bias is None:
+            y = p @ v2
+        else:                                                       # bias added inside the product
+            y = torch.addmm(bias.to(dtype).repeat(b), p, v2)
+        ctx.save_for_backward(p, x, w, v)
+        ctx.shapes = (tokens.shape, tokens.dtype, weight.dtype, None if bias is None else bias.dtype)
+        out = torch.empty(b, n, dout, dtype=dtype, device=y.device)
+        out.copy_(y.view(n, b, dout).transpose(0, 1))               # (N, B, D_out) -> (B, N, D_out): small
+        return out.view(*tokens.shape[:-1], dout)
+
+    @staticmethod
+    def backward(ctx, grad):
+        p, x, w, v = ctx.saved_tensors
+        token_shape, token_dtype, weight_dtype, bias_dtype = ctx.shapes
+        dout, nh, d = w.shape
+        n = p.shape[0]
+        b = token_shape[0]
+        g = grad.reshape(b, n, dout)
+        gt = g.to(p.dtype).transpose(0, 1).contiguous().view(n, b * dout)      # (N, B*D_out): small
+        g_probs = g_tokens = g_weight = g_bias = None
+        if ctx.needs_input_grad[0]:
+            g_p = gt @ v.view(nh * n, b * dout).t()                            # (N, N_h*N)
+            g_probs = g_p.view(n, nh, n).transpose(0, 1)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            gv = (p.t() @ gt).view(nh, n * b, dout)                            # dL/dV_h
+            if ctx.needs_input_grad[1]:
+                gx = torch.mm(gv[0], w[:, 0])
+                for h in range(1, nh):
+                    gx.addmm_(gv[h], w[:, h])                                  # sum_h dL/dV_h W_h
+                g_tokens = gx.view(n, b, d).transpose(0, 1).to(token_dtype).reshape(token_shape)
+            if ctx.needs_input_grad[2]:
+                # dL/dW_h = dL/dV_h^T x, computed transposed: the long contraction (over N*B) then
+                # reads both operands along their rows (measured 1.6x faster than gv[h].t() @ x)
+                xt = x.t().contiguous()                                        # (D, N*B)
+                g_w = torch.stack([xt @ gv[h] for h in range(nh)])             # (N_h, D, D_out)
+                g_weight = g_w.permute(2, 0, 1).reshape(dout, nh * d).to(weight_dtype)
+        if bias_dtype is not None and ctx.needs_input_grad[3]:
+            g_bias = g.sum(dim=(0, 1), dtype=torch.promote_types(g.dtype, torch.float32)).to(bias_dtype)
+        return g_probs, g_tokens, g_weight, g_bias, None
+
+
+def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+               dtype: torch.dtype) -> torch.Tensor:
+    """Batch-shared maps and the output map of full-width heads, output map first (Lemma 1's
+    folded matrices): ``y = sum_h P_h (x W_h^T) + b``.
+
+    The layer's output is ``sum_h (P_h x) W_h^T + b`` with ``W_h = weight[:, h*D:(h+1)*D]`` (the
+    folded value/output matrix of head h, PAPER.md 2.3 / Lemma 1). Applying ``W_h`` to the tokens
+    before the average gives the same sum with the same number of multiply-adds when ``D_out = D``,
+    but lets the two products read and write their operands as they lie: ``V_h = x W_h^T`` is
+    written head-major ``(N_h, N*B, D_out)``, which is exactly the ``(N_h*N, B*D_out)`` right operand
+    of one product with the maps laid side by side ``(N, N_h*N)``; the ``(B, N, N_h*D)`` head
+    averages that :func:`mix_shared` + ``value`` must permute (twice per layer and step, forward and
+    backward, the largest tensors of the layer) never exist. Only tensors of the output's size are
+    transposed.
+
+    Args:
+        probs: ``(N_h, N, N)`` maps in ``dtype`` (queries on dim -2), shared by the batch.
+        tokens: the grid ``(B, H, W, D)`` with ``H*W = N``, any float dtype (cast to ``dtype`` once).
+        weight: ``(D_out, N_h*D)`` the ``value`` map's weight; bias: ``(D_out,)`` or None.
+        dtype: dtype of the products (autocast's, or the tokens' own).
+
+    Returns:
+        ``(B, H, W, D_out)`` in ``dtype``. Exact in real arithmetic; in floating point only the
+        order of the sums differs from ``value(mix_shared(...))``. Under bf16 the input gradient
+        sums the heads' products in bf16 (one rounding per head, ``N_h`` in all, instead of one).
+    """
+    return _FoldedMix.apply(probs, tokens, weight, bias, dtype)

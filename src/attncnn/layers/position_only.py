@@ -7,7 +7,9 @@ the batch and never expanded over it. Dropout on them therefore uses one mask fo
 batch, which is what the reference code does for these layers (PAPER.md 2.3).
 
 Paths (``impl``): ``"dense"`` applies the ``(N_h, N, N)`` map as one batch-shared product
-(:func:`~attncnn.layers.mixing.mix_shared`); ``"separable"`` (layers whose every head scores a
+(:func:`~attncnn.layers.mixing.mix_shared`); ``"folded"`` (heads as wide as the model) applies
+the output map ``value`` to the tokens first and then the maps, as one product whose operands need
+no permutation (:func:`~attncnn.layers.mixing.folded_mix`); ``"separable"`` (layers whose every head scores a
 row term plus a column term) applies a row factor and a column factor
 (:func:`~attncnn.layers.mixing.separable_mix`); ``"auto"`` takes the separable path on grids
 with ``H W >= 6 (H + W)`` (why 6, and the speed of each path: ``benchmarks/paths.py``, whose
@@ -24,7 +26,7 @@ import torch
 
 from .autocast_rules import autocast_off, matmul_dtype
 from .base import GridAttention
-from .mixing import flush_below, mix_explicit, mix_shared, separable_mix
+from .mixing import flush_below, folded_mix, mix_explicit, mix_shared, separable_mix
 
 __all__ = ["PositionalAttention"]
 
@@ -39,13 +41,32 @@ class PositionalAttention(GridAttention):
     and, for separable layers, ``"separable"``.
     """
 
-    IMPLS = ("auto", "dense", "separable")
+    IMPLS = ("auto", "dense", "separable", "folded")
     position_only = True
     has_positional_term = True
 
     @classmethod
     def impls_of(cls, kind: str) -> tuple[str, ...]:
-        return cls.IMPLS if cls.separable_kind(kind) else ("auto", "dense")
+        return cls.IMPLS if cls.separable_kind(kind) else ("auto", "dense", "folded")
+
+    @property
+    def impls(self) -> tuple[str, ...]:
+        """As :meth:`impls_of`, less ``"folded"`` when heads are narrower than the model (it folds
+        the output map into each head's values, which needs ``head_dim == dim``)."""
+        impls = type(self).impls_of(self.kind)
+        return impls if self.value_in is None else tuple(i for i in impls if i != "folded")
+
+    @classmethod
+    def check_config(cls, kind: str, config) -> None:
+        """The base checks, and ``impl="folded"`` only with heads as wide as the model.
+
+        Raises:
+            ValueError: naming the field and the fix.
+        """
+        super().check_config(kind, config)
+        if config.impl == "folded" and config.head_dim not in (None, config.dim):
+            raise ValueError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
+                             f"got head_dim={config.head_dim}; use impl='dense' or leave head_dim unset")
 
     @classmethod
     def separable_kind(cls, kind: str) -> bool:
@@ -131,15 +152,35 @@ class PositionalAttention(GridAttention):
         threshold = torch.finfo(row.dtype).eps
         return flush_below(row, threshold), flush_below(col, threshold)
 
-    def path(self, height: int, width: int) -> str:
-        """The path :meth:`forward` takes without probabilities: ``"separable"`` or ``"dense"``.
+    def factored_probs(self, height: int, width: int) -> torch.Tensor:
+        """The ``(N_h, H*W, H*W)`` map the folded path uses: for separable layers the outer product
+        of :meth:`axis_probs` (``P[h, (i, j), (k, l)] = row[h, i, k] * col[h, j, l]``, exact since
+        the softmax factors, paper eq. 9; no softmax over ``N^2`` entries per head and a backward
+        through ``H^2 + W^2`` scores only), else :meth:`grid_probs`. Float32 at least.
 
-        The separable path is exact, so it needs a separable layer and no dropout on the map (a
+        The outer product inherits the factors' flush at ``eps``: rows still sum to 1 within
+        ``(H + W) eps`` and every nonzero entry is at least ``eps**2``, so the products stay normal
+        (see :meth:`axis_probs` and :meth:`grid_probs`).
+        """
+        if not self.is_separable:
+            return self.grid_probs(height, width)[0]
+        rows, cols = self.axis_probs(height, width)                          # (N_h, H, H), (N_h, W, W)
+        n = height * width
+        return (rows[:, :, None, :, None] * cols[:, None, :, None, :]).reshape(-1, n, n)
+
+    def path(self, height: int, width: int) -> str:
+        """The path :meth:`forward` takes without probabilities: ``"separable"``, ``"dense"`` or
+        ``"folded"``.
+
+        ``"folded"`` is taken only when asked for (``impl="folded"``; dropout is no obstacle, its
+        mask is shared by the batch). The separable path is exact, so it needs a separable layer and no dropout on the map (a
         dropout mask on ``(N, N)`` entries does not factor), i.e. eval mode or ``attn_drop.p ==
         0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never, ``"auto"`` when the
         grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
         12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
         """
+        if self.impl == "folded":
+            return "folded"
         dropout = self.training and self.attn_drop.p > 0
         if not self.is_separable or dropout or self.impl == "dense":
             return "dense"
@@ -167,6 +208,9 @@ class PositionalAttention(GridAttention):
             rows, cols = self.axis_probs(h, w)                   # (N_h, H, H), (N_h, W, W)
             values = x if self.value_in is None else self.value_in(x).reshape(b, h, w, self.num_heads, -1)
             return self.value(separable_mix(rows, cols, values, dtype))
+        if not return_attention and self.path(h, w) == "folded":
+            dropped = self.attn_drop(self.factored_probs(h, w)).to(dtype)      # one mask for the batch
+            return folded_mix(dropped, x, self.value.weight, self.value.bias, dtype)
         probs = self.grid_probs(h, w)                            # (1, N_h, N, N)
         dropped = self.attn_drop(probs).to(dtype)                # one mask for the batch
         if return_attention:

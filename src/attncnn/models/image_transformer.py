@@ -54,7 +54,7 @@ class ImageTransformerConfig:
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
     #: computation path of every attention layer: "auto" (the layer chooses) or one of the paths
-    #: its kind has (position-only: dense, separable; content: explicit, explicit-half, sdpa; gpsa:
+    #: its kind has (position-only: dense, separable, folded; content: explicit, explicit-half, sdpa; gpsa:
     #: explicit, sdpa). Every path computes the same output. Missing in configs written before it
     #: existed: "auto", which is what those runs used.
     impl: str = "auto"

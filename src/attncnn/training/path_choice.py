@@ -56,12 +56,16 @@ def _cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device) -> str:
-    """The cache key of a measurement: machine (CPU model or GPU name, threads, torch) and the
-    layer's kind, shape, dropout, grid, per-process batch, precision."""
+def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
+                   impls: tuple[str, ...] = ()) -> str:
+    """The cache key of a measurement: machine (CPU model or GPU name, threads, torch), the
+    layer's kind, shape, dropout, grid, per-process batch, precision, and the paths compared (so
+    that a choice made before a new path existed is measured again, not reused)."""
     c = model_config
     shape = (f"{c.attention} dim={c.dim} heads={c.num_heads} head_dim={c.head_dim} attn_drop={c.attn_dropout} "
              f"grid={grid[0]}x{grid[1]} batch={batch} {precision}")
+    if impls:
+        shape += f" paths={','.join(impls)}"
     return f"{_machine(device)} | {shape}"
 
 
@@ -95,20 +99,23 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     """
     p = model_config.pooling
     grid = (image_size[0] // p, image_size[1] // p)
-    path = Path(cache_dir) if cache_dir is not None else default_data_dir()
-    path = path / CACHE_NAME
-    key = path_cache_key(model_config, batch, grid, precision, device)
-    cached = _read(path).get(key)
-    if isinstance(cached, str):
-        return cached, None
     torch.manual_seed(0)            # the weights of the probe layer; the run seeds itself afterwards
     layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
-                            **model_config.attention_kwargs()).to(device).train()
+                            **model_config.attention_kwargs()).train()
     impls = tuple(i for i in layer.impls if i != "auto")
     if len(impls) == 1:
         return impls[0], None
+    path = Path(cache_dir) if cache_dir is not None else default_data_dir()
+    path = path / CACHE_NAME
+    key = path_cache_key(model_config, batch, grid, precision, device, impls)
+    cached = _read(path).get(key)
+    if isinstance(cached, str):
+        return cached, None
+    layer = layer.to(device)
     x = torch.randn(batch, *grid, model_config.dim, device=device)
-    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
+    # 7 alternated repetitions: paths within a few per cent of each other (dense and folded on some
+    # CPUs) were ordered by noise with 3
+    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7)
     best = min(timings, key=timings.get)
     _write(path, key, best)
     return best, timings
