@@ -42,6 +42,11 @@ def test_one_epoch_smoke_run_of_the_suite(make_tiny_data, tmp_path):
     kept = {p.relative_to(out / "quadratic-mini" / "seed0").as_posix()
             for p in (out / "quadratic-mini" / "seed0").rglob("*") if p.is_file()}
     assert kept == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "checkpoints/last.safetensors"}
+    # a later call for one model and one seed still reports every run of the suite's folder
+    assert main(["reproduce", "mini-long", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "1",
+                 "--only", "quadratic-mini", "--no-progress", "--no-viewer", "--report-only"]) == 0
+    again = json.loads((out / "report.json").read_text())
+    assert {(c["preset"], c["seed"]) for c in again["epoch_study"]["costs"]} == set(costs)
 
 
 def _stop_after_first_epoch(model) -> dict:

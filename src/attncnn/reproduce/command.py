@@ -189,8 +189,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
     # Trim and report the whole suite, not only what this call trained: a suite run in parts
-    # (--only one model at a time) must not drop the models finished earlier from its report.
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
+    # (--only one model, --seeds one seed at a time) must not drop the runs finished earlier from
+    # its report. So: every preset with the suite's own seeds, and any further seeds given here.
+    jobs = plan(suite, out, epochs=options.epochs)
+    folders = {job.folder for job in jobs}
+    jobs += [job for job in plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
+             if job.folder not in folders]
     if args.trim or args.ship:
         seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
         keep = seeds and suite.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
@@ -295,8 +299,11 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
         return _dry_run(jobs, options, out, args.suite)
     if not args.report_only:
         _train(jobs, options, args, command)
-    # The whole grid, as for the suites: --only trains part of it, the report covers every cell.
-    jobs = plan_grid(grid, out, **planned)
+    # The whole grid, as for the suites: --only (or --seeds) trains part of it, the report covers
+    # every cell, with the grid's own seeds and any further ones given here.
+    jobs = plan_grid(grid, out, **{**planned, "seeds": None})
+    folders = {job.folder for job in jobs}
+    jobs += [job for job in plan_grid(grid, out, **planned) if job.folder not in folders]
     if args.trim:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)
