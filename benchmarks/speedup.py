@@ -11,8 +11,9 @@ and once with this checkout's, in alternating order, on the same class-balanced 
 epochs, batch 100, ``--precision auto`` and the preset's recipe, a data cache (decoded images, the
 measured attention paths) inside the temporary folder. Training speed is the images/s of
 epoch 2 (so compile warm-up and first-touch costs are excluded), evaluation speed the test images
-per second of epoch 2's evaluation. Printed per preset: both medians and their ratio; with
-``--out`` a Markdown file named after the machine and date is written there too.
+per second of epoch 2's evaluation. Printed per preset: both medians, their ratio and the attention
+path each new run measured and trained with; with ``--out`` a Markdown file named after the machine
+and date is written there too.
 """
 
 from __future__ import annotations
@@ -71,7 +72,9 @@ def run_once(src: Path, preset: str, data: Path, out: Path, extra: list[str]) ->
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r.get("epoch") == 2][-1]
     tested = last.get("test_images") or last.get("test_count")
-    return {"train": last["images_per_second"], "eval_seconds": last.get("eval_seconds"), "tested": tested}
+    impl = json.loads((out / "config.json").read_text()).get("model", {}).get("impl", "-")
+    return {"train": last["images_per_second"], "eval_seconds": last.get("eval_seconds"), "tested": tested,
+            "path": impl}
 
 
 def main() -> None:
@@ -105,7 +108,7 @@ def main() -> None:
                     result = run_once(src, preset, data, tmp / f"{preset}-{code}-{r}", extra)
                     found.setdefault((preset, code), []).append(result)
                     print(f"round {r + 1} {preset} {code}: {result['train']:.1f} train img/s, "
-                          f"eval {result['eval_seconds']:.2f} s", flush=True)
+                          f"eval {result['eval_seconds']:.2f} s, path {result['path']}", flush=True)
     lines = _table(found, presets, args, list(codes)[1:])
     print("\n".join(lines))
     if args.out:
@@ -122,16 +125,19 @@ def _table(found, presets, args, variants: list[str]) -> list[str]:
 
     head = "| preset | train img/s baseline |" + "".join(f" {v} | ratio |" for v in variants)
     head += " eval img/s baseline |" + "".join(f" {v} | ratio |" for v in variants)
+    head += "".join(f" path {v} |" for v in variants)
     lines = [f"`attncnn train` epoch 2, {args.train_images} training / {args.test_images} test images, "
              f"batch 100, --precision auto, median of {args.rounds} alternated rounds; baseline {args.baseline}; "
              f"{_cpu()}, {os.cpu_count()} cores, {datetime.date.today().isoformat()}", "", head,
-             "|---|" + "---:|" * (2 + 4 * len(variants))]
+             "|---|" + "---:|" * (2 + 4 * len(variants)) + "---|" * len(variants)]
     for p in presets:
         row = f"| `{p}` |"
         for key in ("train", "eval_seconds"):
             base = med(p, "baseline", key)
             row += f" {base:.1f} |" + "".join(f" {med(p, v, key):.1f} | {med(p, v, key) / base:.2f}x |"
                                              for v in variants)
+        # the attention path each round's run measured and trained with (config.json's model.impl)
+        row += "".join(f" {', '.join(r['path'] for r in found[(p, v)])} |" for v in variants)
         lines.append(row)
     return lines
 
