@@ -150,7 +150,7 @@ class _FoldedMix(torch.autograd.Function):
         dout = weight.shape[0]
         # token-major tokens (N*B, D): the copy that puts tokens first also casts them (one pass)
         x = tokens.reshape(b, n, d).transpose(0, 1).to(dtype=dtype, memory_format=torch.contiguous_format)
-        x = x.reshape(n * b, d)                                     # (a no-op copy-free view after a cast)
+        x = x.reshape(n * b, d)                 # a view after a cast; the copy when no cast was needed
         w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
         v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
         for h in range(nh):

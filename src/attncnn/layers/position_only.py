@@ -9,8 +9,8 @@ batch, which is what the reference code does for these layers (PAPER.md 2.3).
 Paths (``impl``): ``"dense"`` applies the ``(N_h, N, N)`` map as one batch-shared product
 (:func:`~attncnn.layers.mixing.mix_shared`); ``"folded"`` (heads as wide as the model) applies
 the output map ``value`` to the tokens first and then the maps, as one product whose operands need
-no permutation (:func:`~attncnn.layers.mixing.folded_mix`); ``"separable"`` (layers whose every head scores a
-row term plus a column term) applies a row factor and a column factor
+no permutation (:func:`~attncnn.layers.mixing.folded_mix`); ``"separable"`` (layers whose every
+head scores a row term plus a column term) applies a row factor and a column factor
 (:func:`~attncnn.layers.mixing.separable_mix`); ``"auto"`` takes the separable path on grids
 with ``H W >= 6 (H + W)`` (why 6, and the speed of each path: ``benchmarks/paths.py``, whose
 measurements are kept in ``benchmarks/results/attention-paths.md``).
@@ -37,8 +37,11 @@ class PositionalAttention(GridAttention):
     Subclasses implement :meth:`grid_scores`; separable ones (:attr:`is_separable`) also
     implement :meth:`axis_scores`.
 
-    Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``, ``"dense"``
-    and, for separable layers, ``"separable"``.
+    Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``, ``"dense"``,
+    ``"folded"`` (heads as wide as the model) and, for separable layers, ``"separable"``.
+
+    Raises:
+        ValueError: an ``impl`` the layer does not have (``"folded"`` with ``head_dim != dim``).
     """
 
     IMPLS = ("auto", "dense", "separable", "folded")
@@ -173,9 +176,9 @@ class PositionalAttention(GridAttention):
         ``"folded"``.
 
         ``"folded"`` is taken only when asked for (``impl="folded"``; dropout is no obstacle, its
-        mask is shared by the batch). The separable path is exact, so it needs a separable layer and no dropout on the map (a
-        dropout mask on ``(N, N)`` entries does not factor), i.e. eval mode or ``attn_drop.p ==
-        0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never, ``"auto"`` when the
+        mask is shared by the batch). The separable path is exact, so it needs a separable layer
+        and no dropout on the map (a dropout mask on ``(N, N)`` entries does not factor), i.e. eval
+        mode or ``attn_drop.p == 0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never, ``"auto"`` when the
         grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
         12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
         """
