@@ -2,6 +2,7 @@ import pytest
 import torch
 
 from attncnn.layers import axis_offsets, depth_to_space, quadratic_features, relative_offsets, space_to_depth
+from attncnn.layers.relative import distinct_offsets
 
 
 def test_space_to_depth_round_trip_and_layout():
@@ -49,6 +50,15 @@ def test_quadratic_features_match_eq9():
     assert torch.equal(r[..., 1:], d)
     g = quadratic_features(3, 4, generalized=True)
     assert torch.equal(g[..., 4], d[..., 0] * d[..., 1])
+
+
+@pytest.mark.parametrize("h,w", [(1, 1), (3, 5), (16, 16), (7, 2)])
+def test_distinct_offsets_index_every_pair_to_its_own_shift(h, w):
+    shifts, index = distinct_offsets(h, w)
+    assert shifts.shape == ((2 * h - 1) * (2 * w - 1), 2) and index.shape == (h * w, h * w)
+    assert torch.equal(shifts[index], relative_offsets(h, w))
+    assert len(set(map(tuple, shifts.tolist()))) == shifts.shape[0]              # each shift once
+    assert set(index.unique().tolist()) == set(range(shifts.shape[0]))          # and each one used
 
 
 def test_axis_offsets():

@@ -24,7 +24,7 @@ from torch import nn
 
 from .autocast_rules import score_dtype
 from .position_only import PositionalAttention
-from .relative import axis_offsets, relative_offsets
+from .relative import axis_offsets, distinct_offsets
 
 __all__ = ["QuadraticAttention"]
 
@@ -128,14 +128,21 @@ class QuadraticAttention(PositionalAttention):
         """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)
         (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
         centers, spreads = self._score_parameters()
-        delta = relative_offsets(height, width, centers.device, centers.dtype)  # (N, N, 2)
-        diff = delta[None] - centers[:, None, None, :]                           # (N_h, N, N, 2)
+        # The score depends on the shift alone: computed once per distinct shift (S = (2H-1)(2W-1),
+        # 961 for 16x16 tokens instead of 65,536 pairs, forward and backward), then gathered.
+        shifts, index = distinct_offsets(height, width, centers.device, centers.dtype)  # (S, 2), (N, N)
+        diff = shifts[None] - centers[:, None, :]                                 # (N_h, S, 2)
         if self.full_covariance:
             # (delta-Delta)^T S S^T (delta-Delta) = |S^T (delta-Delta)|^2 = |(delta-Delta) S|^2
-            proj = diff @ spreads[:, None]                                       # (N_h, N, N, 2)
-            return -0.5 * proj.square().sum(-1)
-        alpha = spreads ** 2 / 2
-        return -alpha[:, None, None] * diff.square().sum(-1)
+            # (as a batch of (2W-1, 2) @ (2, 2) products, like the per-pair formula it replaced:
+            # the same kernel, so the same rounding, bit for bit)
+            rows = diff.view(diff.shape[0], 2 * height - 1, 2 * width - 1, 2)
+            per_shift = -0.5 * (rows @ spreads[:, None]).square().sum(-1).flatten(1)     # (N_h, S)
+        else:
+            alpha = spreads ** 2 / 2
+            per_shift = -alpha[:, None] * diff.square().sum(-1)
+        n = height * width
+        return per_shift.index_select(1, index.reshape(-1)).view(-1, n, n)
 
     def axis_scores(self, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Row and column terms of isotropic heads (paper eq. 9 split by axis):

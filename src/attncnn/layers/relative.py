@@ -12,7 +12,8 @@ import functools
 
 import torch
 
-__all__ = ["grid_positions", "relative_offsets", "quadratic_features", "axis_offsets", "table_rows"]
+__all__ = ["grid_positions", "relative_offsets", "distinct_offsets", "quadratic_features", "axis_offsets",
+           "table_rows"]
 
 
 def _cached(fn):
@@ -88,6 +89,28 @@ def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tenso
         raise ValueError(f"axis length must be positive, got {length}")
     idx = torch.arange(length, device=device)
     return idx[None, :] - idx[:, None]
+
+
+@_cached
+def distinct_offsets(height: int, width: int, device: torch.device | str = "cpu",
+                     dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``S = (2H-1)(2W-1)`` distinct shifts of an ``H x W`` grid, and which one each pair has.
+
+    A score that depends on the shift alone (the quadratic encoding, paper eq. 9) needs computing
+    ``S`` times, not ``(H W)^2`` times (961 against 65,536 for 16 x 16 tokens), then gathering.
+
+    Returns:
+        ``(shifts, index)``: ``shifts (S, 2)`` row-major from ``(-(H-1), -(W-1))`` to ``(H-1, W-1)``,
+        and ``index (H*W, H*W)`` int64 with ``shifts[index[q, k]] == relative_offsets(...)[q, k]``.
+    """
+    _check(height, width)
+    rows = torch.arange(1 - height, height, device=device, dtype=dtype)
+    cols = torch.arange(1 - width, width, device=device, dtype=dtype)
+    shifts = torch.stack(torch.meshgrid(rows, cols, indexing="ij"), dim=-1).reshape(-1, 2)
+    row_shift = axis_offsets(height, device) + (height - 1)                  # (H, H): k - i + H - 1
+    col_shift = axis_offsets(width, device) + (width - 1)                    # (W, W): l - j + W - 1
+    index = row_shift[:, None, :, None] * (2 * width - 1) + col_shift[None, :, None, :]   # (H, W, H, W)
+    return shifts, index.reshape(height * width, height * width)
 
 
 def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str) -> torch.Tensor:
