@@ -76,7 +76,10 @@ def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int 
     model.eval()
     device = next(model.parameters()).device
     try:
-        model(torch.zeros(1, in_chans, image_size, image_size, device=device))
+        # the dense path calls every linear layer as a module (the folded path uses the output
+        # map's weight directly, so a hook on it would count nothing): the count is the model's
+        with dense_attention(model):
+            model(torch.zeros(1, in_chans, image_size, image_size, device=device))
     finally:
         model.train(was_training)
         for hook in hooks:

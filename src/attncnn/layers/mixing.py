@@ -223,5 +223,6 @@ def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, 
         ``(B, H, W, D_out)`` in ``dtype``. Exact in real arithmetic; in floating point only the
         order of the sums differs from ``value(mix_shared(...))``. Under bf16 the input gradient
         sums the heads' products in bf16 (one rounding per head, ``N_h`` in all, instead of one).
+        The ``value`` module itself is not called (hooks on it do not fire on this path).
     """
     return _FoldedMix.apply(probs, tokens, weight, bias, dtype)

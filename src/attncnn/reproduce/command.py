@@ -194,7 +194,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     jobs = plan(suite, out, epochs=options.epochs)
     folders = {job.folder for job in jobs}
     jobs += [job for job in plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
-             if job.folder not in folders]
+             if job.folder not in folders and job.folder.is_dir()]         # extra seeds that were trained
     if args.trim or args.ship:
         seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
         keep = seeds and suite.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
@@ -303,7 +303,7 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     # every cell, with the grid's own seeds and any further ones given here.
     jobs = plan_grid(grid, out, **{**planned, "seeds": None})
     folders = {job.folder for job in jobs}
-    jobs += [job for job in plan_grid(grid, out, **planned) if job.folder not in folders]
+    jobs += [job for job in plan_grid(grid, out, **planned) if job.folder not in folders and job.folder.is_dir()]
     if args.trim:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)
