@@ -189,12 +189,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
     # Trim and report the whole suite, not only what this call trained: a suite run in parts
-    # (--only one model, --seeds one seed at a time) must not drop the runs finished earlier from
-    # its report. So: every preset with the suite's own seeds, and any further seeds given here.
-    jobs = plan(suite, out, epochs=options.epochs)
+    # (--only one model, --seeds one seed at a time) must not drop the runs made earlier from its
+    # report. So: every preset with this call's seeds, and every run of the suite's own seeds that
+    # exists (a smoke run with --seeds 0 does not list the default seeds it never meant to train).
+    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
     folders = {job.folder for job in jobs}
-    jobs += [job for job in plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
-             if job.folder not in folders and job.folder.is_dir()]         # extra seeds that were trained
+    jobs += [job for job in plan(suite, out, epochs=options.epochs)
+             if job.folder not in folders and job.folder.is_dir()]
     if args.trim or args.ship:
         seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
         keep = seeds and suite.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
@@ -300,10 +301,11 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     if not args.report_only:
         _train(jobs, options, args, command)
     # The whole grid, as for the suites: --only (or --seeds) trains part of it, the report covers
-    # every cell, with the grid's own seeds and any further ones given here.
-    jobs = plan_grid(grid, out, **{**planned, "seeds": None})
+    # every cell of this call's seeds and every existing cell of the grid's own seeds.
+    jobs = plan_grid(grid, out, **planned)
     folders = {job.folder for job in jobs}
-    jobs += [job for job in plan_grid(grid, out, **planned) if job.folder not in folders and job.folder.is_dir()]
+    jobs += [job for job in plan_grid(grid, out, **{**planned, "seeds": None})
+             if job.folder not in folders and job.folder.is_dir()]
     if args.trim:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)
