@@ -100,6 +100,37 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
             assert ours[key] == pytest.approx(theirs[key], abs=1e-6), (ours["epoch"], key)
 
 
+def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path):
+    data = make_tiny_data(40, 10)
+    suite = get_suite("mini-long")
+    options = TrainOptions(data=str(data), epochs=2)
+    finished, unfinished = plan(suite, tmp_path, only=("resnet18-mini",), seeds=(0, 1), epochs=2)
+    train_jobs([finished], options, progress=False)
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([unfinished], options, progress=False, epoch_metrics=_stop_after_first_epoch)
+    assert main(["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "resnet18-mini", "--seeds",
+                 "0,1", "--out", str(tmp_path), "--no-progress", "--no-viewer", "--report-only"]) == 0
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert "resnet18-mini seed 1" in report["missing"] and list(report["unfinished"]) == ["resnet18-mini seed 1"]
+    progress = report["unfinished"]["resnet18-mini seed 1"]
+    record = _records(unfinished.folder)[0]
+    assert progress["epochs_done"] == 1 and progress["epochs"] == 2
+    assert progress["test_accuracy"] == record["test_accuracy"]
+    assert progress["segments"] == [{"epochs": [1, 1], "machine": record["machine"],
+                                     "seconds_per_epoch": record["seconds"] + record["eval_seconds"]}]
+    text = (tmp_path / "report.md").read_text()
+    assert (f"resnet18-mini seed 1 (epoch 1 of 2, test acc. "
+            f"{100 * record['test_accuracy']:.2f} %; ") in text and " (epoch 1): " in text
+    # a model with no finished run says where its furthest run stands instead of "not run yet"
+    assert "| quadratic-mini | not run yet |" in text
+    quadratic = plan(suite, tmp_path, only=("quadratic-mini",), seeds=(0,), epochs=2)[0]
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([quadratic], options, progress=False, epoch_metrics=_stop_after_first_epoch)
+    assert main(["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "resnet18-mini", "--seeds",
+                 "0,1", "--out", str(tmp_path), "--no-progress", "--no-viewer", "--report-only"]) == 0
+    assert "| quadratic-mini | unfinished (epoch 1 of 2) |" in (tmp_path / "report.md").read_text()
+
+
 def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(make_tiny_data, tmp_path, caplog):
     # the GPU half is simulated: a quadratic run stopped after its first epoch is rewritten to say it
     # trained on CUDA with the dense path, as the lent H100 leaves it (config.json "device": "cuda")

@@ -24,7 +24,7 @@ import torch
 from ..bench.harness import machine_info
 
 __all__ = ["MACHINE_KEY", "LOAD_KEY", "epoch_machine", "recording_machine", "machine_segments", "segments_text",
-           "shared_epochs"]
+           "machine_text", "shared_epochs"]
 
 #: the keys each epoch record gets
 MACHINE_KEY, LOAD_KEY = "machine", "load_average"
@@ -79,7 +79,8 @@ def machine_segments(records: Sequence[dict]) -> list[dict]:
     return segments
 
 
-def _machine_text(machine: dict | None) -> str:
+def machine_text(machine: dict | None) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0+cpu"`` (and the GPU's name) for an epoch's ``"machine"`` record."""
     if not machine:
         return "machine not recorded"
     text = f"{machine.get('cpu', '?')}, {machine.get('threads', '?')} threads, torch {machine.get('torch', '?')}"
@@ -92,7 +93,7 @@ def segments_text(segments: Sequence[dict]) -> str:
     for segment in segments:
         first, last = segment["epochs"]
         epochs = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        parts.append(f"{_machine_text(segment['machine'])} ({epochs})")
+        parts.append(f"{machine_text(segment['machine'])} ({epochs})")
     return "; ".join(parts)
 
 

@@ -20,6 +20,7 @@ from .epoch_report import epoch_sections
 from .machines import segments_text
 from .runner import MACHINE_FILE
 from .suites import Job, Suite
+from .unfinished import progress_text, run_progress
 from .summary import RunResult, layer_curves, markdown_table, table_rows
 
 __all__ = ["write_report", "final_layer_metrics", "claims"]
@@ -140,10 +141,19 @@ def write_report(suite: Suite, out: str | Path, planned: Sequence[Job], results:
     found = claims(rows, layers, results)
     missing = [j.label for j in planned if j.preset not in results or
                j.seed not in [r.job.seed for r in results[j.preset]]]
+    # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
+    progress = {j.label: run_progress(j) for j in planned if j.label in missing}
+    progress = {label: p for label, p in progress.items() if p is not None}
+    for row in rows:
+        started = [p for j in planned if j.preset == row["preset"] and (p := progress.get(j.label))]
+        if row["accuracy_mean"] is None and started:
+            furthest = max(started, key=lambda p: p["epochs_done"])
+            row["unfinished"] = f"epoch {furthest['epochs_done']} of {furthest['epochs']}"
     md = [f"# Reproduction suite `{suite.name}`", "", suite.description + ".", "",
           f"Report written by `{command}` with torch {torch.__version__}, Python {platform.python_version()}; "
           "each run's own machine is in the per-run table.", "", "## Table 1", "", markdown_table(rows), _CONVENTIONS, "",
-          "Runs not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
+          "Runs not finished yet: " + (", ".join(f"{label} ({progress_text(progress[label])})" if label in progress
+                                                else label for label in missing) if missing else "none") + ".", "",
           "## Every run", "", *_seed_lines(results), "",
           "## Attention per layer after training", "",
           "First seed of each model; content models averaged over 100 test images.", "", *_layer_lines(layers), "",
@@ -159,7 +169,7 @@ def write_report(suite: Suite, out: str | Path, planned: Sequence[Job], results:
            "Each model folder is an ordinary run folder: `attncnn evaluate <folder> --data <data set>`, "
            "`attncnn inspect <folder>`, `attncnn plot <folder>`, `attncnn viewer <folder>`."]
     report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "claims": found,
-              "missing": missing, "figures": {k: p.relative_to(out).as_posix() for k, p in figures.items()},
+              "missing": missing, "unfinished": progress, "figures": {k: p.relative_to(out).as_posix() for k, p in figures.items()},
               "presets": {p: get_preset(p).description for p in suite.presets}}
     if study:
         report["epoch_study"] = study

@@ -103,7 +103,7 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
 
 def _accuracy_cell(row: dict) -> str:
     if row["accuracy_mean"] is None:
-        return "not run yet"
+        return f"unfinished ({row['unfinished']})" if row.get("unfinished") else "not run yet"
     text = f"{100 * row['accuracy_mean']:.2f}"
     if row["accuracy_std"] is not None:
         text += f" ± {100 * row['accuracy_std']:.2f}"

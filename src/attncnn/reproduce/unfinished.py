@@ -23,19 +23,21 @@ from __future__ import annotations
 
 import logging
 import shutil
+import statistics
 from pathlib import Path
 from typing import Sequence
 
 from .._io import atomic_write_json
 from ..training import RunFolder, load_checkpoint, resolve_device
 from ..training.checkpoint import read_metadata
-from .machines import MACHINE_KEY, epoch_machine
+from .machines import MACHINE_KEY, epoch_machine, machine_segments, machine_text
 from .ship import _weights_only, folder_bytes, share_run_folder
 from .suites import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "point_at_machine"]
+__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "point_at_machine", "run_progress",
+           "progress_text"]
 
 _KEEP_FILES = {"config.json", "metrics.jsonl", "machine.json"}
 #: data sets named, not located
@@ -173,3 +175,39 @@ def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -
         atomic_write_json(Path(folder) / "config.json", config)
         log.info("%s: resumed on another machine: %s", folder, "; ".join(changes))
     return changes
+
+
+def run_progress(job: Job) -> dict | None:
+    """Where a started, unfinished run stands, from its ``config.json`` and ``metrics.jsonl``, so
+    that a report can say how far it got and what its epochs cost on each machine (the reason a
+    run is still unfinished, e.g. ``learned-content-mini`` on two CPU cores).
+
+    Returns:
+        None for a finished or never-started job; else ``{"epochs_done": last whole epoch (0 before
+        the first), "epochs": the run's planned epochs, "test_accuracy": after the last whole epoch
+        (fraction) or None, "segments": [{"epochs": [first, last], "machine": dict or None,
+        "seconds_per_epoch": median training + evaluation seconds}, ...]}``, in epoch order.
+    """
+    if job_state(job) != "interrupted":
+        return None
+    run = RunFolder(job.folder, mode="read")
+    records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int) and "test_accuracy" in r]
+    segments = machine_segments(records)
+    for segment in segments:
+        first, last = segment["epochs"]
+        seconds = [r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in records if first <= r["epoch"] <= last]
+        segment["seconds_per_epoch"] = statistics.median(seconds)
+    return {"epochs_done": records[-1]["epoch"] if records else 0, "epochs": run.read_config().get("epochs"),
+            "test_accuracy": records[-1]["test_accuracy"] if records else None, "segments": segments}
+
+
+def progress_text(progress: dict) -> str:
+    """``"epoch 18 of 60, test acc. 61.54 %; <machine> (epochs 1-5): 94 s/epoch; ..."`` for a report."""
+    text = f"epoch {progress['epochs_done']} of {progress['epochs']}"
+    if progress["test_accuracy"] is not None:
+        text += f", test acc. {100 * progress['test_accuracy']:.2f} %"
+    for segment in progress["segments"]:
+        first, last = segment["epochs"]
+        epochs = f"epoch {first}" if first == last else f"epochs {first}-{last}"
+        text += f"; {machine_text(segment['machine'])} ({epochs}): {segment['seconds_per_epoch']:.0f} s/epoch"
+    return text
