@@ -20,8 +20,8 @@ from .epoch_report import epoch_sections
 from .machines import segments_text
 from .runner import MACHINE_FILE
 from .suites import Job, Suite
-from .unfinished import progress_text, run_progress
 from .summary import RunResult, layer_curves, markdown_table, table_rows
+from .unfinished import progress_text, run_progress
 
 __all__ = ["write_report", "final_layer_metrics", "claims"]
 

@@ -186,19 +186,24 @@ def run_progress(job: Job) -> dict | None:
         None for a finished or never-started job; else ``{"epochs_done": last whole epoch (0 before
         the first), "epochs": the run's planned epochs, "test_accuracy": after the last whole epoch
         (fraction) or None, "segments": [{"epochs": [first, last], "machine": dict or None,
-        "seconds_per_epoch": median training + evaluation seconds}, ...]}``, in epoch order.
+        "seconds_per_epoch": median training + evaluation seconds}, ...]}``, in epoch order. The
+        test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
+
+    Raises:
+        ValueError: the folder holds another run (from :func:`~attncnn.reproduce.suites.job_state`).
     """
     if job_state(job) != "interrupted":
         return None
     run = RunFolder(job.folder, mode="read")
-    records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int) and "test_accuracy" in r]
+    records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int)]
+    evaluated = [r for r in records if "test_accuracy" in r]
     segments = machine_segments(records)
     for segment in segments:
         first, last = segment["epochs"]
         seconds = [r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in records if first <= r["epoch"] <= last]
         segment["seconds_per_epoch"] = statistics.median(seconds)
     return {"epochs_done": records[-1]["epoch"] if records else 0, "epochs": run.read_config().get("epochs"),
-            "test_accuracy": records[-1]["test_accuracy"] if records else None, "segments": segments}
+            "test_accuracy": evaluated[-1]["test_accuracy"] if evaluated else None, "segments": segments}
 
 
 def progress_text(progress: dict) -> str:
