@@ -24,7 +24,7 @@ import torch
 from ..bench.harness import machine_info
 
 __all__ = ["MACHINE_KEY", "LOAD_KEY", "epoch_machine", "recording_machine", "machine_segments", "segments_text",
-           "machine_text", "shared_epochs"]
+           "machine_text", "epochs_text", "shared_epochs"]
 
 #: the keys each epoch record gets
 MACHINE_KEY, LOAD_KEY = "machine", "load_average"
@@ -87,13 +87,17 @@ def machine_text(machine: dict | None) -> str:
     return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
 
 
+def epochs_text(epochs: Sequence[int]) -> str:
+    """``"epoch 3"`` or ``"epochs 1-30"`` for a segment's ``[first, last]``."""
+    first, last = epochs
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+
+
 def segments_text(segments: Sequence[dict]) -> str:
     """``"AMD EPYC, 2 threads, torch 2.13.0 (epochs 1-30); Intel Xeon, ... (epochs 31-60)"``."""
     parts = []
     for segment in segments:
-        first, last = segment["epochs"]
-        epochs = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        parts.append(f"{machine_text(segment['machine'])} ({epochs})")
+        parts.append(f"{machine_text(segment['machine'])} ({epochs_text(segment['epochs'])})")
     return "; ".join(parts)
 
 

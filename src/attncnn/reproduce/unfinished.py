@@ -30,7 +30,7 @@ from typing import Sequence
 from .._io import atomic_write_json
 from ..training import RunFolder, load_checkpoint, resolve_device
 from ..training.checkpoint import read_metadata
-from .machines import MACHINE_KEY, epoch_machine, machine_segments, machine_text
+from .machines import MACHINE_KEY, epoch_machine, epochs_text, machine_segments, machine_text
 from .ship import _weights_only, folder_bytes, share_run_folder
 from .suites import Job, job_state
 
@@ -212,7 +212,6 @@ def progress_text(progress: dict) -> str:
     if progress["test_accuracy"] is not None:
         text += f", test acc. {100 * progress['test_accuracy']:.2f} %"
     for segment in progress["segments"]:
-        first, last = segment["epochs"]
-        epochs = f"epoch {first}" if first == last else f"epochs {first}-{last}"
-        text += f"; {machine_text(segment['machine'])} ({epochs}): {segment['seconds_per_epoch']:.0f} s/epoch"
+        text += (f"; {machine_text(segment['machine'])} ({epochs_text(segment['epochs'])}): "
+                 f"{segment['seconds_per_epoch']:.0f} s/epoch")
     return text
