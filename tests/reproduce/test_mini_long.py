@@ -120,14 +120,19 @@ def test_report_sections_of_the_long_suite(tmp_path):
     results = {"quadratic-mini": runs}
     (tmp_path / "mini").mkdir()
     (tmp_path / "mini" / "report.json").write_text(json.dumps({"rows": [
-        {"preset": "quadratic-mini", "accuracy_mean": 0.6732, "accuracy_std": 0.0036, "seeds": [0, 1, 2], "epochs": 6}]}))
+        {"preset": "quadratic-mini", "accuracy_mean": 0.6732, "accuracy_std": 0.0036, "seeds": [0, 1, 2], "epochs": 6},
+        {"preset": "learned-content-mini", "accuracy_mean": 0.6122, "accuracy_std": None, "seeds": [0], "epochs": 6}]}))
     rows = [{"preset": "quadratic-mini", "accuracy_mean": 0.565, "accuracy_std": 0.007, "seeds": [0, 1], "epochs": 60,
-             "paper": {"accuracy": 0.938}}]
+             "paper": {"accuracy": 0.938}},
+            {"preset": "learned-content-mini", "accuracy_mean": None, "accuracy_std": None, "seeds": [], "epochs": None,
+             "paper": {"accuracy": 0.871}, "unfinished": "epoch 18 of 60"}]
     md, entry = epoch_sections(suite, out, rows, results)
     text = "\n".join(md)
     assert "## Settled on a grid? (epochs 6, 20, 40, 60)" in text
     assert "| quadratic-mini | 1 | 20 | 0.49 ✓ | 0.50 | 2.00 | 1 of 3 |" in text
     assert "| quadratic-mini | 56.50 ± 0.70 (2 seeds, 60 epochs) | 67.32 ± 0.36 (3 seeds, 6 epochs) | 93.8 |" in text
+    # a model with no finished run says how far its run got beside the other suite, not "not run yet"
+    assert "| learned-content-mini | unfinished (epoch 18 of 60) | 61.22 (1 seed, 6 epochs) | 87.1 |" in text
     assert [r["epoch"] for r in entry["settled"]] == [6, 20, 40, 60] * 2 and entry["settled_below"] == 0.5
     assert len(settled_table(results, (60,))) == 2
     epochs, mean, low, high = accuracy_bands(runs)

@@ -144,7 +144,8 @@ def cost_lines(costs: Sequence[dict]) -> list[str]:
 def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
     """Per Table 1 row: ``preset``, this suite's accuracy (``mean``, ``std``, ``seeds``), the
     baseline suite's (``baseline_mean``, ``baseline_std``, ``baseline_seeds``, ``baseline_epochs``;
-    None when it has no such row) and the paper's ``paper`` accuracy (fractions)."""
+    None when it has no such row), the paper's ``paper`` accuracy (fractions) and ``unfinished`` (how far
+    this suite's unfinished run got, e.g. ``"epoch 18 of 60"``, when the row has no finished run)."""
     theirs = {row["preset"]: row for row in (baseline or {}).get("rows", [])}
     out = []
     for row in rows:
@@ -152,13 +153,14 @@ def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
         out.append({"preset": row["preset"], "mean": row["accuracy_mean"], "std": row["accuracy_std"],
                     "seeds": row["seeds"], "epochs": row["epochs"], "baseline_mean": other.get("accuracy_mean"),
                     "baseline_std": other.get("accuracy_std"), "baseline_seeds": other.get("seeds"),
-                    "baseline_epochs": other.get("epochs"), "paper": row["paper"].get("accuracy")})
+                    "baseline_epochs": other.get("epochs"), "paper": row["paper"].get("accuracy"),
+                    "unfinished": row.get("unfinished")})
     return out
 
 
-def _acc(mean, std, seeds, epochs) -> str:
+def _acc(mean, std, seeds, epochs, unfinished: str | None = None) -> str:
     if mean is None:
-        return "not run yet"
+        return f"unfinished ({unfinished})" if unfinished else "not run yet"
     text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
     return text + f" ({len(seeds or [])} seed{'s' if len(seeds or []) != 1 else ''}, {epochs} epochs)"
 
@@ -169,7 +171,7 @@ def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
              "|---|---|---|---|"]
     for row in table:
         paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
-        lines.append(f"| {row['preset']} | {_acc(row['mean'], row['std'], row['seeds'], row['epochs'])} | "
+        lines.append(f"| {row['preset']} | {_acc(row['mean'], row['std'], row['seeds'], row['epochs'], row.get('unfinished'))} | "
                      f"{_acc(row['baseline_mean'], row['baseline_std'], row['baseline_seeds'], row['baseline_epochs'])}"
                      f" | {paper} |")
     return lines
