@@ -283,9 +283,8 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     from .ship import trim_jobs
     from .suites import parse_seeds
 
-    if args.ship:
-        raise ValueError(f"--ship belongs to the Table 1 suites; the {grid.name} grid's cells are short: finish "
-                         "them, then --trim")
+    if args.ship and args.dry_run:
+        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
     if options.epochs is not None or options.train_subset is not None:
         raise ValueError(f"the {grid.name} grid sets each cell's epochs and subset itself; for a smoke run use "
                          "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
@@ -298,7 +297,7 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     jobs = plan_grid(grid, out, only=only, **planned)
     if args.dry_run:
         return _dry_run(jobs, options, out, args.suite)
-    if not args.report_only:
+    if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
     # The whole grid, as for the suites: --only (or --seeds) trains part of it, the report covers
     # every cell of this call's seeds and every existing cell of the grid's own seeds.
@@ -306,9 +305,16 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     folders = {job.folder for job in jobs}
     jobs += [job for job in plan_grid(grid, out, **{**planned, "seeds": None})
              if job.folder not in folders and job.folder.is_dir()]
-    if args.trim:
+    if args.trim or args.ship:
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
+    if args.ship:
+        # a content model's cell of the scarce grid trains for over an hour on two CPU cores: a cell
+        # cut off by the end of a session travels like a suite's unfinished run
+        _ship_unfinished(jobs)
     results = grid_results(jobs)
+    if not results and args.ship:
+        print(f"no finished cell under {out} yet, so no report; the unfinished cells are ready for `git add {out}`")
+        return 0
     if not results:
         raise ValueError(f"no finished cell under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
@@ -331,7 +337,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
     if args.only or args.seeds or args.trim:
         raise ValueError("--calibrate and --lr-sweep choose their own models and seed; leave out --only, --seeds "
-                         "and --trim")
+                         "and --trim (--ship trims what has finished)")
     fraction = min(_fractions(args.fractions)) if args.fractions else None      # default: the grid's smallest
     if args.calibrate:
         jobs = plan_calibration(grid, out, passes=args.passes, train_images=args.train_images, lr=args.lr,
@@ -343,8 +349,14 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     if args.dry_run:
         return _dry_run(jobs, options, out, args.suite)
-    if not args.report_only:
+    if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
+    if args.ship:
+        from .ship import trim_jobs
+
+        # finished measurement runs are the grid's own seed-0 cells: trimmed as the grid trims its cells
+        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
+        _ship_unfinished(jobs)
     lines = calibration_lines(jobs) if args.calibrate else write_sweep_report(grid, out, jobs, rates, command=command)
     print("\n".join(lines))
     return 0
