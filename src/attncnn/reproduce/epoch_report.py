@@ -171,9 +171,9 @@ def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
              "|---|---|---|---|"]
     for row in table:
         paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
-        lines.append(f"| {row['preset']} | {_acc(row['mean'], row['std'], row['seeds'], row['epochs'], row.get('unfinished'))} | "
-                     f"{_acc(row['baseline_mean'], row['baseline_std'], row['baseline_seeds'], row['baseline_epochs'])}"
-                     f" | {paper} |")
+        ours = _acc(row["mean"], row["std"], row["seeds"], row["epochs"], row.get("unfinished"))
+        theirs = _acc(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"], row["baseline_epochs"])
+        lines.append(f"| {row['preset']} | {ours} | {theirs} | {paper} |")
     return lines
 
 
