@@ -219,6 +219,16 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ship_grid_jobs(jobs) -> None:
+    """``--ship`` of a grid or its measurements: finished cells trimmed as ``--trim`` trims them, cut-off
+    cells shipped resumable (a content model's cell of the scarce grid outlives a session on two CPU
+    cores, so it travels like a suite's unfinished run)."""
+    from .ship import trim_jobs
+
+    trim_jobs(jobs, keep_epochs_of=set(), lean=True)
+    _ship_unfinished(jobs)
+
+
 def _ship_unfinished(jobs) -> None:
     from .unfinished import ship_unfinished_jobs
 
@@ -305,12 +315,10 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
     folders = {job.folder for job in jobs}
     jobs += [job for job in plan_grid(grid, out, **{**planned, "seeds": None})
              if job.folder not in folders and job.folder.is_dir()]
-    if args.trim or args.ship:
-        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     if args.ship:
-        # a content model's cell of the scarce grid trains for over an hour on two CPU cores: a cell
-        # cut off by the end of a session travels like a suite's unfinished run
-        _ship_unfinished(jobs)
+        _ship_grid_jobs(jobs)
+    elif args.trim:
+        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
     results = grid_results(jobs)
     if not results and args.ship:
         print(f"no finished cell under {out} yet, so no report; the unfinished cells are ready for `git add {out}`")
@@ -352,11 +360,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
     if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
     if args.ship:
-        from .ship import trim_jobs
-
-        # finished measurement runs are the grid's own seed-0 cells: trimmed as the grid trims its cells
-        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
-        _ship_unfinished(jobs)
+        _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells
     lines = calibration_lines(jobs) if args.calibrate else write_sweep_report(grid, out, jobs, rates, command=command)
     print("\n".join(lines))
     return 0
