@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attncnn.data import (CIFAR_MEAN, CIFAR_STD, DeviceLoader, ImageSplit, class_balanced_subset,
+from attncnn.data import (CIFAR_MEAN, CIFAR_STD, DeviceLoader, ImageSplit, class_balanced_subset, held_out_indices,
                           random_crop_flip)
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -232,6 +232,34 @@ def test_balanced_subset_properties(raw, data):
     if unsaturated:  # classes that still had examples left differ by at most one, and none got more
         assert max(unsaturated) - min(unsaturated) <= 1
         assert all(int(got[c]) <= min(unsaturated) + 1 for c in range(6))
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 5), min_size=2, max_size=60), st.data())
+def test_held_out_images_are_outside_the_training_subset_and_balanced(raw, data):
+    labels = torch.tensor(raw)
+    subset = data.draw(st.integers(1, len(raw) - 1))
+    seed, n = data.draw(st.integers(0, 10)), data.draw(st.integers(1, len(raw)))
+    held = held_out_indices(labels, subset, seed, n)
+    rest = sorted(set(range(len(raw))) - set(class_balanced_subset(labels, subset, seed).tolist()))
+    assert len(held) == min(n, len(rest)) and set(held.tolist()) <= set(rest)     # never a training image
+    assert torch.equal(held, torch.sort(held).values) and torch.equal(held, held_out_indices(labels, subset, seed, n))
+    got = torch.bincount(labels[held], minlength=6)
+    have = torch.bincount(labels[rest], minlength=6)
+    unsaturated = [int(got[c]) for c in range(6) if have[c] > 0 and got[c] < have[c]]
+    if unsaturated:
+        assert max(unsaturated) - min(unsaturated) <= 1
+
+
+def test_held_out_images_of_a_cifar_sized_cell_and_errors():
+    labels = torch.arange(10).repeat_interleave(5000)
+    held = held_out_indices(labels, 5000, seed=0, n=10_000)
+    assert torch.bincount(labels[held]).tolist() == [1000] * 10
+    assert not set(held.tolist()) & set(class_balanced_subset(labels, 5000, seed=0).tolist())
+    with pytest.raises(ValueError, match="leaves none out"):
+        held_out_indices(labels, 50_000, seed=0, n=10)
+    with pytest.raises(ValueError, match="n >= 1"):
+        held_out_indices(labels, 5000, seed=0, n=0)
 
 
 @pytest.mark.parametrize("train", [True, False])

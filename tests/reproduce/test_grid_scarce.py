@@ -170,15 +170,22 @@ def test_a_failing_condition_fails_a_claim_before_every_cell_is_in(tmp_path):
     assert verdict([True, True]) == "holds" and verdict([None, False]) == "fails"
 
 
-def test_the_sweep_picks_the_rate_best_for_both_models(tmp_path):
+def test_the_sweep_picks_the_rate_best_for_both_models_on_held_out_images_not_the_test_set(tmp_path):
     rates = (2.5e-4, 5e-4, 1e-3)
     jobs = plan_lr_sweep(SCARCE_GRID, tmp_path, rates)
-    finals = {("deit-mini", 2.5e-4): 0.50, ("convit-mini", 2.5e-4): 0.50, ("deit-mini", 5e-4): 0.56,
-              ("convit-mini", 5e-4): 0.50, ("deit-mini", 1e-3): 0.60}      # convit-mini at 1e-3 not finished
+    # (test accuracy, held-out accuracy); convit-mini at 1e-3 not finished
+    finals = {("deit-mini", 2.5e-4): (0.60, 0.50), ("convit-mini", 2.5e-4): (0.60, 0.50),
+              ("deit-mini", 5e-4): (0.56, 0.58), ("convit-mini", 5e-4): (0.50, 0.52), ("deit-mini", 1e-3): (0.70, 0.70)}
+    held_out = {}
     for job in jobs:
         key = (job.row, dict(job.overrides)["lr"])
         if key in finals:
-            _write(job, _epochs(0.3, finals[key], 0.9))
-    found = sweep_results(SCARCE_GRID, jobs, rates)
-    assert [entry["mean"] for entry in found["rates"]] == [pytest.approx(0.50), pytest.approx(0.53), None]
-    assert found["best"] == 5e-4
+            _write(job, _epochs(0.3, finals[key][0], 0.9))
+            held_out[job.folder] = {"accuracy": finals[key][1]}
+    found = sweep_results(SCARCE_GRID, jobs, rates, held_out)
+    assert [entry["held_out_mean"] for entry in found["rates"]] == [pytest.approx(0.50), pytest.approx(0.55), None]
+    assert [entry["test_mean"] for entry in found["rates"]] == [pytest.approx(0.60), pytest.approx(0.53), None]
+    assert found["best"] == 5e-4            # the test set would have chosen 2.5e-4
+    assert found["rates"][2]["held_out"] == {"deit-mini": 0.70, "convit-mini": None}
+    # finished runs not yet validated do not count
+    assert sweep_results(SCARCE_GRID, jobs, rates)["best"] is None

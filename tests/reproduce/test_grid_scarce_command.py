@@ -42,8 +42,9 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
     assert (out / "calibrate" / "passes1" / "deit-mini" / "50pct" / "seed0" / "finished.json").is_file()
     sweep = json.loads((out / "lr-sweep" / "report.json").read_text())
     assert [entry["lr"] for entry in sweep["rates"]] == [5e-4, 1e-3]
-    assert all(entry["mean"] is not None for entry in sweep["rates"])
-    assert sweep["best"] == max(sweep["rates"], key=lambda entry: entry["mean"])["lr"]
+    assert all(entry["held_out_mean"] is not None and entry["test_mean"] is not None for entry in sweep["rates"])
+    assert sweep["best"] == max(sweep["rates"], key=lambda entry: entry["held_out_mean"])["lr"]
+    assert "Held-out accuracy (%) at the last epoch, which chooses the rate" in (out / "lr-sweep" / "report.md").read_text()
     # a finished measurement runs again at once: nothing to train, the same lines
     capsys.readouterr()
     assert main(["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,
@@ -129,3 +130,37 @@ def test_a_grid_cell_cut_off_is_shipped(make_tiny_data, tmp_path, capsys):
     assert load_checkpoint(job.folder / "checkpoints" / "last.safetensors").optimizer_state
     assert main([*common, "--ship", "--dry-run"]) != 0
     assert "--ship trains nothing and writes the folder for committing; leave out --dry-run" in capsys.readouterr().err
+
+
+def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_tiny_data, capsys):
+    from attncnn.data import DeviceLoader, ImageSplit, held_out_indices, load_dataset
+    from attncnn.reproduce.held_out import HELD_OUT_FILE, held_out_result
+    from attncnn.training import evaluate, load_model
+
+    out, _ = scarce
+    run = out / "lr-sweep" / "deit-mini" / "lr0.001" / "50pct" / "seed0"
+    stored = json.loads((run / HELD_OUT_FILE).read_text())
+    sweep = json.loads((out / "lr-sweep" / "report.json").read_text())
+    assert sweep["rates"][1]["held_out"]["deit-mini"] == stored["accuracy"]
+    # the 60 training images the 50 % cell left out, evaluated by hand, give the stored result
+    dataset = load_dataset(str(make_tiny_data(40, 10)))
+    idx = held_out_indices(dataset.train.labels, 60, 0, 10_000)
+    model, _ = load_model(run / "checkpoints" / "last.safetensors")
+    mine = evaluate(model, DeviceLoader(ImageSplit(dataset.train.images[idx], dataset.train.labels[idx]),
+                                        batch_size=500, train=False), precision=stored["precision"])
+    assert (stored["examples"], stored["train_subset"], stored["epoch"]) == (60, 60, 2)
+    assert stored["accuracy"] == mine.accuracy and stored["loss"] == pytest.approx(mine.loss, rel=1e-6)
+    # --ship trims the finished runs but keeps the cache, so the report is rewritten without the data
+    # set (the default, cifar10, is not here)
+    capsys.readouterr()
+    assert main(["reproduce", "efficiency-scarce", "--out", str(out), *SMOKE, "--lr-sweep", "5e-4,1e-3",
+                 "--ship"]) == 0
+    assert "(highest held-out mean): " in capsys.readouterr().out
+    assert json.loads((run / HELD_OUT_FILE).read_text()) == stored
+    # another data set would hold other images: refused, not measured
+    (run / HELD_OUT_FILE).unlink()
+    with pytest.raises(ValueError, match="give --data the run's data set"):
+        held_out_result(run, load_dataset(str(make_tiny_data(41, 10))))
+    with pytest.raises(ValueError, match="give --data"):
+        held_out_result(run, None)
+    assert held_out_result(run, dataset) == stored

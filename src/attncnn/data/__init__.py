@@ -14,11 +14,11 @@ from .cache import cache_file, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, load_cifar
 from .folder import IMAGE_EXTENSIONS, is_zip, read_image_folder
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
-from .subset import class_balanced_subset
+from .subset import class_balanced_subset, held_out_indices
 
 __all__ = [
     "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataError", "default_data_dir",
-    "load_dataset", "class_balanced_subset", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA", "run_data",
+    "load_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA", "run_data",
 ]
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["class_balanced_subset"]
+__all__ = ["class_balanced_subset", "held_out_indices"]
 
 
 def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tensor:
@@ -51,3 +51,32 @@ def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tens
         members = torch.nonzero(labels == c).flatten()
         picked.append(members[torch.randperm(len(members), generator=g)[: quota[k]]])
     return torch.sort(torch.cat(picked)).values
+
+
+def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> torch.Tensor:
+    """Indices of up to ``n`` examples that a run trained on ``class_balanced_subset(labels, subset,
+    seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``).
+
+    A validation set for choosing hyper-parameters on a subset cell without looking at the test set
+    (the ``efficiency-scarce`` learning-rate sweep, issue 26): e.g. 10,000 of the 45,000 CIFAR-10
+    training images left out by a 5,000-image cell.
+
+    Returns:
+        sorted ``int64`` CPU tensor of ``min(n, len(labels) - subset)`` distinct indices into
+        ``labels``, none of them in the training subset.
+
+    Raises:
+        ValueError: ``n <= 0``; ``subset`` outside ``[1, len(labels)]``, or equal to it (the subset
+            is the whole split: nothing is held out).
+    """
+    labels = labels.detach().to("cpu").long().reshape(-1)
+    if n <= 0:
+        raise ValueError(f"the held-out set needs n >= 1 examples, got {n}")
+    seen = class_balanced_subset(labels, subset, seed)
+    unseen = torch.ones(len(labels), dtype=torch.bool)
+    unseen[seen] = False
+    rest = torch.nonzero(unseen).flatten()
+    if len(rest) == 0:
+        raise ValueError(f"a subset of {subset} of {len(labels)} examples leaves none out to validate on; "
+                         "validate a smaller cell")
+    return rest[class_balanced_subset(labels[rest], min(n, len(rest)), seed)]

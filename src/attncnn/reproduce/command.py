@@ -361,6 +361,23 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         _train(jobs, options, args, command)
     if args.ship:
         _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells
-    lines = calibration_lines(jobs) if args.calibrate else write_sweep_report(grid, out, jobs, rates, command=command)
+    if args.calibrate:
+        lines = calibration_lines(jobs)
+    else:
+        lines = write_sweep_report(grid, out, jobs, rates, command=command, held_out=_held_out(jobs, options))
     print("\n".join(lines))
     return 0
+
+
+def _held_out(jobs, options) -> dict:
+    """The sweep's finished runs evaluated on training images outside their cell (cached in each
+    run folder; the data set is loaded only when one is not)."""
+    from ..data import load_dataset
+    from ..training import resolve_device
+    from ..training.host_memory import reuse_freed_memory
+    from .held_out import held_out_results
+
+    if resolve_device(options.device).type == "cpu":
+        reuse_freed_memory()            # the trainer's heap policy: evaluation without page-fault storms
+    return held_out_results([job.folder for job in jobs], lambda: load_dataset(
+        options.data, data_dir=options.data_dir, download=options.download), device=options.device)

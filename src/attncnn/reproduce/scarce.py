@@ -9,9 +9,10 @@
   them again.
 * Learning-rate sweep of the content models: train the grid's ``sweep_rows`` (``deit-mini``,
   ``convit-mini``) on the smallest cell, seed 0, at each rate into
-  ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; the best rate is the one with the highest mean final
-  test accuracy over those rows (among the rates every row has finished), and becomes the grid's
-  ``lr``, shared by all its content rows.
+  ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; the best rate is the one with the highest mean
+  final accuracy over those rows on held-out training images (:mod:`.held_out`: outside the cell's
+  subset, so the test set that the grid reports does not choose it; among the rates every row has
+  finished), and becomes the grid's ``lr``, shared by all its content rows.
 
 Both are ordinary grid jobs (:class:`~attncnn.reproduce.grid.GridJob`), trained by the same
 resumable runner, so the same command continues an interrupted measurement.
@@ -21,10 +22,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from .._io import atomic_write_text
 from .grid import Grid, GridJob, cell_name, cell_options, folder_name, plan_grid, row_of
+from .held_out import HELD_OUT_IMAGES
 from .scarce_report import SCARCE_GAP, read_records, train_test_gap
 from .suites import Job
 
@@ -119,23 +121,37 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
             for rate in rates for row in rows]
 
 
-def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float]) -> dict:
-    """Per rate, each sweep row's final test accuracy (None: not finished) and their mean (None
-    unless every row finished); ``best``: the rate of the highest mean (None: no rate complete)."""
-    found = read_records(jobs)
+def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float],
+                  held_out: Mapping[Path, dict | None] | None = None) -> dict:
+    """Per rate, each sweep row's final held-out accuracy (:mod:`.held_out`: training images outside
+    the cell's subset; None: not finished or not measured) and their mean (None unless every row
+    has one), beside the final test accuracy for information; ``best``: the rate of the highest
+    held-out mean (None: no rate complete). The test set never chooses the rate: the grid reports
+    it afterwards.
+
+    Args:
+        held_out: ``{job folder: held-out result}`` (:func:`~.held_out.held_out_results`).
+    """
+    found, held_out = read_records(jobs), held_out or {}
     table = []
     for rate in rates:
-        accuracies = {}
+        test, valid = {}, {}
         for job in (j for j in jobs if dict(j.overrides)["lr"] == rate):
             runs = found.get((row_of(job), job.cell))
             tested = [r for r in runs[0] if "test_accuracy" in r] if runs else []
-            accuracies[row_of(job)] = tested[-1]["test_accuracy"] if tested else None
-        values = list(accuracies.values())
-        mean = None if None in values else sum(values) / len(values)
-        table.append({"lr": rate, "accuracies": accuracies, "mean": mean})
-    complete = [entry for entry in table if entry["mean"] is not None]
-    best = max(complete, key=lambda entry: entry["mean"])["lr"] if complete else None
+            test[row_of(job)] = tested[-1]["test_accuracy"] if tested else None
+            result = held_out.get(Path(job.folder))
+            valid[row_of(job)] = result["accuracy"] if result else None
+        table.append({"lr": rate, "held_out": valid, "held_out_mean": _mean(valid.values()), "test": test,
+                      "test_mean": _mean(test.values())})
+    complete = [entry for entry in table if entry["held_out_mean"] is not None]
+    best = max(complete, key=lambda entry: entry["held_out_mean"])["lr"] if complete else None
     return {"grid": grid.name, "rows": list(grid.sweep_rows), "rates": table, "best": best}
+
+
+def _mean(values) -> float | None:
+    values = list(values)
+    return None if None in values or not values else sum(values) / len(values)
 
 
 def _percent(value: float | None) -> str:
@@ -143,24 +159,31 @@ def _percent(value: float | None) -> str:
 
 
 def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: Sequence[float], *,
-                       command: str) -> list[str]:
+                       command: str, held_out: Mapping[Path, dict | None] | None = None) -> list[str]:
     """Write ``<out>/lr-sweep/report.md`` and ``report.json`` (:func:`sweep_results`); returns the
     Markdown lines (the command prints them).
 
     Raises:
         OSError: ``out`` not writable.
     """
-    found = sweep_results(grid, jobs, rates)
+    found = sweep_results(grid, jobs, rates, held_out)
     rows = found["rows"]
     cell = dict(jobs[0].overrides)
+    header = "| lr | " + " | ".join(rows) + " | mean |"
+    rule = "|---" * (len(rows) + 2) + "|"
     lines = [f"# Learning-rate sweep of the {grid.name} grid's content models", "",
              f"AdamW on the {jobs[0].cell.split(' lr')[0]} cell, seed 0 ({cell['epochs']} epochs of "
-             f"{cell['train_subset']:,} images); final test accuracy (%). Written by `{command}`.", "",
-             "| lr | " + " | ".join(rows) + " | mean |", "|---" * (len(rows) + 2) + "|"]
-    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["accuracies"].get(row)) for row in rows)
-              + f" | {_percent(entry['mean'])} |" for entry in found["rates"]]
+             f"{cell['train_subset']:,} images). Written by `{command}`.", "",
+             f"Held-out accuracy (%) at the last epoch, which chooses the rate: {HELD_OUT_IMAGES:,} training images "
+             f"outside the cell's {cell['train_subset']:,} (class-balanced, never trained on), so that the test set, "
+             "which the grid reports, does not choose it:", "", header, rule]
+    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["held_out"].get(row)) for row in rows)
+              + f" | {_percent(entry['held_out_mean'])} |" for entry in found["rates"]]
+    lines += ["", "Test accuracy (%) at the last epoch, for information:", "", header, rule]
+    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["test"].get(row)) for row in rows)
+              + f" | {_percent(entry['test_mean'])} |" for entry in found["rates"]]
     best = found["best"]
-    lines += ["", f"Best rate for {' and '.join(rows)} together: " +
+    lines += ["", f"Best rate for {' and '.join(rows)} together (highest held-out mean): " +
               (f"{best:g} (set the grid's `lr` to it)" if best is not None else "not measured yet")]
     folder = Path(out) / "lr-sweep"
     folder.mkdir(parents=True, exist_ok=True)

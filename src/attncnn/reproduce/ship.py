@@ -1,8 +1,9 @@
 """Trimming finished run folders to what is worth committing (``attncnn reproduce ... --trim``).
 
-A trimmed folder keeps ``config.json``, ``metrics.jsonl``, ``finished.json``, ``machine.json`` and
-``checkpoints/last.safetensors``, weights only (``attncnn evaluate``, ``inspect``, ``plot``,
-``viewer`` and ``train --init-from`` work on it as on any run folder; the optimiser state, as large
+A trimmed folder keeps ``config.json``, ``metrics.jsonl``, ``finished.json``, ``machine.json``,
+``held_out.json`` (a sweep run's validation accuracy) and ``checkpoints/last.safetensors``, weights
+only (``attncnn evaluate``, ``inspect``, ``plot``, ``viewer`` and ``train --init-from`` work on it
+as on any run folder; the optimiser state, as large
 again as the weights, only serves to resume, and a finished run is not resumed); ``best`` only when
 it is another epoch than ``last``. Periodic checkpoints are kept, weights only, for the runs that
 feed the figure of centres over epochs (paper Fig. 3), and deleted elsewhere. TensorBoard events
@@ -42,7 +43,8 @@ _DATA_NAMES = ("cifar10", "cifar100")
 #: a slash followed by at least one folder (``/home/me/x``), or a Windows drive (``C:\``)
 ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))(?:/(?:[\w.+-]+/)+[\w.+-]*|[A-Za-z]:\\)""", re.M)
 
-_KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json"}
+#: held_out.json: a sweep run's validation accuracy (:mod:`.held_out`), measured once
+_KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json", "held_out.json"}
 
 
 def folder_bytes(path: str | Path) -> int:
