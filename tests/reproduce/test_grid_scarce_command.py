@@ -164,3 +164,18 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
     with pytest.raises(ValueError, match="give --data"):
         held_out_result(run, None)
     assert held_out_result(run, dataset) == stored
+
+
+def test_only_trains_some_rows_of_a_measurement_and_its_result_covers_all(make_tiny_data, tmp_path, capsys):
+    # one process per model, e.g. side by side on a GPU
+    out = tmp_path / "efficiency-scarce"
+    common = ["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,
+              "--lr-sweep", "1e-3"]
+    assert main([*common, "--only", "resnet18-mini"]) == 2
+    assert "--only resnet18-mini: not measured by --lr-sweep, which trains convit-mini, deit-mini" in \
+        capsys.readouterr().err
+    assert main([*common, "--only", "convit-mini"]) == 0
+    sweep = out / "lr-sweep"
+    assert (sweep / "convit-mini" / "lr0.001" / "50pct" / "seed0" / "finished.json").is_file()
+    assert not (sweep / "deit-mini").exists()
+    assert "| 0.001 | not finished yet | " in capsys.readouterr().out

@@ -51,8 +51,9 @@ def register(subparsers) -> None:
     r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
                                    "mini suite's quadratic and learned models, mini-long's quadratic, learned "
                                    "and resnet18 models, 0,1 for the efficiency grid's 10 %% cells)")
-    r.add_argument("--only", help="comma-separated presets of the suite to train (the report still covers "
-                                  "every finished run under --out, so a suite run in parts keeps one report)")
+    r.add_argument("--only", help="comma-separated presets of the suite (rows of a grid, or of its --calibrate or "
+                                  "--lr-sweep) to train (the report still covers every finished run under --out, "
+                                  "so a suite run in parts keeps one report)")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
     r.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the preset's, auto)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
@@ -339,13 +340,14 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
 
 def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -> int:
     """``--calibrate`` or ``--lr-sweep``: train the measurement's jobs (resumable), then print its result."""
+    from .grid import row_of
     from .scarce import calibration_lines, parse_rates, plan_calibration, plan_lr_sweep, write_sweep_report
 
     if args.calibrate and args.lr_sweep:
         raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
-    if args.only or args.seeds or args.trim:
-        raise ValueError("--calibrate and --lr-sweep choose their own models and seed; leave out --only, --seeds "
-                         "and --trim (--ship trims what has finished)")
+    if args.seeds or args.trim:
+        raise ValueError("--calibrate and --lr-sweep choose their own seed (0); leave out --seeds and --trim (--ship "
+                         "trims what has finished)")
     fraction = min(_fractions(args.fractions)) if args.fractions else None      # default: the grid's smallest
     if args.calibrate:
         jobs = plan_calibration(grid, out, passes=args.passes, train_images=args.train_images, lr=args.lr,
@@ -355,10 +357,20 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
             raise ValueError("--lr-sweep trains at each of its rates; leave out --lr")
         rates = parse_rates(args.lr_sweep)
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
+    mine = jobs
+    if args.only:
+        # one process per model (e.g. side by side on a GPU); the printed result still covers every row
+        rows = sorted({row_of(job) for job in jobs})
+        only = [name.strip() for name in args.only.split(",") if name.strip()]
+        unknown = [name for name in only if name not in rows]
+        if unknown:
+            raise ValueError(f"--only {','.join(unknown)}: not measured by {'--calibrate' if args.calibrate else '--lr-sweep'}"
+                             f", which trains {', '.join(rows)}")
+        mine = [job for job in jobs if row_of(job) in only]
     if args.dry_run:
-        return _dry_run(jobs, options, out, args.suite)
+        return _dry_run(mine, options, out, args.suite)
     if not (args.report_only or args.ship):
-        _train(jobs, options, args, command)
+        _train(mine, options, args, command)
     if args.ship:
         _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells
     if args.calibrate:

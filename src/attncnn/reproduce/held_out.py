@@ -33,9 +33,10 @@ HELD_OUT_FILE = "held_out.json"
 def _key(folder: Path, images: int) -> dict | None:
     """What the cached result must match: the ``last`` checkpoint's epoch, the held-out size and the
     training subset it complements; None while the run has not finished."""
-    run = RunFolder(folder, mode="read")
-    last = run.checkpoint_path("last")
-    if not (folder / "finished.json").is_file() or not last.is_file():
+    if not (folder / "finished.json").is_file():
+        return None                                    # also a cell not started: no folder at all
+    last = RunFolder(folder, mode="read").checkpoint_path("last")
+    if not last.is_file():
         return None
     meta = read_metadata(last)
     config = json.loads((folder / "config.json").read_text())
