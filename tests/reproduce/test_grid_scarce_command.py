@@ -44,7 +44,8 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
     assert [entry["lr"] for entry in sweep["rates"]] == [5e-4, 1e-3]
     assert all(entry["held_out_mean"] is not None and entry["test_mean"] is not None for entry in sweep["rates"])
     assert sweep["best"] == max(sweep["rates"], key=lambda entry: entry["held_out_mean"])["lr"]
-    assert "Held-out accuracy (%) at the last epoch, which chooses the rate" in (out / "lr-sweep" / "report.md").read_text()
+    report = (out / "lr-sweep" / "report.md").read_text()
+    assert "Held-out accuracy (%) at the last epoch, which chooses the rate" in report
     # a finished measurement runs again at once: nothing to train, the same lines
     capsys.readouterr()
     assert main(["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,

@@ -364,8 +364,9 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         only = [name.strip() for name in args.only.split(",") if name.strip()]
         unknown = [name for name in only if name not in rows]
         if unknown:
-            raise ValueError(f"--only {','.join(unknown)}: not measured by {'--calibrate' if args.calibrate else '--lr-sweep'}"
-                             f", which trains {', '.join(rows)}")
+            measurement = "--calibrate" if args.calibrate else "--lr-sweep"
+            raise ValueError(f"--only {','.join(unknown)}: not measured by {measurement}, which trains "
+                             f"{', '.join(rows)}")
         mine = [job for job in jobs if row_of(job) in only]
     if args.dry_run:
         return _dry_run(mine, options, out, args.suite)
