@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from attncnn.models import build_model
+from attncnn.training.host_memory import reuse_freed_memory
 
 
 def _autocast(precision: str):
@@ -82,6 +83,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--reps", type=int, default=2, help="steps per round and impl (best is kept)")
     args = parser.parse_args()
+    reuse_freed_memory()        # the heap policy of attncnn train: no page faults on the scores' pages
     probe = build_model(args.preset)
     impls = args.impls.split(",") if args.impls else [i for i in probe.blocks[0].attention.impls if i != "auto"]
     models = _models(args, impls)

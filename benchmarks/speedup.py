@@ -113,7 +113,12 @@ def main() -> None:
     print("\n".join(lines))
     if args.out:
         name = "".join(c if c.isalnum() else "-" for c in _cpu().lower()).strip("-")
-        path = Path(args.out) / f"speedup-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}.md"
+        stem = f"speedup-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}"
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        path, n = Path(args.out) / f"{stem}.md", 1
+        while path.exists():                    # a second measurement the same day keeps the first
+            n += 1
+            path = Path(args.out) / f"{stem}-{n}.md"
         path.write_text("\n".join(lines) + "\n")
         print(f"wrote {path}")
 

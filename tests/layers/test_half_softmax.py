@@ -1,4 +1,4 @@
-"""Content attention's impl="explicit-half": under bf16 autocast the softmax writes bf16
+"""Content attention's and GPSA's impl="explicit-half": under bf16 autocast the softmax writes bf16
 probabilities; outputs and gradients stay those of impl="explicit" (float32 softmax) to bf16 rounding."""
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ def _flat(grads: dict) -> torch.Tensor:
     return torch.cat([g.double().flatten() for _, g in sorted(grads.items())])
 
 
-@pytest.mark.parametrize("kind", ["learned-content", "content"])
-def test_bf16_softmax_matches_float32_softmax(kind):
+@pytest.mark.parametrize("kind,head_dim", [("learned-content", None), ("content", None), ("gpsa", None), ("gpsa", 8)])
+def test_bf16_softmax_matches_float32_softmax(kind, head_dim):
     torch.manual_seed(0)
-    layer = build_attention(kind, 32, 4, max_size=8) if kind == "learned-content" else build_attention(kind, 32, 4)
+    extra = {"max_size": 8} if kind == "learned-content" else {}
+    layer = build_attention(kind, 32, 4, head_dim=head_dim, **extra)
     x = torch.randn(3, 8, 8, 32)
     out_half, gx_half, g_half = _run(layer, x, True, True)
     out_full, gx_full, g_full = _run(layer, x, False, True)
@@ -56,3 +57,28 @@ def test_float32_and_returned_probabilities_unchanged():
         _, probs = layer(x, return_attention=True)
     assert probs.dtype == torch.float32
     assert torch.allclose(probs.sum(-1), torch.ones(()), atol=1e-6)
+
+
+@pytest.mark.parametrize("onto", [False, True])
+def test_scaled_content_equals_the_plain_formula_in_float64(onto):
+    from attncnn.layers import QueryKeyAttention
+    torch.manual_seed(0)
+    q, k = torch.randn(2, 3, 7, 5, dtype=torch.float64), torch.randn(2, 3, 7, 5, dtype=torch.float64)
+    term = torch.randn(2, 3, 7, 7, dtype=torch.float64) if onto else None
+    expected = (q @ k.transpose(-2, -1)) / 5 ** 0.5 + (term if onto else 0)
+    torch.testing.assert_close(QueryKeyAttention.scaled_content(q, k, term), expected, rtol=1e-14, atol=1e-14)
+
+
+def test_bf16_scaled_content_is_rounded_once():
+    """The scale acts on the product's float32 accumulator: each bf16 score is the exact scaled
+    product rounded once (error <= bf16's unit roundoff 2^-8, plus float32 accumulation), where
+    rounding the product and then scaling it in bf16 can err by about twice that."""
+    from attncnn.layers import QueryKeyAttention
+    torch.manual_seed(0)
+    q = torch.randn(4, 9, 64, 8).to(torch.bfloat16)
+    k = torch.randn(4, 9, 64, 8).to(torch.bfloat16)
+    scores = QueryKeyAttention.scaled_content(q, k)
+    assert scores.dtype == torch.bfloat16
+    exact = (q.double() @ k.double().transpose(-2, -1)) / 8 ** 0.5
+    accumulation = 8 * 2.0 ** -24 * (q.double().abs() @ k.double().abs().transpose(-2, -1)) / 8 ** 0.5
+    assert bool(((scores.double() - exact).abs() <= 2.0 ** -8 * exact.abs() + accumulation).all())

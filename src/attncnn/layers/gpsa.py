@@ -60,8 +60,10 @@ class GatedPositionalAttention(QueryKeyAttention):
         freeze_gate: keep ``lambda`` fixed at ``gate_init`` (``requires_grad=False``).
         qk_bias, qk_init_std: see :class:`~attncnn.layers.QueryKeyAttention` (ConViT: no bias, 0.02).
         impl: ``"sdpa"`` (fused content attention plus the batch-shared positional product),
-            ``"explicit"`` (the gated map materialised per image) or ``"auto"`` (``"sdpa"``); see
-            :meth:`forward`.
+            ``"explicit-half"`` (the same split, content attention written out with its
+            probabilities in the products' dtype, as :class:`~attncnn.layers.ContentAttention`'s
+            path of that name), ``"explicit"`` (the gated map materialised per image) or ``"auto"``
+            (``"sdpa"``); see :meth:`forward`.
 
     Parameters: ``query`` and ``key`` (``D -> N_h*D_h``), ``v_pos`` ``(N_h, 3)``, ``gate_logits``
     ``(N_h,)``, and the value/output maps of :class:`~attncnn.layers.GridAttention`.
@@ -70,7 +72,7 @@ class GatedPositionalAttention(QueryKeyAttention):
     KINDS = ("gpsa",)
     CONFIG_KEYS = ("freeze_gate", "qk_bias", "qk_init_std")
     EXCLUSIVE_KEYS = ("freeze_gate", "qk_bias", "qk_init_std")
-    IMPLS = ("auto", "explicit", "sdpa")
+    IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
     has_positional_term = True
     has_gates = True
 
@@ -145,7 +147,7 @@ class GatedPositionalAttention(QueryKeyAttention):
         """
         b, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
-        content = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        content = self.scaled_content(q, k)
         positional = self.positional_scores(h, w)
         return content, positional.unsqueeze(0).expand(b, *positional.shape)
 
@@ -184,33 +186,51 @@ class GatedPositionalAttention(QueryKeyAttention):
 
         Paths: with ``return_attention``, dropout in training (one mask on the gated map, which
         does not split between the two parts), or ``impl="explicit"``, the gated map ``(B, N_h, N,
-        N)`` is built and applied per image. Otherwise (``impl`` "sdpa" or "auto") ``(1 - g)
-        SDPA(q, k, v) + g (P v)`` with P applied to the whole batch at once; it skips the
-        renormalisation, a no-op in exact arithmetic. The sdpa path measured faster for narrow
-        heads and even for the paper's full-width heads (``benchmarks/results/attention-paths.md``).
+        N)`` is built and applied per image. Otherwise the two parts are applied apart, ``(1 - g)
+        (C v) + g (P v)``, with P applied to the whole batch at once; this skips the
+        renormalisation, a no-op in exact arithmetic. ``C v`` is SDPA's fused kernel (``impl``
+        "sdpa" or "auto") or, with ``impl="explicit-half"``, the scores written out and their
+        softmax stored in the products' dtype (bf16 under autocast; max, exponentials and sums in
+        float32): the content numerics of :class:`~attncnn.layers.ContentAttention`'s path of that
+        name, which the DeiT-style baseline trains with. Which is faster depends on the machine and
+        the head width; ``attncnn train`` measures it (:mod:`attncnn.training.path_choice`).
         """
         b, h, w = self.check_input(x)
-        if return_attention or self.path(h, w) == "explicit":
+        path = "explicit" if return_attention else self.path(h, w)
+        if path == "explicit":
             probs = self.input_probs(x)                                            # (B, N_h, N, N)
             dropped = self.attn_drop(probs).to(matmul_dtype(x))
             out = self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w)
             return (out, probs) if return_attention else out
-        return self.output(self._sdpa_mix(x), b, h, w)
+        return self.output(self._split_mix(x, fused=path == "sdpa"), b, h, w)
 
     def path(self, height: int = 0, width: int = 0) -> str:
         """The path :meth:`forward` takes without probabilities: ``"explicit"`` when ``impl`` says
-        so or dropout acts in training, else ``"sdpa"`` (the grid size does not matter)."""
-        dropout = self.training and self.attn_drop.p > 0
-        return "explicit" if dropout or self.impl == "explicit" else "sdpa"
+        so or dropout acts in training, ``"explicit-half"`` when ``impl`` says so, else ``"sdpa"``
+        (the grid size does not matter)."""
+        if self.impl == "explicit" or (self.training and self.attn_drop.p > 0):
+            return "explicit"
+        return "explicit-half" if self.impl == "explicit-half" else "sdpa"
 
-    def _sdpa_mix(self, x: torch.Tensor) -> torch.Tensor:
-        """Fast path: ``(1 - g) SDPA(q, k, v) + g (P v)``, ``(B, N_h, N, D_h)``; P is applied to
-        the whole batch as one matrix product (never expanded over it)."""
+    def _split_mix(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
+        """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``)
+        or written out (explicit-half, :meth:`forward`); P is applied to the whole batch as one
+        matrix product (never expanded over it)."""
         h, w = x.shape[1], x.shape[2]
         dtype = matmul_dtype(x)
         q, k = self.queries_keys(x)
         values = self.head_values(x)                                               # (B, N_h, N, D_h)
-        content = F.scaled_dot_product_attention(q, k, values, scale=1.0 / math.sqrt(self.head_dim))
+        if fused:
+            content = F.scaled_dot_product_attention(q, k, values, scale=1.0 / math.sqrt(self.head_dim))
+        else:
+            scores = self.scaled_content(q, k)                                     # (B, N_h, N, N)
+            if scores.dtype == dtype:
+                # a bf16 softmax computes in float32 and writes bf16: no float32 copy of the
+                # largest tensor of the layer is made, cast and stored for the backward
+                probs = torch.softmax(scores, dim=-1)
+            else:
+                probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype)).to(dtype)
+            content = mix_per_image(probs, x, None if self.value_in is None else values)
         p = self.positional_probs(h, w)[0].to(dtype)                              # (N_h, N, N)
         positional = mix_shared(p, x, None if self.value_in is None else values)  # (B, N_h, N, D_h)
         g = self.gates().to(content.dtype)[:, None, None]

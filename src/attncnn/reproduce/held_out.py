@@ -47,16 +47,20 @@ def _key(folder: Path, images: int) -> dict | None:
             "seed": int(config["seed"]), "dataset_name": meta.get("dataset_name")}
 
 
-def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dict | None:
-    """The run's cached held-out result if it matches its ``last`` checkpoint, else None (also for a
-    run that has not finished)."""
-    folder = Path(folder)
-    key = _key(folder, images)
+def _cached(folder: Path, key: dict | None) -> dict | None:
+    """The cached result in ``folder`` if it matches ``key`` (from :func:`_key`), else None."""
     path = folder / HELD_OUT_FILE
     if key is None or not path.is_file():
         return None
     cached = json.loads(path.read_text())
     return cached if all(cached.get(k) == v for k, v in key.items()) else None
+
+
+def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dict | None:
+    """The run's cached held-out result if it matches its ``last`` checkpoint, else None (also for a
+    run that has not finished)."""
+    folder = Path(folder)
+    return _cached(folder, _key(folder, images))
 
 
 def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
@@ -74,12 +78,16 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
             set.
     """
     folder = Path(folder)
-    cached = cached_held_out(folder, images=images)
-    if cached is not None:
-        return cached
     key = _key(folder, images)
-    if key is None:
-        return None
+    cached = _cached(folder, key)
+    if cached is not None or key is None:
+        return cached
+    return _measure(folder, key, dataset, device)
+
+
+def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> dict:
+    """Evaluate the run's ``last`` checkpoint on its held-out images and cache the result (errors:
+    :func:`held_out_result`)."""
     if dataset is None:
         raise ValueError(f"run {folder} has no held-out accuracy yet; give --data (the data set it trained on) to "
                          "measure it")
@@ -87,7 +95,7 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
         raise ValueError(f"run {folder} trained on {key['dataset_name']}, not on {dataset.shareable_name}: its "
                          "held-out images would be other images; give --data the run's data set")
     device = resolve_device(device)
-    idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], images)
+    idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])
     split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
     model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
     precision = resolve_precision(meta.get("config", {}).get("precision", "fp32"), device)
@@ -104,7 +112,12 @@ def held_out_results(folders, load_dataset, *, images: int = HELD_OUT_IMAGES, de
     dataset = None
     found = {}
     for folder in map(Path, folders):
-        if dataset is None and cached_held_out(folder, images=images) is None and _key(folder, images) is not None:
+        key = _key(folder, images)                      # read once: it opens the checkpoint's header
+        cached = _cached(folder, key)
+        if cached is not None or key is None:
+            found[folder] = cached
+            continue
+        if dataset is None:
             dataset = load_dataset()
-        found[folder] = held_out_result(folder, dataset, images=images, device=device)
+        found[folder] = _measure(folder, key, dataset, device)
     return found
