@@ -128,3 +128,26 @@ def test_every_layer_declares_what_the_models_and_analysis_ask():
         assert issubclass(cls, GridAttention) and cls.KINDS and "auto" == cls.IMPLS[0]
         for flag in ("position_only", "has_positional_term", "has_centers", "has_gates"):
             assert isinstance(getattr(cls, flag), bool)
+
+
+def test_eval_impl_is_the_path_of_eval_mode_and_computes_the_same_output():
+    layer = _layer("gpsa", head_dim=6, impl="explicit-half", eval_impl="sdpa")
+    assert layer.train().path(5, 6) == "explicit-half" and layer.eval().path(5, 6) == "sdpa"
+    plain = _layer("gpsa", head_dim=6, impl="explicit-half")
+    plain.load_state_dict(layer.state_dict())
+    assert plain.eval().path(5, 6) == "explicit-half"                      # unset: impl in both modes
+    x = torch.randn(2, 5, 6, D, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(layer(x), plain(x), rtol=1e-12, atol=1e-13)
+    with pytest.raises(ValueError, match="has no impl 'folded' \\(eval_impl\\)"):
+        layer.eval_impl = "folded"
+    with pytest.raises(ValueError, match="eval_impl"):
+        build_model("convit-mini", eval_impl="dense")
+
+
+def test_dense_attention_sets_both_paths_and_restores_them():
+    model = build_model("quadratic-mini", impl="folded", eval_impl="separable").eval()
+    with dense_attention(model):
+        assert model.attention_paths() == ["dense"] * 6
+    assert model.attention_paths() == ["separable"] * 6
+    assert {(m.impl, m.eval_impl) for m in attention_modules(model)} == {("folded", "separable")}

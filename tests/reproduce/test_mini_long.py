@@ -186,6 +186,9 @@ def test_a_run_resumed_on_another_machine_takes_its_device_and_measures_its_path
         (folder / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "machine": machine}) + "\n")
 
     started_on_gpu = {"preset": "quadratic-mini", "device": "cuda", "model": {"impl": "dense"}, "measure_paths": True}
+    write({**started_on_gpu, "model": {"impl": "explicit-half", "eval_impl": "sdpa", "dim": 72}}, gpu)
+    point_at_machine(folder, "auto")                              # both measured paths go, the rest stays
+    assert json.loads((folder / "config.json").read_text())["model"] == {"dim": 72}
     write(started_on_gpu, gpu)
     changes = point_at_machine(folder, "auto")
     assert len(changes) == 2 and "device 'cuda' -> 'auto'" in changes[0] and "Some GPU" in changes[1]

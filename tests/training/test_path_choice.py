@@ -29,6 +29,37 @@ def test_time_impls_times_every_path_and_restores_the_layer():
     assert layer.impl == "dense" and all(p.grad is None for p in layer.parameters())
 
 
+def test_time_impls_of_a_test_pass_times_the_forward_alone_and_restores_both_paths():
+    layer = build_attention("gpsa", 16, 4, head_dim=4, impl="explicit-half", eval_impl="sdpa").eval()
+    x = torch.randn(2, 6, 6, 16)
+    timings = time_impls(layer, x, reps=1, backward=False)
+    assert set(timings) == {"explicit", "explicit-half", "sdpa"} and all(t > 0 for t in timings.values())
+    assert (layer.impl, layer.eval_impl) == ("explicit-half", "sdpa")
+    assert all(p.grad is None for p in layer.parameters())
+
+
+def test_a_test_pass_is_measured_in_eval_mode_without_gradients_and_cached_apart(tmp_path, monkeypatch):
+    seen = []
+
+    def fake(layer, x, **kw):
+        seen.append((layer.training, kw["backward"]))
+        return {"explicit": 0.3, "explicit-half": 0.1, "sdpa": 0.2} if kw["backward"] else \
+            {"explicit": 0.3, "explicit-half": 0.2, "sdpa": 0.1}
+
+    monkeypatch.setattr(path_choice, "time_impls", fake)
+    convit = preset_model_config("convit-mini", 10)[1]
+    common = dict(batch=4, image_size=(32, 32), precision="bf16", device=CPU, cache_dir=tmp_path)
+    assert choose_impl(convit, **common)[0] == "explicit-half"
+    assert choose_impl(convit, mode="eval", **common)[0] == "sdpa"
+    assert seen == [(True, True), (False, False)]
+    cache = json.loads((tmp_path / CACHE_NAME).read_text())
+    assert sorted(cache.values()) == ["explicit-half", "sdpa"]
+    assert [k for k, v in cache.items() if v == "sdpa"][0].endswith(" | test pass")
+    assert choose_impl(convit, mode="eval", **common) == ("sdpa", None)          # cached, not measured
+    with pytest.raises(ValueError, match="mode must be 'train' or 'eval'"):
+        choose_impl(convit, mode="test", **common)
+
+
 def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatch):
     config = _model_config()
     impl, timings = choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
@@ -91,6 +122,28 @@ def test_which_runs_measure(tmp_path, monkeypatch, change, measured):
     assert (out.model.get("impl") == "dense" and out is not config) == measured
     if not measured:
         assert out.model == config.model
+
+
+@pytest.mark.parametrize("eval_timings,expected", [
+    ({"dense": 0.1, "separable": 0.2}, {"dim": 16, "mlp_dim": 16, "impl": "dense"}),        # the same path: unset
+    ({"dense": 0.2, "separable": 0.1}, {"dim": 16, "mlp_dim": 16, "impl": "dense", "eval_impl": "separable"}),
+])
+def test_a_run_evaluates_with_its_fastest_test_pass_path(tmp_path, monkeypatch, eval_timings, expected):
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
+                        {"dense": 0.1, "separable": 0.2} if backward else eval_timings)
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    dataset, dist = _run_parts(tmp_path)
+    assert with_measured_paths(config, dataset, 4, dist).model == expected
+
+
+def test_a_test_pass_path_the_user_names_is_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
+                        {"dense": 0.1, "separable": 0.2} if backward else {"dense": 0.2, "separable": 0.1})
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16, "eval_impl": "dense"},
+                            precision="fp32")
+    dataset, dist = _run_parts(tmp_path)
+    assert with_measured_paths(config, dataset, 4, dist).model == {"dim": 16, "mlp_dim": 16, "eval_impl": "dense",
+                                                                   "impl": "dense"}
 
 
 def test_networks_without_attention_and_multi_process_runs_keep_their_configuration(tmp_path):

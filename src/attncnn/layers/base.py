@@ -48,9 +48,13 @@ class GridAttention(nn.Module):
         attn_drop: dropout probability on the attention probabilities (paper: 0.1).
         impl: computation path of the forward without probabilities, one of the layer's
             :attr:`impls` (``"auto"`` lets the layer choose; every path computes the same output).
+        eval_impl: the path in eval mode (test passes), when it should differ from ``impl``; None:
+            ``impl`` in both modes. (Without a backward another path can be the fastest: a fused
+            kernel stores nothing for the gradient; ``attncnn train`` measures both.)
 
     Raises:
-        ValueError: a size below 1, or an ``impl`` the layer does not have (the message lists them).
+        ValueError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
+            message lists them).
     """
 
     #: Registry names of this class (first: the default kind).
@@ -71,7 +75,8 @@ class GridAttention(nn.Module):
     has_gates: ClassVar[bool] = False
 
     def __init__(self, dim: int, num_heads: int, *, head_dim: int | None = None,
-                 out_dim: int | None = None, attn_drop: float = 0.0, impl: str = "auto") -> None:
+                 out_dim: int | None = None, attn_drop: float = 0.0, impl: str = "auto",
+                 eval_impl: str | None = None) -> None:
         super().__init__()
         if dim < 1 or num_heads < 1:
             raise ValueError(f"dim and num_heads must be positive, got dim={dim}, num_heads={num_heads}")
@@ -85,6 +90,7 @@ class GridAttention(nn.Module):
         self.value = nn.Linear(num_heads * self.head_dim, self.out_dim)
         self.attn_drop = nn.Dropout(attn_drop)
         self.impl = impl
+        self.eval_impl = eval_impl
 
     # -- declarations --------------------------------------------------------------------------
 
@@ -114,11 +120,30 @@ class GridAttention(nn.Module):
             raise ValueError(f"{self.kind} attention has no impl {name!r}; choose one of {', '.join(self.impls)}")
         self._impl = name
 
+    @property
+    def eval_impl(self) -> str | None:
+        """The computation path in eval mode, or None when it is :attr:`impl`."""
+        return self._eval_impl
+
+    @eval_impl.setter
+    def eval_impl(self, name: str | None) -> None:
+        if name is not None and name not in self.impls:
+            raise ValueError(f"{self.kind} attention has no impl {name!r} (eval_impl); choose one of "
+                             f"{', '.join(self.impls)} or None")
+        self._eval_impl = name
+
+    @property
+    def mode_impl(self) -> str:
+        """The ``impl`` of the current mode: :attr:`eval_impl` in eval mode when it is set, else
+        :attr:`impl` (what each layer's :meth:`path` resolves)."""
+        return self._eval_impl if not self.training and self._eval_impl is not None else self._impl
+
     @classmethod
     def config_kwargs(cls, kind: str, config: Any) -> dict:
         """Constructor arguments for a layer of ``kind`` from a model configuration (duck-typed:
         any object with the fields ``head_dim``, ``attn_dropout``, ``impl`` and :attr:`CONFIG_KEYS`)."""
-        kwargs = {"head_dim": config.head_dim, "attn_drop": config.attn_dropout, "impl": config.impl}
+        kwargs = {"head_dim": config.head_dim, "attn_drop": config.attn_dropout, "impl": config.impl,
+                  "eval_impl": getattr(config, "eval_impl", None)}
         kwargs.update({key: getattr(config, key) for key in cls.CONFIG_KEYS})
         return kwargs
 
@@ -135,6 +160,10 @@ class GridAttention(nn.Module):
         if config.impl not in cls.impls_of(kind):
             raise ValueError(f"{kind} attention has no impl {config.impl!r}; choose one of "
                              f"{', '.join(cls.impls_of(kind))}")
+        eval_impl = getattr(config, "eval_impl", None)
+        if eval_impl is not None and eval_impl not in cls.impls_of(kind):
+            raise ValueError(f"{kind} attention has no impl {eval_impl!r} (eval_impl); choose one of "
+                             f"{', '.join(cls.impls_of(kind))} or leave eval_impl unset")
         if config.init == "conv" and not cls.has_positional_term:
             raise ValueError(f"init='conv' needs a positional attention kind ({kind} attention has no positional "
                              "term); choose a kind with one (quadratic, learned, learned-content, gpsa) or "
@@ -211,4 +240,4 @@ class GridAttention(nn.Module):
 
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, out_dim={self.out_dim}, "
-                f"impl={self.impl!r}")
+                f"impl={self.impl!r}" + ("" if self.eval_impl is None else f", eval_impl={self.eval_impl!r}"))

@@ -191,12 +191,11 @@ class ContentAttention(QueryKeyAttention):
         scores = self.input_scores(x)
         return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
 
-
     def path(self, height: int = 0, width: int = 0) -> str:
-        """The path :meth:`forward` takes without probabilities: ``impl``, with ``"auto"`` resolved
-        (module docstring; the grid size does not matter)."""
-        if self.impl != "auto":
-            return self.impl
+        """The path :meth:`forward` takes without probabilities: the mode's ``impl``
+        (:attr:`mode_impl`), with ``"auto"`` resolved (module docstring; the grid size does not matter)."""
+        if self.mode_impl != "auto":
+            return self.mode_impl
         return "explicit-half" if self.value_in is None else "sdpa"
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):

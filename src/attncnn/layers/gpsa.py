@@ -208,9 +208,10 @@ class GatedPositionalAttention(QueryKeyAttention):
         """The path :meth:`forward` takes without probabilities: ``"explicit"`` when ``impl`` says
         so or dropout acts in training, ``"explicit-half"`` when ``impl`` says so, else ``"sdpa"``
         (the grid size does not matter)."""
-        if self.impl == "explicit" or (self.training and self.attn_drop.p > 0):
+        impl = self.mode_impl
+        if impl == "explicit" or (self.training and self.attn_drop.p > 0):
             return "explicit"
-        return "explicit-half" if self.impl == "explicit-half" else "sdpa"
+        return "explicit-half" if impl == "explicit-half" else "sdpa"
 
     def _split_mix(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
         """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``)

@@ -19,16 +19,19 @@ __all__ = ["time_impls"]
 
 
 def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.dtype | None = None,
-               reps: int = 3, impls: tuple[str, ...] | None = None) -> dict[str, float]:
-    """Median seconds of one forward + backward of ``layer`` on ``x`` for each path.
+               reps: int = 3, impls: tuple[str, ...] | None = None, backward: bool = True) -> dict[str, float]:
+    """Median seconds of one forward + backward (or forward only) of ``layer`` on ``x`` for each path.
 
     Args:
-        layer: the layer, in the mode it will run in (train or eval); its ``impl`` is restored after.
+        layer: the layer, in the mode it will run in (train or eval); its ``impl`` and
+            ``eval_impl`` are restored after.
         x: ``(B, H, W, D)`` input grid.
         autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
         reps: timed repetitions per path, alternated across paths (the order reversed every other
             round, after one untimed warm-up each), so a busy machine slows every path alike.
         impls: the paths to time (default: every path of the layer except ``"auto"``).
+        backward: time forward + backward (training); False: the forward alone under
+            :func:`torch.no_grad` (a test pass; put the layer in eval mode).
 
     Returns:
         ``{impl: seconds}``.
@@ -37,16 +40,17 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         ValueError: an ``impl`` the layer does not have.
     """
     impls = impls or tuple(i for i in layer.impls if i != "auto")
-    saved = layer.impl
-    x = x.detach().requires_grad_(True)
+    saved = layer.impl, layer.eval_impl
+    x = x.detach().requires_grad_(backward)
 
     def once(impl: str) -> float:
-        layer.impl = impl
+        layer.impl, layer.eval_impl = impl, None
         start = time.perf_counter()
         ctx = torch.autocast(x.device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-        with ctx:
+        with ctx, torch.set_grad_enabled(backward):
             out = layer(x)
-        out.float().sum().backward()
+        if backward:
+            out.float().sum().backward()
         if x.device.type == "cuda":
             torch.cuda.synchronize(x.device)
         return time.perf_counter() - start
@@ -59,6 +63,6 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
             for impl in (impls if r % 2 == 0 else impls[::-1]):
                 times[impl].append(once(impl))
     finally:
-        layer.impl = saved
+        layer.impl, layer.eval_impl = saved
         layer.zero_grad(set_to_none=True)
     return {impl: statistics.median(t) for impl, t in times.items()}

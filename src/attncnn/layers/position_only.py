@@ -67,7 +67,8 @@ class PositionalAttention(GridAttention):
             ValueError: naming the field and the fix.
         """
         super().check_config(kind, config)
-        if config.impl == "folded" and config.head_dim not in (None, config.dim):
+        folded = "folded" in (config.impl, getattr(config, "eval_impl", None))
+        if folded and config.head_dim not in (None, config.dim):
             raise ValueError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
                              f"got head_dim={config.head_dim}; use impl='dense' or leave head_dim unset")
 
@@ -182,12 +183,13 @@ class PositionalAttention(GridAttention):
         grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
         12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
         """
-        if self.impl == "folded":
+        impl = self.mode_impl
+        if impl == "folded":
             return "folded"
         dropout = self.training and self.attn_drop.p > 0
-        if not self.is_separable or dropout or self.impl == "dense":
+        if not self.is_separable or dropout or impl == "dense":
             return "dense"
-        if self.impl == "separable" or height * width >= 6 * (height + width):
+        if impl == "separable" or height * width >= 6 * (height + width):
             return "separable"
         return "dense"
 

@@ -77,18 +77,18 @@ def attention_modules(model: nn.Module) -> list[GridAttention]:
 @contextlib.contextmanager
 def dense_attention(model: nn.Module) -> Iterator[None]:
     """While the block runs, every layer of ``model`` that has a ``"dense"`` path takes it
-    (``impl = "dense"``); the previous ``impl`` comes back afterwards.
+    (``impl = "dense"``, in both modes); the previous paths come back afterwards.
 
     The separable path computes the same outputs with fewer multiply-adds; counts of a model's
     operations meant to be compared with the paper (Table 1's MACs, "model FLOP/s") are of the
     dense (HW x HW) average, so they are taken under this context.
     """
     layers = [m for m in attention_modules(model) if "dense" in m.impls]
-    saved = [layer.impl for layer in layers]
+    saved = [(layer.impl, layer.eval_impl) for layer in layers]
     for layer in layers:
-        layer.impl = "dense"
+        layer.impl, layer.eval_impl = "dense", None
     try:
         yield
     finally:
-        for layer, value in zip(layers, saved):
-            layer.impl = value
+        for layer, (impl, eval_impl) in zip(layers, saved):
+            layer.impl, layer.eval_impl = impl, eval_impl

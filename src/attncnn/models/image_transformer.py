@@ -46,18 +46,21 @@ class ImageTransformerConfig:
     Raises:
         ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
             head count >= 1 per layer, an option another attention kind owns (``freeze_gate``
-            without GPSA), an ``impl`` the kind does not have, or convolutional-init options that do
-            not fit (unknown ``init``/``value_init``, ``num_heads`` not ``K^2`` for an odd K, and the
-            layer's own checks: a kind without positional term, tables too narrow); the message
-            names the field and the fix.
+            without GPSA), an ``impl`` or ``eval_impl`` the kind does not have, or
+            convolutional-init options that do not fit (unknown ``init``/``value_init``,
+            ``num_heads`` not ``K^2`` for an odd K, and the layer's own checks: a kind without
+            positional term, tables too narrow); the message names the field and the fix.
     """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
     #: computation path of every attention layer: "auto" (the layer chooses) or one of the paths
     #: its kind has (position-only: dense, separable, folded; content: explicit, explicit-half, sdpa; gpsa:
-    #: explicit, sdpa). Every path computes the same output. Missing in configs written before it
-    #: existed: "auto", which is what those runs used.
+    #: explicit, explicit-half, sdpa). Every path computes the same output. Missing in configs written
+    #: before it existed: "auto", which is what those runs used.
     impl: str = "auto"
+    #: the path in eval mode (test passes) when it differs from impl; None: impl in both modes
+    #: (and in configs written before it existed). attncnn train measures it (training.path_choice).
+    eval_impl: str | None = None
     num_layers: int = 6
     num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)
     dim: int = 400                      #: hidden width D

@@ -141,9 +141,9 @@ def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -
 
     * ``device``: the stored device becomes ``device``, this command's ``--device`` (default
       ``"auto"``), so that a run started on a GPU (``"cuda"``) resumes on a CPU and the other way round.
-    * ``model.impl``, the attention path a new run measured on its machine
+    * ``model.impl`` (and ``model.eval_impl``), the attention paths a new run measured on its machine
       (:mod:`attncnn.training.path_choice`): when the last epoch in ``metrics.jsonl`` ran on another
-      machine (its ``"machine"`` record: CPU model, torch threads, torch version, device, GPU) it is
+      machine (its ``"machine"`` record: CPU model, torch threads, torch version, device, GPU) they are
       removed, so that the resumed run measures the fastest path here and records it. Every path
       computes the same function up to rounding, and bit-identical results are promised only on one
       machine; on the same machine the path is kept, so a resumed run continues exactly. A run that
@@ -170,7 +170,7 @@ def point_at_machine(folder: str | Path, device: str, keep_impl: bool = False) -
             before = records[-1][MACHINE_KEY]
             changes.append(f"attention path {model['impl']!r} (measured on {before.get('gpu') or before.get('cpu')}) "
                            "-> measured again here")
-            config["model"] = {k: v for k, v in model.items() if k != "impl"}
+            config["model"] = {k: v for k, v in model.items() if k not in ("impl", "eval_impl")}
     if changes:
         atomic_write_json(Path(folder) / "config.json", config)
         log.info("%s: resumed on another machine: %s", folder, "; ".join(changes))

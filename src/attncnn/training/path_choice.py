@@ -5,12 +5,15 @@ is fastest depends on the machine: on a 2-core AMD EPYC (AVX512-BF16) the separa
 CPU-scale quadratic model is the faster one, on a 2-core Intel Xeon with AMX the dense one
 (``benchmarks/results/attention-paths.md``). So a run whose model options leave ``impl="auto"``
 times every path of one of its layers, on its own batch size, grid, precision and device
-(:func:`attncnn.layers.path_timing.time_impls`, a few seconds), and trains with the fastest; the
-choice is written into the run's configuration (``config.json``'s ``model.impl``), so a resumed run
-keeps it, and cached in ``attention-paths.json`` in the run's ``--data-dir`` (default
-:func:`attncnn.data.default_data_dir`), keyed by CPU model, thread count, torch version, device,
-precision and the layer's shape, so the next run on this machine reuses it without measuring: for a
-given cache the choice is deterministic.
+(:func:`attncnn.layers.path_timing.time_impls`, a few seconds), and trains with the fastest. A test
+pass has no backward, so the forward alone is timed too, in eval mode on the evaluation batch, and
+the run evaluates with its own fastest path where that differs (content attention: the fused
+kernel stores nothing for a gradient and wins there, while the written-out scores win in training).
+The choices are written into the run's configuration (``config.json``'s ``model.impl`` and
+``model.eval_impl``), so a resumed run keeps them, and cached in ``attention-paths.json`` in the
+run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by CPU model, thread
+count, torch version, device, precision, the layer's shape and the mode, so the next run on this
+machine reuses them without measuring: for a given cache the choice is deterministic.
 
 Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
 ``"auto"``, the layers' own rule.
@@ -84,30 +87,40 @@ def _read(path: Path) -> dict:
 
 
 def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
-                cache_dir: str | os.PathLike[str] | None = None) -> tuple[str, dict[str, float] | None]:
+                cache_dir: str | os.PathLike[str] | None = None,
+                mode: str = "train") -> tuple[str, dict[str, float] | None]:
     """The fastest path of ``model_config``'s attention layers for this run, from the cache or measured.
 
     Args:
         model_config: an :class:`~attncnn.models.ImageTransformerConfig` (``impl`` is ignored).
-        batch: images per step and process. image_size: ``(H, W)`` of the images.
+        batch: images per step (``mode="eval"``: per test batch) and process. image_size: ``(H, W)`` of the images.
         precision: ``"fp32"`` or ``"bf16"`` (resolved). device: where the run trains.
         cache_dir: folder of the cache file (default: the data cache folder, :func:`attncnn.data.default_data_dir`).
+        mode: ``"train"`` times forward + backward in training mode; ``"eval"`` the forward alone in
+            eval mode without gradients (a test pass), cached under its own key.
+
+    Raises:
+        ValueError: a ``mode`` other than those two.
 
     Returns:
         ``(impl, timings)``: the chosen path and the measured seconds per path (None when cached).
         A kind with only one path besides ``"auto"`` returns it without measuring.
     """
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
     p = model_config.pooling
     grid = (image_size[0] // p, image_size[1] // p)
     torch.manual_seed(0)            # the weights of the probe layer; the run seeds itself afterwards
     layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
-                            **model_config.attention_kwargs()).train()
+                            **model_config.attention_kwargs()).train(mode == "train")
     impls = tuple(i for i in layer.impls if i != "auto")
     if len(impls) == 1:
         return impls[0], None
     path = Path(cache_dir) if cache_dir is not None else default_data_dir()
     path = path / CACHE_NAME
     key = path_cache_key(model_config, batch, grid, precision, device, impls)
+    if mode == "eval":
+        key += " | test pass"           # training's keys stay as they were: their cached choices still hold
     cached = _read(path).get(key)
     if isinstance(cached, str):
         return cached, None
@@ -115,7 +128,8 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     x = torch.randn(batch, *grid, model_config.dim, device=device)
     # 7 alternated repetitions: paths within a few per cent of each other (dense and folded on some
     # CPUs) were ordered by noise with 3
-    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7)
+    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7,
+                         backward=mode == "train")
     best = min(timings, key=timings.get)
     _write(path, key, best)
     return best, timings
@@ -130,10 +144,11 @@ def _write(path: Path, key: str, value) -> None:
 
 
 def with_measured_paths(config, dataset, batch: int, dist) -> object:
-    """``config`` with ``model.impl`` set to the fastest path here (:func:`choose_impl`), or unchanged:
+    """``config`` with ``model.impl`` set to the fastest training path here and ``model.eval_impl``
+    to the fastest test-pass path where that is another one (:func:`choose_impl`), or unchanged:
     when ``measure_paths`` is off, the run is ``deterministic``, several processes train (each would
-    time its own share of the machine), the model options name an ``impl``, or the network has no
-    attention layers.
+    time its own share of the machine), the model options name an ``impl`` (then ``eval_impl``
+    stays as given: unset means the same path), or the network has no attention layers.
 
     Args:
         config: the run's resolved :class:`~attncnn.training.TrainConfig` (precision resolved).
@@ -145,11 +160,22 @@ def with_measured_paths(config, dataset, batch: int, dist) -> object:
     arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
     if not hasattr(model_config, "attention"):
         return config
-    impl, timings = choose_impl(model_config, batch=batch, image_size=tuple(dataset.train.images.shape[-2:]),
-                                precision=config.precision, device=dist.device, cache_dir=config.data_dir)
+    common = dict(image_size=tuple(dataset.train.images.shape[-2:]), precision=config.precision,
+                  device=dist.device, cache_dir=config.data_dir)
+    impl, timings = choose_impl(model_config, batch=batch, **common)
+    _log_choice("training", impl, timings, "forward + backward")
+    model = {**config.model, "impl": impl}
+    if "eval_impl" not in config.model:
+        eval_impl, timings = choose_impl(model_config, batch=config.eval_batch_size, mode="eval", **common)
+        _log_choice("test pass", eval_impl, timings, "forward")
+        if eval_impl != impl:
+            model["eval_impl"] = eval_impl
+    return dataclasses.replace(config, model=model)
+
+
+def _log_choice(what: str, impl: str, timings: dict[str, float] | None, timed: str) -> None:
     if timings is None:
-        log.info("attention path %s (cached for this machine and shape)", impl)
+        log.info("attention path (%s) %s (cached for this machine and shape)", what, impl)
     else:
-        log.info("attention path %s, measured on one layer (forward + backward): %s", impl,
+        log.info("attention path (%s) %s, measured on one layer (%s): %s", what, impl, timed,
                  ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in timings.items()))
-    return dataclasses.replace(config, model={**config.model, "impl": impl})
