@@ -136,6 +136,19 @@ def test_a_run_evaluates_with_its_fastest_test_pass_path(tmp_path, monkeypatch, 
     assert with_measured_paths(config, dataset, 4, dist).model == expected
 
 
+def test_a_test_pass_is_timed_on_the_batch_it_runs(tmp_path, monkeypatch):
+    batches = []
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
+                        batches.append((backward, x.shape[0])) or {"dense": 0.1, "separable": 0.2})
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
+                            eval_batch_size=50)
+    dataset, dist = _run_parts(tmp_path)
+    with_measured_paths(config, dataset, 4, dist)                                   # no test set given: 50
+    dataset.test = SimpleNamespace(labels=torch.zeros(7, dtype=torch.int64))        # 7 test images: one batch of 7
+    with_measured_paths(dataclasses.replace(config, data_dir=str(tmp_path / "other")), dataset, 4, dist)
+    assert batches == [(True, 4), (False, 50), (True, 4), (False, 7)]
+
+
 def test_a_test_pass_path_the_user_names_is_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         {"dense": 0.1, "separable": 0.2} if backward else {"dense": 0.2, "separable": 0.1})

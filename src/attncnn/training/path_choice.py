@@ -166,7 +166,10 @@ def with_measured_paths(config, dataset, batch: int, dist) -> object:
     _log_choice("training", impl, timings, "forward + backward")
     model = {**config.model, "impl": impl}
     if "eval_impl" not in config.model:
-        eval_impl, timings = choose_impl(model_config, batch=config.eval_batch_size, mode="eval", **common)
+        # the batch a test pass runs: the evaluation batch, or the whole test set when smaller
+        test = getattr(dataset, "test", None)
+        eval_batch = config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels))
+        eval_impl, timings = choose_impl(model_config, batch=max(eval_batch, 1), mode="eval", **common)
         _log_choice("test pass", eval_impl, timings, "forward")
         if eval_impl != impl:
             model["eval_impl"] = eval_impl
