@@ -205,9 +205,9 @@ class GatedPositionalAttention(QueryKeyAttention):
         return self.output(self._split_mix(x, fused=path == "sdpa"), b, h, w)
 
     def path(self, height: int = 0, width: int = 0) -> str:
-        """The path :meth:`forward` takes without probabilities: ``"explicit"`` when ``impl`` says
-        so or dropout acts in training, ``"explicit-half"`` when ``impl`` says so, else ``"sdpa"``
-        (the grid size does not matter)."""
+        """The path :meth:`forward` takes without probabilities: ``"explicit"`` when the mode's
+        ``impl`` (:attr:`mode_impl`) says so or dropout acts in training, ``"explicit-half"`` when
+        it says so, else ``"sdpa"`` (the grid size does not matter)."""
         impl = self.mode_impl
         if impl == "explicit" or (self.training and self.attn_drop.p > 0):
             return "explicit"
