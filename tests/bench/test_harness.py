@@ -2,6 +2,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from attncnn.bench.harness import bench_preset, count_training_flops, time_median
@@ -63,6 +64,25 @@ def test_bench_preset_reports_consistent_figures():
     assert r["parameters"] == 78_690
     assert r["train_images_per_s"] > 0 and r["infer_images_per_s"] > 0
     assert abs(r["model_flops_per_s"] - r["train_flops_per_image"] * 8 / r["step_seconds"]) < 1e-6 * r["model_flops_per_s"]
+
+
+def test_bench_times_the_paths_a_run_would_take_here(monkeypatch):
+    from attncnn.bench import harness
+    calls = []
+
+    def choose(config, *, mode="train", **kw):
+        calls.append((mode, kw["batch"], kw["precision"]))
+        return ("dense" if mode == "train" else "separable"), None
+
+    monkeypatch.setattr(harness, "choose_impl", choose)
+    r = bench_preset("demo", batch_size=8, reps=1)
+    assert calls == [("train", 8, "fp32"), ("eval", 8, "fp32")]
+    assert r["attention_paths"] == {"train": ["dense"] * 2, "eval": ["separable"] * 2}      # demo: 2 blocks
+    # paths the options name are timed as given, without measuring
+    monkeypatch.setattr(harness, "choose_impl", lambda *a, **k: pytest.fail("must not measure"))
+    r = bench_preset("demo", batch_size=8, reps=1, overrides={"impl": "folded", "num_layers": 2})
+    assert r["attention_paths"] == {"train": ["folded"] * 2, "eval": ["folded"] * 2}
+    assert bench_preset("resnet18-mini", batch_size=4, reps=1)["attention_paths"] == {"train": None, "eval": None}
 
 
 def test_bench_command_json(capsys):

@@ -87,4 +87,9 @@ def run(args: argparse.Namespace) -> int:
           f"{'GFLOP/s':>9} {'/peak':>6} {'run GF/img':>8} {'run GF/s':>9} {'/fp32':>6} {'/bf16':>6}")
     for r in results:
         print(_row(r, peaks))
+    for r in results:
+        paths = r.get("attention_paths") or {}
+        if paths.get("train"):      # the paths a run would take here (measured once per machine, cached)
+            train, test = (", ".join(sorted(set(paths[mode]))) for mode in ("train", "eval"))
+            print(f"attention paths of {r['preset']} ({r['precision']}): training {train}, test pass {test}")
     return 0

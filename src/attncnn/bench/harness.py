@@ -11,6 +11,9 @@ Conventions:
 - peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
   the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
   in a fresh process per configuration so earlier runs do not hide it.
+- attention paths: those ``attncnn train`` would take on this machine (measured once per shape and
+  cached, :mod:`attncnn.training.path_choice`: the fastest for the training step, and for the test
+  pass the fastest forward), unless the model options name an ``impl``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,9 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ..layers import dense_attention
-from ..models import build_model, count_parameters
+from ..models import build_model, count_parameters, preset_model_config
 from ..training.host_memory import reuse_freed_memory
+from ..training.path_choice import choose_impl
 from ..training.run_precision import autocast
 
 __all__ = ["machine_info", "matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "bench_preset",
@@ -207,13 +211,16 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
     Args:
         impl: ``"ours"`` or ``"reference"`` (the reference-style baseline of
             ``benchmarks/reference_style.py``, which must be importable).
-        overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers).
+        overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers);
+            without an ``impl``, the attention paths are those a run would measure and take here.
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)
     host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
+    overrides = dict(overrides or {})
+    paths = _run_paths(preset, overrides, batch_size, precision, dev) if impl == "ours" else {}
     torch.manual_seed(seed)
-    model = build_model(preset, **(overrides or {}))
+    model = build_model(preset, **overrides, **paths)
     if impl == "reference":
         from reference_style import reference_style_model  # benchmarks/ on sys.path
         model = reference_style_model(model)
@@ -231,7 +238,9 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
     timing = time_steps(model, images, labels, run_model=run_model, precision=precision, warmup=warmup, reps=reps)
     step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
     per_image_train = train_flops / 2       # counted on a batch of 2
-    return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides or {},
+    return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides,
+            "attention_paths": {"train": getattr(model, "attention_paths", lambda: None)(),
+                                "eval": _eval_paths(model)},
             "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
             "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
             "peak_memory_bytes": peak, "forward_flops_per_image": fwd_flops / 2,
@@ -240,6 +249,33 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
             "train_flops_per_image_as_run": run_flops / 2,
             "achieved_flops_per_s": run_flops / 2 * batch_size / step_s,
             "precision": precision, "compile": compile, "host_memory": host_memory}
+
+
+def _run_paths(preset: str, overrides: dict, batch_size: int, precision: str, device: torch.device) -> dict:
+    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` would measure and take for
+    this preset here (cached per machine and shape); empty when ``overrides`` name an ``impl`` or
+    the network has no attention layers."""
+    if "impl" in overrides:
+        return {}
+    _, config = preset_model_config(preset, 10, **overrides)
+    if not hasattr(config, "attention"):
+        return {}
+    common = dict(batch=batch_size, image_size=(32, 32), precision=precision, device=device)
+    found = {"impl": choose_impl(config, **common)[0]}
+    if "eval_impl" not in overrides:
+        found["eval_impl"] = choose_impl(config, mode="eval", **common)[0]
+    return found
+
+
+def _eval_paths(model) -> list[str] | None:
+    """The attention path of each block in eval mode (None for a network without attention)."""
+    if not hasattr(model, "attention_paths"):
+        return None
+    was_training = model.training
+    try:
+        return model.eval().attention_paths()
+    finally:
+        model.train(was_training)
 
 
 def _child(queue, kwargs, sys_path):
