@@ -12,7 +12,7 @@ import pytest
 from attncnn.reproduce import job_state
 from attncnn.reproduce.grid import GRID, GRIDS, SCARCE_GRID, plan_grid
 from attncnn.reproduce.runner import TrainOptions, job_config, train_command
-from attncnn.reproduce.scarce import parse_rates, plan_calibration, plan_lr_sweep, sweep_results
+from attncnn.reproduce.scarce import parse_rates, plan_calibration, plan_lr_sweep, sweep_results, write_sweep_report
 from attncnn.reproduce.scarce_report import gap_lines, read_records, scarce_claims, verdict
 
 ROWS = ("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini", "quadratic-conv-mini")
@@ -187,5 +187,8 @@ def test_the_sweep_picks_the_rate_best_for_both_models_on_held_out_images_not_th
     assert [entry["test_mean"] for entry in found["rates"]] == [pytest.approx(0.60), pytest.approx(0.53), None]
     assert found["best"] == 5e-4            # the test set would have chosen 2.5e-4
     assert found["rates"][2]["held_out"] == {"deit-mini": 0.70, "convit-mini": None}
+    # the report does not tell to set the grid's rate while a rate is unfinished
+    lines = write_sweep_report(SCARCE_GRID, tmp_path, jobs, rates, command="cmd", held_out=held_out)
+    assert "0.0005 so far" in lines[-1] and "1 of 3 not finished yet" in lines[-1] and "set the grid" not in lines[-1]
     # finished runs not yet validated do not count
     assert sweep_results(SCARCE_GRID, jobs, rates)["best"] is None

@@ -183,8 +183,15 @@ def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: 
     lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["test"].get(row)) for row in rows)
               + f" | {_percent(entry['test_mean'])} |" for entry in found["rates"]]
     best = found["best"]
-    lines += ["", f"Best rate for {' and '.join(rows)} together (highest held-out mean): " +
-              (f"{best:g} (set the grid's `lr` to it)" if best is not None else "not measured yet")]
+    missing = sum(entry["held_out_mean"] is None for entry in found["rates"])
+    if best is None:
+        verdict = "not measured yet"
+    elif missing:       # a rate still training could be the best one
+        verdict = (f"{best:g} so far, among the rates every row has finished; {missing} of {len(found['rates'])} "
+                   "not finished yet, so leave the grid's `lr` until they are")
+    else:
+        verdict = f"{best:g} (set the grid's `lr` to it)"
+    lines += ["", f"Best rate for {' and '.join(rows)} together (highest held-out mean): {verdict}"]
     folder = Path(out) / "lr-sweep"
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write_text(folder / "report.json", json.dumps({**found, "command": command}, indent=1) + "\n")
