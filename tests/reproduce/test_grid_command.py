@@ -55,8 +55,21 @@ def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy
                 assert tested == list(range(every, epochs + 1, every))
                 finals.append(records[-1]["test_accuracy"])
             assert entry["accuracies"] == finals
+            # each seed's machine, from its epoch records: here one segment of this machine's CPU
+            assert [[s["epochs"] for s in segments] for segments in entry["machines"]] == [[[1, epochs]]] * len(seeds)
+            assert all(seg["machine"]["device"] == "cpu" for segments in entry["machines"] for seg in segments)
             assert entry["accuracy_mean"] == pytest.approx(sum(finals) / len(finals))
             assert (entry["accuracy_std"] is None) == (len(finals) == 1)
+
+
+def test_the_report_says_where_each_cell_trained(grid):
+    out, report = grid
+    md = (out / "report.md").read_text()
+    trained = [(row["preset"], cell, seed) for row in report["rows"] for cell, entry in row["cells"].items()
+               for seed in entry["seeds"]]
+    lines = [line for line in md.split("## Machines")[1].split("## Figures")[0].splitlines() if line.startswith("| ")]
+    assert len(lines) == len(trained) + 1                       # the header and one line per seed of a cell
+    assert all(" thread" in line and ", torch " in line and "(epochs 1-" in line for line in lines[1:])
 
 
 def test_claims_carry_the_measured_gains_and_gates(grid):

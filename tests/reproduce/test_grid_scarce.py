@@ -39,19 +39,19 @@ def test_rows_set_their_model_options_and_the_shared_rate_and_config_json_record
     jobs = {j.row: j for j in plan_grid(SCARCE_GRID, tmp_path, seeds=(0,), fractions=(0.1,))}
     for row, job in jobs.items():
         overrides = dict(job.overrides)
-        assert overrides.get("lr") == (5e-4 if row in CONTENT else None), row
+        assert overrides.get("lr") == (1e-3 if row in CONTENT else None), row
         assert overrides.get("model") == ({"init": "random"} if row == "convit-mini-random" else None), row
         assert (overrides["train_subset"], overrides["epochs"]) == (5_000, 10 * SCARCE_GRID.passes)
     random = job_config(jobs["convit-mini-random"], TrainOptions())
     assert (random.preset, random.model, random.optimizer, random.lr) == ("convit-mini", {"init": "random"},
-                                                                           "adamw", 5e-4)
+                                                                           "adamw", 1e-3)
     assert (job_config(jobs["quadratic-mini"], TrainOptions()).optimizer, job_config(
         jobs["resnet18-mini"], TrainOptions()).lr) == ("sgd", 0.1)
     command = train_command(jobs["convit-mini-random"], TrainOptions())
-    assert "--preset convit-mini " in command and "--set init=random" in command and "--lr 0.0005" in command
+    assert "--preset convit-mini " in command and "--set init=random" in command and "--lr 0.001" in command
     # --lr moves the shared rate of the content rows only
-    moved = {j.row: dict(j.overrides).get("lr") for j in plan_grid(SCARCE_GRID, tmp_path, seeds=(0,), lr=1e-3)}
-    assert moved == {r: (1e-3 if r in CONTENT else None) for r in ROWS}
+    moved = {j.row: dict(j.overrides).get("lr") for j in plan_grid(SCARCE_GRID, tmp_path, seeds=(0,), lr=5e-4)}
+    assert moved == {r: (5e-4 if r in CONTENT else None) for r in ROWS}
     # a folder trained without the variant's model options is another run: refused
     job = jobs["convit-mini-random"]
     job.folder.mkdir(parents=True)

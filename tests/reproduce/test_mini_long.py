@@ -98,6 +98,9 @@ def test_machine_segments_are_recorded_and_shown(tmp_path):
     assert segments_text(segments) == ("AMD EPYC, 2 threads, torch 2.13.0+cpu (epochs 1-2); "
                                        "Intel Xeon, 2 threads, torch 2.13.0+cpu (epochs 3-4)")
     assert shared_epochs(records) == [2]
+    gpu = {"cpu": "Intel Xeon", "threads": 1, "torch": "2.11.0+cu130", "device": "cuda", "gpu": "NVIDIA H100"}
+    assert segments_text(machine_segments([{"epoch": 5, "machine": gpu}])) == (
+        "Intel Xeon, 1 thread, torch 2.11.0+cu130, NVIDIA H100 (epoch 5)")
     assert machine_segments([{"epoch": 1}]) == [{"epochs": [1, 1], "machine": None}]
     for r in records:
         r.update(seconds=100.0, eval_seconds=8.0, images_per_second=500.0, test_accuracy=0.5)

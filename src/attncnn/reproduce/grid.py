@@ -150,8 +150,10 @@ class Grid:
 GRID = Grid()
 
 #: Issue 26: ConViT's claims as ConViT states them. The content models (DeiT-style baseline, GPSA with
-#: ConViT's local init, GPSA without it: ConViT's ablation) train with AdamW at one shared rate (the
-#: presets' 5e-4 until the sweep on the 10 % cell picks one); position-only models and the ResNet
+#: ConViT's local init, GPSA without it: ConViT's ablation) train with AdamW at one shared rate, 1e-3:
+#: the three-point sweep on the 10 % cell (2.5e-4, 5e-4, 1e-3; ``results/efficiency-scarce/lr-sweep``)
+#: chose it by held-out accuracy, mean over deit-mini and convit-mini 59.30 % (5e-4: 57.84, 2.5e-4:
+#: 54.28; the presets' own rate is 5e-4); position-only models and the ResNet
 #: with the paper's SGD. ``passes`` = 8 (400,000 seen images per cell) is the calibration's choice: at
 #: 8 the 10 % cell overfits by the criterion (train - test accuracy >= 15 points: resnet18-mini +25.9,
 #: deit-mini +23.7, seed 0, 2026-11-26), at 4 it does not (resnet18-mini +13.0). The 25 % cell is off
@@ -168,7 +170,7 @@ SCARCE_GRID = Grid(
     variants={"convit-mini-random": Variant("convit-mini", (("init", "random"),),
                                             "ConViT's ablation: convit-mini without local init (--set init=random: "
                                             "random positional vectors, random value projection)")},
-    lr=5e-4, lr_rows=("deit-mini", "convit-mini", "convit-mini-random"), sweep_rows=("deit-mini", "convit-mini"),
+    lr=1e-3, lr_rows=("deit-mini", "convit-mini", "convit-mini-random"), sweep_rows=("deit-mini", "convit-mini"),
     calibrate_rows=("resnet18-mini", "deit-mini"), gate_rows=("convit-mini", "convit-mini-random"),
     recipe="AdamW at the grid's shared rate for the content models, SGD for the others; warm-up 5 % + cosine "
            "over the cell's steps")

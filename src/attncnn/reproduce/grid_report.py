@@ -20,6 +20,7 @@ from .._io import atomic_write_text
 from ..analysis.runs import open_run, shareable_dataset
 from ..models import count_parameters, get_preset
 from .grid import Grid, row_of
+from .machines import machine_segments, segments_text
 from .suites import Job, job_state
 from .summary import RunResult, mean_std
 
@@ -62,7 +63,8 @@ def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
             entry = {"seeds": [r.job.seed for r in runs], "accuracies": [r.final_accuracy for r in runs],
                      "accuracy_mean": None, "accuracy_std": None, "train_images": options["train_subset"],
                      "epochs": options["epochs"], "seen_images": options["train_subset"] * options["epochs"],
-                     "train_hours": None, "images_per_second": None}
+                     "train_hours": None, "images_per_second": None,
+                     "machines": [machine_segments(r.epoch_records) for r in runs]}
             if runs:
                 entry["accuracy_mean"], entry["accuracy_std"] = mean_std(entry["accuracies"])
                 entry["train_hours"] = statistics.fmean(r.train_seconds for r in runs) / 3600
@@ -222,6 +224,10 @@ def write_grid_report(grid: Grid, out: str | Path, jobs: Sequence[Job], results:
           "Cells not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
           "## ConViT's claims, measured", ""]
     md += [_claim_line(c) for c in found] + ([""] + list(sections) if sections else [])
+    md += ["", "## Machines", "", "Where each cell's epochs trained (hours and images/s compare only within one machine):",
+           "", "| cell | seed | trained on |", "|---|---|---|"]
+    md += [f"| {row['preset']} {cell} | {seed} | {segments_text(segments)} |" for row in rows
+           for cell, entry in row["cells"].items() for seed, segments in zip(entry["seeds"], entry["machines"])]
     md += ["", "## Figures", ""] + [f"- {key}: [{path.name}]({path.relative_to(out).as_posix()})"
                                      for key, path in figures.items()]
     md += ["", "## Models", ""] + _model_lines(grid, list(dict.fromkeys(row_of(j) for j in jobs)))

@@ -83,7 +83,8 @@ def machine_text(machine: dict | None) -> str:
     """``"AMD EPYC, 2 threads, torch 2.13.0+cpu"`` (and the GPU's name) for an epoch's ``"machine"`` record."""
     if not machine:
         return "machine not recorded"
-    text = f"{machine.get('cpu', '?')}, {machine.get('threads', '?')} threads, torch {machine.get('torch', '?')}"
+    threads = machine.get("threads", "?")
+    text = f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, torch {machine.get('torch', '?')}"
     return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
 
 
