@@ -15,7 +15,7 @@ import contextlib
 
 import torch
 
-__all__ = ["autocast_dtype", "autocast_off", "matmul_dtype", "score_dtype"]
+__all__ = ["autocast_dtype", "autocast_off", "matmul_dtype", "score_dtype", "softmax_in"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -63,3 +63,18 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
     """The dtype scores and softmax run in for parameters or products of ``dtype``: float32 for
     float16/bfloat16, else ``dtype`` unchanged (float32 stays float32, float64 stays float64)."""
     return torch.float32 if dtype in _HALF else dtype
+
+
+def softmax_in(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Softmax over the last dimension of ``scores`` (any shape), returned in ``dtype``, the dtype
+    the value products run in (:func:`matmul_dtype`).
+
+    Scores already in ``dtype`` go through one softmax that reads them, computes its max,
+    exponentials and sums in float32 (PyTorch's kernels accumulate half types in float32) and
+    writes ``dtype`` directly: no float32 copy of a ``(B, N_h, N, N)`` map is made, cast and kept
+    for the backward (the ``explicit-half`` paths of content attention and GPSA). Other scores
+    take a softmax in :func:`score_dtype` (float32 at least), then one cast.
+    """
+    if scores.dtype == dtype:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype)).to(dtype)

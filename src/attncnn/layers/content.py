@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .autocast_rules import matmul_dtype, score_dtype
+from .autocast_rules import matmul_dtype, score_dtype, softmax_in
 from .base import GridAttention
 from .mixing import mix_per_image
 
@@ -222,12 +222,10 @@ class ContentAttention(QueryKeyAttention):
             return self.output(mixed, b, h, w)
         scores = self.input_scores(x)                             # (B, N_h, N, N), bf16 under autocast
         dtype = matmul_dtype(x)
-        if path == "explicit" or scores.dtype != dtype:
+        if path == "explicit":
             probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))   # float32 at least
         else:
-            # explicit-half: the softmax computes in float32 and writes the product dtype directly,
-            # so no float32 copy of the (B, N_h, N, N) map is made, cast and kept for the backward
-            probs = torch.softmax(scores, dim=-1)
+            probs = softmax_in(scores, dtype)       # explicit-half: written in the products' dtype
         dropped = self.attn_drop(probs).to(dtype)
         out = self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w)
         return (out, probs) if return_attention else out

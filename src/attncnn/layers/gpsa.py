@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .autocast_rules import autocast_off, matmul_dtype, score_dtype
+from .autocast_rules import autocast_off, matmul_dtype, score_dtype, softmax_in
 from .content import QueryKeyAttention
 from .mixing import flush_below, mix_per_image, mix_shared
 from .relative import relative_offsets
@@ -224,13 +224,7 @@ class GatedPositionalAttention(QueryKeyAttention):
         if fused:
             content = F.scaled_dot_product_attention(q, k, values, scale=1.0 / math.sqrt(self.head_dim))
         else:
-            scores = self.scaled_content(q, k)                                     # (B, N_h, N, N)
-            if scores.dtype == dtype:
-                # a bf16 softmax computes in float32 and writes bf16: no float32 copy of the
-                # largest tensor of the layer is made, cast and stored for the backward
-                probs = torch.softmax(scores, dim=-1)
-            else:
-                probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype)).to(dtype)
+            probs = softmax_in(self.scaled_content(q, k), dtype)                   # (B, N_h, N, N)
             content = mix_per_image(probs, x, None if self.value_in is None else values)
         p = self.positional_probs(h, w)[0].to(dtype)                              # (N_h, N, N)
         positional = mix_shared(p, x, None if self.value_in is None else values)  # (B, N_h, N, D_h)
