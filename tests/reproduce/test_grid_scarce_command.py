@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+from unittest.mock import ANY
 
 import pytest
 
@@ -46,6 +47,16 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
     assert sweep["best"] == max(sweep["rates"], key=lambda entry: entry["held_out_mean"])["lr"]
     report = (out / "lr-sweep" / "report.md").read_text()
     assert "Held-out accuracy (%) at the last epoch, which chooses the rate" in report
+    # a command naming one rate (one process per rate) reports every rate swept under --out; one
+    # not trained yet keeps the best "so far"
+    common = ["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE]
+    assert main([*common, "--lr-sweep", "1e-3", "--report-only"]) == 0
+    assert json.loads((out / "lr-sweep" / "report.json").read_text()) == {**sweep, "command": ANY}
+    assert main([*common, "--lr-sweep", "2e-3", "--report-only"]) == 0
+    partial = json.loads((out / "lr-sweep" / "report.json").read_text())
+    assert [entry["lr"] for entry in partial["rates"]] == [5e-4, 1e-3, 2e-3] and partial["best"] == sweep["best"]
+    assert "so far" in (out / "lr-sweep" / "report.md").read_text()
+    assert main([*common, "--lr-sweep", "5e-4,1e-3", "--report-only"]) == 0      # as before, for the tests below
     # a finished measurement runs again at once: nothing to train, the same lines
     capsys.readouterr()
     assert main(["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,

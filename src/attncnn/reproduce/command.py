@@ -341,7 +341,8 @@ def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str
 def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -> int:
     """``--calibrate`` or ``--lr-sweep``: train the measurement's jobs (resumable), then print its result."""
     from .grid import row_of
-    from .scarce import calibration_lines, parse_rates, plan_calibration, plan_lr_sweep, write_sweep_report
+    from .scarce import (calibration_lines, parse_rates, plan_calibration, plan_lr_sweep, swept_rates,
+                         write_sweep_report)
 
     if args.calibrate and args.lr_sweep:
         raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
@@ -372,6 +373,10 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         return _dry_run(mine, options, out, args.suite)
     if not (args.report_only or args.ship):
         _train(mine, options, args, command)
+    if not args.calibrate:
+        # the report covers the rates named and every other rate already swept under --out
+        rates = tuple(sorted(set(rates) | set(swept_rates(jobs))))
+        jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     if args.ship:
         _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells
     if args.calibrate:

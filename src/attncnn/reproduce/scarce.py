@@ -30,7 +30,7 @@ from .held_out import HELD_OUT_IMAGES
 from .scarce_report import SCARCE_GAP, read_records, train_test_gap
 from .suites import Job
 
-__all__ = ["parse_rates", "plan_calibration", "calibration_lines", "plan_lr_sweep", "sweep_results",
+__all__ = ["parse_rates", "plan_calibration", "calibration_lines", "plan_lr_sweep", "swept_rates", "sweep_results",
            "write_sweep_report"]
 
 
@@ -119,6 +119,26 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
                     tuple(sorted({**cell, **grid.row_overrides(row), "lr": rate}.items())),
                     f"{cell_name(fraction)} lr {rate:g}", row=row)
             for rate in rates for row in rows]
+
+
+def swept_rates(jobs: Sequence[GridJob]) -> tuple[float, ...]:
+    """The rates of sweep runs already on disk beside ``jobs`` (:func:`plan_lr_sweep`'s): every
+    ``lr<rate>`` folder of the same rows and cell holding a ``config.json``, ascending.
+
+    A sweep trained one rate per command (``--lr-sweep 2.5e-4 --only convit-mini``, e.g. side by side
+    on a GPU) is reported as a whole: its report must not call a rate the best while another
+    rate's runs, finished or not, sit beside it unreported.
+    """
+    found = set()
+    for job in jobs:
+        row_folder = Path(job.folder).parents[1]             # <out>/lr-sweep/<row>/lr<rate>
+        for candidate in row_folder.parent.glob("lr*"):
+            if (candidate / Path(job.folder).parent.name / "seed0" / "config.json").is_file():
+                try:
+                    found.add(float(candidate.name[2:]))
+                except ValueError:                           # a folder that is not a rate: not the sweep's
+                    continue
+    return tuple(sorted(found))
 
 
 def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float],
