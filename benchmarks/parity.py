@@ -9,8 +9,8 @@ this checkout's, in fresh processes:
 
 1. **fp32 outputs and gradients.** Each preset is built with ``torch.manual_seed(0)`` (so both codes
    start from the same weights, as long as the baseline creates its parameters in the same order),
-   run in float32 on 8 seeded random images in training mode without dropout (``eval()`` for the
-   dropout masks, ``requires_grad`` for the gradients), and the logits and every parameter's
+   run in float32 on 8 seeded random images in eval mode (no dropout masks; gradients still
+   flow), and the logits and every parameter's
    gradient of the summed logits are compared: the largest relative difference over all of them,
    ``max |new - base| / max |base|`` per tensor. The goal is 1e-6; float32 sums in another order
    (another attention path) differ by a few units of 1e-7.

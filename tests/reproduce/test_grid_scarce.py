@@ -12,7 +12,8 @@ import pytest
 from attncnn.reproduce import job_state
 from attncnn.reproduce.grid import GRID, GRIDS, SCARCE_GRID, plan_grid
 from attncnn.reproduce.runner import TrainOptions, job_config, train_command
-from attncnn.reproduce.scarce import parse_rates, plan_calibration, plan_lr_sweep, sweep_results, write_sweep_report
+from attncnn.reproduce.scarce import (parse_rates, plan_calibration, plan_lr_sweep, swept_rates, sweep_results,
+                                     write_sweep_report)
 from attncnn.reproduce.scarce_report import gap_lines, read_records, scarce_claims, verdict
 
 ROWS = ("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini", "quadratic-conv-mini")
@@ -192,3 +193,14 @@ def test_the_sweep_picks_the_rate_best_for_both_models_on_held_out_images_not_th
     assert "0.0005 so far" in lines[-1] and "1 of 3 not finished yet" in lines[-1] and "set the grid" not in lines[-1]
     # finished runs not yet validated do not count
     assert sweep_results(SCARCE_GRID, jobs, rates)["best"] is None
+
+def test_swept_rates_add_the_rates_on_disk_once_and_keep_the_given_values(tmp_path):
+    third = 1 / 3                                        # its folder is lr0.333333, which reads back as another float
+    jobs = plan_lr_sweep(SCARCE_GRID, tmp_path, (third,))
+    for name in ("lr0.001", "lr0.333333", "lrx"):        # started runs (config.json), and a folder that is no rate
+        folder = tmp_path / "lr-sweep" / "convit-mini" / name / "10pct" / "seed0"
+        folder.mkdir(parents=True)
+        (folder / "config.json").write_text("{}")
+    (tmp_path / "lr-sweep" / "deit-mini" / "lr0.0005" / "10pct").mkdir(parents=True)   # no run in it: not swept
+    assert swept_rates(jobs, (third,)) == (1e-3, third)
+    assert swept_rates(jobs[:0], (third,)) == (third,)

@@ -374,10 +374,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
     if not (args.report_only or args.ship):
         _train(mine, options, args, command)
     if not args.calibrate:
-        # the report covers the rates named and every other rate already swept under --out (a folder
-        # is named by the rate's "g" format: one named already is that rate, not another)
-        named = {f"{rate:g}" for rate in rates}
-        rates = tuple(sorted({*rates, *(rate for rate in swept_rates(jobs) if f"{rate:g}" not in named)}))
+        rates = swept_rates(jobs, rates)       # the report covers every rate already swept under --out
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     if args.ship:
         _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells

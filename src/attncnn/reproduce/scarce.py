@@ -121,24 +121,25 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
             for rate in rates for row in rows]
 
 
-def swept_rates(jobs: Sequence[GridJob]) -> tuple[float, ...]:
-    """The rates of sweep runs already on disk beside ``jobs`` (:func:`plan_lr_sweep`'s): every
-    ``lr<rate>`` folder of the same rows and cell holding a ``config.json``, ascending.
+def swept_rates(jobs: Sequence[GridJob], rates: Sequence[float]) -> tuple[float, ...]:
+    """``rates`` and the rates of sweep runs already on disk beside ``jobs`` (:func:`plan_lr_sweep`'s
+    for ``rates``): every ``lr<rate>`` folder of the same rows and cell holding a ``config.json``,
+    ascending. A folder is named by its rate's ``g`` format, so one whose name is a given rate's is
+    that rate (``rates`` keep their exact values, which the runs' ``config.json`` record).
 
     A sweep trained one rate per command (``--lr-sweep 2.5e-4 --only convit-mini``, e.g. side by side
     on a GPU) is reported as a whole: its report must not call a rate the best while another
     rate's runs, finished or not, sit beside it unreported.
     """
-    found = set()
-    for job in jobs:
-        row_folder = Path(job.folder).parents[1]             # <out>/lr-sweep/<row>/lr<rate>
-        for candidate in row_folder.parent.glob("lr*"):
-            if (candidate / Path(job.folder).parent.name / "seed0" / "config.json").is_file():
+    found = {f"{rate:g}": rate for rate in rates}
+    for cell_folder in {Path(job.folder).parent for job in jobs}:       # <out>/lr-sweep/<row>/lr<rate>/<pct>pct
+        for candidate in cell_folder.parents[1].glob("lr*"):
+            if candidate.name[2:] not in found and (candidate / cell_folder.name / "seed0" / "config.json").is_file():
                 try:
-                    found.add(float(candidate.name[2:]))
-                except ValueError:                           # a folder that is not a rate: not the sweep's
+                    found[candidate.name[2:]] = float(candidate.name[2:])
+                except ValueError:                                       # not a rate's folder
                     continue
-    return tuple(sorted(found))
+    return tuple(sorted(found.values()))
 
 
 def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float],
