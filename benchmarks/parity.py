@@ -57,6 +57,8 @@ save_file(out, path)
 
 
 def probe(src: Path, preset: str, path: Path) -> dict:
+    """:data:`PROBE` run with ``src`` first on PYTHONPATH; ``{"logits": (8, classes), "grad.<name>": ...}``
+    read back from ``path``. Raises ``subprocess.CalledProcessError`` if that code cannot build ``preset``."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     subprocess.run([sys.executable, "-c", PROBE, preset, str(path)], env=env, check=True, capture_output=True,
                    text=True)
@@ -82,6 +84,7 @@ def fp32_difference(base: dict, new: dict) -> tuple[float, str]:
 
 
 def train_accuracy(src: Path, preset: str, data: Path, out: Path, seed: int) -> float:
+    """Final test accuracy (fraction) of ``attncnn train --epochs 1`` with ``src``'s code into ``out``."""
     env = {**os.environ, "PYTHONPATH": str(src)}
     cmd = [sys.executable, "-m", "attncnn", "train", "--preset", preset, "--data", str(data), "--out", str(out),
            "--epochs", "1", "--checkpoint-every", "0", "--no-progress", "--seed", str(seed),
