@@ -20,7 +20,7 @@ from safetensors.torch import load_file
 from attncnn.models import build_model
 from attncnn.training import (LRSchedule, NonFiniteLossError, RunFolderError, TrainingError, TrainingInterrupted,
                               load_checkpoint, load_model, resolve_config, save_checkpoint, train)
-from attncnn.training import loop, saver, state
+from attncnn.training import compile_choice, loop, saver, state
 
 CLASSES = ("cat", "dog", "frog")
 STEPS = 6          # 60 training images / batch 10
@@ -431,3 +431,15 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path):
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
         assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-3)
     assert load_checkpoint(_last(out)).metadata["config"]["compile"] is True
+
+
+@pytest.mark.slow
+def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tiny, tmp_path, monkeypatch):
+    monkeypatch.setattr(compile_choice, "MIN_RUN_SECONDS", 0.0)       # measure even this 12-step run
+    cache, out = tmp_path / "cache", tmp_path / "run"
+    train(_config(tiny, deterministic=False, data_dir=str(cache)), out, progress=False)
+    (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()
+    assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
+    decided = json.loads((out / "config.json").read_text())["compile"]
+    assert decided is compile_choice.pays_back(compile_choice.CompileTiming(**timing), 2 * 6)
+    assert load_checkpoint(_last(out)).metadata["config"]["compile"] is decided

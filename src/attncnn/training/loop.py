@@ -2,7 +2,9 @@
 
 How one run flows: :func:`train` reads the configuration (a resumed run's own), picks the device
 and the precision (``auto`` becomes ``bf16`` or ``fp32``, stored so a resume keeps it) and, under
-torchrun, joins the process group; :func:`_train` builds the data loaders and the
+torchrun, joins the process group; :func:`_train` builds the data loaders, chooses the attention
+paths (:mod:`~attncnn.training.path_choice`) and whether to compile
+(:mod:`~attncnn.training.compile_choice`) where the options leave them open, builds the
 :class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
 the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
 trains. Per step, in this order: learning rate, forward (under autocast in bf16), float32 loss,
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -56,6 +59,7 @@ from .evaluation import evaluate
 from .host_memory import reuse_freed_memory
 from .loading import load_weights
 from .main_process_folder import MainProcessRunFolder
+from .compile_choice import with_compile_choice
 from .path_choice import with_measured_paths
 from .run_precision import autocast, resolve_precision
 from .progress import EpochMeter
@@ -109,7 +113,7 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
         RunFolder.check_not_in_use(out_dir)
     if mode == "resume":
         # runs written before --precision existed trained in fp32: keep that, do not resolve "auto"
-        config = config_from_dict({"precision": "fp32", **RunFolder.resumable_config(out_dir)})
+        config = config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(out_dir)})
     # Everything that can fail on bad input (device, data, model options) happens before the
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
@@ -130,6 +134,8 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
     measure_now = mode != "resume" or "impl" not in config.model
     if measure_now:
         config = with_measured_paths(config, dataset, train_loader.batch_size, dist)
+    # --compile not given: decided by a measurement of this run's step (compile_choice), stored in config.json
+    config = with_compile_choice(config, dataset, train_loader, dist)
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
@@ -192,7 +198,9 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
     """Train from the state's position to the last epoch; see the module docstring for the order."""
     config, dist, steps, every = state.config, state.dist, len(train_loader), state.config.checkpoint_every_steps
     net = dist.wrap(state.model)   # DDP averages the gradients; state.model stays the plain module (saved weights)
-    net = torch.compile(net) if config.compile else net
+    # static shapes: a ragged last batch compiles a second graph instead of turning every step dynamic
+    net = torch.compile(net, dynamic=False) if config.compile else net
+    warming = bool(config.compile)      # the first compiled step includes the compilation: log its cost
     with stop_on_signals() as stop:
         while state.epoch < config.epochs:
             epoch = state.epoch
@@ -201,12 +209,16 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
             with EpochMeter(epoch, steps, state.step, state.sums, progress) as meter:
                 for step, (images, labels) in train_loader.batches(epoch, start=state.step):
                     lr = state.schedule.set_lr(state.optimizer, epoch, step)
+                    started = time.perf_counter() if warming else 0.0
                     with autocast(config.precision, dist.device):
                         logits = net(images)
                     loss = F.cross_entropy(logits.float(), labels)                  # the loss in float32
                     state.optimizer.zero_grad(set_to_none=True)
                     loss.backward()
                     state.optimizer.step()
+                    if warming:
+                        warming = False
+                        log.info("first compiled step %.1f s (compile warm-up included)", time.perf_counter() - started)
                     state.add_step(loss.detach(), logits.detach(), labels)       # on the device: no host sync
                     synced = state.step % SYNC_EVERY == 0 or state.step == steps
                     if synced:

@@ -18,45 +18,31 @@ machine reuses them without measuring: for a given cache the choice is determini
 Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
 ``"auto"``, the layers' own rule.
 
-Compiling is not chosen this way: timed alone (one forward + backward of the model, while other work
-shared the CPU) ``torch.compile`` looked 1.2x faster for the CPU-scale quadratic model, but inside
-``attncnn train`` it measured 0.74x of eager on the same, idle machine (``benchmarks/results/speedup-amd-epyc-2cores-2026-11-25.md``), so a timing of the
-model alone does not predict the run; ``--compile`` stays the user's choice.
+Whether to compile is decided afterwards, on the whole training step of the run's network with
+the chosen path (:mod:`attncnn.training.compile_choice`): a compiler fuses across layers, so one
+layer timed alone would not say what it gains.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
-import platform
 from pathlib import Path
 
 import torch
 
-from .._io import atomic_write_text
 from ..data import default_data_dir
 from ..layers import build_attention
 from ..layers.path_timing import time_impls
 from ..models import preset_model_config
+from .machine_cache import machine_key, read_cache, write_cache
 
 __all__ = ["CACHE_NAME", "path_cache_key", "choose_impl", "with_measured_paths"]
 
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "attention-paths.json"
-
-
-def _cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
@@ -69,21 +55,7 @@ def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: s
              f"grid={grid[0]}x{grid[1]} batch={batch} {precision}")
     if impls:
         shape += f" paths={','.join(impls)}"
-    return f"{_machine(device)} | {shape}"
-
-
-def _machine(device: torch.device) -> str:
-    """CPU model (or GPU name), threads, torch version and device type: what a timing depends on."""
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
-    return f"{name} | threads={torch.get_num_threads()} | torch {torch.__version__} | {device.type}"
-
-
-def _read(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+    return f"{machine_key(device)} | {shape}"
 
 
 def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
@@ -121,7 +93,7 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     key = path_cache_key(model_config, batch, grid, precision, device, impls)
     if mode == "eval":
         key += " | test pass"           # training's keys stay as they were: their cached choices still hold
-    cached = _read(path).get(key)
+    cached = read_cache(path).get(key)
     if isinstance(cached, str):
         return cached, None
     layer = layer.to(device)
@@ -131,16 +103,8 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7,
                          backward=mode == "train")
     best = min(timings, key=timings.get)
-    _write(path, key, best)
+    write_cache(path, key, best)
     return best, timings
-
-
-def _write(path: Path, key: str, value) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps({**_read(path), key: value}, indent=1, sort_keys=True) + "\n")
-    except OSError as err:          # a read-only cache folder costs a re-measurement next time, nothing else
-        log.warning("could not cache a speed measurement in %s: %s", path, err)
 
 
 def with_measured_paths(config, dataset, batch: int, dist) -> object:

@@ -1,0 +1,106 @@
+"""What ``attncnn train`` decides about compiling, preset by preset, on this machine.
+
+    python benchmarks/compile_choice.py [--presets quadratic-mini,...] [--reps 5] [--out benchmarks/results]
+
+For each preset: the attention path a run would measure and take here (``path_choice.choose_impl``,
+in a temporary cache), then the trainer's own probe (``compile_choice.time_compile``: training
+steps of the network at batch 100 on random 32 x 32 images, ``--precision auto``, eager and
+``torch.compile``d, alternated, ``--reps`` timed steps each after the warm-up), and the decision
+``attncnn train`` takes from those timings for the preset's recipe on CIFAR-10 (its epochs x 500
+steps) and for a 60-epoch run. The probe is the measurement the trainer makes; its agreement with
+the trainer's own epoch speeds is checked separately (``benchmarks/speedup.py --with-compile``).
+Prints a Markdown table (and writes it to ``--out`` named after the machine and date). Run it with
+nothing else on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from speedup import DEFAULT_PRESETS, _cpu  # noqa: E402
+
+from attncnn.models import build_model, get_preset, preset_model_config  # noqa: E402
+from attncnn.training import make_optimizer, resolve_config  # noqa: E402
+from attncnn.training.compile_choice import MIN_SPEEDUP, pays_back, time_compile  # noqa: E402
+from attncnn.training.host_memory import reuse_freed_memory  # noqa: E402
+from attncnn.training.path_choice import choose_impl  # noqa: E402
+from attncnn.training.run_precision import resolve_precision  # noqa: E402
+
+STEPS_PER_EPOCH = 500           # CIFAR-10's 50,000 training images at batch 100
+
+
+def measure(preset: str, reps: int, cache: Path) -> dict:
+    """The path, the probe's timings and the decisions for one preset."""
+    precision = resolve_precision("auto", torch.device("cpu"))
+    arch, model_config = preset_model_config(preset, 10)
+    model = {}
+    if hasattr(model_config, "attention"):
+        impl, _ = choose_impl(model_config, batch=100, image_size=(32, 32), precision=precision,
+                              device=torch.device("cpu"), cache_dir=cache)
+        model = {"impl": impl}
+    torch.manual_seed(0)
+    net = build_model(preset, 10, **model).train()
+    config = resolve_config(preset, model=model, precision=precision)
+    images, labels = torch.randn(100, 3, 32, 32), torch.randint(0, 10, (100,))
+    timing = time_compile(net, make_optimizer(net, config), images, labels, precision=precision, reps=reps)
+    torch._dynamo.reset()
+    recipe = get_preset(preset).train.get("epochs", config.epochs) * STEPS_PER_EPOCH
+    return {"preset": preset, "path": model.get("impl", "-"), "precision": precision, "timing": timing,
+            "recipe_steps": recipe, "recipe": pays_back(timing, recipe), "long": pays_back(timing, 60 * STEPS_PER_EPOCH)}
+
+
+def table(rows: list[dict], reps: int) -> list[str]:
+    lines = [f"`attncnn train`'s compile probe: one training step at batch 100 (32 x 32 images, --precision auto), "
+             f"median of {reps} alternated steps per mode after the warm-up; compiled when >= {MIN_SPEEDUP}x and "
+             f"the time saved over the run exceeds the warm-up; {_cpu()}, {os.cpu_count()} cores, torch "
+             f"{torch.__version__}, {datetime.date.today().isoformat()}", "",
+             "| preset | path | precision | eager ms | compiled ms | speedup | warm-up s | recipe (steps): compile? "
+             "| 60 epochs: compile? |", "|---|---|---|---:|---:|---:|---:|---|---|"]
+    for r in rows:
+        t = r["timing"]
+        lines.append(f"| `{r['preset']}` | {r['path']} | {r['precision']} | {1e3 * t.eager:.0f} | "
+                     f"{1e3 * t.compiled:.0f} | {t.speedup:.2f}x | {t.warmup:.1f} | "
+                     f"{'yes' if r['recipe'] else 'no'} ({r['recipe_steps']}) | {'yes' if r['long'] else 'no'} |")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", default=",".join(DEFAULT_PRESETS))
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--out", help="folder for the Markdown result")
+    args = parser.parse_args()
+    reuse_freed_memory()                    # as attncnn train does
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for preset in [p for p in args.presets.split(",") if p]:
+            rows.append(measure(preset, args.reps, Path(tmp)))
+            t = rows[-1]["timing"]
+            print(f"{preset}: eager {1e3 * t.eager:.0f} ms, compiled {1e3 * t.compiled:.0f} ms, "
+                  f"{t.speedup:.2f}x, warm-up {t.warmup:.1f} s", flush=True)
+    lines = table(rows, args.reps)
+    print("\n".join(lines))
+    if args.out:
+        name = "".join(c if c.isalnum() else "-" for c in _cpu().lower()).strip("-")
+        stem = f"compile-choice-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}"
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        path, n = Path(args.out) / f"{stem}.md", 1
+        while path.exists():
+            n += 1
+            path = Path(args.out) / f"{stem}-{n}.md"
+        path.write_text("\n".join(lines) + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

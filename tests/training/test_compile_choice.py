@@ -1,0 +1,133 @@
+"""Whether a run compiles: measured on its own training step, only where it can pay back, cached, recorded."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attncnn.models import build_model
+from attncnn.training import compile_choice, make_optimizer, resolve_config
+from attncnn.training.compile_choice import (CACHE_NAME, CompileTiming, compile_cache_key, pays_back, time_compile,
+                                             with_compile_choice)
+
+CPU = torch.device("cpu")
+SMALL = {"dim": 16, "mlp_dim": 16}
+
+
+@pytest.mark.parametrize("timing,steps,expected", [
+    (CompileTiming(eager=1.0, compiled=0.5, warmup=30.0), 100, True),      # saves 50 s, costs 30
+    (CompileTiming(eager=1.0, compiled=0.5, warmup=30.0), 50, False),      # saves 25 s: less than the warm-up
+    (CompileTiming(eager=1.0, compiled=0.95, warmup=1.0), 10_000, False),  # 1.05x: inside the margin
+    (CompileTiming(eager=1.0, compiled=1.2, warmup=1.0), 10_000, False),   # slower compiled
+    (CompileTiming(eager=1.0), 10_000, False),                             # compiled not measured
+])
+def test_compiling_is_chosen_only_where_it_pays_back(timing, steps, expected):
+    assert pays_back(timing, steps) is expected
+
+
+def _parts(tmp_path, *, steps_per_epoch=500):
+    dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
+    loader = type("Loader", (), {"batch_size": 4, "__len__": lambda self: steps_per_epoch})()
+    dist = SimpleNamespace(enabled=False, device=CPU)
+    return dataset, loader, dist
+
+
+def _config(tmp_path, **overrides):
+    values = dict(data_dir=str(tmp_path), model=dict(SMALL), precision="fp32", epochs=2)
+    values.update(overrides)
+    return resolve_config("demo", **values)
+
+
+@pytest.fixture
+def timed(monkeypatch) -> list:
+    """The calls of the probe (which would fail here: a test asserts there were none)."""
+    calls = []
+
+    def record(*args, **kwargs):
+        calls.append(kwargs)
+        raise RuntimeError("this run must not be measured")
+
+    monkeypatch.setattr(compile_choice, "time_compile", record)
+    return calls
+
+
+@pytest.mark.parametrize("change,expected", [
+    ({"compile": True}, True),                # given: kept, nothing measured
+    ({"compile": False}, False),
+    ({"deterministic": True}, False),         # unset, but a deterministic run never compiles unasked
+])
+def test_runs_that_are_not_measured(tmp_path, timed, change, expected):
+    config = _config(tmp_path, **change)
+    assert with_compile_choice(config, *_parts(tmp_path)).compile is expected
+    assert timed == []
+
+
+def test_runs_under_torchrun_do_not_compile_unasked(tmp_path, timed):
+    dataset, loader, _ = _parts(tmp_path)
+    assert with_compile_choice(_config(tmp_path), dataset, loader, SimpleNamespace(enabled=True, device=CPU)).compile \
+        is False
+    assert timed == []
+
+
+def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, monkeypatch):
+    calls = []
+
+    def fake(model, optimizer, images, labels, **kw):
+        calls.append((tuple(images.shape), kw["precision"], type(optimizer).__name__, model.training))
+        return CompileTiming(eager=0.4, compiled=0.2, warmup=20.0)
+
+    monkeypatch.setattr(compile_choice, "time_compile", fake)
+    dataset, loader, dist = _parts(tmp_path)
+    config = _config(tmp_path)                                   # 2 epochs of 500 steps: saves 200 s, costs 20
+    assert with_compile_choice(config, dataset, loader, dist).compile is True
+    assert calls == [((4, 3, 32, 32), "fp32", "SGD", True)]
+    cache = json.loads((tmp_path / CACHE_NAME).read_text())
+    key = compile_cache_key(config, 4, (32, 32), CPU)
+    assert cache == {key: {"eager": 0.4, "compiled": 0.2, "warmup": 20.0}}
+    assert "demo model=" in key and "optimizer=sgd" in key and "batch=4 fp32" in key
+    for _ in range(2):                                           # from the cache: the same answer, no timing
+        assert with_compile_choice(config, dataset, loader, dist).compile is True
+    # the same shape in a run of 100 steps saves 20 s, no more than the warm-up: off, from the same cache
+    short = dataclasses.replace(config, epochs=1)
+    assert with_compile_choice(short, *_parts(tmp_path, steps_per_epoch=100)).compile is False
+    assert len(calls) == 1
+    # another model option is another key: measured again
+    with_compile_choice(_config(tmp_path, model={**SMALL, "impl": "dense"}), dataset, loader, dist)
+    assert len(calls) == 2 and len(json.loads((tmp_path / CACHE_NAME).read_text())) == 2
+
+
+def test_a_short_run_is_timed_eager_only_and_not_cached(tmp_path):
+    """The real probe on a tiny network: a few eager steps, far under MIN_RUN_SECONDS, so no compilation."""
+    dataset, loader, dist = _parts(tmp_path, steps_per_epoch=3)
+    assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
+    assert not (tmp_path / CACHE_NAME).exists()
+
+
+def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found\nmore")
+
+    monkeypatch.setattr(compile_choice, "time_compile", broken)
+    with caplog.at_level("WARNING"):
+        assert with_compile_choice(_config(tmp_path), *_parts(tmp_path)).compile is False
+    assert "torch.compile failed on this machine, training without it (RuntimeError: no C++ compiler found)" \
+        in caplog.text
+    assert not (tmp_path / CACHE_NAME).exists()
+
+
+@pytest.mark.slow
+def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network():
+    torch.manual_seed(0)
+    model = build_model("demo", 3, **SMALL).train()
+    config = resolve_config("demo", model=dict(SMALL), precision="fp32")
+    images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 0])
+    timing = time_compile(model, make_optimizer(model, config), images, labels, precision="fp32", reps=1)
+    assert timing.eager > 0 and timing.compiled > 0
+    assert timing.warmup > 5 * timing.compiled          # the first compiled step traced and generated code
+    assert timing.speedup == pytest.approx(timing.eager / timing.compiled)
+    assert model.training and all(torch.isfinite(p).all() for p in model.parameters())
+    torch._dynamo.reset()
