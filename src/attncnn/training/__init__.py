@@ -5,7 +5,8 @@
 that survives a restart) with ``rng``; ``loop`` (:func:`train`) with ``progress``, ``signals``,
 ``saver`` and ``errors``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
 (models from files); ``run_folder``, ``distributed`` and ``main_process_folder`` (the run folder
-under DDP); ``run_precision`` (fp32 / bf16).
+under DDP); ``run_precision`` (fp32 / bf16); ``path_choice`` and ``compile_choice`` (the attention path
+and whether to compile, measured per machine and cached by ``machine_cache``).
 """
 
 from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, write_checkpoint
