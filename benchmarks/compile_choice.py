@@ -31,7 +31,7 @@ from speedup import DEFAULT_PRESETS, _cpu  # noqa: E402
 
 from attncnn.models import build_model, get_preset, preset_model_config  # noqa: E402
 from attncnn.training import make_optimizer, resolve_config  # noqa: E402
-from attncnn.training.compile_choice import MIN_SPEEDUP, pays_back, time_compile  # noqa: E402
+from attncnn.training.compile_choice import MIN_RUN_SECONDS, MIN_SPEEDUP, decide, time_compile  # noqa: E402
 from attncnn.training.host_memory import reuse_freed_memory  # noqa: E402
 from attncnn.training.path_choice import choose_impl  # noqa: E402
 from attncnn.training.run_precision import resolve_precision  # noqa: E402
@@ -56,13 +56,13 @@ def measure(preset: str, reps: int, cache: Path) -> dict:
     torch._dynamo.reset()
     recipe = get_preset(preset).train.get("epochs", config.epochs) * STEPS_PER_EPOCH
     return {"preset": preset, "path": model.get("impl", "-"), "precision": precision, "timing": timing,
-            "recipe_steps": recipe, "recipe": pays_back(timing, recipe), "long": pays_back(timing, 60 * STEPS_PER_EPOCH)}
+            "recipe_steps": recipe, "recipe": decide(timing, recipe), "long": decide(timing, 60 * STEPS_PER_EPOCH)}
 
 
 def table(rows: list[dict], reps: int) -> list[str]:
     lines = [f"`attncnn train`'s compile probe: one training step at batch 100 (32 x 32 images, --precision auto), "
-             f"median of {reps} alternated steps per mode after the warm-up; compiled when >= {MIN_SPEEDUP}x and "
-             f"the time saved over the run exceeds the warm-up; {_cpu()}, {os.cpu_count()} cores, torch "
+             f"median of {reps} alternated steps per mode after the warm-up; compiled when the run trains for >= "
+             f"{MIN_RUN_SECONDS:.0f} s eager, >= {MIN_SPEEDUP}x and the time saved over the run exceeds the warm-up; {_cpu()}, {os.cpu_count()} cores, torch "
              f"{torch.__version__}, {datetime.date.today().isoformat()}", "",
              "| preset | path | precision | eager ms | compiled ms | speedup | warm-up s | recipe (steps): compile? "
              "| 60 epochs: compile? |", "|---|---|---|---:|---:|---:|---:|---|---|"]

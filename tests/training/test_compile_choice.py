@@ -11,8 +11,8 @@ import torch
 
 from attncnn.models import build_model
 from attncnn.training import compile_choice, make_optimizer, resolve_config
-from attncnn.training.compile_choice import (CACHE_NAME, CompileTiming, compile_cache_key, pays_back, time_compile,
-                                             with_compile_choice)
+from attncnn.training.compile_choice import (CACHE_NAME, CompileTiming, compile_cache_key, decide, pays_back,
+                                             time_compile, with_compile_choice)
 
 CPU = torch.device("cpu")
 SMALL = {"dim": 16, "mlp_dim": 16}
@@ -29,7 +29,13 @@ def test_compiling_is_chosen_only_where_it_pays_back(timing, steps, expected):
     assert pays_back(timing, steps) is expected
 
 
-def _parts(tmp_path, *, steps_per_epoch=500):
+def test_a_run_shorter_than_the_minimum_stays_eager_even_where_compiling_would_pay_back():
+    timing = CompileTiming(eager=0.1, compiled=0.01, warmup=0.5)            # 10x faster, tiny warm-up
+    assert pays_back(timing, 100) and not decide(timing, 100)               # 10 s eager: too short to measure
+    assert decide(timing, 6000)                                             # 600 s: long enough
+
+
+def _parts(tmp_path, *, steps_per_epoch=1000):
     dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
     loader = type("Loader", (), {"batch_size": 4, "__len__": lambda self: steps_per_epoch})()
     dist = SimpleNamespace(enabled=False, device=CPU)
@@ -82,7 +88,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
 
     monkeypatch.setattr(compile_choice, "time_compile", fake)
     dataset, loader, dist = _parts(tmp_path)
-    config = _config(tmp_path)                                   # 2 epochs of 500 steps: saves 200 s, costs 20
+    config = _config(tmp_path)                   # 2 epochs of 1,000 steps: 800 s eager, saves 400 s, costs 20
     assert with_compile_choice(config, dataset, loader, dist).compile is True
     assert calls == [((4, 3, 32, 32), "fp32", "SGD", True)]
     cache = json.loads((tmp_path / CACHE_NAME).read_text())
@@ -91,7 +97,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
     assert "demo model=" in key and "optimizer=sgd" in key and "batch=4 fp32" in key
     for _ in range(2):                                           # from the cache: the same answer, no timing
         assert with_compile_choice(config, dataset, loader, dist).compile is True
-    # the same shape in a run of 100 steps saves 20 s, no more than the warm-up: off, from the same cache
+    # the same shape in a run of 100 steps (40 s eager, under MIN_RUN_SECONDS): off, from the same cache
     short = dataclasses.replace(config, epochs=1)
     assert with_compile_choice(short, *_parts(tmp_path, steps_per_epoch=100)).compile is False
     assert len(calls) == 1

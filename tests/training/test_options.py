@@ -38,6 +38,14 @@ def test_only_the_options_the_user_passed_are_given():
                      "deterministic": False, "download": True, "train_subset": 50}
 
 
+def test_compile_has_three_states_on_the_command_line():
+    """--compile, --no-compile, or neither: the run decides by measuring (TrainConfig.compile None)."""
+    assert given_options(_parse("--compile")) == {"compile": True}
+    assert given_options(_parse("--no-compile")) == {"compile": False}
+    assert "compile" not in given_options(_parse())
+    assert resolve_config("demo").compile is None and resolve_config("demo", compile=False).compile is False
+
+
 def test_choices_come_from_the_field():
     with pytest.raises(SystemExit):
         _parse("--schedule", "linear")

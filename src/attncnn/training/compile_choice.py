@@ -9,16 +9,17 @@ docs/speed.md). So a run whose options leave ``compile`` unset times its own tra
 throw-away copy of its network with its batch, precision, optimizer and device (:func:`time_compile`):
 eager first; if the whole run would train for less than :data:`MIN_RUN_SECONDS` eager, a warm-up
 of tens of seconds cannot pay back and nothing is compiled; otherwise the compiled step is timed
-too (its first call is the warm-up) in alternated rounds. The run compiles when :func:`pays_back`:
-compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a probe of a few steps
+too (its first call is the warm-up) in alternated rounds. The run compiles (:func:`decide`) when it
+is that long and :func:`pays_back`: compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a probe of a few steps
 cannot see: inside the trainer position-only models measured 0.90x compiled where the probe said
 1.00x) and the seconds it saves over the run's steps exceed the warm-up.
 
 The three timings are cached in ``compile-choice.json`` in the run's data folder (default
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.training.machine_cache.machine_key`),
 preset, model options (the measured attention path included), optimizer, per-process batch, image
-size and precision, so the next run on this machine decides from them without measuring: for a
-given cache the choice is deterministic. The decision is written into the run's ``config.json``
+size and precision, so the next run on this machine decides from them without measuring, by the same
+rule (a run under :data:`MIN_RUN_SECONDS` stays eager with a cached timing too): for a given cache
+the choice is deterministic. The decision is written into the run's ``config.json``
 (``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic`` or under
 torchrun never compile unless asked (``--compile``): their numbers must not depend on timing, and
 several processes would each time their own share of the machine.
@@ -42,7 +43,7 @@ from .components import make_optimizer
 from .machine_cache import machine_key, read_cache, write_cache
 from .run_precision import autocast
 
-__all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back",
+__all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide",
            "compile_cache_key", "with_compile_choice"]
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,13 @@ def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPE
     if timing.compiled is None or timing.warmup is None:
         return False
     return timing.eager >= min_speedup * timing.compiled and (timing.eager - timing.compiled) * steps > timing.warmup
+
+
+def decide(timing: CompileTiming, steps: int) -> bool:
+    """The trainer's rule: compile a run of ``steps`` steps when it trains for at least
+    :data:`MIN_RUN_SECONDS` eager and compiling :func:`pays_back` (the same rule from a measurement
+    or from the cache, so that a run's decision does not depend on whether it measured)."""
+    return timing.eager * steps >= MIN_RUN_SECONDS and pays_back(timing, steps)
 
 
 def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
@@ -169,7 +177,7 @@ def with_compile_choice(config, dataset, train_loader, dist):
         if timing.compiled is not None:
             write_cache(path, key, dataclasses.asdict(timing))
         source = "measured on this run's network and batch"
-    decision = pays_back(timing, steps)
+    decision = decide(timing, steps)
     _log(decision, timing, steps, source)
     return dataclasses.replace(config, compile=decision)
 
@@ -194,7 +202,7 @@ def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: in
 
 
 def _log(decision: bool, timing: CompileTiming, steps: int, source: str) -> None:
-    if timing.compiled is None:
+    if timing.eager * steps < MIN_RUN_SECONDS:
         log.info("compile: off (the run's %d steps take about %.0f s eager here, under the %.0f s it takes for a "
                  "compilation to pay back; --compile compiles anyway)", steps, timing.eager * steps, MIN_RUN_SECONDS)
         return
