@@ -53,7 +53,6 @@ def measure(preset: str, reps: int, cache: Path) -> dict:
     config = resolve_config(preset, model=model, precision=precision)
     images, labels = torch.randn(100, 3, 32, 32), torch.randint(0, 10, (100,))
     timing = time_compile(net, make_optimizer(net, config), images, labels, precision=precision, reps=reps)
-    torch._dynamo.reset()
     recipe = get_preset(preset).train.get("epochs", config.epochs) * STEPS_PER_EPOCH
     return {"preset": preset, "path": model.get("impl", "-"), "precision": precision, "timing": timing,
             "recipe_steps": recipe, "recipe": decide(timing, recipe), "long": decide(timing, 60 * STEPS_PER_EPOCH)}

@@ -136,4 +136,3 @@ def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network()
     assert timing.warmup > 5 * timing.compiled          # the first compiled step traced and generated code
     assert timing.speedup == pytest.approx(timing.eager / timing.compiled)
     assert model.training and all(torch.isfinite(p).all() for p in model.parameters())
-    torch._dynamo.reset()

@@ -129,15 +129,19 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
 
     step(model)                                     # first touch of every buffer, kernel choices
     eager = [step(model) for _ in range(2)]
-    if min(eager) * steps < min_run_seconds:
+    if statistics.median(eager) * steps < min_run_seconds:
         return CompileTiming(eager=statistics.median(eager))
     compiled_model = torch.compile(model, dynamic=False)
-    warmup = step(compiled_model)
-    step(compiled_model)
-    compiled = []
-    for r in range(reps):                           # alternated: a busy machine slows both alike
-        for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
-            (eager if mode == "eager" else compiled).append(step(model if mode == "eager" else compiled_model))
+    try:
+        warmup = step(compiled_model)
+        step(compiled_model)
+        compiled = []
+        for r in range(reps):                       # alternated: a busy machine slows both alike
+            for mode in (("eager", "compiled") if r % 2 == 0 else ("compiled", "eager")):
+                (eager if mode == "eager" else compiled).append(step(model if mode == "eager" else compiled_model))
+    finally:
+        del compiled_model
+        torch._dynamo.reset()                       # drop the probe's compiled code and the network it holds
     return CompileTiming(eager=statistics.median(eager[2:]), compiled=statistics.median(compiled), warmup=warmup)
 
 
@@ -197,12 +201,10 @@ def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: in
         log.warning("torch.compile failed on this machine, training without it (%s: %s)",
                     type(err).__name__, str(err).splitlines()[0] if str(err) else "")
         return None
-    finally:
-        torch._dynamo.reset()           # drop the probe's compiled code and the network it holds
 
 
 def _log(decision: bool, timing: CompileTiming, steps: int, source: str) -> None:
-    if timing.eager * steps < MIN_RUN_SECONDS:
+    if timing.eager * steps < MIN_RUN_SECONDS or timing.compiled is None:
         log.info("compile: off (the run's %d steps take about %.0f s eager here, under the %.0f s it takes for a "
                  "compilation to pay back; --compile compiles anyway)", steps, timing.eager * steps, MIN_RUN_SECONDS)
         return
