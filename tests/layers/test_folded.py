@@ -104,3 +104,21 @@ def test_heads_narrower_than_the_model_cannot_fold():
                                          r"got head_dim=16; use impl='dense'"):
         build_model("quadratic-mini", impl="folded", head_dim=16)
     assert build_model("learned-mini", impl="folded").train().attention_paths() == ["folded"] * 6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["quadratic", "learned"])
+def test_the_compiled_folded_path_equals_the_dense_path_in_float64(kind):
+    """Under torch.compile the folded path takes its own products (one batched product for the
+    head-major values, dL/dW_h from the untransposed tokens): the same sums, checked here."""
+    x, weight = _input(torch.float64), torch.randn(B, H, W, D, dtype=torch.float64)
+    dense = _layer(kind, impl="dense").double()
+    folded = _layer(kind, impl="folded").double()
+    want, want_grads = _run(dense, x, weight)
+    got, got_grads = _run(torch.compile(folded, dynamic=False, fullgraph=True), x, weight)
+    torch._dynamo.reset()
+    got_grads = {name.removeprefix("_orig_mod."): grad for name, grad in got_grads.items()}
+    assert got_grads.keys() == want_grads.keys()
+    torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+    for name, grad in want_grads.items():
+        torch.testing.assert_close(got_grads[name], grad, rtol=1e-9, atol=1e-11, msg=name)

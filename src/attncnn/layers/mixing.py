@@ -152,9 +152,14 @@ class _FoldedMix(torch.autograd.Function):
         x = tokens.reshape(b, n, d).transpose(0, 1).to(dtype=dtype, memory_format=torch.contiguous_format)
         x = x.reshape(n * b, d)                 # a view after a cast; the copy when no cast was needed
         w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
-        v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
-        for h in range(nh):
-            torch.mm(x, w[:, h].t(), out=v[h])
+        if torch.compiler.is_compiling():
+            # inductor turns the out= products below into nine products and a copy of all nine into
+            # v (7 ms per layer, measured); one batched product writes v itself (docs/speed.md)
+            v = torch.bmm(x.unsqueeze(0).expand(nh, n * b, d), w.permute(1, 2, 0))
+        else:
+            v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
+            for h in range(nh):
+                torch.mm(x, w[:, h].t(), out=v[h])
         p = probs.to(dtype).transpose(0, 1).reshape(n, nh * n)      # [query, (head, key)]
         v2 = v.view(nh * n, b * dout)                               # [(head, key), (image, channel)]
         if bias is None:
@@ -190,9 +195,15 @@ class _FoldedMix(torch.autograd.Function):
             if ctx.needs_input_grad[2]:
                 # dL/dW_h = dL/dV_h^T x, computed transposed: the long contraction (over N*B) then
                 # reads both operands along their rows (measured 1.6x faster than gv[h].t() @ x)
-                xt = x.t().contiguous()                                        # (D, N*B)
-                g_w = torch.stack([xt @ gv[h] for h in range(nh)])             # (N_h, D, D_out)
-                g_weight = g_w.permute(2, 0, 1).reshape(dout, nh * d).to(weight_dtype)
+                if torch.compiler.is_compiling():
+                    # compiled, the transposed copy of x below is a strided write fused into
+                    # LayerNorm's kernel that costs more than the products save (docs/speed.md)
+                    g_w = torch.stack([gv[h].t() @ x for h in range(nh)])      # (N_h, D_out, D)
+                    g_weight = g_w.permute(1, 0, 2).reshape(dout, nh * d).to(weight_dtype)
+                else:
+                    xt = x.t().contiguous()                                        # (D, N*B)
+                    g_w = torch.stack([xt @ gv[h] for h in range(nh)])             # (N_h, D, D_out)
+                    g_weight = g_w.permute(2, 0, 1).reshape(dout, nh * d).to(weight_dtype)
         if bias_dtype is not None and ctx.needs_input_grad[3]:
             g_bias = g.sum(dim=(0, 1), dtype=torch.promote_types(g.dtype, torch.float32)).to(bias_dtype)
         return g_probs, g_tokens, g_weight, g_bias, None
