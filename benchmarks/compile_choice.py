@@ -27,7 +27,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from speedup import DEFAULT_PRESETS, _cpu  # noqa: E402
+from speedup import DEFAULT_PRESETS, _cpu, write_result  # noqa: E402
 
 from attncnn.models import build_model, get_preset, preset_model_config  # noqa: E402
 from attncnn.training import make_optimizer, resolve_config  # noqa: E402
@@ -90,15 +90,7 @@ def main() -> None:
     lines = table(rows, args.reps)
     print("\n".join(lines))
     if args.out:
-        name = "".join(c if c.isalnum() else "-" for c in _cpu().lower()).strip("-")
-        stem = f"compile-choice-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}"
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        path, n = Path(args.out) / f"{stem}.md", 1
-        while path.exists():
-            n += 1
-            path = Path(args.out) / f"{stem}-{n}.md"
-        path.write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {write_result(args.out, 'compile-choice', lines)}")
 
 
 if __name__ == "__main__":

@@ -112,15 +112,7 @@ def main() -> None:
     lines = _table(found, presets, args, list(codes)[1:])
     print("\n".join(lines))
     if args.out:
-        name = "".join(c if c.isalnum() else "-" for c in _cpu().lower()).strip("-")
-        stem = f"speedup-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}"
-        Path(args.out).mkdir(parents=True, exist_ok=True)
-        path, n = Path(args.out) / f"{stem}.md", 1
-        while path.exists():                    # a second measurement the same day keeps the first
-            n += 1
-            path = Path(args.out) / f"{stem}-{n}.md"
-        path.write_text("\n".join(lines) + "\n")
-        print(f"wrote {path}")
+        print(f"wrote {write_result(args.out, 'speedup', lines)}")
 
 
 def _table(found, presets, args, variants: list[str]) -> list[str]:
@@ -145,6 +137,20 @@ def _table(found, presets, args, variants: list[str]) -> list[str]:
         row += "".join(f" {', '.join(r['path'] for r in found[(p, v)])} |" for v in variants)
         lines.append(row)
     return lines
+
+
+def write_result(folder: str | Path, kind: str, lines: list[str]) -> Path:
+    """Write ``lines`` to ``folder/<kind>-<cpu>-<cores>cores-<date>.md``; a second measurement the
+    same day gets ``-2``, ``-3``, ... and keeps the first."""
+    name = "".join(c if c.isalnum() else "-" for c in _cpu().lower()).strip("-")
+    stem = f"{kind}-{name}-{os.cpu_count()}cores-{datetime.date.today().isoformat()}"
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path, n = Path(folder) / f"{stem}.md", 1
+    while path.exists():
+        n += 1
+        path = Path(folder) / f"{stem}-{n}.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def _cpu() -> str:

@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 from attncnn.models import build_model
 from attncnn.training import (LRSchedule, NonFiniteLossError, RunFolderError, TrainingError, TrainingInterrupted,
                               load_checkpoint, load_model, resolve_config, save_checkpoint, train)
-from attncnn.training import compile_choice, loop, saver, state
+from attncnn.training import compile_choice, saver, state
+from attncnn.training import step as step_module
 
 CLASSES = ("cat", "dog", "frog")
 STEPS = 6          # 60 training images / batch 10
@@ -313,7 +314,7 @@ def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):
         calls[0] += 1
         return real(logits, y, *a, **k) + (float("inf") if calls[0] == 3 else 0.0)
 
-    monkeypatch.setattr(loop.F, "cross_entropy", cross_entropy)
+    monkeypatch.setattr(step_module.F, "cross_entropy", cross_entropy)
     with pytest.raises(NonFiniteLossError, match="became inf at epoch 1, step 3 of 6"):
         train(_config(tiny), tmp_path / "run", progress=False)
 

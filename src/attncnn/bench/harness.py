@@ -39,6 +39,7 @@ from ..models import build_model, count_parameters, preset_model_config
 from ..training.host_memory import reuse_freed_memory
 from ..training.path_choice import choose_impl
 from ..training.run_precision import autocast
+from ..training.step import training_step
 
 __all__ = ["machine_info", "matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "bench_preset",
            "bench_preset_isolated"]
@@ -154,12 +155,7 @@ def step_functions(model: torch.nn.Module, images: torch.Tensor, labels: torch.T
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
 
     def train_step():
-        with autocast(precision, dev):
-            logits = run_model(images)
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        training_step(run_model, optimizer, images, labels, precision)
 
     @torch.no_grad()
     def infer():

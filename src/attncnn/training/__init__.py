@@ -3,7 +3,7 @@
 ``config`` (the options, declared once) -> ``options`` (the ``train`` flags built from them);
 ``components`` (device, loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all
 that survives a restart) with ``rng``; ``loop`` (:func:`train`) with ``progress``, ``signals``,
-``saver`` and ``errors``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
+``saver`` and ``errors``, its step in ``step``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
 (models from files); ``run_folder``, ``distributed`` and ``main_process_folder`` (the run folder
 under DDP); ``run_precision`` (fp32 / bf16); ``path_choice`` and ``compile_choice`` (the attention path
 and whether to compile, measured per machine and cached by ``machine_cache``).

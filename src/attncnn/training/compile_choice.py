@@ -35,13 +35,12 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from ..data import default_data_dir
 from ..models import build_model
 from .components import make_optimizer
 from .machine_cache import machine_key, read_cache, write_cache
-from .run_precision import autocast
+from .step import training_step
 
 __all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide",
            "compile_cache_key", "with_compile_choice"]
@@ -117,12 +116,7 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         start = time.perf_counter()
-        with autocast(precision, device):
-            logits = net(images)
-        loss = F.cross_entropy(logits.float(), labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        training_step(net, optimizer, images, labels, precision)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         return time.perf_counter() - start

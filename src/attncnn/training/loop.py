@@ -7,8 +7,8 @@ paths (:mod:`~attncnn.training.path_choice`) and whether to compile
 (:mod:`~attncnn.training.compile_choice`) where the options leave them open, builds the
 :class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
 the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
-trains. Per step, in this order: learning rate, forward (under autocast in bf16), float32 loss,
-backward/optimizer step, running sums (on
+trains. Per step, in this order: learning rate, :func:`~attncnn.training.step.training_step`
+(forward under autocast in bf16, float32 loss, backward, optimizer step), running sums (on
 the device, no host sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar,
 then a stop request (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
 the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
@@ -46,11 +46,11 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..data import DeviceLoader
 from .checkpoint import load_checkpoint
+from .compile_choice import with_compile_choice
 from .components import deterministic_algorithms, make_loaders, resolve_device
 from .config import TrainConfig, config_from_dict
 from .distributed import Distributed, launch_from_env, per_process_batch, processes, rank_device
@@ -59,13 +59,13 @@ from .evaluation import evaluate
 from .host_memory import reuse_freed_memory
 from .loading import load_weights
 from .main_process_folder import MainProcessRunFolder
-from .compile_choice import with_compile_choice
 from .path_choice import with_measured_paths
-from .run_precision import autocast, resolve_precision
+from .run_precision import resolve_precision
 from .progress import EpochMeter
 from .run_folder import RunFolder
 from .saver import Saver
 from .signals import stop_on_signals
+from .step import training_step
 from .state import TrainState, position_text
 
 __all__ = ["train", "SYNC_EVERY", "EpochMetrics"]
@@ -210,12 +210,7 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                 for step, (images, labels) in train_loader.batches(epoch, start=state.step):
                     lr = state.schedule.set_lr(state.optimizer, epoch, step)
                     started = time.perf_counter() if warming else 0.0
-                    with autocast(config.precision, dist.device):
-                        logits = net(images)
-                    loss = F.cross_entropy(logits.float(), labels)                  # the loss in float32
-                    state.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    state.optimizer.step()
+                    loss, logits = training_step(net, state.optimizer, images, labels, config.precision)
                     if warming:
                         warming = False
                         log.info("first compiled step %.1f s (compile warm-up included)", time.perf_counter() - started)

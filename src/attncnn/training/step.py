@@ -1,0 +1,36 @@
+"""One training step as ``attncnn train`` takes it, shared by the loop and by what times it.
+
+Forward under the run's autocast (:func:`~attncnn.training.run_precision.autocast`), the loss in
+float32, gradients cleared, backward, optimizer step. The loop (:mod:`attncnn.training.loop`), the
+compile probe (:mod:`attncnn.training.compile_choice`) and ``attncnn bench`` call this one function,
+so what is timed is what trains.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from .run_precision import autocast
+
+__all__ = ["training_step"]
+
+
+def training_step(net: Callable[[torch.Tensor], torch.Tensor], optimizer: torch.optim.Optimizer,
+                  images: torch.Tensor, labels: torch.Tensor, precision: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Take one step; returns ``(loss, logits)`` (float32 scalar; ``(B, classes)`` as computed).
+
+    Args:
+        net: the network (or its compiled or DDP wrapper) in training mode. optimizer: over its parameters.
+        images: ``(B, C, H, W)`` float32 on the network's device. labels: ``(B,)`` class indices.
+        precision: ``"fp32"`` or ``"bf16"`` (resolved).
+    """
+    with autocast(precision, images.device):
+        logits = net(images)
+    loss = F.cross_entropy(logits.float(), labels)                  # the loss in float32
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss, logits
