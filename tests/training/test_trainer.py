@@ -423,9 +423,12 @@ def test_resume_checks_weights_against_config_json(trained_checkpoint, tmp_path)
 
 
 @pytest.mark.slow
-def test_compile_trains_the_same_model(tiny, reference_run, tmp_path):
+def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatch):
     out = tmp_path / "compiled"
+    resets, real_reset = [], torch._dynamo.reset
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1) or real_reset())
     train(_config(tiny, compile=True, deterministic=False), out, progress=False)
+    assert resets == [1]                    # the run leaves no compiled code behind for the next one
     plain, compiled = _metrics(reference_run), _metrics(out)
     assert [r["epoch"] for r in compiled] == [1, 2]
     for a, b in zip(plain, compiled):                   # inductor fuses and reorders: close, not equal
