@@ -112,7 +112,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
     if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
         RunFolder.check_not_in_use(out_dir)
     if mode == "resume":
-        # runs written before --precision existed trained in fp32: keep that, do not resolve "auto"
+        # runs written before --precision existed trained in fp32: keep that, do not resolve "auto";
+        # a configuration without "compile" trained eager: do not measure it now
         config = config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(out_dir)})
     # Everything that can fail on bad input (device, data, model options) happens before the
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
