@@ -4,15 +4,16 @@ only where the compilation pays for itself within the run.
 ``torch.compile`` fuses the elementwise work around the matrix products (softmax, the positional
 term, LayerNorm, GELU), which is most of what content attention's ``(B, N_h, N, N)`` scores and a
 small ResNet spend their time on, but it costs a warm-up (tracing and code generation, seconds to
-minutes) and on some models it is slower (the position-only mini models on the 2-core Intel Xeon:
-docs/speed.md). So a run whose options leave ``compile`` unset times its own training step, on a
+minutes) and on some models it gains little or nothing (the position-only mini models on the 2-core
+Intel Xeon: docs/speed.md). So a run whose options leave ``compile`` unset times its own training step, on a
 throw-away copy of its network with its batch, precision, optimizer and device (:func:`time_compile`):
 eager first; if the whole run would train for less than :data:`MIN_RUN_SECONDS` eager, a warm-up
 of tens of seconds cannot pay back and nothing is compiled; otherwise the compiled step is timed
-too (its first call is the warm-up) in alternated rounds. The run compiles (:func:`decide`) when it
-is that long and :func:`pays_back`: compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a probe of a few steps
-cannot see: inside the trainer position-only models measured 0.90x compiled where the probe said
-1.00x) and the seconds it saves over the run's steps exceed the warm-up.
+too (its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`)
+when it is that long and :func:`pays_back`: compiled is at least :data:`MIN_SPEEDUP` times faster (a
+margin for what a probe of a few steps cannot see: inside the trainer the folded ``quadratic-mini``
+measured 0.92x compiled where the probe said 0.98-1.00x, ``learned-mini`` 1.06x where it said 1.16x)
+and the seconds it saves over the run's steps exceed the warm-up.
 
 The three timings are cached in ``compile-choice.json`` in the run's data folder (default
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.training.machine_cache.machine_key`),
