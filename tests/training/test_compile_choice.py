@@ -35,7 +35,7 @@ def test_a_run_shorter_than_the_minimum_stays_eager_even_where_compiling_would_p
     assert decide(timing, 6000)                                             # 600 s: long enough
 
 
-def _parts(tmp_path, *, steps_per_epoch=1000):
+def _parts(*, steps_per_epoch=1000):
     dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
     loader = type("Loader", (), {"batch_size": 4, "__len__": lambda self: steps_per_epoch})()
     dist = SimpleNamespace(enabled=False, device=CPU)
@@ -68,12 +68,12 @@ def timed(monkeypatch) -> list:
 ])
 def test_runs_that_are_not_measured(tmp_path, timed, change, expected):
     config = _config(tmp_path, **change)
-    assert with_compile_choice(config, *_parts(tmp_path)).compile is expected
+    assert with_compile_choice(config, *_parts()).compile is expected
     assert timed == []
 
 
 def test_runs_under_torchrun_do_not_compile_unasked(tmp_path, timed):
-    dataset, loader, _ = _parts(tmp_path)
+    dataset, loader, _ = _parts()
     assert with_compile_choice(_config(tmp_path), dataset, loader, SimpleNamespace(enabled=True, device=CPU)).compile \
         is False
     assert timed == []
@@ -87,7 +87,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
         return CompileTiming(eager=0.4, compiled=0.2, warmup=20.0)
 
     monkeypatch.setattr(compile_choice, "time_compile", fake)
-    dataset, loader, dist = _parts(tmp_path)
+    dataset, loader, dist = _parts()
     config = _config(tmp_path)                   # 2 epochs of 1,000 steps: 800 s eager, saves 400 s, costs 20
     assert with_compile_choice(config, dataset, loader, dist).compile is True
     assert calls == [((4, 3, 32, 32), "fp32", "SGD", True)]
@@ -99,7 +99,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
         assert with_compile_choice(config, dataset, loader, dist).compile is True
     # the same shape in a run of 100 steps (40 s eager, under MIN_RUN_SECONDS): off, from the same cache
     short = dataclasses.replace(config, epochs=1)
-    assert with_compile_choice(short, *_parts(tmp_path, steps_per_epoch=100)).compile is False
+    assert with_compile_choice(short, *_parts(steps_per_epoch=100)).compile is False
     assert len(calls) == 1
     # another model option is another key: measured again
     with_compile_choice(_config(tmp_path, model={**SMALL, "impl": "dense"}), dataset, loader, dist)
@@ -108,7 +108,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
 
 def test_a_short_run_is_timed_eager_only_and_not_cached(tmp_path):
     """The real probe on a tiny network: a few eager steps, far under MIN_RUN_SECONDS, so no compilation."""
-    dataset, loader, dist = _parts(tmp_path, steps_per_epoch=3)
+    dataset, loader, dist = _parts(steps_per_epoch=3)
     assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
     assert not (tmp_path / CACHE_NAME).exists()
 
@@ -119,7 +119,7 @@ def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(compile_choice, "time_compile", broken)
     with caplog.at_level("WARNING"):
-        assert with_compile_choice(_config(tmp_path), *_parts(tmp_path)).compile is False
+        assert with_compile_choice(_config(tmp_path), *_parts()).compile is False
     assert "torch.compile failed on this machine, training without it (RuntimeError: no C++ compiler found)" \
         in caplog.text
     assert not (tmp_path / CACHE_NAME).exists()
