@@ -37,6 +37,7 @@ from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, 
 from ..layers import dense_attention
 from ..models import build_model, count_parameters, preset_model_config
 from ..training.host_memory import reuse_freed_memory
+from ..training.machine_cache import cpu_name
 from ..training.path_choice import choose_impl
 from ..training.run_precision import autocast
 from ..training.step import training_step
@@ -47,16 +48,7 @@ __all__ = ["machine_info", "matmul_peak", "time_median", "step_functions", "time
 
 def machine_info(device: torch.device) -> dict:
     """CPU/GPU model, core and thread counts, library versions, date."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    info = {"date": datetime.date.today().isoformat(), "cpu": cpu, "cores": os.cpu_count(),
+    info = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(), "cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "python": platform.python_version(), "device": str(device)}
     if device.type == "cuda":
