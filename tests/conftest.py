@@ -1,8 +1,12 @@
-"""Shared fixtures.
+"""Shared fixtures, and the ``needs_fast_bf16`` marker.
 
 Tests that need real CIFAR-10 images read the path in ``ATTNCNN_TEST_CIFAR10`` (set by
 .ci/run to ../shared/data/cifar10-jpeg.zip); outside CI they fall back to that shared copy
 beside the repository when it exists.
+
+A test marked ``needs_fast_bf16`` times or trains real bf16 work (a 2048^3 bf16 product takes
+minutes on a CPU without bf16 units): on such a CPU it is skipped with a reason that names the CPU
+(:func:`attncnn.training.run_precision.slow_bf16_reason`); on one with AVX512-BF16 or AMX it runs.
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ def cifar10_path() -> Path:
             pytest.fail("ATTNCNN_TEST_CIFAR10 must point at a CIFAR-10 copy in CI")
         pytest.skip("no CIFAR-10 copy: set ATTNCNN_TEST_CIFAR10")
     return path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the ``needs_fast_bf16`` tests where the CPU has no fast bf16, saying why."""
+    import torch
+
+    from attncnn.training import run_precision
+
+    marked = [item for item in items if item.get_closest_marker("needs_fast_bf16")]
+    reason = run_precision.slow_bf16_reason(torch.device("cpu")) if marked else None
+    for item in marked if reason else ():
+        item.add_marker(pytest.mark.skip(reason=f"needs fast bf16: {reason}"))
 
 
 TINY_CLASSES = ("cat", "dog", "frog")

@@ -328,6 +328,40 @@ def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys)
     assert (run / "finished.json").is_file()
 
 
+def _as_cpu_with_bf16_units(monkeypatch, fast: bool) -> None:
+    from attncnn.training import run_precision
+
+    monkeypatch.setattr(run_precision, "fast_bf16", lambda device: fast)
+
+
+def test_evaluate_runs_a_bf16_run_in_fp32_where_bf16_is_slow_unless_told(tmp_path, tiny_dataset, capsys,
+                                                                          monkeypatch):
+    assert _train(tmp_path, tiny_dataset, "--precision", "bf16") == 0
+    run = tmp_path / "run"
+    for fast, given, expected in ((False, [], "fp32"), (False, ["--precision", "bf16"], "bf16"),
+                                  (True, [], "bf16"), (True, ["--precision", "fp32"], "fp32")):
+        _as_cpu_with_bf16_units(monkeypatch, fast)
+        capsys.readouterr()
+        assert main(["evaluate", str(run), "--json", *given]) == 0
+        assert json.loads(capsys.readouterr().out)["precision"] == expected, (fast, given)
+
+
+def test_resume_takes_the_precision_of_this_machine(tmp_path, tiny_dataset, capsys, monkeypatch):
+    # a bf16 run stopped after epoch 1 continues in fp32 when told, and records which epochs ran how
+    assert _train(tmp_path, tiny_dataset, "--precision", "bf16") == 0
+    run = tmp_path / "run"
+    for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
+        (run / name).unlink()
+    _as_cpu_with_bf16_units(monkeypatch, True)
+    assert main(["train", "--resume", str(run), "--precision", "fp32", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["precision"]) for r in records] == [(1, "bf16"), (2, "fp32")]
+    assert json.loads((run / "config.json").read_text())["precision"] == "bf16"      # the run's own
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--epochs", "3", "--no-progress"]) == 2
+    assert "only --device and --precision can" in capsys.readouterr().err
+
+
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
     """0 epochs are not allowed, so fine-tune with lr 0: the weights must come through unchanged."""
     assert _train(tmp_path, tiny_dataset, out="base") == 0

@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -23,21 +23,22 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 
     The temporary file lives in the same folder so that the final rename never crosses a
     file system. If the block raises, the temporary file is removed and ``dest`` is untouched.
+    The file gets the mode a plain ``open()`` would give it (0666 less the umask, or the
+    folder's default ACL): written files are the user's to share, as with any other program.
 
     Raises:
         OSError: if the folder is not writable (the message names the folder).
     """
     dest = Path(dest)
     folder = dest.parent
+    tmp = _create_temp(folder, prefix=f".{dest.name}.", suffix=suffix + ".tmp")
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=suffix + ".tmp", dir=folder)
-    except OSError as err:
-        raise OSError(err.errno, f"cannot write into {folder}: {err.strerror}; "
-                                 "choose a writable output folder") from err
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
+        mode = tmp.stat().st_mode & 0o7777
         yield tmp
+        # Some writers replace the file instead of writing into it (safetensors >= 0.8 writes its
+        # own private temporary file and renames it over ``tmp``): give it back the mode it had.
+        if tmp.stat().st_mode & 0o7777 != mode:
+            os.chmod(tmp, mode)
         os.replace(tmp, dest)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -45,22 +46,46 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         raise
 
 
-def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes, *, shared: bool = False) -> None:
+def _create_temp(folder: Path, prefix: str, suffix: str) -> Path:
+    """Create a new empty file ``folder/<prefix><random><suffix>`` and return its path.
+
+    Not :func:`tempfile.mkstemp`: that creates the file with mode 0600 whatever the umask, so
+    every figure, configuration and checkpoint would be unreadable to the user's group. Creating
+    it with mode 0666 lets the kernel apply the umask (and any default ACL) as ``open()`` does;
+    reading the umask instead would mean setting it, which races with other threads.
+
+    Raises:
+        OSError: if the folder is not writable (the message names the folder).
+    """
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    for _ in range(100):
+        tmp = folder / f"{prefix}{secrets.token_hex(6)}{suffix}"
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:
+            continue                  # another writer drew the same name: draw again
+        except OSError as err:
+            raise OSError(err.errno, f"cannot write into {folder}: {err.strerror}; "
+                                     "choose a writable output folder") from err
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"cannot create a temporary file in {folder}: 100 random names were all taken; "
+                          f"remove the leftover {prefix}*{suffix} files there")
+
+
+def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
     """Write ``data`` to ``dest`` atomically (temp file in the same folder, fsync, rename).
 
-    The file is private to the user (mode 0600, from :func:`tempfile.mkstemp`) unless ``shared``,
-    which gives it the mode a plain ``open()`` would: 0666 less the umask (a file meant to be
-    handed to others, such as the viewer page).
+    The file gets the mode a plain ``open()`` would: 0666 less the umask.
+
+    Raises:
+        OSError: if the folder is not writable (the message names the folder) or the write fails.
     """
     with atomic_path(dest) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        if shared:
-            umask = os.umask(0)       # the only way to read the umask is to set it
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
 
 
 def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:

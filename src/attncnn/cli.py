@@ -2,7 +2,8 @@
 
 Errors raised by the library become one line on stderr and exit status 2. A training run stopped
 by SIGINT / SIGTERM saves a resumable checkpoint, prints the ``--resume`` command on stderr and
-exits with 130 / 143.
+exits with 130 / 143. Called in-process, :func:`main` lets Ctrl-C through as KeyboardInterrupt
+(so that a test suite calling it stops); the executable, :func:`console_main`, makes it 130.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 
@@ -22,7 +24,7 @@ from .theory import command as theory_command
 from .training.options import add_config_options, flag_name, given_options
 from .training.run_precision import PRECISIONS
 
-__all__ = ["main", "build_parser", "DefaultsHelpFormatter"]
+__all__ = ["main", "console_main", "build_parser", "DefaultsHelpFormatter"]
 
 log = logging.getLogger("attncnn")
 
@@ -66,12 +68,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_config_options(t)     # one flag per TrainConfig field, with the field's help
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
     t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
-                   help="continue the run in --out (or RUN) from its last checkpoint")
+                   help="continue the run in --out (or RUN) from its last checkpoint, with its stored options "
+                        "except --device and --precision, which are this machine's (without --precision: the "
+                        "run's own, but fp32 for a bf16 run on a device without fast bf16)")
     t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
     e.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    e.add_argument("--checkpoint", metavar="NAME",
+                   help="which checkpoint of a run folder: last (default: the final weights, the epoch the "
+                        "reports quote), best (the epoch of highest test accuracy), epoch_0010, ...")
     e.add_argument("--data", help="dataset (default: the run's own when it is here, else cifar10; shipped runs "
                                   "store only their data set's name)")
     e.add_argument("--data-dir", help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
@@ -80,7 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     e.add_argument("--batch-size", type=int, default=500, help="images per forward pass")
     e.add_argument("--precision", choices=PRECISIONS,
-                   help="default: the run's own (fp32 for runs from before --precision existed)")
+                   help="default: the run's own (fp32 for runs from before --precision existed), but fp32 for a "
+                        "bf16 run on a device without fast bf16 (a CPU without AVX512-BF16 or AMX); auto: the "
+                        "device's choice")
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
@@ -97,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench_command.register(sub)
     reproduce_command.register(sub)
     return parser
+
+
+#: TrainConfig fields that belong to the machine, not to the run: `train --resume` takes them
+_MACHINE_OPTIONS = ("device", "precision")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -118,18 +131,21 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if mode == "resume":
         # A resumed run uses its stored configuration; silently dropping a changed option would
         # let a user believe e.g. --epochs took effect.
-        # --device is the machine's, not the run's: a run started on a GPU may resume on a CPU.
-        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name) and f.name != "device"]
+        # --device and --precision are the machine's, not the run's: a run started on a GPU in bf16
+        # may resume on a CPU without bf16 units, in fp32.
+        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig)
+                 if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS]
         if flags:
             raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
-                             "cannot change it (only --device can). Drop them, or start a new run with --init-from "
-                             "on its checkpoint")
+                             "cannot change it (only --device and --precision can). Drop them, or start a new run "
+                             "with --init-from on its checkpoint")
         if "device" in given:
             from .reproduce.unfinished import point_at_machine
             point_at_machine(out, given["device"])
     else:
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
-    summary = train(config, out, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)
+    summary = train(config, out, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics,
+                    precision=given.get("precision") if mode == "resume" else None)
     if not is_main_process():
         return 0          # under torchrun, rank 0 reports for every process
     final = summary["final"]
@@ -144,12 +160,14 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset, run_data
     from .training import evaluate, load_model, resolve_device
     from .training.host_memory import reuse_freed_memory
-    from .training.run_precision import resolve_precision
+    from .training.loading import checkpoint_of
+    from .training.run_precision import machine_precision
 
     device = resolve_device(args.device)
     if device.type == "cpu":
         reuse_freed_memory()
-    model, meta = load_model(args.path, device)
+    checkpoint = checkpoint_of(args.path, args.checkpoint)     # a run folder: its last, unless --checkpoint
+    model, meta = load_model(checkpoint, device)
     stored = meta.get("config", {})
     spec = run_data(stored.get("data"), args.data)
     dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
@@ -158,9 +176,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
                          "pass the --data the model was trained on")
     loader = DeviceLoader(dataset.test, batch_size=args.batch_size, device=device, train=False)
-    precision = resolve_precision(args.precision or stored.get("precision", "fp32"), device)
+    precision = machine_precision(stored.get("precision"), device, args.precision, what=str(args.path))
     result = evaluate(model, loader, precision=precision)
-    out = {"path": str(args.path), "dataset": dataset.source, "epoch": meta.get("epoch"), "precision": precision,
+    out = {"path": str(args.path), "checkpoint": str(checkpoint), "dataset": dataset.source,
+           "epoch": meta.get("epoch"), "precision": precision,
            "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,
            "seconds": round(result.seconds, 3)}
     if args.json:
@@ -168,6 +187,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     else:
         print(f"test accuracy: {result.accuracy:.4f}  test loss: {result.loss:.4f}  "
               f"({result.examples} images of {dataset.source}, epoch {meta.get('epoch')}, {precision})")
+        print(f"checkpoint: {checkpoint}")
     return 0
 
 
@@ -192,8 +212,22 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+class _ReportedInterrupt(KeyboardInterrupt):
+    """Ctrl-C whose consequence (the saved checkpoint, the ``--resume`` command) is already printed."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``attncnn`` command; returns the exit status."""
+    """Run the ``attncnn`` command given by ``argv`` in this process; returns the exit status.
+
+    Errors of the library become one line on stderr and status 2; SIGTERM during training,
+    status 143 after the ``--resume`` line.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C (SIGINT), also when training turned it into a saved checkpoint
+            (the ``--resume`` line is printed first). It is not turned into a status here so that
+            an in-process caller stops too: a test suite calling ``main`` must end on Ctrl-C, not
+            record one failed test and go on. :func:`console_main` turns it into status 130.
+    """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .data import DataError
@@ -203,15 +237,25 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     except TrainingInterrupted as err:
         print(f"attncnn {args.command}: {err}", file=sys.stderr)
+        if err.signum == signal.SIGINT:
+            raise _ReportedInterrupt() from err
         return err.exit_status
     except (ValueError, DataError, RunFolderError, CheckpointError, TrainingError, FileNotFoundError,
             OSError) as err:
         print(f"attncnn {args.command}: error: {err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("attncnn: interrupted", file=sys.stderr)
-        return 130
+
+
+def console_main(argv: list[str] | None = None) -> int:
+    """The ``attncnn`` executable: :func:`main`, with Ctrl-C as one line and exit status 130
+    (the shell's convention for SIGINT) instead of a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt as err:
+        if not isinstance(err, _ReportedInterrupt):
+            print("attncnn: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -151,3 +151,22 @@ def test_prune_out_without_finetune_writes_an_evaluable_checkpoint(runs, tmp_pat
     assert main(["prune", str(runs["generalized"]), "--lr", "0.1"]) == 2                 # needs a fine-tune
     err = capsys.readouterr().err
     assert "--overwrite" in err and "must end in .safetensors" in err and "only apply to a fine-tune" in err
+
+
+def test_the_finetune_of_a_bf16_run_uses_fp32_where_bf16_is_slow_unless_told(tiny_data, tmp_path, capsys,
+                                                                               monkeypatch):
+    from attncnn.training import run_precision
+
+    source = tmp_path / "bf16"
+    assert main(["train", "--preset", "demo", "--data", str(tiny_data), "--epochs", "1", "--batch-size", "10",
+                 "--precision", "bf16", "--set", "dim=16", "--set", "mlp_dim=16", "--out", str(source),
+                 "--no-progress"]) == 0
+    monkeypatch.setattr(run_precision, "fast_bf16", lambda device: False)       # a CPU without bf16 units
+    for given, expected in (([], "fp32"), (["--precision", "bf16"], "bf16")):
+        out = tmp_path / f"pruned-{expected}"
+        assert main(["prune", str(source), "--finetune-epochs", "1", "--lr", "0", "--out", str(out), "--no-progress",
+                     "--json", *given]) == 0
+        assert json.loads((out / "config.json").read_text())["precision"] == expected, given
+    capsys.readouterr()
+    assert main(["prune", str(source), "--precision", "fp32"]) == 2                  # nothing runs: refused
+    assert "--precision only apply to a fine-tune" in capsys.readouterr().err

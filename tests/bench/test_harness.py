@@ -85,6 +85,7 @@ def test_bench_times_the_paths_a_run_would_take_here(monkeypatch):
     assert bench_preset("resnet18-mini", batch_size=4, reps=1)["attention_paths"] == {"train": None, "eval": None}
 
 
+@pytest.mark.needs_fast_bf16          # times a 2048^3 bf16 product seven times and a bf16 step
 def test_bench_command_json(capsys):
     assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--variants", "fp32,bf16",
                  "--json"]) == 0
@@ -113,3 +114,25 @@ def test_an_isolated_benchmark_whose_process_dies_fails_instead_of_hanging():
     done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "RuntimeError: benchmark of demo failed: its process exited with code" in done.stderr
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["no-bf16-units", "bf16-units"])
+def test_bench_times_bf16_by_default_only_where_it_is_fast(fast, capsys, monkeypatch):
+    from attncnn.bench import harness
+    from attncnn.training import run_precision
+
+    monkeypatch.setattr(run_precision, "fast_bf16", lambda device: fast)
+    peaks, steps = [], []          # what would be timed; the timings themselves are not the point here
+    monkeypatch.setattr(harness, "matmul_peak", lambda device, dtype: peaks.append(dtype) or 1e9)
+    monkeypatch.setattr(harness, "bench_preset_isolated", lambda **kw: steps.append(kw["precision"]) or kw)
+    assert main(["bench", "--presets", "demo", "--reps", "1", "--json"]) == 0
+    out, err = capsys.readouterr()
+    if fast:
+        assert steps == ["fp32", "bf16"] and peaks == [torch.float32, torch.bfloat16] and err == ""
+    else:
+        assert steps == ["fp32"] and peaks == [torch.float32]
+        assert set(json.loads(out)["matmul_peak_flops_per_s"]) == {"fp32"}
+        assert err.count("\n") == 1 and "bf16 skipped: CPU " in err and "--variants fp32,bf16" in err
+        # asked for, it is timed
+        assert main(["bench", "--presets", "demo", "--reps", "1", "--variants", "bf16", "--json"]) == 0
+        assert steps[-1] == "bf16" and peaks[-1] == torch.bfloat16

@@ -94,14 +94,15 @@ def test_machine_segments_are_recorded_and_shown(tmp_path):
     records = [{"epoch": 1, "machine": EPYC, "load_average": 2.1}, {"epoch": 2, "machine": EPYC, "load_average": 4.2},
                {"epoch": 3, "machine": XEON, "load_average": 1.9}, {"epoch": 4, "machine": XEON}]
     segments = machine_segments(records)
-    assert segments == [{"epochs": [1, 2], "machine": EPYC}, {"epochs": [3, 4], "machine": XEON}]
+    assert segments == [{"epochs": [1, 2], "machine": EPYC, "precision": None},
+                        {"epochs": [3, 4], "machine": XEON, "precision": None}]      # written before it was recorded
     assert segments_text(segments) == ("AMD EPYC, 2 threads, torch 2.13.0+cpu (epochs 1-2); "
                                        "Intel Xeon, 2 threads, torch 2.13.0+cpu (epochs 3-4)")
     assert shared_epochs(records) == [2]
     gpu = {"cpu": "Intel Xeon", "threads": 1, "torch": "2.11.0+cu130", "device": "cuda", "gpu": "NVIDIA H100"}
     assert segments_text(machine_segments([{"epoch": 5, "machine": gpu}])) == (
         "Intel Xeon, 1 thread, torch 2.11.0+cu130, NVIDIA H100 (epoch 5)")
-    assert machine_segments([{"epoch": 1}]) == [{"epochs": [1, 1], "machine": None}]
+    assert machine_segments([{"epoch": 1}]) == [{"epochs": [1, 1], "machine": None, "precision": None}]
     for r in records:
         r.update(seconds=100.0, eval_seconds=8.0, images_per_second=500.0, test_accuracy=0.5)
     result = _result(tmp_path, "resnet18-mini", 0, records)
@@ -113,6 +114,16 @@ def test_machine_segments_are_recorded_and_shown(tmp_path):
     # what the runner adds to each epoch's numbers: the machine and the load, nothing random
     recorded = recording_machine(lambda model: {"attn/layer1/distance": 1.0}, __import__("torch").device("cpu"))({})
     assert recorded["attn/layer1/distance"] == 1.0 and set(recorded["machine"]) >= {"cpu", "threads", "torch"}
+
+
+def test_a_change_of_precision_on_one_machine_starts_a_segment():
+    # a bf16 run from before epochs recorded their precision, resumed in fp32 on a CPU without bf16 units
+    records = [{"epoch": 1, "machine": EPYC}, {"epoch": 2, "machine": EPYC, "precision": "fp32"},
+               {"epoch": 3, "machine": EPYC, "precision": "fp32"}]
+    segments = machine_segments(records, precision="bf16")
+    assert [(s["epochs"], s["precision"]) for s in segments] == [([1, 1], "bf16"), ([2, 3], "fp32")]
+    assert segments_text(segments) == ("AMD EPYC, 2 threads, torch 2.13.0+cpu, bf16 (epoch 1); "
+                                       "AMD EPYC, 2 threads, torch 2.13.0+cpu, fp32 (epochs 2-3)")
 
 
 def test_report_sections_of_the_long_suite(tmp_path):

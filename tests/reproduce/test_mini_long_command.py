@@ -90,7 +90,7 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
     assert records[0]["machine"]["cpu"] != "Other CPU"
     segments = json.loads((folder / "machine.json").read_text())["segments"]
     assert [s["epochs"] for s in segments] == [[1, 1], [2, 2]]
-    assert "Other CPU, 3 threads, torch 9.9 (epoch 2)" in (clone / "report.md").read_text()
+    assert f"Other CPU, 3 threads, torch 9.9, {records[1]['precision']} (epoch 2)" in (clone / "report.md").read_text()
     # and it lost nothing: the same numbers as a run never interrupted (same machine, same kernels)
     monkeypatch.undo()
     reference = plan(suite, tmp_path / "reference", only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
@@ -116,7 +116,7 @@ def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path)
     record = _records(unfinished.folder)[0]
     assert progress["epochs_done"] == 1 and progress["epochs"] == 2
     assert progress["test_accuracy"] == record["test_accuracy"]
-    assert progress["segments"] == [{"epochs": [1, 1], "machine": record["machine"],
+    assert progress["segments"] == [{"epochs": [1, 1], "machine": record["machine"], "precision": record["precision"],
                                      "seconds_per_epoch": record["seconds"] + record["eval_seconds"]}]
     text = (tmp_path / "report.md").read_text()
     assert (f"resnet18-mini seed 1 (epoch 1 of 2, test acc. "
@@ -150,3 +150,30 @@ def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(ma
     stored = json.loads((job.folder / "config.json").read_text())
     assert stored["device"] == "auto" and stored["model"]["impl"] in ("dense", "separable", "folded")    # measured and recorded
     assert [r["epoch"] for r in _records(job.folder)] == [1, 2] and (job.folder / "finished.json").is_file()
+
+
+def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(make_tiny_data, tmp_path,
+                                                                                 monkeypatch, capsys):
+    from attncnn.training import run_precision
+
+    data = make_tiny_data(40, 10)
+    job = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([job], TrainOptions(data=str(data), epochs=2, precision="bf16"), progress=False,
+                   epoch_metrics=_stop_after_first_epoch)
+    args = ["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "resnet18-mini", "--seeds", "0",
+            "--out", str(tmp_path), "--no-progress", "--no-viewer"]
+    dry = [*args, "--dry-run", "--batch-size", "10"]          # one timed step each, at what will run
+    for fast, given, expected in ((False, [], "fp32"), (True, [], "bf16"), (True, ["--precision", "fp32"], "fp32")):
+        monkeypatch.setattr(run_precision, "fast_bf16", lambda device, fast=fast: fast)
+        capsys.readouterr()
+        assert main([*dry, *given]) == 0
+        out = capsys.readouterr().out
+        assert f" h ({expected})" in out, (fast, given)
+        assert f"resumed with: attncnn train --resume {job.folder}{' --precision fp32' if given else ''}\n" in out
+    assert main([*args, "--precision", "fp32"]) == 0           # obeyed on a CPU with bf16 units
+    assert [(r["epoch"], r["precision"]) for r in _records(job.folder)] == [(1, "bf16"), (2, "fp32")]
+    segments = json.loads((job.folder / "machine.json").read_text())["segments"]
+    assert [(s["epochs"], s["precision"]) for s in segments] == [([1, 1], "bf16"), ([2, 2], "fp32")]
+    text = (tmp_path / "report.md").read_text()
+    assert ", bf16 (epoch 1); " in text and ", fp32 (epoch 2)" in text

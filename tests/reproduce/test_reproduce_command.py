@@ -135,6 +135,9 @@ def test_bad_options_are_named(tmp_path, capsys):
     assert "--viewer-images must be comma-separated test image indices" in capsys.readouterr().err
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--viewer-average", "-1"]) == 2
     assert "--viewer-average must be >= 0" in capsys.readouterr().err
+    # a precision that nothing would run at is refused, not ignored
+    assert main(["reproduce", "mini", "--out", str(tmp_path), "--report-only", "--precision", "fp32"]) == 2
+    assert "--report-only trains nothing" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
 

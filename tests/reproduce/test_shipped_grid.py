@@ -43,14 +43,15 @@ def test_report_cells_are_the_finished_run_folders(grid):
     (SCARCE_GRID, "resnet18-mini", "10 %", "10pct"),
     (SCARCE_GRID, "quadratic-mini", "100 %", "100pct"),      # trained on a GPU (its machine.json), evaluated here
 ], ids=lambda value: getattr(value, "name", value))
-def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, cifar10_path, capsys):
+def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, cifar10_path, capsys,
+                                                        accuracy_tolerance):
     entry = next(r for r in _report(grid)["rows"] if r["preset"] == row)["cells"][cell]
     if not entry["seeds"]:
         pytest.skip(f"the {row} {cell} cell is not committed yet")
     run = ROOT / grid.name / row / folder / f"seed{entry['seeds'][0]}"
     assert main(["evaluate", str(run), "--data", str(cifar10_path), "--json"]) == 0
-    measured = json.loads(capsys.readouterr().out)["test_accuracy"]
-    assert measured == pytest.approx(entry["accuracies"][0], abs=1e-3)     # bf16 rounding on another device
+    evaluated = json.loads(capsys.readouterr().out)       # in fp32 where bf16 is slow: minutes, not ten
+    assert evaluated["test_accuracy"] == pytest.approx(entry["accuracies"][0], abs=accuracy_tolerance(run, evaluated))
 
 
 @SHIPPED

@@ -80,3 +80,85 @@ def test_metrics_are_rewritten_whole_and_keep_every_record(tmp_path):
     assert [json.loads(line)["epoch"] for line in (run.path / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3]
     assert os.listdir(run.path).count("metrics.jsonl") == 1 and _leftovers(run.path) == []
     run.close()
+
+
+# -- file modes: what a plain open() would give, not mkstemp's private 0600 ------------------------
+
+@pytest.fixture(params=[(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)], ids=["022", "077", "002"])
+def umask(request):
+    """Run the test under a umask; yields the mode a plain open() would give a new file."""
+    mask, mode = request.param
+    previous = os.umask(mask)
+    try:
+        yield mode
+    finally:
+        os.umask(previous)
+
+
+def _mode(path):
+    return path.stat().st_mode & 0o777
+
+
+def test_plain_writes_follow_the_umask(tmp_path, umask):
+    _io.atomic_write_bytes(tmp_path / "b", b"x")
+    _io.atomic_write_text(tmp_path / "t", "x")
+    _io.atomic_write_json(tmp_path / "j", {"x": 1})
+    with _io.atomic_path(tmp_path / "p.png", suffix=".png") as tmp:
+        tmp.write_bytes(b"written by another library, e.g. matplotlib or safetensors")
+    assert {p.name: _mode(p) for p in tmp_path.iterdir()} == {n: umask for n in ("b", "t", "j", "p.png")}
+
+
+def test_replacing_a_file_gives_the_new_file_the_umask_mode(tmp_path, umask):
+    target = tmp_path / "file"
+    target.write_bytes(b"old")
+    target.chmod(0o600)
+    _io.atomic_write_bytes(target, b"new")
+    assert _mode(target) == umask and target.read_bytes() == b"new"
+
+
+def test_run_folder_checkpoint_and_figure_follow_the_umask(tmp_path, umask):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import torch
+
+    from attncnn.analysis.figures import save_figure
+    from attncnn.training.checkpoint import save_checkpoint
+
+    run = RunFolder(tmp_path / "run", mode="new")
+    run.write_config({"epochs": 1})
+    run.append_metrics({"epoch": 1, "test_accuracy": 0.5})
+    run.mark_finished({"done": 1})
+    run.close()
+    save_checkpoint(run.path / "checkpoints" / "last.safetensors", model=torch.nn.Linear(2, 2))
+    fig = plt.figure()
+    written = save_figure(fig, tmp_path / "fig", formats=("png", "pdf"))
+    plt.close(fig)
+    files = [run.path / n for n in ("config.json", "metrics.jsonl", "finished.json")]
+    files += [run.path / "checkpoints" / "last.safetensors", *written]
+    assert {p.name: _mode(p) for p in files} == {p.name: umask for p in files}
+
+
+def test_a_taken_temporary_name_is_drawn_again(tmp_path, monkeypatch):
+    names = iter(["aaaa", "aaaa", "bbbb"])
+    monkeypatch.setattr(_io.secrets, "token_hex", lambda n: next(names))
+    _io.atomic_write_text(tmp_path / "one", "1")
+    (tmp_path / ".two.aaaa.tmp").write_text("another writer's temporary file")
+    _io.atomic_write_text(tmp_path / "two", "2")
+    assert (tmp_path / "one").read_text() == "1" and (tmp_path / "two").read_text() == "2"
+    assert (tmp_path / ".two.aaaa.tmp").read_text() == "another writer's temporary file"
+
+
+def test_unwritable_folder_is_named(tmp_path):
+    missing = tmp_path / "no-such-folder"
+    with pytest.raises(OSError, match="cannot write into .*no-such-folder.*writable output folder"):
+        _io.atomic_write_text(missing / "file", "x")
+
+
+def test_a_writer_that_replaces_the_temporary_file_still_gets_the_umask_mode(tmp_path, umask):
+    with _io.atomic_path(tmp_path / "file") as tmp:
+        private = tmp_path / "private"
+        fd = os.open(private, os.O_WRONLY | os.O_CREAT, 0o600)   # as safetensors >= 0.8 does
+        os.close(fd)
+        os.replace(private, tmp)
+    assert _mode(tmp_path / "file") == umask

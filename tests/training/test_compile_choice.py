@@ -136,3 +136,42 @@ def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network()
     assert timing.warmup > 5 * timing.compiled          # the first compiled step traced and generated code
     assert timing.speedup == pytest.approx(timing.eager / timing.compiled)
     assert model.training and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+@pytest.mark.parametrize("entry,problem", [
+    ({"eager": None, "compiled": 0.2, "warmup": 20.0}, "'eager' must be a positive number of seconds, got None"),
+    ({"eager": 0.4, "compiled": "fast", "warmup": 20.0}, "'compiled' must be a positive number of seconds, got 'fast'"),
+    ({"eager": 0.4, "compiled": 0.2}, "it has no 'warmup' seconds"),
+    ({"eager": 0.4, "compiled": 0.0, "warmup": 20.0}, "'compiled' must be a positive number"),     # a ratio's divisor
+    ([0.4, 0.2, 20.0], "a timing must be an object of eager, compiled, warmup seconds"),
+])
+def test_a_bad_cached_timing_is_dropped_with_one_warning_and_measured_again(tmp_path, monkeypatch, caplog,
+                                                                           entry, problem):
+    calls = []
+    monkeypatch.setattr(compile_choice, "time_compile",
+                        lambda *a, **kw: calls.append(1) or CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
+    config = _config(tmp_path)
+    key = compile_cache_key(config, 4, (32, 32), CPU)
+    other = "another machine | demo"
+    (tmp_path / CACHE_NAME).write_text(json.dumps({key: entry, other: {"eager": 1, "compiled": 2, "warmup": 3}}))
+    with caplog.at_level("WARNING"):
+        for _ in range(2):                                      # the second run reads the repaired cache
+            assert with_compile_choice(config, *_parts()).compile is True
+    assert len(calls) == 1
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and str(tmp_path / CACHE_NAME) in warnings[0] and problem in warnings[0], warnings
+    assert json.loads((tmp_path / CACHE_NAME).read_text()) == {               # the good entries kept
+        key: {"eager": 0.4, "compiled": 0.2, "warmup": 20.0}, other: {"eager": 1, "compiled": 2, "warmup": 3}}
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "\xff\xfe"])
+def test_a_corrupt_cache_file_is_named_in_a_warning_and_rewritten(tmp_path, monkeypatch, caplog, text):
+    monkeypatch.setattr(compile_choice, "time_compile",
+                        lambda *a, **kw: CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
+    (tmp_path / CACHE_NAME).write_bytes(text.encode("latin-1"))
+    with caplog.at_level("WARNING"):
+        assert with_compile_choice(_config(tmp_path), *_parts()).compile is True
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / CACHE_NAME}: ignoring the speed-measurement "
+                                                         "cache"), warnings
+    assert len(json.loads((tmp_path / CACHE_NAME).read_text())) == 1

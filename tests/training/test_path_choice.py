@@ -165,3 +165,37 @@ def test_networks_without_attention_and_multi_process_runs_keep_their_configurat
     assert with_measured_paths(resnet, dataset, 4, dist) is resnet
     config = resolve_config("demo", data_dir=str(tmp_path))
     assert with_measured_paths(config, dataset, 4, SimpleNamespace(enabled=True, device=CPU)) is config
+
+
+def test_a_cached_path_that_does_not_exist_is_dropped_with_a_warning_and_measured_again(tmp_path, monkeypatch,
+                                                                                      caplog):
+    """An edited cache naming no real path used to reach the layer as the run's eval_impl and
+    refuse training with advice about an option the user never set."""
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
+                        {"dense": 0.1, "separable": 0.2} if backward else {"dense": 0.2, "separable": 0.1})
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    dataset, dist = _run_parts(tmp_path)
+    model_config = preset_model_config("demo", 3, **config.model)[1]
+    grid, paths = (32 // model_config.pooling,) * 2, ("dense", "separable", "folded")
+    train = path_choice.path_cache_key(model_config, 4, grid, "fp32", CPU, paths)
+    test = path_choice.path_cache_key(model_config, config.eval_batch_size, grid, "fp32", CPU, paths) + " | test pass"
+    cache = tmp_path / CACHE_NAME
+    cache.write_text(json.dumps({train: "separable", test: "turbo", "elsewhere paths=dense,folded": 3}))
+    with caplog.at_level("WARNING"):
+        assert with_measured_paths(config, dataset, 4, dist).model == {"dim": 16, "mlp_dim": 16, "impl": "separable"}
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 2 and all(w.startswith(f"{cache}: ignoring the cached entry") for w in warnings)
+    assert "the attention path 'turbo', which is not one of dense, folded, separable" in warnings[0]
+    assert "an attention path's name was expected, got 3" in warnings[1]
+    assert json.loads(cache.read_text()) == {train: "separable", test: "separable"}     # cached, then measured
+
+
+@pytest.mark.parametrize("key,value,ok", [
+    ("m | quadratic grid=16x16 paths=dense,separable", "separable", True),
+    ("m | quadratic grid=16x16 paths=dense,separable | test pass", "folded", False),   # not among those compared
+    ("m | quadratic grid=16x16", "sdpa", True),                                    # an older key: any real path
+    ("m | quadratic grid=16x16 paths=dense,bogus", "bogus", False),
+    ("m | quadratic grid=16x16", None, False),
+])
+def test_which_cached_paths_are_taken(key, value, ok):
+    assert (path_choice.path_problem(key, value) is None) is ok

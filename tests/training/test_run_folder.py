@@ -4,6 +4,9 @@ import fcntl
 import json
 import logging
 import os
+import subprocess
+import sys
+import threading
 
 import pytest
 
@@ -14,6 +17,7 @@ def test_new_creates_and_refuses_non_empty(tmp_path):
     run = RunFolder(tmp_path / "a" / "run", mode="new")
     assert run.path.is_dir() and [p.name for p in run.path.iterdir()] == [".lock"]      # held while open
     run.write_config({"lr": 0.1})
+    run.close()
     with pytest.raises(RunFolderError, match="use --resume to continue it, --overwrite to replace it"):
         RunFolder(run.path, mode="new")
     empty = tmp_path / "empty"
@@ -309,3 +313,40 @@ def test_a_writing_folder_is_locked_until_closed(tmp_path):
     with RunFolder(tmp_path / "run", mode="overwrite") as again:
         assert [p.name for p in again.path.iterdir()] == [".lock"]               # the lock file survives
     RunFolder(tmp_path / "run", mode="new").close()                               # only a lock: empty
+
+
+def test_a_second_start_on_a_folder_another_process_just_began_is_told_it_is_in_use(tmp_path):
+    """Two trains started at the same instant: the loser finds the winner's first files. It is told
+    which process holds the folder, not to --resume it (which the lock would refuse in turn)."""
+    run = tmp_path / "run"
+    code = ("import sys\nfrom attncnn.training.run_folder import RunFolder\n"
+            "folder = RunFolder(sys.argv[1], mode='new')\nfolder.write_config({'lr': 0.1})\n"
+            "print('ready', flush=True)\nsys.stdin.read()\n")
+    winner = subprocess.Popen([sys.executable, "-c", code, str(run)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert winner.stdout.readline().strip() == "ready"
+        for mode in ("new", "resume"):
+            with pytest.raises(RunFolderError) as err:
+                RunFolder(run, mode=mode)
+            message = str(err.value)
+            assert f"{run} is in use: attncnn pid {winner.pid} on host " in message and "--resume" not in message
+    finally:
+        winner.communicate("", timeout=60)
+    RunFolder(run, mode="resume").close()                      # once it has ended, the advice holds
+
+
+def test_a_lock_taken_an_instant_ago_is_named_once_its_holder_has_written_its_line(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+    late = threading.Timer(0.2, lambda: os.write(fd, b"attncnn pid 4242 on host elsewhere\n"))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)          # taken, its line not yet written
+        late.start()
+        with pytest.raises(RunFolderError, match="is in use: attncnn pid 4242 on host elsewhere is training in it"):
+            RunFolder(run, mode="new")
+    finally:
+        late.cancel()
+        late.join()
+        os.close(fd)

@@ -8,6 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import attncnn
+
 from attncnn.training import TrainingError, load_checkpoint, resolve_config, write_checkpoint
 from attncnn.training.components import make_loaders
 from attncnn.training.distributed import Distributed
@@ -100,3 +102,16 @@ def test_rng_round_trip_and_a_missing_rank_starts_a_known_stream(caplog):
     drawn = torch.rand(3)
     torch.manual_seed(rank_seed(42, 0, 1, 2))
     assert torch.equal(drawn, torch.rand(3))
+
+
+def test_a_checkpoint_records_the_training_image_size_which_the_loaded_model_requires(setup, tmp_path):
+    config, dataset, loader, dist = setup
+    path = tmp_path / "last.safetensors"
+    write_checkpoint(path, TrainState.start(config, dataset, loader, dist).to_checkpoint())
+    assert load_checkpoint(path).metadata["image_size"] == list(dataset.train.images.shape[-2:]) == [32, 32]
+    model = attncnn.load_model(path)
+    assert "CIFAR" not in dataset.source and model.image_size == (32, 32)       # from the record, not the data's name
+    with pytest.raises(ValueError, match=r"was trained on 32x32 images \(height x width\), got 24x32; .*Resize them "
+                                         r"to 32x32 first, or pass resize=True"):
+        model(torch.rand(2, 3, 24, 32))
+    assert model(torch.rand(2, 3, 24, 32), resize=True).shape == (2, 3)

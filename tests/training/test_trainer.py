@@ -134,6 +134,11 @@ def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run
 
 
 def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
+    from attncnn.training import run_precision
+
+    # a resume keeps bf16 where the CPU runs it fast (else it continues in fp32, test_machine_precision.py);
+    # this tiny run costs seconds in bf16 on any CPU, so it runs everywhere as on a CPU with bf16 units
+    monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
     reference, out = tmp_path / "reference", tmp_path / "run"
     train(_config(tiny, precision="bf16"), reference, progress=False)
     with monkeypatch.context() as m:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 
 from ..training.options import add_precision_option
-from ..training.run_precision import running_at
+from ..training.run_precision import PRECISIONS, running_at
 
 __all__ = ["register", "FIGURES"]
 
@@ -113,6 +113,9 @@ def register(subparsers) -> None:
     pr.add_argument("--data", help="fine-tune data set (default: the run's)")
     pr.add_argument("--data-dir", help="cache folder for official archives (default: the run's)")
     pr.add_argument("--device", help="fine-tune device: auto, cpu, cuda, cuda:N (default: the run's)")
+    pr.add_argument("--precision", choices=PRECISIONS,
+                    help="fine-tune precision (default: the run's, but fp32 for a bf16 run on a device without fast "
+                         "bf16, a CPU without AVX512-BF16 or AMX; auto: the device's choice)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar while fine-tuning")
     pr.set_defaults(handler=cmd_prune)
 
@@ -258,7 +261,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         with running_at(args.precision):
             result = model_metrics(run.model, images, margin=args.margin, condition_number=args.condition_number,
                                    min_eigenvalue=args.min_eigenvalue)
-    result = {"run": run.name, "epoch": run.metadata.get("epoch"), "kind": run.kind, **result}
+    result = {"run": run.name, "checkpoint": str(run.checkpoint), "epoch": run.metadata.get("epoch"),
+              "kind": run.kind, **result}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -296,7 +300,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 # -- prune ----------------------------------------------------------------------------------------
 
 #: prune options that only apply to a fine-tune (--finetune-epochs N > 0)
-_FINETUNE_OPTIONS = ("lr", "batch_size", "data", "data_dir", "device")
+_FINETUNE_OPTIONS = ("lr", "batch_size", "data", "data_dir", "device", "precision")
 
 
 def _pruned_out(args: argparse.Namespace, run) -> Path | None:
@@ -348,6 +352,20 @@ def _stored_config(run) -> dict:
                      "checkpoint written by `attncnn train`")
 
 
+def _finetune_precision(stored: dict, args: argparse.Namespace, name: str) -> str:
+    """The fine-tune's precision on its device: ``--precision``, else the source run's, but fp32 for
+    a bf16 run where the device has no fast bf16 (a new run of the machine at hand).
+
+    Raises:
+        ValueError: a device that is not here, or a stored precision that is not one.
+    """
+    from ..training import resolve_device
+    from ..training.run_precision import machine_precision
+
+    device = resolve_device(args.device or stored.get("device", "auto"))
+    return machine_precision(stored.get("precision"), device, args.precision, what=name)
+
+
 def cmd_prune(args: argparse.Namespace) -> int:
     from ..training import save_checkpoint
     from .pruning import (FINETUNE_LR, finetune_config, finetune_pruned, prune_degenerate_heads,
@@ -364,10 +382,13 @@ def cmd_prune(args: argparse.Namespace) -> int:
     config = None
     if finetune:
         # Resolved (and so checked) before anything is written: bad options leave no files behind.
-        config = finetune_config(_stored_config(run), result.heads_after, epochs=args.finetune_epochs,
+        stored = _stored_config(run)
+        config = finetune_config(stored, result.heads_after, epochs=args.finetune_epochs,
                                  lr=FINETUNE_LR if args.lr is None else args.lr, batch_size=args.batch_size,
-                                 data=args.data, data_dir=args.data_dir, device=args.device)
-    out = {"run": run.name, "epoch": run.metadata.get("epoch"), **result.to_dict(),
+                                 data=args.data, data_dir=args.data_dir, device=args.device,
+                                 precision=_finetune_precision(stored, args, run.name))
+    out = {"run": run.name, "source_checkpoint": str(run.checkpoint), "epoch": run.metadata.get("epoch"),
+           **result.to_dict(),
            "macs_per_image_before": macs_before, "macs_per_image_after": macs_per_image(run.model),
            "condition_number": args.condition_number, "min_eigenvalue": args.min_eigenvalue}
     meta = None
@@ -403,7 +424,8 @@ def _prune_text(out: dict, result, args: argparse.Namespace) -> str:
     total = sum(out["pruned_per_layer"])
     lines = [f"{out['run']} (epoch {out['epoch']}): {total} of {sum(result.heads_before)} heads degenerate "
              f"(condition number > {args.condition_number:g} or largest eigenvalue < {args.min_eigenvalue:g})",
-             f"pruned per layer: {out['pruned_per_layer']}  (heads {result.heads_before} -> {result.heads_after})"]
+             f"pruned per layer: {out['pruned_per_layer']}  (heads {result.heads_before} -> {result.heads_after})",
+             f"checkpoint: {out['source_checkpoint']}"]
     for i, heads in enumerate(result.pruned):
         if heads:
             lines.append(f"  layer {i + 1}: heads {', '.join(str(h + 1) for h in heads)}")

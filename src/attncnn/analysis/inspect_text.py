@@ -7,12 +7,15 @@ __all__ = ["inspect_text"]
 
 def inspect_text(result: dict) -> str:
     """The text table of ``attncnn inspect`` for :func:`~attncnn.analysis.metrics.model_metrics`'s result
-    (plus ``run``, ``epoch``, ``kind``): one line per layer, one row per head."""
+    (plus ``run``, ``epoch``, ``kind`` and optionally ``checkpoint``, the file read): one line per layer,
+    one row per head."""
     h, w = result["grid"]
     source = f"{result['images']} test images" if result["images"] else "position-only maps (input-independent)"
     lines = [f"{result['run']} (epoch {result['epoch']}, {result['kind']}): {h}x{w} token grid, {source}, "
              f"queries {'all' if not result['margin'] else 'at least %d from the border' % result['margin']}",
              "distance: mean attention distance in tokens; peak: mean max probability; entropy in nats"]
+    if result.get("checkpoint"):
+        lines.insert(1, f"checkpoint: {result['checkpoint']}")
     for layer in result["layers"]:
         grid = layer["grid"]
         extra = f", {layer['degenerate_heads']} degenerate" if "degenerate_heads" in layer else ""

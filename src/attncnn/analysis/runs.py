@@ -15,6 +15,7 @@ from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
 from ..training import RunFolder, load_model
+from ..training.loading import checkpoint_of
 
 __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
@@ -61,6 +62,7 @@ class Run:
         metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
         folder: the run folder, or None for a bare checkpoint outside one.
         metrics: the records of ``metrics.jsonl`` (empty for a bare checkpoint).
+        checkpoint: the checkpoint file the weights came from (a folder's ``last``), if known.
     """
 
     path: Path
@@ -69,6 +71,7 @@ class Run:
     metadata: dict
     folder: RunFolder | None = None
     metrics: list[dict] = field(default_factory=list)
+    checkpoint: Path | None = None
 
     def periodic_checkpoints(self) -> list[tuple[int, Path]]:
         """``(epoch, path)`` of the folder's ``epoch_NNNN`` checkpoints (empty without a folder)."""
@@ -82,30 +85,29 @@ class Run:
 
 
 def open_run(path: str | Path) -> Run:
-    """Load a run folder (its ``last`` checkpoint, else ``best``) or a checkpoint file.
+    """Load a run folder (its ``last`` checkpoint, as every command: see
+    :func:`attncnn.training.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
 
     Raises:
-        FileNotFoundError: nothing at ``path``, or a folder without checkpoints.
+        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint.
         attncnn.training.RunFolderError, attncnn.training.CheckpointError, ValueError: unreadable run.
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"no run folder or checkpoint at {path}")
     folder = None
-    target = path
     if path.is_dir():
         folder = RunFolder(path, mode="read")
-        last = folder.checkpoint_path("last")
-        target = last if last.exists() else path          # load_model falls back to best
         name = path.resolve().name
     else:
         parent = path.parent.parent if path.parent.name == "checkpoints" else None
         if parent is not None and (parent / "config.json").is_file():
             folder = RunFolder(parent, mode="read")
         name = f"{(parent or path.parent).resolve().name}/{path.stem}"
-    model, meta = load_model(target, "cpu")
+    model, meta = load_model(path, "cpu")     # a folder: its last checkpoint, logged
     metrics = folder.read_metrics() if folder is not None else []
-    return Run(path, run_label(meta, None if path.is_dir() else path) or name, model, meta, folder, metrics)
+    return Run(path, run_label(meta, None if path.is_dir() else path) or name, model, meta, folder, metrics,
+               checkpoint_of(path))
 
 
 def run_label(metadata: dict, checkpoint: Path | None = None) -> str | None:

@@ -98,7 +98,9 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
 
     Raises:
         ValueError: a model without attention layers (the ResNet baseline), images out of range or
-            of the wrong shape, or no images for a model whose attention depends on them.
+            of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
+            on: resize them to ``model.image_size`` first), or no images for a model whose
+            attention depends on them.
     """
     network, x = _inputs(model, images)
     layers = attention_layers(network)

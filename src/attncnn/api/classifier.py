@@ -5,8 +5,10 @@ mean and std (``(x / 255 - mean) / std``, :data:`attncnn.data.CIFAR_MEAN` / ``CI
 whatever the data set. A bare network from a checkpoint does not know that, and an image in
 ``[0, 1]`` runs through it silently into wrong predictions. :class:`Classifier` wraps the network
 with that normalisation and the class names, so that ``model(images)`` takes images in ``[0, 1]``
-(or uint8 in ``0..255``) and refuses anything else. The training loop is untouched: it still
-feeds normalised batches to the bare network, which stays available as ``model.network``.
+(or uint8 in ``0..255``) and refuses anything else, images of another size than the network was
+trained on included (a network that runs on them answers, with an accuracy far below its own at
+that size); ``resize=True`` resizes them to that size instead. The training loop is untouched:
+it still feeds normalised batches to the bare network, which stays available as ``model.network``.
 """
 
 from __future__ import annotations
@@ -17,16 +19,51 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD
 from ..training import load_model as _load_network
 from ..training.loading import checkpoint_of
 
-__all__ = ["Classifier", "load_model"]
+__all__ = ["Classifier", "load_model", "training_image_size"]
 
 #: how far outside [0, 1] a float image may stray (rounding of a resize or a colour conversion)
 _RANGE_SLACK = 1e-3
+#: ``resize=`` modes: torch.nn.functional.interpolate's, antialiased where it can be (shrinking a
+#: photo without it aliases its fine detail into the few pixels left)
+_RESIZE_MODES = ("bilinear", "bicubic", "area", "nearest")
+#: descriptions attncnn.data gives an image folder or zip only when its images are 32x32 CIFAR-10
+_CIFAR_NOTES = ("(CIFAR-10 JPEG mirror;", "(CIFAR-10 classes)")
+
+
+def training_image_size(metadata: dict) -> tuple[int, int] | None:
+    """``(height, width)`` in pixels of the images a checkpoint's network was trained on.
+
+    From the checkpoint's ``image_size`` (recorded by ``attncnn train``), else, for checkpoints
+    written before it was, from the data set: the official CIFAR-10/100 archives and an image
+    folder or zip that attncnn described as CIFAR-10 are 32x32. None where the metadata does not
+    say (an older run on other images).
+    """
+    stored = metadata.get("image_size")
+    if (isinstance(stored, (list, tuple)) and len(stored) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in stored)):
+        return int(stored[0]), int(stored[1])
+    config = metadata.get("config")
+    data = config.get("data") if isinstance(config, dict) else None
+    described = metadata.get("dataset")
+    if (isinstance(data, str) and data.strip().lower() in ("cifar10", "cifar100")) or (
+            isinstance(described, str) and any(note in described for note in _CIFAR_NOTES)):
+        return 32, 32
+    return None
+
+
+def _size(size: Sequence[int] | int) -> tuple[int, int]:
+    """``(height, width)`` of an ``image_size`` argument (one side means a square)."""
+    sides = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, Sequence) else ()
+    if len(sides) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides):
+        raise ValueError(f"image_size must be positive (height, width) pixels or one side, got {size!r}")
+    return sides[0], sides[1]
 
 
 class Classifier(nn.Module):
@@ -44,19 +81,30 @@ class Classifier(nn.Module):
             uses the CIFAR-10 values for every data set).
         metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset_name``, ...).
         source: the checkpoint file the weights came from, if any.
+        image_size: ``(height, width)`` (or one side) in pixels of the images the network was
+            trained on; images of another size are refused unless resized on request (see
+            :meth:`preprocess`). Default: from ``metadata`` (:func:`training_image_size`), else
+            unchecked.
 
     Attributes:
         network, classes, metadata, source: as given.
+        image_size: the training size ``(height, width)``, or None (any size is passed on).
+
+    Raises:
+        ValueError: ``mean`` and ``std`` of different lengths, or an ``image_size`` that is not
+            positive pixels.
     """
 
     def __init__(self, network: nn.Module, *, classes: Sequence[str] | None = None,
                  mean: Sequence[float] = CIFAR_MEAN, std: Sequence[float] = CIFAR_STD,
-                 metadata: dict | None = None, source: str | os.PathLike | None = None) -> None:
+                 metadata: dict | None = None, source: str | os.PathLike | None = None,
+                 image_size: Sequence[int] | int | None = None) -> None:
         super().__init__()
         if len(mean) != len(std):
             raise ValueError(f"mean and std need one value per channel each, got {len(mean)} and {len(std)}")
         self.network = network
         self.metadata = dict(metadata or {})
+        self.image_size = _size(image_size) if image_size is not None else training_image_size(self.metadata)
         self.source = None if source is None else Path(source)
         outputs = getattr(getattr(network, "config", None), "num_classes", None)
         self.classes = tuple(classes) if classes is not None else (
@@ -77,19 +125,27 @@ class Classifier(nn.Module):
     def _parameter(self) -> torch.Tensor:
         return next(self.network.parameters())
 
-    def preprocess(self, images) -> torch.Tensor:
+    def preprocess(self, images, *, resize: bool | str = False) -> torch.Tensor:
         """Normalise images as training did; the input of ``model.network``.
 
         Args:
             images: ``(B, C, H, W)`` or one image ``(C, H, W)``, a tensor or NumPy array, float
-                in ``[0, 1]`` or uint8 in ``0..255``, on any device.
+                in ``[0, 1]`` or uint8 in ``0..255``, on any device; ``H x W`` the training size
+                (:attr:`image_size`) unless ``resize`` is given.
+            resize: False (the default) refuses images of another size than :attr:`image_size`;
+                True or a mode of :func:`torch.nn.functional.interpolate` (``"bilinear"``, the
+                mode True means, ``"bicubic"``, ``"area"``, ``"nearest"``; antialiased where the
+                mode allows) resizes them to it first. Images already of that size are unchanged.
 
         Returns:
-            ``(B, C, H, W)`` normalised images on the network's device and in its dtype.
+            ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            ValueError: another rank or channel count, an integer type other than uint8, or
-                float values outside ``[0, 1]`` (already normalised, or 0..255 stored as float).
+            ValueError: another rank or channel count, an integer type other than uint8, float
+                values outside ``[0, 1]`` (already normalised, or 0..255 stored as float),
+                images of another size than the training size without ``resize`` (the message
+                names both sizes and the fix), or ``resize`` where the training size is unknown
+                or an unknown mode.
         """
         x = torch.as_tensor(images) if isinstance(images, np.ndarray) else images
         if not isinstance(x, torch.Tensor):
@@ -111,30 +167,57 @@ class Classifier(nn.Module):
                         "they look normalised already: give them to model.network, which takes normalised images")
                 raise ValueError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
                                  f"{high:.3g}]; {hint}")
+        mode = self._resize_mode(resize)
         param = self._parameter()
         x = x.to(device=param.device, dtype=torch.float32)
+        size = tuple(x.shape[-2:])
+        if self.image_size is not None and size != self.image_size:
+            if mode is None:
+                h, w = self.image_size
+                raise ValueError(
+                    f"{self.name} was trained on {h}x{w} images (height x width), got {size[0]}x{size[1]}; its "
+                    f"answers for another size are unreliable. Resize them to {h}x{w} first, or pass "
+                    f"resize=True (model(images, resize=True), model.predict(images, resize=True)) to have them "
+                    f"resized with torch.nn.functional.interpolate")
+            x = F.interpolate(x, size=self.image_size, mode=mode,
+                              antialias=mode in ("bilinear", "bicubic")).clamp_(0, 1)    # bicubic overshoots
         return ((x - self.mean.to(x.device)) / self.std.to(x.device)).to(param.dtype)
 
-    def forward(self, images) -> torch.Tensor:
-        """Logits ``(B, num_classes)`` of images in ``[0, 1]`` (see :meth:`preprocess`)."""
-        return self.network(self.preprocess(images))
+    def _resize_mode(self, resize: bool | str) -> str | None:
+        """The interpolation mode ``resize`` asks for, None for none (see :meth:`preprocess`)."""
+        if resize is False or resize is None:
+            return None
+        mode = "bilinear" if resize is True else resize
+        if mode not in _RESIZE_MODES:
+            raise ValueError(f"resize must be False, True or one of {', '.join(_RESIZE_MODES)}, got {resize!r}")
+        if self.image_size is None:
+            raise ValueError(f"{self.name}: the size of its training images is not known (its checkpoint does not "
+                             "record it), so there is nothing to resize to: resize the images yourself, or give "
+                             "Classifier(..., image_size=(height, width))")
+        return mode
+
+    def forward(self, images, *, resize: bool | str = False) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of images in ``[0, 1]`` of the training size, or of any size
+        with ``resize`` (see :meth:`preprocess`, whose errors it raises)."""
+        return self.network(self.preprocess(images, resize=resize))
 
     @torch.no_grad()
-    def predict(self, images) -> list[str]:
+    def predict(self, images, *, resize: bool | str = False) -> list[str]:
         """The most likely class name of each image (in ``[0, 1]``, see :meth:`preprocess`).
 
         Raises:
             ValueError: as :meth:`preprocess`.
         """
-        labels = self(images).argmax(dim=1).tolist()
+        labels = self(images, resize=resize).argmax(dim=1).tolist()
         return [self.classes[i] if self.classes else str(i) for i in labels]
 
     def extra_repr(self) -> str:
-        return f"name={self.name!r}, classes={len(self.classes) if self.classes else '?'}"
+        size = f"{self.image_size[0]}x{self.image_size[1]}" if self.image_size else "any"
+        return f"name={self.name!r}, classes={len(self.classes) if self.classes else '?'}, image_size={size}"
 
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
-               dtype: torch.dtype = torch.float32) -> Classifier:
+               dtype: torch.dtype = torch.float32, checkpoint: str | None = None) -> Classifier:
     """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``.
 
     Loads through :func:`attncnn.training.load_model` (safetensors only, the stored configuration
@@ -142,24 +225,29 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     wraps the network in a :class:`Classifier` that knows its input normalisation and class names.
 
     Args:
-        path: a run folder (its ``best`` checkpoint, else ``last``) or a ``.safetensors`` checkpoint
-            written by ``attncnn train``.
+        path: a run folder (its ``last`` checkpoint: the final weights, which the reports quote)
+            or a ``.safetensors`` checkpoint written by ``attncnn train``.
         device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
         dtype: floating dtype of the weights (float32 by default; float64 for exact checks).
             For bfloat16 inference keep float32 weights and use :func:`torch.autocast`.
+        checkpoint: another checkpoint of a run folder: ``"best"`` (highest test accuracy),
+            ``"epoch_0010"``...; ``model.source`` names the file taken.
 
     Returns:
         A :class:`Classifier` in eval mode: ``model(images)`` gives logits ``(B, classes)``,
-        ``model.predict(images)`` class names, ``model.network`` the bare network.
+        ``model.predict(images)`` class names, ``model.network`` the bare network;
+        ``model.image_size`` is the training images' size (:func:`training_image_size`), which
+        ``model(images)`` requires unless asked to resize.
 
     Raises:
-        FileNotFoundError: no checkpoint at ``path``.
+        FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).
         attncnn.training.CheckpointError: not a safe attncnn checkpoint, or corrupt.
-        ValueError: a stored configuration or weights that do not fit, or a non-floating ``dtype``.
+        ValueError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
+            ``checkpoint`` given with a checkpoint file.
     """
     if not dtype.is_floating_point:
         raise ValueError(f"dtype must be a floating dtype such as torch.float32, got {dtype}")
-    source = checkpoint_of(path)
-    network, meta = _load_network(source, device)
+    source = checkpoint_of(path, checkpoint)
+    network, meta = _load_network(path, device, checkpoint)      # a folder: logs the checkpoint taken
     network = network.to(dtype=dtype).eval()
     return Classifier(network, classes=meta.get("classes"), metadata=meta, source=source).to(device).eval()

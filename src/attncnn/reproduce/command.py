@@ -55,7 +55,9 @@ def register(subparsers) -> None:
                                   "--lr-sweep) to train (the report still covers every finished run under --out, "
                                   "so a suite run in parts keeps one report)")
     r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
-    r.add_argument("--precision", choices=PRECISIONS, help="training precision (default: the preset's, auto)")
+    r.add_argument("--precision", choices=PRECISIONS,
+                   help="training precision of new runs and of resumed ones (default: the preset's, auto, for a new "
+                        "run; a resumed run's own, but fp32 for a bf16 run on a device without fast bf16)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
     r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
     r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")
@@ -112,6 +114,9 @@ def _options(args: argparse.Namespace):
     _viewer_images(args.viewer_images)         # refused now, not after hours of training
     if args.viewer_average < 0:
         raise ValueError(f"--viewer-average must be >= 0 (0: no average), got {args.viewer_average}")
+    if args.precision is not None and (args.report_only or args.ship):
+        raise ValueError(f"--precision is the precision runs train at, and --{'ship' if args.ship else 'report-only'} "
+                         "trains nothing (the report's figures and maps are computed in fp32); drop --precision")
     return TrainOptions(data=args.data or "cifar10", data_dir=args.data_dir, download=args.download, device=args.device,
                         precision=args.precision, epochs=args.epochs, train_subset=args.train_subset,
                         batch_size=args.batch_size)
@@ -119,7 +124,7 @@ def _options(args: argparse.Namespace):
 
 def _dry_run(jobs, options, out: Path, suite: str) -> int:
     from ..training import resolve_device
-    from .runner import busy_cpu, cpu_load, estimate_job, train_command
+    from .runner import busy_cpu, cpu_load, estimate_job, resume_command, train_command
     from .suites import job_state
 
     states = {job: job_state(job) for job in jobs}
@@ -138,7 +143,7 @@ def _dry_run(jobs, options, out: Path, suite: str) -> int:
             print(f"# {job.label}: finished in {job.folder}, skipped")
             continue
         if states[job] == "interrupted":
-            print(f"# {job.label}: interrupted, resumed with: attncnn train --resume {job.folder}")
+            print(f"# {job.label}: interrupted, resumed with: {resume_command(job, options)}")
         estimate = estimate_job(job, options, measured=measured)
         total += estimate.total_seconds
         print(f"{train_command(job, options)}\n    # {estimate.step_seconds:.2f} s/step, "

@@ -19,7 +19,7 @@ from .._io import atomic_write_json
 from ..data import Dataset, DeviceLoader, ImageSplit, held_out_indices
 from ..training import RunFolder, evaluate, load_model, resolve_device
 from ..training.checkpoint import read_metadata
-from ..training.run_precision import resolve_precision
+from ..training.run_precision import machine_precision
 
 __all__ = ["HELD_OUT_IMAGES", "HELD_OUT_FILE", "held_out_result", "held_out_results", "cached_held_out"]
 
@@ -66,7 +66,8 @@ def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dic
 def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
                     device: str = "cpu") -> dict | None:
     """Loss and accuracy of a finished subset run's ``last`` checkpoint on ``images`` training
-    images outside its subset, at the run's precision; cached in ``<folder>/held_out.json``.
+    images outside its subset, at the run's precision (fp32 for a bf16 run on a device without fast
+    bf16); cached in ``<folder>/held_out.json``.
 
     Returns:
         ``{"accuracy", "loss", "examples", "epoch", "images", "train_subset", "seed",
@@ -98,7 +99,8 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])
     split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
     model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
-    precision = resolve_precision(meta.get("config", {}).get("precision", "fp32"), device)
+    # the run's own precision, but fp32 for a bf16 run where bf16 is slow (same accuracy, many times faster there)
+    precision = machine_precision(meta.get("config", {}).get("precision"), device, what=f"run {folder}")
     result = evaluate(model, DeviceLoader(split, batch_size=500, device=device, train=False), precision=precision)
     found = {**key, "accuracy": result.accuracy, "loss": result.loss, "examples": result.examples,
              "precision": precision}

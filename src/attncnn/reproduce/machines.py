@@ -8,10 +8,14 @@ writes into ``metrics.jsonl`` therefore carries
   (``"gpu"`` too on a GPU) of the process that finished the epoch (an epoch resumed mid-way from a
   checkpoint ran partly on the machine before);
 * ``"load_average"``: the system's 5-minute load average when the epoch ended (runnable processes,
-  this one's threads included), so that the report can say which epochs shared the CPU.
+  this one's threads included), so that the report can say which epochs shared the CPU;
+* ``"precision"`` (written by the training loop for every run): ``"fp32"`` or ``"bf16"``, the
+  machine's choice for the process that trained the epoch (a bf16 run resumed on a CPU without bf16
+  units continues in fp32).
 
-:func:`machine_segments` turns them into consecutive stretches of epochs per machine; the runner
-writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report shows them.
+:func:`machine_segments` turns them into consecutive stretches of epochs per machine and precision;
+the runner writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report
+shows them.
 """
 
 from __future__ import annotations
@@ -23,11 +27,11 @@ import torch
 
 from ..bench.harness import machine_info
 
-__all__ = ["MACHINE_KEY", "LOAD_KEY", "epoch_machine", "recording_machine", "machine_segments", "segments_text",
-           "machine_text", "epochs_text", "shared_epochs"]
+__all__ = ["MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "epoch_machine", "recording_machine", "machine_segments",
+           "segment_text", "segments_text", "machine_text", "epochs_text", "shared_epochs"]
 
 #: the keys each epoch record gets
-MACHINE_KEY, LOAD_KEY = "machine", "load_average"
+MACHINE_KEY, LOAD_KEY, PRECISION_KEY = "machine", "load_average", "precision"
 
 
 def epoch_machine(device: torch.device) -> dict:
@@ -63,19 +67,27 @@ def recording_machine(epoch_metrics: Callable | None, device: torch.device) -> C
     return metrics
 
 
-def machine_segments(records: Sequence[dict]) -> list[dict]:
-    """Consecutive epochs trained on the same machine: ``[{"epochs": [first, last], "machine":
-    dict or None (not recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``."""
+def machine_segments(records: Sequence[dict], precision: str | None = None) -> list[dict]:
+    """Consecutive epochs trained on the same machine at the same precision: ``[{"epochs": [first,
+    last], "machine": dict or None (not recorded), "precision": "fp32", "bf16" or None (not
+    recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``.
+
+    Args:
+        records: the run's epoch records.
+        precision: the precision of records that name none (written before epochs recorded it: the
+            run's own from ``config.json``, which such a run never changed on resuming).
+    """
     segments: list[dict] = []
     for record in records:
         epoch = record.get("epoch")
         if not isinstance(epoch, int):
             continue
-        machine = record.get(MACHINE_KEY)
-        if segments and segments[-1]["machine"] == machine and segments[-1]["epochs"][1] == epoch - 1:
-            segments[-1]["epochs"][1] = epoch
+        machine, ran = record.get(MACHINE_KEY), record.get(PRECISION_KEY, precision)
+        last = segments[-1] if segments else None
+        if last and last["machine"] == machine and last["precision"] == ran and last["epochs"][1] == epoch - 1:
+            last["epochs"][1] = epoch
         else:
-            segments.append({"epochs": [epoch, epoch], "machine": machine})
+            segments.append({"epochs": [epoch, epoch], "machine": machine, "precision": ran})
     return segments
 
 
@@ -94,12 +106,17 @@ def epochs_text(epochs: Sequence[int]) -> str:
     return f"epoch {first}" if first == last else f"epochs {first}-{last}"
 
 
+def segment_text(segment: dict) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30)"`` for one of :func:`machine_segments`
+    (the precision only where it was recorded: ``machine.json`` files written before say none)."""
+    precision = segment.get("precision")
+    return (f"{machine_text(segment['machine'])}{f', {precision}' if precision else ''} "
+            f"({epochs_text(segment['epochs'])})")
+
+
 def segments_text(segments: Sequence[dict]) -> str:
-    """``"AMD EPYC, 2 threads, torch 2.13.0 (epochs 1-30); Intel Xeon, ... (epochs 31-60)"``."""
-    parts = []
-    for segment in segments:
-        parts.append(f"{machine_text(segment['machine'])} ({epochs_text(segment['epochs'])})")
-    return "; ".join(parts)
+    """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30); Intel Xeon, ..., fp32 (epochs 31-60)"``."""
+    return "; ".join(segment_text(segment) for segment in segments)
 
 
 def shared_epochs(records: Sequence[dict]) -> list[int]:

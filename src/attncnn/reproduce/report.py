@@ -107,7 +107,7 @@ def _machine(result: RunResult) -> str:
     if not path.is_file():
         return "not recorded"
     info = json.loads(path.read_text())
-    if len(info.get("segments") or []) > 1:                # the run changed machine mid-way
+    if len(info.get("segments") or []) > 1:                # the run changed machine or precision mid-way
         return segments_text(info["segments"])
     return f"{info.get('cpu', '?')}, {info.get('torch_threads', '?')} threads, torch {info.get('torch', '?')}" + \
         (f", {info['gpu']}" if info.get("gpu") else "")

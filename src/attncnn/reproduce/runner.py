@@ -23,15 +23,15 @@ from .._io import atomic_write_text
 from ..bench.harness import machine_info, time_steps
 from ..models import build_model
 from ..training import RunFolder, TrainConfig, TrainingInterrupted, resolve_config, resolve_device, train
-from ..training.run_precision import resolve_precision
+from ..training.run_precision import machine_precision, resolve_precision
 from .machines import machine_segments, recording_machine
 from .suites import Job, job_state
 from .unfinished import point_at_data, point_at_machine
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "train_jobs", "train_command", "Estimate", "estimate_job",
-           "cpu_load", "busy_cpu"]
+__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
+           "resume_command", "Estimate", "estimate_job", "cpu_load", "busy_cpu"]
 
 #: written into each run folder the harness finishes: the machine its timings come from
 MACHINE_FILE = "machine.json"
@@ -75,6 +75,33 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
 
 
+def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
+    """``"fp32"`` or ``"bf16"``: the precision the job trains at on ``device``, what
+    :func:`train_jobs` will run. A new job: ``--precision`` or its preset's (``auto``: the device's
+    choice). An interrupted one resumes at ``--precision`` if given, else at its stored precision,
+    but fp32 for a bf16 run on a device without fast bf16
+    (:func:`~attncnn.training.run_precision.machine_precision`).
+
+    Raises:
+        ValueError: an option the preset rejects; RunFolderError: an interrupted job without a
+            readable ``config.json``.
+    """
+    if job_state(job) == "interrupted":
+        stored = RunFolder(job.folder, mode="read").read_config().get("precision", "fp32")
+        return machine_precision(stored, device, options.precision, what=job.label)
+    return resolve_precision(job_config(job, options).precision, device)
+
+
+def resume_command(job: Job, options: TrainOptions) -> str:
+    """The ``attncnn train --resume`` command equivalent to resuming an interrupted job."""
+    words = ["attncnn", "train", "--resume", str(job.folder)]
+    for flag, value in (("--device", None if options.device == "auto" else options.device),
+                        ("--precision", options.precision)):
+        if value is not None:
+            words += [flag, value]
+    return shlex.join(words)
+
+
 def train_command(job: Job, options: TrainOptions) -> str:
     """The ``attncnn train`` command line equivalent to one job (printed by ``--dry-run``)."""
     words = ["attncnn", "train", "--preset", job.preset, "--seed", str(job.seed), "--data", options.data,
@@ -112,7 +139,10 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     (:func:`~attncnn.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
     the report can say where its timings come from. An interrupted run shipped from another machine
     is first pointed at this machine's data set (:func:`~attncnn.reproduce.unfinished.point_at_data`),
-    device and attention path (:func:`~attncnn.reproduce.unfinished.point_at_machine`).
+    device and attention path (:func:`~attncnn.reproduce.unfinished.point_at_machine`); an
+    interrupted run resumes at ``options.precision`` when given, else at its own precision, but fp32
+    for a bf16 run on a device without fast bf16 (each epoch record names the precision that ran,
+    and ``machine.json``'s segments split where it changed).
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -136,12 +166,14 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
             point_at_data(job.folder, options.data, options.data_dir)
             point_at_machine(job.folder, options.device, keep_impl="impl" in dict(job.overrides).get("model", {}))
         try:
-            train(config, job.folder, mode=mode, progress=progress, epoch_metrics=recorded)
+            train(config, job.folder, mode=mode, progress=progress, epoch_metrics=recorded,
+                  precision=options.precision if mode == "resume" else None)
         except TrainingInterrupted as err:
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
-        segments = machine_segments(RunFolder(job.folder, mode="read").read_metrics())
+        folder = RunFolder(job.folder, mode="read")
+        segments = machine_segments(folder.read_metrics(), precision=folder.read_config().get("precision"))
         atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
                                                                 indent=1) + "\n")
     return states
@@ -159,24 +191,25 @@ class Estimate:
 
 
 def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
-    """Time a few training steps of the job's model at its batch size and precision, and scale them
-    to the whole run (CIFAR-10 sizes or ``train_subset``; an evaluation every ``eval_every`` epochs
-    and after the last).
+    """Time a few training steps of the job's model at its batch size and at the precision it will
+    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), and
+    scale them to the whole run (CIFAR-10 sizes or ``train_subset``; an evaluation every
+    ``eval_every`` epochs and after the last).
 
-    ``measured`` caches the step timing per preset (seeds of a preset cost the same).
+    ``measured`` caches the step timing per preset and precision (seeds of a preset cost the same).
     """
     config = job_config(job, options)
     device = resolve_device(config.device)
-    precision = resolve_precision(config.precision, device)
+    precision = job_precision(job, options, device)
     measured = {} if measured is None else measured
-    if job.preset not in measured:
+    key = (job.preset, precision)
+    if key not in measured:
         torch.manual_seed(0)
         model = build_model(job.preset, **config.model).to(device)
         images = torch.randn(config.batch_size, 3, 32, 32, device=device)
         labels = torch.randint(0, 10, (config.batch_size,), device=device)
-        measured[job.preset] = time_steps(copy.deepcopy(model), images, labels, precision=precision,
-                                          warmup=1, reps=1)
-    timing = measured[job.preset]
+        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1)
+    timing = measured[key]
     train_images = config.train_subset or TRAIN_IMAGES
     evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
     evaluations = sum(1 for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs)

@@ -30,7 +30,7 @@ from typing import Sequence
 from .._io import atomic_write_json
 from ..training import RunFolder, load_checkpoint, resolve_device
 from ..training.checkpoint import read_metadata
-from .machines import MACHINE_KEY, epoch_machine, epochs_text, machine_segments, machine_text
+from .machines import MACHINE_KEY, epoch_machine, machine_segments, segment_text
 from .ship import _weights_only, folder_bytes, share_run_folder
 from .suites import Job, job_state
 
@@ -186,7 +186,8 @@ def run_progress(job: Job) -> dict | None:
         None for a finished or never-started job; else ``{"epochs_done": last whole epoch (0 before
         the first), "epochs": the run's planned epochs, "test_accuracy": after the last whole epoch
         (fraction) or None, "segments": [{"epochs": [first, last], "machine": dict or None,
-        "seconds_per_epoch": median training + evaluation seconds}, ...]}``, in epoch order. The
+        "precision": str or None, "seconds_per_epoch": median training + evaluation seconds}, ...]}``,
+        in epoch order (a segment per machine and precision). The
         test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
 
     Raises:
@@ -197,21 +198,21 @@ def run_progress(job: Job) -> dict | None:
     run = RunFolder(job.folder, mode="read")
     records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int)]
     evaluated = [r for r in records if "test_accuracy" in r]
-    segments = machine_segments(records)
+    config = run.read_config()
+    segments = machine_segments(records, precision=config.get("precision"))
     for segment in segments:
         first, last = segment["epochs"]
         seconds = [r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in records if first <= r["epoch"] <= last]
         segment["seconds_per_epoch"] = statistics.median(seconds)
-    return {"epochs_done": records[-1]["epoch"] if records else 0, "epochs": run.read_config().get("epochs"),
+    return {"epochs_done": records[-1]["epoch"] if records else 0, "epochs": config.get("epochs"),
             "test_accuracy": evaluated[-1]["test_accuracy"] if evaluated else None, "segments": segments}
 
 
 def progress_text(progress: dict) -> str:
-    """``"epoch 18 of 60, test acc. 61.54 %; <machine> (epochs 1-5): 94 s/epoch; ..."`` for a report."""
+    """``"epoch 18 of 60, test acc. 61.54 %; <machine>, bf16 (epochs 1-5): 94 s/epoch; ..."`` for a report."""
     text = f"epoch {progress['epochs_done']} of {progress['epochs']}"
     if progress["test_accuracy"] is not None:
         text += f", test acc. {100 * progress['test_accuracy']:.2f} %"
     for segment in progress["segments"]:
-        text += (f"; {machine_text(segment['machine'])} ({epochs_text(segment['epochs'])}): "
-                 f"{segment['seconds_per_epoch']:.0f} s/epoch")
+        text += f"; {segment_text(segment)}: {segment['seconds_per_epoch']:.0f} s/epoch"
     return text

@@ -20,7 +20,8 @@ The three timings are cached in ``compile-choice.json`` in the run's data folder
 preset, model options (the measured attention path included), optimizer, per-process batch, image
 size and precision, so the next run on this machine decides from them without measuring, by the same
 rule (a run under :data:`MIN_RUN_SECONDS` stays eager with a cached timing too): for a given cache
-the choice is deterministic. The decision is written into the run's ``config.json``
+the choice is deterministic. An entry that is not three such timings (:func:`timing_problem`: an
+edited or damaged file) is dropped with a warning naming the file and measured again. The decision is written into the run's ``config.json``
 (``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic`` or under
 torchrun never compile unless asked (``--compile``): their numbers must not depend on timing, and
 several processes would each time their own share of the machine.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import math
 import statistics
 import time
 from pathlib import Path
@@ -44,7 +46,7 @@ from .machine_cache import machine_key, read_cache, write_cache
 from .step import training_step
 
 __all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide",
-           "compile_cache_key", "with_compile_choice"]
+           "compile_cache_key", "timing_problem", "with_compile_choice"]
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +142,25 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
     return CompileTiming(eager=statistics.median(eager[2:]), compiled=statistics.median(compiled), warmup=warmup)
 
 
+_TIMED = ("eager", "compiled", "warmup")
+
+
+def timing_problem(key: str, value) -> str | None:
+    """What is wrong with a cached entry of ``compile-choice.json`` (None: nothing): it must be an
+    object whose ``eager``, ``compiled`` and ``warmup`` are finite seconds, the first two above 0
+    (the speed-up is their ratio), as :func:`with_compile_choice` writes it."""
+    if not isinstance(value, dict):
+        return f"a timing must be an object of {', '.join(_TIMED)} seconds, got {value!r}"
+    for name in _TIMED:
+        if name not in value:
+            return f"it has no {name!r} seconds"
+        seconds = value[name]
+        if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
+                or seconds < 0 or (seconds == 0 and name != "warmup")):
+            return f"{name!r} must be a positive number of seconds, got {seconds!r}"
+    return None
+
+
 def compile_cache_key(config, batch: int, image_size: tuple[int, int], device: torch.device) -> str:
     """The cache key of a compile measurement: the machine, then what a step's cost depends on."""
     model = json.dumps(config.model, sort_keys=True, default=str)
@@ -165,16 +186,16 @@ def with_compile_choice(config, dataset, train_loader, dist):
     path = Path(config.data_dir) if config.data_dir is not None else default_data_dir()
     path = path / CACHE_NAME
     key = compile_cache_key(config, batch, image_size, dist.device)
-    cached = read_cache(path).get(key)
-    if isinstance(cached, dict):
-        timing = CompileTiming(**{k: cached.get(k) for k in ("eager", "compiled", "warmup")})
+    cached = read_cache(path, timing_problem).get(key)
+    if cached is not None:
+        timing = CompileTiming(**{k: cached[k] for k in _TIMED})
         source = "cached for this machine and run shape"
     else:
         timing = _measure(config, dataset, batch, image_size, steps, dist.device)
         if timing is None:
             return dataclasses.replace(config, compile=False)
         if timing.compiled is not None:
-            write_cache(path, key, dataclasses.asdict(timing))
+            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
         source = "measured on this run's network and batch"
     decision = decide(timing, steps)
     _log(decision, timing, steps, source)

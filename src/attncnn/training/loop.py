@@ -1,9 +1,10 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
 How one run flows: :func:`train` reads the configuration (a resumed run's own), picks the device
-and the precision (``auto`` becomes ``bf16`` or ``fp32``, stored so a resume keeps it) and, under
-torchrun, joins the process group; :func:`_train` builds the data loaders, chooses the attention
-paths (:mod:`~attncnn.training.path_choice`) and whether to compile
+and the precision (``auto`` becomes ``bf16`` or ``fp32``, stored; a resume keeps it unless this
+machine has no fast bf16 or is given another, and each epoch record names the precision that
+trained it) and, under torchrun, joins the process group; :func:`_train` builds the data loaders,
+chooses the attention paths (:mod:`~attncnn.training.path_choice`) and whether to compile
 (:mod:`~attncnn.training.compile_choice`) where the options leave them open, builds the
 :class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
 the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
@@ -60,7 +61,7 @@ from .host_memory import reuse_freed_memory
 from .loading import load_weights
 from .main_process_folder import MainProcessRunFolder
 from .path_choice import with_measured_paths
-from .run_precision import resolve_precision
+from .run_precision import machine_precision, resolve_precision
 from .progress import EpochMeter
 from .run_folder import RunFolder
 from .saver import Saver
@@ -82,7 +83,7 @@ EpochMetrics = Callable[[nn.Module], dict]
 
 
 def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new", progress: bool = True,
-          epoch_metrics: EpochMetrics | None = None) -> dict:
+          epoch_metrics: EpochMetrics | None = None, precision: str | None = None) -> dict:
     """Train ``config`` into the run folder ``out_dir``; returns the final summary.
 
     Args:
@@ -95,6 +96,10 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
         progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
         epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
             epoch's record. It must not draw random numbers (a resumed run would differ).
+        precision: only with ``mode="resume"``: this machine's ``--precision`` for the rest of the
+            run (None: the run's own, but fp32 for a bf16 run on a device without fast bf16; see
+            :func:`~attncnn.training.run_precision.machine_precision`). Every epoch record names the
+            precision that trained it (``"precision"``); ``config.json`` keeps the run's own.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments: it
     creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``; gloo on CPU), trains
@@ -104,10 +109,14 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
-            (ValueError also for a batch size that does not split evenly over the processes).
+            (ValueError also for a batch size that does not split evenly over the processes, and for
+            ``precision`` given to a new run: its configuration holds the precision).
         NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
         TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
+    if precision is not None and mode != "resume":
+        raise ValueError(f"precision={precision!r} applies to a resumed run; a new run takes its precision from "
+                         "its configuration (TrainConfig.precision)")
     launch = launch_from_env()
     if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
         RunFolder.check_not_in_use(out_dir)
@@ -119,16 +128,23 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
     # run folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
     device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
-    config = dataclasses.replace(config, precision=resolve_precision(config.precision, device))  # stored resolved
+    own = config.precision
+    if mode == "resume":
+        # the machine's choice for this segment; config.json keeps the run's own (the epoch records say which ran)
+        config = dataclasses.replace(config, precision=machine_precision(own, device, precision, what=f"run {out_dir}"))
+    else:
+        config = dataclasses.replace(config, precision=resolve_precision(own, device))  # stored resolved
+        own = config.precision
     if device.type == "cpu":
         reuse_freed_memory()        # no page faults on the step's large tensors (host_memory); same numbers
     with deterministic_algorithms(config.deterministic, device), processes(launch, device) as dist:
-        return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics)
+        return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, own)
 
 
 def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed,
-           epoch_metrics: EpochMetrics | None) -> dict:
-    """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished."""
+           epoch_metrics: EpochMetrics | None, own_precision: str) -> dict:
+    """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished.
+    ``own_precision`` is the run's precision for ``config.json`` (``config.precision`` is this segment's)."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
     # A resumed run keeps the path its configuration names; one whose path was removed (resumed on
     # another machine, attncnn.reproduce.unfinished.point_at_machine) measures it here and records it.
@@ -148,7 +164,7 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         if mode == "resume":
             _resume(state, saver)
         if mode != "resume" or (measure_now and "impl" in config.model):
-            run.write_config(config.to_dict())
+            run.write_config({**config.to_dict(), "precision": own_precision})
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
                  config.precision, ", compiled" if config.compile else "")
@@ -242,7 +258,8 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                 result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
                 test = {"test_loss": result.loss, "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
                 tested = f"test loss {result.loss:.4f} acc {result.accuracy:.4f}"
-            record = {"epoch": epoch + 1, **stats, **test, **(epoch_metrics(state.model) if epoch_metrics else {})}
+            record = {"epoch": epoch + 1, **stats, **test, "precision": config.precision,    # a resume may change it
+                      **(epoch_metrics(state.model) if epoch_metrics else {})}
             saver.run.append_metrics(record)
             log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  %s  %.1fs  %.0f img/s", epoch + 1,
                      config.epochs, lr, stats["train_loss"], stats["train_accuracy"], tested, stats["seconds"],

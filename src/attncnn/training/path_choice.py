@@ -11,9 +11,11 @@ the run evaluates with its own fastest path where that differs (content attentio
 kernel stores nothing for a gradient and wins there, while the written-out scores win in training).
 The choices are written into the run's configuration (``config.json``'s ``model.impl`` and
 ``model.eval_impl``), so a resumed run keeps them, and cached in ``attention-paths.json`` in the
-run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by CPU model, thread
-count, torch version, device, precision, the layer's shape and the mode, so the next run on this
-machine reuses them without measuring: for a given cache the choice is deterministic.
+run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by CPU model and
+generation, thread count, torch version, device, precision, the layer's shape and the mode, so the
+next run on this machine reuses them without measuring: for a given cache the choice is deterministic. A cached
+entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
+dropped with a warning naming the file and measured again.
 
 Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
 ``"auto"``, the layers' own rule.
@@ -28,21 +30,25 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 from pathlib import Path
 
 import torch
 
 from ..data import default_data_dir
-from ..layers import build_attention
+from ..layers import ATTENTION_LAYERS, build_attention
 from ..layers.path_timing import time_impls
 from ..models import preset_model_config
 from .machine_cache import machine_key, read_cache, write_cache
 
-__all__ = ["CACHE_NAME", "path_cache_key", "choose_impl", "with_measured_paths"]
+__all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
 
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "attention-paths.json"
+#: every computation path some attention layer has ("auto" is a rule, never a measured choice)
+_KNOWN_PATHS = frozenset(i for kind, cls in ATTENTION_LAYERS.items() for i in cls.impls_of(kind)) - {"auto"}
+_COMPARED = re.compile(r" paths=(\S+)")
 
 
 def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
@@ -56,6 +62,20 @@ def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: s
     if impls:
         shape += f" paths={','.join(impls)}"
     return f"{machine_key(device)} | {shape}"
+
+
+def path_problem(key: str, value) -> str | None:
+    """What is wrong with a cached entry of ``attention-paths.json`` (None: nothing): its value must
+    name a path of some attention layer and, where its key lists the paths compared
+    (:func:`path_cache_key`), one of those."""
+    if not isinstance(value, str):
+        return f"an attention path's name was expected, got {value!r}"
+    compared = _COMPARED.search(key)
+    allowed = _KNOWN_PATHS if compared is None else set(compared.group(1).split(",")) & _KNOWN_PATHS
+    if value not in allowed:
+        return (f"it names the attention path {value!r}, which is not one of "
+                f"{', '.join(sorted(allowed)) or 'the paths attncnn has'}")
+    return None
 
 
 def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
@@ -93,8 +113,8 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     key = path_cache_key(model_config, batch, grid, precision, device, impls)
     if mode == "eval":
         key += " | test pass"           # training's keys stay as they were: their cached choices still hold
-    cached = read_cache(path).get(key)
-    if isinstance(cached, str):
+    cached = read_cache(path, path_problem).get(key)
+    if cached in impls:
         return cached, None
     layer = layer.to(device)
     x = torch.randn(batch, *grid, model_config.dim, device=device)
@@ -103,7 +123,7 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7,
                          backward=mode == "train")
     best = min(timings, key=timings.get)
-    write_cache(path, key, best)
+    write_cache(path, key, best, path_problem)
     return best, timings
 
 

@@ -79,8 +79,8 @@ class RunFolder:
             * ``"read"``: it must exist; nothing is written (evaluate an existing run).
 
             The three writing modes hold an exclusive lock on the folder until :meth:`close`; a
-            folder locked by a live process is refused (:class:`RunFolderError` naming its pid and
-            host). ``"read"`` takes no lock.
+            folder locked by a live process is refused before its contents are looked at
+            (:class:`RunFolderError`: in use, naming its pid and host). ``"read"`` takes no lock.
 
     Raises:
         ValueError: unknown ``mode``.
@@ -103,6 +103,11 @@ class RunFolder:
             if not p.is_dir():
                 raise RunFolderError(f"run folder {p} does not exist; check the path")
             return
+        if p.is_dir():
+            # A live trainer's folder is refused as in use before any check of its contents: a
+            # process started at the same moment as that trainer finds its first files, and being
+            # told to --resume a folder that another process holds would only be refused again.
+            self.check_not_in_use(p)
         if mode == "resume":
             _check_resumable(p)
         elif mode == "new":

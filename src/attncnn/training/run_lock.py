@@ -9,6 +9,7 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import time
 from pathlib import Path
 
 from .errors import RunFolderError
@@ -17,6 +18,8 @@ __all__ = ["LOCK_FILE", "RunLock"]
 
 #: the lock file of a run being trained, inside the run folder
 LOCK_FILE = ".lock"
+#: seconds to wait for a new holder's line (written right after it takes the lock)
+_HOLDER_WAIT = 1.0
 
 
 class RunLock:
@@ -64,10 +67,21 @@ class RunLock:
             os.close(fd)          # also drops the shared lock
 
 
+def _holder(fd: int) -> str:
+    """The line naming the lock's holder (pid and host). A holder that took the lock an instant ago
+    writes its line just after: an empty file is read again for up to :data:`_HOLDER_WAIT` seconds."""
+    deadline = time.monotonic() + _HOLDER_WAIT
+    while True:
+        os.lseek(fd, 0, os.SEEK_SET)
+        holder = os.read(fd, 256).decode("utf-8", "replace").strip()
+        if holder or time.monotonic() >= deadline:
+            return holder or "another process"
+        time.sleep(0.02)
+
+
 def _in_use(folder: Path, fd: int) -> RunFolderError:
     """The error for a folder whose lock another process holds; ``fd`` reads the holder's line."""
-    os.lseek(fd, 0, os.SEEK_SET)
-    holder = os.read(fd, 256).decode("utf-8", "replace").strip() or "another process"
+    holder = _holder(fd)
     return RunFolderError(f"run folder {folder} is in use: {holder} is training in it. Wait for that run to "
                           "finish or stop it (Ctrl-C / kill: it saves a checkpoint) before resuming, or "
                           "choose another --out folder")

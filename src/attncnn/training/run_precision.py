@@ -7,8 +7,13 @@ parameters, the optimizer state, the attention scores and softmax (the layers co
 float32 themselves, because CPU autocast does not), LayerNorm (the transformer keeps its residual
 stream in float32), the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the
 device runs it fast: a CUDA GPU with bfloat16 support, or a CPU whose oneDNN kernels have
-AVX512-BF16 or AMX instructions (measured on the 2-core AMD EPYC development machine: a 2048
-matrix product at 112 GFLOP/s in fp32 and 377 GFLOP/s in bf16); ``fp32`` everywhere else.
+AVX512-BF16 or AMX instructions (measured on a 2-core AMD EPYC with AVX512-BF16: a 2048 matrix
+product at 112 GFLOP/s in fp32 and 377 GFLOP/s in bf16); ``fp32`` everywhere else (on a 2-core AMD
+EPYC with AVX2 only, the same bf16 product runs at about 1 GFLOP/s against 100 in fp32).
+
+A trained or resumed run is run at :func:`machine_precision`: the run's own precision, except that
+a bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16 (the machine's
+choice, not the run's: ``evaluate``, ``prune``'s fine-tune, ``train --resume``, ``reproduce``).
 """
 
 from __future__ import annotations
@@ -18,7 +23,10 @@ import logging
 
 import torch
 
-__all__ = ["PRECISIONS", "fast_bf16", "resolve_precision", "autocast", "running_at"]
+from .machine_cache import cpu_name
+
+__all__ = ["PRECISIONS", "fast_bf16", "slow_bf16_reason", "resolve_precision", "machine_precision", "autocast",
+           "running_at"]
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +44,19 @@ def fast_bf16(device: torch.device) -> bool:
     return False
 
 
+def slow_bf16_reason(device: torch.device) -> str | None:
+    """None where :func:`fast_bf16` holds for ``device``; else why bf16 is slow there, in words that
+    name the CPU or GPU (for a log line, a skipped benchmark or a skipped test)."""
+    if fast_bf16(device):
+        return None
+    if device.type == "cuda":
+        return f"GPU {torch.cuda.get_device_name(device)} has no bfloat16 support"
+    if device.type == "cpu":
+        return (f"CPU {cpu_name()} has no bfloat16 matrix units (AVX512-BF16 or AMX), so bf16 matrix products "
+                "run far slower there than fp32 (about 1 against 100 GFLOP/s on an AVX2-only CPU)")
+    return f"device {device} has no known fast bfloat16 path"
+
+
 def resolve_precision(name: str, device: torch.device) -> str:
     """``"fp32"`` or ``"bf16"`` for the ``--precision`` value ``name`` on ``device``.
 
@@ -50,6 +71,34 @@ def resolve_precision(name: str, device: torch.device) -> str:
         log.warning("bf16 requested on %s, which has no bfloat16 matrix units: it will run, but likely slower "
                     "than fp32", device)
     return name
+
+
+def machine_precision(stored: str | None, device: torch.device, requested: str | None = None, *,
+                      what: str = "the run") -> str:
+    """``"fp32"`` or ``"bf16"``: the precision to run a trained or resumed run at on ``device``.
+
+    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision`
+    (``auto``: the device's choice; ``bf16`` is obeyed, with a warning where it is slow). Without it
+    the run's ``stored`` precision is kept (None or missing: ``fp32``, as runs from before
+    ``--precision`` trained), except that ``bf16`` becomes ``fp32`` on a device without fast bf16
+    (one INFO line naming ``what``, the device and how to keep bf16).
+
+    Raises:
+        ValueError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.
+    """
+    if requested is not None:
+        return resolve_precision(requested, device)
+    stored = "fp32" if stored is None else stored
+    if stored not in PRECISIONS:
+        raise ValueError(f"{what} stores precision {stored!r}, not one of {', '.join(PRECISIONS)}; pass --precision "
+                         "fp32 or bf16")
+    if stored == "bf16":
+        reason = slow_bf16_reason(device)
+        if reason is not None:
+            log.info("%s trained in bf16; running it in fp32 here: %s. Pass --precision bf16 to run it in bf16 "
+                     "anyway", what, reason)
+            return "fp32"
+    return resolve_precision(stored, device)
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:

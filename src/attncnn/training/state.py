@@ -115,7 +115,8 @@ class TrainState:
         optimizer: SGD over ``model``'s parameters.
         schedule: the learning rate of every ``(epoch, step)``.
         dist: this process's place among the processes (one process: a no-op).
-        about: what checkpoints record about the run besides the state (classes, data, parameters).
+        about: what checkpoints record about the run besides the state (classes, data, the
+            training images' ``image_size`` ``[height, width]``, parameters).
         epoch: whole epochs done (0-based index of the current epoch).
         step: batches done in the current epoch.
         sums: the current epoch's running sums.
@@ -164,8 +165,9 @@ class TrainState:
         if init_from is not None:
             load_weights(model, init_from)
         seed_rank_stream(config.seed, dist)
+        # image_size: a trained network is only right on images of this size; the Python API refuses others
         about = {"classes": list(dataset.classes), "dataset": dataset.source, "dataset_name": dataset.shareable_name,
-                 "parameters": count_parameters(model)}
+                 "image_size": list(dataset.train.images.shape[-2:]), "parameters": count_parameters(model)}
         if hasattr(model, "attention_paths"):          # which computation path each attention layer trains with
             about["attention_paths"] = model.attention_paths(*dataset.train.images.shape[-2:])
         return cls(config, model, make_optimizer(model, config), make_schedule(config, train_loader), dist, about)

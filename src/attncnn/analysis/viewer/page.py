@@ -146,7 +146,7 @@ def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike
                for run in opened]
     names = ", ".join(e.manifest["name"] for e in exports)
     data = build_html(exports, title=title or f"attncnn attention viewer: {names}").encode("utf-8")
-    atomic_write_bytes(out, data, shared=True)      # a page is meant to be shared, not mkstemp's 0600
+    atomic_write_bytes(out, data)
     log.info("viewer: wrote %s (%.1f MB)", out, len(data) / 1e6)
     if len(data) > _LARGE_PAGE:
         # maps grow as (H*W)^2 per head: a 32x32 token grid is 16 times a 16x16 one
