@@ -1,7 +1,10 @@
 """The trained models the repository ships in ``results/``, by name: :func:`pretrained`.
 
 ``results/<suite>/...`` holds ordinary run folders, one per trained model and seed
-(``results/mini/quadratic-mini/seed0``, ``results/efficiency/gpsa-mini/10pct/seed1``). They are
+(``results/mini/quadratic-mini/seed0``, ``results/efficiency/gpsa-mini/10pct/seed1``). A preset's
+name alone means its longest finished run among the suites (``"quadratic-mini"``: the 60-epoch
+run of ``results/mini-long`` rather than the 6-epoch one of ``results/mini``; ``"quadratic"``: the
+paper-width run of ``results/paper-long``); a path under ``results/`` names one run exactly. They are
 committed to the repository, not packed into the installed package (an installed wheel has no
 ``results/``), so :func:`pretrained` looks for them, in this order:
 
@@ -13,6 +16,8 @@ committed to the repository, not packed into the installed package (an installed
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import re
 from pathlib import Path
@@ -25,9 +30,9 @@ __all__ = ["RESULTS_ENV", "pretrained", "pretrained_path", "list_pretrained", "r
 
 #: environment variable naming a results folder (a clone's ``results/``)
 RESULTS_ENV = "ATTNCNN_RESULTS"
-#: the suite whose models a bare preset name means (the reduced-scale Table 1 study)
-_DEFAULT_SUITE = "mini"
 _SEED = re.compile(r"seed(\d+)$")
+
+log = logging.getLogger(__name__)
 
 
 def results_folders(root: str | os.PathLike | None = None) -> list[Path]:
@@ -55,28 +60,45 @@ def _has_checkpoint(folder: Path) -> bool:
 
 
 def _candidates(name: str, seed: int, roots: list[Path]) -> list[Path]:
-    """Folders that would hold ``name``'s run with ``seed``, in the order they are tried."""
+    """Folders that would hold ``name``'s run with ``seed``: for a preset's name alone, the run of
+    every suite folder (``<root>/<suite>/<name>/seed<seed>``), then ``<root>/<name>/seed<seed>``."""
     parts = Path(name).parts
     if not name or Path(name).is_absolute() or ".." in parts:
         raise ValueError(f"a pretrained model's name is a preset such as 'quadratic-mini' or a path under "
                          f"results/ such as 'efficiency/gpsa-mini/10pct', got {name!r}")
     out = []
     for root in roots:
-        if len(parts) == 1:
-            out.append(root / _DEFAULT_SUITE / name / f"seed{seed}")
+        if len(parts) == 1 and root.is_dir():
+            out += [suite / name / f"seed{seed}" for suite in sorted(root.iterdir()) if suite.is_dir()]
         out.append(root / name / f"seed{seed}")
     return out
+
+
+def _epochs(folder: Path) -> int:
+    """The epochs a finished run trained (its ``finished.json``; 0 where it says none)."""
+    try:
+        epochs = json.loads((folder / "finished.json").read_text()).get("epochs")
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return epochs if isinstance(epochs, int) else 0
+
+
+def _longest(folders: list[Path]) -> Path | None:
+    """The finished run with a checkpoint that trained the most epochs (the first such on a tie)."""
+    found = [f for f in folders if _has_checkpoint(f)]
+    return max(found, key=_epochs) if found else None
 
 
 def list_pretrained(root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
     """The ``(name, seed)`` of every trained model found (see :func:`results_folders`).
 
-    Names are what :func:`pretrained` takes: the preset alone for the reduced-scale study
-    (``("quadratic-mini", 0)``), the path under ``results/`` otherwise
-    (``("efficiency/gpsa-mini/10pct", 1)``).
+    Names are what :func:`pretrained` takes: the preset alone for the run a preset's name means
+    (its longest finished run, e.g. ``("quadratic-mini", 0)`` for ``results/mini-long``), the path
+    under ``results/`` otherwise (``("mini/quadratic-mini", 0)``, ``("efficiency/gpsa-mini/10pct", 1)``).
     """
+    roots = results_folders(root)
     found = set()
-    for base in results_folders(root):
+    for base in roots:
         if not base.is_dir():
             continue
         for config in base.rglob("config.json"):
@@ -84,15 +106,17 @@ def list_pretrained(root: str | os.PathLike | None = None) -> list[tuple[str, in
             match = _SEED.fullmatch(folder.name)
             if match is None or not _has_checkpoint(folder):
                 continue
-            name = folder.parent.relative_to(base).as_posix()
-            if name.startswith(_DEFAULT_SUITE + "/") and name.count("/") == 1:
-                name = name.split("/", 1)[1]
-            found.add((name, int(match.group(1))))
-    return sorted(found, key=lambda item: ("/" in item[0], item))      # the Table 1 study first
+            seed, name = int(match.group(1)), folder.parent.relative_to(base).as_posix()
+            preset = folder.parent.name
+            if name.count("/") == 1 and _longest(_candidates(preset, seed, roots)) == folder:
+                name = preset
+            found.add((name, seed))
+    return sorted(found, key=lambda item: ("/" in item[0], item))      # the presets' own runs first
 
 
 def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None = None) -> Path:
-    """The run folder of a shipped model (what :func:`pretrained` loads).
+    """The run folder of a shipped model (what :func:`pretrained` loads): for a preset's name alone,
+    its longest finished run (the most epochs; see the module's description).
 
     Raises:
         ValueError: a name that is neither a preset nor a relative path.
@@ -101,9 +125,13 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
     """
     roots = results_folders(root)
     candidates = _candidates(name, seed, roots)
-    for folder in candidates:
-        if _has_checkpoint(folder):
-            return folder
+    chosen = _longest(candidates)
+    if chosen is not None:
+        others = [f for f in candidates if f != chosen and _has_checkpoint(f)]
+        if others:
+            log.info("%s seed %d: the %d-epoch run %s (also trained: %s)", name, seed, _epochs(chosen), chosen,
+                     ", ".join(f"{f} ({_epochs(f)} epochs)" for f in others))
+        return chosen
     available = list_pretrained(root)
     listing = (", ".join(f"{n} seed {s}" for n, s in available[:12]) + (", ..." if len(available) > 12 else "")
                if available else "none")
@@ -119,10 +147,11 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
     """A model trained by this project, by name, ready for images in ``[0, 1]``.
 
     Args:
-        name: a preset of the reduced-scale Table 1 study (``results/mini``): ``"quadratic-mini"``
-            (seeds 0-2), ``"learned-mini"`` (0-2), ``"quadratic-generalized-mini"``,
-            ``"learned-content-mini"``, ``"resnet18-mini"``; or a path under ``results/`` without
-            the seed, e.g. ``"efficiency/gpsa-mini/10pct"`` (:func:`list_pretrained` lists them).
+        name: a preset, meaning its longest finished run (``"quadratic"``: width 400, 60 epochs;
+            ``"quadratic-mini"``: width 64, 60 epochs, seeds 0-2; ``"learned-mini"``,
+            ``"resnet18-mini"`` likewise; the choice is logged when several runs exist); or a path
+            under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"`` (6 epochs) or
+            ``"efficiency/gpsa-mini/10pct"`` (:func:`list_pretrained` lists them).
         seed: which seed's run.
         root: a results folder to look in instead of the default places (see the module's
             description; ``$ATTNCNN_RESULTS`` sets it too).

@@ -24,7 +24,7 @@ class Suite:
     """A named set of Table 1 runs.
 
     Attributes:
-        name: ``"mini"``, ``"mini-long"`` or ``"paper"``.
+        name: ``"mini"``, ``"mini-long"``, ``"paper-long"`` or ``"paper"``.
         description: one line for the help text and the report.
         presets: the presets, in the order they are trained (one Table 1 row each).
         seeds: default seeds of every preset.
@@ -77,8 +77,9 @@ _PAPER_ROWS = ("quadratic", "learned", "resnet18", "quadratic-generalized", "lea
 
 SUITES: dict[str, Suite] = {s.name: s for s in [
     Suite("mini", "Table 1 at CPU scale: width 64, 6 epochs, the paper's geometry and recipe shape "
-          "(on 2 CPU cores, measured: 2.4 h for one seed of the four cheaper models, 4.9 h with the "
-          "quadratic and learned models' three seeds; learned-content alone 2.7 h)",
+          "(measured in bf16 on 2 cores of an AMD EPYC with AVX512-BF16: 2.4 h for one seed of the four "
+          "cheaper models, 4.9 h with the quadratic and learned models' three seeds; learned-content alone "
+          "2.7 h; other CPUs differ, a CPU without bf16 units trains in fp32: --dry-run estimates this machine)",
           tuple(f"{name}-mini" for name in _PAPER_ROWS), (0,),
           # three seeds for the two models whose comparisons need a spread: quadratic's grid claim,
           # and learned, which the content claim and learned-vs-quadratic compare against
@@ -95,6 +96,13 @@ SUITES: dict[str, Suite] = {s.name: s for s in [
           {f"{name}-mini": name for name in _PAPER_ROWS}, "quadratic-mini", evolution_from="metrics",
           overrides=(("epochs", 60), ("checkpoint_every", 10)), last=("learned-content-mini",),
           settle_epochs=(6, 20, 40, 60), baseline="mini"),
+    # The paper's own networks (width 400) with mini-long's length and analysis, so that widths 64 and
+    # 400 compare at equal epochs; trained on a GPU, a run per short job (benchmarks/gpu/job.py).
+    Suite("paper-long", "Table 1 at the paper's width (400) for 60 epochs: the paper's presets and recipe (SGD "
+          "0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100), mini-long's length; for a GPU (measured: quadratic's "
+          "60 epochs in 7.4 min on an NVIDIA H200 in bf16, compiled)",
+          _PAPER_ROWS, (0,), {}, {name: name for name in _PAPER_ROWS}, "quadratic", evolution_from="metrics",
+          overrides=(("epochs", 60),), last=("learned-content",), settle_epochs=(6, 20, 40, 60)),
     Suite("paper", "Table 1 at the paper's scale: width 400, 300 epochs (for a GPU: days in all)",
           _PAPER_ROWS, (0,), {}, {name: name for name in _PAPER_ROWS}, "quadratic"),
 ]}

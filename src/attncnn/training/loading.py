@@ -30,8 +30,8 @@ from .config import config_from_dict
 from .errors import TrainingError
 from .run_folder import RunFolder
 
-__all__ = ["load_model", "check_weights", "load_weights", "checkpoint_of", "build_checked", "specs_of",
-           "init_from_mismatch"]
+__all__ = ["load_model", "check_weights", "load_weights", "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked",
+           "specs_of", "init_from_mismatch"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -39,6 +39,11 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
            "BOOL": torch.bool}
 
 Specs = dict  # {name: (torch dtype, shape tuple)}
+
+#: (file dtype, model dtype) pairs that load by widening: weights shipped in bfloat16 to halve the
+#: files of the paper-width models load exactly into their float32 parameters (every bfloat16 value
+#: is a float32 value); nothing narrows on load
+_WIDENED = {(torch.bfloat16, torch.float32)}
 
 
 def specs_of(state: dict[str, torch.Tensor]) -> Specs:
@@ -55,7 +60,8 @@ log = logging.getLogger(__name__)
 
 def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
     """The tensors described by ``specs`` (:func:`specs_of`, :func:`file_specs`) must match
-    ``model.state_dict()`` by name, shape and dtype; ``model`` may live on the meta device.
+    ``model.state_dict()`` by name, shape and dtype (a bfloat16 tensor fits a float32 one: it
+    widens exactly on load); ``model`` may live on the meta device.
 
     Raises:
         ValueError: missing or unexpected names (the first five of each), or a shape or dtype
@@ -71,7 +77,7 @@ def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
         if shape != expected[name][1]:
             raise ValueError(f"checkpoint {path}: weight {name!r} has shape {shape}, "
                              f"the configuration needs {expected[name][1]}")
-        if dtype != expected[name][0]:
+        if dtype != expected[name][0] and (dtype, expected[name][0]) not in _WIDENED:
             raise ValueError(f"checkpoint {path}: weight {name!r} is {dtype}, the configuration needs "
                              f"{expected[name][0]}")
 
@@ -123,19 +129,40 @@ def _short(config: dict) -> str:
                                                                      "head_dim", "widths", "blocks"))
 
 
-def checkpoint_of(path: str | Path) -> Path:
-    """``path`` itself, or for a run folder its ``best`` checkpoint (else ``last``).
+#: The checkpoint every command and :func:`load_model` take from a run folder unless told otherwise:
+#: the final weights, the epoch that ``finished.json``, the reports and the READMEs quote. ``best``
+#: (the epoch of highest test accuracy) is chosen on the test set itself, so it is taken only when
+#: asked for (``--checkpoint best``, ``checkpoint="best"`` or the file's path).
+DEFAULT_CHECKPOINT = "last"
+
+
+def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
+    """``path`` itself if it is a file, or for a run folder its ``checkpoints/<checkpoint>.safetensors``
+    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``: the final weights).
+
+    Args:
+        path: a checkpoint file or a run folder.
+        checkpoint: for a run folder, which of its checkpoints: ``"last"``, ``"best"``, ``"epoch_0010"``...
 
     Raises:
-        FileNotFoundError: no such file, or a run folder without either checkpoint.
+        FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
+            the checkpoints it holds).
+        ValueError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)
     if path.is_dir():
         folder = RunFolder(path, mode="read")
-        best, last = folder.checkpoint_path("best"), folder.checkpoint_path("last")
-        path = best if best.exists() else last
+        name = checkpoint or DEFAULT_CHECKPOINT
+        path = folder.checkpoint_path(name)
         if not path.exists():
-            raise FileNotFoundError(f"run folder {folder.path} holds no 'best' or 'last' checkpoint")
+            held = sorted(p.stem for p in (folder.path / "checkpoints").glob("*.safetensors"))
+            hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME) or give its file, e.g. "
+                    f"{folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \
+                "it holds none yet; train (or resume) the run until it writes one"
+            raise FileNotFoundError(f"run folder {folder.path} holds no {name!r} checkpoint; {hint}")
+    elif checkpoint is not None:
+        raise ValueError(f"{path} is a checkpoint file, and a checkpoint name ({checkpoint!r}) chooses among a run "
+                         "folder's checkpoints; give the run folder, or the file alone")
     if not path.exists():
         raise FileNotFoundError(f"no checkpoint at {path}")
     return path
@@ -160,8 +187,11 @@ def _checked_metadata(path: Path, meta) -> dict:
     return meta
 
 
-def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn.Module, dict]:
-    """Rebuild a network from a checkpoint file (or a run folder: its ``best`` or ``last``).
+def load_model(path: str | Path, device: str | torch.device = "cpu",
+               checkpoint: str | None = None) -> tuple[nn.Module, dict]:
+    """Rebuild a network from a checkpoint file, or from a run folder's ``checkpoint`` (default
+    ``last``, the final weights; see :func:`checkpoint_of`). For a run folder, the checkpoint taken
+    and its epoch are logged (INFO), so that every command says which weights it used.
 
     The stored configuration is validated (unknown keys and wrong types are named) and checked on
     the meta device against the file's tensors (:func:`build_checked`) before anything is
@@ -171,13 +201,16 @@ def load_model(path: str | Path, device: str | torch.device = "cpu") -> tuple[nn
         ``(model in eval mode, checkpoint metadata)``.
 
     Raises:
-        FileNotFoundError: no checkpoint at ``path``.
+        FileNotFoundError: no checkpoint at ``path``, or not the one asked for in a run folder.
         attncnn.training.checkpoint.CheckpointError: not a safe attncnn checkpoint, or corrupt.
         ValueError: configuration or weights that do not fit, or a model larger than memory (the
-            message names the key).
+            message names the key); ``checkpoint`` given with a checkpoint file.
     """
-    path = checkpoint_of(path)
+    given = Path(path)
+    path = checkpoint_of(given, checkpoint)
     meta = _checked_metadata(path, read_metadata(path))     # the header only: no tensor is read yet
+    if given.is_dir():
+        log.info("run folder %s: using %s (epoch %s)", given, path, meta.get("epoch", "?"))
     try:
         model = build_checked(meta["arch"], dict(meta["model_config"]), weights=path, device="cpu",
                               source=f"checkpoint {path}")

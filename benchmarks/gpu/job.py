@@ -1,0 +1,472 @@
+"""Train a suite's runs on a lent GPU inside one short job, and bring them back whole.
+
+A lent GPU machine receives at most 64 MiB of the working tree (no ``results/``; the CIFAR-10 zip
+travels), runs one command for at most 10 minutes, keeps nothing afterwards and returns at most
+8 files of at most 16 MiB each (64 MiB in all). This script is the one command of such a job and
+the one that unpacks what it returns:
+
+``train`` (on the GPU machine) starts every named run at once, one process each (the GPU has room
+for several, and the 16 CPU cores feed them), as ordinary suite jobs (``attncnn reproduce``'s
+folders ``<suite>/<preset>/seed<N>``, one epoch record per epoch with its machine and the
+attention metrics). A run is *primary* (it must finish in this job) or a *filler* (``:filler``:
+a resumable run that takes what the primaries leave: it is stopped, with a resumable checkpoint,
+as soon as a primary's projected end passes the deadline, and at the deadline in any case).
+Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
+from their last checkpoint. At ``--budget`` seconds every run still training is stopped
+(SIGINT: it writes a resumable checkpoint), then the runs are packed:
+
+* a finished run as ``attncnn reproduce --trim`` ships it, leanly: config, metrics, machine,
+  ``finished.json`` and the final weights (``checkpoints/last.safetensors``, float32, weights only);
+* an unfinished run as ``--ship`` leaves it: its newest checkpoint with the optimiser state;
+* all in one gzip tar, split into parts of at most :data:`PART_BYTES`, with ``pack.json`` naming
+  each part's sha256 and each run's state. When the parts would exceed :data:`MAX_BYTES`, the
+  largest finished runs' weights are stored in bfloat16 instead (``pack.json`` says which).
+
+``unpack`` (here) checks every part's digest, and extracts the runs into ``results/``: a run that
+is not there yet, or an unfinished one that the pack carries further, replaces what is there; a
+finished run there is never replaced (the message says so).
+
+``pack-data`` (here) packs the CIFAR-10 zip for the trip (59 MiB -> 18 MiB; ``train`` rebuilds it).
+
+Example (the device tool's command; ``.gpu/`` is ignored by git and carried; docs/development.md
+has the whole procedure)::
+
+    python benchmarks/gpu/job.py pack-data ../shared/data/cifar10-jpeg.zip .gpu/cifar10-jpeg.zpack
+    python3 benchmarks/gpu/job.py train --data .gpu/cifar10-jpeg.zpack --from .gpu/results \\
+        --budget 545 --pack-to "$OUT" --compile paper-long/learned/0 mini-long/learned-content-mini/0:filler
+    python benchmarks/gpu/job.py unpack /work/.device/<N> --into results
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: the device machine returns at most 8 files of at most 16 MiB, 64 MiB in all: parts of 15 MiB,
+#: at most 60 MiB of them, leave room for pack.json and the job's log
+PART_BYTES = 15 * 2**20
+MAX_BYTES = 60 * 2**20
+PACK_FILE = "pack.json"
+#: a data set packed by :func:`pack_data`
+DATA_SUFFIX = ".zpack"
+#: seconds a stopped run gets to write its checkpoint before it is killed
+STOP_GRACE = 60.0
+POLL = 2.0
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run of the job: ``suite/preset/seed``, a filler or not."""
+
+    suite: str
+    preset: str
+    seed: int
+    filler: bool = False
+
+    @property
+    def relative(self) -> Path:
+        return Path(self.suite) / self.preset / f"seed{self.seed}"
+
+    @classmethod
+    def parse(cls, text: str) -> "RunSpec":
+        """``paper-long/quadratic/0`` or ``mini-long/learned-content-mini/0:filler``.
+
+        Raises:
+            ValueError: another form (the message shows the expected one).
+        """
+        body, _, role = text.partition(":")
+        parts = body.split("/")
+        if len(parts) != 3 or not parts[2].isdigit() or role not in ("", "filler"):
+            raise ValueError(f"a run is SUITE/PRESET/SEED[:filler], e.g. paper-long/quadratic/0, got {text!r}")
+        return cls(parts[0], parts[1], int(parts[2]), role == "filler")
+
+
+def _job(spec: RunSpec, root: Path, compile_new: bool, epochs: int | None = None):
+    """The suite job of ``spec`` under ``root``; a new run gets ``compile`` when asked, a resumed one
+    keeps its own setting (``--resume`` changes nothing of a run's configuration)."""
+    from attncnn.reproduce.suites import Job, get_suite, job_state, plan
+    job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
+    if compile_new and job_state(job) == "new":
+        job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
+    return job
+
+
+def _worker(args: argparse.Namespace) -> int:
+    """Train one run (a child process of ``train``)."""
+    from attncnn.analysis.metrics import epoch_metrics
+    from attncnn.reproduce.runner import TrainOptions, train_jobs
+    from attncnn.training import TrainingInterrupted
+    spec = RunSpec.parse(args.run)
+    job = _job(spec, Path(args.root), args.compile, args.epochs)
+    try:
+        train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset),
+                   progress=False,
+                   epoch_metrics=epoch_metrics)
+    except TrainingInterrupted as err:
+        print(f"{spec.relative}: stopped, resumable from {err.checkpoint}", flush=True)
+        return 130
+    return 0
+
+
+def _epochs_done(folder: Path) -> int:
+    path = folder / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+class _Running:
+    """A run's process and the wall-clock times at which its epoch records appeared."""
+
+    def __init__(self, spec: RunSpec, process: subprocess.Popen, folder: Path, epochs: int):
+        self.spec, self.process, self.folder, self.epochs = spec, process, folder, epochs
+        self.seen = _epochs_done(folder)
+        self.times = [time.monotonic()]
+        self.stopped = False
+
+    def poll_epochs(self) -> None:
+        done = _epochs_done(self.folder)
+        if done > self.seen:
+            self.times += [time.monotonic()] * (done - self.seen)
+            self.seen = done
+
+    def projected_end(self) -> float | None:
+        """When the run would finish at the pace of its last epoch (None: no epoch timed yet;
+        the first one includes the start and any compilation)."""
+        if len(self.times) < 3:
+            return None
+        return self.times[-1] + (self.epochs - self.seen) * (self.times[-1] - self.times[-2])
+
+    def stop(self) -> None:
+        if not self.stopped and self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)     # once: a second signal stops without a checkpoint
+        self.stopped = True
+
+
+def to_stop(running: list, now: float, deadline: float) -> list[tuple[object, str]]:
+    """The runs to stop now, with the reason: every run at the deadline; before it, every filler
+    as soon as a primary still training is projected to end after the deadline (its pace is that
+    of its last epoch, which the fillers slow down: stopping them gives the primary the GPU)."""
+    late = [r for r in running if not r.spec.filler and r.process.poll() is None
+            and (r.projected_end() or 0) > deadline]
+    out = []
+    for r in running:
+        if r.stopped or r.process.poll() is not None:
+            continue
+        if now > deadline:
+            out.append((r, "deadline"))
+        elif r.spec.filler and late:
+            out.append((r, f"{late[0].spec.relative} projected past the deadline"))
+    return out
+
+
+def _train(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    deadline = started + args.budget
+    specs = [RunSpec.parse(text) for text in args.runs]
+    root = Path(args.work).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    if args.data.endswith(DATA_SUFFIX):
+        args.data = str(unpack_data(args.data, root / "data"))
+        print(f"data: {args.data} rebuilt from its pack", flush=True)
+    if args.from_dir:
+        for spec in specs:
+            source = Path(args.from_dir) / spec.relative
+            if source.is_dir() and not (root / spec.relative).exists():
+                shutil.copytree(source, root / spec.relative)
+                print(f"{spec.relative}: carried along, resumes from its last checkpoint", flush=True)
+    logs = root / "logs"
+    logs.mkdir(exist_ok=True)
+    from attncnn.reproduce.suites import get_suite
+    running = []
+    for spec in specs:
+        epochs = args.epochs or dict(get_suite(spec.suite).overrides).get("epochs") or 0
+        command = [sys.executable, __file__, "worker", spec.suite + "/" + spec.preset + "/" + str(spec.seed),
+                   "--root", str(root), "--data", args.data, "--device", args.device]
+        command += ["--compile"] if args.compile else []
+        command += ["--epochs", str(args.epochs)] if args.epochs else []
+        command += ["--train-subset", str(args.train_subset)] if args.train_subset else []
+        log = open(logs / f"{spec.suite}-{spec.preset}-seed{spec.seed}.log", "w")
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        running.append(_Running(spec, process, root / spec.relative, epochs))
+        print(f"{spec.relative}: started ({'filler' if spec.filler else 'primary'}, pid {process.pid})", flush=True)
+    while any(r.process.poll() is None for r in running):
+        time.sleep(POLL)
+        now = time.monotonic()
+        for r in running:
+            r.poll_epochs()
+        for r, why in to_stop(running, now, deadline):
+            print(f"{r.spec.relative}: stopping ({why}) after {r.seen} epochs, {now - started:.0f} s", flush=True)
+            r.stop()
+        for r in running:
+            if r.stopped and r.process.poll() is None and now > deadline + STOP_GRACE:
+                r.process.kill()
+    for r in running:
+        r.poll_epochs()
+        print(f"{r.spec.relative}: exit {r.process.returncode}, {r.seen} epoch records, "
+              f"{time.monotonic() - started:.0f} s since the job started", flush=True)
+        print((logs / f"{r.spec.suite}-{r.spec.preset}-seed{r.spec.seed}.log").read_text()[-1500:], flush=True)
+    pack(root, specs, Path(args.pack_to), logs, epochs=args.epochs, max_bytes=int(args.max_mib * 2**20))
+    return 0
+
+
+def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
+    """Trim a finished run or ship an unfinished one in place; returns its entry in pack.json."""
+    from attncnn.reproduce.ship import trim_job
+    from attncnn.reproduce.suites import get_suite, job_state, plan
+    from attncnn.reproduce.unfinished import ship_unfinished
+    job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
+    state = job_state(job)
+    if state == "finished":
+        trim_job(job, keep_epochs=False, lean=True)
+    elif state == "interrupted":
+        ship_unfinished(job)
+    entry = {"run": str(spec.relative), "state": state, "epochs": _epochs_done(job.folder)}
+    if state == "finished":
+        final = json.loads((job.folder / "finished.json").read_text()).get("final") or {}
+        entry["test_accuracy"] = final.get("test_accuracy")
+    return entry
+
+
+def to_bfloat16(path: Path) -> None:
+    """Rewrite a weights-only checkpoint with its floating-point tensors in bfloat16 (half the
+    bytes; ``attncnn`` loads them into float32 models)."""
+    import torch
+    from attncnn.training import load_checkpoint, write_checkpoint
+    ckpt = load_checkpoint(path)
+    if ckpt.optimizer_state is not None:
+        raise ValueError(f"{path} holds an optimiser state: only a finished run's weights are stored in bfloat16")
+    ckpt.model_state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in ckpt.model_state.items()}
+    ckpt.metadata = {**ckpt.metadata, "weights_dtype": "bfloat16"}
+    write_checkpoint(path, ckpt)
+
+
+def _tar_bytes(root: Path, relatives: list[Path], extra: list[Path], leave_out: set[Path]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz", compresslevel=1) as tar:
+        for relative in relatives:
+            if (root / relative).exists():
+                tar.add(root / relative, arcname=str(relative), filter=lambda info: None if root / info.name in
+                        leave_out else info)
+        for path in extra:
+            tar.add(path, arcname=str(Path("logs") / path.name))
+    return buffer.getvalue()
+
+
+def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, *, epochs: int | None = None,
+         max_bytes: int = MAX_BYTES) -> dict:
+    """Pack the runs of ``specs`` under ``root`` into ``out``: parts ``runs.tar.gz.NNN`` and
+    ``pack.json``. Returns the manifest.
+
+    What does not fit in ``max_bytes`` is shrunk, largest finished run first: its weights are
+    stored in bfloat16; if that is not enough, its weights stay behind (its records and
+    configuration still come back; ``pack.json`` says ``"weights": "left behind"``).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    entries = []
+    for spec in specs:
+        try:
+            entries.append(_prepare(root, spec, epochs))
+        except ValueError as err:        # e.g. never started: nothing to bring back
+            entries.append({"run": str(spec.relative), "state": "not packed", "why": str(err)})
+    log_files = sorted(logs.glob("*.log")) if logs else []
+    relatives = [Path(e["run"]) for e in entries if e["state"] in ("finished", "interrupted")]
+    leave_out: set[Path] = set()
+    data = _tar_bytes(root, relatives, log_files, leave_out)
+    finished = sorted((e for e in entries if e["state"] == "finished"),
+                      key=lambda e: -(root / e["run"] / "checkpoints" / "last.safetensors").stat().st_size)
+    for shrink in ("bfloat16", "left behind"):
+        for entry in finished:
+            if len(data) <= max_bytes:
+                break
+            weights = root / entry["run"] / "checkpoints" / "last.safetensors"
+            if shrink == "bfloat16":
+                to_bfloat16(weights)
+            else:
+                leave_out.add(weights)
+            entry["weights"] = shrink
+            data = _tar_bytes(root, relatives, log_files, leave_out)
+    if len(data) > max_bytes:      # unfinished runs' checkpoints alone are too large: keep their records
+        for e in entries:
+            if e["state"] == "interrupted":
+                leave_out.add(root / e["run"] / "checkpoints")
+                e["checkpoint"] = "left behind"
+        data = _tar_bytes(root, relatives, log_files, leave_out)
+        print(f"warning: unfinished runs' checkpoints left behind: the pack would exceed {max_bytes / 2**20:.0f} MiB",
+              flush=True)
+    parts = []
+    for n, start in enumerate(range(0, len(data), PART_BYTES)):
+        chunk = data[start:start + PART_BYTES]
+        name = f"runs.tar.gz.{n:03d}"
+        (out / name).write_bytes(chunk)
+        parts.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
+    manifest = {"runs": entries, "parts": parts, "sha256": hashlib.sha256(data).hexdigest()}
+    (out / PACK_FILE).write_text(json.dumps(manifest, indent=1) + "\n")
+    for e in entries:
+        print(f"packed {e['run']}: {e['state']}, {e.get('epochs', 0)} epochs"
+              + (f", test accuracy {e['test_accuracy']:.4f}" if e.get("test_accuracy") is not None else "")
+              + (f", weights {e['weights']}" if e.get("weights") else ""), flush=True)
+    print(f"pack: {len(data) / 2**20:.1f} MiB in {len(parts)} parts", flush=True)
+    return manifest
+
+
+def pack_data(zip_path: str | Path, out: str | Path) -> int:
+    """Write a zip of images (the CIFAR-10 JPEG copy) as one zlib stream: its members' names and
+    bytes, in order. The copy's 60,000 JPEGs share their headers, so this is 18 MB where the zip is
+    62 MB, which leaves room in the 64 MiB a job receives for unfinished runs to resume.
+    Returns the bytes written."""
+    import zipfile
+    import zlib
+    with zipfile.ZipFile(zip_path) as archive:
+        infos = archive.infolist()
+        index = [[i.filename, i.file_size] for i in infos]
+        payload = b"".join(archive.read(i) for i in infos if not i.is_dir())
+    head = json.dumps({"name": Path(zip_path).name, "members": index}).encode()
+    data = zlib.compress(len(head).to_bytes(8, "little") + head + payload, 6)
+    Path(out).write_bytes(data)
+    return len(data)
+
+
+def unpack_data(packed: str | Path, folder: str | Path) -> Path:
+    """Rebuild the zip that :func:`pack_data` packed, under its own file name in ``folder``; the
+    members' bytes are the original ones, so the decoded images (and a run's record of its data
+    set) are the same. Returns the zip's path."""
+    import zipfile
+    import zlib
+    data = zlib.decompress(Path(packed).read_bytes())
+    size = int.from_bytes(data[:8], "little")
+    head = json.loads(data[8:8 + size])
+    path = Path(folder) / head["name"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    offset = 8 + size
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        for name, length in head["members"]:
+            if name.endswith("/"):
+                archive.mkdir(name) if hasattr(archive, "mkdir") else archive.writestr(name, b"")
+                continue
+            archive.writestr(name, data[offset:offset + length])
+            offset += length
+    if offset != len(data):
+        raise ValueError(f"{packed} is damaged: its index does not account for its bytes")
+    return path
+
+
+def _read_pack(folder: Path) -> tuple[dict, bytes]:
+    manifest = json.loads((folder / PACK_FILE).read_text())
+    chunks = []
+    for part in manifest["parts"]:
+        path = folder / part["file"]
+        if not path.is_file():
+            raise ValueError(f"{path} is missing: fetch every file the job wrote ({PACK_FILE} lists them)")
+        chunk = path.read_bytes()
+        if hashlib.sha256(chunk).hexdigest() != part["sha256"]:
+            raise ValueError(f"{path} does not match its sha256 in {PACK_FILE}: the copy is damaged, fetch it again")
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    if hashlib.sha256(data).hexdigest() != manifest["sha256"]:
+        raise ValueError(f"the parts in {folder} do not join into the packed file: fetch them again")
+    return manifest, data
+
+
+def unpack(folder: str | Path, into: str | Path) -> list[str]:
+    """Extract a job's runs into ``into`` (e.g. ``results``); returns what happened to each run.
+
+    A run not there yet is added; an unfinished run there is replaced when the pack holds it
+    finished or further along; a finished run there is kept (the pack's copy is skipped).
+
+    Raises:
+        ValueError: a missing or damaged part (named).
+    """
+    from attncnn.training import RunFolder
+    manifest, data = _read_pack(Path(folder))
+    into = Path(into)
+    done = []
+    with tempfile.TemporaryDirectory(dir=into.parent if into.parent.exists() else None) as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            tar.extractall(tmp, filter="data")      # refuses absolute paths, links out, devices
+        for entry in manifest["runs"]:
+            if entry["state"] not in ("finished", "interrupted"):
+                done.append(f"{entry['run']}: not in the pack ({entry.get('why', entry['state'])})")
+                continue
+            source, target = Path(tmp) / entry["run"], into / entry["run"]
+            if entry.get("checkpoint") == "left behind":      # records without a checkpoint resume nothing
+                done.append(f"{entry['run']}: not unpacked: unfinished, and its checkpoint was left behind (its "
+                            f"{entry['epochs']} epoch records are in the pack)")
+                continue
+            if target.exists():
+                here = RunFolder(target, mode="read")
+                if here.finished:
+                    done.append(f"{entry['run']}: kept the finished run already in {into}")
+                    continue
+                if entry["state"] != "finished" and _epochs_done(target) >= entry["epochs"]:
+                    done.append(f"{entry['run']}: kept {target} (as far along as the pack's copy)")
+                    continue
+                shutil.rmtree(target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(source), str(target))
+            done.append(f"{entry['run']}: {entry['state']} after {entry['epochs']} epochs -> {target}")
+    return done
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    t = sub.add_parser("train", help="train runs within a time budget and pack them (on the GPU machine)")
+    t.add_argument("runs", nargs="+", metavar="SUITE/PRESET/SEED[:filler]")
+    t.add_argument("--data", required=True, help=f"the CIFAR-10 zip or folder, or a *{DATA_SUFFIX} from pack-data")
+    t.add_argument("--from", dest="from_dir", help="a results-like folder holding unfinished runs to resume")
+    t.add_argument("--work", default="/tmp/attncnn-gpu-job", help="where the runs train")
+    t.add_argument("--budget", type=float, required=True, help="seconds until every run is stopped and packed")
+    t.add_argument("--pack-to", required=True, help="folder of the files to bring back ($OUT)")
+    t.add_argument("--device", default="cuda")
+    t.add_argument("--compile", action="store_true", help="torch.compile new runs' training steps")
+    t.add_argument("--epochs", type=int, help="smoke runs: epochs instead of the suite's")
+    t.add_argument("--train-subset", type=int, metavar="N", help="smoke runs: train on N images")
+    t.add_argument("--max-mib", type=float, default=MAX_BYTES / 2**20, help="largest pack (default: %(default)s)")
+    w = sub.add_parser("worker", help=argparse.SUPPRESS)
+    w.add_argument("run")
+    w.add_argument("--root", required=True)
+    w.add_argument("--data", required=True)
+    w.add_argument("--device", default="cuda")
+    w.add_argument("--compile", action="store_true")
+    w.add_argument("--epochs", type=int)
+    w.add_argument("--train-subset", type=int)
+    d = sub.add_parser("pack-data", help=f"pack an image zip for the trip (here; train takes the *{DATA_SUFFIX})")
+    d.add_argument("zip")
+    d.add_argument("out")
+    u = sub.add_parser("unpack", help="check a job's files and extract its runs (here)")
+    u.add_argument("folder", help="the folder holding pack.json and its parts")
+    u.add_argument("--into", default="results")
+    args = parser.parse_args(argv)
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
+    if args.command == "worker":
+        return _worker(args)
+    if args.command == "train":
+        return _train(args)
+    if args.command == "pack-data":
+        if not args.out.endswith(DATA_SUFFIX):
+            parser.error(f"the packed data set's name must end with {DATA_SUFFIX} (train recognises it so)")
+        print(f"{args.out}: {pack_data(args.zip, args.out) / 2**20:.1f} MiB")
+        return 0
+    for line in unpack(args.folder, args.into):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""benchmarks/gpu/job.py: runs come back whole from a GPU job (packed within the return limits,
+checked, unpacked without overwriting finished work), and fillers give way to primaries."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+import job  # noqa: E402
+
+from attncnn.api import load_model  # noqa: E402
+from attncnn.reproduce.runner import TrainOptions, train_jobs  # noqa: E402
+from attncnn.reproduce.suites import get_suite, job_state, plan  # noqa: E402
+from attncnn.training import load_checkpoint  # noqa: E402
+
+SPEC = job.RunSpec("mini-long", "quadratic-mini", 0)
+OTHER = job.RunSpec("mini-long", "learned-mini", 0, filler=True)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, make_tiny_data):
+    """A results-like root with a finished one-epoch quadratic-mini and an unfinished learned-mini
+    (a finished run without finished.json: a resumable checkpoint with its optimiser state)."""
+    root = tmp_path_factory.mktemp("gpu-job") / "work"
+    data = make_tiny_data(8, 2)
+    for spec in (SPEC, OTHER):
+        jobs = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=1)
+        train_jobs(jobs, TrainOptions(data=str(data), device="cpu", batch_size=4), progress=False)
+    (root / OTHER.relative / "finished.json").unlink()
+    return root
+
+
+def _copy(trained, tmp_path) -> Path:
+    root = tmp_path / "work"
+    shutil.copytree(trained, root)
+    return root
+
+
+def test_run_specs_parse_and_refuse_other_forms():
+    assert job.RunSpec.parse("paper-long/quadratic/0") == job.RunSpec("paper-long", "quadratic", 0)
+    assert job.RunSpec.parse("mini-long/learned-content-mini/2:filler").filler
+    for bad in ("paper-long/quadratic", "paper-long/quadratic/x", "a/b/0:later"):
+        with pytest.raises(ValueError, match="SUITE/PRESET/SEED"):
+            job.RunSpec.parse(bad)
+
+
+@pytest.mark.slow
+def test_a_pack_unpacks_into_results_with_its_weights_and_resumable_state(trained, tmp_path):
+    root = _copy(trained, tmp_path)
+    before = load_checkpoint(root / SPEC.relative / "checkpoints" / "last.safetensors").model_state
+    manifest = job.pack(root, [SPEC, OTHER], tmp_path / "out", epochs=1)
+    assert [e["state"] for e in manifest["runs"]] == ["finished", "interrupted"]
+    assert all(p["bytes"] <= job.PART_BYTES for p in manifest["parts"])
+    results = tmp_path / "results"
+    lines = job.unpack(tmp_path / "out", results)
+    assert len(lines) == 2 and "finished after 1 epochs" in lines[0]
+    finished = results / SPEC.relative
+    assert sorted(p.name for p in finished.iterdir()) == ["checkpoints", "config.json", "finished.json",
+                                                          "machine.json", "metrics.jsonl"]
+    after = load_checkpoint(finished / "checkpoints" / "last.safetensors")
+    assert after.optimizer_state is None                       # weights only, as --trim ships them
+    assert all(torch.equal(before[k], after.model_state[k]) for k in before)
+    resumable = load_checkpoint(results / OTHER.relative / "checkpoints" / "last.safetensors")
+    assert resumable.optimizer_state is not None
+    jobs = plan(get_suite("mini-long"), results / "mini-long", seeds=(0,), only=("learned-mini",), epochs=1)
+    assert job_state(jobs[0]) == "interrupted"
+
+
+@pytest.mark.slow
+def test_a_pack_over_the_limit_stores_weights_in_bfloat16_that_load_exactly(trained, tmp_path):
+    root = _copy(trained, tmp_path)
+    weights = root / SPEC.relative / "checkpoints" / "last.safetensors"
+    before = load_checkpoint(weights).model_state
+    full = job.pack(_copy(trained, tmp_path / "probe"), [SPEC], tmp_path / "probe-out", epochs=1)
+    size = sum(p["bytes"] for p in full["parts"])
+    manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=int(size * 0.8))
+    assert manifest["runs"][0]["weights"] == "bfloat16" and sum(p["bytes"] for p in manifest["parts"]) <= size * 0.8
+    job.unpack(tmp_path / "out", tmp_path / "results")
+    model = load_model(tmp_path / "results" / SPEC.relative)     # bfloat16 file, float32 network
+    state = model.network.state_dict()
+    for name, value in before.items():
+        assert state[name].dtype == value.dtype
+        assert torch.equal(state[name], value.to(torch.bfloat16).to(value.dtype))
+
+
+@pytest.mark.slow
+def test_weights_that_cannot_fit_stay_behind_and_records_still_come_back(trained, tmp_path):
+    root = _copy(trained, tmp_path)
+    manifest = job.pack(root, [SPEC, OTHER], tmp_path / "out", epochs=1, max_bytes=200_000)
+    finished, unfinished = manifest["runs"]
+    assert finished["weights"] == "left behind" and unfinished["checkpoint"] == "left behind"
+    lines = job.unpack(tmp_path / "out", tmp_path / "results")
+    assert (tmp_path / "results" / SPEC.relative / "metrics.jsonl").is_file()
+    assert not (tmp_path / "results" / SPEC.relative / "checkpoints" / "last.safetensors").exists()
+    # an unfinished run without its checkpoint would restart and append to its old records: not written
+    assert not (tmp_path / "results" / OTHER.relative).exists() and "not unpacked" in lines[1]
+
+
+@pytest.mark.slow
+def test_unpack_keeps_finished_runs_and_refuses_damaged_parts(trained, tmp_path):
+    root = _copy(trained, tmp_path)
+    job.pack(root, [SPEC, OTHER], tmp_path / "out", epochs=1)
+    results = tmp_path / "results"
+    shutil.copytree(trained / SPEC.relative, results / SPEC.relative)
+    marker = results / SPEC.relative / "metrics.jsonl"
+    marker.write_text(marker.read_text())                      # the run already here: must stay untouched
+    stamp = marker.stat().st_mtime_ns
+    lines = job.unpack(tmp_path / "out", results)
+    assert "kept the finished run" in lines[0] and marker.stat().st_mtime_ns == stamp
+    part = tmp_path / "out" / json.loads((tmp_path / "out" / job.PACK_FILE).read_text())["parts"][0]["file"]
+    data = bytearray(part.read_bytes())
+    data[100] ^= 1
+    part.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=part.name):
+        job.unpack(tmp_path / "out", results)
+
+
+def _run(filler: bool, end: float | None, alive: bool = True):
+    process = SimpleNamespace(poll=lambda: None if alive else 0)
+    return SimpleNamespace(spec=job.RunSpec("s", "p", 0, filler), process=process, stopped=False,
+                           projected_end=lambda: end)
+
+
+def test_fillers_give_way_when_a_primary_is_projected_late_and_all_stop_at_the_deadline():
+    primary, filler = _run(False, 90.0), _run(True, None)
+    assert job.to_stop([primary, filler], now=10.0, deadline=100.0) == []
+    primary.projected_end = lambda: 120.0
+    assert [r for r, _ in job.to_stop([primary, filler], now=10.0, deadline=100.0)] == [filler]
+    assert [r for r, _ in job.to_stop([primary, filler], now=101.0, deadline=100.0)] == [primary, filler]
+    finished = _run(False, 500.0, alive=False)                  # a primary that has ended is never late
+    assert job.to_stop([finished, filler], now=10.0, deadline=100.0) == []
+
+
+def test_a_packed_data_set_rebuilds_the_same_zip_members(tmp_path, make_tiny_data):
+    import zipfile
+    source = make_tiny_data(2, 1)
+    original = tmp_path / "tiny.zip"
+    with zipfile.ZipFile(original, "w") as archive:
+        for path in sorted(source.rglob("*")):
+            archive.write(path, path.relative_to(source).as_posix() + ("/" if path.is_dir() else ""))
+    packed = tmp_path / f"tiny{job.DATA_SUFFIX}"
+    job.pack_data(original, packed)
+    rebuilt = job.unpack_data(packed, tmp_path / "there")
+    assert rebuilt.name == "tiny.zip"
+    with zipfile.ZipFile(original) as a, zipfile.ZipFile(rebuilt) as b:
+        assert [i.filename for i in a.infolist()] == [i.filename for i in b.infolist()]
+        assert all(a.read(i) == b.read(i.filename) for i in a.infolist() if not i.is_dir())
