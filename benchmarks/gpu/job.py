@@ -242,7 +242,10 @@ def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
 
 def to_bfloat16(path: Path) -> None:
     """Rewrite a weights-only checkpoint with its floating-point tensors in bfloat16 (half the
-    bytes; ``attncnn`` loads them into float32 models)."""
+    bytes; ``attncnn`` loads them into float32 models, widening exactly).
+
+    Raises:
+        ValueError: the checkpoint holds an optimiser state (a resumable one must stay exact)."""
     import torch
     from attncnn.training import load_checkpoint, write_checkpoint
     ckpt = load_checkpoint(path)
@@ -342,7 +345,11 @@ def pack_data(zip_path: str | Path, out: str | Path) -> int:
 def unpack_data(packed: str | Path, folder: str | Path) -> Path:
     """Rebuild the zip that :func:`pack_data` packed, under its own file name in ``folder``; the
     members' bytes are the original ones, so the decoded images (and a run's record of its data
-    set) are the same. Returns the zip's path."""
+    set) are the same. Returns the zip's path.
+
+    Raises:
+        ValueError: the pack's index does not account for its bytes (a damaged or cut file).
+        zlib.error: the file is not a zlib stream (not made by :func:`pack_data`)."""
     import zipfile
     import zlib
     data = zlib.decompress(Path(packed).read_bytes())
