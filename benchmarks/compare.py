@@ -31,9 +31,10 @@ sys.path.insert(0, str(HERE))
 from reference_style import reference_style_model  # noqa: E402
 
 from attncnn._io import atomic_write_text  # noqa: E402
-from attncnn.bench.command import parse_variants  # noqa: E402
-from attncnn.bench.harness import bench_preset_isolated, machine_info, matmul_peak  # noqa: E402
 from attncnn.models import build_model  # noqa: E402
+from attncnn.perf.bench.command import parse_variants  # noqa: E402
+from attncnn.perf.bench.harness import bench_preset_isolated, matmul_peak  # noqa: E402
+from attncnn.perf.machine import machine_info  # noqa: E402
 
 DEFAULT_VARIANTS = "ours:fp32,ours:bf16,ours:bf16+compile,reference:fp32,reference:bf16"
 FIGURES = ("train_images_per_s", "infer_images_per_s", "peak_memory_bytes", "model_flops_per_s")

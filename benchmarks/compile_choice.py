@@ -30,11 +30,12 @@ sys.path.insert(0, str(HERE))
 from speedup import DEFAULT_PRESETS, _cpu, write_result  # noqa: E402
 
 from attncnn.models import build_model, get_preset, preset_model_config  # noqa: E402
-from attncnn.training import make_optimizer, resolve_config  # noqa: E402
-from attncnn.training.compile_choice import MIN_RUN_SECONDS, MIN_SPEEDUP, decide, time_compile  # noqa: E402
-from attncnn.training.host_memory import reuse_freed_memory  # noqa: E402
-from attncnn.training.path_choice import choose_impl  # noqa: E402
-from attncnn.training.run_precision import resolve_precision  # noqa: E402
+from attncnn.perf.compiling import MIN_RUN_SECONDS, MIN_SPEEDUP, decide, time_compile  # noqa: E402
+from attncnn.perf.host_memory import reuse_freed_memory  # noqa: E402
+from attncnn.perf.paths import choose_impl  # noqa: E402
+from attncnn.perf.precision import resolve_precision  # noqa: E402
+from attncnn.runs import resolve_config  # noqa: E402
+from attncnn.training import make_optimizer
 
 STEPS_PER_EPOCH = 500           # CIFAR-10's 50,000 training images at batch 100
 

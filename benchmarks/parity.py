@@ -1,4 +1,4 @@
-"""Accuracy and fp32 parity with a frozen baseline commit (issue 24's "accuracy parity" goal).
+"""Accuracy and fp32 parity with a frozen baseline commit (the speed work's "accuracy parity" goal).
 
     python benchmarks/parity.py --data ../shared/data/cifar10-jpeg.zip
         [--baseline c82d29a] [--presets demo,quadratic-mini,learned-content-mini] [--seeds 0,1,2]

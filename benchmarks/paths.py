@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from attncnn.models import build_model
-from attncnn.training.host_memory import reuse_freed_memory
+from attncnn.perf.host_memory import reuse_freed_memory
 
 
 def _autocast(precision: str):

@@ -40,10 +40,10 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from attncnn.bench.harness import count_training_flops, matmul_peak, step_functions
 from attncnn.models import build_model, preset_model_config
-from attncnn.training.path_choice import choose_impl
-from attncnn.training.host_memory import reuse_freed_memory
+from attncnn.perf.bench.harness import count_training_flops, matmul_peak, step_functions
+from attncnn.perf.host_memory import reuse_freed_memory
+from attncnn.perf.paths import choose_impl
 
 MINIS = ("quadratic-mini", "learned-mini", "quadratic-generalized-mini", "gpsa-mini", "learned-content-mini",
          "resnet18-mini")

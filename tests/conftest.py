@@ -6,7 +6,15 @@ beside the repository when it exists.
 
 A test marked ``needs_fast_bf16`` times or trains real bf16 work (a 2048^3 bf16 product takes
 minutes on a CPU without bf16 units): on such a CPU it is skipped with a reason that names the CPU
-(:func:`attncnn.training.run_precision.slow_bf16_reason`); on one with AVX512-BF16 or AMX it runs.
+(:func:`attncnn.perf.precision.slow_bf16_reason`); on one with AVX512-BF16 or AMX it runs.
+
+The layer and model tests compute on the device named by ``ATTNCNN_TEST_DEVICE`` (``cpu``, the
+default, ``cuda`` or ``cuda:N``), through the session fixture ``device``: a GPU job runs
+``ATTNCNN_TEST_DEVICE=cuda python -m pytest tests/layers tests/models``. A device that is asked
+for and missing stops the session before any test runs (never a silent fall-back to the CPU).
+Tests whose facts belong to the CPU (pinned CPU numbers, bit-identity with old CPU formulas) carry
+the marker ``cpu_only("why")`` and compute on the CPU whatever the variable says; such a test may
+not ask for ``device``.
 """
 
 from __future__ import annotations
@@ -41,15 +49,114 @@ def cifar10_path() -> Path:
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip the ``needs_fast_bf16`` tests where the CPU has no fast bf16, saying why."""
+    """Skip the ``needs_fast_bf16`` tests where the CPU has no fast bf16, saying why; refuse a
+    ``cpu_only`` test without a reason or that asks for ``device``."""
     import torch
 
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     marked = [item for item in items if item.get_closest_marker("needs_fast_bf16")]
     reason = run_precision.slow_bf16_reason(torch.device("cpu")) if marked else None
     for item in marked if reason else ():
         item.add_marker(pytest.mark.skip(reason=f"needs fast bf16: {reason}"))
+    _check_cpu_only(items)
+
+
+# -- the device of the layer and model tests ($ATTNCNN_TEST_DEVICE) -------------------------------
+
+DEVICE_VARIABLE = "ATTNCNN_TEST_DEVICE"
+_DEVICE_KEY = pytest.StashKey["torch.device"]()
+
+
+def requested_device(value: str | None = None) -> "torch.device":
+    """The device ``ATTNCNN_TEST_DEVICE`` names (or ``value``, when given): ``cpu`` when unset or
+    empty, else ``cpu``, ``cuda`` or ``cuda:N`` (case and surrounding blanks ignored).
+
+    Raises:
+        ValueError: any other value (``meta``, ``mps``, a typo), or a CUDA device this torch cannot
+            reach (a CPU-only build, no GPU, or an index past the last GPU); the message names the
+            variable. Never falls back to the CPU.
+    """
+    import torch
+
+    raw = os.environ.get(DEVICE_VARIABLE) if value is None else value
+    text = (raw or "").strip().lower() or "cpu"
+    kind, colon, index = text.partition(":")
+    if text != "cpu" and not (kind == "cuda" and (not colon or index.isdigit())):
+        raise ValueError(f"{DEVICE_VARIABLE}={raw!r} is not a device the layer and model tests run on; "
+                         f"use cpu (the default), cuda or cuda:N")
+    device = torch.device(text)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"{DEVICE_VARIABLE}={raw!r} asks for CUDA, but torch {torch.__version__} sees no "
+                             f"CUDA device (torch.cuda.is_available() is False); run on a GPU machine with a "
+                             f"CUDA build of torch, or unset {DEVICE_VARIABLE} to test on the CPU")
+        count = torch.cuda.device_count()
+        if device.index is not None and device.index >= count:
+            raise ValueError(f"{DEVICE_VARIABLE}={raw!r} asks for CUDA device {device.index}, but there "
+                             f"{'is' if count == 1 else 'are'} only {count}; use cuda:0 to cuda:{count - 1}")
+        if device.index is None:         # "cuda:0", as tensors report it, so that devices compare equal
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def pytest_configure(config):
+    """Register ``cpu_only``; read ``ATTNCNN_TEST_DEVICE`` once, stopping the session (a usage
+    error, before collection) when it names a device that is not there."""
+    config.addinivalue_line("markers", "cpu_only(reason): computes on the CPU whatever ATTNCNN_TEST_DEVICE "
+                                       "says (pinned CPU numbers, CPU kernels); the reason says why")
+    try:
+        device = requested_device()
+    except ValueError as err:
+        raise pytest.UsageError(str(err)) from None
+    config.stash[_DEVICE_KEY] = device
+    if device.type == "cuda":
+        import torch
+
+        # The tests compare two float32 paths (or float32 with float64) at float32 tolerances, and
+        # bound bf16 errors assuming float32 accumulation. On CUDA, TF32 (10-bit mantissa) matmuls
+        # and cuDNN convolutions, and cuBLAS's reduced-precision bf16 reductions, would move
+        # results by far more than that: all off for the whole session, as on the CPU (which has
+        # no TF32). Nothing in src/ turns them back on.
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
+        torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
+
+
+def pytest_report_header(config):
+    device = config.stash.get(_DEVICE_KEY, None)
+    if device is None:
+        return None
+    where = f"{device}"
+    if device.type == "cuda":
+        import torch
+
+        where += f" ({torch.cuda.get_device_name(device)}; TF32 and reduced-precision reductions off)"
+    return f"layer and model tests on: {where} (${DEVICE_VARIABLE}; cpu_only tests on the CPU)"
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig) -> "torch.device":
+    """The device of the layer and model tests (``ATTNCNN_TEST_DEVICE``, default CPU): build
+    layers, models and inputs there (make random inputs on the CPU, then move them, so that each
+    device sees the same numbers)."""
+    return pytestconfig.stash[_DEVICE_KEY]
+
+
+def _check_cpu_only(items) -> None:
+    wrong = []
+    for item in items:
+        marker = item.get_closest_marker("cpu_only")
+        if marker is None:
+            continue
+        reason = marker.kwargs.get("reason", marker.args[0] if marker.args else "")
+        if not (isinstance(reason, str) and reason.strip()):
+            wrong.append(f"{item.nodeid}: cpu_only needs a reason, cpu_only(\"why\")")
+        if "device" in getattr(item, "fixturenames", ()):
+            wrong.append(f"{item.nodeid}: marked cpu_only but asks for the device fixture")
+    if wrong:
+        raise pytest.UsageError("\n".join(wrong))
 
 
 TINY_CLASSES = ("cat", "dog", "frog")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from attncnn.training import run_precision
-from attncnn.training.machine_cache import cpu_name
+from attncnn.perf import precision as run_precision
+from attncnn.perf.machine import cpu_name
 
 pytest_plugins = ["pytester"]
 

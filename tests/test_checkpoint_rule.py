@@ -13,8 +13,10 @@ import pytest
 import attncnn
 from attncnn.analysis.runs import open_run
 from attncnn.cli import main
-from attncnn.training import load_model, resolve_config, train
-from attncnn.training.loading import DEFAULT_CHECKPOINT, checkpoint_of
+from attncnn.perf import make_plan
+from attncnn.runs import load_model, resolve_config
+from attncnn.runs.loading import DEFAULT_CHECKPOINT, checkpoint_of
+from attncnn.training import train
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +27,7 @@ def run(make_tiny_data, tmp_path_factory):
     config = resolve_config("demo", data=str(make_tiny_data(10, 4)), data_dir=str(root / "cache"), epochs=2,
                             batch_size=10, device="cpu", model={"dim": 16, "mlp_dim": 16})
     out = root / "run"
-    train(config, out, progress=False)
+    train(config, out, make_plan(config), progress=False)
     checkpoints = out / "checkpoints"
     shutil.copyfile(checkpoints / "epoch_0001.safetensors", checkpoints / "best.safetensors")
     return out
@@ -43,7 +45,7 @@ def test_the_fixture_has_best_and_last_at_different_epochs(run):
 def test_a_run_folder_means_its_last_checkpoint(run, caplog):
     assert DEFAULT_CHECKPOINT == "last"
     assert checkpoint_of(run) == run / "checkpoints" / "last.safetensors"
-    with caplog.at_level(logging.INFO, logger="attncnn.training.loading"):
+    with caplog.at_level(logging.INFO, logger="attncnn.runs.loading"):
         _, meta = load_model(run)
     assert meta["epoch"] == 2
     assert f"run folder {run}: using {run / 'checkpoints' / 'last.safetensors'} (epoch 2)" in caplog.text

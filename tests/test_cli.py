@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from attncnn.cli import build_parser, main
-from attncnn.training import load_checkpoint
+from attncnn.runs import load_checkpoint
 
 CLASSES = ("cat", "dog", "frog")
 
@@ -329,7 +329,7 @@ def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys)
 
 
 def _as_cpu_with_bf16_units(monkeypatch, fast: bool) -> None:
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: fast)
 
@@ -405,7 +405,7 @@ def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, 
 @pytest.mark.slow
 def test_a_second_train_on_a_live_run_is_refused_and_a_killed_runs_lock_is_not_stale(tmp_path, tiny_dataset,
                                                                                       capsys):
-    from attncnn.training import RunFolder
+    from attncnn.runs import RunFolder
 
     run, cache = tmp_path / "run", tmp_path / "cache"
     proc = subprocess.Popen(_cli("--epochs", "50", out=run, data=tiny_dataset, cache=cache), env=_env(cache),

@@ -1,4 +1,5 @@
-"""The shape of the source tree that DESIGN.md promises: the import arrow, and small functions and files."""
+"""The shape of the source tree that docs/development.md describes ("Layout"): the import arrow, one
+writer of checkpoints, and small functions and files."""
 
 from __future__ import annotations
 
@@ -10,18 +11,21 @@ import pytest
 SRC = Path(__file__).resolve().parents[1] / "src" / "attncnn"
 PY_FILES = sorted(SRC.rglob("*.py"))
 
-# cli -> api/reproduce -> analysis -> training/theory/bench -> models -> layers: what each package may import
-# from attncnn (api, the way in from Python, sits beside the command line: nothing imports it)
+# cli -> api/reproduce -> analysis/theory -> perf -> training -> runs -> models -> layers: what each
+# package may import from attncnn (api, the way in from Python, sits beside the command line: nothing
+# imports it). perf sits above training because it times the real training step to make the plan the
+# loop takes; training imports nothing from perf. Reading a run goes through runs, never training.
 ALLOWED = {
     "layers": set(),
     "models": {"layers"},
     "data": set(),
-    "training": {"models", "layers", "data"},
-    "theory": {"layers", "models", "training", "data"},
-    "analysis": {"layers", "models", "training", "data", "theory", "bench"},
-    "bench": {"layers", "models", "training", "data"},
-    "reproduce": {"layers", "models", "training", "data", "theory", "bench", "analysis"},
-    "api": {"layers", "models", "training", "data", "analysis"},
+    "runs": {"models", "layers"},
+    "training": {"runs", "models", "layers", "data"},
+    "perf": {"training", "runs", "models", "layers", "data"},
+    "theory": {"perf", "runs", "layers", "models", "data"},
+    "analysis": {"perf", "runs", "layers", "models", "data", "theory"},
+    "reproduce": {"training", "perf", "runs", "layers", "models", "data", "theory", "analysis"},
+    "api": {"perf", "runs", "layers", "models", "data", "analysis"},
 }
 MAX_FUNCTION_LINES = 80
 MAX_FILE_LINES = 450
@@ -52,6 +56,65 @@ def test_imports_follow_the_arrow(package):
         assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)}"
 
 
+#: what the studies may take from training: running a training or an evaluation, and its stop signal
+#: (they read runs through attncnn.runs and make plans through attncnn.perf)
+REPRODUCE_USES_OF_TRAINING = {"train", "evaluate", "TrainingInterrupted", "TrainingError"}
+
+
+def _names_from(path: Path, package: str) -> set[str]:
+    """Names ``path`` imports from the attncnn package ``package`` (relative or absolute imports)."""
+    parts = path.relative_to(SRC).parts
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = list(parts[:len(parts) - node.level]) + (node.module.split(".") if node.module else [])
+        else:
+            base = node.module.split(".")[1:] if node.module and node.module.startswith("attncnn.") else []
+        if base and base[0] == package:
+            names |= {".".join(base[1:] + [a.name]) if len(base) > 1 else a.name for a in node.names}
+    return names
+
+
+def test_the_studies_only_train_and_evaluate_through_training():
+    found = {}
+    for path in sorted((SRC / "reproduce").rglob("*.py")):
+        extra = {n.rsplit(".", 1)[-1] for n in _names_from(path, "training")} - REPRODUCE_USES_OF_TRAINING
+        if extra:
+            found[str(path.relative_to(SRC))] = sorted(extra)
+    assert not found
+
+
+#: modules that call the low-level writers of tensor files: run storage, and the decoded-image cache
+#: of the data sets (not a checkpoint)
+TENSOR_WRITERS = {"runs", "data/cache.py"}
+
+
+def test_nothing_outside_runs_writes_a_checkpoint():
+    writers = []
+    for path in PY_FILES:
+        rel = path.relative_to(SRC)
+        if rel.parts[0] in TENSOR_WRITERS or str(rel) in TENSOR_WRITERS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("safetensors") and any(
+                    a.name.startswith("save") for a in node.names):
+                writers.append(f"{rel}:{node.lineno} imports a safetensors writer")
+            if isinstance(node, ast.Attribute) and node.attr == "save" and isinstance(node.value, ast.Name) \
+                    and node.value.id == "torch":
+                writers.append(f"{rel}:{node.lineno} calls torch.save")
+    assert not writers
+
+
+def test_the_checkpoint_checker_sees_writers():
+    # guards the test above against passing because it found nothing
+    assert _names_from(SRC / "reproduce" / "running" / "runner.py", "training") >= {"train"}
+    tree = ast.parse((SRC / "runs" / "checkpoint.py").read_text())
+    assert any(isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("safetensors")
+               and any(a.name.startswith("save") for a in n.names) for n in ast.walk(tree))
+
+
 def test_no_function_is_longer_than_a_screen():
     long = []
     for path in PY_FILES:
@@ -72,8 +135,8 @@ def test_no_file_is_too_long():
 
 def test_the_checker_sees_relative_imports():
     # guards the test above against passing because it found nothing
-    assert _package_imports(SRC / "training" / "state.py") >= {"models", "data"}
-    assert "training" in _package_imports(SRC / "analysis" / "runs.py")
+    assert _package_imports(SRC / "training" / "state.py") >= {"models", "data", "runs"}
+    assert "runs" in _package_imports(SRC / "analysis" / "runs.py")
 
 
 def _attention_class_names() -> set[str]:

@@ -43,7 +43,6 @@ import argparse
 import hashlib
 import io
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -96,7 +95,7 @@ class RunSpec:
 def _job(spec: RunSpec, root: Path, compile_new: bool, epochs: int | None = None):
     """The suite job of ``spec`` under ``root``; a new run gets ``compile`` when asked, a resumed one
     keeps its own setting (``--resume`` changes nothing of a run's configuration)."""
-    from attncnn.reproduce.suites import Job, get_suite, job_state, plan
+    from attncnn.reproduce import Job, get_suite, job_state, plan
     job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
     if compile_new and job_state(job) == "new":
         job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
@@ -106,7 +105,7 @@ def _job(spec: RunSpec, root: Path, compile_new: bool, epochs: int | None = None
 def _worker(args: argparse.Namespace) -> int:
     """Train one run (a child process of ``train``)."""
     from attncnn.analysis.metrics import epoch_metrics
-    from attncnn.reproduce.runner import TrainOptions, train_jobs
+    from attncnn.reproduce.running.runner import TrainOptions, train_jobs
     from attncnn.training import TrainingInterrupted
     spec = RunSpec.parse(args.run)
     job = _job(spec, Path(args.root), args.compile, args.epochs)
@@ -189,7 +188,7 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"{spec.relative}: carried along, resumes from its last checkpoint", flush=True)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    from attncnn.reproduce.suites import get_suite
+    from attncnn.reproduce import get_suite
     running = []
     for spec in specs:
         epochs = args.epochs or dict(get_suite(spec.suite).overrides).get("epochs") or 0
@@ -224,9 +223,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
     """Trim a finished run or ship an unfinished one in place; returns its entry in pack.json."""
-    from attncnn.reproduce.ship import trim_job
-    from attncnn.reproduce.suites import get_suite, job_state, plan
-    from attncnn.reproduce.unfinished import ship_unfinished
+    from attncnn.reproduce import get_suite, job_state, plan
+    from attncnn.reproduce.running.ship import trim_job
+    from attncnn.reproduce.running.unfinished import ship_unfinished
     job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
     state = job_state(job)
     if state == "finished":
@@ -247,7 +246,8 @@ def to_bfloat16(path: Path) -> None:
     Raises:
         ValueError: the checkpoint holds an optimiser state (a resumable one must stay exact)."""
     import torch
-    from attncnn.training import load_checkpoint, write_checkpoint
+
+    from attncnn.runs import load_checkpoint, write_checkpoint
     ckpt = load_checkpoint(path)
     if ckpt.optimizer_state is not None:
         raise ValueError(f"{path} holds an optimiser state: only a finished run's weights are stored in bfloat16")
@@ -396,7 +396,7 @@ def unpack(folder: str | Path, into: str | Path) -> list[str]:
     Raises:
         ValueError: a missing or damaged part (named).
     """
-    from attncnn.training import RunFolder
+    from attncnn.runs import RunFolder
     manifest, data = _read_pack(Path(folder))
     into = Path(into)
     done = []

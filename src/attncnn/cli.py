@@ -18,11 +18,12 @@ from pathlib import Path
 
 from .analysis import command as analysis_command
 from .analysis.viewer import command as viewer_command
-from .bench import command as bench_command
+from .perf.bench import command as bench_command
+from .perf.precision import PRECISIONS
 from .reproduce import command as reproduce_command
+from .reproduce import prune as prune_command
+from .runs.options import add_config_options, flag_name, given_options
 from .theory import command as theory_command
-from .training.options import add_config_options, flag_name, given_options
-from .training.run_precision import PRECISIONS
 
 __all__ = ["main", "console_main", "build_parser", "DefaultsHelpFormatter"]
 
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     # handler is a function (args) -> exit status and imports that library only when the command runs.
     theory_command.register(sub)
     analysis_command.register(sub)
+    prune_command.register(sub)
     viewer_command.register(sub)
     bench_command.register(sub)
     reproduce_command.register(sub)
@@ -114,7 +116,9 @@ _MACHINE_OPTIONS = ("device", "precision")
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .analysis.metrics import epoch_metrics
-    from .training import TrainConfig, resolve_config, train
+    from .perf import make_plan, resume_plan
+    from .runs import RunFolder, TrainConfig, resolve_config
+    from .training import train
     from .training.distributed import is_main_process
 
     given = given_options(args)                  # only the options the user passed
@@ -139,13 +143,14 @@ def _cmd_train(args: argparse.Namespace) -> int:
             raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
                              "cannot change it (only --device and --precision can). Drop them, or start a new run "
                              "with --init-from on its checkpoint")
-        if "device" in given:
-            from .reproduce.unfinished import point_at_machine
-            point_at_machine(out, given["device"])
+    if is_main_process():
+        RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
+    if mode == "resume":
+        plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"))
     else:
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
-    summary = train(config, out, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics,
-                    precision=given.get("precision") if mode == "resume" else None)
+        plan = make_plan(config)                  # this machine's device, precision, paths, compile
+    summary = train(config, out, plan, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)
     if not is_main_process():
         return 0          # under torchrun, rank 0 reports for every process
     final = summary["final"]
@@ -158,10 +163,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset, run_data
-    from .training import evaluate, load_model, resolve_device
-    from .training.host_memory import reuse_freed_memory
-    from .training.loading import checkpoint_of
-    from .training.run_precision import machine_precision
+    from .perf import machine_precision, resolve_device
+    from .perf.host_memory import reuse_freed_memory
+    from .runs import checkpoint_of, load_model
+    from .training import evaluate
 
     device = resolve_device(args.device)
     if device.type == "cpu":
@@ -231,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     from .data import DataError
-    from .training import CheckpointError, RunFolderError, TrainingError, TrainingInterrupted
+    from .runs import CheckpointError, RunFolderError
+    from .training import TrainingError, TrainingInterrupted
 
     try:
         return args.handler(args)

@@ -10,7 +10,7 @@ import pytest
 
 from attncnn.cli import main
 from attncnn.models import count_parameters
-from attncnn.training import load_model
+from attncnn.runs import load_model
 
 pytestmark = pytest.mark.slow        # trains four tiny runs once per session (a few seconds)
 

@@ -1,4 +1,4 @@
-"""``attncnn inspect``'s text table shows each GPSA head's gate sigmoid(lambda_h) (issue 14)."""
+"""``attncnn inspect``'s text table shows each GPSA head's gate sigmoid(lambda_h)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ from attncnn.analysis.pruning import prune_degenerate_heads, prune_layer, pruned
 from attncnn.cli import main
 from attncnn.layers import QuadraticAttention
 from attncnn.models import build_model, build_model_from_config, count_parameters
-from attncnn.training import load_model, save_checkpoint
+from attncnn.runs import load_model, save_checkpoint
 
 
 def _silence(layer, heads):
@@ -155,7 +155,7 @@ def test_prune_out_without_finetune_writes_an_evaluable_checkpoint(runs, tmp_pat
 
 def test_the_finetune_of_a_bf16_run_uses_fp32_where_bf16_is_slow_unless_told(tiny_data, tmp_path, capsys,
                                                                                monkeypatch):
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     source = tmp_path / "bf16"
     assert main(["train", "--preset", "demo", "--data", str(tiny_data), "--epochs", "1", "--batch-size", "10",

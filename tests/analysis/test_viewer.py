@@ -281,7 +281,7 @@ def test_command_errors_name_the_problem_and_leave_no_file(runs, tmp_path, capsy
 
 
 def test_command_rejects_a_resnet_run(tmp_path, capsys):
-    from attncnn.training import save_checkpoint
+    from attncnn.runs import save_checkpoint
 
     model = build_model("resnet18")
     path = tmp_path / "resnet.safetensors"

@@ -1,4 +1,4 @@
-"""The viewer carries each GPSA head's gate sigmoid(lambda_h) (issue 14) and shows it under the head's
+"""The viewer carries each GPSA head's gate sigmoid(lambda_h) and shows it under the head's
 map. The manifest here; the page in headless Chromium in test_viewer_browser.py."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import attncnn
 from attncnn.analysis import attention_maps as analysis_maps
 from attncnn.analysis import position_maps
 from attncnn.data import CIFAR_MEAN, CIFAR_STD
-from attncnn.training import load_model as load_network
+from attncnn.runs import load_model as load_network
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 shipped = pytest.mark.skipif(not (RESULTS / "mini" / "learned-mini" / "seed0").is_dir(),

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import attncnn
-from attncnn.training import run_precision
+from attncnn.perf import precision as run_precision
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 

@@ -15,9 +15,9 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import job  # noqa: E402
 
 from attncnn.api import load_model  # noqa: E402
-from attncnn.reproduce.runner import TrainOptions, train_jobs  # noqa: E402
-from attncnn.reproduce.suites import get_suite, job_state, plan  # noqa: E402
-from attncnn.training import load_checkpoint  # noqa: E402
+from attncnn.reproduce import get_suite, job_state, plan  # noqa: E402
+from attncnn.reproduce.running.runner import TrainOptions, train_jobs  # noqa: E402
+from attncnn.runs import load_checkpoint  # noqa: E402
 
 SPEC = job.RunSpec("mini-long", "quadratic-mini", 0)
 OTHER = job.RunSpec("mini-long", "learned-mini", 0, filler=True)

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from profile_step import profile_preset  # noqa: E402
 
 from attncnn import build_model  # noqa: E402
-from attncnn.bench.harness import count_training_flops  # noqa: E402
+from attncnn.perf.bench.harness import count_training_flops  # noqa: E402
 
 
 def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops():

@@ -1,5 +1,9 @@
-"""Every attention layer against a plain per-pair computation of the paper's formulas."""
+"""Every attention layer against a plain per-pair computation of the paper's formulas.
 
+The layers compute on the ``device`` of tests/conftest.py (ATTNCNN_TEST_DEVICE); the per-pair
+references compute on a CPU copy of the layer, in float64, and are moved to the layer's device."""
+
+import copy
 import math
 
 import pytest
@@ -26,11 +30,18 @@ def _naive_softmax(scores):
     return torch.tensor(out, dtype=torch.float64)
 
 
+def _on_cpu(layer, x):
+    """A float64 CPU copy of ``layer`` and ``x``, for the per-pair references."""
+    return copy.deepcopy(layer).double().cpu(), x.detach().double().cpu()
+
+
 def _naive_probs(layer, x):
-    """(B or 1, N_h, N, N) from the per-pair formula of each layer, in float64."""
+    """(B or 1, N_h, N, N) from the per-pair formula of each layer, in float64, on ``x``'s device."""
+    return _naive_probs_cpu(*_on_cpu(layer, x)).to(x.device)
+
+
+def _naive_probs_cpu(layer, x):
     n = H * W
-    layer = layer.double()
-    x = x.double()
     if isinstance(layer, QuadraticAttention):
         out = []
         for h in range(layer.num_heads):
@@ -112,7 +123,7 @@ def _naive_gpsa_probs(layer, x):
     return out
 
 
-def _make(kind, **kw):
+def _make(kind, device="cpu", **kw):
     extra = {"max_size": 5} if kind.startswith("learned") else {}
     torch.manual_seed(0)
     layer = build_attention(kind, D, NH, **extra, **kw).eval()
@@ -123,13 +134,18 @@ def _make(kind, **kw):
     if isinstance(layer, GatedPositionalAttention):
         with torch.no_grad():   # a different gate per head, mostly content to mostly positional
             layer.gate_logits.copy_(torch.tensor([-1.5, 0.3, 2.0]))
-    return layer
+    return layer.to(device)
+
+
+def _randn(*shape, device, dtype=torch.float32):
+    """Drawn on the CPU (the same numbers on every device), then moved."""
+    return torch.randn(*shape, dtype=dtype).to(device)
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
-def test_probabilities_equal_naive_formula(kind):
-    layer = _make(kind).double()
-    x = torch.randn(2, H, W, D, dtype=torch.float64)
+def test_probabilities_equal_naive_formula(kind, device):
+    layer = _make(kind, device).double()
+    x = _randn(2, H, W, D, dtype=torch.float64, device=device)
     _, probs = layer(x, return_attention=True)
     with torch.no_grad():
         expected = _naive_probs(layer, x)
@@ -140,9 +156,9 @@ def test_probabilities_equal_naive_formula(kind):
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
 @pytest.mark.parametrize("head_dim,out_dim", [(None, None), (6, 5)])
-def test_output_equals_naive_mixture(kind, head_dim, out_dim):
-    layer = _make(kind, head_dim=head_dim, out_dim=out_dim).double()
-    x = torch.randn(2, H, W, D, dtype=torch.float64)
+def test_output_equals_naive_mixture(kind, head_dim, out_dim, device):
+    layer = _make(kind, device, head_dim=head_dim, out_dim=out_dim).double()
+    x = _randn(2, H, W, D, dtype=torch.float64, device=device)
     out, probs = layer(x, return_attention=True)
     n = H * W
     tokens = x.reshape(2, n, D)
@@ -161,15 +177,21 @@ def test_output_equals_naive_mixture(kind, head_dim, out_dim):
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
 @pytest.mark.parametrize("head_dim", [None, 4])
-def test_fast_path_equals_explicit_path(kind, head_dim):
-    layer = _make(kind, head_dim=head_dim)
-    x = torch.randn(3, 5, 2, D)
+def test_fast_path_equals_explicit_path(kind, head_dim, device):
+    layer = _make(kind, device, head_dim=head_dim)
+    x = _randn(3, 5, 2, D, device=device)
     torch.testing.assert_close(layer(x), layer(x, return_attention=True)[0], rtol=1e-5, atol=1e-6)
 
 
 def _naive_terms(layer, x):
     """(content, positional or None), each (B, N_h, N, N), pair by pair in float64: content
-    q_h . k_h / sqrt(D_h) and positional (q_h[:D_h/2] . e_row(k_r - q_r) + q_h[D_h/2:] . e_col(k_c - q_c)) / sqrt(D_h)."""
+    q_h . k_h / sqrt(D_h) and positional (q_h[:D_h/2] . e_row(k_r - q_r) + q_h[D_h/2:] . e_col(k_c - q_c)) / sqrt(D_h).
+    Computed on the CPU, returned on ``x``'s device."""
+    content, positional = _naive_terms_cpu(*_on_cpu(layer, x))
+    return content.to(x.device), None if positional is None else positional.to(x.device)
+
+
+def _naive_terms_cpu(layer, x):
     b, n, dh, nh = x.shape[0], H * W, layer.head_dim, layer.num_heads
     tokens = x.reshape(b, n, D)
     q = [[layer.query(tokens[bi, t])[h * dh:(h + 1) * dh] for t in range(n)] for bi in range(b) for h in range(nh)]
@@ -192,9 +214,9 @@ def _naive_terms(layer, x):
 
 @pytest.mark.parametrize("kind", ["content", "learned-content"])
 @pytest.mark.parametrize("head_dim", [None, 6])
-def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim):
-    layer = _make(kind, head_dim=head_dim).double()
-    x = torch.randn(2, H, W, D, dtype=torch.float64)
+def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim, device):
+    layer = _make(kind, device, head_dim=head_dim).double()
+    x = _randn(2, H, W, D, dtype=torch.float64, device=device)
     with torch.no_grad():
         content, positional = layer.score_terms(x)
         expected_content, expected_positional = _naive_terms(layer, x)
@@ -212,34 +234,34 @@ def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim
         torch.testing.assert_close(scores, content + positional, rtol=1e-12, atol=1e-12)
 
 
-def test_position_only_probs_do_not_depend_on_input_or_batch():
-    layer = _make("quadratic")
-    _, p1 = layer(torch.randn(4, H, W, D), return_attention=True)
-    _, p2 = layer(torch.randn(1, H, W, D), return_attention=True)
+def test_position_only_probs_do_not_depend_on_input_or_batch(device):
+    layer = _make("quadratic", device)
+    _, p1 = layer(_randn(4, H, W, D, device=device), return_attention=True)
+    _, p2 = layer(_randn(1, H, W, D, device=device), return_attention=True)
     assert p1.shape[0] == 1 and torch.equal(p1, p2)
 
 
-def test_quadratic_eq9_dot_product_form_gives_same_probabilities():
+def test_quadratic_eq9_dot_product_form_gives_same_probabilities(device):
     """Paper eq. (9): v = -alpha (1, -2 Delta_1, -2 Delta_2) dotted with r = (|d|^2, d_1, d_2)."""
     from attncnn.layers import quadratic_features
-    layer = _make("quadratic").double()
-    r = quadratic_features(H, W, dtype=torch.float64)                        # (N, N, 3)
+    layer = _make("quadratic", device).double()
+    r = quadratic_features(H, W, device, dtype=torch.float64)                # (N, N, 3)
     a, c = layer.alpha, layer.centers
     v = -a[:, None] * torch.stack([torch.ones_like(a), -2 * c[:, 0], -2 * c[:, 1]], dim=-1)   # (N_h, 3)
     scores = torch.einsum("qkf,hf->hqk", r, v)
     torch.testing.assert_close(layer.grid_probs(H, W)[0], torch.softmax(scores, -1))
 
 
-def test_generalized_five_feature_form_gives_same_probabilities():
+def test_generalized_five_feature_form_gives_same_probabilities(device):
     """PAPER.md 1.7: r = (d1, d2, d1^2, d2^2, d1 d2), v = ((S^-1 D)_1, (S^-1 D)_2, -a/2, -c/2, -b)."""
     from attncnn.layers import quadratic_features
-    layer = _make("quadratic-generalized").double()
+    layer = _make("quadratic-generalized", device).double()
     with torch.no_grad():
-        layer.spreads.add_(torch.tensor([[0.0, 0.4], [-0.3, 0.0]], dtype=torch.float64))
+        layer.spreads.add_(torch.tensor([[0.0, 0.4], [-0.3, 0.0]], dtype=torch.float64, device=device))
     inv = layer.inverse_covariance
     mu = torch.einsum("hij,hj->hi", inv, layer.centers)
     v = torch.stack([mu[:, 0], mu[:, 1], -inv[:, 0, 0] / 2, -inv[:, 1, 1] / 2, -inv[:, 0, 1]], dim=-1)
-    scores = torch.einsum("qkf,hf->hqk", quadratic_features(H, W, dtype=torch.float64, generalized=True), v)
+    scores = torch.einsum("qkf,hf->hqk", quadratic_features(H, W, device, dtype=torch.float64, generalized=True), v)
     torch.testing.assert_close(layer.grid_probs(H, W)[0], torch.softmax(scores, -1))
 
 
@@ -254,8 +276,8 @@ def test_quadratic_initialisation_matches_reference():
     assert layer.no_weight_decay() == {"centers", "spreads"}
 
 
-def test_sharp_quadratic_head_is_one_hot_at_its_centre():
-    layer = QuadraticAttention(D, 1)
+def test_sharp_quadratic_head_is_one_hot_at_its_centre(device):
+    layer = QuadraticAttention(D, 1).to(device)
     with torch.no_grad():
         layer.centers.copy_(torch.tensor([[1.0, -1.0]]))
         layer.spreads.fill_(20.0)                     # alpha = 200
@@ -291,20 +313,20 @@ def test_unknown_kind_lists_valid_names():
         build_attention("gaussian", D, 2)
 
 
-def test_content_attention_gradients_flow_through_fast_path():
-    layer = ContentAttention(D, 2).train()
-    x = torch.randn(2, H, W, D, requires_grad=True)
+def test_content_attention_gradients_flow_through_fast_path(device):
+    layer = ContentAttention(D, 2).train().to(device)
+    x = _randn(2, H, W, D, device=device).requires_grad_()
     layer(x).sum().backward()
     assert x.grad is not None and layer.query.weight.grad.abs().sum() > 0
 
 
-def test_flushing_tiny_probabilities_changes_outputs_by_less_than_1e6():
+def test_flushing_tiny_probabilities_changes_outputs_by_less_than_1e6(device):
     """Probabilities below eps**2 are zeroed (no subnormal products on CPU); outputs barely move."""
     torch.manual_seed(0)
-    layer = QuadraticAttention(D, 9).eval()
+    layer = QuadraticAttention(D, 9).eval().to(device)
     with torch.no_grad():
         layer.spreads.fill_(2.0)                                   # alpha = 2: far keys ~ exp(-450)
-    x = torch.randn(2, 16, 16, D)
+    x = _randn(2, 16, 16, D, device=device)
     raw = torch.softmax(layer.grid_scores(16, 16), dim=-1)    # unflushed, (N_h, N, N)
     flushed = layer.grid_probs(16, 16)[0]
     assert ((raw > 0) & (flushed == 0)).sum() > 1000               # the flush really happened

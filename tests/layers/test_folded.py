@@ -1,7 +1,8 @@
 """The folded path of position-only layers (``impl="folded"``): output map first, then the maps.
 
 Its float64 equality with the explicit path (outputs and every gradient) is in test_impl.py with
-every other path; here: dropout, mixed precision, dtypes, and where the path is refused.
+every other path; here: dropout, mixed precision, dtypes, and where the path is refused. On the
+``device`` of tests/conftest.py (random inputs drawn on the CPU, then moved).
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from attncnn.models import build_model
 D, NH, B, H, W = 16, 9, 3, 5, 6
 
 
-def _layer(kind="quadratic", **kwargs):
+def _layer(kind="quadratic", device="cpu", **kwargs):
     torch.manual_seed(0)
     extra = {"max_size": 6} if kind == "learned" else {}
     layer = build_attention(kind, D, NH, **extra, **kwargs)
     local_init_(layer, alpha=0.9)
-    return layer
+    return layer.to(device)
 
 
-def _input(dtype=torch.float32):
-    return torch.randn(B, H, W, D, generator=torch.Generator().manual_seed(1)).to(dtype)
+def _input(dtype=torch.float32, device="cpu"):
+    return torch.randn(B, H, W, D, generator=torch.Generator().manual_seed(1)).to(device, dtype)
 
 
 def _run(layer, x, weight=None):
@@ -40,14 +41,14 @@ def _run(layer, x, weight=None):
 
 
 @pytest.mark.parametrize("kind", ["quadratic", "quadratic-generalized", "learned"])
-def test_dropout_takes_the_same_batch_shared_mask_as_the_dense_path(kind):
-    x = _input(torch.float64)
+def test_dropout_takes_the_same_batch_shared_mask_as_the_dense_path(kind, device):
+    x = _input(torch.float64, device)
     results = {}
     for impl in ("dense", "folded"):
-        layer = _layer(kind, impl=impl, attn_drop=0.4).double().train()
+        layer = _layer(kind, device, impl=impl, attn_drop=0.4).double().train()
         assert layer.path(H, W) == impl
         torch.manual_seed(7)                                 # the same dropout mask for both paths
-        results[impl] = _run(layer, x, torch.randn(B, H, W, D, dtype=torch.float64))
+        results[impl] = _run(layer, x, torch.randn(B, H, W, D, dtype=torch.float64).to(device))
     (dense, dense_grads), (folded, folded_grads) = results["dense"], results["folded"]
     torch.testing.assert_close(folded, dense, rtol=1e-10, atol=1e-12)
     for name, grad in dense_grads.items():
@@ -55,19 +56,19 @@ def test_dropout_takes_the_same_batch_shared_mask_as_the_dense_path(kind):
 
 
 @pytest.mark.parametrize("kind", ["quadratic", "learned"])
-def test_bf16_outputs_and_gradients_are_as_close_to_float64_as_the_dense_paths(kind):
+def test_bf16_outputs_and_gradients_are_as_close_to_float64_as_the_dense_paths(kind, device):
     """Under bf16 autocast both paths round x, W and the maps to bf16 and each product once; the
     folded path's input gradient adds the N_h heads' products in bf16 (N_h roundings instead of
     one). Bound: the folded error at most 3x the dense path's error plus 1 % of max|value|
     (measured, relative to max|value|: outputs 0.4 % for both paths; gradients 0.2-1.7 % folded,
     0.2-0.8 % dense)."""
-    x = _input()
-    weight = torch.randn(B, H, W, D, generator=torch.Generator().manual_seed(2))
-    exact = _run(_layer(kind, impl="dense").double().train(), x.double(), weight.double())
+    x = _input(device=device)
+    weight = torch.randn(B, H, W, D, generator=torch.Generator().manual_seed(2)).to(device)
+    exact = _run(_layer(kind, device, impl="dense").double().train(), x.double(), weight.double())
     errors = {}
     for impl in ("dense", "folded"):
-        layer = _layer(kind, impl=impl).train()
-        with torch.autocast("cpu", dtype=torch.bfloat16):
+        layer = _layer(kind, device, impl=impl).train()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             out, grads = _run(layer, x, weight)
         assert out.dtype == torch.bfloat16
         assert all(g.dtype == torch.float32 for g in grads.values())     # parameters and input stay float32
@@ -78,20 +79,20 @@ def test_bf16_outputs_and_gradients_are_as_close_to_float64_as_the_dense_paths(k
         assert errors["folded"][name] <= 3 * dense_error + 1e-2, (name, errors)
 
 
-def test_folded_mix_equals_the_value_map_of_the_shared_mix_for_any_output_width():
+def test_folded_mix_equals_the_value_map_of_the_shared_mix_for_any_output_width(device):
     """The function alone, D_out != D and no bias: sum_h P_h x W_h^T against value(mix_shared)."""
     g = torch.Generator().manual_seed(3)
-    probs = torch.softmax(torch.randn(NH, H * W, H * W, generator=g, dtype=torch.float64), dim=-1)
-    tokens = torch.randn(B, H, W, D, generator=g, dtype=torch.float64)
-    weight = torch.randn(5, NH * D, generator=g, dtype=torch.float64)
+    probs = torch.softmax(torch.randn(NH, H * W, H * W, generator=g, dtype=torch.float64), dim=-1).to(device)
+    tokens = torch.randn(B, H, W, D, generator=g, dtype=torch.float64).to(device)
+    weight = torch.randn(5, NH * D, generator=g, dtype=torch.float64).to(device)
     mixed = mix_shared(probs, tokens)                                            # (B, N_h, N, D)
     expected = F.linear(mixed.transpose(1, 2).reshape(B, H * W, NH * D), weight).reshape(B, H, W, 5)
     torch.testing.assert_close(folded_mix(probs, tokens, weight, None, torch.float64), expected,
                                rtol=1e-12, atol=1e-12)
-    small = (torch.rand(3, 4, 4, generator=g, dtype=torch.float64).requires_grad_(),     # N_h 3, 2x2 grid
-             torch.randn(2, 2, 2, 3, generator=g, dtype=torch.float64).requires_grad_(),  # B 2, D 3
-             torch.randn(4, 9, generator=g, dtype=torch.float64).requires_grad_(),        # D_out 4
-             torch.randn(4, generator=g, dtype=torch.float64).requires_grad_())
+    small = (torch.rand(3, 4, 4, generator=g, dtype=torch.float64).to(device).requires_grad_(),     # N_h 3, 2x2 grid
+             torch.randn(2, 2, 2, 3, generator=g, dtype=torch.float64).to(device).requires_grad_(),  # B 2, D 3
+             torch.randn(4, 9, generator=g, dtype=torch.float64).to(device).requires_grad_(),        # D_out 4
+             torch.randn(4, generator=g, dtype=torch.float64).to(device).requires_grad_())
     assert torch.autograd.gradcheck(lambda p, t, w, b: folded_mix(p, t, w, b, torch.float64), small)
 
 
@@ -108,12 +109,13 @@ def test_heads_narrower_than_the_model_cannot_fold():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["quadratic", "learned"])
-def test_the_compiled_folded_path_equals_the_dense_path_in_float64(kind):
+def test_the_compiled_folded_path_equals_the_dense_path_in_float64(kind, device):
     """Under torch.compile the folded path takes its own products (one batched product for the
-    head-major values, dL/dW_h from the untransposed tokens): the same sums, checked here."""
-    x, weight = _input(torch.float64), torch.randn(B, H, W, D, dtype=torch.float64)
-    dense = _layer(kind, impl="dense").double()
-    folded = _layer(kind, impl="folded").double()
+    head-major values, dL/dW_h from the untransposed tokens): the same sums, checked here (on the
+    test device: inductor's CPU code on the CPU, Triton on CUDA)."""
+    x, weight = _input(torch.float64, device), torch.randn(B, H, W, D, dtype=torch.float64).to(device)
+    dense = _layer(kind, device, impl="dense").double()
+    folded = _layer(kind, device, impl="folded").double()
     want, want_grads = _run(dense, x, weight)
     got, got_grads = _run(torch.compile(folded, dynamic=False, fullgraph=True), x, weight)
     torch._dynamo.reset()

@@ -1,5 +1,6 @@
 """Content attention's and GPSA's impl="explicit-half": under bf16 autocast the softmax writes bf16
-probabilities; outputs and gradients stay those of impl="explicit" (float32 softmax) to bf16 rounding."""
+probabilities; outputs and gradients stay those of impl="explicit" (float32 softmax) to bf16 rounding.
+On the ``device`` of tests/conftest.py, under that device's autocast."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def _run(layer, x, half: bool, autocast: bool):
     layer.impl = "explicit-half" if half else "explicit"
     x = x.clone().requires_grad_(True)
     layer.zero_grad()
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
         out = layer(x)
     out.float().square().sum().backward()
     grads = {n: p.grad.clone() for n, p in layer.named_parameters() if p.grad is not None}
@@ -25,11 +26,11 @@ def _flat(grads: dict) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("kind,head_dim", [("learned-content", None), ("content", None), ("gpsa", None), ("gpsa", 8)])
-def test_bf16_softmax_matches_float32_softmax(kind, head_dim):
+def test_bf16_softmax_matches_float32_softmax(kind, head_dim, device):
     torch.manual_seed(0)
     extra = {"max_size": 8} if kind == "learned-content" else {}
-    layer = build_attention(kind, 32, 4, head_dim=head_dim, **extra)
-    x = torch.randn(3, 8, 8, 32)
+    layer = build_attention(kind, 32, 4, head_dim=head_dim, **extra).to(device)
+    x = torch.randn(3, 8, 8, 32).to(device)
     out_half, gx_half, g_half = _run(layer, x, True, True)
     out_full, gx_full, g_full = _run(layer, x, False, True)
     out_64, gx_64, g_64 = _run(layer.double(), x.double(), False, False)
@@ -45,38 +46,39 @@ def test_bf16_softmax_matches_float32_softmax(kind, head_dim):
         assert err_half < 3e-2
 
 
-def test_float32_and_returned_probabilities_unchanged():
+def test_float32_and_returned_probabilities_unchanged(device):
     torch.manual_seed(0)
-    layer = build_attention("learned-content", 16, 2, max_size=4)
-    x = torch.randn(2, 4, 4, 16)
+    layer = build_attention("learned-content", 16, 2, max_size=4).to(device)
+    x = torch.randn(2, 4, 4, 16).to(device)
     out_a, gx_a, _ = _run(layer, x, True, False)
     out_b, gx_b, _ = _run(layer, x, False, False)
     assert torch.equal(out_a, out_b) and torch.equal(gx_a, gx_b)      # no autocast: float32 throughout
     layer.impl = "explicit-half"
-    with torch.autocast("cpu", dtype=torch.bfloat16), torch.no_grad():
+    with torch.autocast(device.type, dtype=torch.bfloat16), torch.no_grad():
         _, probs = layer(x, return_attention=True)
     assert probs.dtype == torch.float32
-    assert torch.allclose(probs.sum(-1), torch.ones(()), atol=1e-6)
+    assert torch.allclose(probs.sum(-1), torch.ones((), device=device), atol=1e-6)
 
 
 @pytest.mark.parametrize("onto", [False, True])
-def test_scaled_content_equals_the_plain_formula_in_float64(onto):
+def test_scaled_content_equals_the_plain_formula_in_float64(onto, device):
     from attncnn.layers import QueryKeyAttention
     torch.manual_seed(0)
     q, k = torch.randn(2, 3, 7, 5, dtype=torch.float64), torch.randn(2, 3, 7, 5, dtype=torch.float64)
-    term = torch.randn(2, 3, 7, 7, dtype=torch.float64) if onto else None
+    term = torch.randn(2, 3, 7, 7, dtype=torch.float64).to(device) if onto else None
+    q, k = q.to(device), k.to(device)
     expected = (q @ k.transpose(-2, -1)) / 5 ** 0.5 + (term if onto else 0)
     torch.testing.assert_close(QueryKeyAttention.scaled_content(q, k, term), expected, rtol=1e-14, atol=1e-14)
 
 
-def test_bf16_scaled_content_is_rounded_once():
+def test_bf16_scaled_content_is_rounded_once(device):
     """The scale acts on the product's float32 accumulator: each bf16 score is the exact scaled
     product rounded once (error <= bf16's unit roundoff 2^-8, plus float32 accumulation), where
     rounding the product and then scaling it in bf16 can err by about twice that."""
     from attncnn.layers import QueryKeyAttention
     torch.manual_seed(0)
-    q = torch.randn(4, 9, 64, 8).to(torch.bfloat16)
-    k = torch.randn(4, 9, 64, 8).to(torch.bfloat16)
+    q = torch.randn(4, 9, 64, 8).to(device, torch.bfloat16)
+    k = torch.randn(4, 9, 64, 8).to(device, torch.bfloat16)
     scores = QueryKeyAttention.scaled_content(q, k)
     assert scores.dtype == torch.bfloat16
     exact = (q.double() @ k.double().transpose(-2, -1)) / 8 ** 0.5

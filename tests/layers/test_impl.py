@@ -1,4 +1,5 @@
-"""The computation path as a constructor argument (``impl``) and the registry of attention kinds."""
+"""The computation path as a constructor argument (``impl``) and the registry of attention kinds.
+Outputs and gradients on the ``device`` of tests/conftest.py (inputs drawn on the CPU, then moved)."""
 
 from __future__ import annotations
 
@@ -16,13 +17,13 @@ IMPLS = {"quadratic": ("auto", "dense", "separable", "folded"), "quadratic-gener
          "gpsa": ("auto", "explicit", "explicit-half", "sdpa")}
 
 
-def _layer(kind, **kwargs):
+def _layer(kind, device="cpu", **kwargs):
     extra = {"max_size": 6} if kind.startswith("learned") else {}
     torch.manual_seed(0)
     layer = build_attention(kind, D, NH, **extra, **kwargs).double()
     if layer.has_positional_term:
         local_init_(layer, alpha=0.7)           # non-trivial positional maps, centres on a 3x3 grid
-    return layer
+    return layer.to(device)
 
 
 def test_every_kind_is_registered_once_with_its_declared_paths():
@@ -39,12 +40,12 @@ def test_every_kind_is_registered_once_with_its_declared_paths():
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
 @pytest.mark.parametrize("head_dim", [None, 6])
 @pytest.mark.parametrize("training", [False, True])
-def test_every_path_equals_the_explicit_path_in_float64(kind, head_dim, training):
+def test_every_path_equals_the_explicit_path_in_float64(kind, head_dim, training, device):
     """Outputs and gradients (input and every parameter) of each impl against the explicit path
     (``return_attention=True``, the plain product of the materialised map), float64, attn_drop 0."""
-    reference = _layer(kind, head_dim=head_dim).train(training)
-    x = torch.randn(2, 5, 6, D, dtype=torch.float64)            # within the learned tables' max_size 6
-    weight = torch.randn(2, 5, 6, D, dtype=torch.float64)
+    reference = _layer(kind, device, head_dim=head_dim).train(training)
+    x = torch.randn(2, 5, 6, D, dtype=torch.float64).to(device)    # within the learned tables' max_size 6
+    weight = torch.randn(2, 5, 6, D, dtype=torch.float64).to(device)
 
     def run(layer, **kw):
         layer.zero_grad(set_to_none=True)
@@ -56,7 +57,7 @@ def test_every_path_equals_the_explicit_path_in_float64(kind, head_dim, training
 
     expected, expected_grads = run(reference, return_attention=True)
     for impl in reference.impls:
-        layer = _layer(kind, head_dim=head_dim, impl=impl).train(training)
+        layer = _layer(kind, device, head_dim=head_dim, impl=impl).train(training)
         assert layer.impl == impl
         out, grads = run(layer)
         torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-12, msg=impl)
@@ -68,9 +69,9 @@ def test_every_path_equals_the_explicit_path_in_float64(kind, head_dim, training
 
 
 @pytest.mark.parametrize("kind", ATTENTION_KINDS)
-def test_attention_probs_of_a_real_input_are_the_returned_probabilities(kind):
-    layer = _layer(kind).eval()
-    x = torch.randn(2, 4, 5, D, dtype=torch.float64)
+def test_attention_probs_of_a_real_input_are_the_returned_probabilities(kind, device):
+    layer = _layer(kind, device).eval()
+    x = torch.randn(2, 4, 5, D, dtype=torch.float64).to(device)
     with torch.no_grad():
         _, returned = layer(x, return_attention=True)
         probs = layer.attention_probs(x)
@@ -130,13 +131,13 @@ def test_every_layer_declares_what_the_models_and_analysis_ask():
             assert isinstance(getattr(cls, flag), bool)
 
 
-def test_eval_impl_is_the_path_of_eval_mode_and_computes_the_same_output():
-    layer = _layer("gpsa", head_dim=6, impl="explicit-half", eval_impl="sdpa")
+def test_eval_impl_is_the_path_of_eval_mode_and_computes_the_same_output(device):
+    layer = _layer("gpsa", device, head_dim=6, impl="explicit-half", eval_impl="sdpa")
     assert layer.train().path(5, 6) == "explicit-half" and layer.eval().path(5, 6) == "sdpa"
-    plain = _layer("gpsa", head_dim=6, impl="explicit-half")
+    plain = _layer("gpsa", device, head_dim=6, impl="explicit-half")
     plain.load_state_dict(layer.state_dict())
     assert plain.eval().path(5, 6) == "explicit-half"                      # unset: impl in both modes
-    x = torch.randn(2, 5, 6, D, dtype=torch.float64)
+    x = torch.randn(2, 5, 6, D, dtype=torch.float64).to(device)
     with torch.no_grad():
         torch.testing.assert_close(layer(x), plain(x), rtol=1e-12, atol=1e-13)
     with pytest.raises(ValueError, match="has no impl 'folded' \\(eval_impl\\)"):

@@ -1,6 +1,7 @@
 """Property-based tests (hypothesis) of the attention layers on random grids, head counts and dtypes:
 probabilities are a distribution, shapes are right, position-only attention is translation-
-equivariant away from the borders, and extreme Gaussian centres or spreads give no NaN."""
+equivariant away from the borders, and extreme Gaussian centres or spreads give no NaN. On the
+``device`` of tests/conftest.py (session-scoped, so hypothesis accepts it); inputs drawn on the CPU."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ def _tol(dtype: torch.dtype) -> float:
     return 1e-5 if dtype == torch.float32 else 1e-12
 
 
-def _layer(kind: str, dim: int, heads: int, head_dim, dtype: torch.dtype, seed: int):
+def _layer(kind: str, dim: int, heads: int, head_dim, dtype: torch.dtype, seed: int, device="cpu"):
     torch.manual_seed(seed)
     kwargs = {"head_dim": head_dim}
     if kind.startswith("learned"):
         kwargs["max_size"] = 8
-    return build_attention(kind, dim, heads, **kwargs).to(dtype).eval()
+    return build_attention(kind, dim, heads, **kwargs).to(device, dtype).eval()
 
 
 @st.composite
@@ -42,10 +43,10 @@ def grids(draw, max_side: int = 8):
 @given(kind=st.sampled_from(ATTENTION_KINDS), grid=grids(), heads=st.integers(1, 4), dim=st.sampled_from([2, 4, 6]),
        head_dim=st.sampled_from([None, 2, 4]), out_batch=st.integers(1, 3), dtype=DTYPES, seed=st.integers(0, 2**16))
 def test_probabilities_are_distributions_and_shapes_are_right(kind, grid, heads, dim, head_dim, out_batch, dtype,
-                                                              seed):
+                                                              seed, device):
     h, w = grid
-    layer = _layer(kind, dim, heads, head_dim, dtype, seed)
-    x = torch.randn(out_batch, h, w, dim, dtype=dtype, generator=torch.Generator().manual_seed(seed))
+    layer = _layer(kind, dim, heads, head_dim, dtype, seed, device)
+    x = torch.randn(out_batch, h, w, dim, dtype=dtype, generator=torch.Generator().manual_seed(seed)).to(device)
     with torch.no_grad():
         out, probs = layer(x, return_attention=True)
         fast = layer(x)
@@ -54,7 +55,8 @@ def test_probabilities_are_distributions_and_shapes_are_right(kind, grid, heads,
     assert out.shape == (out_batch, h, w, dim) and out.dtype == dtype
     assert probs.shape == (batch, heads, n, n) and probs.dtype == dtype
     assert torch.isfinite(probs).all() and (probs >= 0).all()
-    torch.testing.assert_close(probs.sum(-1), torch.ones(batch, heads, n, dtype=dtype), rtol=0, atol=_tol(dtype) * n)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(batch, heads, n, dtype=dtype, device=device), rtol=0,
+                               atol=_tol(dtype) * n)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(fast, out, rtol=1e-4 if dtype == torch.float32 else 1e-10,
                                atol=1e-4 if dtype == torch.float32 else 1e-10)
@@ -75,10 +77,10 @@ def test_wrong_rank_or_channels_name_the_expected_shape(kind, grid, heads, shape
 @SETTINGS
 @given(kind=st.sampled_from(POSITIONAL), grid=grids(max_side=7), heads=st.integers(1, 3),
        shift=st.tuples(st.integers(-2, 2), st.integers(-2, 2)), seed=st.integers(0, 2**16))
-def test_positional_scores_depend_only_on_the_relative_shift(kind, grid, heads, shift, seed):
+def test_positional_scores_depend_only_on_the_relative_shift(kind, grid, heads, shift, seed, device):
     """score(q, k) == score(q + s, k + s) whenever all four positions lie in the grid."""
     h, w = grid
-    layer = _layer(kind, 4, heads, None, torch.float64, seed)
+    layer = _layer(kind, 4, heads, None, torch.float64, seed, device)
     with torch.no_grad():
         scores = layer.grid_scores(h, w).reshape(heads, h, w, h, w)
     sy, sx = shift
@@ -105,7 +107,8 @@ def _set_gaussians(layer: QuadraticAttention, centers: torch.Tensor, sharpness: 
 @SETTINGS
 @given(full=st.booleans(), size=st.tuples(st.integers(12, 16), st.integers(12, 16)), heads=st.integers(1, 4),
        data=st.data(), shift=st.tuples(st.integers(-2, 2), st.integers(-2, 2)), seed=st.integers(0, 2**16))
-def test_quadratic_attention_is_translation_equivariant_away_from_the_borders(full, size, heads, data, shift, seed):
+def test_quadratic_attention_is_translation_equivariant_away_from_the_borders(full, size, heads, data, shift, seed,
+                                                                             device):
     """Shifting the input shifts the output, for queries whose Gaussian lies well inside the grid
     before and after the shift (alpha >= 4 and a margin of 3 tokens: outside mass < e^-36)."""
     h, w = size
@@ -115,19 +118,21 @@ def test_quadratic_attention_is_translation_equivariant_away_from_the_borders(fu
     angles = data.draw(st.lists(st.floats(0.0, math.pi), min_size=heads, max_size=heads))
     layer = QuadraticAttention(6, heads, full_covariance=full).double().eval()
     _set_gaussians(layer, centers, sharpness, angles, full)
+    layer.to(device)
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(2, h, w, 6, dtype=torch.float64, generator=g)
     sy, sx = shift
     shifted = torch.randn(2, h, w, 6, dtype=torch.float64, generator=g)   # arbitrary where nothing maps
     shifted[:, max(sy, 0):h + min(sy, 0), max(sx, 0):w + min(sx, 0)] = \
         x[:, max(-sy, 0):h + min(-sy, 0), max(-sx, 0):w + min(-sx, 0)]
+    x, shifted = x.to(device), shifted.to(device)
     with torch.no_grad():
         out, out_shifted = layer(x), layer(shifted)
     reach = 3 + 2        # margin + |centre| rounded up
     rows = [i for i in range(h) if reach <= i and i + reach < h and reach <= i + sy and i + sy + reach < h]
     cols = [j for j in range(w) if reach <= j and j + reach < w and reach <= j + sx and j + sx + reach < w]
     assume(rows and cols)
-    r, c = torch.tensor(rows), torch.tensor(cols)
+    r, c = torch.tensor(rows, device=device), torch.tensor(cols, device=device)
     torch.testing.assert_close(out_shifted[:, r + sy][:, :, c + sx], out[:, r][:, :, c], rtol=1e-9, atol=1e-9)
 
 
@@ -137,22 +142,23 @@ EXTREME_SPREAD = st.one_of(st.sampled_from([0.0, 1e-30, 1e-8, 1e-3, 1e2, 1e3, 3e
 
 @SETTINGS
 @given(full=st.booleans(), grid=grids(max_side=9), heads=st.integers(1, 3), dtype=DTYPES, data=st.data())
-def test_no_nan_for_extreme_centres_and_spreads(full, grid, heads, dtype, data):
+def test_no_nan_for_extreme_centres_and_spreads(full, grid, heads, dtype, data, device):
     """alpha -> 0 (uniform attention), alpha very large (one-hot), centres far outside the grid."""
     h, w = grid
-    layer = QuadraticAttention(4, heads, full_covariance=full).to(dtype).eval()
+    layer = QuadraticAttention(4, heads, full_covariance=full).to(device, dtype).eval()
     centres = data.draw(st.lists(st.tuples(EXTREME_CENTRE, EXTREME_CENTRE), min_size=heads, max_size=heads))
     shape = (heads, 2, 2) if full else (heads,)
     spreads = data.draw(st.lists(EXTREME_SPREAD, min_size=math.prod(shape), max_size=math.prod(shape)))
     with torch.no_grad():
         layer.centers.copy_(torch.tensor(centres, dtype=dtype))
         layer.spreads.copy_(torch.tensor(spreads, dtype=dtype).reshape(shape))
-    x = torch.randn(2, h, w, 4, dtype=dtype)
+    x = torch.randn(2, h, w, 4, dtype=dtype).to(device)
     with torch.no_grad():
         out, probs = layer(x, return_attention=True)
     n = h * w
     assert torch.isfinite(probs).all() and (probs >= 0).all()
-    torch.testing.assert_close(probs.sum(-1), torch.ones(1, heads, n, dtype=dtype), rtol=0, atol=_tol(dtype) * n)
+    torch.testing.assert_close(probs.sum(-1), torch.ones(1, heads, n, dtype=dtype, device=device), rtol=0,
+                               atol=_tol(dtype) * n)
     assert torch.isfinite(out).all()
     # and the gradients that training would take stay finite too
     layer.train()
@@ -163,16 +169,16 @@ def test_no_nan_for_extreme_centres_and_spreads(full, grid, heads, dtype, data):
 
 @pytest.mark.parametrize("full", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_alpha_limits_give_uniform_and_one_hot_attention(full, dtype):
+def test_alpha_limits_give_uniform_and_one_hot_attention(full, dtype, device):
     """alpha = 0: every key equally likely; alpha huge and an integer centre: one-hot at q + centre."""
     h, w = 5, 7
-    layer = QuadraticAttention(4, 1, full_covariance=full).to(dtype)
+    layer = QuadraticAttention(4, 1, full_covariance=full).to(device, dtype)
     with torch.no_grad():
         layer.centers.copy_(torch.tensor([[1.0, -2.0]], dtype=dtype))
         layer.spreads.zero_()
         uniform = layer.grid_probs(h, w)[0, 0]
         layer.spreads.copy_(torch.full_like(layer.spreads, 1e3) if not full else
-                            1e3 * torch.eye(2, dtype=dtype)[None])
+                            1e3 * torch.eye(2, dtype=dtype, device=device)[None])
         sharp = layer.grid_probs(h, w)[0, 0]
     torch.testing.assert_close(uniform, torch.full_like(uniform, 1 / (h * w)))
     q = 1 * w + 3                                # query (1, 3) -> key (2, 1)

@@ -1,6 +1,7 @@
 """Exact separable attention (isotropic quadratic and learned position-only heads): the row and
 column factors reproduce the dense map, and the separable path reproduces the dense path,
-outputs and gradients, on square and non-square grids."""
+outputs and gradients, on square and non-square grids. On the ``device`` of tests/conftest.py
+(inputs drawn on the CPU, then moved); which path a layer takes is device-independent, checked on the CPU."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ D, NH, B = 8, 3, 2
 GRIDS = [(5, 7), (8, 8), (16, 16)]
 
 
-def _layer(kind: str, dtype=torch.float64, **kwargs):
+def _layer(kind: str, dtype=torch.float64, device="cpu", **kwargs):
     torch.manual_seed(0)
     extra = {"max_size": 16} if kind == "learned" else {}
     layer = build_attention(kind, D, NH, **extra, **kwargs).to(dtype).eval()
@@ -21,7 +22,7 @@ def _layer(kind: str, dtype=torch.float64, **kwargs):
         with torch.no_grad():          # one head near the grid's edge, one sharp, one broad
             layer.centers.copy_(torch.tensor([[0.0, 1.0], [-1.3, 0.4], [2.0, -2.5]], dtype=dtype))
             layer.spreads.copy_(torch.tensor([1.3, 3.0, 0.5], dtype=dtype))
-    return layer
+    return layer.to(device)
 
 
 def _both_paths(layer, x, weight):
@@ -41,11 +42,11 @@ def _both_paths(layer, x, weight):
 @pytest.mark.parametrize("kind", ["quadratic", "learned"])
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("head_dim", [None, 6])
-def test_separable_path_equals_dense_path_in_float64(kind, grid, head_dim):
-    layer = _layer(kind, head_dim=head_dim)
+def test_separable_path_equals_dense_path_in_float64(kind, grid, head_dim, device):
+    layer = _layer(kind, device=device, head_dim=head_dim)
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(B, *grid, D, dtype=torch.float64, generator=g)
-    weight = torch.randn(B, *grid, layer.out_dim, dtype=torch.float64, generator=g)
+    x = torch.randn(B, *grid, D, dtype=torch.float64, generator=g).to(device)
+    weight = torch.randn(B, *grid, layer.out_dim, dtype=torch.float64, generator=g).to(device)
     (sep, sep_grads), (dense, dense_grads) = _both_paths(layer, x, weight)
     assert (sep - dense).abs().max() <= 1e-12 * dense.abs().max()
     for name, expected in dense_grads.items():
@@ -56,8 +57,8 @@ def test_separable_path_equals_dense_path_in_float64(kind, grid, head_dim):
 @pytest.mark.parametrize("kind", ["quadratic", "learned"])
 @pytest.mark.parametrize("grid", GRIDS)
 @pytest.mark.parametrize("dtype,tol", [(torch.float64, 1e-15), (torch.float32, 1e-6)])
-def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol):
-    layer = _layer(kind, dtype=dtype)
+def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol, device):
+    layer = _layer(kind, dtype=dtype, device=device)
     h, w = grid
     with torch.no_grad():
         row, col = layer.axis_probs(h, w)
@@ -65,8 +66,8 @@ def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol):
         s_row, s_col = layer.axis_scores(h, w)
     assert row.shape == (NH, h, h) and col.shape == (NH, w, w) and row.dtype == col.dtype == dtype
     eps = torch.finfo(dtype).eps
-    torch.testing.assert_close(row.sum(-1), torch.ones(NH, h, dtype=dtype), rtol=0, atol=h * eps)
-    torch.testing.assert_close(col.sum(-1), torch.ones(NH, w, dtype=dtype), rtol=0, atol=w * eps)
+    torch.testing.assert_close(row.sum(-1), torch.ones(NH, h, dtype=dtype, device=device), rtol=0, atol=h * eps)
+    torch.testing.assert_close(col.sum(-1), torch.ones(NH, w, dtype=dtype, device=device), rtol=0, atol=w * eps)
     outer = torch.einsum("hik,hjl->hijkl", row, col).reshape(NH, h * w, h * w)
     torch.testing.assert_close(outer, dense, rtol=0, atol=tol)
     summed = (s_row[:, :, None, :, None] + s_col[:, None, :, None, :]).reshape(NH, h * w, h * w)
@@ -74,17 +75,17 @@ def test_outer_product_of_the_factors_is_the_dense_map(kind, grid, dtype, tol):
                                atol=0)
 
 
-def test_factor_entries_below_eps_are_zero_and_outputs_move_by_at_most_h_plus_w_eps():
+def test_factor_entries_below_eps_are_zero_and_outputs_move_by_at_most_h_plus_w_eps(device):
     """The separable path's flush (see axis_probs): no factor entry lies in (0, eps), and the
     output differs from the unflushed float64 computation by <= (H + W) eps max|value| (+ rounding)."""
-    layer = _layer("quadratic", dtype=torch.float32)
+    layer = _layer("quadratic", dtype=torch.float32, device=device)
     with torch.no_grad():
         layer.spreads.fill_(2.0)                                       # alpha = 2: far keys ~ e^-450
         row, col = layer.axis_probs(16, 16)
         eps = torch.finfo(torch.float32).eps
         for factor in (row, col):
             assert ((factor > 0) & (factor < eps)).sum() == 0 and (factor == 0).sum() > 100
-        x = torch.randn(B, 16, 16, D)
+        x = torch.randn(B, 16, 16, D).to(device)
         layer.impl = "separable"
         out = layer(x)
         exact = layer.double().output(torch.softmax(layer.grid_scores(16, 16), -1) @ x.double()[:, None]

@@ -1,5 +1,6 @@
 """Issue 14 at the model level: the init="conv" options, GPSA models, and the new presets' exact
-parameter counts (derived by hand, in the style of test_mini_presets.py)."""
+parameter counts (derived by hand, in the style of test_mini_presets.py). The maps and the
+convolution equality are computed on the ``device`` of tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -85,11 +86,11 @@ def test_build_model_quadratic_with_conv_init():
         assert torch.allclose(block.attention.alpha, torch.ones(9))                  # locality_strength 1.0
 
 
-def test_learned_and_gpsa_presets_start_with_the_quadratic_presets_maps():
+def test_learned_and_gpsa_presets_start_with_the_quadratic_presets_maps(device):
     torch.manual_seed(0)
-    quadratic = build_model("quadratic-conv-mini", num_layers=2).double()
-    learned = build_model("learned-conv-mini", num_layers=2).double()
-    gpsa = build_model("gpsa-mini", num_layers=2).double()
+    quadratic = build_model("quadratic-conv-mini", num_layers=2).double().to(device)
+    learned = build_model("learned-conv-mini", num_layers=2).double().to(device)
+    gpsa = build_model("gpsa-mini", num_layers=2).double().to(device)
     for q, l, g in zip(quadratic.blocks, learned.blocks, gpsa.blocks):
         # built in float32: the quadratic spread sqrt(2) is rounded there (alpha 1 +- 1e-7), the learned
         # and GPSA coefficients (-1, 2 Delta, -Delta^2) are exact
@@ -97,16 +98,17 @@ def test_learned_and_gpsa_presets_start_with_the_quadratic_presets_maps():
         torch.testing.assert_close(l.attention.grid_probs(16, 16), expected, rtol=1e-5, atol=1e-7)
         torch.testing.assert_close(g.attention.positional_probs(16, 16), l.attention.grid_probs(16, 16),
                                    rtol=1e-10, atol=1e-14)
-        assert torch.allclose(g.attention.gates(), torch.full((9,), 1 / (1 + math.exp(-1)), dtype=torch.float64))
+        assert torch.allclose(g.attention.gates(), torch.full((9,), 1 / (1 + math.exp(-1)), dtype=torch.float64,
+                                                              device=device))
 
 
-def test_value_init_conv_makes_each_layer_the_dilated_convolution():
+def test_value_init_conv_makes_each_layer_the_dilated_convolution(device):
     torch.manual_seed(0)
     model = build_model("quadratic-conv-mini", num_layers=1, dim=8, mlp_dim=8, value_init="conv",
-                        locality_strength=708.0, conv_dilation=2).double()
+                        locality_strength=708.0, conv_dilation=2).double().to(device)
     layer = model.blocks[0].attention
     kernel = layer.value.weight.detach().reshape(8, 3, 3, 8).permute(0, 3, 1, 2)      # (out, in, K, K)
-    x = torch.randn(2, 8, 9, 10, dtype=torch.float64)
+    x = torch.randn(2, 8, 9, 10, dtype=torch.float64).to(device)
     ref = F.conv2d(x, kernel, layer.value.bias.detach(), padding=2, dilation=2).permute(0, 2, 3, 1)
     with torch.no_grad():
         out = layer(F.pad(x.permute(0, 2, 3, 1), (0, 0, 2, 2, 2, 2)))[:, 2:-2, 2:-2]
@@ -145,8 +147,8 @@ def test_bad_options_name_the_field_and_the_fix(options, match):
 
 
 def test_set_options_from_the_command_line_are_typed_and_checked():
-    from attncnn.training import resolve_config
-    from attncnn.training.options import key_value
+    from attncnn.runs import resolve_config
+    from attncnn.runs.options import key_value
 
     given = dict(key_value(s) for s in ["init=conv", "locality_strength=2", "conv_kernel_size=None",
                                          "conv_dilation=2", "value_init=conv", "freeze_gate=True",

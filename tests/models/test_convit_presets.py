@@ -1,4 +1,5 @@
-"""Issue 26's presets: the DeiT-style baseline and GPSA set up as ConViT sets it up."""
+"""Issue 26's presets: the DeiT-style baseline and GPSA set up as ConViT sets it up. Models are built
+on the CPU (the same initial weights everywhere) and computed on the ``device`` of tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -38,14 +39,14 @@ def test_convit_mini_parameter_count():
     assert sum(p.numel() for p in build_model("convit-mini").parameters()) == expected
 
 
-def test_convit_mini_starts_as_convit_does():
+def test_convit_mini_starts_as_convit_does(device):
     torch.manual_seed(0)
-    model = build_model("convit-mini")
+    model = build_model("convit-mini").to(device)
     qk = []
     for block in model.blocks:
         layer = block.attention
         assert layer.query.bias is None and layer.key.bias is None
-        assert torch.equal(layer.value_in.weight, torch.eye(D)) and not layer.value_in.bias.any()
+        assert torch.equal(layer.value_in.weight, torch.eye(D, device=device)) and not layer.value_in.bias.any()
         qk.append(torch.cat([layer.query.weight.flatten(), layer.key.weight.flatten()]))
         # local init: head h's positional map peaks at the h-th shift of the 3x3 kernel
         probs = layer.positional_probs(16, 16)[0]                      # (N_h, N, N)
@@ -57,12 +58,12 @@ def test_convit_mini_starts_as_convit_does():
     assert 0.019 < std < 0.021                                      # ~62,000 draws of N(0, 0.02^2)
 
 
-def test_the_deit_position_embedding_breaks_the_bag_of_tokens():
+def test_the_deit_position_embedding_breaks_the_bag_of_tokens(device):
     """Plain content attention with mean pooling ignores where a patch is; the learned absolute
     position embedding is what lets the DeiT-style model see it."""
     torch.manual_seed(0)
-    model = build_model("deit-mini").eval()
-    images = torch.randn(2, 3, 32, 32)
+    model = build_model("deit-mini").eval().to(device)
+    images = torch.randn(2, 3, 32, 32).to(device)
     # swap two 2x2 patches (token (0, 0) and token (5, 9)): the same bag of tokens in other places
     swapped = images.clone()
     swapped[..., 0:2, 0:2], swapped[..., 10:12, 18:20] = images[..., 10:12, 18:20], images[..., 0:2, 0:2]

@@ -9,7 +9,7 @@ import torch
 
 from attncnn.cli import build_parser
 from attncnn.models import ImageTransformerConfig, build_model, build_model_from_config, count_parameters
-from attncnn.training import load_model, resolve_config, save_checkpoint
+from attncnn.runs import load_model, resolve_config, save_checkpoint
 
 SMALL = {"dim": 16, "mlp_dim": 16, "num_layers": 3, "num_heads": 4}
 

@@ -1,6 +1,7 @@
 """The CPU-scale presets of the reproduction suite: exact parameter counts derived by hand."""
 
 import pytest
+import torch
 
 from attncnn.models import build_model, count_parameters, get_preset
 
@@ -43,11 +44,13 @@ def test_mini_parameter_counts(name, count):
 
 
 def test_hand_counts_agree_with_the_paper_scale_formula():
-    # the same formula at width 400 gives PAPER.md's 12,086,844 for the quadratic model
+    # the same formulas at the paper's widths give PAPER.md's counts, and the paper presets have them
     d = 400
     block = (d * d + d) + 4 * d + (d * 512 + 512) + (512 * d + d)
-    assert (12 * d + d) + (d * 10 + 10) + 6 * (block + HEADS * d * d + d + 27) == 12_086_844
-    assert resnet((64, 128, 256, 512)) == 11_173_962
+    quadratic = (12 * d + d) + (d * 10 + 10) + 6 * (block + HEADS * d * d + d + 27)
+    with torch.device("meta"):             # counted, never allocated
+        assert quadratic == 12_086_844 == count_parameters(build_model("quadratic"))
+        assert resnet((64, 128, 256, 512)) == 11_173_962 == count_parameters(build_model("resnet18"))
 
 
 @pytest.mark.parametrize("name", list(MINI_COUNTS) + ["resnet18-mini"])

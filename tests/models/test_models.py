@@ -1,3 +1,7 @@
+"""The image transformer and ResNet presets: parameter counts, shapes, errors, and the forward and
+training steps, computed on the ``device`` of tests/conftest.py (models built and inputs drawn on
+the CPU, then moved)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -34,11 +38,11 @@ def test_num_classes_changes_only_the_classifier():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(PAPER_COUNTS))
-def test_one_training_step_of_every_paper_preset(name):
+def test_one_training_step_of_every_paper_preset(name, device):
     torch.manual_seed(0)
-    model = build_model(name)
+    model = build_model(name).to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    x, y = torch.randn(2, 3, 32, 32), torch.tensor([1, 7])
+    x, y = torch.randn(2, 3, 32, 32).to(device), torch.tensor([1, 7], device=device)
     names = [n for n, _ in model.named_parameters()]
     before = [p.detach().clone() for p in model.parameters()]
     loss = F.cross_entropy(model(x), y)
@@ -52,12 +56,12 @@ def test_one_training_step_of_every_paper_preset(name):
     assert all(n.endswith("attention.key.bias") for n in unchanged), unchanged
 
 
-def test_forward_shapes_and_other_image_sizes():
-    model = build_model("demo").eval()
-    assert model(torch.randn(3, 3, 32, 32)).shape == (3, 10)
-    assert model(torch.randn(2, 3, 16, 48)).shape == (2, 10)   # grid 4x12: any size divisible by the pooling
-    small = build_model("quadratic", num_layers=1, dim=16, mlp_dim=8).eval()
-    assert small(torch.randn(2, 3, 8, 12)).shape == (2, 10)
+def test_forward_shapes_and_other_image_sizes(device):
+    model = build_model("demo").eval().to(device)
+    assert model(torch.randn(3, 3, 32, 32).to(device)).shape == (3, 10)
+    assert model(torch.randn(2, 3, 16, 48).to(device)).shape == (2, 10)   # grid 4x12: any size divisible by the pooling
+    small = build_model("quadratic", num_layers=1, dim=16, mlp_dim=8).eval().to(device)
+    assert small(torch.randn(2, 3, 8, 12).to(device)).shape == (2, 10)
 
 
 @pytest.mark.parametrize("shape,match", [((2, 1, 32, 32), r"\(B, 3, H, W\)"), ((3, 32, 32), r"\(B, 3, H, W\)"),
@@ -91,20 +95,21 @@ def test_no_weight_decay_names_are_the_gaussian_parameters():
     assert build_model("learned", num_layers=1).no_weight_decay() == set()
 
 
-def test_block_is_post_layer_norm():
+def test_block_is_post_layer_norm(device):
     """Each block output is LayerNorm'd: zero mean and unit variance per token (weights at init)."""
-    model = build_model("demo").eval()
-    feats = model.forward_features(torch.randn(2, 3, 32, 32))
-    torch.testing.assert_close(feats.mean(-1), torch.zeros(feats.shape[:-1]), atol=1e-5, rtol=0)
-    torch.testing.assert_close(feats.var(-1, unbiased=False), torch.ones(feats.shape[:-1]), atol=1e-3, rtol=0)
+    model = build_model("demo").eval().to(device)
+    feats = model.forward_features(torch.randn(2, 3, 32, 32).to(device))
+    torch.testing.assert_close(feats.mean(-1), torch.zeros(feats.shape[:-1], device=device), atol=1e-5, rtol=0)
+    torch.testing.assert_close(feats.var(-1, unbiased=False), torch.ones(feats.shape[:-1], device=device), atol=1e-3,
+                               rtol=0)
 
 
-def test_model_equals_hand_written_forward():
+def test_model_equals_hand_written_forward(device):
     """The image transformer composed by hand from its parts (PAPER.md 2.1-2.4)."""
     torch.manual_seed(0)
     cfg = ImageTransformerConfig(attention="learned", num_layers=2, num_heads=2, dim=8, mlp_dim=6, max_size=4)
-    model = ImageTransformer(cfg).eval()
-    img = torch.randn(2, 3, 8, 8)
+    model = ImageTransformer(cfg).eval().to(device)
+    img = torch.randn(2, 3, 8, 8).to(device)
     x = img.permute(0, 2, 3, 1).reshape(2, 4, 2, 4, 2, 3).permute(0, 1, 3, 2, 4, 5).reshape(2, 4, 4, 12)
     x = model.embed(x)
     for blk in model.blocks:
@@ -115,11 +120,11 @@ def test_model_equals_hand_written_forward():
     torch.testing.assert_close(model(img), model.head(x.mean(dim=(1, 2))))
 
 
-def test_a_few_sgd_steps_lower_the_loss_on_a_fixed_batch():
+def test_a_few_sgd_steps_lower_the_loss_on_a_fixed_batch(device):
     torch.manual_seed(0)
-    model = build_model("demo")
+    model = build_model("demo").to(device)
     opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
+    x, y = torch.randn(32, 3, 32, 32).to(device), torch.randint(0, 10, (32,)).to(device)
     first = F.cross_entropy(model(x), y).item()
     for _ in range(15):
         loss = F.cross_entropy(model(x), y)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from attncnn.training.checkpoint import read_metadata
-from attncnn.training.loading import checkpoint_of
+from attncnn.runs.checkpoint import read_metadata
+from attncnn.runs.loading import checkpoint_of
 
 #: at the precision the run trained at: bf16 kernels of another CPU or GPU round differently (and
 #: paper-long's weights were rounded to bfloat16 for shipping): 10 of the 10,000 test images

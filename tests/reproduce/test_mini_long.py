@@ -11,14 +11,14 @@ import pytest
 
 from attncnn.models import get_preset
 from attncnn.reproduce import get_suite, job_state, plan
-from attncnn.reproduce.epoch_report import (centre_lines, centre_rows, cost_lines, epoch_sections, run_costs,
-                                           settled_lines)
-from attncnn.reproduce.epochs import (SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads,
-                                      seed_layer_curves, settled_rows, settled_table)
-from attncnn.reproduce.machines import machine_segments, recording_machine, segments_text, shared_epochs
-from attncnn.reproduce.runner import TrainOptions, job_config, train_command
-from attncnn.reproduce.summary import RunResult
-from attncnn.reproduce.unfinished import point_at_data, point_at_machine
+from attncnn.reproduce.reporting.epoch_sections import (centre_lines, centre_rows, cost_lines, epoch_sections,
+                                                        run_costs, settled_lines)
+from attncnn.reproduce.reporting.epochs import (SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads,
+                                                seed_layer_curves, settled_rows, settled_table)
+from attncnn.reproduce.reporting.results import RunResult
+from attncnn.reproduce.running.machines import machine_segments, recording_machine, segments_text, shared_epochs
+from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
+from attncnn.reproduce.running.unfinished import point_at_data
 
 EPYC = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.13.0+cpu", "device": "cpu"}
 XEON = {"cpu": "Intel Xeon", "threads": 2, "torch": "2.13.0+cpu", "device": "cpu"}
@@ -186,40 +186,6 @@ def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path):
     (folder / "config.json").write_text(json.dumps({"data": "cifar10", "data_dir": None}))
     assert point_at_data(folder, "cifar10", "/data/cache") is True
     assert json.loads((folder / "config.json").read_text())["data_dir"] == "/data/cache"
-
-
-def test_a_run_resumed_on_another_machine_takes_its_device_and_measures_its_path_again(tmp_path, monkeypatch):
-    here = {"cpu": "This CPU", "torch_threads": 2, "torch": "2.13.0", "device": "cpu"}
-    monkeypatch.setattr("attncnn.reproduce.machines.machine_info", lambda device: dict(here))
-    gpu = {"cpu": "Host CPU", "threads": 1, "torch": "2.11.0", "device": "cuda", "gpu": "Some GPU"}
-    folder = tmp_path / "run"
-    folder.mkdir()
-
-    def write(config, machine):
-        (folder / "config.json").write_text(json.dumps(config))
-        (folder / "metrics.jsonl").write_text(json.dumps({"epoch": 1, "machine": machine}) + "\n")
-
-    started_on_gpu = {"preset": "quadratic-mini", "device": "cuda", "model": {"impl": "dense"}, "measure_paths": True}
-    write({**started_on_gpu, "model": {"impl": "explicit-half", "eval_impl": "sdpa", "dim": 72}}, gpu)
-    point_at_machine(folder, "auto")                              # both measured paths go, the rest stays
-    assert json.loads((folder / "config.json").read_text())["model"] == {"dim": 72}
-    write(started_on_gpu, gpu)
-    changes = point_at_machine(folder, "auto")
-    assert len(changes) == 2 and "device 'cuda' -> 'auto'" in changes[0] and "Some GPU" in changes[1]
-    stored = json.loads((folder / "config.json").read_text())
-    assert stored["device"] == "auto" and stored["model"] == {}
-    assert point_at_machine(folder, "auto") == []                  # nothing left to change
-    # the same machine: the path is kept, so the resumed run continues exactly
-    on_cpu = {**started_on_gpu, "device": "cpu"}
-    write(on_cpu, {"cpu": "This CPU", "threads": 2, "torch": "2.13.0", "device": "cpu"})
-    assert point_at_machine(folder, "cpu") == []
-    assert json.loads((folder / "config.json").read_text())["model"] == {"impl": "dense"}
-    # a path the user or the suite chose, or a run that never measured, keeps its path
-    for config, keep in ((on_cpu, True), ({**on_cpu, "measure_paths": False}, False),
-                         ({**on_cpu, "deterministic": True}, False)):
-        write(config, gpu)
-        assert point_at_machine(folder, "cpu", keep_impl=keep) == []
-        assert json.loads((folder / "config.json").read_text())["model"] == {"impl": "dense"}
 
 
 def test_where_the_centres_went_from_a_handwritten_record(tmp_path):

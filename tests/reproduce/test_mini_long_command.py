@@ -12,9 +12,10 @@ import pytest
 
 from attncnn.cli import main
 from attncnn.reproduce import get_suite, plan
-from attncnn.reproduce.runner import TrainOptions, train_jobs
-from attncnn.reproduce.ship import ABSOLUTE_PATH
-from attncnn.training import TrainingInterrupted, load_checkpoint
+from attncnn.reproduce.running.runner import TrainOptions, train_jobs
+from attncnn.reproduce.running.ship import ABSOLUTE_PATH
+from attncnn.runs import load_checkpoint
+from attncnn.training import TrainingInterrupted
 
 pytestmark = pytest.mark.slow
 
@@ -81,7 +82,7 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
     # a fresh clone on another machine: the same command continues the run where it stopped
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "here", clone)
-    monkeypatch.setattr("attncnn.reproduce.machines.machine_info",
+    monkeypatch.setattr("attncnn.perf.machine.machine_info",
                         lambda device: {"cpu": "Other CPU", "torch_threads": 3, "torch": "9.9", "device": "cpu"})
     assert main(args + ["--out", str(clone)]) == 0
     folder = clone / "resnet18-mini" / "seed0"
@@ -154,7 +155,7 @@ def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(ma
 
 def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(make_tiny_data, tmp_path,
                                                                                  monkeypatch, capsys):
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     data = make_tiny_data(40, 10)
     job = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=2)[0]

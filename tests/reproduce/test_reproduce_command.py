@@ -9,7 +9,7 @@ import pytest
 
 from attncnn.analysis.viewer.decode import read_viewer
 from attncnn.cli import main
-from attncnn.training import load_checkpoint
+from attncnn.runs import load_checkpoint
 
 pytestmark = pytest.mark.slow        # trains the five mini models for one step each (~1 min on 2 cores)
 
@@ -142,7 +142,7 @@ def test_bad_options_are_named(tmp_path, capsys):
 
 
 def test_dry_run_skips_finished_runs_and_says_when_all_are(suite, capsys, monkeypatch):
-    from attncnn.reproduce import runner
+    from attncnn.reproduce.running import runner
 
     monkeypatch.setattr(runner, "cpu_load", lambda: 0.0)           # an idle machine: no warning
     out, _ = suite
@@ -159,7 +159,7 @@ def test_dry_run_skips_finished_runs_and_says_when_all_are(suite, capsys, monkey
 
 
 def test_dry_run_warns_when_the_cpu_was_busy(tmp_path, capsys, monkeypatch):
-    from attncnn.reproduce import runner
+    from attncnn.reproduce.running import runner
 
     monkeypatch.setattr(runner, "cpu_load", lambda: 1000.0)        # far more runnable processes than cores
     assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--out", str(tmp_path)]) == 0
@@ -169,7 +169,7 @@ def test_dry_run_warns_when_the_cpu_was_busy(tmp_path, capsys, monkeypatch):
 
 
 def test_the_busy_cpu_rule():
-    from attncnn.reproduce.runner import busy_cpu
+    from attncnn.reproduce.running.runner import busy_cpu
 
     assert busy_cpu([0.3, 1.2], cores=2) is None                    # this process alone
     assert busy_cpu([None, None], cores=2) is None                  # no load average on this system

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from attncnn.cli import main
-from attncnn.training import load_checkpoint
+from attncnn.runs import load_checkpoint
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 GROUPS = ("efficiency-ablation", "efficiency-adamw", "efficiency-geometry")

@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from attncnn.cli import main
-from attncnn.reproduce import GRID, job_state, plan_grid
-from attncnn.reproduce.grid import SCARCE_GRID, row_of
+from attncnn.reproduce import job_state, plan_grid
+from attncnn.reproduce.running.jobs import row_of
+from attncnn.reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 pytestmark = pytest.mark.slow
-SHIPPED = pytest.mark.parametrize("grid", [GRID, SCARCE_GRID], ids=lambda grid: grid.name)
+SHIPPED = pytest.mark.parametrize("grid", [EFFICIENCY, EFFICIENCY_SCARCE], ids=lambda grid: grid.name)
 
 
 def _report(grid) -> dict:
@@ -39,10 +40,10 @@ def test_report_cells_are_the_finished_run_folders(grid):
 
 
 @pytest.mark.parametrize("grid, row, cell, folder", [
-    (GRID, "resnet18-mini", "10 %", "10pct"),
-    (SCARCE_GRID, "resnet18-mini", "10 %", "10pct"),
+    (EFFICIENCY, "resnet18-mini", "10 %", "10pct"),
+    (EFFICIENCY_SCARCE, "resnet18-mini", "10 %", "10pct"),
     # trained on a GPU (its machine.json), evaluated here; an attention model: minutes in fp32 where bf16 is slow
-    pytest.param(SCARCE_GRID, "quadratic-mini", "100 %", "100pct", marks=pytest.mark.needs_fast_bf16),
+    pytest.param(EFFICIENCY_SCARCE, "quadratic-mini", "100 %", "100pct", marks=pytest.mark.needs_fast_bf16),
 ], ids=lambda value: getattr(value, "name", value))
 def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, cifar10_path, capsys,
                                                         accuracy_tolerance):
@@ -72,7 +73,7 @@ def test_grid_results_stay_small(grid):
 
 def test_the_readme_table_is_the_scarce_grids_report():
     """The README's ConViT table quotes results/efficiency-scarce/report.json (mean ± std over seeds)."""
-    report = _report(SCARCE_GRID)
+    report = _report(EFFICIENCY_SCARCE)
     readme = (ROOT.parent / "README.md").read_text()
     section = readme.split("## ConViT's claims where data is scarce")[1].split("\n## ")[0]
     header = next(line for line in section.splitlines() if line.startswith("| test acc."))

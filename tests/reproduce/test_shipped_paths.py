@@ -1,6 +1,6 @@
 """Shipped run folders say nothing about the machine that trained them and work on any other:
 no absolute path in any file under results/, the data set named by its file name and pixel digest,
-and the ship step (attncnn.reproduce.ship.share_run_folder) that makes a fresh run folder so."""
+and the ship step (attncnn.reproduce.running.ship.share_run_folder) that makes a fresh run folder so."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from attncnn.cli import main
-from attncnn.reproduce.ship import share_run_folder, share_run_folders
-from attncnn.training import load_checkpoint
-from attncnn.training.checkpoint import _read_header
+from attncnn.reproduce.running.ship import share_run_folder, share_run_folders
+from attncnn.runs import load_checkpoint
+from attncnn.runs.checkpoint import _read_header
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 # written here on its own (not imported from ship.py): a slash-rooted path with at least one folder,

@@ -9,8 +9,8 @@ import pytest
 from attncnn.analysis.report import macs_per_image, paper_flops_per_image
 from attncnn.models import build_model, get_preset
 from attncnn.reproduce import SUITES, Job, get_suite, job_state, plan
-from attncnn.reproduce.runner import TrainOptions, train_command
-from attncnn.reproduce.suites import parse_seeds
+from attncnn.reproduce.running.jobs import parse_seeds
+from attncnn.reproduce.running.runner import TrainOptions, train_command
 
 
 def test_every_suite_preset_exists_and_names_a_paper_row():

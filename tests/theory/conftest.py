@@ -45,7 +45,7 @@ def resnet_checkpoint(cifar10, tmp_path_factory):
     whose weights came out of training, which this provides (its first layer is 3 -> 8, K = 3).
     """
     from attncnn.models import ResNet, ResNetConfig
-    from attncnn.training import save_checkpoint
+    from attncnn.runs import save_checkpoint
 
     torch.manual_seed(0)
     model = ResNet(ResNetConfig(widths=(8, 16, 16, 16), blocks=(1, 1, 1, 1)))

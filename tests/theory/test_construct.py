@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from attncnn.layers import QuadraticAttention
+from attncnn.runs import load_model
 from attncnn.theory import attention_from_conv2d, default_alpha, kernel_shifts
-from attncnn.training import load_model
 
 TOL = {torch.float64: 1e-10, torch.float32: 1e-5}
 

@@ -80,7 +80,7 @@ def test_bad_options_exit_2(capsys, cifar10_path, data_cache_dir, argv, message)
 
 def test_without_data_it_reads_the_training_default_not_a_test_variable(capsys, monkeypatch, tmp_path):
     import attncnn.data
-    from attncnn.training import TrainConfig
+    from attncnn.runs import TrainConfig
 
     asked = []
 

@@ -20,7 +20,8 @@ from safetensors.torch import load_file
 
 from attncnn.cli import main
 from attncnn.data import DeviceLoader, load_dataset
-from attncnn.training import RunFolder, evaluate, load_checkpoint, load_model
+from attncnn.runs import RunFolder, load_checkpoint, load_model
+from attncnn.training import evaluate
 from attncnn.training.distributed import launch_from_env, per_process_batch, rank_device
 from attncnn.training.rng import rank_seed
 

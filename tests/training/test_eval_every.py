@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from attncnn.training import load_checkpoint, resolve_config, train
+from attncnn.perf import make_plan
+from attncnn.runs import load_checkpoint, resolve_config
+from attncnn.training import train
+
 
 @pytest.fixture(scope="module")
 def tiny(make_tiny_data, tmp_path_factory) -> tuple[Path, Path]:
@@ -20,7 +23,7 @@ def _run(tiny, out: Path, **overrides) -> list[dict]:
     data, cache = tiny
     config = resolve_config("demo", data=str(data), data_dir=str(cache), batch_size=10, device="cpu",
                             precision="fp32", checkpoint_every=0, model={"dim": 16, "mlp_dim": 16}, **overrides)
-    train(config, out, progress=False)
+    train(config, out, make_plan(config), progress=False)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 

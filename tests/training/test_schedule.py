@@ -138,7 +138,17 @@ def test_invalid_arguments(kw, match):
 
 
 def test_multistep_epoch_stepping_needs_no_dataset_size():
-    LRSchedule(base_lr=0.1, epochs=3, steps_per_epoch=5, kind="multistep", stepping="epoch")
+    # only cosine per-epoch stepping needs the reference's T_max (num_train_examples, batch_size);
+    # multistep per-epoch stepping is built without them and its LR depends on the epoch alone
+    lrs = []
+    for steps in (5, 500):
+        s = LRSchedule(base_lr=0.1, epochs=3, steps_per_epoch=steps, kind="multistep", stepping="epoch",
+                       milestones=(1, 2), gamma=0.1)
+        assert s.num_train_examples is None and s.batch_size is None
+        lrs.append([s.lr_at(e, i) for e in range(3) for i in (0, steps - 1)])
+    assert lrs[0] == lrs[1] == pytest.approx([0.01, 0.01, 0.001, 0.001, 0.001, 0.001])   # each decay one epoch early
+    with pytest.raises(ValueError, match="needs a positive num_train_examples"):
+        LRSchedule(base_lr=0.1, epochs=3, steps_per_epoch=5, kind="cosine", stepping="epoch")
 
 
 def test_out_of_range_step_is_rejected():

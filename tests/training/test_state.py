@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import attncnn
-
-from attncnn.training import TrainingError, load_checkpoint, resolve_config, write_checkpoint
+from attncnn.runs import load_checkpoint, resolve_config, write_checkpoint
+from attncnn.training import TrainingError
 from attncnn.training.components import make_loaders
 from attncnn.training.distributed import Distributed
 from attncnn.training.rng import capture_rng, rank_seed, restore_rng

@@ -18,9 +18,10 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from attncnn.models import build_model
-from attncnn.training import (LRSchedule, NonFiniteLossError, RunFolderError, TrainingError, TrainingInterrupted,
-                              load_checkpoint, load_model, resolve_config, save_checkpoint, train)
-from attncnn.training import compile_choice, saver, state
+from attncnn.perf import compiling as compile_choice
+from attncnn.perf import make_plan, resume_plan
+from attncnn.runs import RunFolderError, load_checkpoint, load_model, resolve_config, save_checkpoint
+from attncnn.training import LRSchedule, NonFiniteLossError, TrainingError, TrainingInterrupted, saver, state, train
 from attncnn.training import step as step_module
 
 CLASSES = ("cat", "dog", "frog")
@@ -80,7 +81,7 @@ def assert_same_metrics(a: Path, b: Path) -> None:
 def reference_run(tiny, tmp_path_factory) -> Path:
     """An uninterrupted 2-epoch run (the bit-identity reference)."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    train(_config(tiny), out, progress=False)
+    train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     return out
 
 
@@ -104,7 +105,7 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signum)
         with pytest.raises(TrainingInterrupted) as info:
-            train(_config(tiny), out, progress=False)
+            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     err = info.value
     assert err.exit_status == 128 + signum
     assert f"attncnn train --resume {out}" in str(err) and "epoch 2/2, step 3 of 6" in str(err)
@@ -114,7 +115,7 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     assert not (out / "finished.json").exists()
     assert [r["epoch"] for r in _metrics(out)] == [1]
 
-    train(None, out, mode="resume", progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
     assert_same_metrics(reference_run, out)                  # the split epoch's metrics line too
     assert (out / "finished.json").exists()
@@ -125,27 +126,27 @@ def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny), out, progress=False)
+            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     config = json.loads((out / "config.json").read_text())
     del config["precision"], config["compile"]                  # as an older attncnn wrote it
     (out / "config.json").write_text(json.dumps(config))
-    train(None, out, mode="resume", progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
 
 
 def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     # a resume keeps bf16 where the CPU runs it fast (else it continues in fp32, test_machine_precision.py);
     # this tiny run costs seconds in bf16 on any CPU, so it runs everywhere as on a CPU with bf16 units
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
     reference, out = tmp_path / "reference", tmp_path / "run"
-    train(_config(tiny, precision="bf16"), reference, progress=False)
+    train(_config(tiny, precision="bf16"), reference, make_plan(_config(tiny, precision="bf16")), progress=False)
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny, precision="bf16"), out, progress=False)
-    train(None, out, mode="resume", progress=False)
+            train(_config(tiny, precision="bf16"), out, make_plan(_config(tiny, precision="bf16")), progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference), _last(out))
     assert_same_metrics(reference, out)
     assert json.loads((out / "config.json").read_text())["precision"] == "bf16"
@@ -157,12 +158,12 @@ def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
 def test_adamw_runs_resume_bit_identically_with_their_moments(tiny, tmp_path, monkeypatch):
     reference, out = tmp_path / "reference", tmp_path / "run"
     config = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05)
-    train(_config(tiny, **config), reference, progress=False)
+    train(_config(tiny, **config), reference, make_plan(_config(tiny, **config)), progress=False)
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny, **config), out, progress=False)
-    train(None, out, mode="resume", progress=False)
+            train(_config(tiny, **config), out, make_plan(_config(tiny, **config)), progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference), _last(out))
     assert_same_metrics(reference, out)
     state = load_checkpoint(_last(out)).optimizer_state["state"]
@@ -171,23 +172,23 @@ def test_adamw_runs_resume_bit_identically_with_their_moments(tiny, tmp_path, mo
 
 
 def _fp32_weights(tiny, tmp_path) -> dict:
-    train(_config(tiny), tmp_path / "fp32", progress=False)
+    train(_config(tiny), tmp_path / "fp32", make_plan(_config(tiny)), progress=False)
     return load_checkpoint(_last(tmp_path / "fp32")).model_state
 
 
 def test_auto_precision_is_resolved_and_stored(tiny, tmp_path, monkeypatch):
-    from attncnn.training import run_precision
+    from attncnn.perf import precision as run_precision
 
     for fast, expected in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(run_precision, "fast_bf16", lambda device, fast=fast: fast)
         out = tmp_path / expected
-        train(_config(tiny, precision="auto", epochs=1), out, progress=False)
+        train(_config(tiny, precision="auto", epochs=1), out, make_plan(_config(tiny, precision="auto", epochs=1)), progress=False)
         assert json.loads((out / "config.json").read_text())["precision"] == expected
 
 
 def test_a_run_records_the_attention_path_it_asked_for_and_the_one_it_took(tiny, reference_run, tmp_path):
     out = tmp_path / "separable"
-    train(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"}), out, progress=False)
+    train(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"}), out, make_plan(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"})), progress=False)
     assert json.loads((out / "config.json").read_text())["model"]["impl"] == "separable"
     assert load_checkpoint(_last(out)).metadata["attention_paths"] == ["separable", "separable"]   # demo: 2 layers
     assert load_model(out)[0].config.impl == "separable"
@@ -208,17 +209,17 @@ def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, re
     with monkeypatch.context() as m:
         _signal_at(m, epoch=0, step=STEPS - 1, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny), out, progress=False)
+            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     meta = load_checkpoint(_last(out)).metadata
     assert (meta["epoch"], meta["step_in_epoch"]) == (0, STEPS)   # all steps done, evaluation pending
-    train(None, out, mode="resume", progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
     assert_same_metrics(reference_run, out)
 
 
 def test_mid_epoch_checkpoints_change_nothing(tiny, reference_run, tmp_path):
     out = tmp_path / "run"
-    train(_config(tiny, checkpoint_every_steps=4), out, progress=False)
+    train(_config(tiny, checkpoint_every_steps=4), out, make_plan(_config(tiny, checkpoint_every_steps=4)), progress=False)
     meta = load_checkpoint(_last(out)).metadata
     assert (meta["epoch"], meta["step_in_epoch"]) == (2, 0)
     assert_same_files(_last(reference_run), _last(out))
@@ -239,23 +240,23 @@ def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_pa
     with monkeypatch.context() as m:
         m.setattr(saver, "write_checkpoint", save_then_die)
         with pytest.raises(SystemExit):
-            train(_config(tiny, checkpoint_every_steps=4), out, progress=False)
+            train(_config(tiny, checkpoint_every_steps=4), out, make_plan(_config(tiny, checkpoint_every_steps=4)), progress=False)
     assert (0, 4) in saved and saved[-1] == (1, 2)             # global steps 4 and 8
-    train(None, out, mode="resume", progress=False)
+    train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
     assert_same_metrics(reference_run, out)
 
 
 def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
     out = tmp_path / "run"
-    train(_config(tiny, epochs=1), out, progress=False)
+    train(_config(tiny, epochs=1), out, make_plan(_config(tiny, epochs=1)), progress=False)
     ckpt = load_checkpoint(_last(out))
     model = build_model("demo", num_classes=3, dim=16, mlp_dim=16)
     model.load_state_dict(ckpt.model_state)
     save_checkpoint(_last(out), model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1),
                     metadata={**ckpt.metadata, "epoch": 0, "step_in_epoch": 50})
     with pytest.raises(TrainingError, match=r"does not fit this run \(1 epochs of 6 steps\)"):
-        train(None, out, mode="resume", progress=False)
+        train(None, out, resume_plan(out), mode="resume", progress=False)
 
 
 # -- non-finite loss ---------------------------------------------------------------------------
@@ -291,7 +292,7 @@ def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, 
     config = _config(tiny, checkpoint_every_steps=every_steps)
     _poison(monkeypatch, at_call=STEPS + 2)
     with pytest.raises(NonFiniteLossError) as info:
-        train(config, out, progress=False)
+        train(config, out, make_plan(config), progress=False)
     err = info.value
     lr = LRSchedule(base_lr=config.lr, epochs=2, steps_per_epoch=STEPS, warmup_ratio=config.warmup_ratio).lr_at(1, 1)
     assert (err.epoch, err.batch_index) == (1, 1) and math.isnan(err.loss) and err.lr == pytest.approx(lr)
@@ -307,7 +308,7 @@ def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, 
 def test_nan_in_the_first_steps_says_no_checkpoint_was_written(tiny, tmp_path, monkeypatch):
     _poison(monkeypatch, at_call=1)
     with pytest.raises(NonFiniteLossError, match="step 1 of 6.*no checkpoint had been written yet"):
-        train(_config(tiny), tmp_path / "run", progress=False)
+        train(_config(tiny), tmp_path / "run", make_plan(_config(tiny)), progress=False)
     assert not _last(tmp_path / "run").exists()
 
 
@@ -321,7 +322,7 @@ def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(step_module.F, "cross_entropy", cross_entropy)
     with pytest.raises(NonFiniteLossError, match="became inf at epoch 1, step 3 of 6"):
-        train(_config(tiny), tmp_path / "run", progress=False)
+        train(_config(tiny), tmp_path / "run", make_plan(_config(tiny)), progress=False)
 
 
 # -- full or read-only disk ---------------------------------------------------------------------
@@ -343,7 +344,7 @@ def test_full_disk_during_a_checkpoint_names_the_folder_and_keeps_the_previous_o
 
     monkeypatch.setattr(safetensors.torch, "save_file", save_file)
     with pytest.raises(RunFolderError) as info:
-        train(_config(tiny), out, progress=False)
+        train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     msg = str(info.value)
     assert "No space left on device" in msg and str(out / "checkpoints") in msg
     assert "free some space" in msg and "--out" in msg and "intact" in msg
@@ -352,7 +353,7 @@ def test_full_disk_during_a_checkpoint_names_the_folder_and_keeps_the_previous_o
 
 
 def test_full_disk_while_logging_metrics_keeps_the_previous_records(tiny, tmp_path, monkeypatch):
-    from attncnn.training import run_folder
+    from attncnn.runs import folder as run_folder
 
     out = tmp_path / "run"
     real = run_folder.atomic_write_bytes
@@ -367,13 +368,13 @@ def test_full_disk_while_logging_metrics_keeps_the_previous_records(tiny, tmp_pa
 
     monkeypatch.setattr(run_folder, "atomic_write_bytes", write)
     with pytest.raises(RunFolderError, match=rf"cannot write {out / 'metrics.jsonl'} .*free some space"):
-        train(_config(tiny), out, progress=False)
+        train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
     assert [r["epoch"] for r in _metrics(out)] == [1]
     assert load_checkpoint(_last(out)).metadata["epoch"] == 1
 
 
 def test_read_only_folder_message(tiny, tmp_path, monkeypatch):
-    from attncnn.training.run_folder import write_error_message
+    from attncnn.runs.folder import write_error_message
 
     msg = write_error_message(tmp_path / "run" / "config.json", OSError(errno.EROFS, "Read-only file system"))
     assert f"{tmp_path / 'run'} is not writable" in msg and "--out" in msg
@@ -386,7 +387,7 @@ def test_read_only_folder_message(tiny, tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def trained_checkpoint(tiny, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ckpt") / "run"
-    train(_config(tiny, epochs=1), out, progress=False)
+    train(_config(tiny, epochs=1), out, make_plan(_config(tiny, epochs=1)), progress=False)
     return _last(out)
 
 
@@ -424,7 +425,7 @@ def test_resume_checks_weights_against_config_json(trained_checkpoint, tmp_path)
     config["model"]["dim"] = 32
     (run / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=r"weight '.*' has shape"):
-        train(None, run, mode="resume", progress=False)
+        train(None, run, resume_plan(run), mode="resume", progress=False)
 
 
 @pytest.mark.slow
@@ -432,7 +433,7 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
     out = tmp_path / "compiled"
     resets, real_reset = [], torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1) or real_reset())
-    train(_config(tiny, compile=True, deterministic=False), out, progress=False)
+    train(_config(tiny, compile=True, deterministic=False), out, make_plan(_config(tiny, compile=True, deterministic=False)), progress=False)
     assert resets == [1]                    # the run leaves no compiled code behind for the next one
     plain, compiled = _metrics(reference_run), _metrics(out)
     assert [r["epoch"] for r in compiled] == [1, 2]
@@ -446,7 +447,7 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
 def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tiny, tmp_path, monkeypatch):
     monkeypatch.setattr(compile_choice, "MIN_RUN_SECONDS", 0.0)       # measure even this 12-step run
     cache, out = tmp_path / "cache", tmp_path / "run"
-    train(_config(tiny, deterministic=False, data_dir=str(cache)), out, progress=False)
+    train(_config(tiny, deterministic=False, data_dir=str(cache)), out, make_plan(_config(tiny, deterministic=False, data_dir=str(cache))), progress=False)
     (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()
     assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
     decided = json.loads((out / "config.json").read_text())["compile"]

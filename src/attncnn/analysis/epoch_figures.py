@@ -71,7 +71,7 @@ def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
 
     Args:
         layers: ``{layer: [(epoch, centres (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
-            (e.g. :func:`attncnn.reproduce.epochs.quadratic_heads` of every record).
+            (e.g. :func:`attncnn.reproduce.reporting.epochs.quadratic_heads` of every record).
         drawn: the epochs that get a column (those a layer lacks stay empty).
         title: figure title.
 

@@ -9,9 +9,9 @@ Queries, keys and the block's output projection are untouched, as in the referen
 Each pruned layer is a new :class:`~attncnn.layers.QuadraticAttention` with fewer heads, and the
 model's configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``,
 so a pruned model is saved and rebuilt like any other (:func:`pruned_metadata` +
-``attncnn.training.save_checkpoint``, then ``attncnn.training.load_model``).
+``attncnn.runs.save_checkpoint``, then ``attncnn.runs.load_model``).
 
-Fine-tuning (:func:`finetune_pruned`) follows the reference ``runs/quadratic-generalized-pruned``:
+Fine-tuning (:func:`attncnn.reproduce.prune.finetune_pruned`, a training run) follows the reference ``runs/quadratic-generalized-pruned``:
 the pruned weights start a new run with a fresh optimiser and a restarted warm-up + cosine
 schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other options unchanged.
 """
@@ -19,12 +19,8 @@ schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other optio
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -32,12 +28,12 @@ from torch import nn
 from ..data import run_data
 from ..layers import QuadraticAttention
 from ..models import ImageTransformerConfig, count_parameters
-from ..training import RunFolder, RunFolderError, resolve_config, save_checkpoint, train
+from ..runs import resolve_config
 from .maps import attention_layers
-from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads, epoch_metrics
+from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads
 
 __all__ = ["PruneResult", "prune_layer", "prune_degenerate_heads", "pruned_metadata",
-           "finetune_config", "finetune_pruned", "PRUNED_CHECKPOINT", "FINETUNE_LR"]
+           "finetune_config", "PRUNED_CHECKPOINT", "FINETUNE_LR"]
 
 log = logging.getLogger(__name__)
 
@@ -148,14 +144,14 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
 
 def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict, *, source: str,
                     condition_number: float, min_eigenvalue: float) -> dict:
-    """Checkpoint metadata for a pruned image transformer, so that ``attncnn.training.load_model``
+    """Checkpoint metadata for a pruned image transformer, so that ``attncnn.runs.load_model``
     (and ``attncnn evaluate / inspect / plot``) rebuild it like a network written by the trainer.
 
     It is the source checkpoint's (``epoch``, ``classes``, ``dataset``, training ``config``) with
     the pruned ``model_config`` (``layer_heads`` set), the training config's model options
     extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
     thresholds and removed heads (PAPER.md 3.8). Write it with
-    ``attncnn.training.save_checkpoint(path, model=model, metadata=...)``.
+    ``attncnn.runs.save_checkpoint(path, model=model, metadata=...)``.
 
     Args:
         model: the pruned network (after :func:`prune_degenerate_heads`).
@@ -192,7 +188,7 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
     (``epochs``, ``lr``, ``batch_size``, ``data``, ``device``, ...; None means "keep") on top.
 
     Returns:
-        An ``attncnn.training.TrainConfig``.
+        An ``attncnn.runs.TrainConfig``.
 
     Raises:
         ValueError: the stored configuration is not valid (the message names the key).
@@ -205,82 +201,3 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
     model = {**(source_config.get("model") or {}), "layer_heads": list(layer_heads)}
     return resolve_config(source_config["preset"], **{**stored, **{k: v for k, v in overrides.items()
                                                                    if v is not None}}, model=model)
-
-
-def _out_of_reach(out: Path) -> None:
-    """Refuse a folder that train(mode="new") would refuse, before anything is written."""
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"run folder {out} exists but is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()):
-        raise RunFolderError(f"run folder {out} already exists and is not empty; use --overwrite to replace it, "
-                             "or choose another --out folder")
-
-
-def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata: dict, mode: str = "new",
-                    progress: bool = True) -> tuple[dict, Path]:
-    """Fine-tune a pruned model into a new run folder (the reference's ``quadratic-generalized-pruned``).
-
-    The pruned weights are written to a temporary checkpoint that the run starts from
-    (``TrainConfig.init_from``: weights only, fresh optimiser and schedule). As soon as the run
-    folder exists (also when training fails or is interrupted) that checkpoint is moved into it
-    as ``checkpoints/pruned.safetensors`` and ``config.json``'s ``init_from`` is pointed at it,
-    so the folder holds everything needed to repeat the run. The checkpoints written during
-    training keep the temporary path in their stored ``config`` (only informative: a resume
-    reads ``config.json``, whose ``init_from`` names the kept file; it loads it again only when
-    the run stopped before its first checkpoint).
-
-    Args:
-        model: the pruned network (its ``config.layer_heads`` must match ``config.model``).
-        config: the ``TrainConfig`` (see :func:`finetune_config`); its ``init_from`` is replaced.
-        out: the new run folder.
-        init_metadata: metadata for the pruned checkpoint (see :func:`pruned_metadata`).
-        mode: ``"new"`` (refuse a non-empty folder) or ``"overwrite"``.
-        progress: show the trainer's progress bar.
-
-    Returns:
-        ``(training summary, path of the kept pruned checkpoint)``.
-
-    Raises:
-        ValueError: bad ``mode``. RunFolderError: ``out`` cannot be used.
-        Anything :func:`attncnn.training.train` raises (TrainingInterrupted: resume the folder with
-        ``attncnn train --resume``).
-    """
-    if mode not in ("new", "overwrite"):
-        raise ValueError(f"mode must be 'new' or 'overwrite', got {mode!r}")
-    out = Path(out)
-    if mode == "new":
-        _out_of_reach(out)
-    tmp = Path(tempfile.mkdtemp(prefix="attncnn-prune-"))
-    init = tmp / f"{PRUNED_CHECKPOINT}.safetensors"
-    kept = out / "checkpoints" / f"{PRUNED_CHECKPOINT}.safetensors"
-    try:
-        save_checkpoint(init, model=model, metadata=init_metadata)
-        run_config = dataclasses.replace(config, init_from=str(init))
-        try:
-            summary = train(run_config, out, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
-        finally:
-            _keep_in_run(out, init, kept)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return summary, kept
-
-
-def _keep_in_run(out: Path, init: Path, kept: Path) -> None:
-    """Move the starting checkpoint into the run folder if this call's run created the folder (its
-    config.json names ``init``); a run that failed before starting leaves the folder alone."""
-    try:
-        stored = json.loads((out / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return                     # the run stopped before it wrote its configuration
-    if not isinstance(stored, dict) or stored.get("init_from") != str(init) or not init.is_file():
-        return                     # an older run's config.json (overwrite refused early): not ours
-    run = RunFolder(out, mode="resume")
-    try:
-        with run.writing(kept):
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(init), str(kept))
-        stored["init_from"] = str(kept)
-        run.write_config(stored)
-    finally:
-        run.close()
-    log.info("kept the pruned starting weights as %s", kept)

@@ -12,7 +12,7 @@ Conventions:
   convention (PAPER.md 5.2), so compare ratios rather than absolute values;
 * images/s: batch size / median wall time of a step (training: forward, cross-entropy, backward,
   SGD update; inference: forward under ``no_grad``) on random images, on this machine, with the
-  conventions of :mod:`attncnn.bench.harness`.
+  conventions of :mod:`attncnn.perf.bench.harness`.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from ..bench.harness import time_steps
 from ..layers import attention_modules, dense_attention
 from ..models import build_model, count_parameters, get_preset
+from ..perf.bench.harness import time_steps
 from .runs import Run, shareable_dataset
 
 __all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]

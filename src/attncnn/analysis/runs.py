@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
-from ..training import RunFolder, load_model
-from ..training.loading import checkpoint_of
+from ..runs import RunFolder, load_model
+from ..runs.loading import checkpoint_of
 
 __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
@@ -86,11 +86,11 @@ class Run:
 
 def open_run(path: str | Path) -> Run:
     """Load a run folder (its ``last`` checkpoint, as every command: see
-    :func:`attncnn.training.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
+    :func:`attncnn.runs.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
 
     Raises:
         FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint.
-        attncnn.training.RunFolderError, attncnn.training.CheckpointError, ValueError: unreadable run.
+        attncnn.runs.RunFolderError, attncnn.runs.CheckpointError, ValueError: unreadable run.
     """
     path = Path(path)
     if not path.exists():

@@ -23,8 +23,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD
-from ..training import load_model as _load_network
-from ..training.loading import checkpoint_of
+from ..runs import load_model as _load_network
+from ..runs.loading import checkpoint_of
 
 __all__ = ["Classifier", "load_model", "training_image_size"]
 
@@ -74,7 +74,7 @@ class Classifier(nn.Module):
 
     Args:
         network: an image classifier taking normalised images ``(B, C, H, W)``, e.g. from
-            :func:`attncnn.build_model` or :func:`attncnn.training.load_model`.
+            :func:`attncnn.build_model` or :func:`attncnn.runs.load_model`.
         classes: class names in label order (default: ``"0"``, ``"1"``, ... from the network's
             output size when it is known).
         mean, std: per-channel normalisation the network was trained with (attncnn's training
@@ -220,7 +220,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, checkpoint: str | None = None) -> Classifier:
     """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``.
 
-    Loads through :func:`attncnn.training.load_model` (safetensors only, the stored configuration
+    Loads through :func:`attncnn.runs.load_model` (safetensors only, the stored configuration
     checked on the meta device before anything is allocated, the tensors' digest verified), then
     wraps the network in a :class:`Classifier` that knows its input normalisation and class names.
 
@@ -241,7 +241,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
 
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).
-        attncnn.training.CheckpointError: not a safe attncnn checkpoint, or corrupt.
+        attncnn.runs.CheckpointError: not a safe attncnn checkpoint, or corrupt.
         ValueError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
             ``checkpoint`` given with a checkpoint file.
     """

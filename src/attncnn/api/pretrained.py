@@ -163,6 +163,6 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
 
     Raises:
         FileNotFoundError: the model is not there (the message names where it looked and the fix).
-        ValueError, attncnn.training.CheckpointError: as :func:`load_model`.
+        ValueError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

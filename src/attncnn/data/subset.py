@@ -58,7 +58,7 @@ def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> to
     seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``).
 
     A validation set for choosing hyper-parameters on a subset cell without looking at the test set
-    (the ``efficiency-scarce`` learning-rate sweep, issue 26): e.g. 10,000 of the 45,000 CIFAR-10
+    (the ``efficiency-scarce`` learning-rate sweep): e.g. 10,000 of the 45,000 CIFAR-10
     training images left out by a 5,000-image cell.
 
     Returns:

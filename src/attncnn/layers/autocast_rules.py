@@ -15,7 +15,7 @@ import contextlib
 
 import torch
 
-__all__ = ["autocast_dtype", "autocast_off", "matmul_dtype", "score_dtype", "softmax_in"]
+__all__ = ["autocast", "autocast_dtype", "autocast_off", "matmul_dtype", "score_dtype", "softmax_in"]
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -78,3 +78,16 @@ def softmax_in(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     if scores.dtype == dtype:
         return torch.softmax(scores, dim=-1)
     return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype)).to(dtype)
+
+
+def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
+    """The context in which a forward pass runs at ``precision`` (``"fp32"``: no autocast).
+
+    Raises:
+        ValueError: ``precision`` is not ``"fp32"`` or ``"bf16"`` (resolve ``"auto"`` first).
+    """
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    if precision == "bf16":
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    raise ValueError(f"precision must be 'fp32' or 'bf16' here (resolve 'auto' first), got {precision!r}")

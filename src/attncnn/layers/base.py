@@ -139,13 +139,19 @@ class GridAttention(nn.Module):
         return self._eval_impl if not self.training and self._eval_impl is not None else self._impl
 
     @classmethod
+    def kind_kwargs(cls, kind: str) -> dict:
+        """Constructor arguments that the kind name itself implies (``{}`` for most kinds; a class
+        serving several kinds tells them apart here)."""
+        return {}
+
+    @classmethod
     def config_kwargs(cls, kind: str, config: Any) -> dict:
         """Constructor arguments for a layer of ``kind`` from a model configuration (duck-typed:
         any object with the fields ``head_dim``, ``attn_dropout``, ``impl`` and :attr:`CONFIG_KEYS`)."""
         kwargs = {"head_dim": config.head_dim, "attn_drop": config.attn_dropout, "impl": config.impl,
                   "eval_impl": getattr(config, "eval_impl", None)}
         kwargs.update({key: getattr(config, key) for key in cls.CONFIG_KEYS})
-        return kwargs
+        return {**kwargs, **cls.kind_kwargs(kind)}
 
     @classmethod
     def check_config(cls, kind: str, config: Any) -> None:
@@ -166,8 +172,7 @@ class GridAttention(nn.Module):
                              f"{', '.join(cls.impls_of(kind))} or leave eval_impl unset")
         if config.init == "conv" and not cls.has_positional_term:
             raise ValueError(f"init='conv' needs a positional attention kind ({kind} attention has no positional "
-                             "term); choose a kind with one (quadratic, learned, learned-content, gpsa) or "
-                             "init='random'")
+                             f"term); choose a kind with one ({', '.join(positional_kinds())}) or init='random'")
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
@@ -183,7 +188,7 @@ class GridAttention(nn.Module):
             ValueError: the layer has no positional term, or its tables are too narrow.
         """
         raise ValueError(f"{type(self).__name__} has no positional term, so it cannot start as a convolution; "
-                         "use a positional kind (quadratic, learned, learned-content, gpsa) or init='random'")
+                         f"use a positional kind ({', '.join(positional_kinds())}) or init='random'")
 
     # -- shared computation --------------------------------------------------------------------
 
@@ -241,3 +246,14 @@ class GridAttention(nn.Module):
     def extra_repr(self) -> str:
         return (f"dim={self.dim}, num_heads={self.num_heads}, head_dim={self.head_dim}, out_dim={self.out_dim}, "
                 f"impl={self.impl!r}" + ("" if self.eval_impl is None else f", eval_impl={self.eval_impl!r}"))
+
+
+def positional_kinds() -> tuple[str, ...]:
+    """Every defined attention kind whose scores have a positional term, in definition order (read
+    from the classes, so that error messages name exactly the kinds there are)."""
+    kinds, stack = [], list(GridAttention.__subclasses__())
+    while stack:
+        cls = stack.pop(0)
+        stack[:0] = cls.__subclasses__()
+        kinds += [k for k in cls.KINDS if cls.has_positional_term and k not in kinds]
+    return tuple(kinds)

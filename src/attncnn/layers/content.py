@@ -101,7 +101,7 @@ class QueryKeyAttention(GridAttention):
         One ``baddbmm``: the product applies ``1 / sqrt(D_h)`` (and adds ``onto``) to its float32
         accumulator, so the scores, the largest tensor of the layer, are written once and rounded
         once, instead of being written, read back, scaled and written again (with a second
-        rounding in bf16, and the same again for their gradient). Measured: ``docs/speed.md``.
+        rounding in bf16, and the same again for their gradient). Measured: ``benchmarks/results/HISTORY.md``.
         """
         b, nh, n, dh = q.shape
         if onto is None:

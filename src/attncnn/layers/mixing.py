@@ -154,9 +154,9 @@ class _FoldedMix(torch.autograd.Function):
         w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
         if torch.compiler.is_compiling():
             # inductor turns the out= products below into nine products and a copy of all nine into
-            # v (7 ms per layer, measured); one batched product writes v itself (aten's bmm still
-            # copies the expanded tokens once, about 2 ms per layer; one product over the nine W_h
-            # side by side and a permutation into v measured the same) (docs/speed.md)
+            # v; one batched product writes v itself (aten's bmm still copies the expanded tokens
+            # once; one product over the nine W_h side by side and a permutation into v measured the
+            # same). Measured: benchmarks/results/HISTORY.md ("The folded path, compiled")
             v = torch.bmm(x.unsqueeze(0).expand(nh, n * b, d), w.permute(1, 2, 0))
         else:
             v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
@@ -196,10 +196,10 @@ class _FoldedMix(torch.autograd.Function):
                 g_tokens = gx.view(n, b, d).transpose(0, 1).to(token_dtype).reshape(token_shape)
             if ctx.needs_input_grad[2]:
                 # dL/dW_h = dL/dV_h^T x, computed transposed: the long contraction (over N*B) then
-                # reads both operands along their rows (measured 1.6x faster than gv[h].t() @ x)
+                # reads both operands along their rows (faster eager: benchmarks/results/HISTORY.md)
                 if torch.compiler.is_compiling():
                     # compiled, the transposed copy of x below is a strided write fused into
-                    # LayerNorm's kernel that costs more than the products save (docs/speed.md)
+                    # LayerNorm's kernel that costs more than the products save (benchmarks/results/HISTORY.md)
                     g_w = torch.stack([gv[h].t() @ x for h in range(nh)])      # (N_h, D_out, D)
                     g_weight = g_w.permute(1, 0, 2).reshape(dout, nh * d).to(weight_dtype)
                 else:

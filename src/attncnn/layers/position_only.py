@@ -109,8 +109,8 @@ class PositionalAttention(GridAttention):
         Probabilities below ``eps(dtype)**2`` of that float32/float64 dtype (1.4e-14 in float32,
         4.9e-32 in float64) are set to exactly 0. Gaussian heads give tiny values far from their
         centre, and their products with gradients in the backward matrix products fall into the
-        subnormal range, which CPUs process many times slower (the quadratic layer's backward
-        took 2x the learned layer's at equal FLOPs before this). The change to any output is at
+        subnormal range, which CPUs process many times slower (measured:
+        ``benchmarks/results/attention-paths.md``). The change to any output is at
         most ``H*W * eps**2 * max|value|`` (4e-12 relative for a 16x16 grid in float32).
         Under bf16 autocast the threshold stays float32's: bfloat16 has float32's exponent range
         and CPU bf16 GEMMs accumulate in float32, so the same values keep the products normal,

@@ -70,6 +70,11 @@ class QuadraticAttention(PositionalAttention):
         return "quadratic-generalized" if self.full_covariance else "quadratic"
 
     @classmethod
+    def kind_kwargs(cls, kind: str) -> dict:
+        """``quadratic-generalized`` is this class with full-covariance heads."""
+        return {"full_covariance": True} if kind == "quadratic-generalized" else {}
+
+    @classmethod
     def config_kwargs(cls, kind: str, config) -> dict:
         return {**super().config_kwargs(kind, config), "full_covariance": kind == "quadratic-generalized"}
 

@@ -28,7 +28,7 @@ _LAYER_CLASSES: tuple[type[GridAttention], ...] = (
     GatedPositionalAttention,
 )
 
-#: kind name -> layer class (a class may serve several kinds: quadratic and quadratic-generalized)
+#: kind name -> layer class (a class may serve several kinds, told apart by its kind_kwargs)
 ATTENTION_LAYERS: dict[str, type[GridAttention]] = {kind: cls for cls in _LAYER_CLASSES for kind in cls.KINDS}
 #: Attention kinds accepted by :func:`build_attention` (and the models' ``attention`` option).
 ATTENTION_KINDS: tuple[str, ...] = tuple(ATTENTION_LAYERS)
@@ -52,16 +52,15 @@ def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttent
     Args:
         kind: one of :data:`ATTENTION_KINDS`.
         dim, num_heads: token width D and number of heads N_h.
-        **kwargs: forwarded to the layer class (``head_dim``, ``attn_drop``, ``impl``, ``max_size``, ...);
-            ``quadratic-generalized`` sets ``full_covariance=True``.
+        **kwargs: forwarded to the layer class (``head_dim``, ``attn_drop``, ``impl``, ``max_size``, ...),
+            with the options the kind itself implies (:meth:`GridAttention.kind_kwargs`, e.g.
+            ``full_covariance=True`` for ``quadratic-generalized``) on top.
 
     Raises:
         ValueError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
     """
     cls = attention_class(kind)
-    if kind == "quadratic-generalized":
-        kwargs = {**kwargs, "full_covariance": True}
-    return cls(dim, num_heads, **kwargs)
+    return cls(dim, num_heads, **{**kwargs, **cls.kind_kwargs(kind)})
 
 
 def is_attention_layer(module: nn.Module) -> bool:

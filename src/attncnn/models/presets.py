@@ -1,7 +1,7 @@
 """Named model presets after the paper's runs (``runs/*`` of the reference code), and the builder.
 
 Each preset fixes the network (``arch`` + configuration keywords) and the training recipe
-that goes with it (keys of :class:`attncnn.training.TrainConfig`), plus the paper's Table 1
+that goes with it (keys of :class:`attncnn.runs.TrainConfig`), plus the paper's Table 1
 numbers for comparison. Parameter counts for 10 classes are pinned by tests (PAPER.md 5.2).
 """
 
@@ -33,7 +33,7 @@ class Preset:
         description: one line for ``attncnn presets``.
         arch: key of :data:`ARCHITECTURES`.
         model: configuration keywords of the architecture.
-        train: training-recipe overrides (keys of ``attncnn.training.TrainConfig``).
+        train: training-recipe overrides (keys of ``attncnn.runs.TrainConfig``).
         paper: the paper's Table 1 entry (``accuracy`` as a fraction or None, ``params`` text).
     """
 
@@ -76,13 +76,13 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 ]}
 
 
-# The CPU-scale study (`attncnn reproduce mini`, issue 13): the paper's geometry (2x2
+# The CPU-scale study (`attncnn reproduce mini`): the paper's geometry (2x2
 # space-to-depth -> 16x16 tokens, 6 layers, 9 heads, heads as wide as the model, post-LN blocks)
 # and recipe shape (SGD 0.1 / 0.9 / 1e-4, 5 % warm-up + cosine, batch 100), at width 64 and
-# 6 epochs so that the whole suite fits in hours on 2 CPU cores. Why these numbers (measured on
-# that machine, bf16 autocast): width 64 trains the quadratic model at ~145 images/s (5.7 min per
-# epoch); after 3 epochs it already reached 63 % and its first-layer centres were moving toward
-# the 3x3 grid of shifts, the paper's phenomenon. Dropout is off because a few epochs underfit:
+# 6 epochs so that the whole suite fits in hours on 2 CPU cores. Why these numbers: at width 64 an
+# epoch of the quadratic model takes minutes there, and a few epochs already show the paper's
+# phenomenon (first-layer centres moving toward the 3x3 grid of shifts); the measurement is in
+# benchmarks/results/HISTORY.md. Dropout is off because a few epochs underfit:
 # there is nothing to regularise. The ResNet's widths (11, 22, 44, 88) give a parameter count
 # comparable to the attention models (332 k vs 349 k).
 _MINI_MODEL = {"num_layers": 6, "num_heads": 9, "dim": 64, "mlp_dim": 128, "pooling": 2,
@@ -98,47 +98,47 @@ PRESETS.update({p.name: p for p in [
            "image-transformer", {**_MINI_MODEL, "attention": "quadratic-generalized"}, _MINI_RECIPE, _MINI_NOTE),
     Preset("learned-mini", "CPU-scale learned position-only: 64-d tables per axis (width 64, 6 epochs)",
            "image-transformer", {**_MINI_MODEL, "attention": "learned"}, _MINI_RECIPE, _MINI_NOTE),
-    Preset("learned-content-mini", "CPU-scale learned + content attention (width 64, 6 epochs; ~4x the "
-           "quadratic's training time on 2 CPU cores: 18-24 min per epoch, measured)",
+    Preset("learned-content-mini", "CPU-scale learned + content attention (width 64, 6 epochs; the slowest mini "
+           "model to train: its maps are computed per image)",
            "image-transformer", {**_MINI_MODEL, "attention": "learned-content"}, _MINI_RECIPE, _MINI_NOTE),
     Preset("resnet18-mini", "CPU-scale CIFAR ResNet18: widths 11/22/44/88 (332 k parameters), 6 epochs, "
            "cosine like the attention models", "resnet", {"widths": [11, 22, 44, 88]}, _MINI_RECIPE, _MINI_NOTE),
 ]})
 
 
-# Issue 14: convolutional initialisation and ConViT's gated positional self-attention (GPSA,
+# Convolutional initialisation and ConViT's gated positional self-attention (GPSA,
 # d'Ascoli et al. 2021). `gpsa` has the paper's geometry and recipe (heads as wide as the model, so
 # queries and keys are N_h*D wide as in the learned + content model); GPSA starts with ConViT's local
 # init (init="conv", locality strength 1), as ConViT does. `gpsa-mini` splits its width like ConViT
 # (heads of width 16, not 64): 351,810 parameters, next to quadratic-mini's 349,164, and a training
-# step measured ~1.7x cheaper than with full-width heads (5.7-6.9 vs 10.2-11.4 s, batch 100, bf16, on
-# a 2-core machine that was training beside it), which the sample-efficiency grid needs (issue 14).
+# step markedly cheaper than with full-width heads (measured: benchmarks/results/HISTORY.md), which
+# the sample-efficiency grid needs.
 # The `*-conv-mini` presets are the mini
 # quadratic and learned models with every head starting on one shift of the 3x3 kernel.
-_ISSUE14_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (issue 14)"}
+_INIT_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (local init, GPSA)"}
 
 PRESETS.update({p.name: p for p in [
     Preset("gpsa", "ConViT's gated positional self-attention, 9 locally initialised heads, paper geometry and "
-           "recipe", "image-transformer", {"attention": "gpsa", "init": "conv"}, _PAPER_RECIPE, _ISSUE14_NOTE),
+           "recipe", "image-transformer", {"attention": "gpsa", "init": "conv"}, _PAPER_RECIPE, _INIT_NOTE),
     Preset("gpsa-mini", "CPU-scale GPSA (ConViT), local init, 9 heads of width 16 (width 64, 6 epochs)",
            "image-transformer", {**_MINI_MODEL, "attention": "gpsa", "init": "conv", "head_dim": 16}, _MINI_RECIPE,
-           _ISSUE14_NOTE),
+           _INIT_NOTE),
     Preset("quadratic-conv", "SA quadratic emb. whose heads start on the 3x3 kernel's shifts (init=conv, "
            "Theorem 1 as an initialisation), paper geometry and recipe", "image-transformer",
-           {"attention": "quadratic", "init": "conv"}, _PAPER_RECIPE, _ISSUE14_NOTE),
+           {"attention": "quadratic", "init": "conv"}, _PAPER_RECIPE, _INIT_NOTE),
     Preset("learned-conv", "SA learned emb., position only, heads start on the 3x3 kernel's shifts (init=conv), "
            "paper geometry and recipe", "image-transformer", {"attention": "learned", "init": "conv"},
-           _PAPER_RECIPE, _ISSUE14_NOTE),
+           _PAPER_RECIPE, _INIT_NOTE),
     Preset("quadratic-conv-mini", "CPU-scale quadratic, heads start on the 3x3 kernel's shifts (init=conv, "
            "width 64, 6 epochs)", "image-transformer", {**_MINI_MODEL, "attention": "quadratic", "init": "conv"},
-           _MINI_RECIPE, _ISSUE14_NOTE),
+           _MINI_RECIPE, _INIT_NOTE),
     Preset("learned-conv-mini", "CPU-scale learned position-only, heads start on the 3x3 kernel's shifts "
            "(init=conv, width 64, 6 epochs)", "image-transformer",
-           {**_MINI_MODEL, "attention": "learned", "init": "conv"}, _MINI_RECIPE, _ISSUE14_NOTE),
+           {**_MINI_MODEL, "attention": "learned", "init": "conv"}, _MINI_RECIPE, _INIT_NOTE),
 ]})
 
 
-# Issue 26: ConViT's claim as ConViT states it. `deit-mini` is the DeiT-style baseline ConViT compares
+# ConViT's claim as ConViT states it. `deit-mini` is the DeiT-style baseline ConViT compares
 # GPSA with: plain content attention and a learned absolute position embedding, no locality prior.
 # `convit-mini` is GPSA with ConViT's own choices: the width split N_h x D_h = D (9 heads of 8 on width
 # 72), so that the local init sets the value projection to the identity; queries and keys without
@@ -148,16 +148,16 @@ PRESETS.update({p.name: p for p in [
 # (width 64, heads of 16, a random value projection, biased queries/keys, SGD) stays as it was.
 _CONVIT_MODEL = {**_MINI_MODEL, "dim": 72, "mlp_dim": 144, "head_dim": 8}
 _CONVIT_RECIPE = {**_MINI_RECIPE, "optimizer": "adamw", "lr": 5e-4, "weight_decay": 0.05}
-_ISSUE26_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (issue 26)"}
+_CONVIT_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (ConViT's setup)"}
 
 PRESETS.update({p.name: p for p in [
     Preset("deit-mini", "DeiT-style baseline: content attention + learned absolute position embedding, 9 heads of "
            "width 8 (width 72, AdamW, 6 epochs)", "image-transformer",
-           {**_CONVIT_MODEL, "attention": "content", "pos_embed": "learned"}, _CONVIT_RECIPE, _ISSUE26_NOTE),
+           {**_CONVIT_MODEL, "attention": "content", "pos_embed": "learned"}, _CONVIT_RECIPE, _CONVIT_NOTE),
     Preset("convit-mini", "GPSA as ConViT sets it up: 9 heads of width 8 (width 72), identity value projection, "
            "q/k without bias at std 0.02, local init (AdamW, 6 epochs)", "image-transformer",
            {**_CONVIT_MODEL, "attention": "gpsa", "init": "conv", "qk_bias": False, "qk_init_std": 0.02},
-           _CONVIT_RECIPE, _ISSUE26_NOTE),
+           _CONVIT_RECIPE, _CONVIT_NOTE),
 ]})
 
 

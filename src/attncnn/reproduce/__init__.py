@@ -1,17 +1,25 @@
-"""``attncnn reproduce``: train a suite of Table 1 runs, then report them beside the paper; or the
-sample-efficiency grid of issue 14 (models x training-set sizes at equal seen images).
+"""``attncnn reproduce``: the studies of the paper (Table 1 suites) and of ConViT's claims
+(sample-efficiency grids), each declared once, run and reported by the same code.
 
-``suites`` (which presets and seeds, where each run lives, which runs are finished) ->
-``runner`` (train or resume each job; ``--dry-run`` estimates) -> ``summary`` (Table 1 rows over
-seeds, per-layer curves) -> ``figures`` and ``report`` (report.md / report.json) -> ``ship``
-(trim finished folders for committing). The grid reuses the same jobs, runner and ship:
-``grid`` (cells and their plan) -> ``grid_report`` and ``grid_figures``; issue 26's scarce-data grid
-adds ``scarce`` (its calibration and learning-rate sweep) and ``scarce_report`` (ConViT's claims
-with verdicts). It sits above ``analysis`` and ``training`` and below the command line.
+* :mod:`.studies`: one module per study (``mini``, ``mini_long``, ``paper_long``, ``paper``,
+  ``efficiency``, ``efficiency_scarce``), each a declared :class:`~.studies.Suite` or
+  :class:`~.studies.Grid` value: its runs, its recipe over the presets', and its claims with their
+  criteria as data (:mod:`.studies.claims`); :data:`~.studies.STUDIES` registers them.
+* :mod:`.running`: the jobs of any study (where each run lives, which are finished), the resumable
+  runner (``--dry-run`` estimates), a grid's calibration and learning-rate sweep, trimming and
+  shipping run folders for committing.
+* :mod:`.reporting`: the finished runs' numbers, the generic evaluation of the declared claims,
+  one report writer (report.md / report.json, shaped as a Table 1 suite's or a grid's) and one
+  figure writer.
+* :mod:`.command`: the ``attncnn reproduce`` command line; :mod:`.prune`: ``attncnn prune``.
+
+Adding a study: a module in :mod:`.studies` declaring it, and its entry in
+:data:`~.studies.STUDIES`. The package sits above ``analysis`` and ``training`` and below the
+command line.
 """
 
-from .grid import GRID, GRIDS, SCARCE_GRID, Grid, plan_grid
-from .suites import SUITES, Job, Suite, get_suite, job_state, plan
+from .running.jobs import Job, job_state, plan, plan_grid, plan_study
+from .studies import GRIDS, STUDIES, SUITES, Claim, Criterion, Grid, Suite, get_study, get_suite
 
-__all__ = ["SUITES", "Suite", "Job", "get_suite", "plan", "job_state", "GRID", "GRIDS", "SCARCE_GRID", "Grid",
-           "plan_grid"]
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Suite", "Grid", "Claim", "Criterion", "Job", "get_study", "get_suite",
+           "plan", "plan_grid", "plan_study", "job_state"]

@@ -1,7 +1,9 @@
-"""``attncnn reproduce mini|mini-long|paper``: train a Table 1 suite (resumable), then write its report,
-figures and viewer page; ``--dry-run`` prints the commands and the estimated time instead.
-``attncnn reproduce efficiency|efficiency-scarce``: a sample-efficiency grid, the same way; the scarce
-grid's ``--calibrate`` and ``--lr-sweep`` measure its seen images per cell and its shared rate."""
+"""``attncnn reproduce <study>``: train any study of :data:`~attncnn.reproduce.studies.STUDIES`
+(resumable), then write its report and figures (and a suite's viewer page); ``--dry-run`` prints the
+commands and the estimated time instead. A Table 1 suite (``mini``, ``mini-long``, ``paper-long``,
+``paper``) and a sample-efficiency grid (``efficiency``, ``efficiency-scarce``) take the same path
+through :mod:`.running` and :mod:`.reporting`; a grid's ``--calibrate`` and ``--lr-sweep`` measure
+its seen images per cell and its shared rate."""
 
 from __future__ import annotations
 
@@ -12,19 +14,17 @@ import shlex
 import sys
 from pathlib import Path
 
-from ..training.run_precision import PRECISIONS
-from .grid import GRID, GRIDS, SCARCE_GRID
-from .suites import SUITES
+from ..perf.precision import PRECISIONS
+from .studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS, STUDIES, SUITES, Grid, Study, Suite
 
 log = logging.getLogger("attncnn.reproduce")
 
 __all__ = ["register", "cmd_reproduce"]
 
 #: test images of the viewer page: the first of the paper's website (2, 3, 19, 56). Only content
-#: models store maps per image: learned-content-mini costs 3.3-5 MB of page per image and ~8 MB for the
-#: 100-image average (measured), beside ~4 MB for the four position-only models together. One image
-#: and no average keep the shipped page under the issue's ~10 MB (7.6 MB; two images made 12.6 MB); the
-#: average is paper Fig. 6 in the figures folder, and the options bring the rest back.
+#: models store maps per image (a few MB of page each, beside a few MB for all position-only models
+#: together), so one image and no average keep the shipped page near 10 MB; the average is paper
+#: Fig. 6 in the figures folder, and the options bring the rest back.
 VIEWER_IMAGES = (2,)
 VIEWER_AVERAGE = 0
 
@@ -42,7 +42,7 @@ def register(subparsers) -> None:
                     "".join(f"; {g.name}: {g.description} ({', '.join(g.presets)})" for g in GRIDS.values()) +
                     ": the grids write <out>/report.md (accuracy per model and training-set size, ConViT's claims "
                     "measured) and <out>/figures/.")
-    r.add_argument("suite", choices=sorted([*SUITES, *GRIDS]))
+    r.add_argument("suite", choices=sorted(STUDIES))
     r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
                                    "test images: default each run's own")
     r.add_argument("--data-dir", help="cache folder for official archives")
@@ -61,33 +61,35 @@ def register(subparsers) -> None:
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
     r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
     r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")
+    efficiency, scarce = EFFICIENCY, EFFICIENCY_SCARCE          # the grids whose defaults the help names
     r.add_argument("--train-images", type=int, metavar="N",
-                   help=f"{GRID.name}: size of the full training set, the 100 %% cell (default {GRID.train_images:,}, "
-                        "CIFAR-10's)")
+                   help=f"{efficiency.name}: size of the full training set, the 100 %% cell (default "
+                        f"{efficiency.train_images:,}, CIFAR-10's)")
     r.add_argument("--passes", type=int, help=f"grids: seen images per cell in full training sets "
-                                              f"(default {GRID.name} {GRID.passes}, {SCARCE_GRID.name} "
-                                              f"{SCARCE_GRID.passes})")
+                                              f"(default {efficiency.name} {efficiency.passes}, {scarce.name} "
+                                              f"{scarce.passes})")
     r.add_argument("--fractions", metavar="F,G,...",
-                   help=f"grids: the training-set fractions of the cells (default {GRID.name} "
-                        f"{','.join(f'{f:g}' for f in GRID.fractions)}, {SCARCE_GRID.name} "
-                        f"{','.join(f'{f:g}' for f in SCARCE_GRID.fractions)}; e.g. 0.1,0.25,1 adds the 25 %% cell); "
+                   help=f"grids: the training-set fractions of the cells (default {efficiency.name} "
+                        f"{','.join(f'{f:g}' for f in efficiency.fractions)}, {scarce.name} "
+                        f"{','.join(f'{f:g}' for f in scarce.fractions)}; e.g. 0.1,0.25,1 adds the 25 %% cell); "
                         "--calibrate and --lr-sweep train the smallest")
     r.add_argument("--lr", type=float, metavar="RATE",
-                   help=f"{SCARCE_GRID.name}: the learning rate shared by its content models "
-                        f"({', '.join(SCARCE_GRID.lr_rows)}; default {SCARCE_GRID.lr:g})")
+                   help=f"{scarce.name}: the learning rate shared by its content models "
+                        f"({', '.join(scarce.lr_rows)}; default {scarce.lr:g})")
     r.add_argument("--calibrate", action="store_true",
-                   help=f"{SCARCE_GRID.name}: train {' and '.join(SCARCE_GRID.calibrate_rows)} on the 10 %% cell "
+                   help=f"{scarce.name}: train {' and '.join(scarce.calibrate_rows)} on the 10 %% cell "
                         "(seed 0) for --passes into <out>/calibrate/passes<P>/ and print their train - test gap "
                         "beside the criterion (>= 15 points)")
     r.add_argument("--lr-sweep", metavar="R,S,...",
-                   help=f"{SCARCE_GRID.name}: train {' and '.join(SCARCE_GRID.sweep_rows)} on the 10 %% cell (seed "
+                   help=f"{scarce.name}: train {' and '.join(scarce.sweep_rows)} on the 10 %% cell (seed "
                         "0) at each rate (e.g. 2.5e-4,5e-4,1e-3) into <out>/lr-sweep/ and report the best rate for "
                         "both")
     r.add_argument("--dry-run", action="store_true",
                    help="print each job's train command and its time estimated from a short measurement here")
     r.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
     r.add_argument("--trim", action="store_true",
-                   help="before reporting, trim finished run folders for committing (see attncnn.reproduce.ship)")
+                   help="before reporting, trim finished run folders for committing (see "
+                        "attncnn.reproduce.running.ship)")
     r.add_argument("--ship", action="store_true",
                    help="train nothing; prepare --out for `git add` when work stops: finished runs trimmed as with "
                         "--trim, each unfinished run reduced to its config, metrics and newest resumable checkpoint "
@@ -106,7 +108,7 @@ def register(subparsers) -> None:
 
 
 def _options(args: argparse.Namespace):
-    from .runner import TrainOptions
+    from .running.runner import TrainOptions
 
     for name in ("epochs", "train_subset", "batch_size", "train_images", "passes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
@@ -123,9 +125,9 @@ def _options(args: argparse.Namespace):
 
 
 def _dry_run(jobs, options, out: Path, suite: str) -> int:
-    from ..training import resolve_device
-    from .runner import busy_cpu, cpu_load, estimate_job, resume_command, train_command
-    from .suites import job_state
+    from ..perf import resolve_device
+    from .running.jobs import job_state
+    from .running.runner import busy_cpu, cpu_load, estimate_job, resume_command, train_command
 
     states = {job: job_state(job) for job in jobs}
     if all(state == "finished" for state in states.values()):
@@ -159,7 +161,7 @@ def _dry_run(jobs, options, out: Path, suite: str) -> int:
 
 def _train(jobs, options, args, command: str) -> None:
     from ..analysis.metrics import epoch_metrics
-    from .runner import train_jobs
+    from .running.runner import train_jobs
 
     train_jobs(jobs, options, progress=not args.no_progress, epoch_metrics=epoch_metrics,
                resume_hint=f"`{command}`")
@@ -167,76 +169,108 @@ def _train(jobs, options, args, command: str) -> None:
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
     """Run the command; returns the exit status."""
-    from .figures import suite_figures
-    from .report import write_report
-    from .ship import trim_jobs
-    from .suites import get_suite, parse_seeds, plan
-    from .summary import finished_runs
+    from .reporting.figures import draw_figures
+    from .reporting.report import write_report
+    from .reporting.results import finished_results
+    from .running.jobs import plan_study
 
+    study = STUDIES[args.suite]
     out = Path(args.out or f"results/{args.suite}")
     only = tuple(p.strip() for p in args.only.split(",") if p.strip()) if args.only else None
     options = _options(args)
     from_cli = sys.argv[1:2] == ["reproduce"]
     command = shlex.join(["attncnn", *sys.argv[1:]]) if from_cli else f"attncnn reproduce {args.suite}"
-    if args.suite in GRIDS:
-        return _grid(args, GRIDS[args.suite], out, only, options, command)
-    given = [flag for flag, value in (("--train-images", args.train_images), ("--passes", args.passes),
-                                      ("--fractions", args.fractions), ("--lr", args.lr),
-                                      ("--calibrate", args.calibrate), ("--lr-sweep", args.lr_sweep)) if value]
-    if given:
-        raise ValueError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the grids "
-                         f"({', '.join(GRIDS)}), not to suite {args.suite}")
-    suite = get_suite(args.suite)
-    if args.ship and args.dry_run:
-        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), only=only, epochs=options.epochs)
+    _check_study_options(args, study, options)
+    if isinstance(study, Grid) and (args.calibrate or args.lr_sweep):
+        return _measure(args, study, out, options, command)
+    planned = _plan_options(args, study, options)
+    jobs = plan_study(study, out, only=only, **planned)
     if args.dry_run:
         return _dry_run(jobs, options, out, args.suite)
     if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
-    # Trim and report the whole suite, not only what this call trained: a suite run in parts
+    # Trim and report the whole study, not only what this call trained: a study run in parts
     # (--only one model, --seeds one seed at a time) must not drop the runs made earlier from its
-    # report. So: every preset with this call's seeds, and every run of the suite's own seeds that
-    # exists (a smoke run with --seeds 0 does not list the default seeds it never meant to train).
-    jobs = plan(suite, out, seeds=parse_seeds(args.seeds), epochs=options.epochs)
+    # report. So: every preset (row) with this call's seeds, and every run of the study's own seeds
+    # that exists (a smoke run with --seeds 0 does not list the default seeds it never meant to train).
+    jobs = plan_study(study, out, **planned)
     folders = {job.folder for job in jobs}
-    jobs += [job for job in plan(suite, out, epochs=options.epochs)
+    jobs += [job for job in plan_study(study, out, **{**planned, "seeds": None})
              if job.folder not in folders and job.folder.is_dir()]
     if args.trim or args.ship:
-        seeds = [j.seed for j in jobs if j.preset == suite.evolution_preset]
-        keep = seeds and suite.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
-        trim_jobs(jobs, keep_epochs_of={(suite.evolution_preset, min(seeds))} if keep else set())
+        _trim(study, jobs)
     if args.ship:
         _ship_unfinished(jobs)
-    results = finished_runs(jobs)
+    results = finished_results(study, jobs)
+    run = "cell" if isinstance(study, Grid) else "run"
     if not results and args.ship:
-        print(f"no finished run under {out} yet, so no report; the unfinished runs are ready for `git add {out}`")
+        print(f"no finished {run} under {out} yet, so no report; the unfinished {run}s are ready for `git add {out}`")
         return 0
     if not results:
-        raise ValueError(f"no finished run under {out} to report; train first (without --report-only)")
+        raise ValueError(f"no finished {run} under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    figures = suite_figures(results, out / "figures", formats=formats, data=args.data, data_dir=args.data_dir,
-                            suite=suite)
-    if not args.no_viewer:
+    figures = draw_figures(study, jobs, results, out / "figures", formats=formats, data=args.data,
+                           data_dir=args.data_dir)
+    if isinstance(study, Suite) and not args.no_viewer:
         _viewer(results, out, args)
-    path = write_report(suite, out, jobs, results, figures, command=command, data=args.data,
-                        data_dir=args.data_dir)
+    path = write_report(study, out, jobs, results, figures, command=command, data=args.data, data_dir=args.data_dir)
     print(f"report: {path}")
     return 0
 
 
-def _ship_grid_jobs(jobs) -> None:
-    """``--ship`` of a grid or its measurements: finished cells trimmed as ``--trim`` trims them, cut-off
-    cells shipped resumable (a content model's cell of the scarce grid outlives a session on two CPU
-    cores, so it travels like a suite's unfinished run)."""
-    from .ship import trim_jobs
+def _check_study_options(args: argparse.Namespace, study: Study, options) -> None:
+    """Refuse options the study's shape does not take, before anything trains.
 
-    trim_jobs(jobs, keep_epochs_of=set(), lean=True)
-    _ship_unfinished(jobs)
+    Raises:
+        ValueError: a grid's option given to a suite; ``--ship`` with ``--dry-run``; ``--epochs`` or
+            ``--train-subset`` given to a grid (its cells set them); ``--lr`` to a grid without a
+            shared rate.
+    """
+    if isinstance(study, Suite):
+        given = [flag for flag, value in (("--train-images", args.train_images), ("--passes", args.passes),
+                                          ("--fractions", args.fractions), ("--lr", args.lr),
+                                          ("--calibrate", args.calibrate), ("--lr-sweep", args.lr_sweep)) if value]
+        if given:
+            raise ValueError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the grids "
+                             f"({', '.join(GRIDS)}), not to suite {args.suite}")
+    if args.ship and args.dry_run:
+        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
+    if isinstance(study, Grid):
+        if options.epochs is not None or options.train_subset is not None:
+            raise ValueError(f"the {study.name} grid sets each cell's epochs and subset itself; for a smoke run use "
+                             "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
+        if args.lr is not None and not study.lr_rows:
+            raise ValueError(f"--lr sets the shared rate of a grid's content models; the {study.name} grid has none")
+
+
+def _plan_options(args: argparse.Namespace, study: Study, options) -> dict:
+    """The options of :func:`~attncnn.reproduce.running.jobs.plan_study` the command line sets."""
+    from .running.jobs import parse_seeds
+
+    if isinstance(study, Grid):
+        return dict(seeds=parse_seeds(args.seeds), train_images=args.train_images, passes=args.passes,
+                    fractions=_fractions(args.fractions), lr=args.lr)
+    return dict(seeds=parse_seeds(args.seeds), epochs=options.epochs)
+
+
+def _trim(study: Study, jobs) -> None:
+    """``--trim``: finished runs trimmed for committing. A suite keeps the periodic checkpoints of
+    the run that draws its centres over epochs, when they come from checkpoints; a grid's cells are
+    trimmed lean (``last`` alone)."""
+    from .running.ship import trim_jobs
+
+    if isinstance(study, Grid):
+        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
+        return
+    seeds = [j.seed for j in jobs if j.preset == study.evolution_preset]
+    keep = seeds and study.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
+    trim_jobs(jobs, keep_epochs_of={(study.evolution_preset, min(seeds))} if keep else set())
 
 
 def _ship_unfinished(jobs) -> None:
-    from .unfinished import ship_unfinished_jobs
+    """``--ship``: started, unfinished runs reduced to what resuming them elsewhere needs (a content
+    model's cell of the scarce grid outlives a session on two CPU cores, as a suite's run does)."""
+    from .running.unfinished import ship_unfinished_jobs
 
     for job, before, after in ship_unfinished_jobs(jobs):
         print(f"unfinished {job.label}: {job.folder} ready to commit ({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
@@ -261,7 +295,7 @@ def _viewer_images(text: str) -> list[int]:
 def _viewer(results, out: Path, args: argparse.Namespace) -> None:
     from ..analysis.runs import test_count
     from ..analysis.viewer.page import write_viewer
-    from ..training.run_precision import running_at
+    from ..perf.precision import running_at
 
     firsts = [runs[0] for runs in results.values() if hasattr(runs[0].run.model.config, "attention")]
     if firsts:
@@ -290,64 +324,11 @@ def _fractions(text: str | None) -> tuple[float, ...] | None:
         raise ValueError(f"--fractions must be comma-separated fractions like 0.1,0.25,1, got {text!r}") from None
 
 
-def _grid(args: argparse.Namespace, grid, out: Path, only, options, command: str) -> int:
-    """A sample-efficiency grid: train its cells (resumable), trim, then its report and figures;
-    or one of its measurements (``--calibrate``, ``--lr-sweep``)."""
-    from .grid import plan_grid
-    from .grid_figures import grid_figures
-    from .grid_report import grid_results, write_grid_report
-    from .ship import trim_jobs
-    from .suites import parse_seeds
-
-    if args.ship and args.dry_run:
-        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
-    if options.epochs is not None or options.train_subset is not None:
-        raise ValueError(f"the {grid.name} grid sets each cell's epochs and subset itself; for a smoke run use "
-                         "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
-    if args.lr is not None and not grid.lr_rows:
-        raise ValueError(f"--lr sets the shared rate of a grid's content models; the {grid.name} grid has none")
-    if args.calibrate or args.lr_sweep:
-        return _measure(args, grid, out, options, command)
-    planned = dict(seeds=parse_seeds(args.seeds), train_images=args.train_images, passes=args.passes,
-                   fractions=_fractions(args.fractions), lr=args.lr)
-    jobs = plan_grid(grid, out, only=only, **planned)
-    if args.dry_run:
-        return _dry_run(jobs, options, out, args.suite)
-    if not (args.report_only or args.ship):
-        _train(jobs, options, args, command)
-    # The whole grid, as for the suites: --only (or --seeds) trains part of it, the report covers
-    # every cell of this call's seeds and every existing cell of the grid's own seeds.
-    jobs = plan_grid(grid, out, **planned)
-    folders = {job.folder for job in jobs}
-    jobs += [job for job in plan_grid(grid, out, **{**planned, "seeds": None})
-             if job.folder not in folders and job.folder.is_dir()]
-    if args.ship:
-        _ship_grid_jobs(jobs)
-    elif args.trim:
-        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
-    results = grid_results(jobs)
-    if not results and args.ship:
-        print(f"no finished cell under {out} yet, so no report; the unfinished cells are ready for `git add {out}`")
-        return 0
-    if not results:
-        raise ValueError(f"no finished cell under {out} to report; train first (without --report-only)")
-    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    figures = grid_figures(jobs, results, out / "figures", formats=formats, gate_rows=grid.gate_rows)
-    claims, sections = None, ()
-    if grid.name == SCARCE_GRID.name:
-        from .scarce_report import gap_lines, read_records, scarce_claims
-
-        claims, sections = scarce_claims(grid, jobs, read_records(jobs)), gap_lines(jobs)
-    path = write_grid_report(grid, out, jobs, results, figures, command=command, claims=claims, sections=sections)
-    print(f"report: {path}")
-    return 0
-
-
 def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -> int:
     """``--calibrate`` or ``--lr-sweep``: train the measurement's jobs (resumable), then print its result."""
-    from .grid import row_of
-    from .scarce import (calibration_lines, parse_rates, plan_calibration, plan_lr_sweep, swept_rates,
-                         write_sweep_report)
+    from .reporting.measurements import calibration_lines, write_sweep_report
+    from .running.jobs import row_of
+    from .running.measurements import parse_rates, plan_calibration, plan_lr_sweep, swept_rates
 
     if args.calibrate and args.lr_sweep:
         raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
@@ -382,9 +363,10 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         rates = swept_rates(jobs, rates)       # the report covers every rate already swept under --out
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     if args.ship:
-        _ship_grid_jobs(jobs)              # finished measurement runs are the grid's own seed-0 cells
+        _trim(grid, jobs)                  # finished measurement runs are the grid's own seed-0 cells
+        _ship_unfinished(jobs)
     if args.calibrate:
-        lines = calibration_lines(jobs)
+        lines = calibration_lines(jobs, grid.overfit)
     else:
         lines = write_sweep_report(grid, out, jobs, rates, command=command, held_out=_held_out(jobs, options))
     print("\n".join(lines))
@@ -395,9 +377,9 @@ def _held_out(jobs, options) -> dict:
     """The sweep's finished runs evaluated on training images outside their cell (cached in each
     run folder; the data set is loaded only when one is not)."""
     from ..data import load_dataset
-    from ..training import resolve_device
-    from ..training.host_memory import reuse_freed_memory
-    from .held_out import held_out_results
+    from ..perf import resolve_device
+    from ..perf.host_memory import reuse_freed_memory
+    from .running.held_out import held_out_results
 
     if resolve_device(options.device).type == "cpu":
         reuse_freed_memory()            # the trainer's heap policy: evaluation without page-fault storms

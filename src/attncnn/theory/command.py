@@ -14,8 +14,8 @@ import json
 import os
 import time
 
-from ..training.config import TrainConfig
-from ..training.options import key_value
+from ..runs.config import TrainConfig
+from ..runs.options import key_value
 
 __all__ = ["register", "run", "DTYPES"]
 
@@ -66,7 +66,7 @@ def _kernel(args: argparse.Namespace, dtype):
     from torch import nn
 
     if args.conv_from:
-        from ..training import load_model
+        from ..runs import load_model
         from .construct import _conv_parts
 
         model, _ = load_model(args.conv_from)
@@ -226,7 +226,7 @@ def _model(args: argparse.Namespace):
     if not os.path.exists(spec):
         raise FileNotFoundError(f"--model {spec!r} is neither a preset ({', '.join(list_presets())}) "
                                 "nor a checkpoint or run folder")
-    from ..training import load_model
+    from ..runs import load_model
 
     model, meta = load_model(spec)
     return model, f"checkpoint {spec} (epoch {meta.get('epoch', '?')})"

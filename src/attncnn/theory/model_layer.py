@@ -1,10 +1,11 @@
 """Theorem 1 inside a network: one attention layer of an image transformer against its convolution.
 
-``attncnn theorem --model quadratic-conv-mini`` asks the question of issue 14: does layer 1 of a
-conv-initialised model (``init="conv"``) compute a K x K convolution at step 0? :func:`layer_as_conv`
-feeds real images through the model's embedding (and the blocks before the chosen layer), takes the
-layer's own input grid, extracts the closest convolution with :func:`conv_from_attention` (each
-head's folded value matrix of Lemma 1 on the tap of its centre) and measures the output difference.
+``attncnn theorem --model quadratic-conv-mini`` asks the question behind convolutional initialisation:
+does layer 1 of a conv-initialised model (``init="conv"``) compute a K x K convolution at step 0?
+:func:`layer_as_conv` feeds real images through the model's embedding (and the blocks before the
+chosen layer), takes the layer's own input grid, extracts the closest convolution with
+:func:`conv_from_attention` (each head's folded value matrix of Lemma 1 on the tap of its centre) and
+measures the output difference.
 
 The answer depends on the locality strength alpha: with ConViT's default 1.0 a head puts only 0.32
 of an interior query's attention on its target token, so the layer is a blurred convolution; at

@@ -1,29 +1,24 @@
 """Training and evaluation, one concern per module.
 
-``config`` (the options, declared once) -> ``options`` (the ``train`` flags built from them);
-``components`` (device, loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all
-that survives a restart) with ``rng``; ``loop`` (:func:`train`) with ``progress``, ``signals``,
-``saver`` and ``errors``, its step in ``step``; ``evaluation``; ``checkpoint`` (the file format) beside ``loading``
-(models from files); ``run_folder``, ``distributed`` and ``main_process_folder`` (the run folder
-under DDP); ``run_precision`` (fp32 / bf16); ``path_choice`` and ``compile_choice`` (the attention path
-and whether to compile, measured per machine and cached by ``machine_cache``).
+``options`` (the ``train`` flags, built from :class:`attncnn.runs.TrainConfig`); ``components``
+(loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that survives a
+restart) with ``rng`` and ``init_from``; ``plan`` (:class:`RunPlan`: the device, precision, attention
+paths and compile decision a run takes, made beforehand by :func:`attncnn.perf.make_plan`);
+``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
+``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
+:mod:`attncnn.runs`'; this package measures nothing (that is :mod:`attncnn.perf`).
 """
 
-from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, write_checkpoint
-from .components import make_optimizer, resolve_device
-from .config import TrainConfig, config_from_dict, resolve_config
+from ..runs.config import TrainConfig, config_from_dict, resolve_config
+from .components import make_optimizer
 from .distributed import Distributed, launch_from_env, per_process_batch, process_group
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
 from .evaluation import EvalResult, evaluate
-from .loading import load_model
 from .loop import train
-from .run_folder import RunFolder, RunFolderError
+from .plan import RunPlan
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "save_checkpoint", "write_checkpoint", "TrainConfig",
-           "config_from_dict", "resolve_config", "RunFolder", "RunFolderError", "LRSchedule",
-           "warmup_cosine_multiplier", "EvalResult", "TrainingError", "TrainingInterrupted",
-           "NonFiniteLossError", "evaluate", "load_model", "TrainState",
-           "make_optimizer", "resolve_device", "train", "Distributed", "launch_from_env", "per_process_batch",
-           "process_group"]
+__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunPlan", "LRSchedule", "warmup_cosine_multiplier",
+           "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",
+           "make_optimizer", "train", "Distributed", "launch_from_env", "per_process_batch", "process_group"]

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..data import DataError, Dataset, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
-from .config import TrainConfig
+from ..runs.config import TrainConfig
 from .distributed import Distributed, per_process_batch
 from .schedule import LRSchedule
 

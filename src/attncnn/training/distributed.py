@@ -11,7 +11,7 @@ The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`)
   ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
   so one step is the same SGD step as one process with the whole batch.
 * Every process holds the same weights, optimiser state and LR; only rank 0 writes files
-  (:class:`~attncnn.training.main_process_folder.MainProcessRunFolder`). Each write is followed
+  (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`). Each write is followed
   by one small collective in which rank 0 reports success, so a failed write (full disk) stops
   every process at the same point instead of leaving the others waiting in the next gradient
   all-reduce.
@@ -57,7 +57,7 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
-from .errors import RunFolderError
+from ..runs.errors import RunFolderError
 
 __all__ = ["Launch", "Distributed", "launch_from_env", "rank_device", "per_process_batch", "process_group",
            "processes", "is_main_process"]

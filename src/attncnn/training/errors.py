@@ -9,11 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["RunFolderError", "TrainingError", "NonFiniteLossError", "TrainingInterrupted"]
+__all__ = ["TrainingError", "NonFiniteLossError", "TrainingInterrupted"]
 
 
-class RunFolderError(Exception):
-    """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
 
 
 class TrainingError(RuntimeError):

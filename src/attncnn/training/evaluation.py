@@ -10,8 +10,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import DeviceLoader
+from ..layers.autocast_rules import autocast
 from .distributed import Distributed
-from .run_precision import autocast
 
 __all__ = ["EvalResult", "evaluate", "check_sharding"]
 

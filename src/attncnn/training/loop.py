@@ -1,11 +1,10 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
-How one run flows: :func:`train` reads the configuration (a resumed run's own), picks the device
-and the precision (``auto`` becomes ``bf16`` or ``fp32``, stored; a resume keeps it unless this
-machine has no fast bf16 or is given another, and each epoch record names the precision that
-trained it) and, under torchrun, joins the process group; :func:`_train` builds the data loaders,
-chooses the attention paths (:mod:`~attncnn.training.path_choice`) and whether to compile
-(:mod:`~attncnn.training.compile_choice`) where the options leave them open, builds the
+How one run flows: the caller has made the run's :class:`~attncnn.training.RunPlan` (device,
+precision, attention paths, compile: :func:`attncnn.perf.make_plan` or
+:func:`attncnn.perf.resume_plan`), so nothing here measures or chooses for the machine.
+:func:`train` reads the configuration (a resumed run's own), applies the plan to it and, under
+torchrun, joins the process group; :func:`_train` builds the data loaders, builds the
 :class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
 the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
 trains. Per step, in this order: learning rate, :func:`~attncnn.training.step.training_step`
@@ -40,7 +39,6 @@ one (torchrun waits 30 s, ``--shutdown-timeout``, before it kills the processes)
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -50,24 +48,19 @@ import torch
 from torch import nn
 
 from ..data import DeviceLoader
-from .checkpoint import load_checkpoint
-from .compile_choice import with_compile_choice
-from .components import deterministic_algorithms, make_loaders, resolve_device
-from .config import TrainConfig, config_from_dict
-from .distributed import Distributed, launch_from_env, per_process_batch, processes, rank_device
+from ..runs import RunFolder, TrainConfig, load_checkpoint, resumable_config
+from ..runs.main_process_folder import MainProcessRunFolder
+from .components import deterministic_algorithms, make_loaders
+from .distributed import Distributed, launch_from_env, per_process_batch, processes
 from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
-from .host_memory import reuse_freed_memory
-from .loading import load_weights
-from .main_process_folder import MainProcessRunFolder
-from .path_choice import with_measured_paths
-from .run_precision import machine_precision, resolve_precision
+from .init_from import load_weights
+from .plan import RunPlan
 from .progress import EpochMeter
-from .run_folder import RunFolder
 from .saver import Saver
 from .signals import stop_on_signals
-from .step import training_step
 from .state import TrainState, position_text
+from .step import training_step
 
 __all__ = ["train", "SYNC_EVERY", "EpochMetrics"]
 
@@ -82,24 +75,26 @@ SYNC_EVERY = 25
 EpochMetrics = Callable[[nn.Module], dict]
 
 
-def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new", progress: bool = True,
-          epoch_metrics: EpochMetrics | None = None, precision: str | None = None) -> dict:
-    """Train ``config`` into the run folder ``out_dir``; returns the final summary.
+def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mode: str = "new",
+          progress: bool = True, epoch_metrics: EpochMetrics | None = None) -> dict:
+    """Train ``config`` into the run folder ``out_dir`` as ``plan`` says; returns the final summary.
 
     Args:
         config: the resolved configuration (ignored on resume: the stored one is used).
             ``config.batch_size`` is the global batch, whatever the number of processes.
         out_dir: run folder.
+        plan: how this machine trains it: device, precision, attention paths, compile
+            (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
+            :func:`attncnn.perf.resume_plan` for a resumed one). Nothing is measured here. A new run
+            stores the planned choices in ``config.json``; a resumed run stores them only where the
+            plan changes its paths or device, and keeps its own precision there (each epoch record
+            names the precision that trained it, ``"precision"``).
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
             (continue from the folder's last checkpoint with its stored configuration, also from
             the middle of an epoch).
         progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
         epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
             epoch's record. It must not draw random numbers (a resumed run would differ).
-        precision: only with ``mode="resume"``: this machine's ``--precision`` for the rest of the
-            run (None: the run's own, but fp32 for a bf16 run on a device without fast bf16; see
-            :func:`~attncnn.training.run_precision.machine_precision`). Every epoch record names the
-            precision that trained it (``"precision"``); ``config.json`` keeps the run's own.
 
     Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments: it
     creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``; gloo on CPU), trains
@@ -109,50 +104,35 @@ def train(config: TrainConfig | None, out_dir: str | Path, *, mode: str = "new",
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
-            (ValueError also for a batch size that does not split evenly over the processes, and for
-            ``precision`` given to a new run: its configuration holds the precision).
+            (ValueError also for a batch size that does not split evenly over the processes).
         NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
         TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
     """
-    if precision is not None and mode != "resume":
-        raise ValueError(f"precision={precision!r} applies to a resumed run; a new run takes its precision from "
-                         "its configuration (TrainConfig.precision)")
     launch = launch_from_env()
     if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
         RunFolder.check_not_in_use(out_dir)
+    stored = None
     if mode == "resume":
-        # runs written before --precision existed trained in fp32: keep that, do not resolve "auto";
-        # a configuration without "compile" trained eager: do not measure it now
-        config = config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(out_dir)})
-    # Everything that can fail on bad input (device, data, model options) happens before the
-    # run folder is created or overwritten, so a failed start leaves no half-made run behind.
+        config = stored = resumable_config(out_dir)
+    # Everything that can fail on bad input (device, data, model options) happens before the run
+    # folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
-    device = resolve_device(config.device) if launch is None else rank_device(config.device, launch.local_rank)
-    own = config.precision
-    if mode == "resume":
-        # the machine's choice for this segment; config.json keeps the run's own (the epoch records say which ran)
-        config = dataclasses.replace(config, precision=machine_precision(own, device, precision, what=f"run {out_dir}"))
+    run_config = plan.applied_to(config)
+    if stored is None:
+        record = run_config.to_dict()                     # a new run stores its plan's choices
+    elif plan.changes_stored(stored):                     # config.json keeps the run's own precision
+        record = {**run_config.to_dict(), "precision": stored.precision}
     else:
-        config = dataclasses.replace(config, precision=resolve_precision(own, device))  # stored resolved
-        own = config.precision
-    if device.type == "cpu":
-        reuse_freed_memory()        # no page faults on the step's large tensors (host_memory); same numbers
-    with deterministic_algorithms(config.deterministic, device), processes(launch, device) as dist:
-        return _train(config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, own)
+        record = None
+    with deterministic_algorithms(config.deterministic, plan.device), processes(launch, plan.device) as dist:
+        return _train(run_config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, record)
 
 
 def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed,
-           epoch_metrics: EpochMetrics | None, own_precision: str) -> dict:
+           epoch_metrics: EpochMetrics | None, record: dict | None) -> dict:
     """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished.
-    ``own_precision`` is the run's precision for ``config.json`` (``config.precision`` is this segment's)."""
+    ``record`` is what ``config.json`` gets (None: it stays as it is)."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
-    # A resumed run keeps the path its configuration names; one whose path was removed (resumed on
-    # another machine, attncnn.reproduce.unfinished.point_at_machine) measures it here and records it.
-    measure_now = mode != "resume" or "impl" not in config.model
-    if measure_now:
-        config = with_measured_paths(config, dataset, train_loader.batch_size, dist)
-    # --compile not given: decided by a measurement of this run's step (compile_choice), stored in config.json
-    config = with_compile_choice(config, dataset, train_loader, dist)
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
@@ -163,8 +143,8 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         saver = Saver(run, state)
         if mode == "resume":
             _resume(state, saver)
-        if mode != "resume" or (measure_now and "impl" in config.model):
-            run.write_config({**config.to_dict(), "precision": own_precision})
+        if record is not None:
+            run.write_config(record)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
                  config.precision, ", compiled" if config.compile else "")

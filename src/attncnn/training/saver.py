@@ -8,10 +8,10 @@ import shlex
 import signal
 from pathlib import Path
 
-from .checkpoint import write_checkpoint
+from ..runs.checkpoint import write_checkpoint
+from ..runs.main_process_folder import MainProcessRunFolder
 from .distributed import Distributed
 from .errors import NonFiniteLossError, TrainingInterrupted
-from .main_process_folder import MainProcessRunFolder
 from .state import TrainState, position_text
 
 __all__ = ["Saver", "resume_command"]

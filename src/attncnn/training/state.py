@@ -24,12 +24,13 @@ from torch import nn
 
 from ..data import Dataset, DeviceLoader
 from ..models import count_parameters, preset_model_config
-from .checkpoint import Checkpoint
+from ..runs.checkpoint import Checkpoint
+from ..runs.config import TrainConfig
+from ..runs.loading import build_checked, check_weights, specs_of
 from .components import make_optimizer, make_schedule
-from .config import TrainConfig
 from .distributed import Distributed
 from .errors import NonFiniteLossError, TrainingError
-from .loading import build_checked, check_weights, init_from_mismatch, load_weights, specs_of
+from .init_from import init_from_mismatch, load_weights
 from .rng import capture_rng, restore_rng, seed_rank_stream
 from .schedule import LRSchedule
 

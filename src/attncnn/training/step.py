@@ -1,8 +1,8 @@
 """One training step as ``attncnn train`` takes it, shared by the loop and by what times it.
 
-Forward under the run's autocast (:func:`~attncnn.training.run_precision.autocast`), the loss in
+Forward under the run's autocast (:func:`~attncnn.perf.precision.autocast`), the loss in
 float32, gradients cleared, backward, optimizer step. The loop (:mod:`attncnn.training.loop`), the
-compile probe (:mod:`attncnn.training.compile_choice`) and ``attncnn bench`` call this one function,
+compile probe (:mod:`attncnn.perf.compiling`) and ``attncnn bench`` call this one function,
 so what is timed is what trains.
 """
 
@@ -13,7 +13,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .run_precision import autocast
+from ..layers.autocast_rules import autocast
 
 __all__ = ["training_step"]
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ...training.options import add_precision_option
-from ...training.run_precision import running_at
+from ...perf.precision import running_at
+from ...runs.options import add_precision_option
 
 __all__ = ["register", "cmd_viewer"]
 

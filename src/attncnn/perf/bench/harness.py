@@ -1,0 +1,275 @@
+"""Throughput, memory and FLOP measurements for the presets (issue: fast, measured and scalable).
+
+Conventions:
+- images/s: batch size / median wall time of one step over ``reps`` repetitions after ``warmup``
+  untimed ones (CUDA timings synchronise before reading the clock).
+- training step: forward, cross-entropy, backward, SGD(momentum 0.9) update, on random normalised
+  images (speed does not depend on pixel values).
+- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions
+  and attention kernels; element-wise ops, softmax and normalisation are not counted). A
+  multiply-accumulate is 2 FLOPs. "model FLOP/s" = counted training FLOPs per step / step time.
+- peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
+  the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
+  in a fresh process per configuration so earlier runs do not hide it.
+- attention paths: those ``attncnn train`` would take on this machine (measured once per shape and
+  cached, :mod:`attncnn.perf.paths`: the fastest for the training step, and for the test
+  pass the fastest forward), unless the model options name an ``impl``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import queue as queue_module
+import resource
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
+
+from ...layers import dense_attention
+from ...layers.autocast_rules import autocast
+from ...models import build_model, count_parameters, preset_model_config
+from ...training.step import training_step
+from ..host_memory import reuse_freed_memory
+from ..paths import choose_impl
+from ..timing import time_median
+
+__all__ = ["matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "bench_preset",
+           "bench_preset_isolated"]
+
+
+
+def matmul_peak(device: torch.device, dtype: torch.dtype = torch.float32, size: int | None = None,
+                reps: int = 5) -> float:
+    """Measured FLOP/s of a large square matrix product (the machine's practical peak)."""
+    size = size or (8192 if device.type == "cuda" else 2048)
+    a = torch.randn(size, size, device=device, dtype=dtype)
+    b = torch.randn(size, size, device=device, dtype=dtype)
+    seconds = time_median(lambda: a @ b, device, warmup=2, reps=reps)
+    return 2 * size ** 3 / seconds
+
+
+def _cpu_sdpa_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _cpu_sdpa_backward_flops(grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None,
+                             **kwargs) -> int:
+    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+
+
+def _addmm_inplace_flops(self_shape, mat1_shape, mat2_shape, *args, out_shape=None, **kwargs) -> int:
+    return 2 * mat1_shape[0] * mat1_shape[1] * mat2_shape[1]
+
+
+# torch 2.13's FlopCounterMode counts the CUDA SDPA kernels but not the CPU flash kernel that
+# F.scaled_dot_product_attention dispatches to on CPU (GPSA's content term): without these two
+# entries its products would count 0 FLOPs. Nor does it count the in-place ``addmm_`` (the folded
+# path's backward adds the heads' input gradients with it).
+_CPU_SDPA = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flops,
+             torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flops,
+             torch.ops.aten.addmm_: _addmm_inplace_flops}
+
+
+def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
+                         dense: bool = True) -> tuple[int, int]:
+    """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode.
+
+    ``dense=True`` counts the dense attention average (:func:`attncnn.layers.dense_attention`): "model
+    FLOP/s" then compares models by their nominal work, as MFU does, whichever exact path computes
+    it. ``dense=False`` counts the formulation the model actually runs (e.g. the separable path),
+    the work the machine does."""
+    def context():
+        return dense_attention(model) if dense else contextlib.nullcontext()
+
+    with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
+        model(images)
+    forward = counter.get_total_flops()
+    with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
+        F.cross_entropy(model(images), labels).backward()
+    model.zero_grad(set_to_none=True)
+    return forward, counter.get_total_flops()
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def step_functions(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+                   run_model: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   precision: str = "fp32") -> tuple[Callable[[], None], Callable[[], None]]:
+    """``(train_step, infer)``: the two calls :func:`time_steps` times, for timing or profiling.
+
+    ``train_step()`` is forward under ``precision``'s autocast, float32 cross-entropy on ``labels``,
+    backward and an SGD (momentum 0.9, lr 1e-3) update of ``model``'s weights; ``infer()`` a forward
+    without gradients. Neither sets train/eval mode. Arguments as for :func:`time_steps`.
+    """
+    dev = images.device
+    run_model = model if run_model is None else run_model     # (a compiled module has no truth value)
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+
+    def train_step():
+        training_step(run_model, optimizer, images, labels, precision)
+
+    @torch.no_grad()
+    def infer():
+        with autocast(precision, dev):
+            run_model(images)
+
+    return train_step, infer
+
+
+def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
+               run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, precision: str = "fp32",
+               warmup: int = 1, reps: int = 3) -> dict:
+    """Median seconds of one training step and one inference pass of ``model`` on ``images``.
+
+    The training step is forward, cross-entropy on ``labels``, backward and an SGD (momentum 0.9,
+    lr 1e-3) update, so ``model``'s weights change: time a copy if they matter.
+
+    Args:
+        images: ``(B, C, H, W)`` on the model's device. labels: ``(B,)`` int64.
+        run_model: what to call instead of ``model`` (e.g. its ``torch.compile`` wrapper).
+        precision: ``"fp32"`` or ``"bf16"`` (autocast, as ``attncnn train --precision bf16``: the loss
+            in float32).
+
+    Returns:
+        ``{"step_seconds", "infer_seconds", "peak_memory_bytes"}``; peak memory as in the module
+        docstring (on CPU only meaningful in a fresh process).
+    """
+    dev = images.device
+    train_step, infer = step_functions(model, images, labels, run_model=run_model, precision=precision)
+    was_training = model.training
+    model.train()
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    rss_before = _rss_bytes()
+    step_s = time_median(train_step, dev, warmup=warmup, reps=reps)
+    peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
+    model.eval()
+    infer_s = time_median(infer, dev, warmup=warmup, reps=reps)
+    model.train(was_training)
+    return {"step_seconds": step_s, "infer_seconds": infer_s, "peak_memory_bytes": int(peak)}
+
+
+def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, device: str = "cpu",
+                 overrides: dict | None = None, warmup: int = 1, reps: int = 3, precision: str = "fp32",
+                 compile: bool = False, channels_last: bool = False, seed: int = 0) -> dict:
+    """Measure one preset in this process; see the module docstring for the conventions.
+
+    Args:
+        impl: ``"ours"`` or ``"reference"`` (the reference-style baseline of
+            ``benchmarks/reference_style.py``, which must be importable).
+        overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers);
+            without an ``impl``, the attention paths are those a run would measure and take here.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
+    """
+    dev = torch.device(device)
+    host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
+    overrides = dict(overrides or {})
+    paths = _run_paths(preset, overrides, batch_size, precision, dev) if impl == "ours" else {}
+    torch.manual_seed(seed)
+    model = build_model(preset, **overrides, **paths)
+    if impl == "reference":
+        from reference_style import reference_style_model  # benchmarks/ on sys.path
+        model = reference_style_model(model)
+    elif impl != "ours":
+        raise ValueError(f"impl must be 'ours' or 'reference', got {impl!r}")
+    model = model.to(dev)
+    images = torch.randn(batch_size, 3, 32, 32, device=dev)
+    labels = torch.randint(0, 10, (batch_size,), device=dev)
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        images = images.to(memory_format=torch.channels_last)
+    fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2])
+    _, run_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
+    run_model = torch.compile(model) if compile else model
+    timing = time_steps(model, images, labels, run_model=run_model, precision=precision, warmup=warmup, reps=reps)
+    step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
+    per_image_train = train_flops / 2       # counted on a batch of 2
+    return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides,
+            "attention_paths": {"train": getattr(model, "attention_paths", lambda: None)(),
+                                "eval": _eval_paths(model)},
+            "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
+            "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
+            "peak_memory_bytes": peak, "forward_flops_per_image": fwd_flops / 2,
+            "train_flops_per_image": per_image_train,
+            "model_flops_per_s": per_image_train * batch_size / step_s,
+            "train_flops_per_image_as_run": run_flops / 2,
+            "achieved_flops_per_s": run_flops / 2 * batch_size / step_s,
+            "precision": precision, "compile": compile, "host_memory": host_memory}
+
+
+def _run_paths(preset: str, overrides: dict, batch_size: int, precision: str, device: torch.device) -> dict:
+    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` would measure and take for
+    this preset here (cached per machine and shape); empty when ``overrides`` name an ``impl`` or
+    the network has no attention layers."""
+    if "impl" in overrides:
+        return {}
+    _, config = preset_model_config(preset, 10, **overrides)
+    if not hasattr(config, "attention"):
+        return {}
+    common = dict(batch=batch_size, image_size=(32, 32), precision=precision, device=device)
+    found = {"impl": choose_impl(config, **common)[0]}
+    if "eval_impl" not in overrides:
+        found["eval_impl"] = choose_impl(config, mode="eval", **common)[0]
+    return found
+
+
+def _eval_paths(model) -> list[str] | None:
+    """The attention path of each block in eval mode (None for a network without attention)."""
+    if not hasattr(model, "attention_paths"):
+        return None
+    was_training = model.training
+    try:
+        return model.eval().attention_paths()
+    finally:
+        model.train(was_training)
+
+
+def _child(queue, kwargs, sys_path):
+    import sys
+    sys.path[:0] = sys_path
+    try:
+        queue.put(("ok", bench_preset(**kwargs)))
+    except BaseException as err:     # report, don't hang the parent
+        queue.put(("error", f"{type(err).__name__}: {err}"))
+
+
+def bench_preset_isolated(extra_sys_path: list[str] | None = None, **kwargs) -> dict:
+    """:func:`bench_preset` in a fresh process (accurate CPU peak memory); same arguments.
+
+    Raises:
+        RuntimeError: the benchmark failed in the child (the message holds its error), or the child
+            died without answering (e.g. a caller run from ``python -`` whose ``__main__`` a spawned
+            process cannot import: run it from a file).
+    """
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue, kwargs, extra_sys_path or []))
+    proc.start()
+    while True:                     # wait for the answer, but not for a child that died without one
+        alive = proc.is_alive()     # read before waiting: an answer sent just before exiting is still read
+        try:
+            status, result = queue.get(timeout=1.0)
+            break
+        except queue_module.Empty:
+            if not alive:
+                raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: its process exited with code "
+                                   f"{proc.exitcode} before answering (a caller run from `python -` or an "
+                                   "interactive session cannot be imported by a spawned process: run it from a "
+                                   "file)") from None
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: {result}")
+    return result
+
+
+if __name__ == "__main__":   # pragma: no cover - manual use
+    print(json.dumps(bench_preset("demo"), indent=2))

@@ -1,0 +1,224 @@
+"""Whether a run compiles its model (``--compile`` not given): measured on this machine, cached, and
+only where the compilation pays for itself within the run.
+
+``torch.compile`` fuses the elementwise work around the matrix products (softmax, the positional
+term, LayerNorm, GELU), which is most of what content attention's ``(B, N_h, N, N)`` scores and a
+small ResNet spend their time on, but it costs a warm-up (tracing and code generation, seconds to
+minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options leave ``compile`` unset times its own training step, on a
+throw-away copy of its network with its batch, precision, optimizer and device (:func:`time_compile`):
+eager first; if the whole run would train for less than :data:`MIN_RUN_SECONDS` eager, a warm-up
+of tens of seconds cannot pay back and nothing is compiled; otherwise the compiled step is timed
+too (its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`)
+when it is that long and :func:`pays_back`: compiled is at least :data:`MIN_SPEEDUP` times faster (a
+margin for what a probe of a few steps cannot see: inside the trainer a compiled model can gain
+less than its probe said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's
+steps exceed the warm-up.
+
+The three timings are cached in ``compile-choice.json`` in the run's data folder (default
+:func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
+preset, model options (the measured attention path included), optimizer, per-process batch, image
+size and precision, so the next run on this machine decides from them without measuring, by the same
+rule (a run under :data:`MIN_RUN_SECONDS` stays eager with a cached timing too): for a given cache
+the choice is deterministic. An entry that is not three such timings (:func:`timing_problem`: an
+edited or damaged file) is dropped with a warning naming the file and measured again. The decision is written into the run's ``config.json``
+(``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic`` or under
+torchrun never compile unless asked (``--compile``): their numbers must not depend on timing, and
+several processes would each time their own share of the machine.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import statistics
+from pathlib import Path
+
+import torch
+
+from ..data import default_data_dir
+from ..models import build_model
+from ..training.components import make_optimizer
+from ..training.step import training_step
+from .cache import read_cache, write_cache
+from .machine import machine_key
+from .timing import seconds, time_alternated
+
+__all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide",
+           "compile_cache_key", "timing_problem", "with_compile_choice"]
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "compile-choice.json"
+#: a run shorter than this (seconds of eager training, estimated) is not worth a compilation
+MIN_RUN_SECONDS = 600.0
+#: compiled must be at least this much faster than eager, per step, to be chosen
+MIN_SPEEDUP = 1.10
+
+
+@dataclasses.dataclass(frozen=True)
+class CompileTiming:
+    """Seconds of one training step (forward, loss, backward, optimizer step) of the same network.
+
+    Attributes:
+        eager: median of the eager steps.
+        compiled: median of the compiled steps, after the warm-up (``None``: not measured).
+        warmup: seconds of the first compiled step: tracing and code generation (``None``: not measured).
+    """
+
+    eager: float
+    compiled: float | None = None
+    warmup: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        """``eager / compiled``: above 1 when the compiled step is faster."""
+        return None if self.compiled is None else self.eager / self.compiled
+
+
+def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPEEDUP) -> bool:
+    """Whether compiling saves time over a run of ``steps`` training steps: compiled at least
+    ``min_speedup`` times faster per step, and the seconds saved over the run larger than the warm-up."""
+    if timing.compiled is None or timing.warmup is None:
+        return False
+    return timing.eager >= min_speedup * timing.compiled and (timing.eager - timing.compiled) * steps > timing.warmup
+
+
+def decide(timing: CompileTiming, steps: int) -> bool:
+    """The trainer's rule: compile a run of ``steps`` steps when it trains for at least
+    :data:`MIN_RUN_SECONDS` eager and compiling :func:`pays_back` (the same rule from a measurement
+    or from the cache, so that a run's decision does not depend on whether it measured)."""
+    return timing.eager * steps >= MIN_RUN_SECONDS and pays_back(timing, steps)
+
+
+def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
+                 labels: torch.Tensor, *, precision: str, min_run_seconds: float = 0.0, steps: int = 1,
+                 reps: int = 3) -> CompileTiming:
+    """Time training steps of ``model`` eager and compiled (``torch.compile(model, dynamic=False)``,
+    as the trainer compiles), alternated, on one batch. The model's weights change (the optimizer
+    steps): give it a copy.
+
+    Args:
+        model: the network in training mode, on the batch's device. optimizer: over its parameters.
+        images: ``(B, C, H, W)`` float32. labels: ``(B,)`` class indices.
+        precision: ``"fp32"`` or ``"bf16"`` (autocast, as the trainer runs).
+        min_run_seconds, steps: when the eager step times ``steps`` is under ``min_run_seconds``,
+            stop after the eager timing (nothing is compiled).
+        reps: timed steps per mode after the warm-up.
+
+    Returns:
+        The :class:`CompileTiming` (``compiled`` and ``warmup`` None when stopped early).
+
+    Raises:
+        whatever ``torch.compile`` raises on this machine (e.g. no C++ compiler for inductor on a CPU).
+    """
+    device = images.device
+
+    def call(net):
+        return lambda: training_step(net, optimizer, images, labels, precision)
+
+    def step(net) -> float:
+        return seconds(call(net), device)
+
+    step(model)                                     # first touch of every buffer, kernel choices
+    eager = [step(model) for _ in range(2)]
+    if statistics.median(eager) * steps < min_run_seconds:
+        return CompileTiming(eager=statistics.median(eager))
+    compiled_model = torch.compile(model, dynamic=False)
+    try:
+        warmup = step(compiled_model)
+        step(compiled_model)
+        # alternated: a busy machine slows both alike
+        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0)
+    finally:
+        del compiled_model
+        torch._dynamo.reset()                       # drop the probe's compiled code and the network it holds
+    return CompileTiming(eager=timed["eager"], compiled=timed["compiled"], warmup=warmup)
+
+
+_TIMED = ("eager", "compiled", "warmup")
+
+
+def timing_problem(key: str, value) -> str | None:
+    """What is wrong with a cached entry of ``compile-choice.json`` (None: nothing): it must be an
+    object whose ``eager``, ``compiled`` and ``warmup`` are finite seconds, the first two above 0
+    (the speed-up is their ratio), as :func:`with_compile_choice` writes it."""
+    if not isinstance(value, dict):
+        return f"a timing must be an object of {', '.join(_TIMED)} seconds, got {value!r}"
+    for name in _TIMED:
+        if name not in value:
+            return f"it has no {name!r} seconds"
+        seconds = value[name]
+        if (isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds)
+                or seconds < 0 or (seconds == 0 and name != "warmup")):
+            return f"{name!r} must be a positive number of seconds, got {seconds!r}"
+    return None
+
+
+def compile_cache_key(config, batch: int, image_size: tuple[int, int], device: torch.device) -> str:
+    """The cache key of a compile measurement: the machine, then what a step's cost depends on."""
+    model = json.dumps(config.model, sort_keys=True, default=str)
+    return (f"{machine_key(device)} | {config.preset} model={model} optimizer={config.optimizer} "
+            f"image={image_size[0]}x{image_size[1]} batch={batch} {config.precision}")
+
+
+def with_compile_choice(config, dataset, train_loader, dist):
+    """``config`` with ``compile`` decided (True or False) when it is None ("not given"): measured
+    and cached as the module docstring says. A ``compile`` already given is returned unchanged.
+
+    Args:
+        config: the run's :class:`~attncnn.runs.TrainConfig` (precision resolved, attention path chosen).
+        dataset: the loaded data set (classes, image size). train_loader: the run's training loader
+            (per-process batch, steps per epoch). dist: the run's :class:`~attncnn.training.distributed.Distributed`.
+    """
+    if config.compile is not None:
+        return config
+    if config.deterministic or dist.enabled:
+        return dataclasses.replace(config, compile=False)
+    batch, steps = train_loader.batch_size, config.epochs * len(train_loader)
+    image_size = tuple(dataset.train.images.shape[-2:])
+    path = Path(config.data_dir) if config.data_dir is not None else default_data_dir()
+    path = path / CACHE_NAME
+    key = compile_cache_key(config, batch, image_size, dist.device)
+    cached = read_cache(path, timing_problem).get(key)
+    if cached is not None:
+        timing = CompileTiming(**{k: cached[k] for k in _TIMED})
+        source = "cached for this machine and run shape"
+    else:
+        timing = _measure(config, dataset, batch, image_size, steps, dist.device)
+        if timing is None:
+            return dataclasses.replace(config, compile=False)
+        if timing.compiled is not None:
+            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        source = "measured on this run's network and batch"
+    decision = decide(timing, steps)
+    _log(decision, timing, steps, source)
+    return dataclasses.replace(config, compile=decision)
+
+
+def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int,
+             device: torch.device) -> CompileTiming | None:
+    """:func:`time_compile` on a throw-away copy of the run's network (None: compiling failed here)."""
+    torch.manual_seed(0)                # the probe's weights and batch; the run seeds itself afterwards
+    model = build_model(config.preset, dataset.num_classes, **config.model).to(device).train()
+    optimizer = make_optimizer(model, config)
+    images = torch.randn(batch, dataset.train.images.shape[1], *image_size, device=device)
+    labels = torch.randint(0, dataset.num_classes, (batch,), device=device)
+    try:
+        return time_compile(model, optimizer, images, labels, precision=config.precision,
+                            min_run_seconds=MIN_RUN_SECONDS, steps=steps)
+    except Exception as err:            # noqa: BLE001 - any compiler failure means: train eager
+        log.warning("torch.compile failed on this machine, training without it (%s: %s)",
+                    type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+        return None
+
+
+def _log(decision: bool, timing: CompileTiming, steps: int, source: str) -> None:
+    if timing.eager * steps < MIN_RUN_SECONDS or timing.compiled is None:
+        log.info("compile: off (the run's %d steps take about %.0f s eager here, under the %.0f s it takes for a "
+                 "compilation to pay back; --compile compiles anyway)", steps, timing.eager * steps, MIN_RUN_SECONDS)
+        return
+    log.info("compile: %s (%s: a training step %.0f ms eager, %.0f ms compiled, %.2fx; warm-up %.1f s, paid "
+             "once in the first step; %d steps)", "on" if decision else "off", source, 1e3 * timing.eager,
+             1e3 * timing.compiled, timing.speedup, timing.warmup, steps)

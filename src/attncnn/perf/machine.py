@@ -1,0 +1,101 @@
+"""The machine at hand, described once: for cache keys, epoch records, benchmark files and the device.
+
+:func:`machine_info` is the description every report and benchmark writes (CPU and GPU names,
+cores, threads, library versions, date); :func:`epoch_machine` the part each epoch record of a
+study keeps; :func:`machine_key` the part a timing depends on, which keys the caches of measured
+choices (:mod:`attncnn.perf.cache`): CPU model and generation (family, model, stepping and the
+instruction-set flags that change kernels), threads, torch version, device type.
+:func:`resolve_device` turns ``--device`` into a :class:`torch.device`.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+
+import torch
+
+from ..training.components import resolve_device
+
+__all__ = ["resolve_device", "cpu_name", "cpu_signature", "machine_key", "machine_info", "epoch_machine", "MACHINE_KEY"]
+
+#: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
+MACHINE_KEY = "machine"
+
+#: where Linux describes the CPU (a module attribute so that tests can point it at another file)
+CPUINFO = Path("/proc/cpuinfo")
+#: instruction-set flags that change which kernels run and how fast (x86: AVX2, AVX-512,
+#: bfloat16 dot products, AMX tiles; Arm: SVE, bfloat16): CPUs sold under one name differ in them
+_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "sve", "bf16")
+#: /proc/cpuinfo fields that name a CPU generation (x86 family/model/stepping; Arm implementer/part)
+_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"),
+                      ("CPU implementer", "implementer"), ("CPU part", "part"), ("CPU variant", "variant"))
+
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each ``/proc/cpuinfo`` field (``{}`` where the file is missing or unreadable)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    return _cpuinfo().get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_signature() -> str:
+    """What tells CPUs of one marketing name apart: the generation fields of ``/proc/cpuinfo`` and
+    the instruction-set flags among :data:`_ISA_FLAGS` it has, e.g.
+    ``"family 25 model 1 stepping 1 isa=avx2"``; ``""`` where ``/proc/cpuinfo`` is missing."""
+    info = _cpuinfo()
+    parts = [f"{label} {info[field]}" for field, label in _GENERATION_FIELDS if info.get(field)]
+    flags = info.get("flags", info.get("Features"))
+    if flags is not None:
+        present = set(flags.split())
+        parts.append("isa=" + (",".join(f for f in _ISA_FLAGS if f in present) or "none"))
+    return " ".join(parts)
+
+
+def machine_key(device: torch.device) -> str:
+    """CPU model and generation (or GPU name), threads, torch version and device type: what a timing
+    depends on. The CPU's generation and instruction-set flags are part of it (:func:`cpu_signature`):
+    a marketing name such as "AMD EPYC" covers CPUs with and without AVX-512 or bfloat16 units."""
+    if device.type == "cuda":
+        name = torch.cuda.get_device_name(device)
+    else:
+        signature = cpu_signature()
+        name = f"{cpu_name()} ({signature})" if signature else cpu_name()
+    return f"{name} | threads={torch.get_num_threads()} | torch {torch.__version__} | {device.type}"
+
+
+def machine_info(device: torch.device) -> dict:
+    """CPU/GPU model, core and thread counts, library versions, date."""
+    info = {"date": datetime.date.today().isoformat(), "cpu": cpu_name(), "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
+            "python": platform.python_version(), "device": str(device)}
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["cuda"] = torch.version.cuda
+    return info
+
+
+def epoch_machine(device: torch.device) -> dict:
+    """What identifies the machine an epoch ran on (recorded in each epoch of a study's runs):
+    CPU model name, torch threads, torch version, device, and the GPU's name on a GPU; a subset of
+    :func:`machine_info`."""
+    info = machine_info(device)
+    out = {"cpu": info["cpu"], "threads": info["torch_threads"], "torch": info["torch"], "device": info["device"]}
+    if info.get("gpu"):
+        out["gpu"] = info["gpu"]
+    return out

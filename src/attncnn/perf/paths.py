@@ -1,0 +1,169 @@
+"""Which computation path (``impl``) a run's attention layers take: measured on this machine, cached.
+
+Every path of a layer computes the same output up to rounding (tests check each pair), but which
+is fastest depends on the machine: on a 2-core AMD EPYC (AVX512-BF16) the separable path of the
+CPU-scale quadratic model is the faster one, on a 2-core Intel Xeon with AMX the dense one
+(``benchmarks/results/attention-paths.md``). So a run whose model options leave ``impl="auto"``
+times every path of one of its layers, on its own batch size, grid, precision and device
+(:func:`attncnn.perf.timing.time_impls`, a few seconds), and trains with the fastest. A test
+pass has no backward, so the forward alone is timed too, in eval mode on the evaluation batch, and
+the run evaluates with its own fastest path where that differs (content attention: the fused
+kernel stores nothing for a gradient and wins there, while the written-out scores win in training).
+The choices are written into the run's configuration (``config.json``'s ``model.impl`` and
+``model.eval_impl``), so a resumed run keeps them, and cached in ``attention-paths.json`` in the
+run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by CPU model and
+generation, thread count, torch version, device, precision, the layer's shape and the mode, so the
+next run on this machine reuses them without measuring: for a given cache the choice is deterministic. A cached
+entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
+dropped with a warning naming the file and measured again.
+
+Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
+``"auto"``, the layers' own rule.
+
+Whether to compile is decided afterwards, on the whole training step of the run's network with
+the chosen path (:mod:`attncnn.perf.compiling`): a compiler fuses across layers, so one
+layer timed alone would not say what it gains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from ..data import default_data_dir
+from ..layers import ATTENTION_LAYERS, build_attention
+from ..models import preset_model_config
+from .cache import read_cache, write_cache
+from .machine import machine_key
+from .timing import time_impls
+
+__all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
+
+log = logging.getLogger(__name__)
+
+CACHE_NAME = "attention-paths.json"
+#: every computation path some attention layer has ("auto" is a rule, never a measured choice)
+_KNOWN_PATHS = frozenset(i for kind, cls in ATTENTION_LAYERS.items() for i in cls.impls_of(kind)) - {"auto"}
+_COMPARED = re.compile(r" paths=(\S+)")
+
+
+def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
+                   impls: tuple[str, ...] = ()) -> str:
+    """The cache key of a measurement: machine (CPU model or GPU name, threads, torch), the
+    layer's kind, shape, dropout, grid, per-process batch, precision, and the paths compared (so
+    that a choice made before a new path existed is measured again, not reused)."""
+    c = model_config
+    shape = (f"{c.attention} dim={c.dim} heads={c.num_heads} head_dim={c.head_dim} attn_drop={c.attn_dropout} "
+             f"grid={grid[0]}x{grid[1]} batch={batch} {precision}")
+    if impls:
+        shape += f" paths={','.join(impls)}"
+    return f"{machine_key(device)} | {shape}"
+
+
+def path_problem(key: str, value) -> str | None:
+    """What is wrong with a cached entry of ``attention-paths.json`` (None: nothing): its value must
+    name a path of some attention layer and, where its key lists the paths compared
+    (:func:`path_cache_key`), one of those."""
+    if not isinstance(value, str):
+        return f"an attention path's name was expected, got {value!r}"
+    compared = _COMPARED.search(key)
+    allowed = _KNOWN_PATHS if compared is None else set(compared.group(1).split(",")) & _KNOWN_PATHS
+    if value not in allowed:
+        return (f"it names the attention path {value!r}, which is not one of "
+                f"{', '.join(sorted(allowed)) or 'the paths attncnn has'}")
+    return None
+
+
+def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
+                cache_dir: str | os.PathLike[str] | None = None,
+                mode: str = "train") -> tuple[str, dict[str, float] | None]:
+    """The fastest path of ``model_config``'s attention layers for this run, from the cache or measured.
+
+    Args:
+        model_config: an :class:`~attncnn.models.ImageTransformerConfig` (``impl`` is ignored).
+        batch: images per step (``mode="eval"``: per test batch) and process. image_size: ``(H, W)`` of the images.
+        precision: ``"fp32"`` or ``"bf16"`` (resolved). device: where the run trains.
+        cache_dir: folder of the cache file (default: the data cache folder, :func:`attncnn.data.default_data_dir`).
+        mode: ``"train"`` times forward + backward in training mode; ``"eval"`` the forward alone in
+            eval mode without gradients (a test pass), cached under its own key.
+
+    Raises:
+        ValueError: a ``mode`` other than those two.
+
+    Returns:
+        ``(impl, timings)``: the chosen path and the measured seconds per path (None when cached).
+        A kind with only one path besides ``"auto"`` returns it without measuring.
+    """
+    if mode not in ("train", "eval"):
+        raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
+    p = model_config.pooling
+    grid = (image_size[0] // p, image_size[1] // p)
+    torch.manual_seed(0)            # the weights of the probe layer; the run seeds itself afterwards
+    layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
+                            **model_config.attention_kwargs()).train(mode == "train")
+    impls = tuple(i for i in layer.impls if i != "auto")
+    if len(impls) == 1:
+        return impls[0], None
+    path = Path(cache_dir) if cache_dir is not None else default_data_dir()
+    path = path / CACHE_NAME
+    key = path_cache_key(model_config, batch, grid, precision, device, impls)
+    if mode == "eval":
+        key += " | test pass"           # training's keys stay as they were: their cached choices still hold
+    cached = read_cache(path, path_problem).get(key)
+    if cached in impls:
+        return cached, None
+    layer = layer.to(device)
+    x = torch.randn(batch, *grid, model_config.dim, device=device)
+    # 7 alternated repetitions: paths within a few per cent of each other (dense and folded on some
+    # CPUs) were ordered by noise with 3
+    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7,
+                         backward=mode == "train")
+    best = min(timings, key=timings.get)
+    write_cache(path, key, best, path_problem)
+    return best, timings
+
+
+def with_measured_paths(config, dataset, batch: int, dist) -> object:
+    """``config`` with ``model.impl`` set to the fastest training path here and ``model.eval_impl``
+    to the fastest test-pass path where that is another one (:func:`choose_impl`), or unchanged:
+    when ``measure_paths`` is off, the run is ``deterministic``, several processes train (each would
+    time its own share of the machine), the model options name an ``impl`` (then ``eval_impl``
+    stays as given: unset means the same path), or the network has no attention layers.
+
+    Args:
+        config: the run's resolved :class:`~attncnn.runs.TrainConfig` (precision resolved).
+        dataset: the loaded data set (its image size). batch: images per step and process.
+        dist: the run's :class:`~attncnn.training.distributed.Distributed`.
+    """
+    if not config.measure_paths or config.deterministic or dist.enabled or "impl" in config.model:
+        return config
+    arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
+    if not hasattr(model_config, "attention"):
+        return config
+    common = dict(image_size=tuple(dataset.train.images.shape[-2:]), precision=config.precision,
+                  device=dist.device, cache_dir=config.data_dir)
+    impl, timings = choose_impl(model_config, batch=batch, **common)
+    _log_choice("training", impl, timings, "forward + backward")
+    model = {**config.model, "impl": impl}
+    if "eval_impl" not in config.model:
+        # the batch a test pass runs: the evaluation batch, or the whole test set when smaller
+        test = getattr(dataset, "test", None)
+        eval_batch = config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels))
+        eval_impl, timings = choose_impl(model_config, batch=max(eval_batch, 1), mode="eval", **common)
+        _log_choice("test pass", eval_impl, timings, "forward")
+        if eval_impl != impl:
+            model["eval_impl"] = eval_impl
+    return dataclasses.replace(config, model=model)
+
+
+def _log_choice(what: str, impl: str, timings: dict[str, float] | None, timed: str) -> None:
+    if timings is None:
+        log.info("attention path (%s) %s (cached for this machine and shape)", what, impl)
+    else:
+        log.info("attention path (%s) %s, measured on one layer (%s): %s", what, impl, timed,
+                 ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in timings.items()))

@@ -1,0 +1,108 @@
+"""The one way attncnn times code: wall-clock seconds of synchronised calls, medians of alternated rounds.
+
+:func:`seconds` times one call (waiting for the GPU before and after); :func:`time_alternated` times
+several candidates side by side, alternating them round by round (the order reversed every other
+round) so that a machine that gets busier slows every candidate alike; :func:`time_median` is the
+one-candidate case. Every measurement of the package goes through these: the attention-path choice
+(:func:`time_impls`, used by :mod:`attncnn.perf.paths`), the compile choice
+(:mod:`attncnn.perf.compiling`) and the bench harness (:mod:`attncnn.perf.bench.harness`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from ..layers.base import GridAttention
+
+__all__ = ["seconds", "time_alternated", "time_median", "time_impls"]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def seconds(fn: Callable[[], object], device: torch.device) -> float:
+    """Wall-clock seconds of one call of ``fn`` on ``device`` (CUDA work finished before and after)."""
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
+def time_alternated(fns: dict[str, Callable[[], object]], device: torch.device, *, reps: int = 3,
+                    warmup: int = 1) -> dict[str, float]:
+    """Median seconds per call of each of ``fns``, timed side by side.
+
+    Args:
+        fns: ``{name: fn}``, the candidates, called without arguments.
+        device: where they run (CUDA is synchronised around every call).
+        reps: timed calls per candidate, alternated across candidates (the order reversed every
+            other round), so a busy machine slows every candidate alike.
+        warmup: untimed calls of each candidate first (first touch of buffers, kernel choices).
+
+    Returns:
+        ``{name: median seconds}``.
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    names = tuple(fns)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(reps):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(seconds(fns[name], device))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def time_median(fn: Callable[[], object], device: torch.device, warmup: int = 1, reps: int = 3) -> float:
+    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls."""
+    return time_alternated({"fn": fn}, device, reps=reps, warmup=warmup)["fn"]
+
+
+def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.dtype | None = None,
+               reps: int = 3, impls: tuple[str, ...] | None = None, backward: bool = True) -> dict[str, float]:
+    """Median seconds of one forward + backward (or forward only) of ``layer`` on ``x`` for each path.
+
+    Args:
+        layer: the layer, in the mode it will run in (train or eval); its ``impl`` and
+            ``eval_impl`` are restored after.
+        x: ``(B, H, W, D)`` input grid.
+        autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
+        reps: timed repetitions per path, alternated across paths (the order reversed every other
+            round, after one untimed warm-up each), so a busy machine slows every path alike.
+        impls: the paths to time (default: every path of the layer except ``"auto"``).
+        backward: time forward + backward (training); False: the forward alone under
+            :func:`torch.no_grad` (a test pass; put the layer in eval mode).
+
+    Returns:
+        ``{impl: seconds}``.
+
+    Raises:
+        ValueError: an ``impl`` the layer does not have.
+    """
+    impls = impls or tuple(i for i in layer.impls if i != "auto")
+    saved = layer.impl, layer.eval_impl
+    x = x.detach().requires_grad_(backward)
+
+    def call(impl: str) -> Callable[[], None]:
+        def once() -> None:
+            layer.impl, layer.eval_impl = impl, None
+            ctx = torch.autocast(x.device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+            with ctx, torch.set_grad_enabled(backward):
+                out = layer(x)
+            if backward:
+                out.float().sum().backward()
+        return once
+
+    try:
+        return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps)
+    finally:
+        layer.impl, layer.eval_impl = saved
+        layer.zero_grad(set_to_none=True)

@@ -1,0 +1,315 @@
+"""Any study's figures: :func:`draw_figures` draws those of the shape the study declares (the
+figure code is :mod:`attncnn.analysis.figures`; this module only chooses which run feeds which figure).
+
+A Table 1 suite's, from its trained models (PAPER.md 5.3):
+
+* Fig. 2: test accuracy against epoch of every model (first finished seed of each);
+* Fig. 3: the centres of one quadratic layer after each epoch (periodic checkpoints);
+* Fig. 4: every layer's Gaussian contours of the trained quadratic models;
+* Fig. 5: layers x heads maps of the learned position-only model for the central query;
+* Fig. 6: layers x heads maps of the content model for one test image and averaged over 100;
+* per-layer attention distance and distance to the grid of shifts against epoch (position-only
+  models log them every epoch; the curve is the mean over the finished seeds).
+
+A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
+Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
+``metrics.jsonl`` logged every epoch (layers 1-4 at the first epoch, the suite's ``settle_epochs``
+and the last) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the
+grid distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
+
+A sample-efficiency grid's, from its cells' logs:
+
+* ``efficiency-accuracy``: final test accuracy against training-set size, one line per model;
+* ``efficiency-seen-<pct>``: test accuracy against seen images in one training-set size;
+* ``efficiency-distance-<pct>``: per-layer attention distance over training of each position-only
+  model (logged every epoch), for one training-set size;
+* ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per GPSA row and
+  training-set size.
+
+A grid's curves are means over the finished seeds of a cell, against seen images (epoch x subset
+size); ``efficiency-accuracy`` also marks each seed of the cells that have several."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+from pathlib import Path
+from typing import Sequence
+
+from ...analysis.epoch_figures import centres_over_epochs_figure, seed_curves_figure
+from ...analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure, quadratic_epochs_figure,
+                                 quadratic_layers_figure, save_figure)
+from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
+from ...analysis.runs import test_count, test_images
+from ...runs import load_model
+from ..running.jobs import Job, row_of
+from ..studies import Grid, Study, Suite
+from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
+from .results import Cells, RunResult, layer_curves
+
+log = logging.getLogger("attncnn.reproduce")
+
+__all__ = ["draw_figures", "suite_figures", "grid_figures", "EVOLUTION_LAYERS"]
+
+#: layers drawn across epochs (paper Fig. 3): the first, where the grid forms, and a deeper one
+EVOLUTION_LAYERS = (1, 4)
+#: layers drawn across epochs from metrics.jsonl in a suite followed over epochs (the paper shows layer 4)
+LOGGED_EVOLUTION_LAYERS = (1, 2, 3, 4)
+
+
+def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], key: str) -> None:
+    written[key] = save_figure(fig, path, formats)[0]
+
+
+def _fig4(result: RunResult, out: Path, formats, written: dict[str, Path], *, seed_in_name: bool = False) -> None:
+    preset, run = result.job.preset, result.run
+    seed = f" seed {result.job.seed}" if seed_in_name else ""
+    _figure(quadratic_layers_figure(run.model, title=f"{preset}{seed}: every layer after epoch "
+                                                     f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"),
+            out / f"fig4-{preset}{seed.replace(' ', '-')}-centers", formats, written, f"fig4 {preset}{seed}")
+
+
+def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+    _fig4(result, out, formats, written)
+    _checkpoint_evolution(result, out, formats, written)
+
+
+def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+    """Fig. 3 from the run's periodic checkpoints."""
+    preset, run = result.job.preset, result.run
+    snapshots = [(epoch, load_model(path)[0]) for epoch, path in run.periodic_checkpoints()]
+    if not snapshots:
+        log.warning("%s: no periodic checkpoints, so no figure of the centres over epochs", run.path)
+        return
+    for layer in EVOLUTION_LAYERS:
+        if layer <= run.model.config.num_layers:
+            fig = quadratic_epochs_figure(snapshots, layer, title=f"{preset}: layer {layer} after each epoch")
+            _figure(fig, out / f"fig3-{preset}-layer{layer}-epochs", formats, written, f"fig3 {preset} layer {layer}")
+
+
+def _content(result: RunResult, out: Path, formats, written: dict[str, Path], *, image: int, average: int,
+             data: str | None, data_dir: str | None) -> None:
+    preset, run = result.job.preset, result.run
+    grid = default_grid_size(run.model)
+    query = (grid[0] // 2, grid[1] // 2)
+    average = min(average, test_count(run, data=data, data_dir=data_dir))   # a small data set has fewer
+    images, raw = test_images(run, [image], data=data, data_dir=data_dir)
+    fig = attention_grid_figure(attention_maps(run.model, images), query, image=raw[0],
+                                title=f"{preset}: test image {image}, query {query}")
+    _figure(fig, out / f"fig6-{preset}-image{image}", formats, written, f"fig6 {preset} image")
+    images, _ = test_images(run, list(range(average)), data=data, data_dir=data_dir)
+    fig = attention_grid_figure(attention_maps(run.model, images, average=True), query,
+                                title=f"{preset}: average over {average} test images, query {query}")
+    _figure(fig, out / f"fig6-{preset}-average{average}", formats, written, f"fig6 {preset} average")
+
+
+def _distances(preset: str, results: Sequence[RunResult], out: Path, formats, written: dict[str, Path]) -> None:
+    panels = {"attention distance (tokens)": layer_curves(results, "distance"),
+              "distance to the 3x3 grid of shifts (tokens)": layer_curves(results, "grid_distance")}
+    if all(panels.values()):
+        seeds = len(results)
+        fig = layer_curves_figure(panels, title=f"{preset}: per layer, after each epoch "
+                                                f"(mean over {seeds} seed{'s' if seeds > 1 else ''})")
+        _figure(fig, out / f"distances-{preset}", formats, written, f"distances {preset}")
+
+
+def _figure_kind(model) -> str | None:
+    """Which figure a model's attention gets, asked of its layers: ``"centres"`` (quadratic heads),
+    ``"position maps"`` (other position-only heads), ``"score terms"`` (content + positional scores,
+    not gated), None otherwise (ResNet, plain content, GPSA)."""
+    try:
+        layers = attention_layers(model)
+    except ValueError:
+        return None
+    if all(layer.has_centers for layer in layers):
+        return "centres"
+    if all(layer.position_only for layer in layers):
+        return "position maps"
+    if all(layer.has_positional_term and not layer.position_only and not layer.has_gates for layer in layers):
+        return "score terms"
+    return None
+
+
+def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, written: dict[str, Path]) -> None:
+    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints)."""
+    preset, records = result.job.preset, result.epoch_records
+    layers = {}
+    for layer in LOGGED_EVOLUTION_LAYERS:
+        snaps = [(r["epoch"], *heads) for r in records if (heads := quadratic_heads(r, layer)) is not None]
+        if snaps:
+            layers[layer] = snaps
+    if not layers:
+        log.warning("%s: metrics.jsonl logs no centres and spreads per epoch, so no Fig. 3", result.run.path)
+        return
+    drawn = evolution_epochs([r["epoch"] for r in records], suite.settle_epochs)
+    fig = centres_over_epochs_figure(layers, drawn, title=f"{preset} seed {result.job.seed}: layers "
+                                     f"{min(layers)}-{max(layers)} over the epochs\n(50 % solid, 90 % dotted mass; "
+                                     "thin lines: each centre's path)")
+    _figure(fig, out / f"fig3-{preset}-layers-epochs", formats, written, f"fig3 {preset}")
+
+
+def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path, formats,
+                 written: dict[str, Path]) -> None:
+    """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
+    of every seed, the grid distance of every seed."""
+    if _figure_kind(runs[0].run.model) == "centres":
+        if suite.evolution_from == "metrics":
+            _logged_evolution(runs[0], suite, out, formats, written)
+        else:
+            _checkpoint_evolution(runs[0], out, formats, written)
+        for result in runs:
+            _fig4(result, out, formats, written, seed_in_name=True)
+    curves = seed_layer_curves(runs, "grid_distance")
+    if curves:
+        fig = seed_curves_figure(curves, ylabel="grid distance (tokens)", threshold=suite.settled_below,
+                                 threshold_label=f"settled: below {suite.settled_below}",
+                                 title=f"{preset}: distance of each layer's heads to the nearest 3x3 grid of shifts")
+        _figure(fig, out / f"grid-distance-seeds-{preset}", formats, written, f"grid distance seeds {preset}")
+
+
+def _accuracy(results: dict[str, list[RunResult]], suite: Suite | None, out: Path, formats,
+              written: dict[str, Path]) -> None:
+    if suite is not None and suite.settle_epochs:
+        curves, bands = {}, {}
+        for preset, runs in results.items():
+            if runs:
+                epochs, mean, low, high = accuracy_bands(runs)
+                label = f"{preset} ({len(runs)} seed{'s' if len(runs) != 1 else ''})"
+                curves[label], bands[label] = (epochs, mean), (low, high)
+        fig = accuracy_figure(curves, bands=bands, title="Test accuracy: mean over seeds, band from min to max")
+        _figure(fig, out / "fig2-accuracy", formats, written, "fig2")
+        return
+    curves = {preset: ([r["epoch"] for r in runs[0].records], [r["test_accuracy"] for r in runs[0].records])
+              for preset, runs in results.items() if runs}
+    if curves:
+        _figure(accuracy_figure(curves, title="Test accuracy (first seed of each model)"), out / "fig2-accuracy",
+                formats, written, "fig2")
+
+def draw_figures(study: Study, jobs: Sequence[Job], results: dict, out: str | Path, *,
+                 formats: Sequence[str] = ("png",), data: str | None = None,
+                 data_dir: str | None = None) -> dict[str, Path]:
+    """Draw every figure a study's finished runs allow into ``out``: :func:`grid_figures` of a grid,
+    :func:`suite_figures` of a suite; returns ``{figure key: first file}``.
+
+    Args:
+        jobs: the study's planned jobs (a grid's rows and cells, in plan order).
+        results: the finished runs (:func:`~attncnn.reproduce.reporting.results.finished_results`).
+        formats: matplotlib formats (the first one's file is returned).
+        data, data_dir: data set of a suite's test images (default: each run's own).
+
+    Raises:
+        attncnn.data.DataError: the test images of a content model cannot be read.
+    """
+    if isinstance(study, Grid):
+        return grid_figures(jobs, results, out, formats=formats, gate_rows=study.gate_rows)
+    return suite_figures(results, out, formats=formats, data=data, data_dir=data_dir, suite=study)
+
+
+def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, formats: Sequence[str] = ("png",),
+                  image: int = 0, average: int = 100, data: str | None = None,
+                  data_dir: str | None = None, suite: Suite | None = None) -> dict[str, Path]:
+    """Draw every figure the finished runs allow into ``out``; returns ``{figure key: first file}``.
+
+    Args:
+        results: preset -> finished runs (:func:`~attncnn.reproduce.reporting.results.finished_runs`).
+        formats: matplotlib formats (the first one's file is returned).
+        image: test image of the single-image content map (Fig. 6).
+        average: number of test images the averaged content map uses (paper: 100).
+        data, data_dir: data set for the test images (default: each run's own).
+        suite: the suite; one with ``settle_epochs`` gets the figures of a study over epochs (see
+            the module's description). None: the figures of a Table 1 suite.
+
+    Raises:
+        attncnn.data.DataError: the test images of a content model cannot be read.
+    """
+    out = Path(out)
+    written: dict[str, Path] = {}
+    over_epochs = suite is not None and bool(suite.settle_epochs)
+    _accuracy(results, suite, out, formats, written)
+    for preset, runs in results.items():
+        first = runs[0]
+        kind = _figure_kind(first.run.model)
+        if over_epochs:
+            _epoch_study(suite, preset, runs, out, formats, written)
+        elif kind == "centres":
+            _quadratic(first, out, formats, written)
+        if kind == "position maps":
+            grid = default_grid_size(first.run.model)
+            fig = attention_grid_figure(position_maps(first.run.model), (grid[0] // 2, grid[1] // 2),
+                                        title=f"{preset}: attention probabilities of the central query")
+            _figure(fig, out / f"fig5-{preset}-maps", formats, written, f"fig5 {preset}")
+        if kind == "score terms":
+            _content(first, out, formats, written, image=image, average=average, data=data, data_dir=data_dir)
+        _distances(preset, runs, out, formats, written)
+    return written
+
+
+def _subset(results: Cells, key: tuple[str, str]) -> int:
+    return dict(results[key][0].job.overrides)["train_subset"]
+
+
+def _accuracy_curve(results: Cells, key: tuple[str, str]) -> tuple[list[int], list[float]]:
+    """(seen images, mean test accuracy) at the evaluated epochs common to the cell's seeds."""
+    per_seed = [{r["epoch"]: r["test_accuracy"] for r in run.records} for run in results[key]]
+    epochs = sorted(set.intersection(*(set(s) for s in per_seed)))
+    return [e * _subset(results, key) for e in epochs], [statistics.fmean(s[e] for s in per_seed) for e in epochs]
+
+
+def _per_seen(curves: dict, subset: int) -> dict:
+    return {layer: ([e * subset for e in epochs], values) for layer, (epochs, values) in curves.items()}
+
+
+def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *, formats: Sequence[str] = ("png",),
+                 gate_rows: Sequence[str] = ("gpsa-mini",)) -> dict[str, Path]:
+    """Draw every figure a grid's finished cells allow into ``out`` (see the module's description);
+    returns ``key -> first file``.
+
+    ``gate_rows``: the GPSA rows whose gates ``efficiency-gates`` draws (the grid's ``gate_rows``).
+    """
+    out, written = Path(out), {}
+    presets = list(dict.fromkeys(row_of(j) for j in jobs))
+    cells = list(dict.fromkeys(j.cell for j in jobs))
+    slug = {c: c.replace(" %", "pct") for c in cells}
+
+    def save(fig, name: str) -> None:
+        written[name] = save_figure(fig, out / name, formats)[0]
+
+    by_size, seeds = {}, {}
+    for preset in presets:
+        finished = [(preset, c) for c in cells if (preset, c) in results]
+        done = [(_subset(results, key), statistics.fmean(r.final_accuracy for r in results[key])) for key in finished]
+        if done:
+            by_size[preset] = tuple(zip(*done))
+        # every seed of a cell with several, so a mean drawn from a wide spread shows it
+        spread = [(_subset(results, key), r.final_accuracy) for key in finished if len(results[key]) > 1
+                  for r in results[key]]
+        if spread:
+            seeds[preset] = tuple(zip(*spread))
+    if by_size:
+        title = "Final test accuracy, equal seen images per cell" + (" (line: mean; circles: each seed)"
+                                                                      if seeds else "")
+        save(accuracy_figure(by_size, title=title, xlabel="training images (class-balanced subset)", logx=True,
+                             points=seeds), "efficiency-accuracy")
+    for cell in cells:
+        curves = {p: _accuracy_curve(results, (p, cell)) for p in presets if (p, cell) in results}
+        if curves:
+            save(accuracy_figure(curves, title=f"Test accuracy on {cell} of the training set", xlabel="seen images"),
+                 f"efficiency-seen-{slug[cell]}")
+        panels = {}
+        for p in presets:
+            if (p, cell) in results:
+                distances = layer_curves(results[(p, cell)], "distance")
+                if distances:
+                    panels[f"{p}: attention distance (tokens)"] = _per_seen(distances, _subset(results, (p, cell)))
+        if panels:
+            save(layer_curves_figure(panels, title=f"Attention distance per layer over training ({cell} of the "
+                                                   "training set)", xlabel="seen images"),
+                 f"efficiency-distance-{slug[cell]}")
+    named = (lambda row: "GPSA") if len(gate_rows) == 1 else (lambda row: row)
+    gates = {f"{named(row)} gate sigmoid(lambda), {c}": _per_seen(layer_curves(results[(row, c)], "gate"),
+                                                                 _subset(results, (row, c)))
+             for row in gate_rows for c in cells if (row, c) in results}
+    if gates and all(gates.values()):
+        save(layer_curves_figure(gates, title="GPSA: weight of the positional attention per layer (layer mean)",
+                                 xlabel="seen images"), "efficiency-gates")
+    return written

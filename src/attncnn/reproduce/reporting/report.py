@@ -1,0 +1,131 @@
+"""A study's report: ``report.md`` and ``report.json`` in its folder, written atomically, for any study.
+
+:func:`write_report` writes the shape the study declares: a Table 1 suite's (Table 1 beside the
+paper's, every run, the attention per layer, the paper's claims measured, and for a suite followed
+over epochs the sections of :mod:`.epoch_sections`) or a grid's (accuracy per row and training-set
+size, its claims measured and judged, the machines, the models). Both measure the study's declared
+claims with :func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ..._io import atomic_write_text
+from ...analysis.runs import shareable_dataset
+from ...models import get_preset
+from ..running.jobs import Job, row_of
+from ..running.unfinished import progress_text, run_progress
+from ..studies import Grid, Study, Suite
+from .claims import RunNumbers, cell_numbers, evaluate_claims
+from .epoch_sections import epoch_sections
+from .grid import gap_lines, grid_rows, machine_lines, model_lines, table_lines
+from .results import Cells, RunResult
+from .table1 import CONVENTIONS, final_layer_metrics, layer_lines, markdown_table, seed_lines, table_rows
+
+__all__ = ["write_report"]
+
+
+def write_report(study: Study, out: str | Path, jobs: Sequence[Job], results: dict, figures: dict[str, Path], *,
+                 command: str, data: str | None = None, data_dir: str | None = None) -> Path:
+    """Write ``<out>/report.md`` and ``<out>/report.json``; returns the Markdown file.
+
+    Args:
+        jobs: the study's planned jobs (those not finished are listed as missing).
+        results: the finished runs (:func:`~attncnn.reproduce.reporting.results.finished_results`).
+        figures: figure key -> file (:func:`~attncnn.reproduce.reporting.figures.draw_figures`).
+        command: the command line, for the report's reader.
+        data, data_dir: data set of the test images a suite's content models are analysed on
+            (default: each run's own).
+
+    Raises:
+        OSError: ``out`` not writable.
+        attncnn.data.DataError: test images of a content model cannot be read.
+    """
+    out = Path(out)
+    if isinstance(study, Grid):
+        before, after, report, later = _grid_report(study, jobs, results, command=command)
+    else:
+        before, after, report, later = _suite_report(study, out, jobs, results, command=command, data=data,
+                                                     data_dir=data_dir)
+    md = before + ["", "## Figures", ""] + [f"- {key}: [{path.name}]({path.relative_to(out).as_posix()})"
+                                             for key, path in figures.items()] + after
+    report = {**report, "figures": {k: p.relative_to(out).as_posix() for k, p in figures.items()}, **later}
+    atomic_write_text(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
+    atomic_write_text(out / "report.md", "\n".join(md) + "\n")
+    return out / "report.md"
+
+
+def _claim_line(claim: dict) -> str:
+    verdict = f"**{claim['verdict']}**: " if claim.get("verdict") else ""
+    return f"- {verdict}{claim['claim']}: {claim['metric']}: {claim['values']}"
+
+
+def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict[str, list[RunResult]], *,
+                  command: str, data: str | None, data_dir: str | None) -> tuple[list[str], list[str], dict, dict]:
+    """A Table 1 suite's Markdown before and after its figures, and its ``report.json`` entries
+    before and after them."""
+    rows = table_rows(suite, results, planned)
+    layers = {preset: final_layer_metrics(runs[0], data=data, data_dir=data_dir) for preset, runs in results.items()}
+    found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
+    missing = [j.label for j in planned if j.preset not in results or
+               j.seed not in [r.job.seed for r in results[j.preset]]]
+    # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
+    progress = {j.label: run_progress(j) for j in planned if j.label in missing}
+    progress = {label: p for label, p in progress.items() if p is not None}
+    for row in rows:
+        started = [p for j in planned if j.preset == row["preset"] and (p := progress.get(j.label))]
+        if row["accuracy_mean"] is None and started:
+            furthest = max(started, key=lambda p: p["epochs_done"])
+            row["unfinished"] = f"epoch {furthest['epochs_done']} of {furthest['epochs']}"
+    md = [f"# Reproduction suite `{suite.name}`", "", suite.description + ".", "",
+          f"Report written by `{command}` with torch {torch.__version__}, Python {platform.python_version()}; "
+          "each run's own machine is in the per-run table.", "", "## Table 1", "", markdown_table(rows),
+          CONVENTIONS, "",
+          "Runs not finished yet: " + (", ".join(f"{label} ({progress_text(progress[label])})" if label in progress
+                                                else label for label in missing) if missing else "none") + ".", "",
+          "## Every run", "", *seed_lines(results), "",
+          "## Attention per layer after training", "",
+          "First seed of each model; content models averaged over 100 test images.", "", *layer_lines(layers), "",
+          "## The paper's claims, measured", ""]
+    md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
+    report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "claims": found,
+              "missing": missing, "unfinished": progress}
+    later = {"presets": {p: get_preset(p).description for p in suite.presets}}
+    if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
+        lines, later["epoch_study"] = epoch_sections(suite, out, rows, results)
+        md += ["", *lines]
+    after = ["", "## Use the trained models", "",
+             "Each model folder is an ordinary run folder: `attncnn evaluate <folder> --data <data set>`, "
+             "`attncnn inspect <folder>`, `attncnn plot <folder>`, `attncnn viewer <folder>`."]
+    return md, after, report, later
+
+
+def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
+                 command: str) -> tuple[list[str], list[str], dict, dict]:
+    """A grid's Markdown before and after its figures, and its ``report.json`` entries before them
+    (none after)."""
+    rows, cells = grid_rows(jobs, results), list(dict.fromkeys(job.cell for job in jobs))
+    found = evaluate_claims(grid.claims, cell_numbers(jobs))
+    missing = [j.label for j in jobs if (row_of(j), j.cell) not in results
+               or j.seed not in [r.job.seed for r in results[(row_of(j), j.cell)]]]
+    dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
+    md = [f"# Sample-efficiency grid `{grid.name}`", "", grid.description + ".", "",
+          f"Data: {dataset}. Report written by `{command}` with torch {torch.__version__}, Python "
+          f"{platform.python_version()}.", "", "## Test accuracy (%) per training-set size", "",
+          *table_lines(rows, cells, grid.recipe), "",
+          "Cells not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
+          "## ConViT's claims, measured", ""]
+    md += [_claim_line(c) for c in found] + (["", *gap_lines(grid, jobs)] if grid.overfit else [])
+    md += ["", "## Machines", "",
+           "Where each cell's epochs trained (hours and images/s compare only within one machine):", "",
+           *machine_lines(rows)]
+    report = {"grid": grid.name, "command": command, "dataset": dataset, "rows": rows, "claims": found,
+              "missing": missing}
+    after = ["", "## Models", "", *model_lines(grid, list(dict.fromkeys(row_of(j) for j in jobs)))]
+    return md, after, report, {}

@@ -1,0 +1,124 @@
+"""Which machine trained each epoch of a study's run, and which epochs shared the CPU.
+
+A run of a long suite outlives a working session and may be continued on another machine
+(``attncnn reproduce ...`` from a fresh clone). Every epoch record that ``attncnn reproduce``
+writes into ``metrics.jsonl`` therefore carries
+
+* ``"machine"``: ``{"cpu": model name, "threads": torch threads, "torch": version, "device": ...}``
+  (``"gpu"`` too on a GPU) of the process that finished the epoch (an epoch resumed mid-way from a
+  checkpoint ran partly on the machine before);
+* ``"load_average"``: the system's 5-minute load average when the epoch ended (runnable processes,
+  this one's threads included), so that the report can say which epochs shared the CPU;
+* ``"precision"`` (written by the training loop for every run): ``"fp32"`` or ``"bf16"``, the
+  machine's choice for the process that trained the epoch (a bf16 run resumed on a CPU without bf16
+  units continues in fp32).
+
+:func:`machine_segments` turns them into consecutive stretches of epochs per machine and precision;
+the runner writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report
+shows them.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable, Sequence
+
+import torch
+
+from ...perf.machine import MACHINE_KEY, epoch_machine
+
+__all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "epoch_machine", "recording_machine",
+           "machine_segments", "segment_text", "segments_text", "machine_text", "epochs_text", "shared_epochs"]
+
+#: written into each run folder the runner finishes: the machine its timings come from, and its
+#: :func:`machine_segments` (``"segments"``)
+MACHINE_FILE = "machine.json"
+#: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
+LOAD_KEY, PRECISION_KEY = "load_average", "precision"
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[1], 2)
+    except (AttributeError, OSError):
+        return None
+
+
+def recording_machine(epoch_metrics: Callable | None, device: torch.device) -> Callable:
+    """``epoch_metrics`` (None: none) with :data:`MACHINE_KEY` and :data:`LOAD_KEY` added to each
+    epoch's numbers (see the module's description). Draws no random numbers."""
+    machine = epoch_machine(device)           # read once per process: /proc/cpuinfo does not change
+
+    def metrics(model) -> dict:
+        out = dict(epoch_metrics(model)) if epoch_metrics is not None else {}
+        out[MACHINE_KEY] = dict(machine)
+        load = _load_average()
+        if load is not None:
+            out[LOAD_KEY] = load
+        return out
+
+    return metrics
+
+
+def machine_segments(records: Sequence[dict], precision: str | None = None) -> list[dict]:
+    """Consecutive epochs trained on the same machine at the same precision: ``[{"epochs": [first,
+    last], "machine": dict or None (not recorded), "precision": "fp32", "bf16" or None (not
+    recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``.
+
+    Args:
+        records: the run's epoch records.
+        precision: the precision of records that name none (written before epochs recorded it: the
+            run's own from ``config.json``, which such a run never changed on resuming).
+    """
+    segments: list[dict] = []
+    for record in records:
+        epoch = record.get("epoch")
+        if not isinstance(epoch, int):
+            continue
+        machine, ran = record.get(MACHINE_KEY), record.get(PRECISION_KEY, precision)
+        last = segments[-1] if segments else None
+        if last and last["machine"] == machine and last["precision"] == ran and last["epochs"][1] == epoch - 1:
+            last["epochs"][1] = epoch
+        else:
+            segments.append({"epochs": [epoch, epoch], "machine": machine, "precision": ran})
+    return segments
+
+
+def machine_text(machine: dict | None) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0+cpu"`` (and the GPU's name) for an epoch's ``"machine"`` record."""
+    if not machine:
+        return "machine not recorded"
+    threads = machine.get("threads", "?")
+    text = f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, torch {machine.get('torch', '?')}"
+    return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
+
+
+def epochs_text(epochs: Sequence[int]) -> str:
+    """``"epoch 3"`` or ``"epochs 1-30"`` for a segment's ``[first, last]``."""
+    first, last = epochs
+    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
+
+
+def segment_text(segment: dict) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30)"`` for one of :func:`machine_segments`
+    (the precision only where it was recorded: ``machine.json`` files written before say none)."""
+    precision = segment.get("precision")
+    return (f"{machine_text(segment['machine'])}{f', {precision}' if precision else ''} "
+            f"({epochs_text(segment['epochs'])})")
+
+
+def segments_text(segments: Sequence[dict]) -> str:
+    """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30); Intel Xeon, ..., fp32 (epochs 31-60)"``."""
+    return "; ".join(segment_text(segment) for segment in segments)
+
+
+def shared_epochs(records: Sequence[dict]) -> list[int]:
+    """Epochs whose recorded 5-minute load average exceeds the run's own torch threads by more than
+    one: other work shared the CPU (an estimate: the load average lags by minutes)."""
+    shared = []
+    for record in records:
+        load, machine = record.get(LOAD_KEY), record.get(MACHINE_KEY) or {}
+        threads = machine.get("threads")
+        if isinstance(load, (int, float)) and isinstance(threads, int) and load > threads + 1:
+            shared.append(record["epoch"])
+    return shared

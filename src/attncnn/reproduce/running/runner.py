@@ -1,0 +1,254 @@
+"""Training a study's jobs one after another, and estimating how long that takes (``--dry-run``).
+
+Each job is an ordinary :func:`attncnn.training.train` call into its run folder: ``new`` for a job
+never started, ``resume`` for an interrupted one (from its last, possibly mid-epoch, checkpoint),
+nothing for a finished one. So the study can be stopped at any moment (Ctrl-C, SIGTERM, a lost
+machine) and the same command continues it.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import json
+import logging
+import os
+import shlex
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from ..._io import atomic_write_text
+from ...models import build_model
+from ...perf import make_plan, resolve_device, resume_plan
+from ...perf.bench.harness import time_steps
+from ...perf.machine import machine_info
+from ...perf.precision import machine_precision, resolve_precision
+from ...runs import RunFolder, TrainConfig, resolve_config
+from ...training import TrainingInterrupted, train
+from .jobs import Job, job_state
+from .machines import MACHINE_FILE, machine_segments, recording_machine
+from .unfinished import point_at_data
+
+log = logging.getLogger("attncnn.reproduce")
+
+__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
+           "resume_command", "Estimate", "estimate_job", "cpu_load", "busy_cpu"]
+
+#: CIFAR-10's sizes, assumed by the dry run (which reads no data)
+TRAIN_IMAGES, TEST_IMAGES = 50_000, 10_000
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """Options passed to every job's training (None: the preset's value).
+
+    ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
+    them is not the suite of the report's title, and the report says so (it prints each run's epochs).
+    """
+
+    data: str = "cifar10"
+    data_dir: str | None = None
+    download: bool = False
+    device: str = "auto"
+    precision: str | None = None
+    epochs: int | None = None
+    train_subset: int | None = None
+    batch_size: int | None = None
+
+    def overrides(self, seed: int) -> dict:
+        return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
+                "device": self.device, "precision": self.precision, "epochs": self.epochs,
+                "train_subset": self.train_subset, "batch_size": self.batch_size}
+
+
+def job_config(job: Job, options: TrainOptions) -> TrainConfig:
+    """The job's training configuration: its preset's recipe, the options, then the job's own
+    ``overrides`` (a grid cell's subset and epochs win over the command line's; a grid variant's
+    ``model`` options).
+
+    Raises:
+        ValueError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
+    """
+    own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
+    return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
+
+
+def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
+    """``"fp32"`` or ``"bf16"``: the precision the job trains at on ``device``, what
+    :func:`train_jobs` will run. A new job: ``--precision`` or its preset's (``auto``: the device's
+    choice). An interrupted one resumes at ``--precision`` if given, else at its stored precision,
+    but fp32 for a bf16 run on a device without fast bf16
+    (:func:`~attncnn.perf.precision.machine_precision`).
+
+    Raises:
+        ValueError: an option the preset rejects; RunFolderError: an interrupted job without a
+            readable ``config.json``.
+    """
+    if job_state(job) == "interrupted":
+        stored = RunFolder(job.folder, mode="read").read_config().get("precision", "fp32")
+        return machine_precision(stored, device, options.precision, what=job.label)
+    return resolve_precision(job_config(job, options).precision, device)
+
+
+def resume_command(job: Job, options: TrainOptions) -> str:
+    """The ``attncnn train --resume`` command equivalent to resuming an interrupted job."""
+    words = ["attncnn", "train", "--resume", str(job.folder)]
+    for flag, value in (("--device", None if options.device == "auto" else options.device),
+                        ("--precision", options.precision)):
+        if value is not None:
+            words += [flag, value]
+    return shlex.join(words)
+
+
+def train_command(job: Job, options: TrainOptions) -> str:
+    """The ``attncnn train`` command line equivalent to one job (printed by ``--dry-run``)."""
+    words = ["attncnn", "train", "--preset", job.preset, "--seed", str(job.seed), "--data", options.data,
+             "--out", str(job.folder)]
+    given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
+             **dict(job.overrides)}
+    for key, value in given.pop("model", {}).items():        # a grid variant's model options
+        words += ["--set", f"{key}={value!r}" if isinstance(value, str) and _literal(value) else f"{key}={value}"]
+    for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
+                                                           else options.device),
+                        ("--precision", options.precision),
+                        *((f"--{name.replace('_', '-')}", value) for name, value in given.items())):
+        if value is not None:
+            words += [flag, str(value)]
+    if options.download:
+        words.append("--download")
+    return shlex.join(words)
+
+
+def _literal(text: str) -> bool:
+    """Whether ``--set key=text`` would read ``text`` as a Python literal, not as the string itself."""
+    try:
+        ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return False
+    return True
+
+
+def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
+               epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
+    """Train every job that is not finished, in order; returns each job's state before this call.
+
+    Each epoch record names the machine that trained it and the load average
+    (:mod:`~attncnn.reproduce.running.machines`). Each job this call finishes gets ``machine.json``
+    (:func:`~attncnn.perf.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
+    the report can say where its timings come from. An interrupted run shipped from another machine
+    is first pointed at this machine's data set
+    (:func:`~attncnn.reproduce.running.unfinished.point_at_data`), and resumes with this machine's
+    plan (:func:`attncnn.perf.resume_plan`: device, attention path measured again on another machine
+    unless the study names it); an interrupted run resumes at ``options.precision`` when given, else
+    at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record
+    names the precision that ran, and ``machine.json``'s segments split where it changed).
+
+    Raises:
+        TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
+            says that running the same command again continues the suite (``resume_hint``).
+        ValueError: a job folder that holds another run (see :func:`job_state`), bad options, a
+            shipped run whose data set is not the one given.
+        TrainingError, RunFolderError, DataError: from the job's training, naming the job.
+    """
+    states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
+    device = resolve_device(options.device)
+    recorded = recording_machine(epoch_metrics, device)
+    for n, job in enumerate(jobs, 1):
+        if states[job] == "finished":
+            log.info("[%d/%d] %s: finished already (%s)", n, len(jobs), job.label, job.folder)
+            continue
+        mode = "resume" if states[job] == "interrupted" else "new"
+        log.info("[%d/%d] %s: %s in %s", n, len(jobs), job.label,
+                 "resuming" if mode == "resume" else "training", job.folder)
+        config = None if mode == "resume" else job_config(job, options)
+        if mode == "resume":
+            point_at_data(job.folder, options.data, options.data_dir)
+            plan = resume_plan(job.folder, device=options.device, precision=options.precision,
+                               keep_impl="impl" in dict(job.overrides).get("model", {}))
+        else:
+            plan = make_plan(config)
+        try:
+            train(config, job.folder, plan, mode=mode, progress=progress, epoch_metrics=recorded)
+        except TrainingInterrupted as err:
+            raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
+                                      f"written. Run {resume_hint or 'the same command'} again to continue",
+                                      signum=err.signum, checkpoint=err.checkpoint) from err
+        folder = RunFolder(job.folder, mode="read")
+        segments = machine_segments(folder.read_metrics(), precision=folder.read_config().get("precision"))
+        atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
+                                                                indent=1) + "\n")
+    return states
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Measured cost of one job on this device (seconds)."""
+
+    step_seconds: float
+    infer_seconds: float
+    epoch_seconds: float
+    total_seconds: float
+    precision: str
+
+
+def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
+    """Time a few training steps of the job's model at its batch size and at the precision it will
+    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), and
+    scale them to the whole run (CIFAR-10 sizes or ``train_subset``; an evaluation every
+    ``eval_every`` epochs and after the last).
+
+    ``measured`` caches the step timing per preset and precision (seeds of a preset cost the same).
+    """
+    config = job_config(job, options)
+    device = resolve_device(config.device)
+    precision = job_precision(job, options, device)
+    measured = {} if measured is None else measured
+    key = (job.preset, precision)
+    if key not in measured:
+        torch.manual_seed(0)
+        model = build_model(job.preset, **config.model).to(device)
+        images = torch.randn(config.batch_size, 3, 32, 32, device=device)
+        labels = torch.randint(0, 10, (config.batch_size,), device=device)
+        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1)
+    timing = measured[key]
+    train_images = config.train_subset or TRAIN_IMAGES
+    evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
+    evaluations = sum(1 for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs)
+    epoch = train_images / config.batch_size * timing["step_seconds"]
+    return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch + evaluation,
+                    epoch * config.epochs + evaluation * evaluations, precision)
+
+
+def cpu_load() -> float | None:
+    """The CPU's 1-minute load average (runnable processes, this one included), or None where the
+    system does not report one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
+    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
+
+    The timing of a step grows with every process sharing the cores (the mini suite was estimated
+    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
+    measured beside other work is not the time the suite will take alone.
+
+    Args:
+        loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).
+        cores: CPU cores (default: ``os.cpu_count()``).
+
+    Returns:
+        The warning's text when the load from other processes (the largest sample less the one
+        this process adds) exceeds half the cores.
+    """
+    cores = cores or os.cpu_count() or 1
+    known = [load for load in loads if load is not None]
+    if not known or max(known) - 1 <= cores / 2:
+        return None
+    return (f"warning: the CPU was busy while the steps were timed (load average {max(known):.1f} on {cores} "
+            "cores, other processes included); the estimate can be several times the time the runs take "
+            "alone. Run the dry run again when the machine is idle.")

@@ -1,0 +1,55 @@
+"""Every study ``attncnn reproduce`` runs, each one declared value in its own module, registered in
+:data:`STUDIES` (the one table a new study is added to).
+
+A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
+(models x training-set sizes at equal seen images): its runs, its recipe over the presets', and
+the claims it measures with their criteria (:mod:`.claims`). Planning, training and reporting
+take any study: :mod:`attncnn.reproduce.running` and :mod:`attncnn.reproduce.reporting`.
+"""
+
+from __future__ import annotations
+
+from .claims import Claim, Criterion
+from .efficiency import EFFICIENCY
+from .efficiency_scarce import EFFICIENCY_SCARCE
+from .mini import MINI
+from .mini_long import MINI_LONG
+from .paper import PAPER
+from .paper_long import PAPER_LONG
+from .shapes import Grid, ModelOptions, Suite, Variant
+
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Variant", "ModelOptions",
+           "Claim", "Criterion", "MINI", "MINI_LONG", "PAPER_LONG", "PAPER", "EFFICIENCY", "EFFICIENCY_SCARCE"]
+
+Study = Suite | Grid
+
+#: every study by name, in the order the help text lists them
+STUDIES: dict[str, Study] = {s.name: s for s in (MINI, MINI_LONG, PAPER_LONG, PAPER, EFFICIENCY, EFFICIENCY_SCARCE)}
+#: the Table 1 suites among them
+SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance(s, Suite)}
+#: the sample-efficiency grids among them
+GRIDS: dict[str, Grid] = {name: s for name, s in STUDIES.items() if isinstance(s, Grid)}
+
+
+def get_study(name: str) -> Study:
+    """Look a study up by name.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    try:
+        return STUDIES[name]
+    except KeyError:
+        raise ValueError(f"unknown study {name!r}; choose one of {', '.join(STUDIES)}") from None
+
+
+def get_suite(name: str) -> Suite:
+    """Look a Table 1 suite up by name.
+
+    Raises:
+        ValueError: unknown name (the message lists the valid ones).
+    """
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}") from None

@@ -1,0 +1,28 @@
+"""Run storage: what a training run leaves on disk, and how every command reads it back.
+
+``config`` (:class:`TrainConfig`, the recipe a run folder records in ``config.json``); ``folder``
+(:class:`RunFolder`: config, ``metrics.jsonl``, checkpoints, ``finished.json``) with ``lock`` (one
+writer at a time) and ``main_process_folder`` (rank 0 writes under DDP); ``checkpoint`` (the file
+format: safetensors weights + JSON metadata, written atomically, never unpickled); ``loading``
+(a model from a run folder or a checkpoint, checked against its configuration before it is built).
+
+Nothing outside this package writes a checkpoint; training, analysis, the theory, the studies and
+the Python API read runs through it.
+"""
+
+from .checkpoint import (
+           Checkpoint,
+           CheckpointError,
+           load_checkpoint,
+           read_metadata,
+           save_checkpoint,
+           write_checkpoint,
+)
+from .config import PRECISIONS, TrainConfig, config_from_dict, resolve_config
+from .errors import RunFolderError
+from .folder import RunFolder
+from .loading import checkpoint_of, load_model, resumable_config
+
+__all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", "save_checkpoint", "write_checkpoint",
+           "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
+           "checkpoint_of", "load_model", "resumable_config"]

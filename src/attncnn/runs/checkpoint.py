@@ -1,0 +1,349 @@
+"""Single-file training checkpoints in safetensors format (never pickle).
+
+The reference code saves ``torch.save`` pickles (PAPER.md section 4, "Checkpoints"). Loading a
+pickle can run arbitrary code, so attncnn writes and reads safetensors only:
+
+* tensors ``model.<name>`` for ``model.state_dict()``;
+* tensors ``optim.<param_index>.<state_key>`` for the optimizer's tensor state
+  (e.g. SGD ``momentum_buffer``, Adam ``exp_avg``/``step``);
+* tensors ``extra.<key>`` for caller tensors (e.g. RNG states as uint8 tensors);
+* in the safetensors header metadata (string -> string): ``"format_version": "1"``,
+  ``"attncnn"`` = the caller's metadata as JSON, ``"optimizer"`` = the optimizer's non-tensor
+  state (param-group hyper-parameters with their parameter indices, scalar per-parameter state)
+  as JSON, and ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes.
+
+Files are written atomically (temp file in the same folder + ``os.replace``). Loading verifies
+the digest, so a flipped bit on disk or in a copy is an error naming the file, not silently
+different weights (files written before the digest existed load with a warning).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import struct
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .._io import atomic_path
+
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata", "tensor_specs",
+           "FORMAT_VERSION"]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = "1"
+_MODEL, _OPTIM, _EXTRA = "model.", "optim.", "extra."
+# A safetensors header larger than this is treated as corruption (the format itself caps it at 100 MB).
+_MAX_HEADER = 100_000_000
+
+
+class CheckpointError(Exception):
+    """A file is not a readable attncnn checkpoint (pickle, truncated, corrupt or foreign)."""
+
+
+@dataclass
+class Checkpoint:
+    """Contents of a checkpoint file.
+
+    Attributes:
+        model_state: ``model.state_dict()`` as saved (tensors on ``map_location``).
+        optimizer_state: ``torch.optim.Optimizer.state_dict()``-format dict ready for
+            ``optimizer.load_state_dict``, or ``None`` when no optimizer was saved.
+        extra_tensors: the ``extra_tensors`` given to :func:`save_checkpoint`.
+        metadata: the ``metadata`` dict given to :func:`save_checkpoint` (JSON round trip:
+            tuples come back as lists, dict keys as strings).
+    """
+
+    model_state: dict[str, torch.Tensor]
+    optimizer_state: dict | None
+    extra_tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    metadata: dict = field(default_factory=dict)
+
+
+def _cpu_copy(t: torch.Tensor) -> torch.Tensor:
+    # clone() gives every tensor its own storage, so tied/aliased weights (which safetensors
+    # refuses to save) are stored twice; contiguous_format makes the copy dense.
+    return t.detach().to("cpu").clone(memory_format=torch.contiguous_format)
+
+
+def _digest(entries) -> str:
+    """``"sha256:<hex>"`` over ``(name, shape, raw bytes)`` entries taken in name order."""
+    h = hashlib.sha256()
+    for name, shape, data in sorted(entries, key=lambda e: e[0]):
+        h.update(f"{name}\0{list(shape)}\0".encode())
+        h.update(data)
+    return "sha256:" + h.hexdigest()
+
+
+def _tensor_bytes(t: torch.Tensor) -> memoryview:
+    """The bytes safetensors writes for a contiguous CPU tensor (little-endian, row-major)."""
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    if isinstance(value, (set, frozenset)):
+        return sorted(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def _dumps(obj: Any, what: str) -> str:
+    try:
+        return json.dumps(obj, default=_json_default)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"checkpoint {what} must be JSON serialisable: {err}") from err
+
+
+def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None,
+                    extra_tensors: dict[str, torch.Tensor] | None = None,
+                    metadata: dict | None = None) -> None:
+    """Write ``model`` (+ optimizer, extra tensors, metadata) to one safetensors file atomically:
+    :func:`write_checkpoint` of their state dicts.
+
+    Args:
+        path: destination file (conventionally ``*.safetensors``).
+        model: its ``state_dict()`` is stored as contiguous CPU copies.
+        optimizer: its ``state_dict()``: tensor state as tensors, the rest as JSON.
+        extra_tensors: stored as ``extra.<key>``.
+        metadata: any JSON-serialisable dict (config, epoch, metrics).
+
+    Raises:
+        as :func:`write_checkpoint`.
+    """
+    write_checkpoint(path, Checkpoint(model_state=model.state_dict(),
+                                      optimizer_state=None if optimizer is None else optimizer.state_dict(),
+                                      extra_tensors=dict(extra_tensors or {}), metadata=metadata or {}))
+
+
+def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> None:
+    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`).
+
+    The parent folder is created if needed. A failure at any point leaves a previous file at
+    ``path`` untouched and removes the temporary file.
+
+    Raises:
+        TypeError: a non-tensor entry in the model state or the extra tensors, or metadata /
+            optimizer hyper-parameters that are not JSON serialisable.
+        OSError: the folder is not writable or the disk is full.
+    """
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    for name, value in checkpoint.model_state.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"model state entry {name!r} is a {type(value).__name__}, not a tensor; "
+                            "safetensors checkpoints hold tensors only")
+        tensors[_MODEL + name] = _cpu_copy(value)
+    for key, value in checkpoint.extra_tensors.items():
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"extra_tensors[{key!r}] is a {type(value).__name__}, not a tensor")
+        tensors[_EXTRA + key] = _cpu_copy(value)
+
+    header = {"format_version": FORMAT_VERSION, "attncnn": _dumps(checkpoint.metadata, "metadata")}
+    if checkpoint.optimizer_state is not None:
+        tensors.update(_optimizer_tensors(checkpoint.optimizer_state, header))
+    header["digest"] = _digest((name, t.shape, _tensor_bytes(t)) for name, t in tensors.items())
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path, suffix=".safetensors") as tmp:
+        save_file(tensors, str(tmp), metadata=header)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    log.debug("saved checkpoint %s (%d tensors)", path, len(tensors))
+
+
+def _optimizer_tensors(opt: dict, header: dict) -> dict[str, torch.Tensor]:
+    """An optimizer ``state_dict()`` split into tensors ``optim.<index>.<key>`` (returned) and its
+    JSON part, the param groups and scalar state, stored as ``header["optimizer"]``."""
+    tensors: dict[str, torch.Tensor] = {}
+    scalar_state: dict[str, dict[str, Any]] = {}
+    for index, state in opt["state"].items():
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                tensors[f"{_OPTIM}{int(index)}.{key}"] = _cpu_copy(value)
+            else:
+                scalar_state.setdefault(str(int(index)), {})[key] = value
+    header["optimizer"] = _dumps({"param_groups": opt["param_groups"], "state": scalar_state},
+                                 "optimizer hyper-parameters")
+    return tensors
+
+
+def _looks_like_pickle(head: bytes) -> bool:
+    """``torch.save`` zip archive (``PK\\x03\\x04``) or a pickle stream starting with PROTO 2-5.
+
+    Only consulted when the file is not a plausible safetensors file (a valid safetensors header is
+    always recognised first). Even then a truncated safetensors file whose header-length bytes start
+    with 0x80 is not mistaken for a pickle: its third byte is 0 for headers under 64 KiB, whereas a
+    pickle's third byte is an opcode, never 0.
+    """
+    if head[:4] == b"PK\x03\x04":
+        return True
+    return len(head) >= 3 and head[0] == 0x80 and 2 <= head[1] <= 5 and head[2] != 0
+
+
+def _read_header(path: Path) -> tuple[dict, int]:
+    """Validate the safetensors framing without loading tensors; return the header JSON and the
+    offset of the data section."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(9)
+            n = struct.unpack("<Q", head[:8])[0] if len(head) >= 8 else 0
+            plausible = len(head) == 9 and 0 < n <= min(_MAX_HEADER, size - 8) and head[8:9] == b"{"
+            if not plausible and _looks_like_pickle(head):
+                raise CheckpointError(
+                    f"{path} is a pickle file; attncnn only loads safetensors checkpoints because "
+                    "unpickling can run arbitrary code; if you trust the file, convert it yourself with "
+                    "torch.load(weights_only=True) and attncnn.runs.save_checkpoint")
+            if len(head) < 9:
+                raise CheckpointError(f"{path} is not an attncnn checkpoint: only {size} bytes "
+                                      "(truncated or empty file)")
+            if not plausible:
+                raise CheckpointError(f"{path} is not an attncnn checkpoint: not a safetensors file, or its "
+                                      f"header is truncated/corrupt (header claims {n} bytes, file has {size})")
+            f.seek(8)
+            raw = f.read(n)
+    except FileNotFoundError:
+        raise
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    try:
+        header = json.loads(raw.decode("utf-8"))
+        if not isinstance(header, dict):
+            raise ValueError("header is not a JSON object")
+    except (UnicodeDecodeError, ValueError) as err:
+        raise CheckpointError(f"{path} is not an attncnn checkpoint: corrupt safetensors header ({err})") from err
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            end = max(end, int(info["data_offsets"][1]))
+        except (TypeError, KeyError, IndexError, ValueError) as err:
+            raise CheckpointError(f"{path}: corrupt safetensors entry {name!r}") from err
+    if 8 + n + end > size:
+        raise CheckpointError(f"{path} is truncated: tensor data needs {8 + n + end} bytes, file has {size}")
+    return header, 8 + n
+
+
+def tensor_specs(path: str | os.PathLike[str]) -> dict[str, tuple[str, list[int]]]:
+    """``{name: (safetensors dtype, shape)}`` of a checkpoint's model tensors (``model.`` prefix
+    removed), read from its header alone: no tensor data is loaded.
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
+    """
+    header, _ = _read_header(Path(path))
+    return {name[len(_MODEL):]: (info.get("dtype"), list(info.get("shape", [])))
+            for name, info in header.items() if name.startswith(_MODEL)}
+
+
+def _verified_tensors(path: Path, header: dict, data_start: int, device: str) -> dict[str, torch.Tensor]:
+    """The file's tensors on ``device``, after checking the stored digest (one read of the file)."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load
+
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    stored = (header.get("__metadata__") or {}).get("digest")
+    if stored is None:
+        log.warning("%s has no content digest (written by an older attncnn): its integrity is not checked", path)
+    else:
+        view = memoryview(raw)
+        try:
+            actual = _digest((name, info["shape"], view[data_start + int(info["data_offsets"][0]):
+                                                        data_start + int(info["data_offsets"][1])])
+                             for name, info in header.items() if name != "__metadata__")
+        except (KeyError, TypeError, ValueError) as err:
+            raise CheckpointError(f"{path}: corrupt safetensors header ({err!r})") from err
+        if actual != stored:
+            raise CheckpointError(f"{path} is corrupt: its tensors do not match the digest stored when it was "
+                                  "written (a changed byte on disk or in a copy); use another checkpoint of the "
+                                  "run, or copy the file again")
+    try:
+        tensors = load(raw)
+    except (SafetensorError, RuntimeError, ValueError) as err:
+        raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
+    return {name: t.to(device) for name, t in tensors.items()}
+
+
+def _attncnn_metadata(path: Path, header: dict) -> tuple[dict, dict | None]:
+    """``(caller metadata, optimizer JSON or None)`` from a safetensors header."""
+    meta = header.get("__metadata__") or {}
+    if meta.get("format_version") != FORMAT_VERSION or "attncnn" not in meta:
+        raise CheckpointError(f"{path} is a safetensors file but not an attncnn checkpoint (format_version "
+                              f"{meta.get('format_version')!r}, expected {FORMAT_VERSION!r})")
+    try:
+        return json.loads(meta["attncnn"]), (json.loads(meta["optimizer"]) if "optimizer" in meta else None)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: corrupt attncnn metadata ({err})") from err
+
+
+def read_metadata(path: str | os.PathLike[str]) -> dict:
+    """The metadata given to :func:`save_checkpoint`, from the file's header alone (no tensor data
+    is read, so it is cheap for any file size; the digest is checked when the tensors are loaded).
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
+    """
+    path = Path(path)
+    return _attncnn_metadata(path, _read_header(path)[0])[0]
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Checkpoint:
+    """Read a checkpoint written by :func:`save_checkpoint`; never unpickles anything.
+
+    Args:
+        path: the ``.safetensors`` file.
+        map_location: device for the returned tensors (``"cpu"``, ``"cuda:0"``, ...).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        CheckpointError: a pickle / ``torch.save`` file (refused, not opened), a truncated or
+            corrupt file (including tensors that no longer match the stored digest), or a
+            safetensors file not written by attncnn; the message names the file.
+    """
+    path = Path(path)
+    header, data_start = _read_header(path)
+    metadata, optim_json = _attncnn_metadata(path, header)
+    tensors = _verified_tensors(path, header, data_start, str(torch.device(map_location)))
+
+    model_state: dict[str, torch.Tensor] = {}
+    extra: dict[str, torch.Tensor] = {}
+    optim_tensors: dict[int, dict[str, torch.Tensor]] = {}
+    for name, tensor in tensors.items():
+        if name.startswith(_MODEL):
+            model_state[name[len(_MODEL):]] = tensor
+        elif name.startswith(_EXTRA):
+            extra[name[len(_EXTRA):]] = tensor
+        elif name.startswith(_OPTIM):
+            index, _, key = name[len(_OPTIM):].partition(".")
+            if not index.isdigit() or not key:
+                raise CheckpointError(f"{path}: malformed optimizer entry {name!r}")
+            optim_tensors.setdefault(int(index), {})[key] = tensor
+        else:
+            raise CheckpointError(f"{path}: unexpected tensor {name!r}; not an attncnn checkpoint")
+
+    optimizer_state = None
+    if optim_json is not None:
+        state: dict[int, dict[str, Any]] = {}
+        for index, values in optim_json.get("state", {}).items():
+            state.setdefault(int(index), {}).update(values)
+        for index, values in optim_tensors.items():
+            state.setdefault(index, {}).update(values)
+        optimizer_state = {"state": dict(sorted(state.items())), "param_groups": optim_json["param_groups"]}
+    elif optim_tensors:
+        raise CheckpointError(f"{path}: optimizer tensors without optimizer hyper-parameters")
+    return Checkpoint(model_state=model_state, optimizer_state=optimizer_state, extra_tensors=extra,
+                      metadata=metadata)

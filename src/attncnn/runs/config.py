@@ -1,0 +1,154 @@
+"""Typed training configuration, resolved from a preset plus explicit overrides.
+
+Every option is declared once, here: the field's type and default, and its command-line help in
+``metadata`` (:func:`option`); ``attncnn train``'s flags are built from these fields
+(:mod:`attncnn.runs.options`). Defaults are the paper's recipe (PAPER.md 2.6 and 4): SGD with
+lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centres and spreads), batch 100,
+300 epochs, 5 % linear warm-up then cosine decay updated every batch. ``lr_stepping="epoch"``
+reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from .._typecheck import check_options
+from ..models import get_preset, preset_model_config
+
+__all__ = ["PRECISIONS", "TrainConfig", "resolve_config", "config_from_dict", "option"]
+
+#: values of ``--precision``; ``auto`` is resolved to one of the others when a run starts
+PRECISIONS = ("auto", "fp32", "bf16")
+
+
+def option(default=dataclasses.MISSING, *, help: str, factory=dataclasses.MISSING, **argparse_kwargs):
+    """A :class:`TrainConfig` field with its command-line help.
+
+    Args:
+        default / factory: the field's default value / default factory (for lists and dicts).
+        help: the ``--help`` text of its flag.
+        **argparse_kwargs: extra flag settings: ``choices``, ``metavar``, or ``flag`` (a flag name
+            other than ``--field-name``).
+    """
+    return field(default=default, default_factory=factory, metadata={"help": help, **argparse_kwargs})
+
+
+@dataclass
+class TrainConfig:
+    """Everything that determines a training run (written to ``config.json`` in the run folder).
+
+    Raises (on construction):
+        ValueError: unknown preset, model options the preset's network rejects (checked on its
+            configuration dataclass: no weights are allocated), or an out-of-range value; the
+            message names the option.
+    """
+
+    preset: str = option("quadratic", help="model preset (see `attncnn presets`; e.g. demo, minutes on a CPU)")
+    model: dict = option(factory=dict, flag="--set", metavar="KEY=VALUE",
+                         help="override a model option, e.g. --set num_heads=16 (repeatable)")
+    data: str = option("cifar10", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and "
+                                       "test/<class>/")
+    data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
+                                             "~/.cache/attncnn)")
+    download: bool = option(False, help="download official archives if missing")
+    epochs: int = option(300, help="training epochs")
+    batch_size: int = option(100, help="global batch size (split over the processes under torchrun)")
+    eval_batch_size: int = option(500, help="evaluation batch per process (sets memory use only)")
+    optimizer: str = option("sgd", choices=("sgd", "adamw"),
+                            help="sgd (the paper's, with --momentum) or adamw (ConViT's and DeiT's: Adam with "
+                                 "decoupled weight decay, betas 0.9/0.999; set its own --lr and --weight-decay, "
+                                 "e.g. 5e-4 and 0.05)")
+    lr: float = option(0.1, help="peak learning rate (paper: 0.1)")
+    momentum: float = option(0.9, help="SGD momentum (not used by adamw)")
+    weight_decay: float = option(1e-4, help="weight decay (never on Gaussian centres and spreads)")
+    schedule: str = option("cosine", choices=("cosine", "multistep", "constant"),
+                           help="learning-rate schedule: warm-up + cosine, steps at --milestones, or constant")
+    warmup_ratio: float = option(0.05, help="linear warm-up as a fraction of all steps (cosine schedule)")
+    milestones: list[int] = option(factory=lambda: [80, 150, 250], metavar="EPOCH",
+                                   help="multistep schedule: epochs where the LR is multiplied by --gamma")
+    gamma: float = option(0.1, help="multistep schedule: LR factor at each milestone")
+    lr_stepping: str = option("step", choices=("step", "epoch"),
+                              help="update the LR every batch (default) or once per epoch like the reference code")
+    seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
+    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N; the one option --resume takes (a run "
+                                      "started on a GPU continues on a CPU)")
+    train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
+    eval_every: int = option(1, metavar="EPOCHS",
+                             help="evaluate on the test set every N epochs and after the last (default 1: every "
+                                  "epoch); the best checkpoint is chosen among the evaluated epochs")
+    checkpoint_every: int = option(10, help="periodic checkpoint interval in epochs (0: none)")
+    checkpoint_every_steps: int = option(0, metavar="N",
+                                         help="also refresh the 'last' checkpoint every N optimiser steps, so a "
+                                              "killed run loses at most N steps (0, the default: only at the end "
+                                              "of each epoch)")
+    keep_checkpoints: int = option(30, help="periodic checkpoints to keep (0: all)")
+    precision: str = option("auto", choices=PRECISIONS,
+                            help="fp32, bf16 (mixed precision: bfloat16 matrix products, fp32 weights, softmax, "
+                                 "LayerNorm and loss), or auto: bf16 where the device has bfloat16 units (CUDA "
+                                 "with bf16, a CPU with AVX512-BF16 or AMX), else fp32; a run stores the resolved "
+                                 "value")
+    compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
+                                             "--no-compile never; unset (the default): timed once per machine "
+                                             "and run shape (cached in the data folder) and turned on where it is "
+                                             "at least 1.1x faster and saves more than its warm-up over the run; "
+                                             "never for runs under ~10 minutes eager, with --deterministic or "
+                                             "under torchrun; a run stores the decision")
+    deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
+                                             "runs are bit-identical)")
+    measure_paths: bool = option(True, help="when the model options leave impl=auto, time the attention layers' "
+                                            "paths on this machine once (cached in the data folder) and train "
+                                            "with the fastest; never with --deterministic or under torchrun")
+    init_from: str | None = option(None, metavar="CHECKPOINT",
+                                   help="start from this checkpoint's weights (fine-tune: new optimiser and "
+                                        "schedule)")
+
+    def __post_init__(self) -> None:
+        preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
+        for name in ("epochs", "batch_size", "eval_batch_size", "eval_every"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.train_subset is not None and self.train_subset <= 0:
+            raise ValueError(f"train_subset must be positive, got {self.train_subset}")
+        if self.lr < 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
+            raise ValueError("lr and weight_decay must be >= 0 and momentum in [0, 1)")
+        for name in ("optimizer", "schedule", "lr_stepping", "precision"):
+            choices = _FIELDS[name].metadata["choices"]
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+        if self.init_from is not None and not self.init_from:
+            raise ValueError("init_from must be a checkpoint path or None, got an empty string")
+        for name in ("checkpoint_every", "checkpoint_every_steps", "keep_checkpoints"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0 turns it off), got {getattr(self, name)}")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
+
+
+def config_from_dict(values: dict) -> TrainConfig:
+    """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint).
+
+    Raises:
+        ValueError: unknown key or wrong type, naming the key and the expected type.
+    """
+    check_options(values, TrainConfig, "training option")
+    values = dict(values)
+    if "milestones" in values:
+        values["milestones"] = list(values["milestones"])
+    return TrainConfig(**values)
+
+
+def resolve_config(preset: str, **overrides) -> TrainConfig:
+    """The preset's recipe with ``overrides`` on top (None values mean "not given").
+
+    Raises:
+        ValueError: unknown preset or option (named in the message).
+    """
+    recipe = dict(get_preset(preset).train)
+    recipe.update({k: v for k, v in overrides.items() if v is not None})
+    recipe["preset"] = preset
+    return config_from_dict(recipe)

@@ -1,0 +1,233 @@
+"""Networks from checkpoint files: rebuild a model (``load_model``), check weights against a
+model, start a run from another run's weights (``--init-from``).
+
+A stored configuration is never trusted with memory: :func:`build_checked` first builds the
+network on PyTorch's ``meta`` device (shapes only, no storage), compares every parameter and
+buffer name, shape and dtype with the file's tensor headers (read without loading any data) and
+the total size with the device's memory, and only then allocates. An edited ``config.json`` or
+checkpoint that asks for a 2 TB model is a one-line error, not an out-of-memory crash.
+
+Every command that reads a model from a file (``evaluate``, ``inspect``, ``plot``, ``report``,
+``viewer``, ``prune``, ``theorem --conv-from``, ``train --init-from`` and ``--resume``) goes through
+here, so they all refuse the same bad files with the same messages. The file format itself is in
+:mod:`attncnn.runs.checkpoint`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from ..models import build_model_from_config
+from .checkpoint import load_checkpoint, read_metadata, tensor_specs
+from .config import TrainConfig, config_from_dict
+from .folder import RunFolder
+
+__all__ = ["load_model", "resumable_config", "check_weights", "file_specs", "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked",
+           "specs_of"]
+
+#: safetensors dtype names (file headers) -> torch dtypes
+_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+           "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+           "BOOL": torch.bool}
+
+Specs = dict  # {name: (torch dtype, shape tuple)}
+
+#: (file dtype, model dtype) pairs that load by widening: weights shipped in bfloat16 to halve the
+#: files of the paper-width models load exactly into their float32 parameters (every bfloat16 value
+#: is a float32 value); nothing narrows on load
+_WIDENED = {(torch.bfloat16, torch.float32)}
+
+
+def specs_of(state: dict[str, torch.Tensor]) -> Specs:
+    """``{name: (dtype, shape)}`` of a state dict (real or meta tensors)."""
+    return {name: (t.dtype, tuple(t.shape)) for name, t in state.items()}
+
+
+def file_specs(path: str | Path) -> Specs:
+    """``{name: (dtype, shape)}`` of a checkpoint's model tensors, from its header alone."""
+    return {name: (_DTYPES.get(dtype, dtype), tuple(shape)) for name, (dtype, shape) in tensor_specs(path).items()}
+
+log = logging.getLogger(__name__)
+
+
+def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
+    """The tensors described by ``specs`` (:func:`specs_of`, :func:`file_specs`) must match
+    ``model.state_dict()`` by name, shape and dtype (a bfloat16 tensor fits a float32 one: it
+    widens exactly on load); ``model`` may live on the meta device.
+
+    Raises:
+        ValueError: missing or unexpected names (the first five of each), or a shape or dtype
+            mismatch (the key and both values); the message names ``path``.
+    """
+    expected = specs_of(model.state_dict())
+    missing = sorted(set(expected) - set(specs))
+    unexpected = sorted(set(specs) - set(expected))
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
+                         f"unexpected {unexpected[:5]}")
+    for name, (dtype, shape) in specs.items():
+        if shape != expected[name][1]:
+            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {shape}, "
+                             f"the configuration needs {expected[name][1]}")
+        if dtype != expected[name][0] and (dtype, expected[name][0]) not in _WIDENED:
+            raise ValueError(f"checkpoint {path}: weight {name!r} is {dtype}, the configuration needs "
+                             f"{expected[name][0]}")
+
+
+def _memory_of(device: torch.device) -> int:
+    """Bytes of memory on ``device``: physical RAM for the CPU, the GPU's total memory for CUDA."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).total_memory
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
+                  device: str | torch.device = "cpu", source: str = "the configuration") -> nn.Module:
+    """Build a network only after checking, on the meta device, that it fits ``weights`` and memory.
+
+    Args:
+        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
+            the configuration dataclass).
+        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
+            read from its header only; None checks the size alone.
+        device: where the network is built (and whose memory bounds its size).
+        source: what the configuration came from, for the size error (e.g. a file name).
+
+    Returns:
+        The network on ``device``, with its usual initialisation.
+
+    Raises:
+        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+            parameters and buffers larger than the device's memory.
+        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
+    """
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    device = torch.device(device)
+    with torch.device("meta"):
+        shape_only = build_model_from_config(arch, dict(config))
+    if weights is not None:
+        check_weights(weights, shape_only, file_specs(weights))
+    size = sum(t.numel() * t.element_size() for t in itertools.chain(shape_only.parameters(), shape_only.buffers()))
+    if size > _memory_of(device):
+        raise ValueError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
+                         f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
+                         f"{_short(config)}); check the model options")
+    return build_model_from_config(arch, dict(config)).to(device)
+
+
+def _short(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items() if k in ("dim", "num_layers", "num_heads", "mlp_dim",
+                                                                     "head_dim", "widths", "blocks"))
+
+
+#: The checkpoint every command and :func:`load_model` take from a run folder unless told otherwise:
+#: the final weights, the epoch that ``finished.json``, the reports and the READMEs quote. ``best``
+#: (the epoch of highest test accuracy) is chosen on the test set itself, so it is taken only when
+#: asked for (``--checkpoint best``, ``checkpoint="best"`` or the file's path).
+DEFAULT_CHECKPOINT = "last"
+
+
+def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
+    """``path`` itself if it is a file, or for a run folder its ``checkpoints/<checkpoint>.safetensors``
+    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``: the final weights).
+
+    Args:
+        path: a checkpoint file or a run folder.
+        checkpoint: for a run folder, which of its checkpoints: ``"last"``, ``"best"``, ``"epoch_0010"``...
+
+    Raises:
+        FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
+            the checkpoints it holds).
+        ValueError: ``checkpoint`` given with a checkpoint file, or not a plain name.
+    """
+    path = Path(path)
+    if path.is_dir():
+        folder = RunFolder(path, mode="read")
+        name = checkpoint or DEFAULT_CHECKPOINT
+        path = folder.checkpoint_path(name)
+        if not path.exists():
+            held = sorted(p.stem for p in (folder.path / "checkpoints").glob("*.safetensors"))
+            hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME) or give its file, e.g. "
+                    f"{folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \
+                "it holds none yet; train (or resume) the run until it writes one"
+            raise FileNotFoundError(f"run folder {folder.path} holds no {name!r} checkpoint; {hint}")
+    elif checkpoint is not None:
+        raise ValueError(f"{path} is a checkpoint file, and a checkpoint name ({checkpoint!r}) chooses among a run "
+                         "folder's checkpoints; give the run folder, or the file alone")
+    if not path.exists():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    return path
+
+
+def _checked_metadata(path: Path, meta) -> dict:
+    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated."""
+    if not isinstance(meta, dict):
+        raise ValueError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
+    for key, kind in (("arch", str), ("model_config", dict)):
+        if key not in meta:
+            raise ValueError(f"checkpoint {path} has no {key!r} entry; it was not written by attncnn train")
+        if not isinstance(meta[key], kind):
+            raise ValueError(f"checkpoint {path}: {key!r} must be a {kind.__name__}, got {meta[key]!r}")
+    if "config" in meta:
+        if not isinstance(meta["config"], dict):
+            raise ValueError(f"checkpoint {path}: 'config' must be a JSON object, got {meta['config']!r}")
+        try:
+            config_from_dict(meta["config"])
+        except ValueError as err:
+            raise ValueError(f"checkpoint {path}: invalid stored training configuration: {err}") from err
+    return meta
+
+
+def load_model(path: str | Path, device: str | torch.device = "cpu",
+               checkpoint: str | None = None) -> tuple[nn.Module, dict]:
+    """Rebuild a network from a checkpoint file, or from a run folder's ``checkpoint`` (default
+    ``last``, the final weights; see :func:`checkpoint_of`). For a run folder, the checkpoint taken
+    and its epoch are logged (INFO), so that every command says which weights it used.
+
+    The stored configuration is validated (unknown keys and wrong types are named) and checked on
+    the meta device against the file's tensors (:func:`build_checked`) before anything is
+    allocated; the weights are read after that.
+
+    Returns:
+        ``(model in eval mode, checkpoint metadata)``.
+
+    Raises:
+        FileNotFoundError: no checkpoint at ``path``, or not the one asked for in a run folder.
+        attncnn.runs.checkpoint.CheckpointError: not a safe attncnn checkpoint, or corrupt.
+        ValueError: configuration or weights that do not fit, or a model larger than memory (the
+            message names the key); ``checkpoint`` given with a checkpoint file.
+    """
+    given = Path(path)
+    path = checkpoint_of(given, checkpoint)
+    meta = _checked_metadata(path, read_metadata(path))     # the header only: no tensor is read yet
+    if given.is_dir():
+        log.info("run folder %s: using %s (epoch %s)", given, path, meta.get("epoch", "?"))
+    try:
+        model = build_checked(meta["arch"], dict(meta["model_config"]), weights=path, device="cpu",
+                              source=f"checkpoint {path}")
+    except TypeError as err:
+        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+    except ValueError as err:
+        if str(path) in str(err):
+            raise
+        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+    model.load_state_dict(load_checkpoint(path).model_state)
+    return model.to(device).eval(), meta
+
+
+def resumable_config(path: str | Path) -> TrainConfig:
+    """The stored configuration of the run in folder ``path``, as a resume continues it: runs
+    written before ``--precision`` existed trained in fp32, and one without ``compile`` trained eager.
+
+    Raises:
+        RunFolderError: no resumable run there. ValueError: an invalid stored configuration.
+    """
+    return config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(path)})

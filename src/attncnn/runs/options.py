@@ -1,0 +1,112 @@
+"""``attncnn train``'s flags, built from the fields of :class:`TrainConfig` (declared once there),
+and the command-line helpers other commands share (``KEY=VALUE`` values, ``--precision``).
+
+Each field ``name`` becomes ``--name`` (underscores as dashes) with the field's help; booleans
+also get ``--no-name``; lists take several values; the ``model`` dict is given as repeated
+``--set KEY=VALUE``. No flag has a default: a flag the user did not pass is absent from the
+parsed namespace, so :func:`given_options` returns exactly what was given on the command line
+(a preset's recipe fills in the rest, and ``--resume`` can refuse what it would ignore).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import dataclasses
+import types
+import typing
+
+from ..models import get_preset, list_presets
+from .config import PRECISIONS, TrainConfig
+
+__all__ = ["add_config_options", "given_options", "flag_name", "key_value", "add_precision_option", "default_text"]
+
+
+def key_value(text: str) -> tuple[str, object]:
+    """Parse ``key=value`` with a Python literal value (``num_heads=16``, ``head_dim=None``); a value
+    that is not a literal stays a string (``attention=learned``).
+
+    Raises:
+        argparse.ArgumentTypeError: no ``=`` in ``text``.
+    """
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        value = raw
+    return key.strip(), value
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    """The command-line flag of a :class:`TrainConfig` field (``--batch-size``, ``--set``)."""
+    return field.metadata.get("flag", "--" + field.name.replace("_", "-"))
+
+
+def _argparse_settings(annotation) -> dict:
+    """How argparse reads a value of type ``annotation`` (``X | None`` reads an ``X``)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+    if annotation is bool:
+        return {"action": argparse.BooleanOptionalAction}
+    if annotation is dict:
+        return {"action": "append", "type": key_value}
+    if typing.get_origin(annotation) is list:
+        return {"nargs": "+", "type": typing.get_args(annotation)[0]}
+    return {"type": annotation}
+
+
+def _shown(value) -> str:
+    """A default as ``--help`` shows it."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return " ".join(map(str, value))
+    return "none" if value is None else str(value)
+
+
+def default_text(field: dataclasses.Field) -> str:
+    """What ``--help`` says about a field's default: its :class:`TrainConfig` value, and whether a
+    preset's recipe may set another (``attncnn presets --json`` lists the recipes)."""
+    if field.name == "preset":
+        return "required, except with --resume"
+    if field.name == "model":
+        return "default: the preset's model options"
+    value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
+    recipes = {name: get_preset(name).train for name in list_presets()}
+    differ = sorted(name for name, recipe in recipes.items() if recipe.get(field.name, value) != value)
+    if not differ:
+        return f"default: {_shown(value)}"
+    return f"default: the preset's recipe, else {_shown(value)}; see `attncnn presets --json`"
+
+
+def add_config_options(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per :class:`TrainConfig` field to ``parser`` (destination = the field name); each
+    flag's help is the field's help, followed by its default (:func:`default_text`) unless the help
+    states it."""
+    hints = typing.get_type_hints(TrainConfig)
+    for field in dataclasses.fields(TrainConfig):
+        extra = {k: v for k, v in field.metadata.items() if k not in ("flag", "help")}
+        text = field.metadata["help"]
+        if "default" not in text or field.name in ("preset", "model"):   # else the help states it already
+            text = f"{text} ({default_text(field)})"
+        parser.add_argument(flag_name(field), dest=field.name, default=argparse.SUPPRESS, help=text,
+                            **_argparse_settings(hints[field.name]), **extra)
+
+
+def given_options(args: argparse.Namespace) -> dict:
+    """The :class:`TrainConfig` fields the user passed on the command line, by field name
+    (``model`` as a dict)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+    if "model" in given:
+        given["model"] = dict(given["model"])
+    return given
+
+
+def add_precision_option(parser: argparse.ArgumentParser, default: str = "fp32") -> None:
+    """Add ``--precision`` to a command that runs a model (``inspect``, ``report``, ``viewer``),
+    fp32 by default: the maps and metrics they print are measurements."""
+    parser.add_argument("--precision", choices=PRECISIONS, default=default,
+                        help=f"precision of the model's forward passes (default {default}: maps and metrics are "
+                             "measurements; bf16 or auto to see them as a bf16 run computes them)")

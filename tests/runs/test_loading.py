@@ -1,0 +1,57 @@
+"""Models from files are checked on the meta device before any weight is allocated."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from attncnn.models import build_model
+from attncnn.runs import load_checkpoint, load_model, save_checkpoint
+from attncnn.runs.loading import build_checked
+
+SMALL = {"attention": "quadratic", "dim": 16, "mlp_dim": 16, "num_layers": 2, "num_heads": 4, "pooling": 4}
+
+
+def _checkpoint(path, **model_config_changes):
+    model = build_model("demo", **SMALL)
+    config = {**dataclasses.asdict(model.config), **model_config_changes}
+    save_checkpoint(path, model=model, metadata={"arch": "image-transformer", "model_config": config})
+    return path
+
+
+def test_an_inflated_stored_configuration_is_refused_before_allocation_with_little_memory(tmp_path):
+    bad = _checkpoint(tmp_path / "bad.safetensors", dim=400_000)
+    # A fresh process, so that its peak resident memory measures this load alone (the model asked
+    # for would need 5e12 bytes: allocating even a layer of it would show). VmHWM, not ru_maxrss:
+    # Linux carries ru_maxrss over from the forking parent (this test process) through exec.
+    code = ("import re, sys\nfrom attncnn.runs import load_model\n"
+            "try:\n    load_model(sys.argv[1])\nexcept ValueError as err:\n    print(err)\n"
+            "print(re.search(r'VmHWM:\\s+(\\d+) kB', open('/proc/self/status').read()).group(1))\n")
+    done = subprocess.run([sys.executable, "-c", code, str(bad)], capture_output=True, text=True, timeout=300)
+    message, peak_kib = done.stdout.strip().splitlines()
+    assert message.startswith(f"checkpoint {bad}: weight 'blocks.0.attention.value.bias' has shape (16,), "
+                              "the configuration needs (400000,)")
+    assert int(peak_kib) < 1_500_000, f"peak resident memory {int(peak_kib) / 1024:.0f} MiB"
+
+
+def test_a_model_larger_than_memory_is_refused_without_a_checkpoint():
+    with pytest.raises(ValueError, match=r"asks for a model of [\d,.]+ GiB of weights, more than the [\d,.]+ GiB "
+                                         r"of memory on cpu \(model options: dim=400000, mlp_dim=16, num_layers=3"):
+        build_checked("image-transformer", {**SMALL, "dim": 400_000, "num_layers": 3}, source="test")
+
+
+def test_a_dtype_mismatch_is_named(tmp_path):
+    path = _checkpoint(tmp_path / "ok.safetensors")
+    model = build_model("demo", **SMALL).double()
+    save_checkpoint(tmp_path / "f64.safetensors", model=model, metadata=load_checkpoint(path).metadata)
+    with pytest.raises(ValueError, match=r"weight 'blocks.0.attention.centers' is torch.float64, the configuration needs "
+                                         r"torch.float32"):
+        load_model(tmp_path / "f64.safetensors")
+    loaded, _ = load_model(path)
+    stored = load_checkpoint(path).model_state
+    assert stored.keys() == loaded.state_dict().keys()
+    assert all(torch.equal(t, stored[name]) for name, t in loaded.state_dict().items())
