@@ -26,6 +26,7 @@ CPU = torch.device("cpu")
 def slow_bf16(monkeypatch):
     """This CPU as one without bfloat16 units."""
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)     # the simulated CPU has no units at all
 
 
 @pytest.fixture
@@ -35,6 +36,7 @@ def fast_bf16(monkeypatch):
 
 def test_the_reason_names_the_cpu_and_is_none_where_bf16_is_fast(monkeypatch):
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)     # the simulated CPU has no units at all
     reason = run_precision.slow_bf16_reason(CPU)
     assert cpu_name() in reason and "AVX512-BF16 or AMX" in reason
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
@@ -110,6 +112,7 @@ def test_a_new_run_stores_the_precision_its_plan_resolved(make_tiny_data, tmp_pa
     config = resolve_config("demo", data=str(make_tiny_data(10, 4)), epochs=1, batch_size=10, precision="auto",
                             model={"dim": 16, "mlp_dim": 16})
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: False)
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)     # the simulated CPU has no units at all
     plan = make_plan(config)
     assert plan.precision == "fp32"                          # "auto" resolved for this machine, once
     train(config, tmp_path / "run", plan, progress=False)

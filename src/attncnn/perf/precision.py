@@ -52,10 +52,13 @@ def fast_bf16(device: torch.device) -> bool:
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
-        if _isa_limit() is not None:
-            return False
-        return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+        return _cpu_has_bf16_units() and _isa_limit() is None
     return False
+
+
+def _cpu_has_bf16_units() -> bool:
+    """The CPU has AVX512-BF16 or AMX tiles, whatever oneDNN is allowed to use."""
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def slow_bf16_reason(device: torch.device) -> str | None:
@@ -65,9 +68,9 @@ def slow_bf16_reason(device: torch.device) -> str | None:
         return None
     if device.type == "cuda":
         return f"GPU {torch.cuda.get_device_name(device)} has no bfloat16 support"
-    if device.type == "cpu" and _isa_limit() is not None:
-        return (f"oneDNN is limited to {_isa_limit()} (ONEDNN_MAX_CPU_ISA), below its bfloat16 kernels, so bf16 "
-                "matrix products run far slower than fp32 there")
+    if device.type == "cpu" and _isa_limit() is not None and _cpu_has_bf16_units():     # the limit holds them off
+        return (f"CPU {cpu_name()}: oneDNN is limited to {_isa_limit()} (ONEDNN_MAX_CPU_ISA), below its bfloat16 "
+                "kernels, so bf16 matrix products run far slower than fp32 there")
     if device.type == "cpu":
         return (f"CPU {cpu_name()} has no bfloat16 matrix units (AVX512-BF16 or AMX), so bf16 matrix products "
                 "run far slower there than fp32 (about 1 against 100 GFLOP/s on an AVX2-only CPU)")
