@@ -1,9 +1,8 @@
 """Which computation path (``impl``) a run's attention layers take: measured on this machine, cached.
 
 Every path of a layer computes the same output up to rounding (tests check each pair), but which
-is fastest depends on the machine: on a 2-core AMD EPYC (AVX512-BF16) the separable path of the
-CPU-scale quadratic model is the faster one, on a 2-core Intel Xeon with AMX the dense one
-(``benchmarks/results/attention-paths.md``). So a run whose model options leave ``impl="auto"``
+is fastest depends on the machine (CPUs of one family disagree; ``benchmarks/paths.py`` compares
+them, docs/speed.md has the figures). So a run whose model options leave ``impl="auto"``
 times every path of one of its layers, on its own batch size, grid, precision and device
 (:func:`attncnn.perf.timing.time_impls`, a few seconds), and trains with the fastest. A test
 pass has no backward, so the forward alone is timed too, in eval mode on the evaluation batch, and

@@ -1,6 +1,6 @@
 """One training step as ``attncnn train`` takes it, shared by the loop and by what times it.
 
-Forward under the run's autocast (:func:`~attncnn.perf.precision.autocast`), the loss in
+Forward under the run's autocast (:func:`~attncnn.layers.autocast_rules.autocast`), the loss in
 float32, gradients cleared, backward, optimizer step. The loop (:mod:`attncnn.training.loop`), the
 compile probe (:mod:`attncnn.perf.compiling`) and ``attncnn bench`` call this one function,
 so what is timed is what trains.
