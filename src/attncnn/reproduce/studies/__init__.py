@@ -31,16 +31,20 @@ SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance
 GRIDS: dict[str, Grid] = {name: s for name, s in STUDIES.items() if isinstance(s, Grid)}
 
 
+def _lookup(table: dict, what: str, name: str):
+    try:
+        return table[name]
+    except KeyError:
+        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
+
+
 def get_study(name: str) -> Study:
     """Look a study up by name.
 
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    try:
-        return STUDIES[name]
-    except KeyError:
-        raise ValueError(f"unknown study {name!r}; choose one of {', '.join(STUDIES)}") from None
+    return _lookup(STUDIES, "study", name)
 
 
 def get_suite(name: str) -> Suite:
@@ -49,7 +53,4 @@ def get_suite(name: str) -> Suite:
     Raises:
         ValueError: unknown name (the message lists the valid ones).
     """
-    try:
-        return SUITES[name]
-    except KeyError:
-        raise ValueError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}") from None
+    return _lookup(SUITES, "suite", name)
