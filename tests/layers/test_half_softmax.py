@@ -10,8 +10,8 @@ import torch
 from attncnn.layers import build_attention
 
 
-def _run(layer, x, half: bool, autocast: bool):
-    layer.impl = "explicit-half" if half else "explicit"
+def _run(layer, x, half: bool | str, autocast: bool):
+    layer.impl = half if isinstance(half, str) else "explicit-half" if half else "explicit"
     x = x.clone().requires_grad_(True)
     layer.zero_grad()
     with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=autocast):
@@ -44,6 +44,39 @@ def test_bf16_softmax_matches_float32_softmax(kind, head_dim, device):
         err_full = ((full.double() - exact).norm() / exact.norm()).item()
         assert err_half <= 1.2 * err_full + 1e-3, (err_half, err_full)
         assert err_half < 3e-2
+
+
+@pytest.mark.parametrize("impl", ["explicit-onehot", "sdpa-onehot"])
+def test_bf16_onehot_paths_err_like_the_explicit_path(impl, device):
+    """The q.r term inside the q.k product (learned-content's one-hot paths) under bf16 autocast:
+    outputs and gradients as close to float64 as the explicit path's (float32 softmax)."""
+    torch.manual_seed(0)
+    layer = build_attention("learned-content", 32, 4, max_size=8).to(device)
+    x = torch.randn(3, 8, 8, 32).to(device)
+    out_path, gx_path, g_path = _run(layer, x, impl, True)
+    out_full, gx_full, g_full = _run(layer, x, False, True)
+    out_64, gx_64, g_64 = _run(layer.double(), x.double(), False, False)
+    pairs = [(out_path, out_full, out_64), (_flat(g_path), _flat(g_full), _flat(g_64)), (gx_path, gx_full, gx_64)]
+    for mine, full, exact in pairs:
+        err = ((mine.double() - exact).norm() / exact.norm()).item()
+        err_full = ((full.double() - exact).norm() / exact.norm()).item()
+        assert err <= 1.2 * err_full + 1e-3, (err, err_full)
+        assert err < 3e-2
+
+
+def test_half_softmax_writes_the_products_dtype_under_the_devices_autocast(device):
+    """softmax_in of bf16 scores returns bf16 under autocast on every device (CUDA's autocast would
+    otherwise run softmax in float32 and return float32), equal to the float32 softmax rounded once."""
+    from attncnn.layers.autocast_rules import softmax_in
+    torch.manual_seed(0)
+    scores = (3 * torch.randn(4, 9, 64, 64)).to(device, torch.bfloat16).requires_grad_()
+    with torch.autocast(device.type, dtype=torch.bfloat16):
+        probs = softmax_in(scores, torch.bfloat16)
+    assert probs.dtype == torch.bfloat16
+    expected = torch.softmax(scores.detach().float(), dim=-1)
+    assert bool(((probs.detach().float() - expected).abs() <= 2.0 ** -8 * expected + 1e-6).all())
+    probs.float().sum().backward()
+    assert scores.grad.dtype == torch.bfloat16
 
 
 def test_float32_and_returned_probabilities_unchanged(device):

@@ -12,7 +12,8 @@ from attncnn.models import build_model
 
 D, NH = 8, 9
 IMPLS = {"quadratic": ("auto", "dense", "separable", "folded"), "quadratic-generalized": ("auto", "dense", "folded"),
-         "learned": ("auto", "dense", "separable", "folded"), "learned-content": ("auto", "explicit", "explicit-half", "sdpa"),
+         "learned": ("auto", "dense", "separable", "folded"),
+         "learned-content": ("auto", "explicit", "explicit-half", "sdpa", "explicit-onehot", "sdpa-onehot"),
          "content": ("auto", "explicit", "explicit-half", "sdpa"),
          "gpsa": ("auto", "explicit", "explicit-half", "sdpa")}
 

@@ -31,10 +31,36 @@ def test_compiling_is_chosen_only_where_it_pays_back(timing, steps, expected):
     assert pays_back(timing, steps) is expected
 
 
-def test_a_run_shorter_than_the_minimum_stays_eager_even_where_compiling_would_pay_back():
+def test_there_is_no_minimum_run_length_only_the_measured_warm_up():
     timing = CompileTiming(eager=0.1, compiled=0.01, warmup=0.5)            # 10x faster, tiny warm-up
-    assert pays_back(timing, 100) and not decide(timing, 100)               # 10 s eager: too short to measure
-    assert decide(timing, 6000)                                             # 600 s: long enough
+    assert decide(timing, 100)                                              # 10 s eager saves 9 s > 0.5 s
+    assert not decide(timing, 5)                                            # saves 0.45 s < 0.5 s
+    assert not decide(CompileTiming(eager=0.1), 10_000)                     # the probe stopped early: eager
+
+
+def test_the_warm_up_floor_is_this_machines_shortest_recorded_compilation(monkeypatch):
+    from attncnn.perf.machine import machine_key
+    here = machine_key(CPU)
+    cache = {f"{here} | demo a": {"eager": 1, "compiled": 0.5, "warmup": 12.0},
+             f"{here} | demo b": {"eager": 1, "compiled": 0.5, "warmup": 7.5},
+             "another machine | demo a": {"eager": 1, "compiled": 0.5, "warmup": 0.1}}
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("nothing is compiled when a record exists"))
+    assert compile_choice.warmup_floor(CPU, cache) == (7.5, "the shortest compilation recorded on this machine")
+
+
+def test_without_a_record_the_floor_is_a_one_operation_compilation_timed_once(monkeypatch):
+    compiled = []
+
+    def fake_compile(fn, **kwargs):
+        compiled.append(kwargs)
+        return fn
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    monkeypatch.setattr(compile_choice, "_FIRST_COMPILE", {})
+    seconds, source = compile_choice.warmup_floor(CPU, {"another machine | x": {"warmup": 0.1}})
+    assert seconds > 0 and source == "a one-operation compilation, measured now"
+    assert compile_choice.warmup_floor(CPU, None) == (seconds, source)     # once per process and device
+    assert compiled == [{"dynamic": False}]
 
 
 def _parts(*, steps_per_epoch=1000):
@@ -89,6 +115,7 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
         return CompileTiming(eager=0.4, compiled=0.2, warmup=20.0)
 
     monkeypatch.setattr(compile_choice, "time_compile", fake)
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (1.0, "test"))
     dataset, loader, dist = _parts()
     config = _config(tmp_path)                   # 2 epochs of 1,000 steps: 800 s eager, saves 400 s, costs 20
     assert with_compile_choice(config, dataset, loader, dist).compile is True
@@ -99,20 +126,25 @@ def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, mo
     assert "demo model=" in key and "optimizer=sgd" in key and "batch=4 fp32" in key
     for _ in range(2):                                           # from the cache: the same answer, no timing
         assert with_compile_choice(config, dataset, loader, dist).compile is True
-    # the same shape in a run of 100 steps (40 s eager, under MIN_RUN_SECONDS): off, from the same cache
+    # the same shape in a run of 100 steps: saves 20 s, no more than the warm-up: off, from the same cache
     short = dataclasses.replace(config, epochs=1)
     assert with_compile_choice(short, *_parts(steps_per_epoch=100)).compile is False
+    # 200 steps save 40 s > 20 s: on, from the same cache (no minimum run length)
+    assert with_compile_choice(short, *_parts(steps_per_epoch=200)).compile is True
     assert len(calls) == 1
     # another model option is another key: measured again
     with_compile_choice(_config(tmp_path, model={**SMALL, "impl": "dense"}), dataset, loader, dist)
     assert len(calls) == 2 and len(json.loads((tmp_path / CACHE_NAME).read_text())) == 2
 
 
-def test_a_short_run_is_timed_eager_only_and_not_cached(tmp_path):
-    """The real probe on a tiny network: a few eager steps, far under MIN_RUN_SECONDS, so no compilation."""
+def test_a_run_shorter_than_the_floor_is_timed_eager_only_and_not_cached(tmp_path, monkeypatch, caplog):
+    """The real probe on a tiny network: a few eager steps, far under the warm-up floor, so no compilation."""
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (30.0, "a test's floor"))
     dataset, loader, dist = _parts(steps_per_epoch=3)
-    assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
+    with caplog.at_level("INFO"):
+        assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
     assert not (tmp_path / CACHE_NAME).exists()
+    assert "less than a compilation takes on this machine: 30.0 s, a test's floor" in caplog.text
 
 
 def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):

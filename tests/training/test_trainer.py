@@ -445,7 +445,7 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_choice, "MIN_RUN_SECONDS", 0.0)       # measure even this 12-step run
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (0.0, "test"))   # measure this 12-step run
     cache, out = tmp_path / "cache", tmp_path / "run"
     train(_config(tiny, deterministic=False, data_dir=str(cache)), out, make_plan(_config(tiny, deterministic=False, data_dir=str(cache))), progress=False)
     (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()

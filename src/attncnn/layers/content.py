@@ -221,11 +221,26 @@ class ContentAttention(QueryKeyAttention):
                 dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
             return self.output(mixed, b, h, w)
         scores = self.input_scores(x)                             # (B, N_h, N, N), bf16 under autocast
-        dtype = matmul_dtype(x)
-        if path == "explicit":
-            probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))   # float32 at least
-        else:
-            probs = softmax_in(scores, dtype)       # explicit-half: written in the products' dtype
-        dropped = self.attn_drop(probs).to(dtype)
-        out = self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w)
+        out, probs = self.mix_scores(scores, x, half=path != "explicit")
         return (out, probs) if return_attention else out
+
+    def mix_scores(self, scores: torch.Tensor, x: torch.Tensor, *, half: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The explicit paths after the scores: softmax over the keys, dropout, the per-image
+        average of the values, the output map.
+
+        Args:
+            scores: ``(B, N_h, H*W, H*W)`` pre-softmax scores of the grid ``x (B, H, W, D)``.
+            half: write the probabilities in the value products' dtype (``explicit-half``); False:
+                float32 at least (``explicit``).
+
+        Returns:
+            ``(output (B, H, W, D_out), probs (B, N_h, H*W, H*W))``.
+        """
+        b, h, w, _ = x.shape
+        dtype = matmul_dtype(x)
+        if half:
+            probs = softmax_in(scores, dtype)       # written in the products' dtype
+        else:
+            probs = torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))   # float32 at least
+        dropped = self.attn_drop(probs).to(dtype)
+        return self.output(mix_per_image(dropped, x, self.projected_values(x)), b, h, w), probs

@@ -3,7 +3,9 @@
 A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
 relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
-family's (``impl``: explicit, explicit-half, sdpa), with the q.r term as the fused kernel's bias.
+family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias),
+and two more that put the q.r term inside the q.k product instead (``explicit-onehot``,
+``sdpa-onehot``; :meth:`LearnedRelativeContentAttention.joint_queries_keys`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .content import ContentAttention
@@ -19,6 +22,8 @@ from .relative import table_rows
 
 __all__ = ["LearnedRelativeContentAttention"]
 
+#: the paths that score with :meth:`LearnedRelativeContentAttention.joint_queries_keys`
+_ONEHOT_PATHS = ("explicit-onehot", "sdpa-onehot")
 #: the first columns of each query half (and table) a convolutional init writes (d^2, d, 1) into
 _INIT_COLUMNS = 3
 
@@ -51,6 +56,7 @@ class LearnedRelativeContentAttention(ContentAttention):
     """
 
     KINDS = ("learned-content",)
+    IMPLS = ContentAttention.IMPLS + _ONEHOT_PATHS
     CONFIG_KEYS = ("max_size",)           # not qk_bias / qk_init_std: its local init writes the query bias
     EXCLUSIVE_KEYS = ()
     has_positional_term = True
@@ -96,6 +102,30 @@ class LearnedRelativeContentAttention(ContentAttention):
             bias[:, start:start + _INIT_COLUMNS] = scale * axis_coefficients(shifts[:, axis], alpha)
             key[:, start:start + _INIT_COLUMNS] = 0.0      # q . k is then the same for every key
 
+    def axis_scores(self, q: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each query against the table row of every shift, per axis, not yet divided by ``sqrt(D_h)``.
+
+        Args:
+            q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
+            height, width: the token grid ``H x W``.
+
+        Returns:
+            ``(row, col)``: ``row[b, h, i, k] = q_i[:D_h/2] . e_row(k - row(i))`` ``(B, N_h, H*W, H)``
+            and ``col[b, h, i, l] = q_i[D_h/2:] . e_col(l - col(i))`` ``(B, N_h, H*W, W)``; the q.r
+            term of query i and key j is ``(row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``.
+
+        Raises:
+            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+        """
+        b, nh, n, dh = q.shape
+        half = dh // 2
+        q = q.reshape(b, nh, height, width, dh)
+        e_row = table_rows(self.row_embeddings, height, self.max_size, "height")   # (H, H, D_h/2)
+        e_col = table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
+        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row)                 # (B, N_h, H, W, H)
+        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col)                 # (B, N_h, H, W, W)
+        return row.reshape(b, nh, n, height), col.reshape(b, nh, n, width)
+
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
 
@@ -113,17 +143,61 @@ class LearnedRelativeContentAttention(ContentAttention):
             ValueError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
-        half, scale = dh // 2, 1.0 / math.sqrt(dh)
-        q = q.reshape(b, nh, height, width, dh)
-        e_row = table_rows(self.row_embeddings, height, self.max_size, "height")   # (H, H, D_h/2)
-        e_col = table_rows(self.col_embeddings, width, self.max_size, "width")     # (W, W, D_h/2)
-        # Score each query against the table row of every (query row, key row) shift, per axis:
-        # row[b, h, i, j, k] = q[:D_h/2] . e_row(k - i), col[b, h, i, j, l] = q[D_h/2:] . e_col(l - j).
+        scale = 1.0 / math.sqrt(dh)
+        row, col = self.axis_scores(q, height, width)
         # Scaled while they are small, then broadcast-added: one full-size pass.
-        row = torch.einsum("bhijc,ikc->bhijk", q[..., :half], e_row) * scale        # (B, N_h, H, W, H)
-        col = torch.einsum("bhijc,jlc->bhijl", q[..., half:], e_col) * scale        # (B, N_h, H, W, W)
-        scores = row.reshape(b, nh, n, height, 1) + col.reshape(b, nh, n, 1, width)  # (B, N_h, N, H, W)
+        scores = (row * scale).reshape(b, nh, n, height, 1) + (col * scale).reshape(b, nh, n, 1, width)
         return scores.reshape(b, nh, n, n)
+
+    def joint_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys whose one dot product is the whole score before its ``1 / sqrt(D_h)``.
+
+        ``q' = [q, row, col]`` (:meth:`axis_scores`) and ``k' = [k, onehot(row(j)), onehot(col(j))]``:
+        ``q'_i . k'_j = q_i . k_j + row[i, row(j)] + col[i, col(j)]``, the content and q.r terms of
+        paper eq. 8 together. The q.r term then enters the score inside the ``q.k`` product (its
+        float32 accumulator under autocast) instead of as a ``(B, N_h, N, N)`` tensor written,
+        read and, for the gradient, summed twice; the price is ``H + W`` more columns in the
+        product (``impl="explicit-onehot"`` and ``"sdpa-onehot"``).
+
+        Returns:
+            ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.
+
+        Raises:
+            ValueError: wrong rank or channel count, or a grid larger than ``max_size``.
+        """
+        _, h, w = self.check_input(x)
+        q, k = self.queries_keys(x)
+        row, col = self.axis_scores(q, h, w)
+        dtype = row.dtype                                   # the products' dtype (bf16 under autocast)
+        token = torch.arange(h * w, device=x.device)
+        onehot = torch.cat([F.one_hot(token // w, h), F.one_hot(token % w, w)], dim=-1).to(dtype)   # (N, H+W)
+        joint_q = torch.cat([q.to(dtype), row, col], dim=-1)
+        joint_k = torch.cat([k.to(dtype), onehot.expand(*k.shape[:2], *onehot.shape)], dim=-1)
+        return joint_q, joint_k
+
+    def path(self, height: int = 0, width: int = 0) -> str:
+        return self.mode_impl if self.mode_impl in _ONEHOT_PATHS else super().path(height, width)
+
+    def forward(self, x: torch.Tensor, return_attention: bool = False):
+        """Apply the layer (as :meth:`ContentAttention.forward <attncnn.layers.ContentAttention.forward>`),
+        with two more paths: ``"explicit-onehot"`` (``explicit-half`` with its scores from
+        :meth:`joint_queries_keys`) and ``"sdpa-onehot"`` (the fused kernel on those queries and keys,
+        without an ``attn_mask``: no ``(B, N_h, N, N)`` tensor is written)."""
+        path = "explicit" if return_attention else self.path()
+        if path not in _ONEHOT_PATHS:
+            return super().forward(x, return_attention)
+        b, h, w = self.check_input(x)
+        q, k = self.joint_queries_keys(x)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        if path == "sdpa-onehot":
+            mixed = F.scaled_dot_product_attention(q, k, self.head_values(x), scale=scale,
+                                                   dropout_p=self.attn_drop.p if self.training else 0.0)
+            return self.output(mixed, b, h, w)
+        nh, n, width = q.shape[1], q.shape[2], q.shape[3]
+        flat = (b * nh, n, width)
+        scores = torch.baddbmm(q.new_zeros(()).expand(b * nh, n, n), q.view(flat), k.view(flat).transpose(1, 2),
+                               beta=0.0, alpha=scale)
+        return self.mix_scores(scores.view(b, nh, n, n), x, half=True)[0]
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"

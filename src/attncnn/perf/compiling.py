@@ -1,29 +1,36 @@
-"""Whether a run compiles its model (``--compile`` not given): measured on this machine, cached, and
-only where the compilation pays for itself within the run.
+"""Whether a run compiles its model (``--compile`` not given): measured on the device it will run
+on, cached, and chosen wherever the compilation pays for itself within the run.
 
 ``torch.compile`` fuses the elementwise work around the matrix products (softmax, the positional
 term, LayerNorm, GELU), which is most of what content attention's ``(B, N_h, N, N)`` scores and a
 small ResNet spend their time on, but it costs a warm-up (tracing and code generation, seconds to
-minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options leave ``compile`` unset times its own training step, on a
-throw-away copy of its network with its batch, precision, optimizer and device (:func:`time_compile`):
-eager first; if the whole run would train for less than :data:`MIN_RUN_SECONDS` eager, a warm-up
-of tens of seconds cannot pay back and nothing is compiled; otherwise the compiled step is timed
-too (its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`)
-when it is that long and :func:`pays_back`: compiled is at least :data:`MIN_SPEEDUP` times faster (a
-margin for what a probe of a few steps cannot see: inside the trainer a compiled model can gain
-less than its probe said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's
-steps exceed the warm-up.
+minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options
+leave ``compile`` unset times its own training step, on a throw-away copy of its network with its
+batch, precision, optimizer and device (:func:`time_compile`): eager first, then the compiled step
+(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`,
+:func:`pays_back`) when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
+probe of a few steps cannot see: inside the trainer a compiled model can gain less than its probe
+said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's steps exceed the
+measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose compilation
+takes 30 s and saves 70 compiles.
+
+The probe's compilation is itself a warm-up, wasted when the answer is "eager". It is skipped
+where no compilation could pay back: when the whole run trains for less, eager, than
+:func:`warmup_floor`, the shortest warm-up this machine has shown (the smallest recorded in its
+cache for any run shape, or, with none recorded yet, the first compilation of a one-operation
+function on the device, measured once per process: every compiled training step does at least
+that work).
 
 The three timings are cached in ``compile-choice.json`` in the run's data folder (default
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
 preset, model options (the measured attention path included), optimizer, per-process batch, image
 size and precision, so the next run on this machine decides from them without measuring, by the same
-rule (a run under :data:`MIN_RUN_SECONDS` stays eager with a cached timing too): for a given cache
-the choice is deterministic. An entry that is not three such timings (:func:`timing_problem`: an
-edited or damaged file) is dropped with a warning naming the file and measured again. The decision is written into the run's ``config.json``
-(``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic`` or under
-torchrun never compile unless asked (``--compile``): their numbers must not depend on timing, and
-several processes would each time their own share of the machine.
+rule: for a given cache the choice is deterministic. An entry that is not three such timings
+(:func:`timing_problem`: an edited or damaged file) is dropped with a warning naming the file and
+measured again. The decision is written into the run's ``config.json`` (``compile: true/false``),
+so a resumed run keeps it. Runs with ``--deterministic`` or under torchrun never compile unless
+asked (``--compile``): their numbers must not depend on timing, and several processes would each
+time their own share of the machine.
 """
 
 from __future__ import annotations
@@ -45,14 +52,12 @@ from .cache import read_cache, write_cache
 from .machine import machine_key
 from .timing import seconds, time_alternated
 
-__all__ = ["CACHE_NAME", "MIN_RUN_SECONDS", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide",
+__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide", "warmup_floor",
            "compile_cache_key", "timing_problem", "with_compile_choice"]
 
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "compile-choice.json"
-#: a run shorter than this (seconds of eager training, estimated) is not worth a compilation
-MIN_RUN_SECONDS = 600.0
 #: compiled must be at least this much faster than eager, per step, to be chosen
 MIN_SPEEDUP = 1.10
 
@@ -86,10 +91,43 @@ def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPE
 
 
 def decide(timing: CompileTiming, steps: int) -> bool:
-    """The trainer's rule: compile a run of ``steps`` steps when it trains for at least
-    :data:`MIN_RUN_SECONDS` eager and compiling :func:`pays_back` (the same rule from a measurement
-    or from the cache, so that a run's decision does not depend on whether it measured)."""
-    return timing.eager * steps >= MIN_RUN_SECONDS and pays_back(timing, steps)
+    """The trainer's rule for a run of ``steps`` steps: compile when it :func:`pays_back` (the same
+    rule from a measurement or from the cache, so that a run's decision does not depend on whether
+    it measured). A timing without a compiled step (the probe stopped early) means eager."""
+    return pays_back(timing, steps)
+
+
+#: first-compilation seconds of a one-operation function, per device, measured once per process
+_FIRST_COMPILE: dict[str, float] = {}
+
+
+def warmup_floor(device: torch.device, cache: dict | None = None) -> tuple[float, str]:
+    """The shortest warm-up a compilation shows on this machine, in seconds, and where it comes from.
+
+    Args:
+        device: where the run trains.
+        cache: the entries of ``compile-choice.json`` (:func:`with_compile_choice` reads it), or None.
+
+    Returns:
+        ``(seconds, source)``: the smallest ``warmup`` recorded in ``cache`` under this machine's
+        key (:func:`~attncnn.perf.machine.machine_key`), any run shape; with none recorded, the
+        first call of ``torch.compile`` on a one-operation function on ``device``, measured once per
+        process and device (tracing, code generation and a compiler run: work every compiled
+        training step also does).
+
+    Raises:
+        whatever ``torch.compile`` raises on this machine (e.g. no C++ compiler for inductor on a CPU).
+    """
+    prefix = machine_key(device) + " | "
+    recorded = [v["warmup"] for k, v in (cache or {}).items() if k.startswith(prefix)]
+    if recorded:
+        return min(recorded), "the shortest compilation recorded on this machine"
+    name = str(device)
+    if name not in _FIRST_COMPILE:
+        probe = torch.compile(lambda t: t * 2 + 1, dynamic=False)
+        x = torch.ones(8, device=device)
+        _FIRST_COMPILE[name] = seconds(lambda: probe(x), device)
+    return _FIRST_COMPILE[name], "a one-operation compilation, measured now"
 
 
 def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
@@ -181,44 +219,46 @@ def with_compile_choice(config, dataset, train_loader, dist):
     path = Path(config.data_dir) if config.data_dir is not None else default_data_dir()
     path = path / CACHE_NAME
     key = compile_cache_key(config, batch, image_size, dist.device)
-    cached = read_cache(path, timing_problem).get(key)
+    cache = read_cache(path, timing_problem)
+    cached = cache.get(key)
     if cached is not None:
         timing = CompileTiming(**{k: cached[k] for k in _TIMED})
         source = "cached for this machine and run shape"
     else:
-        timing = _measure(config, dataset, batch, image_size, steps, dist.device)
-        if timing is None:
+        try:
+            floor = warmup_floor(dist.device, cache)
+            timing = _measure(config, dataset, batch, image_size, steps, dist.device, floor[0])
+        except Exception as err:        # noqa: BLE001 - any compiler failure means: train eager
+            log.warning("torch.compile failed on this machine, training without it (%s: %s)",
+                        type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             return dataclasses.replace(config, compile=False)
-        if timing.compiled is not None:
-            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        if timing.compiled is None:
+            log.info("compile: off (the run's %d steps take about %.1f s eager here, less than a compilation takes "
+                     "on this machine: %.1f s, %s; --compile compiles anyway)", steps, timing.eager * steps,
+                     *floor)
+            return dataclasses.replace(config, compile=False)
+        write_cache(path, key, dataclasses.asdict(timing), timing_problem)
         source = "measured on this run's network and batch"
     decision = decide(timing, steps)
     _log(decision, timing, steps, source)
     return dataclasses.replace(config, compile=decision)
 
 
-def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int,
-             device: torch.device) -> CompileTiming | None:
-    """:func:`time_compile` on a throw-away copy of the run's network (None: compiling failed here)."""
+def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int, device: torch.device,
+             floor: float) -> CompileTiming:
+    """:func:`time_compile` on a throw-away copy of the run's network, stopping after the eager
+    steps when the run is shorter than ``floor`` seconds eager."""
     torch.manual_seed(0)                # the probe's weights and batch; the run seeds itself afterwards
     model = build_model(config.preset, dataset.num_classes, **config.model).to(device).train()
     optimizer = make_optimizer(model, config)
     images = torch.randn(batch, dataset.train.images.shape[1], *image_size, device=device)
     labels = torch.randint(0, dataset.num_classes, (batch,), device=device)
-    try:
-        return time_compile(model, optimizer, images, labels, precision=config.precision,
-                            min_run_seconds=MIN_RUN_SECONDS, steps=steps)
-    except Exception as err:            # noqa: BLE001 - any compiler failure means: train eager
-        log.warning("torch.compile failed on this machine, training without it (%s: %s)",
-                    type(err).__name__, str(err).splitlines()[0] if str(err) else "")
-        return None
+    return time_compile(model, optimizer, images, labels, precision=config.precision, min_run_seconds=floor,
+                        steps=steps)
 
 
 def _log(decision: bool, timing: CompileTiming, steps: int, source: str) -> None:
-    if timing.eager * steps < MIN_RUN_SECONDS or timing.compiled is None:
-        log.info("compile: off (the run's %d steps take about %.0f s eager here, under the %.0f s it takes for a "
-                 "compilation to pay back; --compile compiles anyway)", steps, timing.eager * steps, MIN_RUN_SECONDS)
-        return
     log.info("compile: %s (%s: a training step %.0f ms eager, %.0f ms compiled, %.2fx; warm-up %.1f s, paid "
-             "once in the first step; %d steps)", "on" if decision else "off", source, 1e3 * timing.eager,
-             1e3 * timing.compiled, timing.speedup, timing.warmup, steps)
+             "once in the first step; %d steps save about %.0f s)", "on" if decision else "off", source,
+             1e3 * timing.eager, 1e3 * timing.compiled, timing.speedup, timing.warmup, steps,
+             (timing.eager - timing.compiled) * steps)

@@ -91,9 +91,9 @@ class TrainConfig:
     compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
                                              "--no-compile never; unset (the default): timed once per machine "
                                              "and run shape (cached in the data folder) and turned on where it is "
-                                             "at least 1.1x faster and saves more than its warm-up over the run; "
-                                             "never for runs under ~10 minutes eager, with --deterministic or "
-                                             "under torchrun; a run stores the decision")
+                                             "at least 1.1x faster and saves more than its measured warm-up over "
+                                             "the run; never with --deterministic or under torchrun; a run "
+                                             "stores the decision")
     deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
                                              "runs are bit-identical)")
     measure_paths: bool = option(True, help="when the model options leave impl=auto, time the attention layers' "

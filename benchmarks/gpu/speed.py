@@ -1,0 +1,150 @@
+"""Training speed on a lent GPU, this checkout against an earlier one, in one short job.
+
+    python3 benchmarks/gpu/speed.py --out "$OUT" [--baseline .gpu/baseline/src] [--device cuda]
+                                    [--batch-size 100] [--budget 300] [--layers N] [--rows quick]
+
+Each row is one ``attncnn bench`` of a preset in bf16 (its own process: ``python -m attncnn
+bench --json``, the preset's images/s for a training step and a test pass, peak memory and the
+attention paths it took), eager or ``torch.compile``d, with the attention path left to the run's
+own measurement (``auto``) or named (``--set impl=...``). The ``before`` rows run the same command
+on the code in ``--baseline`` (a ``src`` folder of an earlier commit: ``git archive <commit> src``),
+so both sides run on the same GPU in the same job: the ratios in the table are to the eager
+``before`` row of the same preset. Rows run one after the other (one GPU), and a row is skipped,
+with the reason in the table, when it would pass ``--budget`` seconds (compiled rows are
+assumed to take 90 s, eager ones 40 s). After every row the table is written again to
+``--out/gpu-speed.md`` (and the raw results to ``gpu-speed.json``), so a job stopped at its time
+limit still brings back what it measured.
+
+On a CPU, for a trial of the job before it goes: ``--device cpu --batch-size 4 --layers 1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: seconds a row is assumed to take, for the budget (process start, paths, FLOP count, timing)
+ROW_SECONDS = {False: 40.0, True: 90.0}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One benchmark: which code, preset, attention path (None: the run's own choice), compiled or not."""
+
+    code: str
+    preset: str
+    impl: str | None = None
+    compile: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.code} {self.preset} {self.impl or 'auto'}{' compiled' if self.compile else ''}"
+
+
+def plan(kind: str) -> list[Row]:
+    """The rows of a job: ``full`` (every content-attention path eager, the likely ones compiled)
+    or ``quick`` (the baseline, the run's own choice eager and compiled)."""
+    rows = [Row("before", "quadratic"), Row("before", "learned-content"),
+            Row("after", "quadratic"), Row("after", "quadratic", compile=True),
+            Row("after", "learned-content"), Row("after", "learned-content", compile=True)]
+    if kind == "full":
+        rows += [Row("after", "learned-content", impl) for impl in
+                 ("explicit-half", "explicit-onehot", "sdpa", "sdpa-onehot")]
+        rows += [Row("after", "learned-content", impl, compile=True) for impl in ("explicit-onehot", "sdpa-onehot")]
+    return rows
+
+
+def command(row: Row, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
+    """The ``attncnn bench`` command line and environment of a row."""
+    cmd = [sys.executable, "-m", "attncnn", "bench", "--presets", row.preset, "--device", args.device,
+           "--batch-size", str(args.batch_size), "--variants", "bf16+compile" if row.compile else "bf16", "--json"]
+    if row.impl:
+        cmd += ["--set", f"impl={row.impl}"]
+    if args.layers:
+        cmd += ["--layers", str(args.layers)]
+    src = Path(args.baseline) if row.code == "before" else ROOT / "src"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src.resolve())] + os.environ.get("PYTHONPATH", "").split(
+        os.pathsep)).rstrip(os.pathsep)}
+    return cmd, env
+
+
+def run_row(row: Row, args: argparse.Namespace) -> dict:
+    """One row's result: the bench's numbers, or ``{"error": ...}``."""
+    cmd, env = command(row, args)
+    start = time.monotonic()
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    seconds = time.monotonic() - start
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        return {"row": row.__dict__, "seconds": seconds, "error": " / ".join(tail) or f"exit {done.returncode}"}
+    report = json.loads(done.stdout)
+    (result,) = report["results"]
+    return {"row": row.__dict__, "seconds": seconds, "machine": report["machine"], **result}
+
+
+def table(results: list[dict], skipped: list[tuple[Row, str]], args: argparse.Namespace) -> str:
+    """The Markdown table: images/s per row, ratio to the eager ``before`` row of its preset."""
+    base = {r["row"]["preset"]: r["train_images_per_s"] for r in results
+            if r["row"]["code"] == "before" and not r["row"]["compile"] and "error" not in r}
+    machine = next((r["machine"] for r in results if "machine" in r), {})
+    lines = [f"`benchmarks/gpu/speed.py`: `attncnn bench` rows, bf16, batch {args.batch_size}"
+             f"{f', {args.layers} layer(s)' if args.layers else ''}; "
+             + ", ".join(f"{k} {v}" for k, v in machine.items()), "",
+             "| code | preset | path asked | paths taken (train / test) | compiled | train img/s | vs before, eager "
+             "| test img/s | peak MiB | row s |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in results:
+        row = Row(**r["row"])
+        if "error" in r:
+            lines.append(f"| {row.code} | {row.preset} | {row.impl or 'auto'} | - | {'yes' if row.compile else 'no'} "
+                         f"| failed: {r['error'][:200]} | - | - | - | {r['seconds']:.0f} |")
+            continue
+        paths = r.get("attention_paths") or {}
+        taken = " / ".join(", ".join(sorted(set(paths.get(m) or ["-"]))) for m in ("train", "eval"))
+        ratio = r["train_images_per_s"] / base[row.preset] if row.preset in base else None
+        lines.append(f"| {row.code} | {row.preset} | {row.impl or 'auto'} | {taken} | {'yes' if row.compile else 'no'} "
+                     f"| {r['train_images_per_s']:,.0f} | {f'{ratio:.2f}x' if ratio else '-'} "
+                     f"| {r['infer_images_per_s']:,.0f} | {r['peak_memory_bytes'] / 2**20:,.0f} | {r['seconds']:.0f} |")
+    for row, why in skipped:
+        lines.append(f"| {row.code} | {row.preset} | {row.impl or 'auto'} | - | {'yes' if row.compile else 'no'} "
+                     f"| not run: {why} | - | - | - | - |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, help="folder of gpu-speed.md and gpu-speed.json ($OUT)")
+    parser.add_argument("--baseline", default=".gpu/baseline/src", help="the earlier commit's src folder")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--batch-size", type=int, default=100)
+    parser.add_argument("--layers", type=int, help="time the attention presets with this many layers")
+    parser.add_argument("--budget", type=float, default=300.0, help="seconds; rows that would pass it are skipped")
+    parser.add_argument("--rows", choices=("full", "quick"), default="full")
+    args = parser.parse_args(argv)
+    if not (Path(args.baseline) / "attncnn").is_dir():
+        parser.error(f"--baseline {args.baseline} holds no attncnn package; make it with "
+                     f"`mkdir -p .gpu/baseline && git archive <commit> src | tar -x -C .gpu/baseline`")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    start, results, skipped = time.monotonic(), [], []
+    for row in plan(args.rows):
+        if time.monotonic() - start + ROW_SECONDS[row.compile] > args.budget:
+            skipped.append((row, f"the {args.budget:.0f} s budget"))
+            continue
+        results.append(run_row(row, args))
+        print(f"{row.label}: " + (results[-1].get("error") or f"{results[-1]['train_images_per_s']:,.0f} train img/s")
+              + f" ({results[-1]['seconds']:.0f} s)", flush=True)
+        (out / "gpu-speed.json").write_text(json.dumps(results, indent=2, default=str))
+        (out / "gpu-speed.md").write_text(table(results, skipped, args))
+    (out / "gpu-speed.md").write_text(table(results, skipped, args))
+    return 0 if results and all("error" not in r for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
