@@ -87,6 +87,9 @@ def test_the_path_a_layer_takes_is_what_it_reports():
     content = _layer("content")
     assert content.path(16, 16) == "explicit-half"                        # full-width heads
     assert _layer("content", head_dim=4).path(16, 16) == "sdpa"
+    assert _layer("learned-content").path(16, 16) == "explicit-onehot"    # full-width heads
+    assert _layer("learned-content", head_dim=6).path(16, 16) == "sdpa"
+    assert _layer("learned-content", impl="explicit-half").path(16, 16) == "explicit-half"
     assert _layer("gpsa", attn_drop=0.1).train().path(16, 16) == "explicit"
 
 
@@ -108,7 +111,8 @@ def test_models_take_impl_from_their_configuration_and_reject_a_missing_one():
     assert {m.impl for m in attention_modules(model)} == {"dense"}
     assert model.train().attention_paths() == ["dense"] * 6
     assert build_model("quadratic-mini").eval().attention_paths() == ["separable"] * 6
-    assert build_model("learned-content-mini").attention_paths() == ["explicit-half"] * 6
+    assert build_model("learned-content-mini").attention_paths() == ["explicit-onehot"] * 6
+    assert build_model("learned-content-mini", head_dim=8).attention_paths() == ["sdpa"] * 6     # narrow heads
     with pytest.raises(ValueError, match="quadratic-generalized attention has no impl 'separable'; choose one of "
                                          "auto, dense"):
         build_model("quadratic-generalized-mini", impl="separable")

@@ -20,7 +20,8 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
   as ``attn_mask``; ``q.k`` and its softmax run in float32 inside the fused kernel.
 * ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
   there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
-  fused kernel with a bias measured slower), else ``"sdpa"``.
+  fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds two
+  paths and takes one of them: :mod:`~attncnn.layers.learned_content`.)
 
 The measurements behind ``"auto"`` are in ``benchmarks/results/attention-paths.md``
 (``benchmarks/paths.py`` repeats them). Mixed precision (bf16 autocast): queries, keys and the
@@ -74,16 +75,27 @@ class QueryKeyAttention(GridAttention):
                     if linear.bias is not None:
                         linear.bias.zero_()
 
-    def queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries_keys(self, x: torch.Tensor, query_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys of every head for the grid ``x (B, H, W, D)``.
 
         ``q = x W_qry + b_qry`` and ``k = x W_key + b_key`` (paper eq. 8), split into heads.
+
+        Args:
+            x: the grid ``(B, H, W, D)``.
+            query_scale: multiply the queries by this, applied to ``W_qry`` and ``b_qry`` (a
+                ``D x N_h D_h`` product instead of a pass over the ``(B, N_h, H*W, D_h)`` queries
+                forward and their gradient backward).
 
         Returns:
             ``(q, k)``, each ``(B, N_h, H*W, D_h)`` (tokens row-major).
         """
         b, h, w, _ = x.shape
-        q = self.query(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
+        if query_scale == 1.0:
+            q = self.query(x)
+        else:
+            bias = None if self.query.bias is None else self.query.bias * query_scale
+            q = F.linear(x, self.query.weight * query_scale, bias)
+        q = q.reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
         k = self.key(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
         return q, k
 

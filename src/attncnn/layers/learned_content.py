@@ -150,14 +150,16 @@ class LearnedRelativeContentAttention(ContentAttention):
         return scores.reshape(b, nh, n, n)
 
     def joint_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys whose one dot product is the whole score before its ``1 / sqrt(D_h)``.
+        """Queries and keys whose one dot product is the whole score, ``1 / sqrt(D_h)`` included.
 
-        ``q' = [q, row, col]`` (:meth:`axis_scores`) and ``k' = [k, onehot(row(j)), onehot(col(j))]``:
-        ``q'_i . k'_j = q_i . k_j + row[i, row(j)] + col[i, col(j)]``, the content and q.r terms of
-        paper eq. 8 together. The q.r term then enters the score inside the ``q.k`` product (its
-        float32 accumulator under autocast) instead of as a ``(B, N_h, N, N)`` tensor written,
-        read and, for the gradient, summed twice; the price is ``H + W`` more columns in the
-        product (``impl="explicit-onehot"`` and ``"sdpa-onehot"``).
+        ``q' = [q, row, col] / sqrt(D_h)`` (:meth:`axis_scores`) and ``k' = [k, onehot(row(j)),
+        onehot(col(j))]``: ``q'_i . k'_j = (q_i . k_j + row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``,
+        the content and q.r terms of paper eq. 8 together. The q.r term then enters the score inside
+        the ``q.k`` product (its float32 accumulator under autocast) instead of as a ``(B, N_h, N,
+        N)`` tensor written, read and, for the gradient, summed twice; the price is ``H + W`` more
+        columns in the product (``impl="explicit-onehot"`` and ``"sdpa-onehot"``). The scale is
+        applied to the query map's weight and bias (:meth:`queries_keys`), so no pass over the
+        queries or the scores applies it, forward or backward.
 
         Returns:
             ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.
@@ -166,7 +168,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             ValueError: wrong rank or channel count, or a grid larger than ``max_size``.
         """
         _, h, w = self.check_input(x)
-        q, k = self.queries_keys(x)
+        q, k = self.queries_keys(x, query_scale=1.0 / math.sqrt(self.head_dim))
         row, col = self.axis_scores(q, h, w)
         dtype = row.dtype                                   # the products' dtype (bf16 under autocast)
         token = torch.arange(h * w, device=x.device)
@@ -176,7 +178,13 @@ class LearnedRelativeContentAttention(ContentAttention):
         return joint_q, joint_k
 
     def path(self, height: int = 0, width: int = 0) -> str:
-        return self.mode_impl if self.mode_impl in _ONEHOT_PATHS else super().path(height, width)
+        """The path :meth:`forward` takes without probabilities: the mode's ``impl``, with ``"auto"``
+        resolved to ``"explicit-onehot"`` for heads as wide as the model (the paper's ``head_dim = D``;
+        measured faster than ``explicit-half`` in bf16 and fp32, at widths 64 and 400:
+        ``benchmarks/results/attention-paths.md``), else ``"sdpa"``."""
+        if self.mode_impl == "auto":
+            return "explicit-onehot" if self.value_in is None else "sdpa"
+        return self.mode_impl
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer (as :meth:`ContentAttention.forward <attncnn.layers.ContentAttention.forward>`),
@@ -188,15 +196,13 @@ class LearnedRelativeContentAttention(ContentAttention):
             return super().forward(x, return_attention)
         b, h, w = self.check_input(x)
         q, k = self.joint_queries_keys(x)
-        scale = 1.0 / math.sqrt(self.head_dim)
         if path == "sdpa-onehot":
-            mixed = F.scaled_dot_product_attention(q, k, self.head_values(x), scale=scale,
+            mixed = F.scaled_dot_product_attention(q, k, self.head_values(x), scale=1.0,
                                                    dropout_p=self.attn_drop.p if self.training else 0.0)
             return self.output(mixed, b, h, w)
         nh, n, width = q.shape[1], q.shape[2], q.shape[3]
         flat = (b * nh, n, width)
-        scores = torch.baddbmm(q.new_zeros(()).expand(b * nh, n, n), q.view(flat), k.view(flat).transpose(1, 2),
-                               beta=0.0, alpha=scale)
+        scores = torch.bmm(q.view(flat), k.view(flat).transpose(1, 2))      # already scaled through q
         return self.mix_scores(scores.view(b, nh, n, n), x, half=True)[0]
 
     def extra_repr(self) -> str:
