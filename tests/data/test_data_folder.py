@@ -294,3 +294,24 @@ def test_split_with_class_folders_but_no_images(fake_images, tmp_path):
     (root / "test" / "cat" / "notes.txt").write_text("not an image")
     with pytest.raises(DataError, match=r"no images in test/<class>/; expected test/<class>/<image>"):
         load_dataset(root, data_dir=tmp_path)
+
+
+def test_an_unchanged_cache_file_is_read_once_per_process(fake_images, tmp_path, monkeypatch):
+    """The plan of `attncnn train` and the run load the same data set: the second load reuses the
+    tensors of the first; a cache file written since is read again."""
+    from attncnn.data import cache as data_cache
+    fake = fake_images()
+    z = fake.write_zip(tmp_path / "a.zip")
+    cache = tmp_path / "cache"
+    load_dataset(z, data_dir=cache)                             # decodes and writes the cache
+    first = load_dataset(z, data_dir=cache)                     # reads it
+    with monkeypatch.context() as m:
+        m.setattr(data_cache, "safe_open", lambda *a, **k: pytest.fail("the unchanged file was read again"))
+        second = load_dataset(z, data_dir=cache)
+    assert second.train.images is first.train.images and second.classes == first.classes
+    _check(second, fake)
+    stored = cache_file(cache, z)
+    flipped = ImageSplit(255 - first.train.images, first.train.labels)
+    assert write_cache(stored, first.classes, flipped, first.test)
+    _, train, _ = read_cache(stored)
+    assert torch.equal(train.images, flipped.images)

@@ -200,3 +200,31 @@ def test_a_cached_path_that_does_not_exist_is_dropped_with_a_warning_and_measure
 ])
 def test_which_cached_paths_are_taken(key, value, ok):
     assert (path_choice.path_problem(key, value) is None) is ok
+
+
+def test_a_path_that_fails_here_is_left_out_of_the_choice_with_a_warning(tmp_path, monkeypatch, caplog):
+    """A fused kernel a device or torch build lacks can raise where the other paths run: the run
+    then chooses among the others (and says which failed), instead of stopping."""
+    from attncnn.layers.learned_content import LearnedRelativeContentAttention
+    real = LearnedRelativeContentAttention.forward
+
+    def forward(self, x, return_attention=False):
+        if self.path() == "sdpa-onehot":
+            raise RuntimeError("no kernel for this\nsecond line")
+        return real(self, x, return_attention)
+
+    monkeypatch.setattr(LearnedRelativeContentAttention, "forward", forward)
+    config = preset_model_config("learned-content-mini", 10, num_layers=1, dim=16, max_size=4)[1]
+    with caplog.at_level("WARNING"):
+        impl, timings = choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU,
+                                    cache_dir=tmp_path)
+    assert set(timings) == {"explicit", "explicit-half", "sdpa", "explicit-onehot"} and impl in timings
+    assert any("attention path sdpa-onehot failed on cpu (RuntimeError: no kernel for this); it is left out"
+               in r.getMessage() for r in caplog.records)
+
+    def broken(self, x, return_attention=False):
+        raise RuntimeError("nothing runs")
+
+    monkeypatch.setattr(LearnedRelativeContentAttention, "forward", broken)
+    with pytest.raises(RuntimeError, match="nothing runs"):
+        choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU, cache_dir=tmp_path / "other")

@@ -6,6 +6,11 @@ the metadata). The key hashes the resolved path with, for a zip, its size and mo
 and for a folder, the sorted list of its files with their sizes and modification times; so any
 change to the data makes a new key. Files are written atomically; a cache file that cannot be read
 is ignored (with a warning) and rebuilt, and a cache that cannot be written only costs speed.
+
+The last cache file read is also kept in memory, with its size and modification time: the plan
+of an ``attncnn train`` (which measures on the run's own data) and the run itself, or the jobs of
+a suite trained in one process, read the same file, and one copy serves them all. Nothing in
+attncnn writes into the loaded tensors (batches are new tensors gathered from them).
 """
 
 from __future__ import annotations
@@ -61,11 +66,23 @@ def cache_file(data_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -
     return Path(data_dir) / "decoded" / f"{_stem(path)}-{cache_key(path)}.safetensors"
 
 
+#: ``(file, size, modification time)`` of the last cache file read in this process, and what it held
+_LAST_READ: tuple[tuple[str, int, int], tuple[tuple[str, ...], ImageSplit, ImageSplit]] | None = None
+
+
 def read_cache(file: str | os.PathLike[str]) -> tuple[tuple[str, ...], ImageSplit, ImageSplit] | None:
-    """``(classes, train, test)`` from a cache file; ``None`` if it is missing or unusable."""
+    """``(classes, train, test)`` from a cache file; ``None`` if it is missing or unusable. The same
+    file, unchanged since the last call, gives the same tensors again without reading it (module
+    docstring)."""
+    global _LAST_READ
     file = Path(file)
     if not file.is_file():
         return None
+    st = file.stat()
+    stamp = (str(file.resolve()), st.st_size, st.st_mtime_ns)
+    if _LAST_READ is not None and _LAST_READ[0] == stamp:
+        logger.debug("decoded images of %s already loaded", file)
+        return _LAST_READ[1]
     try:
         with safe_open(str(file), framework="pt") as f:
             meta = f.metadata() or {}
@@ -88,7 +105,8 @@ def read_cache(file: str | os.PathLike[str]) -> tuple[tuple[str, ...], ImageSpli
                        file, type(err).__name__, err)
         return None
     logger.info("loaded decoded images from cache %s", file)
-    return tuple(classes), splits[0], splits[1]
+    _LAST_READ = (stamp, (tuple(classes), splits[0], splits[1]))
+    return _LAST_READ[1]
 
 
 def write_cache(file: str | os.PathLike[str], classes: tuple[str, ...], train: ImageSplit, test: ImageSplit,

@@ -39,7 +39,7 @@ from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
 from .cache import read_cache, write_cache
 from .machine import machine_key
-from .timing import time_impls
+from .timing import run_impl, time_impls
 
 __all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
 
@@ -118,13 +118,45 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
         return cached, None
     layer = layer.to(device)
     x = torch.randn(batch, *grid, model_config.dim, device=device)
+    dtype = torch.bfloat16 if precision == "bf16" else None
+    working = _working_paths(layer, x, impls, dtype, backward=mode == "train")
     # 7 alternated repetitions: paths within a few per cent of each other (dense and folded on some
     # CPUs) were ordered by noise with 3
-    timings = time_impls(layer, x, autocast_dtype=torch.bfloat16 if precision == "bf16" else None, reps=7,
-                         backward=mode == "train")
+    timings = time_impls(layer, x, autocast_dtype=dtype, reps=7, impls=working, backward=mode == "train",
+                         warmup=0)                  # _working_paths ran each once: first touch done
     best = min(timings, key=timings.get)
     write_cache(path, key, best, path_problem)
     return best, timings
+
+
+def _working_paths(layer, x: torch.Tensor, impls: tuple[str, ...], dtype: torch.dtype | None, *,
+                   backward: bool) -> tuple[str, ...]:
+    """The paths of ``impls`` that run here: each is tried once, untimed (a fused kernel a device or
+    a torch build lacks can raise where the others run); one that raises is left out of the choice
+    with a warning naming it and the error.
+
+    Raises:
+        the first path's error when no path runs.
+    """
+    working, errors = [], []
+    saved = layer.impl, layer.eval_impl
+    x = x.detach().requires_grad_(backward)
+    try:
+        for impl in impls:
+            try:
+                run_impl(layer, x, impl, autocast_dtype=dtype, backward=backward)
+            except Exception as err:    # noqa: BLE001 - any failure of a path means: do not choose it
+                errors.append(err)
+                log.warning("attention path %s failed on %s (%s: %s); it is left out of the choice", impl,
+                            x.device, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
+            else:
+                working.append(impl)
+    finally:
+        layer.impl, layer.eval_impl = saved
+        layer.zero_grad(set_to_none=True)
+    if not working:
+        raise errors[0]
+    return tuple(working)
 
 
 def with_measured_paths(config, dataset, batch: int, dist) -> object:

@@ -19,7 +19,7 @@ import torch
 
 from ..layers.base import GridAttention
 
-__all__ = ["seconds", "time_alternated", "time_median", "time_impls"]
+__all__ = ["seconds", "time_alternated", "time_median", "time_impls", "run_impl"]
 
 
 def _sync(device: torch.device) -> None:
@@ -67,7 +67,8 @@ def time_median(fn: Callable[[], object], device: torch.device, warmup: int = 1,
 
 
 def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.dtype | None = None,
-               reps: int = 3, impls: tuple[str, ...] | None = None, backward: bool = True) -> dict[str, float]:
+               reps: int = 3, impls: tuple[str, ...] | None = None, backward: bool = True,
+               warmup: int = 1) -> dict[str, float]:
     """Median seconds of one forward + backward (or forward only) of ``layer`` on ``x`` for each path.
 
     Args:
@@ -76,10 +77,12 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         x: ``(B, H, W, D)`` input grid.
         autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
         reps: timed repetitions per path, alternated across paths (the order reversed every other
-            round, after one untimed warm-up each), so a busy machine slows every path alike.
+            round, after the untimed warm-up), so a busy machine slows every path alike.
         impls: the paths to time (default: every path of the layer except ``"auto"``).
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
+        warmup: untimed calls of each path first (0 when the caller has just run each, as
+            :func:`attncnn.perf.paths.choose_impl` does to find the paths that run at all).
 
     Returns:
         ``{impl: seconds}``.
@@ -92,17 +95,22 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
     x = x.detach().requires_grad_(backward)
 
     def call(impl: str) -> Callable[[], None]:
-        def once() -> None:
-            layer.impl, layer.eval_impl = impl, None
-            ctx = torch.autocast(x.device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
-            with ctx, torch.set_grad_enabled(backward):
-                out = layer(x)
-            if backward:
-                out.float().sum().backward()
-        return once
+        return lambda: run_impl(layer, x, impl, autocast_dtype=autocast_dtype, backward=backward)
 
     try:
-        return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps)
+        return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps, warmup=warmup)
     finally:
         layer.impl, layer.eval_impl = saved
         layer.zero_grad(set_to_none=True)
+
+
+def run_impl(layer: GridAttention, x: torch.Tensor, impl: str, *, autocast_dtype: torch.dtype | None = None,
+             backward: bool = True) -> None:
+    """One forward (+ backward) of ``layer`` on ``x`` through the path ``impl``, as :func:`time_impls`
+    times it; the layer is left on that path (``eval_impl`` cleared) and its gradients are kept."""
+    layer.impl, layer.eval_impl = impl, None
+    ctx = torch.autocast(x.device.type, dtype=autocast_dtype) if autocast_dtype else contextlib.nullcontext()
+    with ctx, torch.set_grad_enabled(backward):
+        out = layer(x)
+    if backward:
+        out.float().sum().backward()
