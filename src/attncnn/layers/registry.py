@@ -75,17 +75,21 @@ def attention_modules(model: nn.Module) -> list[GridAttention]:
 
 @contextlib.contextmanager
 def dense_attention(model: nn.Module) -> Iterator[None]:
-    """While the block runs, every layer of ``model`` that has a ``"dense"`` path takes it
-    (``impl = "dense"``, in both modes); the previous paths come back afterwards.
+    """While the block runs, every layer of ``model`` takes the path that writes its ``(HW x HW)``
+    map out: ``"dense"`` where it has one (position-only layers), else ``"explicit"`` (the content
+    layers and GPSA), in both modes; the previous paths come back afterwards.
 
-    The separable path computes the same outputs with fewer multiply-adds; counts of a model's
-    operations meant to be compared with the paper (Table 1's MACs, "model FLOP/s") are of the
-    dense (HW x HW) average, so they are taken under this context.
+    The other paths compute the same outputs with other multiply-adds (the separable path fewer,
+    learned-content's one-hot paths ``H + W`` more columns in the q.k product, a fused kernel
+    some that a counter may not see), and some call the linear maps through their weights rather
+    than as modules. Counts of a model's operations meant to be compared with the paper (Table 1's
+    MACs, "model FLOP/s") must not depend on the path a machine chose, so they are taken under this
+    context.
     """
-    layers = [m for m in attention_modules(model) if "dense" in m.impls]
+    layers = [m for m in attention_modules(model) if {"dense", "explicit"} & set(m.impls)]
     saved = [(layer.impl, layer.eval_impl) for layer in layers]
     for layer in layers:
-        layer.impl, layer.eval_impl = "dense", None
+        layer.impl, layer.eval_impl = ("dense" if "dense" in layer.impls else "explicit"), None
     try:
         yield
     finally:
