@@ -12,7 +12,9 @@ attention metrics). A run is *primary* (it must finish in this job) or a *filler
 a resumable run that takes what the primaries leave: it is stopped, with a resumable checkpoint,
 as soon as a primary's projected end passes the deadline, and at the deadline in any case).
 Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
-from their last checkpoint. At ``--budget`` seconds every run still training is stopped
+from their last checkpoint. Each epoch record says how many of the job's runs shared the GPU
+(``device_runs``: the report counts such epochs as shared). At ``--budget`` seconds every run still
+training is stopped
 (SIGINT: it writes a resumable checkpoint), then the runs are packed:
 
 * a finished run as ``attncnn reproduce --trim`` ships it, leanly: config, metrics, machine,
@@ -63,6 +65,9 @@ DATA_SUFFIX = ".zpack"
 #: seconds a stopped run gets to write its checkpoint before it is killed
 STOP_GRACE = 60.0
 POLL = 2.0
+#: in the work folder while a job trains: the runs still training (each worker records, per epoch,
+#: how many shared the GPU: ``device_runs`` in :mod:`attncnn.reproduce.running.machines`)
+TRAINING_FILE = "training.json"
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,39 @@ def _job(spec: RunSpec, root: Path, compile_new: bool, epochs: int | None = None
     return job
 
 
+def write_training(root: Path, runs: list[str]) -> None:
+    """Say which of the job's runs are still training (:data:`TRAINING_FILE`, replaced whole)."""
+    tmp = root / (TRAINING_FILE + ".tmp")
+    tmp.write_text(json.dumps({"training": runs}))
+    tmp.replace(root / TRAINING_FILE)
+
+
+def read_training(root: Path) -> int:
+    """How many of the job's runs are training now (1 when no job says: a run trained alone)."""
+    try:
+        return max(1, len(json.loads((root / TRAINING_FILE).read_text())["training"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return 1
+
+
+def sharing_metrics(epoch_metrics, root: Path):
+    """``epoch_metrics`` with ``device_runs`` added: the job's runs training when the epoch began.
+
+    A job's runs only ever stop, so the count at an epoch's start is the most that shared the GPU
+    during it; it is read when the worker starts and again at each epoch's end (the next one's start).
+    """
+    from attncnn.reproduce.running.machines import DEVICE_RUNS_KEY
+    began = [read_training(root)]
+
+    def metrics(model) -> dict:
+        out = dict(epoch_metrics(model))
+        out[DEVICE_RUNS_KEY] = began[0]
+        began[0] = read_training(root)
+        return out
+
+    return metrics
+
+
 def _worker(args: argparse.Namespace) -> int:
     """Train one run (a child process of ``train``)."""
     from attncnn.analysis.metrics import epoch_metrics
@@ -112,7 +150,7 @@ def _worker(args: argparse.Namespace) -> int:
     try:
         train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset),
                    progress=False,
-                   epoch_metrics=epoch_metrics)
+                   epoch_metrics=sharing_metrics(epoch_metrics, Path(args.root)))
     except TrainingInterrupted as err:
         print(f"{spec.relative}: stopped, resumable from {err.checkpoint}", flush=True)
         return 130
@@ -190,6 +228,7 @@ def _train(args: argparse.Namespace) -> int:
     logs.mkdir(exist_ok=True)
     from attncnn.reproduce import get_suite
     running = []
+    write_training(root, [str(spec.relative) for spec in specs])     # before any worker reads it
     for spec in specs:
         epochs = args.epochs or dict(get_suite(spec.suite).overrides).get("epochs") or 0
         command = [sys.executable, __file__, "worker", spec.suite + "/" + spec.preset + "/" + str(spec.seed),
@@ -203,6 +242,7 @@ def _train(args: argparse.Namespace) -> int:
         print(f"{spec.relative}: started ({'filler' if spec.filler else 'primary'}, pid {process.pid})", flush=True)
     while any(r.process.poll() is None for r in running):
         time.sleep(POLL)
+        write_training(root, [str(r.spec.relative) for r in running if r.process.poll() is None and not r.stopped])
         now = time.monotonic()
         for r in running:
             r.poll_epochs()

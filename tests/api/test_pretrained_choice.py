@@ -50,3 +50,7 @@ def test_the_papers_preset_names_load_the_paper_width_model():
     assert model.source.is_relative_to(RESULTS / "paper-long")
     assert sum(p.numel() for p in model.network.parameters()) == 12_086_844     # PAPER.md 5.2, width 400
     assert pretrained_path("quadratic-mini") == RESULTS / "mini-long" / "quadratic-mini" / "seed0"
+    if (RESULTS / "paper-long" / "learned" / "seed0" / "finished.json").is_file():
+        learned = attncnn.pretrained("learned")
+        assert learned.source.is_relative_to(RESULTS / "paper-long")
+        assert sum(p.numel() for p in learned.network.parameters()) == 12_278_682     # PAPER.md 5.2

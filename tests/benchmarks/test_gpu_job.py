@@ -16,6 +16,7 @@ import job  # noqa: E402
 
 from attncnn.api import load_model  # noqa: E402
 from attncnn.reproduce import get_suite, job_state, plan  # noqa: E402
+from attncnn.reproduce.running.machines import shared_epochs  # noqa: E402
 from attncnn.reproduce.running.runner import TrainOptions, train_jobs  # noqa: E402
 from attncnn.runs import load_checkpoint  # noqa: E402
 
@@ -135,6 +136,19 @@ def test_fillers_give_way_when_a_primary_is_projected_late_and_all_stop_at_the_d
     assert [r for r, _ in job.to_stop([primary, filler], now=101.0, deadline=100.0)] == [primary, filler]
     finished = _run(False, 500.0, alive=False)                  # a primary that has ended is never late
     assert job.to_stop([finished, filler], now=10.0, deadline=100.0) == []
+
+
+def test_each_epoch_records_how_many_of_the_jobs_runs_shared_the_gpu(tmp_path):
+    job.write_training(tmp_path, ["paper-long/learned/seed0", "mini-long/learned-content-mini/seed0"])
+    metrics = job.sharing_metrics(lambda model: {"attn/layer1/distance": 1.0}, tmp_path)
+    job.write_training(tmp_path, ["paper-long/learned/seed0"])      # the filler stopped during epoch 1
+    records = [{"epoch": e, **metrics(None)} for e in (1, 2)]
+    assert [r["device_runs"] for r in records] == [2, 1]
+    assert records[0]["attn/layer1/distance"] == 1.0
+    gpu = {"cpu": "Intel Xeon", "threads": 16, "torch": "2.11.0+cu130", "device": "cuda", "gpu": "NVIDIA H100"}
+    # a GPU run keeps few of the 16 cores busy: the load average alone would call neither epoch shared
+    assert shared_epochs([{**r, "machine": gpu, "load_average": 3.0} for r in records]) == [1]
+    assert job.read_training(tmp_path / "no-job") == 1          # a run trained outside a job: alone
 
 
 def test_a_packed_data_set_rebuilds_the_same_zip_members(tmp_path, make_tiny_data):

@@ -13,7 +13,7 @@ from attncnn.layers import build_attention
 from attncnn.models import preset_model_config
 from attncnn.perf import paths as path_choice
 from attncnn.perf.paths import CACHE_NAME, choose_impl, with_measured_paths
-from attncnn.perf.timing import time_impls
+from attncnn.perf.timing import paths_restored, run_impl, time_impls
 from attncnn.runs import resolve_config
 
 CPU = torch.device("cpu")
@@ -35,6 +35,17 @@ def test_time_impls_of_a_test_pass_times_the_forward_alone_and_restores_both_pat
     x = torch.randn(2, 6, 6, 16)
     timings = time_impls(layer, x, reps=1, backward=False)
     assert set(timings) == {"explicit", "explicit-half", "sdpa"} and all(t > 0 for t in timings.values())
+    assert (layer.impl, layer.eval_impl) == ("explicit-half", "sdpa")
+    assert all(p.grad is None for p in layer.parameters())
+
+
+def test_a_path_that_raises_leaves_the_layer_on_its_own_paths_without_gradients():
+    layer = build_attention("gpsa", 16, 4, head_dim=4, impl="explicit-half", eval_impl="sdpa").train()
+    with pytest.raises(RuntimeError, match="a kernel failed"):
+        with paths_restored(layer):
+            run_impl(layer, torch.randn(2, 6, 6, 16), "explicit")        # leaves gradients, switches the path
+            assert layer.impl == "explicit" and layer.eval_impl is None
+            raise RuntimeError("a kernel failed")
     assert (layer.impl, layer.eval_impl) == ("explicit-half", "sdpa")
     assert all(p.grad is None for p in layer.parameters())
 

@@ -39,7 +39,7 @@ from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
 from .cache import read_cache, write_cache
 from .machine import machine_key
-from .timing import run_impl, time_impls
+from .timing import paths_restored, run_impl, time_impls
 
 __all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
 
@@ -139,9 +139,8 @@ def _working_paths(layer, x: torch.Tensor, impls: tuple[str, ...], dtype: torch.
         the first path's error when no path runs.
     """
     working, errors = [], []
-    saved = layer.impl, layer.eval_impl
     x = x.detach().requires_grad_(backward)
-    try:
+    with paths_restored(layer):
         for impl in impls:
             try:
                 run_impl(layer, x, impl, autocast_dtype=dtype, backward=backward)
@@ -151,9 +150,6 @@ def _working_paths(layer, x: torch.Tensor, impls: tuple[str, ...], dtype: torch.
                             x.device, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             else:
                 working.append(impl)
-    finally:
-        layer.impl, layer.eval_impl = saved
-        layer.zero_grad(set_to_none=True)
     if not working:
         raise errors[0]
     return tuple(working)

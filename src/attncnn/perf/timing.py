@@ -19,7 +19,7 @@ import torch
 
 from ..layers.base import GridAttention
 
-__all__ = ["seconds", "time_alternated", "time_median", "time_impls", "run_impl"]
+__all__ = ["seconds", "time_alternated", "time_median", "time_impls", "run_impl", "paths_restored"]
 
 
 def _sync(device: torch.device) -> None:
@@ -91,14 +91,22 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         ValueError: an ``impl`` the layer does not have.
     """
     impls = impls or tuple(i for i in layer.impls if i != "auto")
-    saved = layer.impl, layer.eval_impl
     x = x.detach().requires_grad_(backward)
 
     def call(impl: str) -> Callable[[], None]:
         return lambda: run_impl(layer, x, impl, autocast_dtype=autocast_dtype, backward=backward)
 
-    try:
+    with paths_restored(layer):
         return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps, warmup=warmup)
+
+
+@contextlib.contextmanager
+def paths_restored(layer: GridAttention):
+    """Run :func:`run_impl` calls inside: afterwards (after an error too) ``layer`` is back on its
+    own ``impl`` and ``eval_impl``, and the gradients those calls left are dropped."""
+    saved = layer.impl, layer.eval_impl
+    try:
+        yield layer
     finally:
         layer.impl, layer.eval_impl = saved
         layer.zero_grad(set_to_none=True)

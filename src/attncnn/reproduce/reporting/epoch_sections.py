@@ -109,7 +109,8 @@ def _segments(result: RunResult) -> list[dict]:
 def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:
     """Per finished run: ``preset``, ``seed``, ``epochs``, ``hours`` (logged training +
     evaluation), ``images_per_second`` (median over epochs), ``machines`` (segments of epochs per
-    machine) and ``shared_epochs`` (epochs whose load average says other work shared the CPU)."""
+    machine) and ``shared_epochs`` (epochs that shared the CPU, by their load average, or a GPU
+    with other runs of the same job)."""
     return [{"preset": preset, "seed": r.job.seed, "epochs": len(r.epoch_records), "hours": r.train_seconds / 3600,
              "images_per_second": r.images_per_second, "machines": _segments(r),
              "shared_epochs": shared_epochs(r.epoch_records)}
@@ -135,10 +136,10 @@ def cost_lines(costs: Sequence[dict]) -> list[str]:
                      f"{c['images_per_second']:.0f} | {segments_text(c['machines'])} | {_ranges(c['shared_epochs'])} |")
     return lines + ["", "Time: the logged seconds of training and evaluation (not the per-epoch metrics, checkpoints "
                         "or pauses between sessions). Machine: the one that finished each epoch (an epoch resumed "
-                        "mid-way ran partly on the machine before). Shared: the 5-minute load average at the end "
-                        "of the epoch exceeded the run's own threads by more than one (on a GPU machine that trained "
-                        "several runs at once, the other runs: they shared its GPU too, so their img/s is a share of "
-                        "the GPU, not what one run gets alone)."]
+                        "mid-way ran partly on the machine before). Shared: other runs of the same GPU job trained on "
+                        "its GPU during the epoch (their img/s is a share of the GPU, not what one run gets alone), or "
+                        "the 5-minute load average at the end of the epoch exceeded the run's own threads by more "
+                        "than one (other work on the CPU)."]
 
 
 def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:

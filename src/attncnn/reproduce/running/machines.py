@@ -1,4 +1,4 @@
-"""Which machine trained each epoch of a study's run, and which epochs shared the CPU.
+"""Which machine trained each epoch of a study's run, and which epochs shared the CPU or GPU.
 
 A run of a long suite outlives a working session and may be continued on another machine
 (``attncnn reproduce ...`` from a fresh clone). Every epoch record that ``attncnn reproduce``
@@ -9,6 +9,10 @@ writes into ``metrics.jsonl`` therefore carries
   checkpoint ran partly on the machine before);
 * ``"load_average"``: the system's 5-minute load average when the epoch ended (runnable processes,
   this one's threads included), so that the report can say which epochs shared the CPU;
+* ``"device_runs"`` (only from a job that trains several runs at once on one GPU,
+  ``benchmarks/gpu/job.py``): how many of the job's runs were training when the epoch began, this
+  one included (a job's runs only ever stop, so that is the most that shared the GPU during the
+  epoch); the load average cannot say it, since each such run keeps few of the machine's cores busy;
 * ``"precision"`` (written by the training loop for every run): ``"fp32"`` or ``"bf16"``, the
   machine's choice for the process that trained the epoch (a bf16 run resumed on a CPU without bf16
   units continues in fp32).
@@ -27,14 +31,16 @@ import torch
 
 from ...perf.machine import MACHINE_KEY, epoch_machine
 
-__all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "epoch_machine", "recording_machine",
-           "machine_segments", "segment_text", "segments_text", "machine_text", "epochs_text", "shared_epochs"]
+__all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "DEVICE_RUNS_KEY", "epoch_machine",
+           "recording_machine", "machine_segments", "segment_text", "segments_text", "machine_text", "epochs_text", "shared_epochs"]
 
 #: written into each run folder the runner finishes: the machine its timings come from, and its
 #: :func:`machine_segments` (``"segments"``)
 MACHINE_FILE = "machine.json"
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY = "load_average", "precision"
+#: the key a GPU job adds: the job's runs training on the device when the epoch began
+DEVICE_RUNS_KEY = "device_runs"
 
 
 def _load_average() -> float | None:
@@ -113,12 +119,15 @@ def segments_text(segments: Sequence[dict]) -> str:
 
 
 def shared_epochs(records: Sequence[dict]) -> list[int]:
-    """Epochs whose recorded 5-minute load average exceeds the run's own torch threads by more than
-    one: other work shared the CPU (an estimate: the load average lags by minutes)."""
+    """Epochs that shared their machine: other runs of a GPU job trained on the same GPU during
+    the epoch (:data:`DEVICE_RUNS_KEY` above 1), or the recorded 5-minute load average exceeds the
+    run's own torch threads by more than one, i.e. other work shared the CPU (an estimate: the load
+    average lags by minutes)."""
     shared = []
     for record in records:
         load, machine = record.get(LOAD_KEY), record.get(MACHINE_KEY) or {}
-        threads = machine.get("threads")
-        if isinstance(load, (int, float)) and isinstance(threads, int) and load > threads + 1:
+        threads, runs = machine.get("threads"), record.get(DEVICE_RUNS_KEY)
+        busy_cpu = isinstance(load, (int, float)) and isinstance(threads, int) and load > threads + 1
+        if busy_cpu or (isinstance(runs, int) and runs > 1):
             shared.append(record["epoch"])
     return shared
