@@ -165,9 +165,12 @@ def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network()
     model = build_model("demo", 3, **SMALL).train()
     config = resolve_config("demo", model=dict(SMALL), precision="fp32")
     images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 0])
+    from torch._dynamo.utils import counters
+    graphs = counters["stats"]["unique_graphs"]
     timing = time_compile(model, make_optimizer(model, config), images, labels, precision="fp32", reps=1)
-    assert timing.eager > 0 and timing.compiled > 0
-    assert timing.warmup > 5 * timing.compiled          # the first compiled step traced and generated code
+    assert timing.eager > 0 and timing.compiled > 0 and timing.warmup > 0
+    # the first compiled step traced the network (no timing bound: a busy machine slows any step)
+    assert counters["stats"]["unique_graphs"] > graphs
     assert timing.speedup == pytest.approx(timing.eager / timing.compiled)
     assert model.training and all(torch.isfinite(p).all() for p in model.parameters())
 
