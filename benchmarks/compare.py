@@ -99,7 +99,8 @@ def table(rows: dict, peaks: dict, args, info: dict) -> list[str]:
                 f"| {ratio('train_images_per_s', ref32)} | {ratio('train_images_per_s', same)} "
                 f"| {f['infer_images_per_s']:.1f} | {ratio('infer_images_per_s', ref32)} "
                 f"| {ratio('infer_images_per_s', same)} | {f['peak_memory_bytes'] / 2**20:.0f} "
-                f"| {ratio('peak_memory_bytes', ref32)} | {f['model_flops_per_s'] / peaks[precision]:.2f} | {err:.1e} |")
+                f"| {ratio('peak_memory_bytes', ref32)} | {f['model_flops_per_s'] / peaks[precision]:.2f} "
+                f"| {err:.1e} |")
     return lines
 
 

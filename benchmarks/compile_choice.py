@@ -35,7 +35,7 @@ from attncnn.perf.host_memory import reuse_freed_memory  # noqa: E402
 from attncnn.perf.paths import choose_impl  # noqa: E402
 from attncnn.perf.precision import resolve_precision  # noqa: E402
 from attncnn.runs import resolve_config  # noqa: E402
-from attncnn.training import make_optimizer
+from attncnn.training import make_optimizer  # noqa: E402
 
 STEPS_PER_EPOCH = 500           # CIFAR-10's 50,000 training images at batch 100
 

@@ -109,7 +109,8 @@ def main() -> None:
     lines = [f"Parity with {args.baseline}: fp32 logits and gradients (8 random images, weights of seed 0) and "
              f"test accuracy after 1 epoch of {args.train_images} training images ({args.test_images} test "
              f"images, --precision auto); {_cpu()}, {os.cpu_count()} cores, {datetime.date.today().isoformat()}",
-             "", "| preset | fp32 max relative difference (tensor) | " + " | ".join(f"seed {s} base / new" for s in seeds)
+             "", "| preset | fp32 max relative difference (tensor) | "
+             + " | ".join(f"seed {s} base / new" for s in seeds)
              + " | baseline spread | largest same-seed difference |", "|---|---|" + "---|" * len(seeds) + "---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)

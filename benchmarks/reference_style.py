@@ -23,7 +23,7 @@ import math
 import torch
 from torch import nn
 
-from attncnn.layers import LearnedRelativeAttention, LearnedRelativeContentAttention, QuadraticAttention
+from attncnn.layers import LearnedRelativeContentAttention, QuadraticAttention
 from attncnn.layers.relative import axis_offsets, relative_offsets
 
 __all__ = ["ReferenceStyleAttention", "reference_style_model"]

@@ -27,7 +27,8 @@ def test_the_plan_puts_the_baseline_and_the_runs_own_choice_first():
                                                                         for r in quick[:2])
     # the earlier code has no one-hot paths: only "after" rows name a path
     assert all(r.code == "after" for r in full if r.impl)
-    assert {r.impl for r in full if r.impl} == {"explicit-half", "explicit-onehot", "sdpa", "sdpa-onehot"}
+    assert {r.impl for r in full if r.impl} == {"flex", "explicit-half", "explicit-onehot", "sdpa", "sdpa-onehot"}
+    assert [(r.impl, r.compile) for r in full[len(quick):len(quick) + 2]] == [("flex", False), ("flex", True)]
 
 
 def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path):

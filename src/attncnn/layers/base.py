@@ -198,6 +198,12 @@ class GridAttention(nn.Module):
         dropout on the maps, the path that dropout needs)."""
         raise NotImplementedError
 
+    def path_problem(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
+        """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``,
+        or None when it can (every path of the base classes; a path built on a kernel that some
+        devices lack says so here, and the path choice leaves it out there)."""
+        return None
+
     def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
         """Attention probabilities of the real input ``x (B, H, W, D)``, float32 at least:
         ``(1, N_h, H*W, H*W)`` for position-only layers, ``(B, N_h, H*W, H*W)`` otherwise

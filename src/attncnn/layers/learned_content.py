@@ -4,8 +4,10 @@ A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain th
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
 relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
 family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias),
-and two more that put the q.r term inside the q.k product instead (``explicit-onehot``,
-``sdpa-onehot``; :meth:`LearnedRelativeContentAttention.joint_queries_keys`).
+two more that put the q.r term inside the q.k product instead (``explicit-onehot``,
+``sdpa-onehot``; :meth:`LearnedRelativeContentAttention.joint_queries_keys`), and ``flex``, which
+adds it inside FlexAttention's fused kernel from the two small per-axis tables
+(:mod:`~attncnn.layers.flex`; CUDA only for training).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import nn
 
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
+from .flex import flex_problem, relative_flex_attention
 from .relative import table_rows
 
 __all__ = ["LearnedRelativeContentAttention"]
@@ -56,7 +59,7 @@ class LearnedRelativeContentAttention(ContentAttention):
     """
 
     KINDS = ("learned-content",)
-    IMPLS = ContentAttention.IMPLS + _ONEHOT_PATHS
+    IMPLS = ContentAttention.IMPLS + _ONEHOT_PATHS + ("flex",)
     CONFIG_KEYS = ("max_size",)           # not qk_bias / qk_init_std: its local init writes the query bias
     EXCLUSIVE_KEYS = ()
     has_positional_term = True
@@ -76,6 +79,16 @@ class LearnedRelativeContentAttention(ContentAttention):
         _check_even(width)
         if config.init == "conv":
             _check_init_width(width)
+        if config.impl == "flex" and config.attn_dropout > 0:
+            raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
+                             f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
+
+    def path_problem(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
+        """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: ``flex``
+        only trains and runs fused on CUDA, without dropout on the maps (:func:`~attncnn.layers.flex.flex_problem`)."""
+        if impl != "flex":
+            return super().path_problem(impl, device, backward=backward)
+        return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0)
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
@@ -188,10 +201,18 @@ class LearnedRelativeContentAttention(ContentAttention):
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer (as :meth:`ContentAttention.forward <attncnn.layers.ContentAttention.forward>`),
-        with two more paths: ``"explicit-onehot"`` (``explicit-half`` with its scores from
-        :meth:`joint_queries_keys`) and ``"sdpa-onehot"`` (the fused kernel on those queries and keys,
-        without an ``attn_mask``: no ``(B, N_h, N, N)`` tensor is written)."""
+        with three more paths: ``"explicit-onehot"`` (``explicit-half`` with its scores from
+        :meth:`joint_queries_keys`), ``"sdpa-onehot"`` (the fused kernel on those queries and keys,
+        without an ``attn_mask``: no ``(B, N_h, N, N)`` tensor is written) and ``"flex"``
+        (FlexAttention adding :meth:`axis_scores` inside its kernel).
+
+        Raises:
+            ValueError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
+                CUDA, or dropout on the maps in training (the message names the fix).
+        """
         path = "explicit" if return_attention else self.path()
+        if path == "flex":
+            return self._flex_forward(x)
         if path not in _ONEHOT_PATHS:
             return super().forward(x, return_attention)
         b, h, w = self.check_input(x)
@@ -204,6 +225,19 @@ class LearnedRelativeContentAttention(ContentAttention):
         flat = (b * nh, n, width)
         scores = torch.bmm(q.view(flat), k.view(flat).transpose(1, 2))      # already scaled through q
         return self.mix_scores(scores.view(b, nh, n, n), x, half=True)[0]
+
+    def _flex_forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, h, w = self.check_input(x)
+        backward = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
+        dropout = self.attn_drop.p if self.training else 0.0
+        problem = flex_problem(x.device, backward=backward, dropout=dropout)
+        if problem is not None and (backward or dropout > 0):   # an unfused forward still computes the output
+            raise ValueError(f"impl='flex' cannot run this step: {problem}")
+        q, k = self.queries_keys(x)
+        scale = 1.0 / math.sqrt(self.head_dim)
+        row, col = self.axis_scores(q, h, w)
+        mixed = relative_flex_attention(q, k, self.head_values(x), row * scale, col * scale, width=w, scale=scale)
+        return self.output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"

@@ -78,7 +78,8 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
         reps: timed repetitions per path, alternated across paths (the order reversed every other
             round, after the untimed warm-up), so a busy machine slows every path alike.
-        impls: the paths to time (default: every path of the layer except ``"auto"``).
+        impls: the paths to time (default: every path of the layer except ``"auto"`` and those
+            that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_problem`).
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
         warmup: untimed calls of each path first (0 when the caller has just run each, as
@@ -90,7 +91,8 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
     Raises:
         ValueError: an ``impl`` the layer does not have.
     """
-    impls = impls or tuple(i for i in layer.impls if i != "auto")
+    impls = impls or tuple(i for i in layer.impls if i != "auto"
+                           and layer.path_problem(i, x.device, backward=backward) is None)
     x = x.detach().requires_grad_(backward)
 
     def call(impl: str) -> Callable[[], None]:
