@@ -10,7 +10,8 @@ for several, and the 16 CPU cores feed them), as ordinary suite jobs (``attncnn 
 folders ``<suite>/<preset>/seed<N>``, one epoch record per epoch with its machine and the
 attention metrics). A run is *primary* (it must finish in this job) or a *filler* (``:filler``:
 a resumable run that takes what the primaries leave: it is stopped, with a resumable checkpoint,
-as soon as a primary's projected end passes the deadline, and at the deadline in any case).
+as soon as a primary's projected end passes the deadline, and at the deadline in any case). A run
+may be shorter than its suite's (``@EPOCHS``: the longest schedule a job fits).
 Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
 from their last checkpoint. Each epoch record says how many of the job's runs shared the GPU
 (``device_runs``: the report counts such epochs as shared). At ``--budget`` seconds every run still
@@ -72,12 +73,14 @@ TRAINING_FILE = "training.json"
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One run of the job: ``suite/preset/seed``, a filler or not."""
+    """One run of the job: ``suite/preset/seed``, a filler or not, and the length of its schedule
+    when it is not the suite's (``epochs``: a shortened run, its warm-up and cosine fitted to it)."""
 
     suite: str
     preset: str
     seed: int
     filler: bool = False
+    epochs: int | None = None
 
     @property
     def relative(self) -> Path:
@@ -85,23 +88,35 @@ class RunSpec:
 
     @classmethod
     def parse(cls, text: str) -> "RunSpec":
-        """``paper-long/quadratic/0`` or ``mini-long/learned-content-mini/0:filler``.
+        """``paper-long/quadratic/0``, ``mini-long/learned-content-mini/0:filler``, or with a
+        schedule of its own, ``paper-long/learned-content/0@40`` (40 epochs instead of the suite's).
 
         Raises:
             ValueError: another form (the message shows the expected one).
         """
         body, _, role = text.partition(":")
+        body, at, epochs = body.partition("@")
         parts = body.split("/")
-        if len(parts) != 3 or not parts[2].isdigit() or role not in ("", "filler"):
-            raise ValueError(f"a run is SUITE/PRESET/SEED[:filler], e.g. paper-long/quadratic/0, got {text!r}")
-        return cls(parts[0], parts[1], int(parts[2]), role == "filler")
+        if (len(parts) != 3 or not parts[2].isdigit() or role not in ("", "filler")
+                or (at and not (epochs.isdigit() and int(epochs) > 0))):
+            raise ValueError(f"a run is SUITE/PRESET/SEED[@EPOCHS][:filler], e.g. paper-long/quadratic/0 or "
+                             f"paper-long/learned-content/0@40, got {text!r}")
+        return cls(parts[0], parts[1], int(parts[2]), role == "filler", int(epochs) if at else None)
+
+    @property
+    def text(self) -> str:
+        """The form :meth:`parse` reads."""
+        return (f"{self.suite}/{self.preset}/{self.seed}" + (f"@{self.epochs}" if self.epochs else "")
+                + (":filler" if self.filler else ""))
 
 
-def _job(spec: RunSpec, root: Path, compile_new: bool, epochs: int | None = None):
-    """The suite job of ``spec`` under ``root``; a new run gets ``compile`` when asked, a resumed one
+def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | None = None):
+    """The suite job of ``spec`` under ``root``, ``spec.epochs`` long (else ``epochs``, the job's
+    ``--epochs``, else the suite's length); a new run gets ``compile`` when asked, a resumed one
     keeps its own setting (``--resume`` changes nothing of a run's configuration)."""
     from attncnn.reproduce import Job, get_suite, job_state, plan
-    job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
+    job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,),
+               epochs=spec.epochs or epochs)[0]
     if compile_new and job_state(job) == "new":
         job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
     return job
@@ -230,8 +245,9 @@ def _train(args: argparse.Namespace) -> int:
     running = []
     write_training(root, [str(spec.relative) for spec in specs])     # before any worker reads it
     for spec in specs:
-        epochs = args.epochs or dict(get_suite(spec.suite).overrides).get("epochs") or 0
-        command = [sys.executable, __file__, "worker", spec.suite + "/" + spec.preset + "/" + str(spec.seed),
+        epochs = spec.epochs or args.epochs or dict(get_suite(spec.suite).overrides_of(spec.preset)).get("epochs") or 0
+        worker_spec = RunSpec(spec.suite, spec.preset, spec.seed, epochs=spec.epochs)     # the worker is no filler
+        command = [sys.executable, __file__, "worker", worker_spec.text,
                    "--root", str(root), "--data", args.data, "--device", args.device]
         command += ["--compile"] if args.compile else []
         command += ["--epochs", str(args.epochs)] if args.epochs else []
@@ -263,10 +279,10 @@ def _train(args: argparse.Namespace) -> int:
 
 def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
     """Trim a finished run or ship an unfinished one in place; returns its entry in pack.json."""
-    from attncnn.reproduce import get_suite, job_state, plan
+    from attncnn.reproduce import job_state
     from attncnn.reproduce.running.ship import trim_job
     from attncnn.reproduce.running.unfinished import ship_unfinished
-    job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,), epochs=epochs)[0]
+    job = _job(spec, root, epochs=epochs)
     state = job_state(job)
     if state == "finished":
         trim_job(job, keep_epochs=False, lean=True)
@@ -472,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train runs within a time budget and pack them (on the GPU machine)")
-    t.add_argument("runs", nargs="+", metavar="SUITE/PRESET/SEED[:filler]")
+    t.add_argument("runs", nargs="+", metavar="SUITE/PRESET/SEED[@EPOCHS][:filler]")
     t.add_argument("--data", required=True, help=f"the CIFAR-10 zip or folder, or a *{DATA_SUFFIX} from pack-data")
     t.add_argument("--from", dest="from_dir", help="a results-like folder holding unfinished runs to resume")
     t.add_argument("--work", default="/tmp/attncnn-gpu-job", help="where the runs train")

@@ -46,9 +46,22 @@ def _copy(trained, tmp_path) -> Path:
 def test_run_specs_parse_and_refuse_other_forms():
     assert job.RunSpec.parse("paper-long/quadratic/0") == job.RunSpec("paper-long", "quadratic", 0)
     assert job.RunSpec.parse("mini-long/learned-content-mini/2:filler").filler
-    for bad in ("paper-long/quadratic", "paper-long/quadratic/x", "a/b/0:later"):
+    assert job.RunSpec.parse("paper-long/learned-content/0@40:filler") == job.RunSpec(
+        "paper-long", "learned-content", 0, filler=True, epochs=40)
+    for text in ("paper-long/quadratic/0", "paper-long/learned-content/1@40", "mini-long/learned-mini/2@7:filler"):
+        assert job.RunSpec.parse(text).text == text
+    for bad in ("paper-long/quadratic", "paper-long/quadratic/x", "a/b/0:later", "a/b/0@", "a/b/0@0", "a/b/0@x"):
         with pytest.raises(ValueError, match="SUITE/PRESET/SEED"):
             job.RunSpec.parse(bad)
+
+
+def test_a_run_with_its_own_length_is_planned_with_that_schedule(tmp_path):
+    """``@EPOCHS``: a run shorter than its suite's (the longest schedule a job fits); its worker plans
+    the suite job with that many epochs (warm-up and cosine fitted to them, recorded in its config)."""
+    spec = job.RunSpec.parse("paper-long/learned-content/0@40")
+    planned = job._job(spec, tmp_path, epochs=7)            # the run's own length wins over the job's --epochs
+    assert dict(planned.overrides)["epochs"] == 40 and planned.folder == tmp_path / spec.relative
+    assert dict(job._job(job.RunSpec.parse("paper-long/learned-content/0"), tmp_path).overrides)["epochs"] == 60
 
 
 @pytest.mark.slow

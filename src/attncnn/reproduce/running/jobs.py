@@ -92,8 +92,8 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
         out: the suite's folder; job folders are ``<out>/<preset>/seed<seed>``.
         seeds: seeds for every preset (None: the suite's defaults).
         only: restrict to these presets (None: all of the suite's).
-        epochs: replaces the suite's own ``epochs`` override (``--epochs`` of a smoke run); a suite
-            without one leaves epochs to the training options.
+        epochs: replaces the suite's own ``epochs`` overrides, its presets' included (``--epochs``
+            of a smoke run); a suite without one leaves epochs to the training options.
 
     Raises:
         ValueError: a name in ``only`` that is not one of the suite's presets.
@@ -101,10 +101,11 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
     presets = select_presets(suite.presets, only, f"suite {suite.name!r}")
     per_preset = {p: suite.seeds_of(p, seeds) for p in presets}
     rounds = max(len(s) for s in per_preset.values())
-    overrides = dict(suite.overrides)
-    if epochs is not None and "epochs" in overrides:
-        overrides["epochs"] = epochs
-    jobs = [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}", tuple(overrides.items()))
+    overrides = {p: dict(suite.overrides_of(p)) for p in presets}
+    for options in overrides.values():
+        if epochs is not None and "epochs" in options:
+            options["epochs"] = epochs
+    jobs = [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}", tuple(overrides[p].items()))
             for i in range(rounds) for p in presets if i < len(per_preset[p])]
     return sorted(jobs, key=lambda job: job.preset in suite.last)          # stable: the order otherwise kept
 

@@ -41,6 +41,9 @@ class Suite:
         overrides: training options the suite sets over every preset's recipe, as ``(name, value)``
             pairs, e.g. ``(("epochs", 60),)``; they become each job's ``overrides``, so a folder holding a
             run with other values is refused. ``--epochs`` on the command line still wins (smoke runs).
+        preset_overrides: preset -> training options over ``overrides`` for that preset alone, e.g.
+            ``{"learned-content": (("epochs", 40),)}``: a shorter schedule where the full one does
+            not fit the machine it trains on (the report gives every row's epochs).
         last: presets trained after every other job (all their seeds), e.g. the most expensive one.
         settle_epochs: epochs at which the report judges, per layer and seed, whether the heads have
             settled on a grid (grid distance below ``settled_below`` tokens). Non-empty makes the
@@ -64,6 +67,7 @@ class Suite:
     evolution_preset: str | None = None
     evolution_from: str = "checkpoints"
     overrides: tuple[tuple[str, object], ...] = ()
+    preset_overrides: dict[str, tuple[tuple[str, object], ...]] = field(default_factory=dict)
     last: tuple[str, ...] = ()
     settle_epochs: tuple[int, ...] = ()
     settled_below: float = SETTLED_BELOW
@@ -74,6 +78,11 @@ class Suite:
     def epochs(self) -> int | None:
         """The epochs the suite sets for every model (None: each preset's own)."""
         return dict(self.overrides).get("epochs")
+
+    def overrides_of(self, preset: str) -> tuple[tuple[str, object], ...]:
+        """The training options the suite sets for ``preset``: ``overrides`` updated by its
+        ``preset_overrides``."""
+        return tuple({**dict(self.overrides), **dict(self.preset_overrides.get(preset, ()))}.items())
 
     def seeds_of(self, preset: str, seeds: tuple[int, ...] | None = None) -> tuple[int, ...]:
         """The seeds ``preset`` is trained with: ``seeds`` when given, else the suite's defaults."""
