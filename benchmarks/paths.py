@@ -88,7 +88,7 @@ def main() -> None:
     layer = probe.blocks[0].attention
     # by default the paths that train on the CPU (a CUDA kernel's path is measured by benchmarks/gpu/speed.py)
     impls = args.impls.split(",") if args.impls else [
-        i for i in layer.impls if i != "auto" and layer.path_problem(i, torch.device("cpu"), backward=True) is None]
+        i for i in layer.impls if i != "auto" and layer.path_unavailable(i, torch.device("cpu"), backward=True) is None]
     models = _models(args, impls)
     side = (args.grid or 32 // probe.config.pooling) * probe.config.pooling
     x, y = torch.randn(args.batch_size, 3, side, side), torch.randint(0, 10, (args.batch_size,))

@@ -112,12 +112,12 @@ def test_flex_has_no_dropout_on_the_maps():
 def test_flex_is_a_path_choice_candidate_on_cuda_only():
     layer = _layer("cpu")
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
-    assert layer.path_problem("flex", cpu, backward=True) == "FlexAttention has no backward on cpu; it trains on " \
+    assert layer.path_unavailable("flex", cpu, backward=True) == "FlexAttention has no backward on cpu; it trains on " \
                                                              "CUDA only"
-    assert "unfused reference" in layer.path_problem("flex", cpu, backward=False)
-    assert layer.path_problem("flex", cuda, backward=True) is None
-    assert layer.path_problem("flex", cuda, backward=False) is None
-    assert all(layer.path_problem(i, cpu, backward=True) is None for i in layer.impls if i != "flex")
+    assert "unfused reference" in layer.path_unavailable("flex", cpu, backward=False)
+    assert layer.path_unavailable("flex", cuda, backward=True) is None
+    assert layer.path_unavailable("flex", cuda, backward=False) is None
+    assert all(layer.path_unavailable(i, cpu, backward=True) is None for i in layer.impls if i != "flex")
     # the default candidates of a timing leave it out off CUDA
     timings = time_impls(layer, torch.randn(2, 4, 4, D), reps=1)
     assert set(timings) == {"explicit", "explicit-half", "sdpa", "explicit-onehot", "sdpa-onehot"}

@@ -198,7 +198,7 @@ class GridAttention(nn.Module):
         dropout on the maps, the path that dropout needs)."""
         raise NotImplementedError
 
-    def path_problem(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
+    def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
         """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``,
         or None when it can (every path of the base classes; a path built on a kernel that some
         devices lack says so here, and the path choice leaves it out there)."""

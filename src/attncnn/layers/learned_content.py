@@ -83,11 +83,11 @@ class LearnedRelativeContentAttention(ContentAttention):
             raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
                              f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
 
-    def path_problem(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
+    def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
         """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: ``flex``
         only trains and runs fused on CUDA, without dropout on the maps (:func:`~attncnn.layers.flex.flex_problem`)."""
         if impl != "flex":
-            return super().path_problem(impl, device, backward=backward)
+            return super().path_unavailable(impl, device, backward=backward)
         return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0)
 
     @torch.no_grad()

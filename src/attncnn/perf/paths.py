@@ -107,7 +107,7 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
                             **model_config.attention_kwargs()).train(mode == "train")
     # paths that cannot run here (a kernel of another device) are not candidates, nor in the cache key
     impls = tuple(i for i in layer.impls if i != "auto"
-                  and layer.path_problem(i, torch.device(device), backward=mode == "train") is None)
+                  and layer.path_unavailable(i, torch.device(device), backward=mode == "train") is None)
     if len(impls) == 1:
         return impls[0], None
     path = Path(cache_dir) if cache_dir is not None else default_data_dir()

@@ -79,7 +79,7 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         reps: timed repetitions per path, alternated across paths (the order reversed every other
             round, after the untimed warm-up), so a busy machine slows every path alike.
         impls: the paths to time (default: every path of the layer except ``"auto"`` and those
-            that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_problem`).
+            that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_unavailable`).
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
         warmup: untimed calls of each path first (0 when the caller has just run each, as
@@ -92,7 +92,7 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         ValueError: an ``impl`` the layer does not have.
     """
     impls = impls or tuple(i for i in layer.impls if i != "auto"
-                           and layer.path_problem(i, x.device, backward=backward) is None)
+                           and layer.path_unavailable(i, x.device, backward=backward) is None)
     x = x.detach().requires_grad_(backward)
 
     def call(impl: str) -> Callable[[], None]:
