@@ -62,6 +62,18 @@ def test_flex_forward_equals_the_explicit_path_in_float32(head_dim, grid, device
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
 
 
+@pytest.mark.slow
+def test_flex_in_a_compiled_model_equals_the_explicit_path(device):
+    """Compiled with its model: on CUDA the kernel is traced into the model's graph; elsewhere the
+    reference runs eagerly inside it (inductor's CPU kernel rejects these inputs)."""
+    layer = _layer(device, impl="flex").eval()
+    x = torch.randn(2, 6, 5, D).to(device)
+    with torch.no_grad():
+        expected, _ = layer(x, return_attention=True)
+        out = torch.compile(layer)(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
 def test_flex_forward_under_bf16_autocast_errs_like_the_explicit_path(device):
     layer = _layer(device).eval()
     x = torch.randn(3, 6, 6, D).to(device)

@@ -236,7 +236,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         q, k = self.queries_keys(x)
         scale = 1.0 / math.sqrt(self.head_dim)
         row, col = self.axis_scores(q, h, w)
-        mixed = relative_flex_attention(q, k, self.head_values(x), row * scale, col * scale, width=w, scale=scale)
+        mixed = relative_flex_attention(q, k, self.head_values(x), row, col, width=w, scale=scale)
         return self.output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
