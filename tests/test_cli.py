@@ -64,24 +64,6 @@ def test_evaluate_reproduces_the_logged_accuracy(tmp_path, tiny_dataset, capsys)
     assert result["test_loss"] == pytest.approx(lines[-1]["test_loss"], rel=1e-5)
 
 
-def test_evaluate_takes_this_machines_test_pass_path_unless_told_to_keep_the_runs(tmp_path, tiny_dataset, capsys,
-                                                                                 caplog):
-    assert _train(tmp_path, tiny_dataset) == 0
-    last = str(tmp_path / "run" / "checkpoints" / "last.safetensors")
-    capsys.readouterr()
-    results = {}
-    for given in ([], ["--keep-paths"]):
-        caplog.clear()
-        with caplog.at_level("INFO"):
-            assert main(["evaluate", last, "--json", "--data-dir", str(tmp_path / "cache"), *given]) == 0
-        results[bool(given)] = json.loads(capsys.readouterr().out)
-        assert ("attention path (test pass)" in caplog.text) is not bool(given)
-    assert (tmp_path / "cache" / "attention-paths.json").is_file()
-    # every path computes the same output up to rounding
-    assert results[True]["test_accuracy"] == results[False]["test_accuracy"]
-    assert results[True]["test_loss"] == pytest.approx(results[False]["test_loss"], rel=1e-5)
-
-
 def test_existing_run_folder_is_refused_unless_overwrite(tmp_path, tiny_dataset, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep.txt").write_text("x")

@@ -91,9 +91,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: the run's own (fp32 for runs from before --precision existed), but fp32 for a "
                         "bf16 run on a device without fast bf16 (a CPU without AVX512-BF16 or AMX); auto: the "
                         "device's choice")
-    e.add_argument("--keep-paths", action="store_true",
-                   help="evaluate with the attention paths the run recorded (default: this machine's fastest "
-                        "test-pass path, measured once and cached, as training does; the same output up to rounding)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
@@ -168,7 +165,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .data import DeviceLoader, load_dataset, run_data
     from .perf import machine_precision, resolve_device
     from .perf.host_memory import reuse_freed_memory
-    from .perf.paths import fastest_test_path
     from .runs import checkpoint_of, load_model
     from .training import evaluate
 
@@ -186,10 +182,6 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
                          "pass the --data the model was trained on")
     loader = DeviceLoader(dataset.test, batch_size=args.batch_size, device=device, train=False)
     precision = machine_precision(stored.get("precision"), device, args.precision, what=str(args.path))
-    if not args.keep_paths:
-        fastest_test_path(model, stored, batch=max(1, min(args.batch_size, len(dataset.test.labels))),
-                          image_size=tuple(dataset.test.images.shape[-2:]), precision=precision, device=device,
-                          cache_dir=args.data_dir)
     result = evaluate(model, loader, precision=precision)
     out = {"path": str(args.path), "checkpoint": str(checkpoint), "dataset": dataset.source,
            "epoch": meta.get("epoch"), "precision": precision,

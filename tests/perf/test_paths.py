@@ -239,28 +239,3 @@ def test_a_path_that_fails_here_is_left_out_of_the_choice_with_a_warning(tmp_pat
     monkeypatch.setattr(LearnedRelativeContentAttention, "forward", broken)
     with pytest.raises(RuntimeError, match="nothing runs"):
         choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU, cache_dir=tmp_path / "other")
-
-
-def test_a_loaded_network_evaluates_with_this_machines_fastest_test_pass_path(tmp_path, monkeypatch):
-    from attncnn.models import build_model
-    from attncnn.perf.paths import fastest_test_path
-
-    timed = []
-
-    def fake(layer, x, **kw):
-        timed.append((layer.training, kw["backward"], x.shape[0]))
-        return {"dense": 0.3, "separable": 0.2, "folded": 0.1}
-
-    monkeypatch.setattr(path_choice, "time_impls", fake)
-    common = dict(batch=7, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
-    model = build_model("demo", dim=16, mlp_dim=16, impl="dense")
-    assert fastest_test_path(model, {"measure_paths": True}, **common) == "folded"
-    assert timed == [(False, False, 7)]                        # a test pass: eval mode, forward, its batch
-    assert model.eval().attention_paths() == ["folded"] * 2 and model.train().attention_paths() == ["dense"] * 2
-    # a run that fixed its paths keeps them; a network without attention layers is left alone
-    for stored in ({"measure_paths": False}, {"measure_paths": True, "deterministic": True}):
-        kept = build_model("demo", dim=16, mlp_dim=16, impl="dense")
-        assert fastest_test_path(kept, stored, **common) is None
-        assert kept.eval().attention_paths() == ["dense"] * 2
-    assert fastest_test_path(build_model("resnet18-mini"), {}, **common) is None
-    assert len(timed) == 1

@@ -35,13 +35,13 @@ from pathlib import Path
 import torch
 
 from ..data import default_data_dir
-from ..layers import ATTENTION_LAYERS, attention_modules, build_attention
+from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
 from .cache import read_cache, write_cache
 from .machine import machine_key
 from .timing import paths_restored, run_impl, time_impls
 
-__all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths", "fastest_test_path"]
+__all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -188,35 +188,6 @@ def with_measured_paths(config, dataset, batch: int, dist) -> object:
         if eval_impl != impl:
             model["eval_impl"] = eval_impl
     return dataclasses.replace(config, model=model)
-
-
-def fastest_test_path(model, stored: dict, *, batch: int, image_size: tuple[int, int], precision: str,
-                      device: torch.device, cache_dir: str | os.PathLike[str] | None = None) -> str | None:
-    """Give a network loaded from a checkpoint this machine's fastest test-pass path, as a run's own
-    test passes have (:func:`choose_impl` in eval mode, cached): ``eval_impl`` of every attention
-    layer is set to it. The run's recorded path was the fastest on the machine it trained on
-    (another CPU or a GPU may have another); every path computes the same output up to rounding.
-
-    Args:
-        model: an image transformer built from the checkpoint (other networks are left as they are).
-        stored: the run's configuration as the checkpoint records it (``config``): a run that never
-            measured its paths (``measure_paths`` off, or ``deterministic``) keeps them.
-        batch: images per forward pass. image_size: ``(H, W)`` of the images.
-        precision: ``"fp32"`` or ``"bf16"`` (resolved). device: where the network evaluates.
-        cache_dir: folder of the cache file (default :func:`attncnn.data.default_data_dir`).
-
-    Returns:
-        The path set, or None when the network was left on its recorded paths.
-    """
-    config = getattr(model, "config", None)
-    if not hasattr(config, "attention") or not stored.get("measure_paths", True) or stored.get("deterministic"):
-        return None
-    impl, timings = choose_impl(config, batch=batch, image_size=image_size, precision=precision, device=device,
-                                cache_dir=cache_dir, mode="eval")
-    _log_choice("test pass", impl, timings, "forward")
-    for layer in attention_modules(model):
-        layer.eval_impl = impl
-    return impl
 
 
 def _log_choice(what: str, impl: str, timings: dict[str, float] | None, timed: str) -> None:
