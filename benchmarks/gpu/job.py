@@ -241,11 +241,10 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"{spec.relative}: carried along, resumes from its last checkpoint", flush=True)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
-    from attncnn.reproduce import get_suite
     running = []
     write_training(root, [str(spec.relative) for spec in specs])     # before any worker reads it
     for spec in specs:
-        epochs = spec.epochs or args.epochs or dict(get_suite(spec.suite).overrides_of(spec.preset)).get("epochs") or 0
+        epochs = dict(_job(spec, root, epochs=args.epochs).overrides).get("epochs") or 0     # the worker's length
         worker_spec = RunSpec(spec.suite, spec.preset, spec.seed, epochs=spec.epochs)     # the worker is no filler
         command = [sys.executable, __file__, "worker", worker_spec.text,
                    "--root", str(root), "--data", args.data, "--device", args.device]

@@ -79,7 +79,8 @@ def relative_flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r
 
     Args:
         q, k: ``(B, N_h, N, D_h)`` queries and keys, ``N = H*W`` tokens row-major.
-        v: ``(B, N_h, N, D_v)`` values (a broadcast view is fine).
+        v: ``(B, N_h, N, D_v)`` values, in ``q``'s dtype (a broadcast view is fine: cast the
+            tokens before broadcasting them, since a cast of the view would copy it N_h times).
         row: ``(B, N_h, N, H)``, ``row[b, h, i, r]`` added to the scores of query ``i`` with the
             keys of grid row ``r``; col: ``(B, N_h, N, W)``, likewise per grid column. Not yet
             scaled: the kernel scales them with ``q.k``. (Scaled outside, they would be the output
@@ -91,10 +92,6 @@ def relative_flex_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, r
     Returns:
         ``(B, N_h, N, D_v)`` in ``q``'s dtype; the kernel accumulates scores and softmax in float32.
     """
-    dtype = q.dtype
-    v = v.to(dtype)                    # under autocast q and k are bf16 while the tokens stay float32
-    k = k.to(dtype)
-
     def score_mod(score, b, h, i, j):                # score: q.k * scale, in float32
         return score + (row[b, h, i, j // width] + col[b, h, i, j % width]) * scale
 

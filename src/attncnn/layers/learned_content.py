@@ -236,7 +236,9 @@ class LearnedRelativeContentAttention(ContentAttention):
         q, k = self.queries_keys(x)
         scale = 1.0 / math.sqrt(self.head_dim)
         row, col = self.axis_scores(q, h, w)
-        mixed = relative_flex_attention(q, k, self.head_values(x), row, col, width=w, scale=scale)
+        # under autocast q and k are bf16 while the tokens stay float32: cast them before the
+        # broadcast over heads (a cast of the broadcast view would write N_h copies)
+        mixed = relative_flex_attention(q, k, self.head_values(x.to(q.dtype)), row, col, width=w, scale=scale)
         return self.output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
