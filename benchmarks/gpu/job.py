@@ -11,7 +11,10 @@ folders ``<suite>/<preset>/seed<N>``, one epoch record per epoch with its machin
 attention metrics). A run is *primary* (it must finish in this job) or a *filler* (``:filler``:
 a resumable run that takes what the primaries leave: it is stopped, with a resumable checkpoint,
 as soon as a primary's projected end passes the deadline, and at the deadline in any case). A run
-may be shorter than its suite's (``@EPOCHS``: the longest schedule a job fits).
+may be shorter than its suite's (``@EPOCHS``), or as long as the job fits (``@fit``: before any run
+starts, the job times that run's training step and test pass on the device, compilation included,
+and gives it the most epochs, up to its suite's, that end within ``--fit-seconds`` of the job's
+start; :func:`fit_epochs`).
 Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
 from their last checkpoint. Each epoch record says how many of the job's runs shared the GPU
 (``device_runs``: the report counts such epochs as shared). At ``--budget`` seconds every run still
@@ -46,6 +49,7 @@ import argparse
 import hashlib
 import io
 import json
+import math
 import shutil
 import signal
 import subprocess
@@ -69,6 +73,10 @@ POLL = 2.0
 #: in the work folder while a job trains: the runs still training (each worker records, per epoch,
 #: how many shared the GPU: ``device_runs`` in :mod:`attncnn.reproduce.running.machines`)
 TRAINING_FILE = "training.json"
+#: ``@fit`` plans for this share of the seconds it has: what a probe of a few steps does not see (the
+#: per-epoch attention metrics and checkpoints, a filler sharing the GPU before it gives way)
+FIT_SHARE = 0.9
+FIT = "fit"
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,7 @@ class RunSpec:
     preset: str
     seed: int
     filler: bool = False
-    epochs: int | None = None
+    epochs: int | str | None = None      #: a number, :data:`FIT` (sized by the job), or None (the suite's)
 
     @property
     def relative(self) -> Path:
@@ -89,19 +97,30 @@ class RunSpec:
     @classmethod
     def parse(cls, text: str) -> "RunSpec":
         """``paper-long/quadratic/0``, ``mini-long/learned-content-mini/0:filler``, or with a
-        schedule of its own, ``paper-long/learned-content/0@40`` (40 epochs instead of the suite's).
+        schedule of its own, ``paper-long/learned-content/0@40`` (40 epochs instead of the suite's)
+        or ``paper-long/learned-content/0@fit`` (as many as the job fits, see :func:`fit_epochs`).
 
         Raises:
-            ValueError: another form (the message shows the expected one).
+            ValueError: another form (the message shows the expected one), or ``@fit`` on a filler
+                (a filler takes what the primaries leave and resumes later: nothing to size).
         """
         body, _, role = text.partition(":")
         body, at, epochs = body.partition("@")
         parts = body.split("/")
         if (len(parts) != 3 or not parts[2].isdigit() or role not in ("", "filler")
-                or (at and not (epochs.isdigit() and int(epochs) > 0))):
-            raise ValueError(f"a run is SUITE/PRESET/SEED[@EPOCHS][:filler], e.g. paper-long/quadratic/0 or "
+                or (at and not (epochs == FIT or (epochs.isdigit() and int(epochs) > 0)))):
+            raise ValueError(f"a run is SUITE/PRESET/SEED[@EPOCHS|@fit][:filler], e.g. paper-long/quadratic/0 or "
                              f"paper-long/learned-content/0@40, got {text!r}")
-        return cls(parts[0], parts[1], int(parts[2]), role == "filler", int(epochs) if at else None)
+        if epochs == FIT and role:
+            raise ValueError(f"{text}: @fit sizes a run that must finish in the job; a filler resumes later "
+                             "at its own length (drop :filler, or @fit)")
+        return cls(parts[0], parts[1], int(parts[2]), role == "filler",
+                   (FIT if epochs == FIT else int(epochs)) if at else None)
+
+    @property
+    def fit(self) -> bool:
+        """True for ``@fit``: the job sizes this run before it starts."""
+        return self.epochs == FIT
 
     @property
     def text(self) -> str:
@@ -115,11 +134,104 @@ def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | Non
     ``--epochs``, else the suite's length); a new run gets ``compile`` when asked, a resumed one
     keeps its own setting (``--resume`` changes nothing of a run's configuration)."""
     from attncnn.reproduce import Job, get_suite, job_state, plan
+    if spec.fit:
+        raise ValueError(f"{spec.text}: a run of the job's own length is planned once sized (fitted_spec)")
     job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,),
                epochs=spec.epochs or epochs)[0]
     if compile_new and job_state(job) == "new":
         job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
     return job
+
+
+def fit_epochs(seconds: float, setup: float, epoch: float, most: int, share: float = FIT_SHARE) -> int:
+    """The most epochs, at most ``most`` (the suite's), a new run can train in ``seconds``: its
+    ``setup`` (data, attention paths, compilation) once, then ``epoch`` seconds per epoch (training
+    and the test pass), within ``share`` of the time (:data:`FIT_SHARE`).
+
+    Raises:
+        ValueError: not even one epoch fits (the message gives the numbers)."""
+    fitted = math.floor((seconds * share - setup) / epoch)
+    if fitted < 1:
+        raise ValueError(f"no epoch fits: {seconds:.0f} s left ({share:.0%} planned), {setup:.0f} s to set up, "
+                         f"{epoch:.0f} s per epoch; give the job more seconds (--fit-seconds) or name a length (@N)")
+    return min(most, fitted)
+
+
+def measure_epoch(job, options) -> dict:
+    """Time the new run ``job`` as its worker will train it here: its plan (attention paths measured
+    or read from the machine's cache, where the worker will find them; ``compile`` as planned), then
+    on one real batch the first training step (compilation included), the median step after it, and
+    the test pass's forward at the evaluation batch (eager, as the trainer evaluates).
+
+    Returns:
+        ``{"setup", "step", "infer", "steps", "test_batches", "epoch", "compile", "impl",
+        "eval_impl", "device"}``: seconds, where ``setup`` is everything before the second step
+        (planning, data, model, compilation) and ``epoch = steps * step + test_batches * infer``.
+    """
+    import torch
+
+    from attncnn.layers.autocast_rules import autocast
+    from attncnn.models import build_model
+    from attncnn.perf.plan import make_plan
+    from attncnn.perf.timing import seconds, time_median
+    from attncnn.reproduce.running.runner import job_config
+    from attncnn.training import Distributed
+    from attncnn.training.components import make_loaders, make_optimizer
+    from attncnn.training.step import training_step
+    started = time.monotonic()
+    config = job_config(job, options)
+    run_plan = make_plan(config)
+    config = run_plan.applied_to(config)
+    device = run_plan.device
+    dataset, train_loader, test_loader = make_loaders(config, Distributed(device=device))
+    torch.manual_seed(config.seed)
+    model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(device).train()
+    optimizer = make_optimizer(model, config)
+    net = torch.compile(model, dynamic=False) if config.compile else model
+    _, (images, labels) = next(train_loader.batches(0))
+
+    def train_step():
+        training_step(net, optimizer, images, labels, config.precision)
+
+    seconds(train_step, device)                         # the first step: compilation when compiled
+    setup = time.monotonic() - started
+    step = time_median(train_step, device, warmup=0, reps=5)
+    test_images, _ = next(iter(test_loader))
+    model.eval()
+
+    @torch.no_grad()
+    def infer():
+        with autocast(config.precision, device):
+            model(test_images)
+
+    infer_s = time_median(infer, device, warmup=1, reps=3)
+    return {"setup": setup, "step": step, "infer": infer_s, "steps": len(train_loader),
+            "test_batches": len(test_loader), "epoch": len(train_loader) * step + len(test_loader) * infer_s,
+            "compile": bool(config.compile), "impl": config.model.get("impl"),
+            "eval_impl": config.model.get("eval_impl"), "device": str(device)}
+
+
+def fitted_spec(spec: RunSpec, root: Path, seconds_left: float, measure, epochs: int | None = None) -> RunSpec:
+    """``spec`` with its ``@fit`` resolved to a number of epochs: a run whose folder exists keeps its
+    own length (the second call of a lease resumes it); a new one gets :func:`fit_epochs` of
+    ``measure(spec)`` (a :func:`measure_epoch` dictionary) within ``seconds_left``, at most its
+    suite's length (``epochs``, the job's ``--epochs``, instead where given). Other specs pass."""
+    if not spec.fit:
+        return spec
+    suite_spec = RunSpec(spec.suite, spec.preset, spec.seed)
+    folder = root / spec.relative
+    if (folder / "config.json").is_file():
+        epochs = json.loads((folder / "config.json").read_text())["epochs"]
+        print(f"{spec.relative}: @fit resumes at its own length, {epochs} epochs", flush=True)
+        return RunSpec(spec.suite, spec.preset, spec.seed, epochs=epochs)
+    most = dict(_job(suite_spec, root, epochs=epochs).overrides)["epochs"]
+    timing = measure(suite_spec)
+    epochs = fit_epochs(seconds_left, timing["setup"], timing["epoch"], most)
+    print(f"{spec.relative}: @fit -> {epochs} epochs of {most} ({timing['epoch']:.1f} s per epoch: "
+          f"{timing['steps']} steps of {timing['step'] * 1e3:.0f} ms, {timing['test_batches']} test batches of "
+          f"{timing['infer'] * 1e3:.0f} ms; {timing['setup']:.0f} s to set up, compile {timing['compile']}, "
+          f"paths {timing['impl']}/{timing['eval_impl']}; {seconds_left:.0f} s left)", flush=True)
+    return RunSpec(spec.suite, spec.preset, spec.seed, epochs=epochs)
 
 
 def write_training(root: Path, runs: list[str]) -> None:
@@ -170,6 +282,36 @@ def _worker(args: argparse.Namespace) -> int:
         print(f"{spec.relative}: stopped, resumable from {err.checkpoint}", flush=True)
         return 130
     return 0
+
+
+def _measure(args: argparse.Namespace) -> int:
+    """Time a new run for ``@fit`` (a child process of ``train``: its CUDA memory goes with it);
+    prints :func:`measure_epoch`'s dictionary as the last line."""
+    from attncnn.reproduce.running.runner import TrainOptions
+    job = _job(RunSpec.parse(args.run), Path(args.root), args.compile, args.epochs)
+    options = TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset)
+    print(json.dumps(measure_epoch(job, options)), flush=True)
+    return 0
+
+
+def _measure_in_child(spec: RunSpec, root: Path, args: argparse.Namespace, log: Path) -> dict:
+    """:func:`measure_epoch` of ``spec`` in a child process, its output in ``log``.
+
+    Raises:
+        RuntimeError: the child failed (the message ends with its output's last lines)."""
+    command = [sys.executable, __file__, "measure", spec.text, "--root", str(root), "--data", args.data,
+               "--device", args.device] + _run_flags(args)
+    done = subprocess.run(command, capture_output=True, text=True)
+    log.write_text(done.stdout + done.stderr)
+    if done.returncode != 0:
+        raise RuntimeError(f"timing {spec.relative} failed: {(done.stdout + done.stderr)[-1500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _run_flags(args: argparse.Namespace) -> list[str]:
+    """The job's options that every run's process takes (compile, smoke-run length and subset)."""
+    return (["--compile"] if args.compile else []) + (["--epochs", str(args.epochs)] if args.epochs else []) + (
+        ["--train-subset", str(args.train_subset)] if args.train_subset else [])
 
 
 def _epochs_done(folder: Path) -> int:
@@ -241,16 +383,23 @@ def _train(args: argparse.Namespace) -> int:
                 print(f"{spec.relative}: carried along, resumes from its last checkpoint", flush=True)
     logs = root / "logs"
     logs.mkdir(exist_ok=True)
+    fit_seconds = args.budget if args.fit_seconds is None else args.fit_seconds
+    sized = []
+    for spec in specs:                  # before any run starts: each is timed with the GPU to itself
+        log_file = logs / f"{spec.suite}-{spec.preset}-seed{spec.seed}-fit.log"
+        try:
+            sized.append(fitted_spec(spec, root, fit_seconds - (time.monotonic() - started),
+                                     lambda s: _measure_in_child(s, root, args, log_file), args.epochs))
+        except (RuntimeError, ValueError) as err:
+            print(f"{spec.relative}: not trained: {err}", flush=True)
+    specs = sized
     running = []
     write_training(root, [str(spec.relative) for spec in specs])     # before any worker reads it
     for spec in specs:
         epochs = dict(_job(spec, root, epochs=args.epochs).overrides).get("epochs") or 0     # the worker's length
         worker_spec = RunSpec(spec.suite, spec.preset, spec.seed, epochs=spec.epochs)     # the worker is no filler
         command = [sys.executable, __file__, "worker", worker_spec.text,
-                   "--root", str(root), "--data", args.data, "--device", args.device]
-        command += ["--compile"] if args.compile else []
-        command += ["--epochs", str(args.epochs)] if args.epochs else []
-        command += ["--train-subset", str(args.train_subset)] if args.train_subset else []
+                   "--root", str(root), "--data", args.data, "--device", args.device] + _run_flags(args)
         log = open(logs / f"{spec.suite}-{spec.preset}-seed{spec.seed}.log", "w")
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         running.append(_Running(spec, process, root / spec.relative, epochs))
@@ -487,25 +636,28 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train runs within a time budget and pack them (on the GPU machine)")
-    t.add_argument("runs", nargs="+", metavar="SUITE/PRESET/SEED[@EPOCHS][:filler]")
+    t.add_argument("runs", nargs="+", metavar="SUITE/PRESET/SEED[@EPOCHS|@fit][:filler]")
     t.add_argument("--data", required=True, help=f"the CIFAR-10 zip or folder, or a *{DATA_SUFFIX} from pack-data")
     t.add_argument("--from", dest="from_dir", help="a results-like folder holding unfinished runs to resume")
     t.add_argument("--work", default="/tmp/attncnn-gpu-job", help="where the runs train")
     t.add_argument("--budget", type=float, required=True, help="seconds until every run is stopped and packed")
+    t.add_argument("--fit-seconds", type=float, help="seconds from the job's start within which @fit runs end "
+                   "(default: --budget; more when a second call on the warm machine will resume them)")
     t.add_argument("--pack-to", required=True, help="folder of the files to bring back ($OUT)")
     t.add_argument("--device", default="cuda")
     t.add_argument("--compile", action="store_true", help="torch.compile new runs' training steps")
     t.add_argument("--epochs", type=int, help="smoke runs: epochs instead of the suite's")
     t.add_argument("--train-subset", type=int, metavar="N", help="smoke runs: train on N images")
     t.add_argument("--max-mib", type=float, default=MAX_BYTES / 2**20, help="largest pack (default: %(default)s)")
-    w = sub.add_parser("worker", help=argparse.SUPPRESS)
-    w.add_argument("run")
-    w.add_argument("--root", required=True)
-    w.add_argument("--data", required=True)
-    w.add_argument("--device", default="cuda")
-    w.add_argument("--compile", action="store_true")
-    w.add_argument("--epochs", type=int)
-    w.add_argument("--train-subset", type=int)
+    for name in ("worker", "measure"):           # a run's process, and a new run's timing for @fit
+        w = sub.add_parser(name, help=argparse.SUPPRESS)
+        w.add_argument("run")
+        w.add_argument("--root", required=True)
+        w.add_argument("--data", required=True)
+        w.add_argument("--device", default="cuda")
+        w.add_argument("--compile", action="store_true")
+        w.add_argument("--epochs", type=int)
+        w.add_argument("--train-subset", type=int)
     d = sub.add_parser("pack-data", help=f"pack an image zip for the trip (here; train takes the *{DATA_SUFFIX})")
     d.add_argument("zip")
     d.add_argument("out")
@@ -517,6 +669,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     if args.command == "worker":
         return _worker(args)
+    if args.command == "measure":
+        return _measure(args)
     if args.command == "train":
         return _train(args)
     if args.command == "pack-data":

@@ -64,6 +64,61 @@ def test_a_run_with_its_own_length_is_planned_with_that_schedule(tmp_path):
     assert dict(job._job(job.RunSpec.parse("paper-long/learned-content/0"), tmp_path).overrides)["epochs"] == 60
 
 
+def test_a_run_as_long_as_the_job_fits_is_parsed_and_never_planned_unsized(tmp_path):
+    spec = job.RunSpec.parse("paper-long/learned-content/0@fit")
+    assert spec == job.RunSpec("paper-long", "learned-content", 0, epochs="fit") and spec.fit
+    assert spec.text == "paper-long/learned-content/0@fit" and not job.RunSpec.parse("a/b/0@3").fit
+    with pytest.raises(ValueError, match="filler"):            # a filler resumes later: nothing to size
+        job.RunSpec.parse("mini-long/learned-content-mini/0@fit:filler")
+    with pytest.raises(ValueError, match="fitted_spec"):
+        job._job(spec, tmp_path)
+
+
+def test_fit_epochs_takes_the_most_that_end_in_time_and_no_more_than_the_suite():
+    # 90 % of 200 s, less 20 s to set up, leaves 160 s: 10 epochs of 16 s
+    assert job.fit_epochs(200.0, setup=20.0, epoch=16.0, most=60) == 10
+    assert job.fit_epochs(200.0, setup=20.0, epoch=15.9, most=60) == 10      # 10.06: still 10
+    assert job.fit_epochs(200.0, setup=20.0, epoch=16.1, most=60) == 9
+    assert job.fit_epochs(10_000.0, setup=20.0, epoch=16.0, most=60) == 60   # the suite's length at most
+    with pytest.raises(ValueError, match="--fit-seconds"):
+        job.fit_epochs(30.0, setup=20.0, epoch=16.0, most=60)
+
+
+def test_a_fit_run_is_sized_once_and_resumed_at_its_own_length(tmp_path, capsys):
+    spec = job.RunSpec.parse("paper-long/learned-content/0@fit")
+    timed = []
+
+    def measure(s):
+        timed.append(s)
+        return {"setup": 30.0, "epoch": 17.0, "step": 0.033, "infer": 0.1, "steps": 500, "test_batches": 20,
+                "compile": True, "impl": "flex", "eval_impl": "flex"}
+
+    sized = job.fitted_spec(spec, tmp_path, 600.0, measure)
+    assert sized == job.RunSpec("paper-long", "learned-content", 0, epochs=30)    # (540 - 30) / 17
+    assert timed == [job.RunSpec("paper-long", "learned-content", 0)]             # timed as the suite's run
+    assert "@fit -> 30 epochs of 60" in capsys.readouterr().out
+    assert job.fitted_spec(spec, tmp_path, 1e5, measure, epochs=3).epochs == 3    # a smoke job's --epochs
+    folder = tmp_path / spec.relative                                             # the lease's second call
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"epochs": 30, "preset": "learned-content"}))
+    timed.clear()
+    assert job.fitted_spec(spec, tmp_path, 50.0, measure).epochs == 30 and timed == []
+    plain = job.RunSpec.parse("paper-long/quadratic/0@12:filler")
+    assert job.fitted_spec(plain, tmp_path, 1.0, measure) is plain
+
+
+def test_a_new_runs_epoch_is_timed_as_its_worker_trains_it(tmp_path, make_tiny_data):
+    data = make_tiny_data(8, 2)                  # 3 classes: 24 training images, 6 test images
+    planned = job._job(job.RunSpec("mini-long", "quadratic-mini", 0), tmp_path)
+    planned = type(planned)(planned.preset, planned.seed, planned.folder,
+                            planned.overrides + (("compile", False), ("model", {"num_layers": 1})))
+    timing = job.measure_epoch(planned, TrainOptions(data=str(data), device="cpu", batch_size=4))
+    assert (timing["steps"], timing["test_batches"], timing["compile"], timing["device"]) == (6, 1, False, "cpu")
+    assert timing["epoch"] == pytest.approx(6 * timing["step"] + timing["infer"])
+    assert 0 < timing["step"] < timing["setup"] and timing["infer"] > 0
+    assert not planned.folder.exists()           # timing leaves no run behind
+
+
 @pytest.mark.slow
 def test_a_pack_unpacks_into_results_with_its_weights_and_resumable_state(trained, tmp_path):
     root = _copy(trained, tmp_path)
