@@ -64,6 +64,45 @@ def test_evaluate_reproduces_the_logged_accuracy(tmp_path, tiny_dataset, capsys)
     assert result["test_loss"] == pytest.approx(lines[-1]["test_loss"], rel=1e-5)
 
 
+def test_evaluate_records_each_images_prediction_and_evaluates_a_fixed_balanced_sample(tmp_path, tiny_dataset,
+                                                                                     capsys):
+    from attncnn.data import DeviceLoader, load_dataset
+    from attncnn.layers.autocast_rules import autocast
+    from attncnn.runs import disagreements, load_model, read_predictions
+    assert _train(tmp_path, tiny_dataset) == 0
+    run = tmp_path / "run"
+    assert main(["evaluate", str(run), "--predictions", str(tmp_path / "all.json"), "--json"]) == 0
+    whole = json.loads(capsys.readouterr().out.splitlines()[-1])
+    record = read_predictions(tmp_path / "all.json")
+    # the plain computation: the model's arg-max on every test image, in the split's order (one
+    # batch of them at the precision evaluate chose, as evaluate computes it)
+    test = load_dataset(str(tiny_dataset)).test
+    model, _ = load_model(run)
+    with torch.no_grad(), autocast(record.precision, torch.device("cpu")):
+        plain = torch.cat([model.eval()(x).argmax(-1) for x, _ in DeviceLoader(test, batch_size=500, train=False)])
+    assert record.predictions == plain.tolist() and record.indices is None
+    assert record.test_accuracy == whole["test_accuracy"] == (plain == test.labels).double().mean().item()
+    assert (record.checkpoint, record.epoch, record.precision) == ("last.safetensors", 2, whole["precision"])
+    assert str(tmp_path) not in (tmp_path / "all.json").read_text()      # names the data set, not its path
+
+    for _ in range(2):                           # the same images each time: 2 of each of the 3 classes
+        assert main(["evaluate", str(run), "--sample", "6", "--predictions", str(tmp_path / "s.json")]) == 0
+        assert "6 sampled images" in capsys.readouterr().out
+        sample = read_predictions(tmp_path / "s.json")
+        assert sorted(test.labels[sample.indices].tolist()) == [0, 0, 1, 1, 2, 2]
+        assert sample.indices == sorted(set(sample.indices))
+        assert disagreements(sample.predictions, record.for_images(sample.indices)) == 0
+    with pytest.raises(ValueError, match="whole split"):
+        sample.for_images([i for i in range(18) if i not in sample.indices][:1])
+    with pytest.raises(ValueError, match="not the same images"):
+        disagreements([0, 1], [0])
+    assert main(["evaluate", str(run), "--sample", "19"]) == 2
+    assert "--sample must be between 1 and 18" in capsys.readouterr().err
+    (tmp_path / "bad.json").write_text('{"checkpoint": "last.safetensors"}')
+    with pytest.raises(ValueError, match="record it again"):
+        read_predictions(tmp_path / "bad.json")
+
+
 def test_existing_run_folder_is_refused_unless_overwrite(tmp_path, tiny_dataset, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "keep.txt").write_text("x")

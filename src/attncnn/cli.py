@@ -91,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="default: the run's own (fp32 for runs from before --precision existed), but fp32 for a "
                         "bf16 run on a device without fast bf16 (a CPU without AVX512-BF16 or AMX); auto: the "
                         "device's choice")
+    e.add_argument("--sample", type=int, metavar="N",
+                   help="evaluate a fixed sample of N test images, as equally many of each class as possible "
+                        "(the same images every time: seed 0), instead of all of them")
+    e.add_argument("--predictions", metavar="FILE",
+                   help="also write the top-1 class predicted for each evaluated image to FILE (JSON; beside a "
+                        "run: its folder's predictions.json, which checks of the run compare a --sample with)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
 
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
@@ -162,10 +168,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_evaluate(args: argparse.Namespace) -> int:
-    from .data import DeviceLoader, load_dataset, run_data
+    import torch
+
+    from .data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
     from .perf import machine_precision, resolve_device
     from .perf.host_memory import reuse_freed_memory
-    from .runs import checkpoint_of, load_model
+    from .runs import PredictionRecord, checkpoint_of, load_model, write_predictions
     from .training import evaluate
 
     device = resolve_device(args.device)
@@ -180,19 +188,37 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if classes is not None and len(classes) != dataset.num_classes:
         raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
                          "pass the --data the model was trained on")
-    loader = DeviceLoader(dataset.test, batch_size=args.batch_size, device=device, train=False)
+    test, indices = dataset.test, None
+    if args.sample is not None:
+        if not 1 <= args.sample <= len(test):
+            raise ValueError(f"--sample must be between 1 and {len(test)} (the test images of {spec}), "
+                             f"got {args.sample}")
+        indices = class_balanced_subset(test.labels, args.sample, seed=0)
+        test = ImageSplit(test.images[indices], test.labels[indices])
+    loader = DeviceLoader(test, batch_size=args.batch_size, device=device, train=False)
     precision = machine_precision(stored.get("precision"), device, args.precision, what=str(args.path))
-    result = evaluate(model, loader, precision=precision)
+    result = evaluate(model, loader, precision=precision, keep_predictions=args.predictions is not None)
     out = {"path": str(args.path), "checkpoint": str(checkpoint), "dataset": dataset.source,
            "epoch": meta.get("epoch"), "precision": precision,
            "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,
            "seconds": round(result.seconds, 3)}
+    if args.sample is not None:
+        out["sample"] = args.sample
+    if args.predictions is not None:
+        write_predictions(args.predictions, PredictionRecord(
+            checkpoint=checkpoint.name, epoch=meta.get("epoch"), dataset=dataset.shareable_name, precision=precision,
+            torch=torch.__version__, test_accuracy=result.accuracy,
+            indices=None if indices is None else indices.tolist(), predictions=result.predictions.tolist()))
+        out["predictions"] = str(args.predictions)
     if args.json:
         print(json.dumps(out))
     else:
         print(f"test accuracy: {result.accuracy:.4f}  test loss: {result.loss:.4f}  "
-              f"({result.examples} images of {dataset.source}, epoch {meta.get('epoch')}, {precision})")
+              f"({result.examples} {'sampled ' if indices is not None else ''}images of {dataset.source}, "
+              f"epoch {meta.get('epoch')}, {precision})")
         print(f"checkpoint: {checkpoint}")
+        if args.predictions is not None:
+            print(f"predictions: {args.predictions}")
     return 0
 
 

@@ -22,6 +22,9 @@ class EvalResult:
     accuracy: float    #: fraction of correct top-1 predictions
     examples: int
     seconds: float
+    #: top-1 class of each example in the loader's order, ``(examples,)`` int64 on the CPU (only
+    #: when asked for: ``evaluate(..., keep_predictions=True)``)
+    predictions: torch.Tensor | None = None
 
 
 def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distributed:
@@ -39,7 +42,7 @@ def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distribute
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None,
-             precision: str = "fp32") -> EvalResult:
+             precision: str = "fp32", keep_predictions: bool = False) -> EvalResult:
     """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode).
 
     Args:
@@ -50,11 +53,16 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
         dist: under DDP, the processes whose loaders together hold the test set (each example in
             exactly one shard); the sums are added over them, so every process gets the result over
             the whole set. ``EvalResult.seconds`` is this process's time.
+        keep_predictions: also return each example's top-1 class (``EvalResult.predictions``);
+            one process only.
 
     Raises:
-        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+        ValueError: ``loader`` sharded over a different number of processes than ``dist``, or
+            ``keep_predictions`` under DDP (each process sees only its shard).
     """
     dist = check_sharding(loader, dist)
+    if keep_predictions and dist.enabled:
+        raise ValueError("keep_predictions needs the whole test set in one process; evaluate without torchrun")
     was_training = model.training
     model.eval()
     start = time.perf_counter()
@@ -62,15 +70,20 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
     loss_sum = torch.zeros((), device=device, dtype=torch.float64)
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = 0
+    kept = []
     for x, y in loader:
         with autocast(precision, device):
             logits = model(x)
         loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
-        correct += (logits.argmax(dim=-1) == y).sum()
+        predicted = logits.argmax(dim=-1)
+        correct += (predicted == y).sum()
         count += y.numel()
+        if keep_predictions:
+            kept.append(predicted.to("cpu", torch.int64))
     model.train(was_training)
     if dist.enabled:
         total = dist.sum(torch.stack([loss_sum, correct.double(), loss_sum.new_tensor(float(count))]))
         loss_sum, correct, count = total[0], total[1], int(total[2].item())
     return EvalResult(loss=loss_sum.item() / max(count, 1), accuracy=correct.item() / max(count, 1),
-                      examples=count, seconds=time.perf_counter() - start)
+                      examples=count, seconds=time.perf_counter() - start,
+                      predictions=torch.cat(kept) if keep_predictions and kept else None)
