@@ -1,10 +1,23 @@
 """Shared by the tests that evaluate shipped runs: how far ``attncnn evaluate`` may land from the
-accuracy a run recorded while it trained."""
+accuracy a run recorded while it trained, and the check of a shipped run's final weights
+(:func:`check_shipped_run`).
+
+A run with a prediction record (``predictions.json``: what ``attncnn evaluate`` of its shipped
+weights predicted for each test image, recorded once; their full evaluations took about 8 of the
+suite's 15 minutes on two cores, a paper-width one over a minute, and content attention at width
+400 would take about seven) is checked in two parts: the record gives the run's accuracy, and the
+weights evaluated now on a fixed class-balanced sample of the test images predict what the record
+says, image by image, within the flips rounding makes (:data:`SAMPLE_FLIPS`). A run without one is
+evaluated on the whole test set.
+"""
 
 from __future__ import annotations
 
 import pytest
 
+from attncnn.cli import main
+from attncnn.data import load_dataset
+from attncnn.runs import PREDICTIONS_FILE, disagreements, read_predictions
 from attncnn.runs.checkpoint import read_metadata
 from attncnn.runs.loading import checkpoint_of
 
@@ -25,3 +38,44 @@ def accuracy_tolerance():
         return SAME_PRECISION if evaluated["precision"] == trained else OTHER_PRECISION
 
     return tolerance
+
+
+#: test images a run with a prediction record is evaluated on (``attncnn evaluate --sample``)
+SAMPLE = 1000
+#: disagreements with the record allowed on the sample. Rounding flips a few images in a thousand:
+#: learned-mini evaluated in bf16 and in fp32 on one Xeon disagree on 14 of the 10,000 test images;
+#: other weights, a broken load or a wrong attention path disagree on tens to hundreds of the 1,000
+#: (the three seeds of mini-long's quadratic-mini, pairwise: 103-119)
+SAMPLE_FLIPS = 10
+
+
+@pytest.fixture(scope="session")
+def check_shipped_run(cifar10_path, accuracy_tolerance, tmp_path_factory):
+    """``check_shipped_run(folder, accuracy)``: the run's final weights (``checkpoints/last``) give
+    ``accuracy``, the one it recorded while training, within :func:`accuracy_tolerance` (see the
+    module's description for a run with a prediction record)."""
+    def check(folder, accuracy: float) -> None:
+        last = folder / "checkpoints" / "last.safetensors"
+        made = tmp_path_factory.mktemp("evaluated") / PREDICTIONS_FILE
+        if not (folder / PREDICTIONS_FILE).is_file():
+            assert main(["evaluate", str(last), "--data", str(cifar10_path), "--predictions", str(made)]) == 0
+            evaluated = read_predictions(made)          # in fp32 where bf16 is slow: minutes, not ten
+            tolerance = accuracy_tolerance(last, {"precision": evaluated.precision})
+            assert evaluated.test_accuracy == pytest.approx(accuracy, abs=tolerance)
+            return
+        record = read_predictions(folder / PREDICTIONS_FILE)
+        data = load_dataset(str(cifar10_path))
+        # the record: every test image of this data set, by the final weights; its accuracy the run's
+        assert (record.indices, record.checkpoint, record.dataset) == (None, last.name, data.shareable_name)
+        correct = sum(p == y for p, y in zip(record.predictions, data.test.labels.tolist()))
+        assert len(record.predictions) == len(data.test) and record.test_accuracy == correct / len(data.test)
+        tolerance = accuracy_tolerance(last, {"precision": record.precision})
+        assert record.test_accuracy == pytest.approx(accuracy, abs=tolerance)
+        # the weights now, on a sample, image by image
+        assert main(["evaluate", str(last), "--data", str(cifar10_path), "--sample", str(SAMPLE),
+                     "--predictions", str(made)]) == 0
+        now = read_predictions(made)
+        assert len(now.predictions) == SAMPLE
+        assert disagreements(now.predictions, record.for_images(now.indices)) <= SAMPLE_FLIPS
+
+    return check

@@ -84,6 +84,19 @@ def test_trim_keeps_what_a_user_needs(suite):
         assert checkpoint.optimizer_state is None and checkpoint.model_state
 
 
+def test_trimming_again_keeps_a_prediction_record_and_drops_other_files(suite, tmp_path):
+    from attncnn.reproduce import get_suite, plan
+    from attncnn.reproduce.running.ship import trim_job
+    out, _ = suite
+    copy = tmp_path / "mini"
+    shutil.copytree(out / "learned-mini", copy / "learned-mini")
+    job = plan(get_suite("mini"), copy, seeds=(0,), only=("learned-mini",), epochs=1)[0]
+    (job.folder / "predictions.json").write_text("{}")           # attncnn evaluate --predictions, made once
+    (job.folder / "notes.txt").write_text("scratch")
+    trim_job(job, keep_epochs=False)
+    assert (job.folder / "predictions.json").is_file() and not (job.folder / "notes.txt").exists()
+
+
 def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
     out, args = suite
     report = json.loads((out / "report.json").read_text())

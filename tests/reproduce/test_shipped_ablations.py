@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from attncnn.cli import main
 from attncnn.runs import load_checkpoint
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -30,17 +29,13 @@ EVALUATED = [pytest.param(f, id=f.relative_to(RESULTS).as_posix(),
 
 
 @pytest.mark.parametrize("folder", EVALUATED)
-def test_a_shipped_ablation_evaluates_to_its_recorded_accuracy(folder, cifar10_path, capsys, accuracy_tolerance):
+def test_a_shipped_ablation_evaluates_to_its_recorded_accuracy(folder, check_shipped_run):
     finished = json.loads((folder / "finished.json").read_text())
     last_line = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])
     assert last_line["test_accuracy"] == finished["final"]["test_accuracy"]
     assert {p.name for p in (folder / "checkpoints").iterdir()} == {"last.safetensors"}     # trimmed
     assert load_checkpoint(folder / "checkpoints" / "last.safetensors").optimizer_state is None
-    capsys.readouterr()
-    assert main(["evaluate", str(folder), "--data", str(cifar10_path), "--json"]) == 0
-    evaluated = json.loads(capsys.readouterr().out)       # in fp32 where bf16 is slow: minutes, not ten
-    tolerance = accuracy_tolerance(folder, evaluated)
-    assert evaluated["test_accuracy"] == pytest.approx(finished["final"]["test_accuracy"], abs=tolerance)
+    check_shipped_run(folder, finished["final"]["test_accuracy"])
 
 
 def test_the_readmes_name_the_recorded_accuracies():

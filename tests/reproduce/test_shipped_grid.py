@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from attncnn.cli import main
 from attncnn.reproduce import job_state, plan_grid
 from attncnn.reproduce.running.jobs import row_of
 from attncnn.reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE
@@ -45,15 +44,11 @@ def test_report_cells_are_the_finished_run_folders(grid):
     # trained on a GPU (its machine.json), evaluated here; an attention model: minutes in fp32 where bf16 is slow
     pytest.param(EFFICIENCY_SCARCE, "quadratic-mini", "100 %", "100pct", marks=pytest.mark.needs_fast_bf16),
 ], ids=lambda value: getattr(value, "name", value))
-def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, cifar10_path, capsys,
-                                                        accuracy_tolerance):
+def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, check_shipped_run):
     entry = next(r for r in _report(grid)["rows"] if r["preset"] == row)["cells"][cell]
     if not entry["seeds"]:
         pytest.skip(f"the {row} {cell} cell is not committed yet")
-    run = ROOT / grid.name / row / folder / f"seed{entry['seeds'][0]}"
-    assert main(["evaluate", str(run), "--data", str(cifar10_path), "--json"]) == 0
-    evaluated = json.loads(capsys.readouterr().out)       # in fp32 where bf16 is slow: minutes, not ten
-    assert evaluated["test_accuracy"] == pytest.approx(entry["accuracies"][0], abs=accuracy_tolerance(run, evaluated))
+    check_shipped_run(ROOT / grid.name / row / folder / f"seed{entry['seeds'][0]}", entry["accuracies"][0])
 
 
 @SHIPPED
