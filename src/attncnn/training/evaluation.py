@@ -86,4 +86,5 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
         loss_sum, correct, count = total[0], total[1], int(total[2].item())
     return EvalResult(loss=loss_sum.item() / max(count, 1), accuracy=correct.item() / max(count, 1),
                       examples=count, seconds=time.perf_counter() - start,
-                      predictions=torch.cat(kept) if keep_predictions and kept else None)
+                      predictions=(torch.cat(kept) if kept else torch.zeros(0, dtype=torch.int64))
+                      if keep_predictions else None)
