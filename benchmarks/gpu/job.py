@@ -221,7 +221,8 @@ def fitted_spec(spec: RunSpec, root: Path, seconds_left: float, measure, epochs:
     suite_spec = RunSpec(spec.suite, spec.preset, spec.seed)
     folder = root / spec.relative
     if (folder / "config.json").is_file():
-        epochs = json.loads((folder / "config.json").read_text())["epochs"]
+        from attncnn.runs import RunFolder
+        epochs = RunFolder(folder, mode="read").read_config()["epochs"]
         print(f"{spec.relative}: @fit resumes at its own length, {epochs} epochs", flush=True)
         return RunSpec(spec.suite, spec.preset, spec.seed, epochs=epochs)
     most = dict(_job(suite_spec, root, epochs=epochs).overrides)["epochs"]
