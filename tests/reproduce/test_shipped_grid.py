@@ -41,7 +41,8 @@ def test_report_cells_are_the_finished_run_folders(grid):
 @pytest.mark.parametrize("grid, row, cell, folder", [
     (EFFICIENCY, "resnet18-mini", "10 %", "10pct"),
     (EFFICIENCY_SCARCE, "resnet18-mini", "10 %", "10pct"),
-    # trained on a GPU (its machine.json), evaluated here; an attention model: minutes in fp32 where bf16 is slow
+    # trained on a GPU (its machine.json), evaluated here; where bf16 is slow, results/mini's
+    # quadratic-mini stands for its code path (tests/reproduce/test_shipped_results.py)
     pytest.param(EFFICIENCY_SCARCE, "quadratic-mini", "100 %", "100pct", marks=pytest.mark.needs_fast_bf16),
 ], ids=lambda value: getattr(value, "name", value))
 def test_a_shipped_cell_reproduces_its_reported_accuracy(grid, row, cell, folder, check_shipped_run):
