@@ -398,7 +398,22 @@ def test_resume_takes_the_precision_of_this_machine(tmp_path, tiny_dataset, caps
     assert json.loads((run / "config.json").read_text())["precision"] == "bf16"      # the run's own
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--epochs", "3", "--no-progress"]) == 2
-    assert "only --device and --precision can" in capsys.readouterr().err
+    assert "only --device, --precision and --compile can" in capsys.readouterr().err
+
+
+def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(tmp_path, tiny_dataset, monkeypatch):
+    import torch
+
+    assert _train(tmp_path, tiny_dataset, "--precision", "fp32", "--no-compile") == 0
+    run = tmp_path / "run"
+    for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
+        (run / name).unlink()
+    compiled = []          # the loop's torch.compile, recorded (inductor's compilation is tested elsewhere)
+    monkeypatch.setattr(torch, "compile", lambda net, **options: compiled.append(options) or net)
+    assert main(["train", "--resume", str(run), "--compile", "--no-progress"]) == 0
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["epoch"], r["compiled"]) for r in records] == [(1, False), (2, True)] and len(compiled) == 1
+    assert json.loads((run / "config.json").read_text())["compile"] is False          # the run's own
 
 
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):

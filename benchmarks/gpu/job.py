@@ -131,8 +131,9 @@ class RunSpec:
 
 def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | None = None):
     """The suite job of ``spec`` under ``root``, ``spec.epochs`` long (else ``epochs``, the job's
-    ``--epochs``, else the suite's length); a new run gets ``compile`` when asked, a resumed one
-    keeps its own setting (``--resume`` changes nothing of a run's configuration)."""
+    ``--epochs``, else the suite's length); a new run gets ``compile`` when asked (a resumed one
+    compiles through the worker's options: ``config.json`` keeps its own setting, each epoch record
+    says which trained it)."""
     from attncnn.reproduce import Job, get_suite, job_state, plan
     if spec.fit:
         raise ValueError(f"{spec.text}: a run of the job's own length is planned once sized (fitted_spec)")
@@ -276,7 +277,8 @@ def _worker(args: argparse.Namespace) -> int:
     spec = RunSpec.parse(args.run)
     job = _job(spec, Path(args.root), args.compile, args.epochs)
     try:
-        train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset),
+        train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
+                                       compile=True if args.compile else None),
                    progress=False,
                    epoch_metrics=sharing_metrics(epoch_metrics, Path(args.root)))
     except TrainingInterrupted as err:
@@ -646,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
                    "(default: --budget; more when a second call on the warm machine will resume them)")
     t.add_argument("--pack-to", required=True, help="folder of the files to bring back ($OUT)")
     t.add_argument("--device", default="cuda")
-    t.add_argument("--compile", action="store_true", help="torch.compile new runs' training steps")
+    t.add_argument("--compile", action="store_true", help="torch.compile the runs' training steps (new and resumed)")
     t.add_argument("--epochs", type=int, help="smoke runs: epochs instead of the suite's")
     t.add_argument("--train-subset", type=int, metavar="N", help="smoke runs: train on N images")
     t.add_argument("--max-mib", type=float, default=MAX_BYTES / 2**20, help="largest pack (default: %(default)s)")

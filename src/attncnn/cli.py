@@ -70,8 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
     t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
                    help="continue the run in --out (or RUN) from its last checkpoint, with its stored options "
-                        "except --device and --precision, which are this machine's (without --precision: the "
-                        "run's own, but fp32 for a bf16 run on a device without fast bf16)")
+                        "except --device, --precision and --compile, which are this machine's (without "
+                        "--precision: the run's own, but fp32 for a bf16 run on a device without fast bf16; "
+                        "without --compile or --no-compile: the run's own)")
     t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -117,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 #: TrainConfig fields that belong to the machine, not to the run: `train --resume` takes them
-_MACHINE_OPTIONS = ("device", "precision")
+_MACHINE_OPTIONS = ("device", "precision", "compile")
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -141,18 +142,20 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if mode == "resume":
         # A resumed run uses its stored configuration; silently dropping a changed option would
         # let a user believe e.g. --epochs took effect.
-        # --device and --precision are the machine's, not the run's: a run started on a GPU in bf16
-        # may resume on a CPU without bf16 units, in fp32.
+        # --device, --precision and --compile are the machine's, not the run's: a run started on a
+        # GPU in bf16 may resume on a CPU without bf16 units, in fp32; one started eager may go on
+        # compiled where that pays (the same function up to rounding).
         flags = [flag_name(f) for f in dataclasses.fields(TrainConfig)
                  if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS]
         if flags:
             raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
-                             "cannot change it (only --device and --precision can). Drop them, or start a new run "
-                             "with --init-from on its checkpoint")
+                             "cannot change it (only --device, --precision and --compile can). Drop them, or start "
+                             "a new run with --init-from on its checkpoint")
     if is_main_process():
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
     if mode == "resume":
-        plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"))
+        plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
+                           compile=given.get("compile"))
     else:
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
         plan = make_plan(config)                  # this machine's device, precision, paths, compile

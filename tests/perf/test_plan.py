@@ -14,6 +14,8 @@ from attncnn.runs import config_from_dict, resolve_config
 from attncnn.training import RunPlan
 
 HERE = {"cpu": "This CPU", "torch_threads": 2, "torch": "2.13.0", "device": "cpu"}
+#: what an epoch record of this machine says (HERE as ``epoch_machine`` writes it)
+SAME_MACHINE = {"cpu": "This CPU", "threads": 2, "torch": "2.13.0", "device": "cpu"}
 GPU = {"cpu": "Host CPU", "threads": 1, "torch": "2.11.0", "device": "cuda", "gpu": "Some GPU"}
 
 
@@ -57,8 +59,7 @@ def test_a_run_resumed_on_another_machine_measures_its_paths_again_and_takes_its
 
 
 def test_the_same_machine_keeps_the_path_so_the_run_continues_exactly(tmp_path, measured):
-    folder = _run(tmp_path, {**STARTED_ON_GPU, "device": "cpu"},
-                  {"cpu": "This CPU", "threads": 2, "torch": "2.13.0", "device": "cpu"})
+    folder = _run(tmp_path, {**STARTED_ON_GPU, "device": "cpu"}, SAME_MACHINE)
     plan = resume_plan(folder, device="cpu")
     assert measured == [] and plan.impl == "dense" and plan.device_option is None
     assert not plan.changes_stored(config_from_dict(json.loads((folder / "config.json").read_text())))
@@ -78,6 +79,14 @@ def test_a_resumed_bf16_run_keeps_bf16_only_where_it_is_fast(tmp_path, measured,
     assert resume_plan(folder, device="cpu", precision="bf16").precision == "bf16"     # asked: obeyed
     monkeypatch.setattr("attncnn.perf.precision.slow_bf16_reason", lambda device: None)
     assert resume_plan(folder, device="cpu").precision == "bf16"
+
+
+@pytest.mark.parametrize("given", [None, True, False])
+def test_a_resumed_run_compiles_as_asked_else_as_it_started(tmp_path, measured, given):
+    folder = _run(tmp_path, {**STARTED_ON_GPU, "device": "cpu", "compile": True}, SAME_MACHINE)
+    plan = resume_plan(folder, device="cpu", compile=given)
+    assert plan.compile is (True if given is None else given) and measured == []
+    assert not plan.changes_stored(config_from_dict(json.loads((folder / "config.json").read_text())))
 
 
 def test_a_new_run_with_every_choice_given_measures_nothing(monkeypatch):

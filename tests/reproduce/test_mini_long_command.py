@@ -178,3 +178,25 @@ def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(
     assert [(s["epochs"], s["precision"]) for s in segments] == [([1, 1], "bf16"), ([2, 2], "fp32")]
     text = (tmp_path / "report.md").read_text()
     assert ", bf16 (epoch 1); " in text and ", fp32 (epoch 2)" in text
+
+
+def test_an_unfinished_eager_run_resumes_compiled_when_asked(make_tiny_data, tmp_path, monkeypatch, capsys):
+    import torch
+
+    data = make_tiny_data(40, 10)
+    job = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
+    with pytest.raises(TrainingInterrupted):
+        train_jobs([job], TrainOptions(data=str(data), epochs=2, precision="fp32", compile=False), progress=False,
+                   epoch_metrics=_stop_after_first_epoch)
+    compiled = []          # the loop's torch.compile, recorded (inductor's compilation is tested elsewhere)
+    monkeypatch.setattr(torch, "compile", lambda net, **options: compiled.append(options) or net)
+    args = ["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "resnet18-mini", "--seeds", "0",
+            "--out", str(tmp_path), "--no-progress", "--no-viewer", "--compile"]
+    assert main([*args, "--dry-run", "--batch-size", "10"]) == 0
+    assert f"resumed with: attncnn train --resume {job.folder} --compile\n" in capsys.readouterr().out
+    assert main(args) == 0
+    assert compiled == [{"dynamic": False}]
+    assert [(r["epoch"], r["compiled"]) for r in _records(job.folder)] == [(1, False), (2, True)]
+    assert json.loads((job.folder / "config.json").read_text())["compile"] is False      # the run's own
+    assert main(["reproduce", "mini-long", "--out", str(tmp_path), "--ship", "--no-compile"]) == 2
+    assert "--ship trains nothing" in capsys.readouterr().err

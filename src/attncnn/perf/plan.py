@@ -16,7 +16,9 @@ rules of this package, before the training loop starts:
 * compile: where ``--compile`` is not given, whether a compiled step pays back its warm-up within
   the run, measured or cached (:mod:`attncnn.perf.compiling`).
 
-A resumed run keeps the choices its ``config.json`` recorded, with one exception, the rule for runs
+A resumed run keeps the choices its ``config.json`` recorded, except those its command gives
+(``--device``, ``--precision``, ``--compile``: they belong to the machine, not to the experiment,
+and compiled and eager steps compute the same function up to rounding), and the rule for runs
 that change machines: when the last epoch in ``metrics.jsonl`` names another machine than this one
 (``"machine"``, recorded by ``attncnn reproduce``), measured attention paths are measured again here
 (every path computes the same function up to rounding; bit-identical continuation is promised only
@@ -76,13 +78,16 @@ def make_plan(config: TrainConfig) -> RunPlan:
 
 
 def resume_plan(folder: str | Path, *, device: str | None = None, precision: str | None = None,
-                keep_impl: bool = False) -> RunPlan:
+                compile: bool | None = None, keep_impl: bool = False) -> RunPlan:
     """The plan for continuing the run in ``folder`` on this machine (see the module's description).
 
     Args:
         folder: the run folder (its ``config.json`` and ``metrics.jsonl`` are read, not changed).
         device: this command's ``--device`` (None: the run's own); recorded for the rest of the run.
         precision: this command's ``--precision`` (None: the run's own, or fp32 where bf16 is slow).
+        compile: this command's ``--compile`` or ``--no-compile`` (None: the run's own); a machine's
+            choice like the precision, so ``config.json`` keeps the run's own and each epoch record
+            says whether a compiled step trained it (``"compiled"``).
         keep_impl: keep the recorded attention paths even on another machine (a study that names them).
 
     Raises:
@@ -91,7 +96,8 @@ def resume_plan(folder: str | Path, *, device: str | None = None, precision: str
     stored = resumable_config(folder)
     here = plan_device(device if device is not None else stored.device)
     run_precision = machine_precision(stored.precision, here, precision, what=f"run {folder}")
-    config = dataclasses.replace(stored, precision=run_precision)
+    config = dataclasses.replace(stored, precision=run_precision,
+                                 compile=stored.compile if compile is None else compile)
     changes = [] if device is None or device == stored.device else [f"device {stored.device!r} -> {device!r}"]
     if not keep_impl and moved_machine(folder, stored, here):
         changes.append(f"attention path {stored.model['impl']!r} -> measured again here")

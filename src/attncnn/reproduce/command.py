@@ -58,6 +58,10 @@ def register(subparsers) -> None:
     r.add_argument("--precision", choices=PRECISIONS,
                    help="training precision of new runs and of resumed ones (default: the preset's, auto, for a new "
                         "run; a resumed run's own, but fp32 for a bf16 run on a device without fast bf16)")
+    r.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="torch.compile the training step of new runs and of resumed ones (a machine's choice: "
+                        "each epoch record says whether a compiled step trained it); --no-compile never "
+                        "(default: a new run's measured choice, a resumed run's own)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
     r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
     r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")
@@ -119,9 +123,12 @@ def _options(args: argparse.Namespace):
     if args.precision is not None and (args.report_only or args.ship):
         raise ValueError(f"--precision is the precision runs train at, and --{'ship' if args.ship else 'report-only'} "
                          "trains nothing (the report's figures and maps are computed in fp32); drop --precision")
+    if args.compile is not None and (args.report_only or args.ship):
+        raise ValueError(f"--{'' if args.compile else 'no-'}compile is how runs train, and "
+                         f"--{'ship' if args.ship else 'report-only'} trains nothing; drop it")
     return TrainOptions(data=args.data or "cifar10", data_dir=args.data_dir, download=args.download, device=args.device,
-                        precision=args.precision, epochs=args.epochs, train_subset=args.train_subset,
-                        batch_size=args.batch_size)
+                        precision=args.precision, compile=args.compile, epochs=args.epochs,
+                        train_subset=args.train_subset, batch_size=args.batch_size)
 
 
 def _dry_run(jobs, options, out: Path, suite: str) -> int:

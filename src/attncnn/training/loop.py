@@ -87,8 +87,9 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
             (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
             :func:`attncnn.perf.resume_plan` for a resumed one). Nothing is measured here. A new run
             stores the planned choices in ``config.json``; a resumed run stores them only where the
-            plan changes its paths or device, and keeps its own precision there (each epoch record
-            names the precision that trained it, ``"precision"``).
+            plan changes its paths or device, and keeps its own precision and compile setting there
+            (each epoch record names the precision that trained it, ``"precision"``, and whether a
+            compiled step did, ``"compiled"``).
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
             (continue from the folder's last checkpoint with its stored configuration, also from
             the middle of an epoch).
@@ -238,7 +239,8 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                 result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
                 test = {"test_loss": result.loss, "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
                 tested = f"test loss {result.loss:.4f} acc {result.accuracy:.4f}"
-            record = {"epoch": epoch + 1, **stats, **test, "precision": config.precision,    # a resume may change it
+            record = {"epoch": epoch + 1, **stats, **test, "precision": config.precision,    # a resume may change
+                      "compiled": bool(config.compile),                                  # these two
                       **(epoch_metrics(state.model) if epoch_metrics else {})}
             saver.run.append_metrics(record)
             log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  %s  %.1fs  %.0f img/s", epoch + 1,

@@ -53,13 +53,14 @@ class TrainOptions:
     download: bool = False
     device: str = "auto"
     precision: str | None = None
+    compile: bool | None = None
     epochs: int | None = None
     train_subset: int | None = None
     batch_size: int | None = None
 
     def overrides(self, seed: int) -> dict:
         return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
-                "device": self.device, "precision": self.precision, "epochs": self.epochs,
+                "device": self.device, "precision": self.precision, "compile": self.compile, "epochs": self.epochs,
                 "train_subset": self.train_subset, "batch_size": self.batch_size}
 
 
@@ -99,7 +100,11 @@ def resume_command(job: Job, options: TrainOptions) -> str:
                         ("--precision", options.precision)):
         if value is not None:
             words += [flag, value]
-    return shlex.join(words)
+    return shlex.join(words + _compile_flag(options.compile))
+
+
+def _compile_flag(value: bool | None) -> list[str]:
+    return [] if value is None else ["--compile" if value else "--no-compile"]
 
 
 def train_command(job: Job, options: TrainOptions) -> str:
@@ -108,6 +113,8 @@ def train_command(job: Job, options: TrainOptions) -> str:
              "--out", str(job.folder)]
     given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
              **dict(job.overrides)}
+    compiled = given.pop("compile", None)                     # a job's own wins, as in job_config
+    compiled = options.compile if compiled is None else compiled
     for key, value in given.pop("model", {}).items():        # a grid variant's model options
         words += ["--set", f"{key}={value!r}" if isinstance(value, str) and _literal(value) else f"{key}={value}"]
     for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
@@ -118,7 +125,7 @@ def train_command(job: Job, options: TrainOptions) -> str:
             words += [flag, str(value)]
     if options.download:
         words.append("--download")
-    return shlex.join(words)
+    return shlex.join(words + _compile_flag(compiled))
 
 
 def _literal(text: str) -> bool:
@@ -143,7 +150,8 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     plan (:func:`attncnn.perf.resume_plan`: device, attention path measured again on another machine
     unless the study names it); an interrupted run resumes at ``options.precision`` when given, else
     at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record
-    names the precision that ran, and ``machine.json``'s segments split where it changed).
+    names the precision that ran, and ``machine.json``'s segments split where it changed), and
+    compiled or eager as ``options.compile`` says, else as it started (each epoch record says which).
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -166,7 +174,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
         if mode == "resume":
             point_at_data(job.folder, options.data, options.data_dir)
             plan = resume_plan(job.folder, device=options.device, precision=options.precision,
-                               keep_impl="impl" in dict(job.overrides).get("model", {}))
+                               compile=options.compile, keep_impl="impl" in dict(job.overrides).get("model", {}))
         else:
             plan = make_plan(config)
         try:
