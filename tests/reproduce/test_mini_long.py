@@ -126,6 +126,19 @@ def test_a_change_of_precision_on_one_machine_starts_a_segment():
                                        "AMD EPYC, 2 threads, torch 2.13.0+cpu, fp32 (epochs 2-3)")
 
 
+def test_a_resumed_run_that_goes_on_compiled_starts_a_segment():
+    # epochs 1-2 from before records said whether they were compiled, 3 eager, 4-5 compiled
+    records = [{"epoch": 1, "machine": XEON, "precision": "bf16"}, {"epoch": 2, "machine": XEON, "precision": "bf16"},
+               {"epoch": 3, "machine": XEON, "precision": "bf16", "compiled": False},
+               *({"epoch": e, "machine": XEON, "precision": "bf16", "compiled": True} for e in (4, 5))]
+    segments = machine_segments(records)
+    assert segments == [{"epochs": [1, 2], "machine": XEON, "precision": "bf16"},
+                        {"epochs": [3, 3], "machine": XEON, "precision": "bf16", "compiled": False},
+                        {"epochs": [4, 5], "machine": XEON, "precision": "bf16", "compiled": True}]
+    assert segments_text(segments[1:]) == ("Intel Xeon, 2 threads, torch 2.13.0+cpu, bf16 (epoch 3); "
+                                           "Intel Xeon, 2 threads, torch 2.13.0+cpu, bf16, compiled (epochs 4-5)")
+
+
 def test_report_sections_of_the_long_suite(tmp_path):
     suite = get_suite("mini-long")
     out = tmp_path / "mini-long"

@@ -15,9 +15,12 @@ writes into ``metrics.jsonl`` therefore carries
   epoch); the load average cannot say it, since each such run keeps few of the machine's cores busy;
 * ``"precision"`` (written by the training loop for every run): ``"fp32"`` or ``"bf16"``, the
   machine's choice for the process that trained the epoch (a bf16 run resumed on a CPU without bf16
-  units continues in fp32).
+  units continues in fp32);
+* ``"compiled"`` (written by the training loop since resumed runs may change it): whether a
+  ``torch.compile``d step trained the epoch.
 
-:func:`machine_segments` turns them into consecutive stretches of epochs per machine and precision;
+:func:`machine_segments` turns them into consecutive stretches of epochs per machine, precision and
+compile setting;
 the runner writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report
 shows them.
 """
@@ -31,14 +34,15 @@ import torch
 
 from ...perf.machine import MACHINE_KEY, epoch_machine
 
-__all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "DEVICE_RUNS_KEY", "epoch_machine",
-           "recording_machine", "machine_segments", "segment_text", "segments_text", "machine_text", "epochs_text", "shared_epochs"]
+__all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
+           "epoch_machine", "recording_machine", "machine_segments", "segment_text", "segments_text", "machine_text",
+           "epochs_text", "shared_epochs"]
 
 #: written into each run folder the runner finishes: the machine its timings come from, and its
 #: :func:`machine_segments` (``"segments"``)
 MACHINE_FILE = "machine.json"
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
-LOAD_KEY, PRECISION_KEY = "load_average", "precision"
+LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
 #: the key a GPU job adds: the job's runs training on the device when the epoch began
 DEVICE_RUNS_KEY = "device_runs"
 
@@ -67,9 +71,10 @@ def recording_machine(epoch_metrics: Callable | None, device: torch.device) -> C
 
 
 def machine_segments(records: Sequence[dict], precision: str | None = None) -> list[dict]:
-    """Consecutive epochs trained on the same machine at the same precision: ``[{"epochs": [first,
-    last], "machine": dict or None (not recorded), "precision": "fp32", "bf16" or None (not
-    recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``.
+    """Consecutive epochs trained on the same machine at the same precision and compile setting:
+    ``[{"epochs": [first, last], "machine": dict or None (not recorded), "precision": "fp32", "bf16"
+    or None (not recorded)}, ...]`` in epoch order, from the records of ``metrics.jsonl``; a segment
+    whose epochs recorded their compile setting also has ``"compiled": True or False``.
 
     Args:
         records: the run's epoch records.
@@ -81,12 +86,14 @@ def machine_segments(records: Sequence[dict], precision: str | None = None) -> l
         epoch = record.get("epoch")
         if not isinstance(epoch, int):
             continue
-        machine, ran = record.get(MACHINE_KEY), record.get(PRECISION_KEY, precision)
+        machine, ran, compiled = record.get(MACHINE_KEY), record.get(PRECISION_KEY, precision), record.get(COMPILED_KEY)
         last = segments[-1] if segments else None
-        if last and last["machine"] == machine and last["precision"] == ran and last["epochs"][1] == epoch - 1:
+        if (last and last["machine"] == machine and last["precision"] == ran and last.get(COMPILED_KEY) == compiled
+                and last["epochs"][1] == epoch - 1):
             last["epochs"][1] = epoch
         else:
-            segments.append({"epochs": [epoch, epoch], "machine": machine, "precision": ran})
+            segments.append({"epochs": [epoch, epoch], "machine": machine, "precision": ran,
+                             **({} if compiled is None else {COMPILED_KEY: compiled})})
     return segments
 
 
@@ -95,7 +102,8 @@ def machine_text(machine: dict | None) -> str:
     if not machine:
         return "machine not recorded"
     threads = machine.get("threads", "?")
-    text = f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, torch {machine.get('torch', '?')}"
+    text = (f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, "
+            f"torch {machine.get('torch', '?')}")
     return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
 
 
@@ -107,10 +115,11 @@ def epochs_text(epochs: Sequence[int]) -> str:
 
 def segment_text(segment: dict) -> str:
     """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30)"`` for one of :func:`machine_segments`
-    (the precision only where it was recorded: ``machine.json`` files written before say none)."""
+    (the precision only where it was recorded: ``machine.json`` files written before say none;
+    ``", compiled"`` after it where the epochs recorded a compiled step)."""
     precision = segment.get("precision")
-    return (f"{machine_text(segment['machine'])}{f', {precision}' if precision else ''} "
-            f"({epochs_text(segment['epochs'])})")
+    return (f"{machine_text(segment['machine'])}{f', {precision}' if precision else ''}"
+            f"{', compiled' if segment.get(COMPILED_KEY) else ''} ({epochs_text(segment['epochs'])})")
 
 
 def segments_text(segments: Sequence[dict]) -> str:
