@@ -118,6 +118,7 @@ def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path)
     assert progress["epochs_done"] == 1 and progress["epochs"] == 2
     assert progress["test_accuracy"] == record["test_accuracy"]
     assert progress["segments"] == [{"epochs": [1, 1], "machine": record["machine"], "precision": record["precision"],
+                                     "compiled": record["compiled"],
                                      "seconds_per_epoch": record["seconds"] + record["eval_seconds"]}]
     text = (tmp_path / "report.md").read_text()
     assert (f"resnet18-mini seed 1 (epoch 1 of 2, test acc. "
