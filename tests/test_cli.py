@@ -401,7 +401,8 @@ def test_resume_takes_the_precision_of_this_machine(tmp_path, tiny_dataset, caps
     assert "only --device, --precision and --compile can" in capsys.readouterr().err
 
 
-def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(tmp_path, tiny_dataset, monkeypatch):
+@pytest.mark.parametrize("device", [None, "cpu"])     # "cpu": another --device, so config.json is rewritten
+def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(device, tmp_path, tiny_dataset, monkeypatch):
     import torch
 
     assert _train(tmp_path, tiny_dataset, "--precision", "fp32", "--no-compile") == 0
@@ -410,10 +411,12 @@ def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(tmp_path, t
         (run / name).unlink()
     compiled = []          # the loop's torch.compile, recorded (inductor's compilation is tested elsewhere)
     monkeypatch.setattr(torch, "compile", lambda net, **options: compiled.append(options) or net)
-    assert main(["train", "--resume", str(run), "--compile", "--no-progress"]) == 0
+    assert main(["train", "--resume", str(run), "--compile", "--no-progress"]
+                + (["--device", device] if device else [])) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(r["epoch"], r["compiled"]) for r in records] == [(1, False), (2, True)] and len(compiled) == 1
-    assert json.loads((run / "config.json").read_text())["compile"] is False          # the run's own
+    config = json.loads((run / "config.json").read_text())
+    assert config["compile"] is False and config["device"] == (device or "auto")       # the run's own compile
 
 
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):

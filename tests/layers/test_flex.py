@@ -11,13 +11,15 @@ import pytest
 import torch
 
 from attncnn.layers import build_attention, local_init_
+from attncnn.layers.flex import FLEX_CUDA_MIN_HEAD_DIM
 from attncnn.models import build_model
 from attncnn.perf.timing import time_impls
 
 # FlexAttention warns once that an uncompiled call runs its unfused reference: what the CPU checks use
 pytestmark = pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
 
-D, NH = 8, 9
+# heads of 16 and 20 channels: FlexAttention's CUDA kernel takes no narrower ones (FLEX_CUDA_MIN_HEAD_DIM)
+D, NH = 16, 9
 
 
 @pytest.fixture(autouse=True)
@@ -48,7 +50,7 @@ def _run(layer, x, weight, impl, **kw):
     return out.detach().float(), {"x": xg.grad, **{n: p.grad for n, p in layer.named_parameters()}}
 
 
-@pytest.mark.parametrize("head_dim", [None, 6])
+@pytest.mark.parametrize("head_dim", [None, 20])
 @pytest.mark.parametrize("grid", [(5, 6), (4, 4), (6, 3)])
 def test_flex_forward_equals_the_explicit_path_in_float32(head_dim, grid, device):
     """Key j of a (H, W) grid sits in row j // W and column j % W: non-square grids catch a swap."""
@@ -90,7 +92,7 @@ def test_flex_forward_under_bf16_autocast_errs_like_the_explicit_path(device):
     assert err <= 1.2 * err_explicit + 1e-3 and err < 2e-2, (err, err_explicit)
 
 
-@pytest.mark.parametrize("head_dim", [None, 6])
+@pytest.mark.parametrize("head_dim", [None, 20])
 def test_flex_trains_on_cuda_with_the_explicit_paths_gradients_and_refuses_elsewhere(head_dim, device):
     layer = _layer(device, head_dim=head_dim).train()
     x = torch.randn(2, 5, 6, D).to(device)
@@ -130,6 +132,31 @@ def test_flex_is_a_path_choice_candidate_on_cuda_only():
     assert layer.path_unavailable("flex", cuda, backward=True) is None
     assert layer.path_unavailable("flex", cuda, backward=False) is None
     assert all(layer.path_unavailable(i, cpu, backward=True) is None for i in layer.impls if i != "flex")
+    # narrow heads: CUDA's kernel refuses them (so auto never times flex there); the CPU reference takes them
+    narrow = _layer("cpu", head_dim=FLEX_CUDA_MIN_HEAD_DIM - 2)
+    for backward in (True, False):
+        assert narrow.path_unavailable("flex", cuda, backward=backward) == (
+            "FlexAttention's CUDA kernel needs heads of at least 16 channels, got head_dim=14; choose the sdpa "
+            "or an explicit path")
+    assert "unfused reference" in narrow.path_unavailable("flex", cpu, backward=False)
+    assert _layer("cpu", head_dim=FLEX_CUDA_MIN_HEAD_DIM).path_unavailable("flex", cuda, backward=True) is None
     # the default candidates of a timing leave it out off CUDA
     timings = time_impls(layer, torch.randn(2, 4, 4, D), reps=1)
     assert set(timings) == {"explicit", "explicit-half", "sdpa", "explicit-onehot", "sdpa-onehot"}
+
+
+def test_flex_refuses_narrow_heads_on_cuda_and_computes_them_elsewhere(device):
+    """torch's FlexAttention kernel stops with an inductor error for heads under 16 channels: the
+    layer says so first, naming the fix; the CPU reference has no such limit."""
+    layer = _layer(device, head_dim=6).eval()
+    x = torch.randn(2, 4, 5, D).to(device)
+    with torch.no_grad():
+        expected, _ = layer(x, return_attention=True)
+        layer.impl = "flex"
+        if device.type == "cuda":
+            with pytest.raises(ValueError, match="impl='flex' cannot run this step: FlexAttention's CUDA kernel needs "
+                                                 "heads of at least 16 channels, got head_dim=6"):
+                layer(x)
+            return
+        out = layer(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())

@@ -11,12 +11,30 @@ import pytest
 
 from attncnn.cli import main
 from attncnn.reproduce import STUDIES, SUITES, get_suite, job_state, plan
+from attncnn.reproduce.running.runner import TrainOptions, job_config
+from attncnn.training.schedule import LRSchedule
 
 
 def _shortened(name: str, preset: str, epochs: int, suite_epochs: int | None = None):
     suite = get_suite(name)
     overrides = suite.overrides if suite_epochs is None else (("epochs", suite_epochs),)
-    return dataclasses.replace(suite, overrides=overrides, preset_overrides={preset: (("epochs", epochs),)})
+    return dataclasses.replace(suite, overrides=overrides,
+                               preset_overrides={**suite.preset_overrides, preset: (("epochs", epochs),)})
+
+
+@pytest.mark.parametrize("name", ["mini-long", "paper-long"])
+def test_every_run_of_a_long_suite_decays_to_zero_by_its_last_step(name, tmp_path):
+    """Widths 64 and 400 compare at equal epochs and schedules: the ResNet's own multistep schedule
+    (first decay at epoch 80 of 300) would keep 0.1 through all 60 epochs."""
+    suite = get_suite(name)
+    for job in plan(suite, tmp_path):
+        config = job_config(job, TrainOptions())
+        schedule = LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=500, kind=config.schedule,
+                              warmup_ratio=config.warmup_ratio, stepping=config.lr_stepping,
+                              milestones=tuple(config.milestones), gamma=config.gamma)
+        assert config.epochs == 60 and config.schedule == "cosine", job.label
+        assert schedule.lr_at(config.epochs - 1, 499) < 1e-3 * config.lr, job.label
+        assert schedule.lr_at(30, 0) > 0.4 * config.lr, job.label
 
 
 def test_a_preset_override_changes_that_presets_jobs_alone(tmp_path):

@@ -23,7 +23,7 @@ import functools
 
 import torch
 
-__all__ = ["relative_flex_attention", "flex_problem"]
+__all__ = ["relative_flex_attention", "flex_problem", "FLEX_CUDA_MIN_HEAD_DIM"]
 
 
 @functools.cache
@@ -56,16 +56,26 @@ def _flex(device: torch.device):
     return flex_attention if torch.compiler.is_compiling() else _compiled_flex()   # a compiled model traces it
 
 
-def flex_problem(device: torch.device, *, backward: bool, dropout: float) -> str | None:
+#: FlexAttention's CUDA kernel refuses narrower heads (torch 2.11's inductor lowering: "NYI: embedding
+#: dimension of the query, key, and value must be at least 16")
+FLEX_CUDA_MIN_HEAD_DIM = 16
+
+
+def flex_problem(device: torch.device, *, backward: bool, dropout: float, head_dim: int) -> str | None:
     """Why ``impl="flex"`` cannot train (``backward``) or run fast here, or None when it can.
 
     Args:
         device: where the layer runs. backward: a training step (gradients) rather than a test pass.
         dropout: the layer's dropout probability on the maps in this mode (0 in eval mode).
+        head_dim: channels per head of queries, keys and values (on CUDA at least
+            :data:`FLEX_CUDA_MIN_HEAD_DIM`).
     """
     if dropout > 0:
         return (f"FlexAttention has no dropout on the attention maps (attn_drop={dropout}); set attn_dropout=0 "
                 f"or choose the sdpa or an explicit path")
+    if device.type == "cuda" and head_dim < FLEX_CUDA_MIN_HEAD_DIM:
+        return (f"FlexAttention's CUDA kernel needs heads of at least {FLEX_CUDA_MIN_HEAD_DIM} channels, got "
+                f"head_dim={head_dim}; choose the sdpa or an explicit path")
     if device.type != "cuda":
         if backward:
             return f"FlexAttention has no backward on {device.type}; it trains on CUDA only"

@@ -85,10 +85,12 @@ class LearnedRelativeContentAttention(ContentAttention):
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
         """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: ``flex``
-        only trains and runs fused on CUDA, without dropout on the maps (:func:`~attncnn.layers.flex.flex_problem`)."""
+        only trains and runs fused on CUDA, without dropout on the maps and with heads of at least 16
+        channels there (:func:`~attncnn.layers.flex.flex_problem`)."""
         if impl != "flex":
             return super().path_unavailable(impl, device, backward=backward)
-        return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0)
+        return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0,
+                            head_dim=self.head_dim)
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
@@ -230,8 +232,9 @@ class LearnedRelativeContentAttention(ContentAttention):
         b, h, w = self.check_input(x)
         backward = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
         dropout = self.attn_drop.p if self.training else 0.0
-        problem = flex_problem(x.device, backward=backward, dropout=dropout)
-        if problem is not None and (backward or dropout > 0):   # an unfused forward still computes the output
+        problem = flex_problem(x.device, backward=backward, dropout=dropout, head_dim=self.head_dim)
+        # off CUDA an unfused forward still computes the output; on CUDA every problem stops the kernel
+        if problem is not None and (backward or dropout > 0 or x.device.type == "cuda"):
             raise ValueError(f"impl='flex' cannot run this step: {problem}")
         q, k = self.queries_keys(x)
         scale = 1.0 / math.sqrt(self.head_dim)

@@ -121,8 +121,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     run_config = plan.applied_to(config)
     if stored is None:
         record = run_config.to_dict()                     # a new run stores its plan's choices
-    elif plan.changes_stored(stored):                     # config.json keeps the run's own precision
-        record = {**run_config.to_dict(), "precision": stored.precision}
+    elif plan.changes_stored(stored):             # config.json keeps the run's own precision and compile
+        record = {**run_config.to_dict(), "precision": stored.precision, "compile": stored.compile}
     else:
         record = None
     with deterministic_algorithms(config.deterministic, plan.device), processes(launch, plan.device) as dist:
