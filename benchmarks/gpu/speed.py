@@ -1,7 +1,7 @@
 """Training speed on a lent GPU, this checkout against an earlier one, in one short job.
 
     python3 benchmarks/gpu/speed.py --out "$OUT" [--baseline .gpu/baseline/src] [--device cuda]
-                                    [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content]
+                                    [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content|flex]
 
 Each row is one ``attncnn bench`` of a preset in bf16 (its own process: ``python -m attncnn
 bench --json``, the preset's images/s for a training step and a test pass, peak memory and the
@@ -52,7 +52,11 @@ def plan(kind: str) -> list[Row]:
     """The rows of a job: ``quick`` (the baseline, the run's own choice eager and compiled), ``full``
     (those, then every content-attention path eager, FlexAttention and the likely ones compiled), or
     ``content`` (``learned-content`` alone: baseline, own choice eager and compiled, FlexAttention
-    eager and compiled, the fused one-hot path compiled: what decides how long a run of it a job fits)."""
+    eager and compiled, the fused one-hot path compiled: what decides how long a run of it a job fits),
+    or ``flex`` (the baseline and FlexAttention eager and compiled alone)."""
+    if kind == "flex":
+        return [Row("before", "learned-content"), Row("after", "learned-content", "flex"),
+                Row("after", "learned-content", "flex", compile=True)]
     if kind == "content":
         return [Row("before", "learned-content"), Row("after", "learned-content"),
                 Row("after", "learned-content", compile=True), Row("after", "learned-content", "flex"),
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--layers", type=int, help="time the attention presets with this many layers")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds; rows that would pass it are skipped")
-    parser.add_argument("--rows", choices=("full", "quick", "content"), default="full")
+    parser.add_argument("--rows", choices=("full", "quick", "content", "flex"), default="full")
     args = parser.parse_args(argv)
     if not (Path(args.baseline) / "attncnn").is_dir():
         parser.error(f"--baseline {args.baseline} holds no attncnn package; make it with "

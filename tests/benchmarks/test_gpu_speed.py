@@ -33,6 +33,8 @@ def test_the_plan_puts_the_baseline_and_the_runs_own_choice_first():
     assert {r.preset for r in content} == {"learned-content"} and content[0] == speed.Row("before", "learned-content")
     assert {(r.impl, r.compile) for r in content[1:]} == {(None, False), (None, True), ("flex", False), ("flex", True),
                                                          ("sdpa-onehot", True)}
+    assert speed.plan("flex") == [speed.Row("before", "learned-content"), speed.Row("after", "learned-content", "flex"),
+                                  speed.Row("after", "learned-content", "flex", compile=True)]
 
 
 def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path):
@@ -44,6 +46,11 @@ def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path
     cmd, env = speed.command(speed.Row("after", "learned-content", "sdpa-onehot", compile=True), args)
     assert cmd[cmd.index("--set") + 1] == "impl=sdpa-onehot" and cmd[cmd.index("--variants") + 1] == "bf16+compile"
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT / "src")
+    # FlexAttention has no dropout on the maps: its rows train without it, and the table says so
+    cmd, _ = speed.command(speed.Row("after", "learned-content", "flex"), args)
+    assert [cmd[i + 1] for i, word in enumerate(cmd) if word == "--set"] == ["impl=flex", "attn_dropout=0"]
+    text = speed.table([_result(speed.Row("after", "learned-content", "flex"), 10.0)], [], args)
+    assert "| after | learned-content | flex (attn_dropout=0) |" in text
 
 
 def _result(row, images_per_s, **extra):

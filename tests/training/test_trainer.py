@@ -121,6 +121,25 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     assert (out / "finished.json").exists()
 
 
+def test_an_interrupted_run_that_went_on_compiled_says_to_resume_with_compile(tiny, tmp_path, monkeypatch):
+    """config.json keeps the run's own compile (False); the resume command repeats ``--compile`` so
+    that the run goes on as it was going, and says nothing where nothing differs."""
+    out = tmp_path / "run"
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=0, step=2, signum=signal.SIGINT)
+        with pytest.raises(TrainingInterrupted) as first:
+            train(_config(tiny, compile=False), out, make_plan(_config(tiny, compile=False)), progress=False)
+    assert str(first.value).endswith(f"Resume with: attncnn train --resume {out}")
+    monkeypatch.setattr(torch, "compile", lambda net, **options: net)     # the loop's choice, not inductor
+    with monkeypatch.context() as m:
+        _signal_at(m, epoch=1, step=2, signum=signal.SIGINT)
+        with pytest.raises(TrainingInterrupted) as second:
+            train(None, out, resume_plan(out, compile=True), mode="resume", progress=False)
+    assert str(second.value).endswith(f"Resume with: attncnn train --resume {out} --compile")
+    assert json.loads((out / "config.json").read_text())["compile"] is False
+    assert [r["compiled"] for r in _metrics(out)] == [True]         # epoch 1 was finished compiled
+
+
 def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run, tmp_path, monkeypatch):
     out = tmp_path / "run"
     with monkeypatch.context() as m:

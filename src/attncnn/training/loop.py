@@ -125,14 +125,18 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
         record = {**run_config.to_dict(), "precision": stored.precision, "compile": stored.compile}
     else:
         record = None
+    # what a resume must repeat for the run to go on as now: config.json keeps the run's own compile
+    repeat = () if stored is None or stored.compile == run_config.compile else (
+        "--compile" if run_config.compile else "--no-compile",)
     with deterministic_algorithms(config.deterministic, plan.device), processes(launch, plan.device) as dist:
-        return _train(run_config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, record)
+        return _train(run_config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, record, repeat)
 
 
 def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed,
-           epoch_metrics: EpochMetrics | None, record: dict | None) -> dict:
+           epoch_metrics: EpochMetrics | None, record: dict | None, repeat: tuple[str, ...] = ()) -> dict:
     """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished.
-    ``record`` is what ``config.json`` gets (None: it stays as it is)."""
+    ``record`` is what ``config.json`` gets (None: it stays as it is); ``repeat``, the options an
+    interrupted run's resume command repeats."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
@@ -141,7 +145,7 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
                              init_from=None if mode == "resume" else config.init_from, shaped_like=resume_from)
     run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
     try:
-        saver = Saver(run, state)
+        saver = Saver(run, state, repeat)
         if mode == "resume":
             _resume(state, saver)
         if record is not None:

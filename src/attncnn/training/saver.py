@@ -19,9 +19,10 @@ __all__ = ["Saver", "resume_command"]
 log = logging.getLogger(__name__)
 
 
-def resume_command(run_path: Path, dist: Distributed) -> str:
-    """The shell command that continues the run in ``run_path`` (under torchrun when it ran there)."""
-    command = f"attncnn train --resume {shlex.quote(str(run_path))}"
+def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] = ()) -> str:
+    """The shell command that continues the run in ``run_path`` (under torchrun when it ran there),
+    with ``options`` (e.g. ``--compile`` for a run that went on compiled; config.json keeps its own)."""
+    command = shlex.join(["attncnn", "train", "--resume", str(run_path), *options])
     if not dist.enabled:
         return command
     per_node = int(os.environ.get("LOCAL_WORLD_SIZE", dist.world_size))
@@ -38,8 +39,10 @@ class Saver:
     of them); rank 0 alone writes. Writes are atomic: a failure leaves the previous file intact.
     """
 
-    def __init__(self, run: MainProcessRunFolder, state: TrainState) -> None:
+    def __init__(self, run: MainProcessRunFolder, state: TrainState, repeat: tuple[str, ...] = ()) -> None:
         self.run, self.state = run, state
+        #: options the resume command repeats (the machine options that differ from config.json)
+        self.repeat = tuple(repeat)
         #: ``(file, epoch, step)`` of the newest good ``last`` checkpoint, or None before the first
         self.last_good: tuple[Path, int, int] | None = None
 
@@ -67,7 +70,7 @@ class Saver:
         """The error for a stop on ``signum`` at ``where``, after ``last`` was saved."""
         last = self.run.checkpoint_path("last")
         message = (f"interrupted by {signal.Signals(signum).name} at {where}; saved a resumable checkpoint {last}. "
-                   f"Resume with: {resume_command(self.run.path, self.state.dist)}")
+                   f"Resume with: {resume_command(self.run.path, self.state.dist, self.repeat)}")
         (log.warning if self.state.dist.is_main else log.debug)("%s", message)    # once, not once per process
         return TrainingInterrupted(message, signum=signum, checkpoint=last)
 
