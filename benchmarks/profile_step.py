@@ -2,6 +2,7 @@
 
     python benchmarks/profile_step.py [--presets quadratic-mini,learned-mini,...] [--batch-size 100]
                                       [--precision bf16] [--steps 2] [--impl measured] [--out results/NAME.md]
+                                      [--device cpu|cuda] [--compile]
 
 For each preset (built as ``attncnn train`` builds it: the attention path it would measure and choose
 on this machine unless ``--impl`` names one, freed host memory kept for reuse), on random images:
@@ -12,7 +13,13 @@ on this machine unless ``--impl`` names one, freed host memory kept for reuse), 
    of as many test-mode forwards, after two warm-up calls, without the profiler.
 3. A ``torch.profiler`` trace of ``--steps`` more of each, whose operators' self CPU times are summed
    into groups: matrix products (mm, addmm, bmm, baddbmm, convolutions, SDPA kernels), copies and
-   casts, softmax, normalisation, activations, dropout, optimiser, everything else.
+   casts, softmax, normalisation, activations, dropout, optimiser, everything else. On a GPU
+   (``--device cuda``) the groups sum the GPU kernels' own times instead, each kernel placed by its
+   name (:func:`kernel_group`: cuBLAS/CUTLASS/cuDNN products and attention kernels, softmax, ...,
+   and the kernels ``torch.compile`` generated, ``triton_*``, in a group of their own).
+
+``--compile`` times and profiles the ``torch.compile``d step (its compilation is in the warm-up
+calls, outside the timing); the FLOPs are counted on the eager model, which computes the same.
 
 and prints, next to the machine's measured bf16 (or fp32) matrix-product peak (2048^2):
 
@@ -23,8 +30,10 @@ and prints, next to the machine's measured bf16 (or fp32) matrix-product peak (2
   nothing; ``ceiling: peak``: wall / (FLOPs / peak), the speed-up if the products also ran at the
   measured peak. A goal above ``ceiling: peak`` needs fewer FLOPs, not a better kernel.
 
-The profiler adds a little time per operator; the group shares are of the profiled time, the
-ceilings use the unprofiled wall time and the products' share. Measure on an idle machine.
+The profiler adds a little time per operator; the group shares are of the profiled time (on a
+GPU: of the kernels' time, so idle gaps between kernels, launch overhead, count in ``ceiling: no
+overhead`` but in no group), the ceilings use the unprofiled wall time and the products' share.
+Measure on an idle machine.
 """
 
 from __future__ import annotations
@@ -32,16 +41,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
-import statistics
 import tempfile
-import time
 from collections import defaultdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from attncnn.models import build_model, preset_model_config
-from attncnn.perf.bench.harness import count_training_flops, matmul_peak, step_functions
+from attncnn.perf.bench.harness import count_training_flops, matmul_peak, step_functions, time_median
 from attncnn.perf.host_memory import reuse_freed_memory
 from attncnn.perf.paths import choose_impl
 
@@ -70,32 +77,54 @@ GROUPS = {
 }
 GROUP_OF = {name: group for group, names in GROUPS.items() for name in names}
 
+# GPU kernels: a group and the (lower-case) parts of a kernel's name that place it there, tried in
+# this order (a compiled matrix-product template, triton_tem_*, is a product; other triton_* kernels
+# are what torch.compile fused); names with none of them fall in "other"
+KERNEL_GROUPS = (
+    ("products", ("gemm", "nvjet", "cutlass", "xmma", "cublas", "cudnn", "flash", "fmha", "attention",
+                  "triton_tem", "convolution", "conv2d", "fprop", "wgrad", "dgrad")),
+    ("softmax", ("softmax",)),
+    ("normalisation", ("layer_norm", "layernorm", "batch_norm", "batchnorm")),
+    ("dropout", ("dropout", "bernoulli")),
+    ("optimiser", ("multi_tensor_apply", "foreach")),
+    ("fused (compiled)", ("triton_",)),
+    ("copies and casts", ("memcpy", "memset", "copy", "cast", "transpose", "cat_", "index")),
+    ("activations", ("gelu", "relu", "threshold", "sigmoid")),
+)
 
-def _group_times(prof) -> tuple[dict[str, float], list[tuple[str, float]]]:
-    """Self CPU seconds per group and per operator (top level of the profile's key averages)."""
+
+def kernel_group(name: str) -> str:
+    """The group of a GPU kernel, from its name (see ``KERNEL_GROUPS``)."""
+    lower = name.lower()
+    for group, parts in KERNEL_GROUPS:
+        if any(part in lower for part in parts):
+            return group
+    return "other"
+
+
+def _group_times(prof, device: torch.device) -> tuple[dict[str, float], list[tuple[str, float]]]:
+    """Seconds per group and per operator: self CPU times of the operators, or on a GPU the
+    kernels' own times (top level of the profile's key averages)."""
     groups: dict[str, float] = defaultdict(float)
     ops = []
     for event in prof.key_averages():
-        name = event.key.removeprefix("aten::")
-        seconds = event.self_cpu_time_total / 1e6
+        if device.type == "cuda":
+            if event.device_type != torch.autograd.DeviceType.CUDA:
+                continue
+            seconds, group = event.self_device_time_total / 1e6, kernel_group(event.key)
+        elif event.key.startswith("## Call CompiledFxGraph"):     # the code torch.compile generated, run
+            seconds, group = event.self_cpu_time_total / 1e6, "fused (compiled)"
+        else:
+            seconds, group = event.self_cpu_time_total / 1e6, GROUP_OF.get(event.key.removeprefix("aten::"), "other")
         if seconds <= 0:
             continue
-        groups[GROUP_OF.get(name, "other")] += seconds
+        groups[group] += seconds
         ops.append((event.key, seconds))
     ops.sort(key=lambda item: -item[1])
     return dict(groups), ops
 
 
-def _median_seconds(fn, calls: int) -> float:
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def _path(preset: str, impl: str, batch_size: int, precision: str) -> str | None:
+def _path(preset: str, impl: str, batch_size: int, precision: str, device: torch.device) -> str | None:
     """The attention path to build ``preset`` with: ``impl``, or for ``"measured"`` what
     ``attncnn train`` would measure and choose here (None: the preset has no attention layers)."""
     arch, config = preset_model_config(preset, 10)
@@ -105,60 +134,75 @@ def _path(preset: str, impl: str, batch_size: int, precision: str) -> str | None
         return impl
     with tempfile.TemporaryDirectory() as cache:            # a fresh measurement, not a cached one
         return choose_impl(config, batch=batch_size, image_size=(32, 32), precision=precision,
-                           device=torch.device("cpu"), cache_dir=cache)[0]
+                           device=device, cache_dir=cache)[0]
 
 
-def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto") -> dict:
-    path = _path(preset, impl, batch_size, precision)
+def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto",
+                   device: str = "cpu", compile: bool = False) -> dict:
+    """One preset's training step and test pass: FLOPs, unprofiled wall time, profiled groups (see
+    the module docstring). ``compile``: time and profile ``torch.compile(model)``."""
+    dev = torch.device(device)
+    path = _path(preset, impl, batch_size, precision, dev)
     torch.manual_seed(0)
-    model = build_model(preset) if path is None else build_model(preset, impl=path)
-    images = torch.randn(batch_size, 3, 32, 32)
-    labels = torch.randint(0, 10, (batch_size,))
+    model = (build_model(preset) if path is None else build_model(preset, impl=path)).to(dev)
+    images = torch.randn(batch_size, 3, 32, 32).to(dev)
+    labels = torch.randint(0, 10, (batch_size,)).to(dev)
     fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
-    train_step, test_pass = step_functions(model, images, labels, precision=precision)
+    run_model = torch.compile(model, dynamic=False) if compile else None     # as attncnn train compiles
+    train_step, test_pass = step_functions(model, images, labels, run_model=run_model, precision=precision)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
 
-    result = {"preset": preset, "path": path or "-"}
+    result = {"preset": preset, "path": path or "-", "compiled": compile}
     for mode, fn, flops in (("train", train_step, train_flops), ("test", test_pass, fwd_flops)):
         model.train(mode == "train")
-        fn(), fn()                                                     # warm-up
-        wall = _median_seconds(fn, steps + 1)
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        wall = time_median(fn, dev, warmup=2, reps=steps + 1)           # the warm-up compiles, if asked
+        with profile(activities=activities) as prof:
             for _ in range(steps):
                 fn()
-        groups, ops = _group_times(prof)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)
+        groups, ops = _group_times(prof, dev)
         total = sum(groups.values())
         result[mode] = {"wall_seconds": wall, "images_per_s": batch_size / wall,
                         "flops_per_image": flops / 2, "flops_per_s": flops / 2 * batch_size / wall,
                         "shares": {g: s / total for g, s in groups.items()},
                         "product_seconds": groups.get("products", 0.0) / steps,
+                        "busy_seconds": total / steps,      # on a GPU: kernel time per call (wall - idle gaps)
                         "top_ops": [(name, s / total) for name, s in ops[:6]]}
     return result
 
 
 def _markdown(results: list[dict], peak: float, args, machine: str) -> str:
+    gpu = args.device.startswith("cuda")
+    size = 8192 if gpu else 2048
     lines = [f"# Step profile: {machine}, torch {torch.__version__}, {datetime.date.today().isoformat()}", "",
              f"`python benchmarks/profile_step.py --precision {args.precision} --batch-size {args.batch_size} "
-             f"--steps {args.steps} --impl {args.impl}`; measured {args.precision} matrix-product peak (2048^2): "
-             f"{peak / 1e9:.0f} GFLOP/s. Wall times unprofiled (median), shares from the profiler's self "
-             "CPU times.", ""]
-    groups = list(GROUPS) + ["other"]
+             f"--steps {args.steps} --impl {args.impl} --device {args.device}{' --compile' if args.compile else ''}`; "
+             f"measured {args.precision} matrix-product peak ({size}^2): {peak / 1e9:.0f} GFLOP/s. Wall times "
+             "unprofiled (median), shares from the profiler's "
+             + ("GPU kernel times." if gpu else "self CPU times."), ""]
+    groups = ([g for g, _ in KERNEL_GROUPS] if gpu else list(GROUPS) + ["fused (compiled)"]) + ["other"]
     for mode in ("train", "test"):
         lines += [f"## {'Training step' if mode == 'train' else 'Test pass'} (batch {args.batch_size})", "",
                   "| preset | path | s | img/s | GFLOP/img as run | GF/s as run | % peak | products at (% peak) "
-                  "| ceiling: no overhead | ceiling: peak | " + " | ".join(groups) + " |",
-                  "|---|---|" + "---:|" * (9 + len(groups))]
+                  "| ceiling: no overhead | ceiling: peak | " + ("GPU busy % | " if gpu else "")
+                  + " | ".join(groups) + " |",
+                  "|---|---|" + "---:|" * (9 + gpu + len(groups))]
         for r in results:
             m = r[mode]
             products = m["shares"].get("products", 0.0)
-            product_seconds = products * m["wall_seconds"]
+            # CPU: the products' share of the profiled time, applied to the unprofiled wall time; GPU:
+            # the product kernels' own seconds (the profiler barely slows kernels; idle gaps are in no group)
+            product_seconds = m["product_seconds"] if gpu else products * m["wall_seconds"]
             flops_step = m["flops_per_image"] * args.batch_size
             at = flops_step / product_seconds / peak if product_seconds else float("nan")
+            busy = f"{100 * m['busy_seconds'] / m['wall_seconds']:.0f} | " if gpu else ""
             lines.append(
                 f"| `{r['preset']}` | {r['path']} | {m['wall_seconds']:.3f} | {m['images_per_s']:.0f} | "
                 f"{m['flops_per_image'] / 1e9:.3f} | {m['flops_per_s'] / 1e9:.0f} | "
                 f"{100 * m['flops_per_s'] / peak:.0f} | {100 * at:.0f} | "
-                f"{1 / products if products else float('nan'):.2f}x | "
-                f"{m['wall_seconds'] * peak / flops_step:.2f}x | "
+                f"{m['wall_seconds'] / product_seconds if product_seconds else float('nan'):.2f}x | "
+                f"{m['wall_seconds'] * peak / flops_step:.2f}x | " + busy
                 + " | ".join(f"{100 * m['shares'].get(g, 0.0):.0f}" for g in groups) + " |")
         lines += ["", "Largest operators (self time share):", ""]
         for r in results:
@@ -178,9 +222,12 @@ def main() -> None:
                         help="attention path: 'measured' (what attncnn train picks on this machine, the default), "
                              "'auto' (the layers' own rule) or a path name (dense, folded, separable, ...)")
     parser.add_argument("--out", default=None, help="also write the Markdown table to this file")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--compile", action="store_true", help="profile the torch.compile'd step")
     args = parser.parse_args()
     reuse_freed_memory()                                 # as attncnn train does
-    peak = matmul_peak(torch.device("cpu"), torch.bfloat16 if args.precision == "bf16" else torch.float32)
+    device = torch.device(args.device)
+    peak = matmul_peak(device, torch.bfloat16 if args.precision == "bf16" else torch.float32)
     machine = f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads"
     try:
         with open("/proc/cpuinfo") as f:
@@ -188,9 +235,12 @@ def main() -> None:
         machine = f"{names[0]}, {len(names)} cores" if names else machine
     except OSError:
         pass
+    if device.type == "cuda":
+        machine = f"{torch.cuda.get_device_name(device)} (host: {machine})"
     results = []
     for preset in args.presets.split(","):
-        results.append(profile_preset(preset, args.batch_size, args.precision, args.steps, args.impl))
+        results.append(profile_preset(preset, args.batch_size, args.precision, args.steps, args.impl,
+                                      device=args.device, compile=args.compile))
         print(f"profiled {preset}", flush=True)
     text = _markdown(results, peak, args, machine)
     print(text)
