@@ -212,3 +212,29 @@ def test_a_corrupt_cache_file_is_named_in_a_warning_and_rewritten(tmp_path, monk
     assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / CACHE_NAME}: ignoring the speed-measurement "
                                                          "cache"), warnings
     assert len(json.loads((tmp_path / CACHE_NAME).read_text())) == 1
+
+
+def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(tmp_path):
+    """The dry run of a suite knows no run's attention path yet: of the cached measurements that
+    differ from its shape only in the path, it takes the fastest eager one; any other shape, preset
+    or machine is not it, and entries of presets whose paths this one lacks do not trip it."""
+    config = resolve_config("learned-content-mini", data_dir=str(tmp_path), precision="fp32")
+
+    def key(preset_config, model, batch=100):
+        return compile_cache_key(preset_config, batch, (32, 32), CPU, model=model)
+
+    other = resolve_config("quadratic-mini", data_dir=str(tmp_path), precision="fp32")
+    entries = {
+        key(config, {"impl": "explicit-onehot"}): {"eager": 1.4, "compiled": 1.2, "warmup": 20.0},
+        key(config, {"impl": "explicit-half", "eval_impl": "sdpa"}): {"eager": 1.9, "compiled": 1.3, "warmup": 25.0},
+        key(config, {"impl": "sdpa"}, batch=50): {"eager": 0.5, "compiled": 0.4, "warmup": 20.0},
+        key(other, {"impl": "folded"}): {"eager": 0.3, "compiled": 0.28, "warmup": 24.0},
+    }
+    (tmp_path / CACHE_NAME).write_text(json.dumps(entries))
+    assert compile_choice.cached_timing(config, 100, (32, 32), CPU) == CompileTiming(1.4, 1.2, 20.0)
+    assert compile_choice.cached_timing(config, 64, (32, 32), CPU) is None
+    assert compile_choice.cached_timing(dataclasses.replace(config, precision="bf16"), 100, (32, 32), CPU) is None
+    assert compile_choice.cached_timing(other, 100, (32, 32), CPU) == CompileTiming(0.3, 0.28, 24.0)
+    # another model option is another shape
+    wider = resolve_config("learned-content-mini", data_dir=str(tmp_path), precision="fp32", model={"dim": 32})
+    assert compile_choice.cached_timing(wider, 100, (32, 32), CPU) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 
@@ -136,6 +137,35 @@ def test_dry_run_prints_commands_and_estimates(tmp_path, capsys):
            "--epochs 2" in text
     assert "min/epoch" in text and "# total ~" in text
     assert not any(tmp_path.iterdir())                     # a dry run writes nothing
+
+
+def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed_up(tmp_path, capsys):
+    import torch
+
+    from attncnn.perf import resolve_precision
+    from attncnn.perf.compiling import CACHE_NAME, compile_cache_key
+    from attncnn.runs import resolve_config
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    config = resolve_config("resnet18-mini", data_dir=str(data_dir), epochs=2)
+    config = dataclasses.replace(config, precision=resolve_precision(config.precision, torch.device("cpu")))
+    key = compile_cache_key(config, 100, (32, 32), torch.device("cpu"))
+    (data_dir / CACHE_NAME).write_text(json.dumps({key: {"eager": 0.2, "compiled": 0.1, "warmup": 5.0}}))
+    common = ["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(tmp_path / "m"),
+              "--epochs", "2", "--data-dir", str(data_dir)]
+    lines = {}
+    for flags in ((), ("--compile",), ("--no-compile",)):
+        assert main([*common, *flags]) == 0
+        (lines[flags],) = [line for line in capsys.readouterr().out.splitlines() if "s/step" in line]
+    # unset, the trainer's rule decides from the cached measurement: 1,000 steps save 100 s > 5 s of warm-up
+    assert lines[()].endswith("compiled: 2.00x eager and 5 s of warm-up, as measured here)")
+    assert lines[("--compile",)].endswith("compiled: 2.00x eager and 5 s of warm-up, as measured here)")
+    assert lines[("--no-compile",)].endswith("; eager)")
+    (data_dir / CACHE_NAME).unlink()
+    assert main([*common, "--compile"]) == 0
+    assert "compiled, estimated eager: no compile measurement of this run's shape here" in capsys.readouterr().out
+    assert not (tmp_path / "m").exists()
 
 
 def test_bad_options_are_named(tmp_path, capsys):

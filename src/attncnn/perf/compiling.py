@@ -53,7 +53,7 @@ from .machine import machine_key
 from .timing import seconds, time_alternated
 
 __all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide", "warmup_floor",
-           "compile_cache_key", "timing_problem", "with_compile_choice"]
+           "compile_cache_key", "timing_problem", "with_compile_choice", "cached_timing"]
 
 log = logging.getLogger(__name__)
 
@@ -194,11 +194,40 @@ def timing_problem(key: str, value) -> str | None:
     return None
 
 
-def compile_cache_key(config, batch: int, image_size: tuple[int, int], device: torch.device) -> str:
-    """The cache key of a compile measurement: the machine, then what a step's cost depends on."""
-    model = json.dumps(config.model, sort_keys=True, default=str)
+def compile_cache_key(config, batch: int, image_size: tuple[int, int], device: torch.device,
+                      model: dict | None = None) -> str:
+    """The cache key of a compile measurement: the machine, then what a step's cost depends on
+    (``model``: these model options instead of ``config.model``)."""
+    model = json.dumps(config.model if model is None else model, sort_keys=True, default=str)
     return (f"{machine_key(device)} | {config.preset} model={model} optimizer={config.optimizer} "
             f"image={image_size[0]}x{image_size[1]} batch={batch} {config.precision}")
+
+
+def cached_timing(config, batch: int, image_size: tuple[int, int], device: torch.device) -> CompileTiming | None:
+    """This machine's cached compile measurement of a run shaped like ``config``, whatever attention
+    path it measured, or None: for estimates made before a run has chosen its path (the dry run of
+    ``attncnn reproduce``). Among entries that differ only in the path, the fastest eager step is
+    taken (the path a run measures and keeps is its fastest)."""
+    path = (Path(config.data_dir) if config.data_dir is not None else default_data_dir()) / CACHE_NAME
+    cache = read_cache(path, timing_problem)
+    paths = ("impl", "eval_impl")
+    wanted = {k: v for k, v in config.model.items() if k not in paths}
+    found = []
+    for key, value in cache.items():
+        chosen = {k: v for k, v in _model_of(key).items() if k in paths}
+        if key == compile_cache_key(config, batch, image_size, device, model={**wanted, **chosen}):
+            found.append(CompileTiming(**{k: value[k] for k in _TIMED}))
+    return min(found, key=lambda t: t.eager) if found else None
+
+
+def _model_of(key: str) -> dict:
+    """The model options recorded in a cache key (``{}`` where the key holds none that parse)."""
+    start, end = key.find(" model="), key.find(" optimizer=")
+    try:
+        model = json.loads(key[start + len(" model="):end]) if 0 <= start < end else {}
+    except ValueError:
+        return {}
+    return model if isinstance(model, dict) else {}
 
 
 def with_compile_choice(config, dataset, train_loader, dist):

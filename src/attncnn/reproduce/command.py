@@ -157,7 +157,7 @@ def _dry_run(jobs, options, out: Path, suite: str) -> int:
         total += estimate.total_seconds
         print(f"{train_command(job, options)}\n    # {estimate.step_seconds:.2f} s/step, "
               f"~{estimate.epoch_seconds / 60:.1f} min/epoch, ~{estimate.total_seconds / 3600:.2f} h "
-              f"({estimate.precision})")
+              f"({estimate.precision}; {estimate.compile})")
     print(f"# total ~{total / 3600:.1f} h on this device for what is left (from one timed step per model, "
           "CIFAR-10 sizes; an interrupted run needs less)")
     warning = busy_cpu(loads + [cpu_load()]) if resolve_device(options.device).type == "cpu" else None

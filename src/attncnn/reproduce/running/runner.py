@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import torch
@@ -23,6 +23,7 @@ from ..._io import atomic_write_text
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
+from ...perf.compiling import cached_timing, decide
 from ...perf.machine import machine_info
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, resolve_config
@@ -192,13 +193,15 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
 
 @dataclass(frozen=True)
 class Estimate:
-    """Measured cost of one job on this device (seconds)."""
+    """Measured cost of one job on this device (seconds); ``compile`` says whether the training
+    step is estimated compiled and from what."""
 
     step_seconds: float
     infer_seconds: float
     epoch_seconds: float
     total_seconds: float
     precision: str
+    compile: str = "eager"
 
 
 def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
@@ -224,9 +227,34 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     train_images = config.train_subset or TRAIN_IMAGES
     evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
     evaluations = sum(1 for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs)
-    epoch = train_images / config.batch_size * timing["step_seconds"]
-    return Estimate(timing["step_seconds"], timing["infer_seconds"], epoch + evaluation,
-                    epoch * config.epochs + evaluation * evaluations, precision)
+    step, warmup, note = _compiled_step(job, options, replace(config, precision=precision), device,
+                                        timing["step_seconds"], config.epochs * -(-train_images // config.batch_size))
+    epoch = train_images / config.batch_size * step
+    return Estimate(step, timing["infer_seconds"], epoch + evaluation,
+                    epoch * config.epochs + evaluation * evaluations + warmup, precision, note)
+
+
+def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device: torch.device, eager: float,
+                   steps: int) -> tuple[float, float, str]:
+    """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
+    takes ``eager`` seconds: compiled at this machine's cached compile measurement of the run's shape
+    (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, its own
+    setting if interrupted, or the trainer's rule when unset), else eager."""
+    will = options.compile
+    if will is None and job_state(job) == "interrupted":
+        will = RunFolder(job.folder, mode="read").read_config().get("compile")
+    elif will is None:
+        will = config.compile
+    if will is False or config.deterministic:
+        return eager, 0.0, "eager"
+    timing = cached_timing(config, config.batch_size, (32, 32), device)
+    if timing is None or timing.compiled is None:
+        return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
+                            else "eager estimate; the run measures whether to compile when it starts")
+    if will is None and not decide(timing, steps):
+        return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
+    return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
+            f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
 
 
 def cpu_load() -> float | None:
