@@ -171,7 +171,7 @@ def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(
         capsys.readouterr()
         assert main([*dry, *given]) == 0
         out = capsys.readouterr().out
-        assert f" h ({expected})" in out, (fast, given)
+        assert f" h ({expected};" in out, (fast, given)
         assert f"resumed with: attncnn train --resume {job.folder}{' --precision fp32' if given else ''}\n" in out
     assert main([*args, "--precision", "fp32"]) == 0           # obeyed on a CPU with bf16 units
     assert [(r["epoch"], r["precision"]) for r in _records(job.folder)] == [(1, "bf16"), (2, "fp32")]
