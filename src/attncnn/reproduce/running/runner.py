@@ -241,8 +241,8 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device:
     (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, its own
     setting if interrupted, or the trainer's rule when unset), else eager."""
     will = options.compile
-    if will is None and job_state(job) == "interrupted":
-        will = RunFolder(job.folder, mode="read").read_config().get("compile")
+    if will is None and job_state(job) == "interrupted":      # its own setting (unset in older runs: eager)
+        will = bool(RunFolder(job.folder, mode="read").read_config().get("compile"))
     elif will is None:
         will = config.compile
     if will is False or config.deterministic:
