@@ -230,6 +230,8 @@ def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(tmp_p
         key(config, {"impl": "sdpa"}, batch=50): {"eager": 0.5, "compiled": 0.4, "warmup": 20.0},
         key(other, {"impl": "folded"}): {"eager": 0.3, "compiled": 0.28, "warmup": 24.0},
     }
+    here = key(config, {"impl": "sdpa"})
+    entries["another machine" + here[here.index(" | "):]] = {"eager": 0.1, "compiled": 0.05, "warmup": 9.0}
     (tmp_path / CACHE_NAME).write_text(json.dumps(entries))
     assert compile_choice.cached_timing(config, 100, (32, 32), CPU) == CompileTiming(1.4, 1.2, 20.0)
     assert compile_choice.cached_timing(config, 64, (32, 32), CPU) is None
