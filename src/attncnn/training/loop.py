@@ -126,7 +126,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     else:
         record = None
     # what a resume must repeat for the run to go on as now: config.json keeps the run's own compile
-    repeat = () if stored is None or stored.compile == run_config.compile else (
+    # (unset in runs written before the compile choice: they resume eager)
+    repeat = () if stored is None or bool(stored.compile) == bool(run_config.compile) else (
         "--compile" if run_config.compile else "--no-compile",)
     with deterministic_algorithms(config.deterministic, plan.device), processes(launch, plan.device) as dist:
         return _train(run_config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, record, repeat)
