@@ -51,15 +51,16 @@ class Row:
 def plan(kind: str) -> list[Row]:
     """The rows of a job: ``quick`` (the baseline, the run's own choice eager and compiled), ``full``
     (those, then every content-attention path eager, FlexAttention and the likely ones compiled), or
-    ``content`` (``learned-content`` alone: baseline, own choice eager and compiled, FlexAttention
-    eager and compiled, the fused one-hot path compiled: what decides how long a run of it a job fits),
-    or ``flex`` (the baseline and FlexAttention eager and compiled alone)."""
+    ``content`` (``learned-content`` alone: baseline, own choice eager and compiled, the bilinear
+    path compiled, FlexAttention eager and compiled, the fused one-hot path compiled: what decides
+    how long a run of it a job fits), or ``flex`` (the baseline and FlexAttention eager and compiled alone)."""
     if kind == "flex":
         return [Row("before", "learned-content"), Row("after", "learned-content", "flex"),
                 Row("after", "learned-content", "flex", compile=True)]
     if kind == "content":
         return [Row("before", "learned-content"), Row("after", "learned-content"),
-                Row("after", "learned-content", compile=True), Row("after", "learned-content", "flex"),
+                Row("after", "learned-content", compile=True),
+                Row("after", "learned-content", "bilinear", compile=True), Row("after", "learned-content", "flex"),
                 Row("after", "learned-content", "flex", compile=True),
                 Row("after", "learned-content", "sdpa-onehot", compile=True)]
     rows = [Row("before", "quadratic"), Row("before", "learned-content"),
@@ -69,8 +70,9 @@ def plan(kind: str) -> list[Row]:
         # FlexAttention first: the one path no GPU has measured yet (eager, it calls its compiled kernel)
         rows += [Row("after", "learned-content", "flex"), Row("after", "learned-content", "flex", compile=True)]
         rows += [Row("after", "learned-content", impl) for impl in
-                 ("explicit-half", "explicit-onehot", "sdpa", "sdpa-onehot")]
-        rows += [Row("after", "learned-content", impl, compile=True) for impl in ("explicit-onehot", "sdpa-onehot")]
+                 ("explicit-half", "explicit-onehot", "bilinear", "sdpa", "sdpa-onehot")]
+        rows += [Row("after", "learned-content", impl, compile=True)
+                 for impl in ("explicit-onehot", "bilinear", "sdpa-onehot")]
     return rows
 
 

@@ -27,12 +27,13 @@ def test_the_plan_puts_the_baseline_and_the_runs_own_choice_first():
                                                                         for r in quick[:2])
     # the earlier code has no one-hot paths: only "after" rows name a path
     assert all(r.code == "after" for r in full if r.impl)
-    assert {r.impl for r in full if r.impl} == {"flex", "explicit-half", "explicit-onehot", "sdpa", "sdpa-onehot"}
+    assert {r.impl for r in full if r.impl} == {"flex", "explicit-half", "explicit-onehot", "bilinear", "sdpa",
+                                                "sdpa-onehot"}
     assert [(r.impl, r.compile) for r in full[len(quick):len(quick) + 2]] == [("flex", False), ("flex", True)]
     content = speed.plan("content")
     assert {r.preset for r in content} == {"learned-content"} and content[0] == speed.Row("before", "learned-content")
-    assert {(r.impl, r.compile) for r in content[1:]} == {(None, False), (None, True), ("flex", False), ("flex", True),
-                                                         ("sdpa-onehot", True)}
+    assert {(r.impl, r.compile) for r in content[1:]} == {(None, False), (None, True), ("bilinear", True),
+                                                         ("flex", False), ("flex", True), ("sdpa-onehot", True)}
     assert speed.plan("flex") == [speed.Row("before", "learned-content"), speed.Row("after", "learned-content", "flex"),
                                   speed.Row("after", "learned-content", "flex", compile=True)]
 

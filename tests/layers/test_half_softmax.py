@@ -46,12 +46,16 @@ def test_bf16_softmax_matches_float32_softmax(kind, head_dim, device):
         assert err_half < 3e-2
 
 
-@pytest.mark.parametrize("impl", ["explicit-onehot", "sdpa-onehot"])
-def test_bf16_onehot_paths_err_like_the_explicit_path(impl, device):
-    """The q.r term inside the q.k product (learned-content's one-hot paths) under bf16 autocast:
+@pytest.mark.parametrize("kind,impl", [("learned-content", "explicit-onehot"), ("learned-content", "sdpa-onehot"),
+                                       ("learned-content", "bilinear"), ("learned-content", "sdpa-bilinear"),
+                                       ("content", "bilinear")])
+def test_bf16_joint_product_paths_err_like_the_explicit_path(kind, impl, device):
+    """The q.r term inside the q.k product (learned-content's one-hot paths), and the scores through
+    the bilinear form (the query map folded into W_key and the tables), under bf16 autocast:
     outputs and gradients as close to float64 as the explicit path's (float32 softmax)."""
     torch.manual_seed(0)
-    layer = build_attention("learned-content", 32, 4, max_size=8).to(device)
+    extra = {"max_size": 8} if kind == "learned-content" else {}
+    layer = build_attention(kind, 32, 4, **extra).to(device)
     x = torch.randn(3, 8, 8, 32).to(device)
     out_path, gx_path, g_path = _run(layer, x, impl, True)
     out_full, gx_full, g_full = _run(layer, x, False, True)

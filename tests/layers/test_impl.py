@@ -13,8 +13,9 @@ from attncnn.models import build_model
 D, NH = 8, 9
 IMPLS = {"quadratic": ("auto", "dense", "separable", "folded"), "quadratic-generalized": ("auto", "dense", "folded"),
          "learned": ("auto", "dense", "separable", "folded"),
-         "learned-content": ("auto", "explicit", "explicit-half", "sdpa", "explicit-onehot", "sdpa-onehot", "flex"),
-         "content": ("auto", "explicit", "explicit-half", "sdpa"),
+         "learned-content": ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear",
+                             "explicit-onehot", "sdpa-onehot", "flex"),
+         "content": ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear"),
          "gpsa": ("auto", "explicit", "explicit-half", "sdpa")}
 
 
@@ -89,7 +90,9 @@ def test_the_path_a_layer_takes_is_what_it_reports():
     content = _layer("content")
     assert content.path(16, 16) == "explicit-half"                        # full-width heads
     assert _layer("content", head_dim=4).path(16, 16) == "sdpa"
-    assert _layer("learned-content").path(16, 16) == "explicit-onehot"    # full-width heads
+    assert _layer("learned-content").path(16, 16) == "explicit-onehot"    # full-width heads, the fold saves little
+    wide = build_attention("learned-content", 400, 9)                        # the paper's layer: the fold saves 42 %
+    assert wide.path(16, 16) == wide.path() == "bilinear" and wide.path(64, 64) == "explicit-onehot"
     assert _layer("learned-content", head_dim=6).path(16, 16) == "sdpa"
     assert _layer("learned-content", impl="explicit-half").path(16, 16) == "explicit-half"
     assert _layer("gpsa", attn_drop=0.1).train().path(16, 16) == "explicit"

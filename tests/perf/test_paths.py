@@ -220,7 +220,7 @@ def test_a_path_that_fails_here_is_left_out_of_the_choice_with_a_warning(tmp_pat
     real = LearnedRelativeContentAttention.forward
 
     def forward(self, x, return_attention=False):
-        if self.path() == "sdpa-onehot":
+        if self.path() == "explicit-onehot":
             raise RuntimeError("no kernel for this\nsecond line")
         return real(self, x, return_attention)
 
@@ -229,8 +229,8 @@ def test_a_path_that_fails_here_is_left_out_of_the_choice_with_a_warning(tmp_pat
     with caplog.at_level("WARNING"):
         impl, timings = choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU,
                                     cache_dir=tmp_path)
-    assert set(timings) == {"explicit", "explicit-half", "sdpa", "explicit-onehot"} and impl in timings
-    assert any("attention path sdpa-onehot failed on cpu (RuntimeError: no kernel for this); it is left out"
+    assert set(timings) == {"explicit", "explicit-half", "sdpa", "bilinear"} and impl in timings
+    assert any("attention path explicit-onehot failed on cpu (RuntimeError: no kernel for this); it is left out"
                in r.getMessage() for r in caplog.records)
 
     def broken(self, x, return_attention=False):

@@ -83,12 +83,14 @@ def test_paper_flops_convention_gives_the_papers_table(preset, paper):
     assert f"{value:.{len(paper.split('.')[1])}f}" == paper
 
 
-@pytest.mark.parametrize("preset,impls", [("learned-content-mini", ["explicit-half", "sdpa", "explicit-onehot",
+@pytest.mark.parametrize("preset,impls", [("learned-content-mini", ["explicit-half", "sdpa", "bilinear",
+                                                                     "sdpa-bilinear", "explicit-onehot",
                                                                      "sdpa-onehot"]),
                                           ("gpsa-mini", ["explicit-half", "sdpa"])])
 def test_content_models_are_counted_on_their_written_out_map_whatever_path_they_took(preset, impls):
     """Table 1's counts of a content model do not depend on the path its machine measured fastest
-    (the one-hot paths call the query map through its weight, and have H + W more columns)."""
+    (the one-hot paths call the query map through its weight, and have H + W more columns; the
+    bilinear path calls neither the query nor the key map)."""
     explicit = build_model(preset, impl="explicit")
     for impl in impls:
         model = build_model(preset, impl=impl)

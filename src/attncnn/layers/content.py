@@ -18,6 +18,11 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
   traffic on the largest tensor of the layer.
 * ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` with the positional term
   as ``attn_mask``; ``q.k`` and its softmax run in float32 inside the fused kernel.
+* ``"bilinear"``: ``explicit-half`` with its scores through the query-key bilinear form
+  (:mod:`~attncnn.layers.bilinear`): the queries and keys are never formed, the tokens meet the
+  key map itself; fewer products when heads are as wide as the model.
+* ``"sdpa-bilinear"``: the fused kernel on the bilinear path's joint queries and keys (no
+  ``attn_mask``, no ``(B, N_h, N, N)`` tensor written where the kernel is a fused one).
 * ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
   there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
   fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds two
@@ -41,9 +46,21 @@ from torch import nn
 
 from .autocast_rules import matmul_dtype, score_dtype, softmax_in
 from .base import GridAttention
+from .bilinear import fold_query_map
 from .mixing import mix_per_image
 
 __all__ = ["QueryKeyAttention", "ContentAttention"]
+
+#: the bilinear path pads its products' inner and outer widths to multiples of this many columns:
+#: rows of 16 bytes in bf16, the alignment tensor-core matrix kernels read fastest (zero columns
+#: add nothing to a dot product)
+_ALIGN = 8
+
+
+def _aligned(vectors: torch.Tensor) -> torch.Tensor:
+    """``(N_h, D_h, K)`` vectors with zero vectors appended up to a multiple of :data:`_ALIGN`."""
+    pad = -vectors.shape[-1] % _ALIGN
+    return torch.cat([vectors, vectors.new_zeros(*vectors.shape[:-1], pad)], dim=-1) if pad else vectors
 
 
 class QueryKeyAttention(GridAttention):
@@ -143,13 +160,13 @@ class ContentAttention(QueryKeyAttention):
     analysis tools.
 
     Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``,
-    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring).
+    ``"explicit"``, ``"explicit-half"``, ``"sdpa"``, ``"bilinear"``, ``"sdpa-bilinear"`` (module docstring).
     """
 
     KINDS = ("content",)
     CONFIG_KEYS = ("qk_bias", "qk_init_std")
     EXCLUSIVE_KEYS = ("qk_bias", "qk_init_std")
-    IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
+    IMPLS = ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear")
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
         """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
@@ -203,6 +220,19 @@ class ContentAttention(QueryKeyAttention):
         scores = self.input_scores(x)
         return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
 
+    #: paths that give the fused kernel joint queries and keys wider than the values
+    WIDE_SDPA_PATHS: tuple[str, ...] = ("sdpa-bilinear",)
+
+    def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
+        """Why ``impl`` cannot run fast on ``device``, or None: the paths of :attr:`WIDE_SDPA_PATHS`
+        on a CPU, where PyTorch's one fused attention kernel needs queries, keys and values of one
+        width, so that these run its unfused reference kernel (slower than the explicit paths,
+        several times their memory). They remain a choice by name."""
+        if impl in self.WIDE_SDPA_PATHS and device.type == "cpu":
+            return ("PyTorch's fused CPU attention kernel needs queries, keys and values of one width; this "
+                    "path's joint queries and keys are wider than its values, so it would run the unfused kernel")
+        return super().path_unavailable(impl, device, backward=backward)
+
     def path(self, height: int = 0, width: int = 0) -> str:
         """The path :meth:`forward` takes without probabilities: the mode's ``impl``
         (:attr:`mode_impl`), with ``"auto"`` resolved (module docstring; the grid size does not matter)."""
@@ -232,9 +262,95 @@ class ContentAttention(QueryKeyAttention):
                 q, k, self.head_values(x), attn_mask=self.positional_term(q, h, w),
                 dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
             return self.output(mixed, b, h, w)
+        if path == "bilinear":
+            return self.mix_scores(self.bilinear_scores(x), x, half=True)[0]
+        if path == "sdpa-bilinear":
+            q, k = self.bilinear_queries_keys(x)
+            mixed = F.scaled_dot_product_attention(
+                q, k.unsqueeze(1).expand(b, self.num_heads, *k.shape[1:]), self.head_values(x.to(q.dtype)),
+                dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0)
+            return self.output(mixed, b, h, w)
         scores = self.input_scores(x)                             # (B, N_h, N, N), bf16 under autocast
         out, probs = self.mix_scores(scores, x, half=path != "explicit")
         return (out, probs) if return_attention else out
+
+    # -- the bilinear path ------------------------------------------------------------------
+
+    def positional_vectors(self, height: int, width: int) -> torch.Tensor | None:
+        """The vectors the queries meet in :meth:`positional_term`, ``(N_h, D_h, S)``, or None (none
+        here). A subclass with a positional term linear in the queries returns them, with
+        :meth:`positional_queries` and :meth:`positional_keys` (the bilinear path)."""
+        return None
+
+    def positional_queries(self, products: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, ...]:
+        """Each query's columns of the joint product from its ``(B, N_h, N, S)`` products with
+        :meth:`positional_vectors` (already scaled): ``(B, N_h, N, P)`` tensors, P columns in all."""
+        return ()
+
+    def positional_keys(self, height: int, width: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+        """Every key's ``P`` columns of the joint product ``(N, P)``, such that the joint product of
+        :meth:`positional_queries` and these is :meth:`positional_term`; None here."""
+        return None
+
+    def bilinear_scores(self, x: torch.Tensor) -> torch.Tensor:
+        """Pre-softmax scores ``(B, N_h, H*W, H*W)`` of the grid ``x (B, H, W, D)`` through the
+        query-key bilinear form: equal to :meth:`input_scores` up to rounding (every term, the
+        per-query constant ``q_i . b_key`` included), with neither queries nor keys formed: the
+        product of :meth:`bilinear_queries_keys`.
+
+        Raises:
+            ValueError: wrong rank or channel count (or, for a positional term, a grid its tables
+                do not cover).
+        """
+        b, n = x.shape[0], x.shape[1] * x.shape[2]
+        joint_q, joint_k = self.bilinear_queries_keys(x)
+        scores = torch.bmm(joint_q.view(b, -1, joint_q.shape[-1]), joint_k.transpose(1, 2))
+        return scores.view(b, self.num_heads, n, n)
+
+    def bilinear_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Joint queries and keys whose one dot product is the whole score, ``1 / sqrt(D_h)`` included.
+
+        One product maps the tokens to every head's products with ``[W_key | positional vectors |
+        b_key]`` (:func:`~attncnn.layers.bilinear.fold_query_map`); the joint queries ``[x W_qry^T
+        W_key, positional columns, q . b_key] / sqrt(D_h)`` meet the joint keys ``[x_j, positional
+        key columns, 1]``, the same for every head.
+
+        Returns:
+            ``(joint_q (B, N_h, H*W, K'), joint_k (B, H*W, K'))``, contiguous, in the products' dtype
+            (bf16 under autocast), ``K'`` padded with zero columns to a multiple of 8.
+
+        Raises:
+            ValueError: wrong rank or channel count (or, for a positional term, a grid its tables
+                do not cover).
+        """
+        b, h, w = self.check_input(x)
+        n, nh, d = h * w, self.num_heads, self.dim
+        blocks = [self.key.weight.view(nh, self.head_dim, d)]        # q . (W_key x_j): meet W_key's columns
+        positional = self.positional_vectors(h, w)
+        if positional is not None:
+            blocks.append(positional)
+        if self.key.bias is not None:
+            blocks.append(self.key.bias.view(nh, self.head_dim, 1))    # q . b_key, the same for every key
+        vectors = _aligned(torch.cat(blocks, dim=-1))
+        weight, bias = fold_query_map(self.query, vectors, 1.0 / math.sqrt(self.head_dim))
+        flat = x.reshape(b * n, d)
+        products = flat @ weight if bias is None else torch.addmm(bias, flat, weight)   # bf16 under autocast
+        products = products.view(b, n, nh, -1).transpose(1, 2)                          # (B, N_h, N, K)
+        queries, keys = [products[..., :d]], [x.reshape(b, n, d).to(products.dtype)]
+        at = d
+        if positional is not None:
+            at += positional.shape[-1]
+            queries += self.positional_queries(products[..., d:at], h, w)
+            columns = self.positional_keys(h, w, x.device, products.dtype)
+            keys.append(columns.expand(b, *columns.shape))
+        if self.key.bias is not None:
+            queries.append(products[..., at:at + 1])
+            keys.append(products.new_ones(()).expand(b, n, 1))
+        pad = -sum(q.shape[-1] for q in queries) % _ALIGN
+        if pad:
+            queries.append(products.new_zeros(()).expand(b, nh, n, pad))
+            keys.append(products.new_zeros(()).expand(b, n, pad))
+        return torch.cat(queries, dim=-1), torch.cat(keys, dim=-1)
 
     def mix_scores(self, scores: torch.Tensor, x: torch.Tensor, *, half: bool) -> tuple[torch.Tensor, torch.Tensor]:
         """The explicit paths after the scores: softmax over the keys, dropout, the per-image

@@ -3,7 +3,9 @@
 A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
 relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
-family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias),
+family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias;
+bilinear, where the query map is folded into the key map and into the tables' rows, so that the
+queries are never formed: :mod:`~attncnn.layers.bilinear`),
 two more that put the q.r term inside the q.k product instead (``explicit-onehot``,
 ``sdpa-onehot``; :meth:`LearnedRelativeContentAttention.joint_queries_keys`), and ``flex``, which
 adds it inside FlexAttention's fused kernel from the two small per-axis tables
@@ -21,7 +23,7 @@ from torch import nn
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
 from .flex import flex_problem, relative_flex_attention
-from .relative import table_rows
+from .relative import axis_offsets, table_rows, table_span
 
 __all__ = ["LearnedRelativeContentAttention"]
 
@@ -41,6 +43,12 @@ def _check_init_width(width: int) -> None:
     if width < 2 * _INIT_COLUMNS:
         raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
                          f"{width}; set head_dim (or dim) >= 6")
+
+
+def _axis_onehot(height: int, width: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """``(H*W, H + W)``: token n's row ``n // W`` one-hot in the first ``H`` columns, its column in the rest."""
+    token = torch.arange(height * width, device=device)
+    return torch.cat([F.one_hot(token // width, height), F.one_hot(token % width, width)], dim=-1).to(dtype)
 
 
 class LearnedRelativeContentAttention(ContentAttention):
@@ -83,10 +91,14 @@ class LearnedRelativeContentAttention(ContentAttention):
             raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
                              f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
 
+    WIDE_SDPA_PATHS = ContentAttention.WIDE_SDPA_PATHS + ("sdpa-onehot",)
+
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
-        """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: ``flex``
-        only trains and runs fused on CUDA, without dropout on the maps and with heads of at least 16
-        channels there (:func:`~attncnn.layers.flex.flex_problem`)."""
+        """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: the fused
+        kernel on joint queries and keys on a CPU (:meth:`ContentAttention.path_unavailable
+        <attncnn.layers.ContentAttention.path_unavailable>`); ``flex`` only trains and runs fused on
+        CUDA, without dropout on the maps and with heads of at least 16 channels there
+        (:func:`~attncnn.layers.flex.flex_problem`)."""
         if impl != "flex":
             return super().path_unavailable(impl, device, backward=backward)
         return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0,
@@ -186,20 +198,57 @@ class LearnedRelativeContentAttention(ContentAttention):
         q, k = self.queries_keys(x, query_scale=1.0 / math.sqrt(self.head_dim))
         row, col = self.axis_scores(q, h, w)
         dtype = row.dtype                                   # the products' dtype (bf16 under autocast)
-        token = torch.arange(h * w, device=x.device)
-        onehot = torch.cat([F.one_hot(token // w, h), F.one_hot(token % w, w)], dim=-1).to(dtype)   # (N, H+W)
+        onehot = _axis_onehot(h, w, x.device, dtype)                                    # (N, H+W)
         joint_q = torch.cat([q.to(dtype), row, col], dim=-1)
         joint_k = torch.cat([k.to(dtype), onehot.expand(*k.shape[:2], *onehot.shape)], dim=-1)
         return joint_q, joint_k
 
+    # -- the bilinear path's positional columns (ContentAttention.bilinear_scores) -------------
+
+    def positional_vectors(self, height: int, width: int) -> torch.Tensor:
+        """The table rows the queries meet, ``(N_h, D_h, (2H-1) + (2W-1))``: for every row shift the
+        row table's entry on the query's first half (zeros on the second), then likewise for every
+        column shift on the second half; the same for every head (the tables are shared).
+
+        Raises:
+            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+        """
+        e_row = table_span(self.row_embeddings, height, self.max_size, "height").T     # (D_h/2, 2H-1)
+        e_col = table_span(self.col_embeddings, width, self.max_size, "width").T       # (D_h/2, 2W-1)
+        vectors = torch.cat([torch.cat([e_row, torch.zeros_like(e_col)], dim=1),
+                             torch.cat([torch.zeros_like(e_row), e_col], dim=1)], dim=0)   # (D_h, S)
+        return vectors.expand(self.num_heads, *vectors.shape)
+
+    def positional_queries(self, products: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, ...]:
+        """From each query's products with every shift's table row, ``(B, N_h, N, (2H-1) + (2W-1))``,
+        the ``H`` of its row's keys and the ``W`` of its column's: :meth:`axis_scores`, scaled."""
+        b, nh, n, _ = products.shape
+        by_row, by_col = products.split([2 * height - 1, 2 * width - 1], dim=-1)
+        # token i = (r, c) meets key row k at shift k - r: column k - r + H - 1 of by_row
+        row_index = (axis_offsets(height, products.device) + height - 1).repeat_interleave(width, dim=0)   # (N, H)
+        col_index = (axis_offsets(width, products.device) + width - 1).repeat(height, 1)                   # (N, W)
+        return (torch.gather(by_row, -1, row_index.expand(b, nh, n, height)),
+                torch.gather(by_col, -1, col_index.expand(b, nh, n, width)))
+
+    def positional_keys(self, height: int, width: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+        """Every key's one-hot row and column, ``(N, H + W)`` (as :meth:`joint_queries_keys`)."""
+        return _axis_onehot(height, width, device, dtype)
+
     def path(self, height: int = 0, width: int = 0) -> str:
-        """The path :meth:`forward` takes without probabilities: the mode's ``impl``, with ``"auto"``
-        resolved to ``"explicit-onehot"`` for heads as wide as the model (the paper's ``head_dim = D``;
-        measured faster than ``explicit-half`` in bf16 and fp32, at widths 64 and 400:
-        ``benchmarks/results/attention-paths.md``), else ``"sdpa"``."""
-        if self.mode_impl == "auto":
-            return "explicit-onehot" if self.value_in is None else "sdpa"
-        return self.mode_impl
+        """The path :meth:`forward` takes without probabilities on an ``height x width`` grid (0:
+        the tables' largest, ``max_size``): the mode's ``impl``, with ``"auto"`` resolved, for heads
+        as wide as the model (the paper's ``head_dim = D``), to ``"bilinear"`` where folding the query
+        map saves at least a quarter of the query and key maps' multiply-adds, ``D >= 2 (S + 1)`` with
+        ``S = (2H - 1) + (2W - 1)`` table rows met (paper width 400 on 16 x 16 tokens: measured
+        faster in bf16 and fp32), else ``"explicit-onehot"`` (width 64: the fold saves nothing there;
+        both measured faster than ``explicit-half``; ``benchmarks/results/attention-paths.md``); for
+        narrower heads ``"sdpa"``."""
+        if self.mode_impl != "auto":
+            return self.mode_impl
+        if self.value_in is not None:
+            return "sdpa"
+        shifts = 2 * (height or self.max_size) - 1 + 2 * (width or self.max_size) - 1
+        return "bilinear" if self.dim >= 2 * (shifts + 1) else "explicit-onehot"
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer (as :meth:`ContentAttention.forward <attncnn.layers.ContentAttention.forward>`),
@@ -212,12 +261,12 @@ class LearnedRelativeContentAttention(ContentAttention):
             ValueError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
                 CUDA, or dropout on the maps in training (the message names the fix).
         """
-        path = "explicit" if return_attention else self.path()
+        b, h, w = self.check_input(x)
+        path = "explicit" if return_attention else self.path(h, w)
         if path == "flex":
             return self._flex_forward(x)
         if path not in _ONEHOT_PATHS:
             return super().forward(x, return_attention)
-        b, h, w = self.check_input(x)
         q, k = self.joint_queries_keys(x)
         if path == "sdpa-onehot":
             mixed = F.scaled_dot_product_attention(q, k, self.head_values(x), scale=1.0,

@@ -13,7 +13,7 @@ import functools
 import torch
 
 __all__ = ["grid_positions", "relative_offsets", "distinct_offsets", "quadratic_features", "axis_offsets",
-           "table_rows"]
+           "table_rows", "table_span"]
 
 
 def _cached(fn):
@@ -113,6 +113,13 @@ def distinct_offsets(height: int, width: int, device: torch.device | str = "cpu"
     return shifts, index.reshape(height * width, height * width)
 
 
+def _check_table(length: int, max_size: int, axis: str) -> None:
+    if length > max_size:
+        raise ValueError(
+            f"grid {axis} {length} exceeds the learned table's max_size {max_size}: "
+            f"build the layer with max_size >= {length}")
+
+
 def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str) -> torch.Tensor:
     """Rows of a learned per-axis table for every (query, key) shift along one axis: ``(L, L, E)``,
     ``out[i, k] = table[k - i + max_size - 1]`` (differentiable gather, not cached).
@@ -120,9 +127,18 @@ def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str)
     Raises:
         ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
     """
-    if length > max_size:
-        raise ValueError(
-            f"grid {axis} {length} exceeds the learned table's max_size {max_size}: "
-            f"build the layer with max_size >= {length}")
+    _check_table(length, max_size, axis)
     index = axis_offsets(length, table.weight.device) + (max_size - 1)   # (L, L)
     return table.weight[index]
+
+
+def table_span(table: torch.nn.Embedding, length: int, max_size: int, axis: str) -> torch.Tensor:
+    """The rows of a learned per-axis table that an axis of ``length`` tokens uses, one per shift
+    from ``-(L-1)`` to ``L-1``: ``(2L-1, E)``, ``out[d + L - 1] = table[d + max_size - 1]`` (a
+    differentiable slice). ``axis_offsets(L) + L - 1`` indexes it like :func:`table_rows`.
+
+    Raises:
+        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+    """
+    _check_table(length, max_size, axis)
+    return table.weight[max_size - length:max_size + length - 1]
