@@ -25,8 +25,8 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
   ``attn_mask``, no ``(B, N_h, N, N)`` tensor written where the kernel is a fused one).
 * ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
   there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
-  fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds two
-  paths and takes one of them: :mod:`~attncnn.layers.learned_content`.)
+  fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds paths
+  of its own and its own rule: :mod:`~attncnn.layers.learned_content`.)
 
 The measurements behind ``"auto"`` are in ``benchmarks/results/attention-paths.md``
 (``benchmarks/paths.py`` repeats them). Mixed precision (bf16 autocast): queries, keys and the
@@ -167,6 +167,8 @@ class ContentAttention(QueryKeyAttention):
     CONFIG_KEYS = ("qk_bias", "qk_init_std")
     EXCLUSIVE_KEYS = ("qk_bias", "qk_init_std")
     IMPLS = ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear")
+    #: paths that give the fused kernel joint queries and keys wider than the values
+    WIDE_SDPA_PATHS: tuple[str, ...] = ("sdpa-bilinear",)
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
         """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
@@ -219,9 +221,6 @@ class ContentAttention(QueryKeyAttention):
         """
         scores = self.input_scores(x)
         return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
-
-    #: paths that give the fused kernel joint queries and keys wider than the values
-    WIDE_SDPA_PATHS: tuple[str, ...] = ("sdpa-bilinear",)
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
         """Why ``impl`` cannot run fast on ``device``, or None: the paths of :attr:`WIDE_SDPA_PATHS`

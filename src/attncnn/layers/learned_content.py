@@ -68,6 +68,7 @@ class LearnedRelativeContentAttention(ContentAttention):
 
     KINDS = ("learned-content",)
     IMPLS = ContentAttention.IMPLS + _ONEHOT_PATHS + ("flex",)
+    WIDE_SDPA_PATHS = ContentAttention.WIDE_SDPA_PATHS + ("sdpa-onehot",)
     CONFIG_KEYS = ("max_size",)           # not qk_bias / qk_init_std: its local init writes the query bias
     EXCLUSIVE_KEYS = ()
     has_positional_term = True
@@ -90,8 +91,6 @@ class LearnedRelativeContentAttention(ContentAttention):
         if config.impl == "flex" and config.attn_dropout > 0:
             raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
                              f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
-
-    WIDE_SDPA_PATHS = ContentAttention.WIDE_SDPA_PATHS + ("sdpa-onehot",)
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
         """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: the fused
