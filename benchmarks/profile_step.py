@@ -8,7 +8,8 @@ For each preset (built as ``attncnn train`` builds it: the attention path it wou
 on this machine unless ``--impl`` names one, freed host memory kept for reuse), on random images:
 
 1. FLOPs of the formulation actually run (``FlopCounterMode``, separable path where the layer takes
-   it), forward and forward + backward.
+   it), forward and forward + backward, per image of a ``--batch-size`` step (per-step products, such
+   as the bilinear path's folded map, shared by the batch: ``harness.flops_per_image``).
 2. Wall time: median of ``--steps + 1`` training steps (forward, loss, backward, SGD momentum 0.9) and
    of as many test-mode forwards, after two warm-up calls, without the profiler.
 3. A ``torch.profiler`` trace of ``--steps`` more of each, whose operators' self CPU times are summed
@@ -48,7 +49,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from attncnn.models import build_model, preset_model_config
-from attncnn.perf.bench.harness import count_training_flops, matmul_peak, step_functions, time_median
+from attncnn.perf.bench.harness import flops_per_image, matmul_peak, step_functions, time_median
 from attncnn.perf.host_memory import reuse_freed_memory
 from attncnn.perf.paths import choose_impl
 
@@ -147,7 +148,7 @@ def profile_preset(preset: str, batch_size: int, precision: str, steps: int, imp
     model = (build_model(preset) if path is None else build_model(preset, impl=path)).to(dev)
     images = torch.randn(batch_size, 3, 32, 32).to(dev)
     labels = torch.randint(0, 10, (batch_size,)).to(dev)
-    fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
+    fwd_flops, train_flops = flops_per_image(model, images, labels, batch_size, dense=False)
     run_model = torch.compile(model, dynamic=False) if compile else None     # as attncnn train compiles
     train_step, test_pass = step_functions(model, images, labels, run_model=run_model, precision=precision)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
@@ -164,7 +165,7 @@ def profile_preset(preset: str, batch_size: int, precision: str, steps: int, imp
         groups, ops = _group_times(prof, dev)
         total = sum(groups.values())
         result[mode] = {"wall_seconds": wall, "images_per_s": batch_size / wall,
-                        "flops_per_image": flops / 2, "flops_per_s": flops / 2 * batch_size / wall,
+                        "flops_per_image": flops, "flops_per_s": flops * batch_size / wall,
                         "shares": {g: s / total for g, s in groups.items()},
                         "product_seconds": groups.get("products", 0.0) / steps,
                         "busy_seconds": total / steps,      # on a GPU: kernel time per call (wall - idle gaps)

@@ -18,9 +18,9 @@ def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops():
     result = profile_preset("demo", batch_size=4, precision="fp32", steps=1)
     torch.manual_seed(0)
     model = build_model("demo")
-    forward, train = count_training_flops(model, torch.randn(2, 3, 32, 32), torch.tensor([0, 1]), dense=False)
-    assert result["train"]["flops_per_image"] == train / 2
-    assert result["test"]["flops_per_image"] == forward / 2
+    forward, train = count_training_flops(model, torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]), dense=False)
+    assert result["train"]["flops_per_image"] == train / 4
+    assert result["test"]["flops_per_image"] == forward / 4
     for mode in ("train", "test"):
         shares = result[mode]["shares"]
         # the product kernels' names are recognised (shares of tiny steps vary too much to bound more)

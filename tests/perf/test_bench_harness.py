@@ -7,7 +7,7 @@ import torch
 
 from attncnn.cli import main
 from attncnn.models import build_model
-from attncnn.perf.bench.harness import bench_preset, count_training_flops, time_median
+from attncnn.perf.bench.harness import bench_preset, count_training_flops, flops_per_image, time_median
 
 
 def test_counted_flops_equal_the_analytic_count():
@@ -64,6 +64,28 @@ def test_cpu_attention_kernel_is_counted():
     # backward: five products of the same size (scores recomputed; gradients of values, probabilities,
     # queries and keys), torch's convention for its CUDA kernels
     assert train == forward + 5 * forward // 2
+
+
+@pytest.mark.parametrize("impl", ["bilinear", "explicit-onehot"])
+def test_flops_per_image_charge_a_steps_shared_products_to_its_whole_batch(impl):
+    """The bilinear path folds its query map once per step, whatever the batch: per image at batch 7
+    (extrapolated from 2 and 4 images) equals the count on 7 images, and is less than the count on 2
+    images halved; a path without shared products (explicit-onehot here) counts the same per image."""
+    torch.manual_seed(0)
+    model = build_model("learned-content", num_layers=1, dim=24, num_heads=4, mlp_dim=8, impl=impl)
+    x, y = torch.randn(7, 3, 16, 16), torch.arange(7)
+    per_image = flops_per_image(model, x, y, 7, dense=False)
+    direct = count_training_flops(model, x, y, dense=False)
+    assert per_image == pytest.approx(tuple(f / 7 for f in direct), rel=1e-12)
+    two = count_training_flops(model, x[:2], y[:2], dense=False)
+    if impl == "bilinear":
+        assert per_image[0] < two[0] / 2 and per_image[1] < two[1] / 2
+    else:
+        assert per_image == pytest.approx(tuple(f / 2 for f in two), rel=1e-12)
+    assert flops_per_image(model, x, y, 3, dense=False) == tuple(f / 3 for f in count_training_flops(
+        model, x[:3], y[:3], dense=False))
+    with pytest.raises(ValueError, match="counting a step of 7 images needs at least 4 of them, got 3"):
+        flops_per_image(model, x[:3], y[:3], 7)
 
 
 def test_time_median_measures_sleep():

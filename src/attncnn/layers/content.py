@@ -335,15 +335,18 @@ class ContentAttention(QueryKeyAttention):
         flat = x.reshape(b * n, d)
         products = flat @ weight if bias is None else torch.addmm(bias, flat, weight)   # bf16 under autocast
         products = products.view(b, n, nh, -1).transpose(1, 2)                          # (B, N_h, N, K)
-        queries, keys = [products[..., :d]], [x.reshape(b, n, d).to(products.dtype)]
-        at = d
+        # one split, not slices: its backward writes the gradient once (each slice's would fill a
+        # zero tensor of the products' size and add it to the others')
+        sizes = [d, *([positional.shape[-1]] if positional is not None else []),
+                 *([1] if self.key.bias is not None else [])]
+        parts = products.split(sizes + [vectors.shape[-1] - sum(sizes)], dim=-1)
+        queries, keys = [parts[0]], [x.reshape(b, n, d).to(products.dtype)]
         if positional is not None:
-            at += positional.shape[-1]
-            queries += self.positional_queries(products[..., d:at], h, w)
+            queries += self.positional_queries(parts[1], h, w)
             columns = self.positional_keys(h, w, x.device, products.dtype)
             keys.append(columns.expand(b, *columns.shape))
         if self.key.bias is not None:
-            queries.append(products[..., at:at + 1])
+            queries.append(parts[len(sizes) - 1])
             keys.append(products.new_ones(()).expand(b, n, 1))
         pad = -sum(q.shape[-1] for q in queries) % _ALIGN
         if pad:

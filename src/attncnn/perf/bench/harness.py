@@ -38,8 +38,8 @@ from ..host_memory import reuse_freed_memory
 from ..paths import choose_impl
 from ..timing import time_median
 
-__all__ = ["matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "bench_preset",
-           "bench_preset_isolated"]
+__all__ = ["matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "flops_per_image",
+           "bench_preset", "bench_preset_isolated"]
 
 
 
@@ -113,6 +113,31 @@ def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: t
         F.cross_entropy(model(images), labels).backward()
     model.zero_grad(set_to_none=True)
     return forward, counter.get_total_flops()
+
+
+def flops_per_image(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                    dense: bool = True) -> tuple[float, float]:
+    """(forward, forward+backward) FLOPs per image of one step on ``batch_size`` images.
+
+    A step's count is affine in the batch: per-image products plus per-step ones that the batch does
+    not change (the bilinear path's folded query map, a batch-shared position-only map). A count on
+    2 images divided by 2 would charge the per-step ones to 2 images instead of ``batch_size``, so
+    this counts (:func:`count_training_flops`) on the first 2 and 4 of ``images`` and extrapolates,
+    ``F(B) = F(2) + (B - 2) (F(4) - F(2)) / 2`` (exact for an affine count); a batch of 4 or fewer is
+    counted as it is.
+
+    Raises:
+        ValueError: fewer than ``min(batch_size, 4)`` images.
+    """
+    if batch_size < 1 or len(images) < min(batch_size, 4):
+        raise ValueError(f"counting a step of {batch_size} images needs at least {min(batch_size, 4)} "
+                         f"of them, got {len(images)}")
+    if batch_size <= 4:
+        forward, train = count_training_flops(model, images[:batch_size], labels[:batch_size], dense)
+        return forward / batch_size, train / batch_size
+    two = count_training_flops(model, images[:2], labels[:2], dense)
+    four = count_training_flops(model, images[:4], labels[:4], dense)
+    return tuple((f2 + (batch_size - 2) * (f4 - f2) / 2) / batch_size for f2, f4 in zip(two, four))
 
 
 def _rss_bytes() -> int:
@@ -207,22 +232,21 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
         images = images.to(memory_format=torch.channels_last)
-    fwd_flops, train_flops = count_training_flops(model, images[:2], labels[:2])
-    _, run_flops = count_training_flops(model, images[:2], labels[:2], dense=False)
+    per_image_fwd, per_image_train = flops_per_image(model, images, labels, batch_size)
+    _, per_image_run = flops_per_image(model, images, labels, batch_size, dense=False)
     run_model = torch.compile(model) if compile else model
     timing = time_steps(model, images, labels, run_model=run_model, precision=precision, warmup=warmup, reps=reps)
     step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
-    per_image_train = train_flops / 2       # counted on a batch of 2
     return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides,
             "attention_paths": {"train": getattr(model, "attention_paths", lambda: None)(),
                                 "eval": _eval_paths(model)},
             "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
             "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
-            "peak_memory_bytes": peak, "forward_flops_per_image": fwd_flops / 2,
+            "peak_memory_bytes": peak, "forward_flops_per_image": per_image_fwd,
             "train_flops_per_image": per_image_train,
             "model_flops_per_s": per_image_train * batch_size / step_s,
-            "train_flops_per_image_as_run": run_flops / 2,
-            "achieved_flops_per_s": run_flops / 2 * batch_size / step_s,
+            "train_flops_per_image_as_run": per_image_run,
+            "achieved_flops_per_s": per_image_run * batch_size / step_s,
             "precision": precision, "compile": compile, "host_memory": host_memory}
 
 
