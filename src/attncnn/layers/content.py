@@ -293,7 +293,8 @@ class ContentAttention(QueryKeyAttention):
 
     def bilinear_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Pre-softmax scores ``(B, N_h, H*W, H*W)`` of the grid ``x (B, H, W, D)`` through the
-        query-key bilinear form: equal to :meth:`input_scores` up to rounding (every term, the
+        query-key bilinear form ``x_i W_qry W_key^T x_j^T`` (paper eq. 8, term 1; term 2 where a
+        subclass has one): equal to :meth:`input_scores` up to rounding (every term, the
         per-query constant ``q_i . b_key`` included), with neither queries nor keys formed: the
         product of :meth:`bilinear_queries_keys`.
 
