@@ -2,8 +2,10 @@
 
     python3 benchmarks/gpu/speed.py --out "$OUT" [--baseline .gpu/baseline/src] [--device cuda]
                                     [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content|flex]
+                                    [--precision bf16]
 
-Each row is one ``attncnn bench`` of a preset in bf16 (its own process: ``python -m attncnn
+Each row is one ``attncnn bench`` of a preset in bf16 (``--precision fp32`` for a device without fast
+bf16; its own process: ``python -m attncnn
 bench --json``, the preset's images/s for a training step and a test pass, peak memory and the
 attention paths it took), eager or ``torch.compile``d, with the attention path left to the run's
 own measurement (``auto``) or named (``--set impl=...``). The ``before`` rows run the same command
@@ -15,7 +17,8 @@ assumed to take 90 s, eager ones 40 s). After every row the table is written aga
 ``--out/gpu-speed.md`` (and the raw results to ``gpu-speed.json``), so a job stopped at its time
 limit still brings back what it measured.
 
-On a CPU, for a trial of the job before it goes: ``--device cpu --batch-size 4 --layers 1``.
+On a CPU, for a trial of the job before it goes: ``--device cpu --batch-size 4 --layers 1`` (and
+``--precision fp32`` on a CPU without bf16 units, where bf16 products run about 100x slower).
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ def plan(kind: str) -> list[Row]:
 def command(row: Row, args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The ``attncnn bench`` command line and environment of a row."""
     cmd = [sys.executable, "-m", "attncnn", "bench", "--presets", row.preset, "--device", args.device,
-           "--batch-size", str(args.batch_size), "--variants", "bf16+compile" if row.compile else "bf16", "--json"]
+           "--batch-size", str(args.batch_size), "--variants", args.precision + ("+compile" if row.compile else ""),
+           "--json"]
     if row.impl:
         cmd += ["--set", f"impl={row.impl}"]
     if row.impl == "flex":      # FlexAttention has no dropout on the attention maps: the row trains without it
@@ -111,7 +115,7 @@ def table(results: list[dict], skipped: list[tuple[Row, str]], args: argparse.Na
     base = {r["row"]["preset"]: r["train_images_per_s"] for r in results
             if r["row"]["code"] == "before" and not r["row"]["compile"] and "error" not in r}
     machine = next((r["machine"] for r in results if "machine" in r), {})
-    lines = [f"`benchmarks/gpu/speed.py`: `attncnn bench` rows, bf16, batch {args.batch_size}"
+    lines = [f"`benchmarks/gpu/speed.py`: `attncnn bench` rows, {args.precision}, batch {args.batch_size}"
              f"{f', {args.layers} layer(s)' if args.layers else ''}; "
              + ", ".join(f"{k} {v}" for k, v in machine.items()), "",
              "| code | preset | path asked | paths taken (train / test) | compiled | train img/s | vs before, eager "
@@ -144,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, help="time the attention presets with this many layers")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds; rows that would pass it are skipped")
     parser.add_argument("--rows", choices=("full", "quick", "content", "flex"), default="full")
+    parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
+                        help="of every row (fp32: for a trial on a device without fast bf16)")
     args = parser.parse_args(argv)
     if not (Path(args.baseline) / "attncnn").is_dir():
         parser.error(f"--baseline {args.baseline} holds no attncnn package; make it with "

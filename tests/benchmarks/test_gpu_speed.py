@@ -7,6 +7,9 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
+import torch
+
+from attncnn.perf.precision import fast_bf16
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
@@ -15,7 +18,7 @@ import speed  # noqa: E402
 
 def _args(tmp_path, **kw):
     values = dict(out=str(tmp_path / "out"), baseline=str(tmp_path / "base" / "src"), device="cuda", batch_size=100,
-                  layers=None, budget=300.0, rows="full")
+                  layers=None, budget=300.0, rows="full", precision="bf16")
     values.update(kw)
     return Namespace(**values)
 
@@ -47,6 +50,13 @@ def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path
     cmd, env = speed.command(speed.Row("after", "learned-content", "sdpa-onehot", compile=True), args)
     assert cmd[cmd.index("--set") + 1] == "impl=sdpa-onehot" and cmd[cmd.index("--variants") + 1] == "bf16+compile"
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT / "src")
+    fp32 = _args(tmp_path, precision="fp32")
+    variants = []
+    for compiled in (False, True):
+        cmd, _ = speed.command(speed.Row("after", "quadratic", compile=compiled), fp32)
+        variants.append(cmd[cmd.index("--variants") + 1])
+    assert variants == ["fp32", "fp32+compile"]
+    assert "rows, fp32, batch 100" in speed.table([], [], fp32)
     # FlexAttention has no dropout on the maps: its rows train without it, and the table says so
     cmd, _ = speed.command(speed.Row("after", "learned-content", "flex"), args)
     assert [cmd[i + 1] for i, word in enumerate(cmd) if word == "--set"] == ["impl=flex", "attn_dropout=0"]
@@ -106,8 +116,10 @@ def test_a_baseline_without_the_package_is_refused_with_the_command_that_makes_i
 
 @pytest.mark.slow
 def test_one_real_row_on_the_cpu(tmp_path):
-    """The command a row runs works: this checkout's bench of a one-layer preset, parsed."""
-    args = _args(tmp_path, device="cpu", batch_size=2, layers=1)
+    """The command a row runs works: this checkout's bench of a one-layer preset, parsed (in fp32 on a
+    CPU without fast bf16, where the bf16 row took 330 s instead of 10)."""
+    precision = "bf16" if fast_bf16(torch.device("cpu")) else "fp32"
+    args = _args(tmp_path, device="cpu", batch_size=2, layers=1, precision=precision)
     result = speed.run_row(speed.Row("after", "learned-content", "explicit-onehot"), args)
     assert "error" not in result, result.get("error")
     assert result["train_images_per_s"] > 0 and result["attention_paths"]["train"] == ["explicit-onehot"]
