@@ -169,6 +169,29 @@ def test_pretrained_lists_what_it_has_and_names_where_it_looked(tmp_path, monkey
 
 
 @shipped
+def test_a_missing_model_is_answered_with_what_is_there_and_how_to_get_it(tmp_path):
+    shutil.copytree(RESULTS / "mini" / "resnet18-mini" / "seed0", tmp_path / "mini" / "resnet18-mini" / "seed0")
+
+    def message(name, seed=0):
+        with pytest.raises(FileNotFoundError) as err:
+            attncnn.pretrained(name, seed, root=tmp_path)
+        return str(err.value)
+
+    # a preset with no run there: the run of its family that is there, and the command that trains it
+    text = message("resnet18")
+    assert "Closest there: resnet18-mini (seed 0)." in text
+    assert "'resnet18' is a preset none of whose finished runs is there" in text
+    assert "attncnn train --preset resnet18`" in text and "clone the repository" not in text
+    # another seed of a model that is there: its seeds, no training advice
+    text = message("resnet18-mini", seed=4)
+    assert "'resnet18-mini' is there with seed 0." in text and "is a preset" not in text
+    # a misspelling: the near name, and nothing about presets (it is none)
+    text = message("resnet18-mimi")
+    assert "Closest there: resnet18-mini (seed 0)." in text and "is a preset" not in text
+    assert text.endswith("Found there: resnet18-mini seed 0.")
+
+
+@shipped
 def test_maps_of_a_position_only_model_need_no_image():
     model = attncnn.pretrained("quadratic-mini")
     maps = attncnn.attention_maps(model)
