@@ -4,11 +4,11 @@
                                     [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content|flex]
                                     [--precision bf16]
 
-Each row is one ``attncnn bench`` of a preset in bf16 (``--precision fp32`` for a device without fast
-bf16; its own process: ``python -m attncnn
-bench --json``, the preset's images/s for a training step and a test pass, peak memory and the
-attention paths it took), eager or ``torch.compile``d, with the attention path left to the run's
-own measurement (``auto``) or named (``--set impl=...``). The ``before`` rows run the same command
+Each row is one ``attncnn bench`` of a preset in bf16 (``--precision fp32`` for a device without
+fast bf16), in its own process (``python -m attncnn bench --json``: the preset's images/s for a
+training step and a test pass, peak memory and the attention paths it took), eager or
+``torch.compile``d, with the attention path left to the run's own measurement (``auto``) or named
+(``--set impl=...``). The ``before`` rows run the same command
 on the code in ``--baseline`` (a ``src`` folder of an earlier commit: ``git archive <commit> src``),
 so both sides run on the same GPU in the same job: the ratios in the table are to the eager
 ``before`` row of the same preset. Rows run one after the other (one GPU), and a row is skipped,

@@ -117,7 +117,7 @@ def test_a_baseline_without_the_package_is_refused_with_the_command_that_makes_i
 @pytest.mark.slow
 def test_one_real_row_on_the_cpu(tmp_path):
     """The command a row runs works: this checkout's bench of a one-layer preset, parsed (in fp32 on a
-    CPU without fast bf16, where the bf16 row took 330 s instead of 10)."""
+    CPU without fast bf16, where a bf16 row takes minutes)."""
     precision = "bf16" if fast_bf16(torch.device("cpu")) else "fp32"
     args = _args(tmp_path, device="cpu", batch_size=2, layers=1, precision=precision)
     result = speed.run_row(speed.Row("after", "learned-content", "explicit-onehot"), args)

@@ -141,32 +141,32 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
     """What :func:`pretrained_path` says of a model it cannot find: where it looked, then what helps
     most: the seeds and the names close to ``name`` that are there, how to train a preset none of whose
     runs is there, or, where no trained model is found at all, how to point at a clone's ``results/``."""
-    lines = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
+    sentences = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
     if not available:
-        lines.append(f"No trained model is there. The trained models are committed to the repository's results/ "
+        sentences.append(f"No trained model is there. The trained models are committed to the repository's results/ "
                      f"folder and do not come with an installed package: clone the repository and pass "
                      f"root='<clone>/results' or set {RESULTS_ENV}=<clone>/results.")
-        return " ".join(lines)
+        return " ".join(sentences)
     names = sorted({n for n, _ in available})
     seeds = sorted(s for n, s in available if n == name)
     if seeds:
-        lines.append(f"{name!r} is there with seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}.")
+        sentences.append(f"{name!r} is there with seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}.")
     else:
         close = [n for n in names if n.startswith(f"{name}-")] + difflib.get_close_matches(name, names, n=3, cutoff=0.6)
         close = list(dict.fromkeys(c for c in close if c != name))[:4]
         if close:
-            lines.append("Closest there: " + ", ".join(
+            sentences.append("Closest there: " + ", ".join(
                 f"{c} (seed{'s' if len(s) > 1 else ''} {', '.join(map(str, s))})"
                 for c in close for s in [sorted(k for n, k in available if n == c)]) + ".")
         preset = Path(name).name
         if preset in PRESETS and not any(preset in Path(n).parts for n in names):
-            lines.append(f"{preset!r} is a preset none of whose finished runs is there: train it with "
+            sentences.append(f"{preset!r} is a preset none of whose finished runs is there: train it with "
                          f"`attncnn train --preset {preset}` and load the run folder with "
                          f"attncnn.load_model(<run folder>).")
     listing = ", ".join(f"{n} seed {s}" for n, s in available[:12])
     more = f", ... ({len(available)} in all: attncnn.list_pretrained())" if len(available) > 12 else ""
-    lines.append(f"Found there: {listing}{more}.")
-    return " ".join(lines)
+    sentences.append(f"Found there: {listing}{more}.")
+    return " ".join(sentences)
 
 
 def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = None,
