@@ -480,9 +480,13 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     """Pack the runs of ``specs`` under ``root`` into ``out``: parts ``runs.tar.gz.NNN`` and
     ``pack.json``. Returns the manifest.
 
-    What does not fit in ``max_bytes`` is shrunk, largest finished run first: its weights are
-    stored in bfloat16; if that is not enough, its weights stay behind (its records and
-    configuration still come back; ``pack.json`` says ``"weights": "left behind"``).
+    What does not fit in ``max_bytes`` is shrunk one run at a time, largest first, until it fits:
+    finished runs' weights are stored in bfloat16; then unfinished runs' checkpoints stay behind
+    (``"checkpoint": "left behind"``; such a run is not unpacked); then finished runs' weights stay
+    behind (their records and configuration still come back; ``"weights": "left behind"``). A
+    finished run's weights go last because they are the result itself, while an unfinished run
+    can be resumed on the still-warm machine or retrained; a paper-width model's resumable
+    checkpoint (about 150 MB) never fits anyway and must not take a finished run's weights with it.
     """
     out.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -495,27 +499,29 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     relatives = [Path(e["run"]) for e in entries if e["state"] in ("finished", "interrupted")]
     leave_out: set[Path] = set()
     data = _tar_bytes(root, relatives, log_files, leave_out)
-    finished = sorted((e for e in entries if e["state"] == "finished"),
-                      key=lambda e: -(root / e["run"] / "checkpoints" / "last.safetensors").stat().st_size)
-    for shrink in ("bfloat16", "left behind"):
-        for entry in finished:
-            if len(data) <= max_bytes:
-                break
-            weights = root / entry["run"] / "checkpoints" / "last.safetensors"
-            if shrink == "bfloat16":
-                to_bfloat16(weights)
-            else:
-                leave_out.add(weights)
-            entry["weights"] = shrink
-            data = _tar_bytes(root, relatives, log_files, leave_out)
-    if len(data) > max_bytes:      # unfinished runs' checkpoints alone are too large: keep their records
-        for e in entries:
-            if e["state"] == "interrupted":
-                leave_out.add(root / e["run"] / "checkpoints")
-                e["checkpoint"] = "left behind"
+
+    def size(entry: dict, name: str) -> int:
+        return sum(f.stat().st_size for f in (root / entry["run"] / name).rglob("*") if f.is_file())
+
+    finished = sorted((e for e in entries if e["state"] == "finished"), key=lambda e: -size(e, "checkpoints"))
+    unfinished = sorted((e for e in entries if e["state"] == "interrupted"), key=lambda e: -size(e, "checkpoints"))
+    steps = ([(e, "weights", "bfloat16") for e in finished] + [(e, "checkpoint", "left behind") for e in unfinished]
+             + [(e, "weights", "left behind") for e in finished])
+    for entry, key, shrink in steps:
+        if len(data) <= max_bytes:
+            break
+        if key == "checkpoint":
+            leave_out.add(root / entry["run"] / "checkpoints")
+            print(f"warning: {entry['run']}: its resumable checkpoint left behind: the pack would exceed "
+                  f"{max_bytes / 2**20:.0f} MiB", flush=True)
+        elif shrink == "bfloat16":
+            to_bfloat16(root / entry["run"] / "checkpoints" / "last.safetensors")
+        else:
+            leave_out.add(root / entry["run"] / "checkpoints" / "last.safetensors")
+            print(f"warning: {entry['run']}: its final weights left behind: the pack would exceed "
+                  f"{max_bytes / 2**20:.0f} MiB", flush=True)
+        entry[key] = shrink
         data = _tar_bytes(root, relatives, log_files, leave_out)
-        print(f"warning: unfinished runs' checkpoints left behind: the pack would exceed {max_bytes / 2**20:.0f} MiB",
-              flush=True)
     parts = []
     for n, start in enumerate(range(0, len(data), PART_BYTES)):
         chunk = data[start:start + PART_BYTES]

@@ -172,6 +172,21 @@ def test_weights_that_cannot_fit_stay_behind_and_records_still_come_back(trained
 
 
 @pytest.mark.slow
+def test_an_unfinished_checkpoint_stays_behind_before_a_finished_runs_weights(trained, tmp_path):
+    # the room of the finished run alone, in float32: its bfloat16 weights fit once the unfinished
+    # run's checkpoint (weights and optimiser state) stays behind
+    alone = job.pack(_copy(trained, tmp_path / "probe"), [SPEC], tmp_path / "probe-out", epochs=1)
+    room = sum(p["bytes"] for p in alone["parts"])
+    manifest = job.pack(_copy(trained, tmp_path), [SPEC, OTHER], tmp_path / "out", epochs=1, max_bytes=room)
+    finished, unfinished = manifest["runs"]
+    assert finished["weights"] == "bfloat16" and unfinished["checkpoint"] == "left behind"
+    assert sum(p["bytes"] for p in manifest["parts"]) <= room
+    lines = job.unpack(tmp_path / "out", tmp_path / "results")
+    assert load_model(tmp_path / "results" / SPEC.relative).network is not None
+    assert not (tmp_path / "results" / OTHER.relative).exists() and "not unpacked" in lines[1]
+
+
+@pytest.mark.slow
 def test_unpack_keeps_finished_runs_and_refuses_damaged_parts(trained, tmp_path):
     root = _copy(trained, tmp_path)
     job.pack(root, [SPEC, OTHER], tmp_path / "out", epochs=1)
