@@ -441,8 +441,13 @@ def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
         ship_unfinished(job)
     entry = {"run": str(spec.relative), "state": state, "epochs": _epochs_done(job.folder)}
     if state == "finished":
+        from attncnn.runs import read_metadata
         final = json.loads((job.folder / "finished.json").read_text()).get("final") or {}
         entry["test_accuracy"] = final.get("test_accuracy")
+        weights = job.folder / "checkpoints" / "last.safetensors"
+        # packed again after a first call shrank it in place (a run resumed on the warm machine)
+        if weights.is_file() and read_metadata(weights).get("weights_dtype") == "bfloat16":
+            entry["weights"] = "bfloat16"
     return entry
 
 

@@ -150,6 +150,8 @@ def test_a_pack_over_the_limit_stores_weights_in_bfloat16_that_load_exactly(trai
     size = sum(p["bytes"] for p in full["parts"])
     manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=int(size * 0.8))
     assert manifest["runs"][0]["weights"] == "bfloat16" and sum(p["bytes"] for p in manifest["parts"]) <= size * 0.8
+    # packed again (the same runs finished in a second call on the warm machine): still said
+    assert job.pack(root, [SPEC], tmp_path / "again", epochs=1)["runs"][0]["weights"] == "bfloat16"
     job.unpack(tmp_path / "out", tmp_path / "results")
     model = load_model(tmp_path / "results" / SPEC.relative)     # bfloat16 file, float32 network
     state = model.network.state_dict()
