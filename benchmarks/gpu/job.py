@@ -515,6 +515,8 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     for entry, key, shrink in steps:
         if len(data) <= max_bytes:
             break
+        if entry.get(key) == shrink:        # already in bfloat16 (shrunk by an earlier call)
+            continue
         if key == "checkpoint":
             leave_out.add(root / entry["run"] / "checkpoints")
             print(f"warning: {entry['run']}: its resumable checkpoint left behind: the pack would exceed "
