@@ -144,8 +144,8 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
     sentences = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
     if not available:
         sentences.append(f"No trained model is there. The trained models are committed to the repository's results/ "
-                     f"folder and do not come with an installed package: clone the repository and pass "
-                     f"root='<clone>/results' or set {RESULTS_ENV}=<clone>/results.")
+                         f"folder and do not come with an installed package: clone the repository and pass "
+                         f"root='<clone>/results' or set {RESULTS_ENV}=<clone>/results.")
         return " ".join(sentences)
     names = sorted({n for n, _ in available})
     seeds = sorted(s for n, s in available if n == name)
@@ -161,8 +161,8 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
         preset = Path(name).name
         if preset in PRESETS and not any(preset in Path(n).parts for n in names):
             sentences.append(f"{preset!r} is a preset none of whose finished runs is there: train it with "
-                         f"`attncnn train --preset {preset}` and load the run folder with "
-                         f"attncnn.load_model(<run folder>).")
+                             f"`attncnn train --preset {preset}` and load the run folder with "
+                             f"attncnn.load_model(<run folder>).")
     listing = ", ".join(f"{n} seed {s}" for n, s in available[:12])
     more = f", ... ({len(available)} in all: attncnn.list_pretrained())" if len(available) > 12 else ""
     sentences.append(f"Found there: {listing}{more}.")
