@@ -50,6 +50,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -297,18 +298,41 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def _measure_in_child(spec: RunSpec, root: Path, args: argparse.Namespace, log: Path) -> dict:
-    """:func:`measure_epoch` of ``spec`` in a child process, its output in ``log``.
+def _measure_in_child(spec: RunSpec, root: Path, args: argparse.Namespace, log: Path,
+                      timeout: float | None = None) -> dict:
+    """:func:`measure_epoch` of ``spec`` in a child process, its output in ``log``, stopped (with the
+    processes it started: the compiler's workers) after ``timeout`` seconds.
 
     Raises:
-        RuntimeError: the child failed (the message ends with its output's last lines)."""
+        RuntimeError: the child failed or ran past ``timeout`` (the message ends with its output's
+            last lines)."""
     command = [sys.executable, __file__, "measure", spec.text, "--root", str(root), "--data", args.data,
                "--device", args.device] + _run_flags(args)
-    done = subprocess.run(command, capture_output=True, text=True)
-    log.write_text(done.stdout + done.stderr)
-    if done.returncode != 0:
-        raise RuntimeError(f"timing {spec.relative} failed: {(done.stdout + done.stderr)[-1500:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    # a session of its own, so that a stop reaches the compile workers too
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(child)
+        stdout, stderr = child.communicate()
+        log.write_text(stdout + stderr)
+        raise RuntimeError(f"timing {spec.relative} took more than {timeout:.0f} s, the job's time left; stopped: "
+                           f"{(stdout + stderr)[-1500:]}") from None
+    finally:
+        _kill_group(child)
+    log.write_text(stdout + stderr)
+    if child.returncode != 0:
+        raise RuntimeError(f"timing {spec.relative} failed: {(stdout + stderr)[-1500:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def _kill_group(process: subprocess.Popen) -> None:
+    """SIGKILL to the process group that ``process`` leads (nothing where it is gone)."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _run_flags(args: argparse.Namespace) -> list[str]:
@@ -391,8 +415,11 @@ def _train(args: argparse.Namespace) -> int:
     for spec in specs:                  # before any run starts: each is timed with the GPU to itself
         log_file = logs / f"{spec.suite}-{spec.preset}-seed{spec.seed}-fit.log"
         try:
+            # the timing may take what is left of the call's budget, no more: past it nothing trains
             sized.append(fitted_spec(spec, root, fit_seconds - (time.monotonic() - started),
-                                     lambda s: _measure_in_child(s, root, args, log_file), args.epochs))
+                                     lambda s: _measure_in_child(s, root, args, log_file,
+                                                                 max(deadline - time.monotonic(), 1.0)),
+                                     args.epochs))
         except (RuntimeError, ValueError) as err:
             print(f"{spec.relative}: not trained: {err}", flush=True)
     specs = sized

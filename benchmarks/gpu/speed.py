@@ -2,7 +2,7 @@
 
     python3 benchmarks/gpu/speed.py --out "$OUT" [--baseline .gpu/baseline/src] [--device cuda]
                                     [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content|flex]
-                                    [--precision bf16]
+                                    [--precision bf16] [--row-limit SECONDS]
 
 Each row is one ``attncnn bench`` of a preset in bf16 (``--precision fp32`` for a device without
 fast bf16), in its own process (``python -m attncnn bench --json``: the preset's images/s for a
@@ -13,9 +13,12 @@ on the code in ``--baseline`` (a ``src`` folder of an earlier commit: ``git arch
 so both sides run on the same GPU in the same job: the ratios in the table are to the eager
 ``before`` row of the same preset. Rows run one after the other (one GPU), and a row is skipped,
 with the reason in the table, when it would pass ``--budget`` seconds (compiled rows are
-assumed to take 90 s, eager ones 40 s). After every row the table is written again to
-``--out/gpu-speed.md`` (and the raw results to ``gpu-speed.json``), so a job stopped at its time
-limit still brings back what it measured.
+assumed to take 90 s, eager ones 40 s). A row that runs on is stopped, with its processes, at
+``--row-limit`` seconds (default: three times its assumed time) or where the budget ends, whichever
+comes first, and the table says so: one row whose compilation stalls (a kernel autotuned for a
+shape it was not made for) cannot take the rows after it with it. After every row the table is
+written again to ``--out/gpu-speed.md`` (and the raw results to ``gpu-speed.json``), so a job
+stopped at its time limit still brings back what it measured.
 
 On a CPU, for a trial of the job before it goes: ``--device cpu --batch-size 4 --layers 1`` (and
 ``--precision fp32`` on a CPU without bf16 units, where bf16 products run about 100x slower).
@@ -26,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -35,6 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 #: seconds a row is assumed to take, for the budget (process start, paths, FLOP count, timing)
 ROW_SECONDS = {False: 40.0, True: 90.0}
+#: a row is stopped after this many times its assumed seconds (``--row-limit`` overrides it)
+ROW_LIMIT_FACTOR = 3.0
 
 
 @dataclass(frozen=True)
@@ -96,18 +102,49 @@ def command(row: Row, args: argparse.Namespace) -> tuple[list[str], dict[str, st
     return cmd, env
 
 
-def run_row(row: Row, args: argparse.Namespace) -> dict:
-    """One row's result: the bench's numbers, or ``{"error": ...}``."""
+def run_row(row: Row, args: argparse.Namespace, limit: float | None = None, why: str = "") -> dict:
+    """One row's result: the bench's numbers, or ``{"error": ...}``.
+
+    ``limit``: seconds after which the row is stopped (SIGKILL to its whole process group: the
+    compiler's workers too), its error saying after how long and ``why`` (e.g. "the row limit")."""
     cmd, env = command(row, args)
     start = time.monotonic()
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    # a session of its own, so that a stop reaches the compile workers the bench starts
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        proc.communicate()
+        seconds = time.monotonic() - start
+        return {"row": row.__dict__, "seconds": seconds,
+                "error": f"stopped after {seconds:.0f} s{f' ({why})' if why else ''}"}
+    finally:
+        _kill_group(proc)           # workers the bench left behind (it has returned, or was stopped above)
     seconds = time.monotonic() - start
-    if done.returncode != 0:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:]     # the exception's own line
-        return {"row": row.__dict__, "seconds": seconds, "error": " / ".join(tail) or f"exit {done.returncode}"}
-    report = json.loads(done.stdout)
+    if proc.returncode != 0:
+        tail = (stderr or stdout).strip().splitlines()[-1:]     # the exception's own line
+        return {"row": row.__dict__, "seconds": seconds, "error": " / ".join(tail) or f"exit {proc.returncode}"}
+    report = json.loads(stdout)
     (result,) = report["results"]
     return {"row": row.__dict__, "seconds": seconds, "machine": report["machine"], **result}
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to the process group that ``proc`` leads (nothing where it is gone)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def row_limit(row: Row, args: argparse.Namespace, left: float) -> tuple[float, str]:
+    """The seconds ``row`` may run, and why they end there: ``--row-limit`` (default
+    :data:`ROW_LIMIT_FACTOR` times the row's assumed seconds), or the ``left`` seconds of the budget
+    where those come first."""
+    own = args.row_limit if args.row_limit is not None else ROW_LIMIT_FACTOR * ROW_SECONDS[row.compile]
+    return (own, "the row limit") if own <= left else (left, f"the {args.budget:.0f} s budget")
 
 
 def table(results: list[dict], skipped: list[tuple[Row, str]], args: argparse.Namespace) -> str:
@@ -150,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", choices=("full", "quick", "content", "flex"), default="full")
     parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                         help="of every row (fp32: for a trial on a device without fast bf16)")
+    parser.add_argument("--row-limit", type=float, metavar="SECONDS",
+                        help=f"stop a row after this long (default: {ROW_LIMIT_FACTOR:g}x its assumed "
+                             f"{ROW_SECONDS[False]:.0f} s eager, {ROW_SECONDS[True]:.0f} s compiled)")
     args = parser.parse_args(argv)
+    if args.row_limit is not None and args.row_limit <= 0:
+        parser.error(f"--row-limit must be a positive number of seconds, got {args.row_limit:g}")
     if not (Path(args.baseline) / "attncnn").is_dir():
         parser.error(f"--baseline {args.baseline} holds no attncnn package; make it with "
                      f"`mkdir -p .gpu/baseline && git archive <commit> src | tar -x -C .gpu/baseline`")
@@ -158,10 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     start, results, skipped = time.monotonic(), [], []
     for row in plan(args.rows):
-        if time.monotonic() - start + ROW_SECONDS[row.compile] > args.budget:
+        elapsed = time.monotonic() - start
+        if elapsed + ROW_SECONDS[row.compile] > args.budget:
             skipped.append((row, f"the {args.budget:.0f} s budget"))
             continue
-        results.append(run_row(row, args))
+        results.append(run_row(row, args, *row_limit(row, args, args.budget - elapsed)))
         print(f"{row.label}: " + (results[-1].get("error") or f"{results[-1]['train_images_per_s']:,.0f} train img/s")
               + f" ({results[-1]['seconds']:.0f} s)", flush=True)
         (out / "gpu-speed.json").write_text(json.dumps(results, indent=2, default=str))

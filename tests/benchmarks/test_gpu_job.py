@@ -119,6 +119,28 @@ def test_a_new_runs_epoch_is_timed_as_its_worker_trains_it(tmp_path, make_tiny_d
     assert not planned.folder.exists()           # timing leaves no run behind
 
 
+def test_a_timing_that_runs_past_the_time_left_is_stopped_with_its_workers(tmp_path, monkeypatch,
+                                                                           assert_process_ends):
+    """The @fit timing child (here a script that starts a worker and sleeps) is stopped at the job's
+    time left, its worker too, and the run is refused with a message saying so, so the job goes on
+    to pack what it has instead of spending the call on one compilation."""
+    worker_pid = tmp_path / "worker.pid"
+    stall = tmp_path / "stall.py"
+    stall.write_text("import pathlib, subprocess, sys, time\n"
+                     "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                     f"pathlib.Path({str(worker_pid)!r}).write_text(str(w.pid))\n"
+                     "print('compiling', flush=True)\ntime.sleep(60)\n")
+    monkeypatch.setattr(job, "__file__", str(stall))
+    args = SimpleNamespace(data="unused", device="cpu", compile=False, epochs=None, train_subset=None)
+    log = tmp_path / "fit.log"
+    with pytest.raises(RuntimeError, match=r"timing paper-long/learned-content/seed0 took more than 3 s, the job's "
+                                           r"time left; stopped: compiling"):
+        job._measure_in_child(job.RunSpec("paper-long", "learned-content", 0), tmp_path, args, log, timeout=3.0)
+    assert "compiling" in log.read_text()
+    pid = int(worker_pid.read_text())
+    assert_process_ends(pid, "the timing's worker")
+
+
 @pytest.mark.slow
 def test_a_pack_unpacks_into_results_with_its_weights_and_resumable_state(trained, tmp_path):
     root = _copy(trained, tmp_path)

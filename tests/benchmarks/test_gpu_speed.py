@@ -2,7 +2,10 @@
 ``before``), the table's ratios, the budget, and one real row on the CPU."""
 
 import json
+import os
+import re
 import sys
+import time
 from argparse import Namespace
 from pathlib import Path
 
@@ -18,7 +21,7 @@ import speed  # noqa: E402
 
 def _args(tmp_path, **kw):
     values = dict(out=str(tmp_path / "out"), baseline=str(tmp_path / "base" / "src"), device="cuda", batch_size=100,
-                  layers=None, budget=300.0, rows="full", precision="bf16")
+                  layers=None, budget=300.0, rows="full", precision="bf16", row_limit=None)
     values.update(kw)
     return Namespace(**values)
 
@@ -91,8 +94,9 @@ def test_rows_past_the_budget_are_skipped_and_the_table_is_written_after_every_r
     (tmp_path / "base" / "src" / "attncnn").mkdir(parents=True)
     ran = []
 
-    def fake(row, args):
+    def fake(row, args, limit, why):
         ran.append(row)
+        assert (limit, why) == (100 - 30 * len(ran), "the 100 s budget")    # 3x 40 s would pass the budget
         assert (Path(args.out) / "gpu-speed.md").exists() == (len(ran) > 1)
         return _result(row, 100.0)
 
@@ -106,6 +110,43 @@ def test_rows_past_the_budget_are_skipped_and_the_table_is_written_after_every_r
     text = (tmp_path / "out" / "gpu-speed.md").read_text()
     assert text.count("not run: the 100 s budget") == 4
     assert len(json.loads((tmp_path / "out" / "gpu-speed.json").read_text())) == 2
+
+
+def test_a_row_may_run_three_times_its_assumed_seconds_or_its_limit_but_never_past_the_budget(tmp_path):
+    eager, compiled = speed.Row("after", "quadratic"), speed.Row("after", "quadratic", compile=True)
+    args = _args(tmp_path)
+    assert speed.row_limit(eager, args, 1000.0) == (120.0, "the row limit")
+    assert speed.row_limit(compiled, args, 1000.0) == (270.0, "the row limit")
+    assert speed.row_limit(compiled, args, 200.0) == (200.0, "the 300 s budget")
+    assert speed.row_limit(compiled, _args(tmp_path, row_limit=50.0), 200.0) == (50.0, "the row limit")
+
+
+def test_a_row_that_runs_on_is_stopped_with_the_processes_it_started(tmp_path, monkeypatch,
+                                                                      assert_process_ends):
+    """A stalled row (here a process that starts a child and sleeps) is stopped at its limit, the
+    child too (a compile worker would hold the GPU), and its error says after how long and why."""
+    child_pid = tmp_path / "child.pid"
+    script = ("import subprocess, sys, time, pathlib; "
+              "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
+              f"pathlib.Path({str(child_pid)!r}).write_text(str(c.pid)); time.sleep(60)")
+    monkeypatch.setattr(speed, "command", lambda row, args: ([sys.executable, "-c", script], dict(os.environ)))
+    row = speed.Row("after", "learned-content", "flex", compile=True)
+    start = time.monotonic()
+    result = speed.run_row(row, _args(tmp_path), 3.0, "the row limit")
+    assert time.monotonic() - start < 30
+    assert result["row"] == row.__dict__ and 3.0 <= result["seconds"] < 30
+    assert re.fullmatch(r"stopped after \d+ s \(the row limit\)", result["error"]), result["error"]
+    pid = int(child_pid.read_text())
+    assert_process_ends(pid, "the row's child process")
+    text = speed.table([result], [], _args(tmp_path))
+    assert "failed: stopped after" in text and "(the row limit)" in text
+
+
+def test_a_row_limit_that_is_not_positive_is_refused(tmp_path, capsys):
+    (tmp_path / "base" / "src" / "attncnn").mkdir(parents=True)
+    with pytest.raises(SystemExit):
+        speed.main(["--out", str(tmp_path / "out"), "--baseline", str(tmp_path / "base" / "src"), "--row-limit", "0"])
+    assert "--row-limit must be a positive number of seconds, got 0" in capsys.readouterr().err
 
 
 def test_a_baseline_without_the_package_is_refused_with_the_command_that_makes_it(tmp_path, capsys):
