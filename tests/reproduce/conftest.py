@@ -8,16 +8,20 @@ suite's 15 minutes on two cores, a paper-width one over a minute, and content at
 400 would take about seven) is checked in two parts: the record gives the run's accuracy, and the
 weights evaluated now on a fixed class-balanced sample of the test images predict what the record
 says, image by image, within the flips rounding makes (:data:`SAMPLE_FLIPS`). A run without one is
-evaluated on the whole test set.
+evaluated on the whole test set. A run shipped without its weights (``weights-withheld.json``) is
+checked by its record alone: the record's accuracy, counted against this data set's labels, is the
+run's, and the withheld file's record names the epoch and precision the report gives.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from attncnn.cli import main
 from attncnn.data import load_dataset
-from attncnn.runs import PREDICTIONS_FILE, disagreements, read_predictions
+from attncnn.runs import PREDICTIONS_FILE, disagreements, read_predictions, read_withheld
 from attncnn.runs.checkpoint import read_metadata
 from attncnn.runs.loading import checkpoint_of
 
@@ -56,6 +60,10 @@ def check_shipped_run(cifar10_path, accuracy_tolerance, tmp_path_factory):
     module's description for a run with a prediction record)."""
     def check(folder, accuracy: float) -> None:
         last = folder / "checkpoints" / "last.safetensors"
+        withheld = read_withheld(folder)
+        if withheld is not None and not last.exists():
+            check_withheld(folder, withheld, accuracy)
+            return
         made = tmp_path_factory.mktemp("evaluated") / PREDICTIONS_FILE
         if not (folder / PREDICTIONS_FILE).is_file():
             assert main(["evaluate", str(last), "--data", str(cifar10_path), "--predictions", str(made)]) == 0
@@ -78,4 +86,22 @@ def check_shipped_run(cifar10_path, accuracy_tolerance, tmp_path_factory):
         assert len(now.predictions) == SAMPLE
         assert disagreements(now.predictions, record.for_images(now.indices)) <= SAMPLE_FLIPS
 
+    def check_withheld(folder, withheld: dict, accuracy: float) -> None:
+        record = read_predictions(folder / PREDICTIONS_FILE)
+        data = load_dataset(str(cifar10_path))
+        meta = withheld["metadata"]
+        # the record was made from the withheld file: the whole split of this data set, its epoch
+        assert (record.indices, record.checkpoint, record.dataset) == (None, last_name(withheld), data.shareable_name)
+        assert record.epoch == meta["epoch"] == json.loads((folder / "finished.json").read_text())["epochs"]
+        correct = sum(p == y for p, y in zip(record.predictions, data.test.labels.tolist()))
+        assert len(record.predictions) == len(data.test) and record.test_accuracy == correct / len(data.test)
+        tolerance = SAME_PRECISION if record.precision == meta["config"]["precision"] else OTHER_PRECISION
+        assert record.test_accuracy == pytest.approx(accuracy, abs=tolerance)
+        assert withheld["bytes"] > 0 and len(withheld["sha256"]) == 64 and "attncnn reproduce" in withheld["retrain"]
+
     return check
+
+
+def last_name(withheld: dict) -> str:
+    """The file name a withheld run's weights had (``last.safetensors``)."""
+    return withheld["file"].rsplit("/", 1)[-1]

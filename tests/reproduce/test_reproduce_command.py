@@ -10,7 +10,7 @@ import pytest
 
 from attncnn.analysis.viewer.decode import read_viewer
 from attncnn.cli import main
-from attncnn.runs import load_checkpoint
+from attncnn.runs import PREDICTIONS_FILE, WITHHELD_FILE, load_checkpoint, read_withheld
 
 pytestmark = pytest.mark.slow        # trains the five mini models for one step each (~1 min on 2 cores)
 
@@ -98,6 +98,47 @@ def test_trimming_again_keeps_a_prediction_record_and_drops_other_files(suite, t
     assert (job.folder / "predictions.json").is_file() and not (job.folder / "notes.txt").exists()
 
 
+def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(suite, tmp_path, capsys):
+    out, args = suite
+    data = args[args.index("--data") + 1]
+    copy, kept = tmp_path / "mini", tmp_path / "kept"
+    shutil.copytree(out, copy)
+    ship = ["reproduce", "mini", "--data", data, "--out", str(copy), "--seeds", "0", "--report-only", "--trim",
+            "--no-progress", "--no-viewer", "--without-weights", "learned-content-mini,quadratic-mini",
+            "--weights-to", str(kept)]
+    folders = {p: copy / p / "seed0" for p in ("learned-content-mini", "quadratic-mini")}
+    assert main(["evaluate", str(folders["learned-content-mini"]), "--data", data, "--predictions",
+                 str(folders["learned-content-mini"] / PREDICTIONS_FILE)]) == 0
+    capsys.readouterr()
+    # one of them has no prediction record yet: refused before anything moves
+    assert main(ship) == 2
+    assert f"{folders['quadratic-mini']} has no {PREDICTIONS_FILE}" in capsys.readouterr().err
+    assert all((f / "checkpoints").is_dir() for f in folders.values()) and not kept.exists()
+    assert main(["evaluate", str(folders["quadratic-mini"]), "--data", data, "--predictions",
+                 str(folders["quadratic-mini"] / PREDICTIONS_FILE)]) == 0
+    assert main(ship) == 0
+    assert "learned-content-mini seed 0: shipped without its weights" in capsys.readouterr().out
+    for preset, folder in folders.items():
+        assert {p.name for p in folder.iterdir()} == {"config.json", "metrics.jsonl", "finished.json", "machine.json",
+                                                      PREDICTIONS_FILE, WITHHELD_FILE}
+        assert (kept / preset / "seed0" / "checkpoints" / "last.safetensors").is_file()
+        retrain = read_withheld(folder)["retrain"]
+        assert retrain.startswith(f"attncnn reproduce mini --only {preset} --seeds 0 (1 epoch: ")
+    before, after = (json.loads((o / "report.json").read_text()) for o in (out, copy))
+    assert after["rows"] == before["rows"]                # accuracy, counts, FLOPs: from the records and the config
+    # the attention per layer: measured from the weights before they went, as the first report did
+    assert after["layers"].keys() == before["layers"].keys()
+    for preset, layers in before["layers"].items():
+        assert (after["layers"][preset] is None) == (layers is None)
+        for now, then in zip(after["layers"][preset] or [], layers or [], strict=True):
+            assert now == pytest.approx(then)
+    assert after["figures"] == before["figures"]          # those drawn from the weights: the files drawn before
+    # the same command again, and a trim: nothing changes, nothing is lost
+    assert main(ship) == 0 and main(ship[:-4]) == 0
+    assert json.loads((copy / "report.json").read_text())["rows"] == before["rows"]
+    assert all(read_withheld(f) is not None for f in folders.values())
+
+
 def test_evaluating_a_shipped_run_gives_the_reported_accuracy(suite, capsys):
     out, args = suite
     report = json.loads((out / "report.json").read_text())
@@ -171,6 +212,11 @@ def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed
 def test_bad_options_are_named(tmp_path, capsys):
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--report-only"]) == 2
     assert "no finished run" in capsys.readouterr().err
+    withhold = ["reproduce", "mini", "--out", str(tmp_path), "--without-weights"]
+    assert main([*withhold, "quadratic-mini", "--report-only"]) == 2
+    assert "--without-weights ships finished runs without their weights: give it with --trim" in capsys.readouterr().err
+    assert main([*withhold, "quadratic", "--ship"]) == 2
+    assert "--without-weights takes presets of mini (quadratic-mini, " in capsys.readouterr().err
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--epochs", "0"]) == 2
     assert "--epochs must be >= 1" in capsys.readouterr().err
     # refused before any training, not when the page is written hours later

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
-from ..runs import RunFolder, load_model
-from ..runs.loading import checkpoint_of
+from ..runs import RunFolder, load_model, read_withheld
+from ..runs.loading import DEFAULT_CHECKPOINT, build_checked, checkpoint_of
 
 __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
@@ -58,20 +58,25 @@ class Run:
         path: what was given (folder or checkpoint file).
         name: a short label: ``"<preset> seed <seed>"`` (:func:`run_label`), else the folder name
             (or the checkpoint's stem with its folder).
-        model: the network, eval mode, CPU.
-        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
+        model: the network, eval mode, CPU; None for a run shipped without its weights, opened
+            with ``open_run(..., withheld=True)`` (:mod:`attncnn.runs.withheld`).
+        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...;
+            of a run without its weights, as its ``weights-withheld.json`` recorded it).
         folder: the run folder, or None for a bare checkpoint outside one.
         metrics: the records of ``metrics.jsonl`` (empty for a bare checkpoint).
         checkpoint: the checkpoint file the weights came from (a folder's ``last``), if known.
+        withheld: the ``weights-withheld.json`` record of a run shipped without its weights (then
+            ``model`` is None), else None.
     """
 
     path: Path
     name: str
-    model: nn.Module
+    model: nn.Module | None
     metadata: dict
     folder: RunFolder | None = None
     metrics: list[dict] = field(default_factory=list)
     checkpoint: Path | None = None
+    withheld: dict | None = None
 
     def periodic_checkpoints(self) -> list[tuple[int, Path]]:
         """``(epoch, path)`` of the folder's ``epoch_NNNN`` checkpoints (empty without a folder)."""
@@ -80,16 +85,31 @@ class Run:
     @property
     def kind(self) -> str:
         """``"resnet"``, or the attention kind of an image transformer (``"quadratic"``, ...)."""
-        config = getattr(self.model, "config", None)
-        return getattr(config, "attention", None) or self.metadata.get("arch", "unknown")
+        if self.model is None:                  # weights withheld: the stored model options say it
+            return (self.metadata.get("model_config") or {}).get("attention") or self.metadata.get("arch", "unknown")
+        return getattr(getattr(self.model, "config", None), "attention", None) or self.metadata.get("arch", "unknown")
+
+    def network(self) -> nn.Module:
+        """The run's network: :attr:`model`, or for a run shipped without its weights the same
+        architecture freshly initialised (CPU), for what does not depend on the weights (parameter
+        counts, FLOPs), never for what the trained weights compute."""
+        if self.model is not None:
+            return self.model
+        return build_checked(self.metadata["arch"], self.metadata["model_config"], source=str(self.path)).eval()
 
 
-def open_run(path: str | Path) -> Run:
+def open_run(path: str | Path, *, withheld: bool = False) -> Run:
     """Load a run folder (its ``last`` checkpoint, as every command: see
     :func:`attncnn.runs.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
 
+    Args:
+        withheld: accept a finished run folder shipped without its weights
+            (:mod:`attncnn.runs.withheld`): its :class:`Run` has ``model=None`` and the metadata its
+            record kept (reports read such a run's records; nothing computes with its weights).
+
     Raises:
-        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint.
+        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint (for a run
+            shipped without its weights, unless ``withheld``: the message says so and how to train it).
         attncnn.runs.RunFolderError, attncnn.runs.CheckpointError, ValueError: unreadable run.
     """
     path = Path(path)
@@ -99,6 +119,10 @@ def open_run(path: str | Path) -> Run:
     if path.is_dir():
         folder = RunFolder(path, mode="read")
         name = path.resolve().name
+        record = read_withheld(path) if withheld else None
+        if record is not None and not folder.checkpoint_path(DEFAULT_CHECKPOINT).exists():
+            meta = record["metadata"]
+            return Run(path, run_label(meta) or name, None, meta, folder, folder.read_metrics(), None, record)
     else:
         parent = path.parent.parent if path.parent.name == "checkpoints" else None
         if parent is not None and (parent / "config.json").is_file():

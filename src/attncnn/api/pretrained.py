@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..models.presets import PRESETS
+from ..runs import read_withheld, withheld_message
 from .classifier import Classifier, load_model
 
 __all__ = ["RESULTS_ENV", "pretrained", "pretrained_path", "list_pretrained", "results_folders"]
@@ -139,9 +140,15 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
 
 def _not_found(name: str, seed: int, candidates: list[Path], available: list[tuple[str, int]]) -> str:
     """What :func:`pretrained_path` says of a model it cannot find: where it looked, then what helps
-    most: the seeds and the names close to ``name`` that are there, how to train a preset none of whose
-    runs is there, or, where no trained model is found at all, how to point at a clone's ``results/``."""
+    most: a run of it shipped without its weights (:mod:`attncnn.runs.withheld`: how to train it
+    again), the seeds and the names close to ``name`` that are there, how to train a preset none of
+    whose runs is there, or, where no trained model is found at all, how to point at a clone's
+    ``results/``."""
     sentences = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
+    for folder in candidates:           # trained, but shipped without its weights: say so first
+        record = read_withheld(folder) if (folder / "finished.json").is_file() else None
+        if record is not None:
+            sentences.append(withheld_message(folder, record) + ".")
     if not available:
         sentences.append(f"No trained model is there. The trained models are committed to the repository's results/ "
                          f"folder and do not come with an installed package: clone the repository and pass "

@@ -99,6 +99,14 @@ def register(subparsers) -> None:
                         "--trim, each unfinished run reduced to its config, metrics and newest resumable checkpoint "
                         "(optimiser state included), then the report of what has finished. The same command "
                         "without --ship resumes the unfinished runs, also from a fresh clone (give --data)")
+    r.add_argument("--without-weights", metavar="PRESET,...",
+                   help="with --trim or --ship: ship the finished runs of these presets without their weights (too "
+                        "large for the clone): their records stay (config, metrics, prediction record, attention per "
+                        "layer measured now), and weights-withheld.json says what the weights were and how to train "
+                        "them again; every command that needs them says so")
+    r.add_argument("--weights-to", metavar="DIR",
+                   help="with --without-weights: where the withheld weights go, as <DIR>/<preset>/seed<N>/checkpoints "
+                        "(default: withheld-weights/<suite> in the working directory, ignored by git in a clone)")
     r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
     r.add_argument("--viewer-images", default=",".join(map(str, VIEWER_IMAGES)), metavar="I,J,...",
                    help="test images of the viewer page (default %(default)s; each costs a content model 3-5 MB "
@@ -206,6 +214,13 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
              if job.folder not in folders and job.folder.is_dir()]
     if args.trim or args.ship:
         _trim(study, jobs)
+    if args.without_weights:
+        from .withhold import presets_named, withhold_jobs
+        presets = presets_named(study, args.without_weights, "--without-weights")
+        for job, record, where in withhold_jobs(study, out, jobs, presets, weights_to=args.weights_to, data=args.data,
+                                                data_dir=args.data_dir):
+            print(f"{job.label}: shipped without its weights ({record['bytes'] / 1e6:.1f} MB, sha256 "
+                  f"{record['sha256'][:16]}...); they are in {where}, outside what is committed")
     if args.ship:
         _ship_unfinished(jobs)
     results = finished_results(study, jobs)
@@ -242,6 +257,12 @@ def _check_study_options(args: argparse.Namespace, study: Study, options) -> Non
                              f"({', '.join(GRIDS)}), not to suite {args.suite}")
     if args.ship and args.dry_run:
         raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
+    if args.without_weights and (not (args.trim or args.ship) or args.dry_run):
+        raise ValueError("--without-weights ships finished runs without their weights: give it with --trim or --ship "
+                         "(and without --dry-run)")
+    if args.without_weights:
+        from .withhold import presets_named
+        presets_named(study, args.without_weights, "--without-weights")       # refused now, not after training
     if isinstance(study, Grid):
         if options.epochs is not None or options.train_subset is not None:
             raise ValueError(f"the {study.name} grid sets each cell's epochs and subset itself; for a smoke run use "
@@ -304,7 +325,9 @@ def _viewer(results, out: Path, args: argparse.Namespace) -> None:
     from ..analysis.viewer.page import write_viewer
     from ..perf.precision import running_at
 
-    firsts = [runs[0] for runs in results.values() if hasattr(runs[0].run.model.config, "attention")]
+    # a run shipped without its weights has no maps to show
+    firsts = [runs[0] for runs in results.values()
+              if runs[0].run.model is not None and hasattr(runs[0].run.model.config, "attention")]
     if firsts:
         count = test_count(firsts[0].run, data=args.data, data_dir=args.data_dir)
         indices = [i for i in _viewer_images(args.viewer_images) if i < count] or [0]   # a small data set has fewer

@@ -5,7 +5,8 @@
 writer at a time) and ``main_process_folder`` (rank 0 writes under DDP); ``checkpoint`` (the file
 format: safetensors weights + JSON metadata, written atomically, never unpickled); ``loading``
 (a model from a run folder or a checkpoint, checked against its configuration before it is built);
-``predictions`` (a model's per-image test predictions, ``predictions.json``, recorded once).
+``predictions`` (a model's per-image test predictions, ``predictions.json``, recorded once);
+``withheld`` (a finished run shipped without its weights: ``weights-withheld.json`` says what they were).
 
 Nothing outside this package writes a checkpoint; training, analysis, the theory, the studies and
 the Python API read runs through it.
@@ -24,8 +25,10 @@ from .errors import RunFolderError
 from .folder import RunFolder
 from .loading import checkpoint_of, load_model, resumable_config
 from .predictions import PREDICTIONS_FILE, PredictionRecord, disagreements, read_predictions, write_predictions
+from .withheld import WITHHELD_FILE, read_withheld, withheld_message, withhold_weights
 
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", "save_checkpoint", "write_checkpoint",
            "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
-           "read_predictions", "write_predictions"]
+           "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
+           "withhold_weights"]

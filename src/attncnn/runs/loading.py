@@ -28,6 +28,7 @@ from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
 from .config import TrainConfig, config_from_dict
 from .folder import RunFolder
+from .withheld import read_withheld, withheld_message
 
 __all__ = ["load_model", "resumable_config", "check_weights", "file_specs", "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked",
            "specs_of"]
@@ -145,7 +146,8 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
     Raises:
         FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
-            the checkpoints it holds).
+            the checkpoints it holds, or, for a run shipped without its weights, says so and how to
+            train it again: :mod:`attncnn.runs.withheld`).
         ValueError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)
@@ -154,6 +156,9 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
         name = checkpoint or DEFAULT_CHECKPOINT
         path = folder.checkpoint_path(name)
         if not path.exists():
+            withheld = read_withheld(folder.path)
+            if withheld is not None:
+                raise FileNotFoundError(withheld_message(folder.path, withheld))
             held = sorted(p.stem for p in (folder.path / "checkpoints").glob("*.safetensors"))
             hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME) or give its file, e.g. "
                     f"{folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \

@@ -61,12 +61,29 @@ def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], k
     written[key] = save_figure(fig, path, formats)[0]
 
 
+def _weights_withheld(result: RunResult, written: dict[str, Path], formats, figures: dict[str, Path]) -> bool:
+    """Whether ``result``'s run was shipped without its weights. Then ``figures`` (figure key ->
+    path without suffix), drawn from those weights, are not drawn again: each one's file drawn
+    before they were withheld stays, and is listed in ``written`` where it is there."""
+    if result.run.model is not None:
+        return False
+    kept = {key: path.with_suffix(f".{formats[0]}") for key, path in figures.items()}
+    kept = {key: path for key, path in kept.items() if path.is_file()}
+    written.update(kept)
+    log.info("%s: shipped without its weights, so %s %s not drawn again (%d of %d drawn before and kept)",
+             result.run.path, " and ".join(figures), "is" if len(figures) == 1 else "are", len(kept), len(figures))
+    return True
+
+
 def _fig4(result: RunResult, out: Path, formats, written: dict[str, Path], *, seed_in_name: bool = False) -> None:
     preset, run = result.job.preset, result.run
     seed = f" seed {result.job.seed}" if seed_in_name else ""
+    path, key = out / f"fig4-{preset}{seed.replace(' ', '-')}-centers", f"fig4 {preset}{seed}"
+    if _weights_withheld(result, written, formats, {key: path}):
+        return
     _figure(quadratic_layers_figure(run.model, title=f"{preset}{seed}: every layer after epoch "
                                                      f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"),
-            out / f"fig4-{preset}{seed.replace(' ', '-')}-centers", formats, written, f"fig4 {preset}{seed}")
+            path, formats, written, key)
 
 
 def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
@@ -77,6 +94,9 @@ def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) 
 def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
     """Fig. 3 from the run's periodic checkpoints."""
     preset, run = result.job.preset, result.run
+    drawn = {f"fig3 {preset} layer {layer}": out / f"fig3-{preset}-layer{layer}-epochs" for layer in EVOLUTION_LAYERS}
+    if _weights_withheld(result, written, formats, drawn):
+        return
     snapshots = [(epoch, load_model(path)[0]) for epoch, path in run.periodic_checkpoints()]
     if not snapshots:
         log.warning("%s: no periodic checkpoints, so no figure of the centres over epochs", run.path)
@@ -90,9 +110,12 @@ def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[s
 def _content(result: RunResult, out: Path, formats, written: dict[str, Path], *, image: int, average: int,
              data: str | None, data_dir: str | None) -> None:
     preset, run = result.job.preset, result.run
+    average = min(average, test_count(run, data=data, data_dir=data_dir))   # a small data set has fewer
+    if _weights_withheld(result, written, formats, {f"fig6 {preset} image": out / f"fig6-{preset}-image{image}",
+                                                    f"fig6 {preset} average": out / f"fig6-{preset}-average{average}"}):
+        return
     grid = default_grid_size(run.model)
     query = (grid[0] // 2, grid[1] // 2)
-    average = min(average, test_count(run, data=data, data_dir=data_dir))   # a small data set has fewer
     images, raw = test_images(run, [image], data=data, data_dir=data_dir)
     fig = attention_grid_figure(attention_maps(run.model, images), query, image=raw[0],
                                 title=f"{preset}: test image {image}, query {query}")
@@ -113,12 +136,13 @@ def _distances(preset: str, results: Sequence[RunResult], out: Path, formats, wr
         _figure(fig, out / f"distances-{preset}", formats, written, f"distances {preset}")
 
 
-def _figure_kind(model) -> str | None:
-    """Which figure a model's attention gets, asked of its layers: ``"centres"`` (quadratic heads),
+def _figure_kind(result: RunResult) -> str | None:
+    """Which figure a run's attention gets, asked of its network's layers (the architecture
+    decides, so a run shipped without its weights is asked too): ``"centres"`` (quadratic heads),
     ``"position maps"`` (other position-only heads), ``"score terms"`` (content + positional scores,
     not gated), None otherwise (ResNet, plain content, GPSA)."""
     try:
-        layers = attention_layers(model)
+        layers = attention_layers(result.run.network())
     except ValueError:
         return None
     if all(layer.has_centers for layer in layers):
@@ -152,7 +176,7 @@ def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path
                  written: dict[str, Path]) -> None:
     """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
     of every seed, the grid distance of every seed."""
-    if _figure_kind(runs[0].run.model) == "centres":
+    if _figure_kind(runs[0]) == "centres":
         if suite.evolution_from == "metrics":
             _logged_evolution(runs[0], suite, out, formats, written)
         else:
@@ -228,16 +252,17 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
     _accuracy(results, suite, out, formats, written)
     for preset, runs in results.items():
         first = runs[0]
-        kind = _figure_kind(first.run.model)
+        kind = _figure_kind(first)
         if over_epochs:
             _epoch_study(suite, preset, runs, out, formats, written)
         elif kind == "centres":
             _quadratic(first, out, formats, written)
-        if kind == "position maps":
+        key, path = f"fig5 {preset}", out / f"fig5-{preset}-maps"
+        if kind == "position maps" and not _weights_withheld(first, written, formats, {key: path}):
             grid = default_grid_size(first.run.model)
             fig = attention_grid_figure(position_maps(first.run.model), (grid[0] // 2, grid[1] // 2),
                                         title=f"{preset}: attention probabilities of the central query")
-            _figure(fig, out / f"fig5-{preset}-maps", formats, written, f"fig5 {preset}")
+            _figure(fig, path, formats, written, key)
         if kind == "score terms":
             _content(first, out, formats, written, image=image, average=average, data=data, data_dir=data_dir)
         _distances(preset, runs, out, formats, written)

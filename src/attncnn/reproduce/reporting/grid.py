@@ -45,7 +45,7 @@ def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
                 entry["accuracy_mean"], entry["accuracy_std"] = mean_std(entry["accuracies"])
                 entry["train_hours"] = statistics.fmean(r.train_seconds for r in runs) / 3600
                 entry["images_per_second"] = statistics.fmean(r.images_per_second for r in runs)
-                row["parameters"] = count_parameters(runs[0].run.model)
+                row["parameters"] = count_parameters(runs[0].run.network())
             row["cells"][cell] = entry
         rows.append(row)
     return rows

@@ -69,7 +69,7 @@ def finished_runs(jobs: Sequence[Job]) -> dict[str, list[RunResult]]:
     results: dict[str, list[RunResult]] = {}
     for job in jobs:
         if job_state(job) == "finished":
-            results.setdefault(job.preset, []).append(RunResult(job, open_run(job.folder)))
+            results.setdefault(job.preset, []).append(RunResult(job, open_run(job.folder, withheld=True)))
     return results
 
 
@@ -79,7 +79,7 @@ def grid_results(jobs: Sequence[Job]) -> Cells:
     results: Cells = {}
     for job in jobs:
         if job_state(job) == "finished":
-            results.setdefault((row_of(job), job.cell), []).append(RunResult(job, open_run(job.folder)))
+            results.setdefault((row_of(job), job.cell), []).append(RunResult(job, open_run(job.folder, withheld=True)))
     return results
 
 

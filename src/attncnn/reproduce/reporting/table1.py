@@ -37,8 +37,11 @@ def final_layer_metrics(result: RunResult, *, images: int = 100, data: str | Non
                         data_dir: str | None = None) -> list[dict] | None:
     """Per layer of the trained model: attention distance, distance to the 3x3 grid of shifts,
     degenerate heads (quadratic), from ``images`` test images (position-only models need none).
-    None for a model without attention layers."""
+    None for a model without attention layers. A run shipped without its weights gives what was
+    measured before they were withheld (its record's ``final_layers``), or None."""
     model = result.run.model
+    if model is None:
+        return (result.run.withheld or {}).get("final_layers")
     if not hasattr(getattr(model, "config", None), "attention"):
         return None
     batch = None
@@ -110,7 +113,7 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
                "epochs": None, "parameters": None, "macs": None, "paper_flops": None, "train_hours": None,
                "images_per_second": None, "precision": None, "dataset": None}
         if done:
-            model, config = done[0].run.model, done[0].run.metadata.get("config", {})
+            model, config = done[0].run.network(), done[0].run.metadata.get("config", {})   # counts only
             row["accuracy_mean"], row["accuracy_std"] = mean_std(row["accuracies"])
             row.update(epochs=len(done[0].epoch_records), parameters=count_parameters(model),
                        macs=macs_per_image(model), paper_flops=paper_flops_per_image(model),

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..._io import atomic_write_json
-from ...runs import PREDICTIONS_FILE, RunFolder, load_checkpoint, write_checkpoint
+from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, load_checkpoint, write_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
 
@@ -44,8 +44,10 @@ _DATA_NAMES = ("cifar10", "cifar100")
 ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))(?:/(?:[\w.+-]+/)+[\w.+-]*|[A-Za-z]:\\)""", re.M)
 
 #: held_out.json: a sweep run's validation accuracy (:mod:`.held_out`), measured once; predictions.json:
-#: a shipped model's per-image test predictions (:mod:`attncnn.runs.predictions`), recorded once
-_KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json", "held_out.json", PREDICTIONS_FILE}
+#: a shipped model's per-image test predictions (:mod:`attncnn.runs.predictions`), recorded once;
+#: weights-withheld.json: what the weights of a run shipped without them were (:mod:`attncnn.runs.withheld`)
+_KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json", "held_out.json", PREDICTIONS_FILE,
+               WITHHELD_FILE}
 
 
 def folder_bytes(path: str | Path) -> int:
