@@ -144,7 +144,28 @@ def test_a_run_shorter_than_the_floor_is_timed_eager_only_and_not_cached(tmp_pat
     with caplog.at_level("INFO"):
         assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
     assert not (tmp_path / CACHE_NAME).exists()
-    assert "less than a compilation takes on this machine: 30.0 s, a test's floor" in caplog.text
+    assert "less than timing a compilation would: 30.0 s to compile, a test's floor, and 7 more steps" in caplog.text
+
+
+def test_the_probe_stops_after_its_eager_steps_when_the_rest_of_it_would_outlast_the_run(monkeypatch):
+    """Each step timed at 1 s: the rest of the probe (the warm-up floor, then 7 more steps) against the
+    run's eager seconds. A run of 6 steps stops even with no warm-up at all; 8 steps go on to compile."""
+    assert compile_choice.probe_steps() == 7 and compile_choice.probe_steps(reps=5) == 11
+    monkeypatch.setattr(compile_choice, "seconds", lambda fn, device: 1.0)
+
+    def compiled(*args, **kwargs):
+        raise AssertionError("the probe went on to compile")
+
+    monkeypatch.setattr(torch, "compile", compiled)
+    model = build_model("demo", 3, **SMALL).train()
+    images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 1])
+    optimizer = make_optimizer(model, resolve_config("demo"))
+    probe = dict(precision="fp32", min_run_seconds=0.0)
+    assert time_compile(model, optimizer, images, labels, steps=6, **probe) == CompileTiming(eager=1.0)
+    assert time_compile(model, optimizer, images, labels, steps=11, **{**probe, "min_run_seconds": 5.0}) == \
+        CompileTiming(eager=1.0)                                            # 11 s < 5 s + 7 s
+    with pytest.raises(AssertionError, match="went on to compile"):
+        time_compile(model, optimizer, images, labels, steps=8, **probe)
 
 
 def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):

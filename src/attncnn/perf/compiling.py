@@ -14,12 +14,15 @@ said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's ste
 measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose compilation
 takes 30 s and saves 70 compiles.
 
-The probe's compilation is itself a warm-up, wasted when the answer is "eager". It is skipped
-where no compilation could pay back: when the whole run trains for less, eager, than
-:func:`warmup_floor`, the shortest warm-up this machine has shown (the smallest recorded in its
-cache for any run shape, or, with none recorded yet, the first compilation of a one-operation
-function on the device, measured once per process: every compiled training step does at least
-that work).
+The probe's compilation is itself a warm-up, wasted when the answer is "eager". It is skipped,
+after the probe's eager steps, where the rest of the probe would take longer than the whole run
+trains eager: :func:`warmup_floor`, the shortest warm-up this machine has shown (the smallest
+recorded in its cache for any run shape, or, with none recorded yet, the first compilation of a
+one-operation function on the device, measured once per process: every compiled training step does
+at least that work), plus the probe's own further steps (:func:`probe_steps`, each taken as long
+as an eager one). Then no compilation could pay back within the run, since even a compiled step of
+no time saves at most the run's eager time; a smoke run of a few steps of a large model no longer
+spends a minute timing a compiler it will not use.
 
 The three timings are cached in ``compile-choice.json`` in the run's data folder (default
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
@@ -52,7 +55,8 @@ from .cache import read_cache, write_cache
 from .machine import machine_key
 from .timing import seconds, time_alternated
 
-__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "time_compile", "pays_back", "decide", "warmup_floor",
+__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "decide",
+           "warmup_floor",
            "compile_cache_key", "timing_problem", "with_compile_choice", "cached_timing"]
 
 log = logging.getLogger(__name__)
@@ -130,8 +134,14 @@ def warmup_floor(device: torch.device, cache: dict | None = None) -> tuple[float
     return _FIRST_COMPILE[name], "a one-operation compilation, measured now"
 
 
+def probe_steps(reps: int = 3) -> int:
+    """Training steps :func:`time_compile` takes after its eager ones when it goes on to compile:
+    the second compiled step and ``reps`` alternated steps of each mode (the warm-up step aside)."""
+    return 1 + 2 * reps
+
+
 def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, images: torch.Tensor,
-                 labels: torch.Tensor, *, precision: str, min_run_seconds: float = 0.0, steps: int = 1,
+                 labels: torch.Tensor, *, precision: str, min_run_seconds: float = 0.0, steps: int | None = None,
                  reps: int = 3) -> CompileTiming:
     """Time training steps of ``model`` eager and compiled (``torch.compile(model, dynamic=False)``,
     as the trainer compiles), alternated, on one batch. The model's weights change (the optimizer
@@ -141,8 +151,10 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
         model: the network in training mode, on the batch's device. optimizer: over its parameters.
         images: ``(B, C, H, W)`` float32. labels: ``(B,)`` class indices.
         precision: ``"fp32"`` or ``"bf16"`` (autocast, as the trainer runs).
-        min_run_seconds, steps: when the eager step times ``steps`` is under ``min_run_seconds``,
-            stop after the eager timing (nothing is compiled).
+        min_run_seconds, steps: the run's warm-up floor and length in steps (None: no run, always
+            compile); when the eager step times ``steps`` is under ``min_run_seconds`` plus the
+            eager step times :func:`probe_steps` (what the rest of this probe would take), stop
+            after the eager timing (nothing is compiled).
         reps: timed steps per mode after the warm-up.
 
     Returns:
@@ -160,9 +172,9 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
         return seconds(call(net), device)
 
     step(model)                                     # first touch of every buffer, kernel choices
-    eager = [step(model) for _ in range(2)]
-    if statistics.median(eager) * steps < min_run_seconds:
-        return CompileTiming(eager=statistics.median(eager))
+    eager = statistics.median(step(model) for _ in range(2))
+    if steps is not None and eager * steps < min_run_seconds + eager * probe_steps(reps):
+        return CompileTiming(eager=eager)
     compiled_model = torch.compile(model, dynamic=False)
     try:
         warmup = step(compiled_model)
@@ -262,9 +274,9 @@ def with_compile_choice(config, dataset, train_loader, dist):
                         type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             return dataclasses.replace(config, compile=False)
         if timing.compiled is None:
-            log.info("compile: off (the run's %d steps take about %.1f s eager here, less than a compilation takes "
-                     "on this machine: %.1f s, %s; --compile compiles anyway)", steps, timing.eager * steps,
-                     *floor)
+            log.info("compile: off (the run's %d steps take about %.1f s eager here, less than timing a compilation "
+                     "would: %.1f s to compile, %s, and %d more steps; --compile compiles anyway)", steps,
+                     timing.eager * steps, *floor, probe_steps())
             return dataclasses.replace(config, compile=False)
         write_cache(path, key, dataclasses.asdict(timing), timing_problem)
         source = "measured on this run's network and batch"
@@ -276,7 +288,7 @@ def with_compile_choice(config, dataset, train_loader, dist):
 def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int, device: torch.device,
              floor: float) -> CompileTiming:
     """:func:`time_compile` on a throw-away copy of the run's network, stopping after the eager
-    steps when the run is shorter than ``floor`` seconds eager."""
+    steps when the run is shorter, eager, than ``floor`` seconds and the probe's further steps."""
     torch.manual_seed(0)                # the probe's weights and batch; the run seeds itself afterwards
     model = build_model(config.preset, dataset.num_classes, **config.model).to(device).train()
     optimizer = make_optimizer(model, config)

@@ -1,7 +1,7 @@
 """``attncnn reproduce ... --without-weights``: a study's finished runs shipped without their weights.
 
 A model too large for the clone (``results/`` stays under 300 MB; the paper-width content model's
-weights are about 59 MB even in bfloat16) ships its records alone (:mod:`attncnn.runs.withheld`).
+29.5 M parameters are 59 MB even in bfloat16) ships its records alone (:mod:`attncnn.runs.withheld`).
 Before its weights move out of the committed tree, what the report cannot measure again without
 them is measured one last time and kept in the run's record: the attention per layer
 (:func:`~attncnn.reproduce.reporting.table1.final_layer_metrics`), as the report computes it.

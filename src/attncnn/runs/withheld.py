@@ -1,12 +1,12 @@
 """A finished run shipped without its weights: ``weights-withheld.json`` where ``checkpoints/`` was.
 
 A clone carries its trained models in ``results/`` and must stay lean; a model too large for that
-(the paper-width content model: about 59 MB of weights even in bfloat16) can ship its records
-alone: ``config.json``, ``metrics.jsonl`` (every epoch's accuracy and attention metrics),
-``finished.json``, ``machine.json`` and ``predictions.json`` (what the weights predicted for each
-test image, recorded before they were withheld), with this file in place of the checkpoints (which
-move to a folder outside the committed tree: :func:`withhold_weights`). It
-says which file the weights were (path in the folder, bytes, sha256 of the file, dtype), holds the
+(the paper-width content model: 29.5 M parameters, 59 MB even in bfloat16) can ship its records
+alone: ``config.json``, ``metrics.jsonl`` (every epoch's accuracy; position-only models' attention
+metrics too), ``finished.json``, ``machine.json`` and ``predictions.json`` (what the weights
+predicted for each test image, recorded before they were withheld), with this file in place of the
+checkpoints (which move to a folder outside the committed tree: :func:`withhold_weights`). It says
+which file the weights were (path in the folder, bytes, sha256 of the file, dtype), holds the
 checkpoint's metadata (architecture, model options, epoch, data set), and gives the command that
 trains the run again.
 
