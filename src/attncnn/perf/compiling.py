@@ -21,8 +21,8 @@ recorded in its cache for any run shape, or, with none recorded yet, the first c
 one-operation function on the device, measured once per process: every compiled training step does
 at least that work), plus the probe's own further steps (:func:`probe_steps`, each taken as long
 as an eager one). Then no compilation could pay back within the run, since even a compiled step of
-no time saves at most the run's eager time; a smoke run of a few steps of a large model no longer
-spends a minute timing a compiler it will not use.
+no time saves at most the run's eager time; so a smoke run of a few steps of a large model does not
+spend a minute timing a compiler it cannot use.
 
 The three timings are cached in ``compile-choice.json`` in the run's data folder (default
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),

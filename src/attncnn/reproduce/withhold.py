@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis.runs import open_run
-from ..runs import PREDICTIONS_FILE, RunFolder, read_withheld, withhold_weights
+from ..runs import PREDICTIONS_FILE, read_withheld, withhold_weights
 from .reporting.results import RunResult
 from .reporting.table1 import final_layer_metrics
 from .running.jobs import Job, job_state
@@ -69,12 +69,12 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
     done = []
     for job in targets:
         share_run_folder(job.folder)                # the record keeps the checkpoint's metadata: no local paths
-        layers = final_layer_metrics(RunResult(job, open_run(job.folder)), data=data, data_dir=data_dir)
-        epochs = [r for r in RunFolder(job.folder, mode="read").read_metrics() if isinstance(r.get("epoch"), int)]
-        hours = sum(r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in epochs) / 3600
-        count = f"{len(epochs)} epoch{'s' if len(epochs) != 1 else ''}"
-        retrain = (f"attncnn reproduce {study.name} --only {job.preset} --seeds {job.seed} ({count}: {hours:.2f} h "
-                   "of training and testing on the machine machine.json names)")
+        result = RunResult(job, open_run(job.folder))
+        layers = final_layer_metrics(result, data=data, data_dir=data_dir)
+        epochs = len(result.epoch_records)
+        retrain = (f"attncnn reproduce {study.name} --only {job.preset} --seeds {job.seed} ({epochs} "
+                   f"epoch{'s' if epochs != 1 else ''}: {result.train_seconds / 3600:.2f} h of training and testing "
+                   "on the machine machine.json names)")
         target = base / job.folder.relative_to(out) / "checkpoints"
         record = withhold_weights(job.folder, retrain=retrain, move_to=target, extra={"final_layers": layers})
         done.append((job, record, target))
