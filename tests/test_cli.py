@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -84,6 +85,13 @@ def test_evaluate_records_each_images_prediction_and_evaluates_a_fixed_balanced_
     assert record.test_accuracy == whole["test_accuracy"] == (plain == test.labels).double().mean().item()
     assert (record.checkpoint, record.epoch, record.precision) == ("last.safetensors", 2, whole["precision"])
     assert str(tmp_path) not in (tmp_path / "all.json").read_text()      # names the data set, not its path
+    from attncnn.perf import cpu_name
+    assert record.device == f"cpu: {cpu_name()}"
+    # a record written before the device was kept reads as one of an unknown device
+    old = json.loads((tmp_path / "all.json").read_text())
+    del old["device"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert read_predictions(tmp_path / "old.json") == dataclasses.replace(record, device=None)
 
     for _ in range(2):                           # the same images each time: 2 of each of the 3 classes
         assert main(["evaluate", str(run), "--sample", "6", "--predictions", str(tmp_path / "s.json")]) == 0

@@ -22,7 +22,9 @@ training is stopped
 (SIGINT: it writes a resumable checkpoint), then the runs are packed:
 
 * a finished run as ``attncnn reproduce --trim`` ships it, leanly: config, metrics, machine,
-  ``finished.json`` and the final weights (``checkpoints/last.safetensors``, float32, weights only);
+  ``finished.json``, the final weights (``checkpoints/last.safetensors``, float32, weights only) and
+  the record of each test image's prediction that its worker wrote on the GPU as the run finished
+  (``predictions.json``, :func:`record_predictions`);
 * an unfinished run as ``--ship`` leaves it: its newest checkpoint with the optimiser state;
 * all in one gzip tar, split into parts of at most :data:`PART_BYTES`, with ``pack.json`` naming
   each part's sha256 and each run's state. When the parts would exceed :data:`MAX_BYTES`, the
@@ -285,7 +287,41 @@ def _worker(args: argparse.Namespace) -> int:
     except TrainingInterrupted as err:
         print(f"{spec.relative}: stopped, resumable from {err.checkpoint}", flush=True)
         return 130
+    from attncnn.reproduce import job_state
+    if job_state(job) == "finished":
+        print(record_predictions(job.folder, args.data, args.device), flush=True)
     return 0
+
+
+def record_predictions(folder: Path, data: str, device: str) -> str:
+    """Record a finished run's prediction for each test image (``predictions.json``, as ``attncnn
+    evaluate RUN --predictions`` writes it) on this device, at the run's precision; returns what it did.
+
+    On the GPU this takes seconds, where a paper-width content model takes many minutes on a CPU; the
+    record then travels with the run, so that a run whose weights do not come back, or are shipped
+    without them (``attncnn reproduce --without-weights``), still has the record its accuracy is
+    checked by. A record of the final checkpoint already there is kept. A failure (the memory of a
+    GPU that other runs share, say) is reported, not raised: the run is finished either way, and
+    ``attncnn evaluate`` can record it later wherever its weights are.
+    """
+    from attncnn.cli import main as cli
+    from attncnn.runs import PREDICTIONS_FILE, read_metadata, read_predictions
+    path = folder / PREDICTIONS_FILE
+    last = folder / "checkpoints" / "last.safetensors"
+    try:
+        if path.is_file() and read_predictions(path).epoch == read_metadata(last).get("epoch"):
+            return f"{folder}: kept its prediction record of the final checkpoint"
+    except ValueError:
+        pass                            # a damaged record: written again
+    started = time.monotonic()
+    try:
+        code = cli(["evaluate", str(folder), "--data", data, "--predictions", str(path), "--device", device])
+    except Exception as err:    # noqa: BLE001 - the trained run must come back whatever went wrong here
+        code = f"{type(err).__name__}: {err}"
+    if code != 0:
+        return f"{folder}: no prediction record ({code}); record it where its weights are: attncnn evaluate"
+    return (f"{folder}: prediction record of {read_predictions(path).test_accuracy:.4f} accuracy written "
+            f"in {time.monotonic() - started:.0f} s")
 
 
 def _measure(args: argparse.Namespace) -> int:
@@ -471,6 +507,9 @@ def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
         from attncnn.runs import read_metadata
         final = json.loads((job.folder / "finished.json").read_text()).get("final") or {}
         entry["test_accuracy"] = final.get("test_accuracy")
+        from attncnn.runs import PREDICTIONS_FILE, read_predictions
+        if (job.folder / PREDICTIONS_FILE).is_file():       # recorded on the device (record_predictions)
+            entry["predictions"] = read_predictions(job.folder / PREDICTIONS_FILE).test_accuracy
         weights = job.folder / "checkpoints" / "last.safetensors"
         # packed again after a first call shrank it in place (a run resumed on the warm machine)
         if weights.is_file() and read_metadata(weights).get("weights_dtype") == "bfloat16":
@@ -567,7 +606,9 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     for e in entries:
         print(f"packed {e['run']}: {e['state']}, {e.get('epochs', 0)} epochs"
               + (f", test accuracy {e['test_accuracy']:.4f}" if e.get("test_accuracy") is not None else "")
-              + (f", weights {e['weights']}" if e.get("weights") else ""), flush=True)
+              + (f", weights {e['weights']}" if e.get("weights") else "")
+              + (f", prediction record {e['predictions']:.4f}" if e.get("predictions") is not None else ""),
+              flush=True)
     print(f"pack: {len(data) / 2**20:.1f} MiB in {len(parts)} parts", flush=True)
     return manifest
 

@@ -174,7 +174,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
     from .data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
-    from .perf import machine_precision, resolve_device
+    from .perf import device_name, machine_precision, resolve_device
     from .perf.host_memory import reuse_freed_memory
     from .runs import PredictionRecord, checkpoint_of, load_model, write_predictions
     from .training import evaluate
@@ -211,7 +211,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         write_predictions(args.predictions, PredictionRecord(
             checkpoint=checkpoint.name, epoch=meta.get("epoch"), dataset=dataset.shareable_name, precision=precision,
             torch=torch.__version__, test_accuracy=result.accuracy,
-            indices=None if indices is None else indices.tolist(), predictions=result.predictions.tolist()))
+            indices=None if indices is None else indices.tolist(), predictions=result.predictions.tolist(),
+            device=device_name(device)))
         out["predictions"] = str(args.predictions)
     if args.json:
         print(json.dumps(out))

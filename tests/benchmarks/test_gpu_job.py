@@ -18,7 +18,8 @@ from attncnn.api import load_model  # noqa: E402
 from attncnn.reproduce import get_suite, job_state, plan  # noqa: E402
 from attncnn.reproduce.running.machines import shared_epochs  # noqa: E402
 from attncnn.reproduce.running.runner import TrainOptions, train_jobs  # noqa: E402
-from attncnn.runs import load_checkpoint  # noqa: E402
+from attncnn.perf import cpu_name  # noqa: E402
+from attncnn.runs import PREDICTIONS_FILE, load_checkpoint, read_predictions  # noqa: E402
 
 SPEC = job.RunSpec("mini-long", "quadratic-mini", 0)
 OTHER = job.RunSpec("mini-long", "learned-mini", 0, filler=True)
@@ -161,6 +162,35 @@ def test_a_pack_unpacks_into_results_with_its_weights_and_resumable_state(traine
     assert resumable.optimizer_state is not None
     jobs = plan(get_suite("mini-long"), results / "mini-long", seeds=(0,), only=("learned-mini",), epochs=1)
     assert job_state(jobs[0]) == "interrupted"
+
+
+@pytest.mark.slow
+def test_a_finished_run_takes_its_prediction_record_home_even_without_its_weights(trained, tmp_path,
+                                                                                  make_tiny_data):
+    """The worker records each test image's prediction on the device the run trained on, so that the
+    record (what checks a run shipped without its weights) travels in the pack."""
+    root = _copy(trained, tmp_path)
+    folder = root / SPEC.relative
+    data = str(make_tiny_data(8, 2))                 # the fixture's data set
+    said = job.record_predictions(folder, data, "cpu")
+    record = read_predictions(folder / PREDICTIONS_FILE)
+    final = json.loads((folder / "finished.json").read_text())["final"]
+    assert "prediction record" in said and record.indices is None and len(record.predictions) == 6
+    assert record.epoch == 1 and record.test_accuracy == final["test_accuracy"]   # the run's own last evaluation
+    assert record.device == f"cpu: {cpu_name()}"
+    stamp = (folder / PREDICTIONS_FILE).stat().st_mtime_ns
+    assert "kept" in job.record_predictions(folder, data, "cpu")
+    assert (folder / PREDICTIONS_FILE).stat().st_mtime_ns == stamp
+    # a failure is said, not raised: the finished run still comes back
+    other = _copy(trained, tmp_path / "other") / SPEC.relative
+    said = job.record_predictions(other, str(tmp_path / "no-such-data"), "cpu")
+    assert "no prediction record" in said and not (other / PREDICTIONS_FILE).exists()
+
+    manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=20_000)
+    assert manifest["runs"][0]["weights"] == "left behind"
+    assert manifest["runs"][0]["predictions"] == record.test_accuracy
+    job.unpack(tmp_path / "out", tmp_path / "results")
+    assert read_predictions(tmp_path / "results" / SPEC.relative / PREDICTIONS_FILE) == record
 
 
 @pytest.mark.slow

@@ -9,10 +9,10 @@ measured and cached) and ``compiling`` (whether ``torch.compile`` pays back, mea
 ``attncnn bench``). The training loop takes a finished plan and measures nothing itself.
 """
 
-from .machine import cpu_name, epoch_machine, machine_info, machine_key, resolve_device
+from .machine import cpu_name, device_name, epoch_machine, machine_info, machine_key, resolve_device
 from .plan import make_plan, plan_device, resume_plan
 from .precision import PRECISIONS, fast_bf16, machine_precision, resolve_precision, running_at, slow_bf16_reason
 
-__all__ = ["make_plan", "resume_plan", "plan_device", "resolve_device", "cpu_name", "machine_key", "machine_info",
-           "epoch_machine", "PRECISIONS", "fast_bf16", "slow_bf16_reason", "resolve_precision", "machine_precision",
-           "running_at"]
+__all__ = ["make_plan", "resume_plan", "plan_device", "resolve_device", "cpu_name", "device_name", "machine_key",
+           "machine_info", "epoch_machine", "PRECISIONS", "fast_bf16", "slow_bf16_reason", "resolve_precision",
+           "machine_precision", "running_at"]

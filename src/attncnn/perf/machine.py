@@ -19,7 +19,8 @@ import torch
 
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "cpu_signature", "machine_key", "machine_info", "epoch_machine", "MACHINE_KEY"]
+__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_key", "machine_info", "epoch_machine",
+           "MACHINE_KEY"]
 
 #: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
 MACHINE_KEY = "machine"
@@ -65,6 +66,12 @@ def cpu_signature() -> str:
         present = set(flags.split())
         parts.append("isa=" + (",".join(f for f in _ISA_FLAGS if f in present) or "none"))
     return " ".join(parts)
+
+
+def device_name(device: torch.device) -> str:
+    """The device's type and its model, e.g. ``"cuda: NVIDIA H200"`` or ``"cpu: AMD EPYC"``."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+    return f"{device.type}: {name}"
 
 
 def machine_key(device: torch.device) -> str:
