@@ -67,15 +67,16 @@ def test_a_test_pass_is_measured_in_eval_mode_without_gradients_and_cached_apart
     cache = json.loads((tmp_path / CACHE_NAME).read_text())
     assert sorted(cache.values()) == ["explicit-half", "sdpa"]
     assert [k for k, v in cache.items() if v == "sdpa"][0].endswith(" | test pass")
-    assert choose_impl(convit, mode="eval", **common) == ("sdpa", None)          # cached, not measured
+    assert choose_impl(convit, mode="eval", **common) == ("sdpa", None, "cached")     # not measured
     with pytest.raises(ValueError, match="mode must be 'train' or 'eval'"):
         choose_impl(convit, mode="test", **common)
 
 
 def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatch):
     config = _model_config()
-    impl, timings = choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
-    assert timings is not None and impl == min(timings, key=timings.get)
+    impl, timings, how = choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU,
+                                     cache_dir=tmp_path)
+    assert how == "measured" and timings is not None and impl == min(timings, key=timings.get)
     cache = json.loads((tmp_path / CACHE_NAME).read_text())
     assert list(cache.values()) == [impl] and "quadratic dim=16 heads=4" in next(iter(cache))
     assert next(iter(cache)).endswith(" paths=dense,separable,folded")      # the paths it chose among
@@ -86,7 +87,7 @@ def test_a_measured_choice_is_cached_and_then_deterministic(tmp_path, monkeypatc
     monkeypatch.setattr(path_choice, "time_impls", no_timing)
     for _ in range(3):
         assert choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=CPU,
-                           cache_dir=tmp_path) == (impl, None)
+                           cache_dir=tmp_path) == (impl, None, "cached")
     # another shape is another key: measured (here: refused), not taken from the cache
     with pytest.raises(AssertionError, match="must not be measured"):
         choose_impl(config, batch=8, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
@@ -106,11 +107,65 @@ def test_a_choice_made_among_fewer_paths_is_measured_again(tmp_path, monkeypatch
 def test_the_fastest_path_is_chosen(tmp_path, monkeypatch):
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.2, "separable": 0.1})
     assert choose_impl(_model_config(), batch=4, image_size=(32, 32), precision="bf16", device=CPU,
-                       cache_dir=tmp_path) == ("separable", {"dense": 0.2, "separable": 0.1})
+                       cache_dir=tmp_path) == ("separable", {"dense": 0.2, "separable": 0.1}, "measured")
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"explicit": 0.3, "sdpa": 0.4})
     gpsa = preset_model_config("gpsa-mini", 3)[1]
     assert choose_impl(gpsa, batch=4, image_size=(32, 32), precision="bf16", device=CPU,
                        cache_dir=tmp_path)[0] == "explicit"
+
+
+#: seconds of one call of each path (sums exactly in binary)
+FIRST_CALL = {"dense": 0.5, "separable": 0.125, "folded": 0.375}
+
+
+def test_timing_pays_where_the_runs_calls_on_the_slowest_path_outlast_it():
+    assert not path_choice.timing_pays(FIRST_CALL, uses=13)           # 13 x 0.5 = 6.5 s < 7 timed calls of each: 7 s
+    assert path_choice.timing_pays(FIRST_CALL, uses=14)               # 7 s: a choice could pay
+    assert path_choice.timing_pays(FIRST_CALL, uses=6, reps=3) and path_choice.REPS == 7     # 3 timed calls: 3 s
+
+
+def test_a_run_too_short_for_timing_takes_the_fastest_first_call_and_caches_nothing(tmp_path, monkeypatch):
+    def no_timing(*args, **kwargs):
+        raise AssertionError("a run this short must not be timed")
+
+    monkeypatch.setattr(path_choice, "time_impls", no_timing)
+    config = _model_config()
+    common = dict(batch=4, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
+    impl, first, how = choose_impl(config, uses=1, **common)           # the real layer, each path called once
+    assert how == "one call each" and set(first) == {"dense", "separable", "folded"}
+    assert all(t > 0 for t in first.values()) and impl == min(first, key=first.get)
+    assert not (tmp_path / CACHE_NAME).exists()
+
+    monkeypatch.setattr(path_choice, "_working_paths", lambda *a, **k: dict(FIRST_CALL))
+    assert choose_impl(config, uses=13, **common) == ("separable", FIRST_CALL, "one call each")
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.1, "separable": 0.3,
+                                                                            "folded": 0.2})
+    assert choose_impl(config, uses=14, **common)[::2] == ("dense", "measured")        # timed, and cached
+    assert list(json.loads((tmp_path / CACHE_NAME).read_text()).values()) == ["dense"]
+
+
+def test_a_runs_steps_and_test_passes_decide_whether_its_paths_are_timed(tmp_path, monkeypatch, caplog):
+    """A run's calls of its attention layers: steps x layers in training, test batches x test passes
+    x layers in its test passes (the first call of each path here: 0.5, 0.125, 0.375 s)."""
+    timed = []
+    monkeypatch.setattr(path_choice, "_working_paths", lambda *a, **k: dict(FIRST_CALL))
+    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
+                        timed.append(backward) or {"dense": 0.1, "separable": 0.3, "folded": 0.2})
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
+                            epochs=2, eval_batch_size=4)
+    dataset, dist = _run_parts(tmp_path)
+    dataset.test = SimpleNamespace(labels=torch.zeros(12, dtype=torch.int64))     # 3 test batches of 4
+    # 6 steps x 2 layers = 12 calls: not timed; 2 passes x 3 batches x 2 layers = 12 calls: not timed
+    with caplog.at_level("INFO", logger="attncnn.perf.paths"):
+        out = with_measured_paths(config, dataset, 4, dist, steps=6)
+    assert out.model == {"dim": 16, "mlp_dim": 16, "impl": "separable"} and timed == []
+    assert "the run's 12 calls of the layer take less than timing 7 more of each would; not cached" in caplog.text
+    # 7 steps: 14 calls, timed; the test passes still not
+    assert with_measured_paths(config, dataset, 4, dist, steps=7).model["impl"] == "dense" and timed == [True]
+    timed.clear()                               # 5 epochs, 1 step: the test passes' 30 calls are timed
+    config = dataclasses.replace(config, epochs=5, data_dir=str(tmp_path / "other"))
+    with_measured_paths(config, dataset, 4, dist, steps=1)
+    assert timed == [False]
 
 
 def _run_parts(tmp_path):
@@ -227,8 +282,8 @@ def test_a_path_that_fails_here_is_left_out_of_the_choice_with_a_warning(tmp_pat
     monkeypatch.setattr(LearnedRelativeContentAttention, "forward", forward)
     config = preset_model_config("learned-content-mini", 10, num_layers=1, dim=16, max_size=4)[1]
     with caplog.at_level("WARNING"):
-        impl, timings = choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU,
-                                    cache_dir=tmp_path)
+        impl, timings, _ = choose_impl(config, batch=2, image_size=(8, 8), precision="fp32", device=CPU,
+                                       cache_dir=tmp_path)
     assert set(timings) == {"explicit", "explicit-half", "sdpa", "bilinear"} and impl in timings
     assert any("attention path explicit-onehot failed on cpu (RuntimeError: no kernel for this); it is left out"
                in r.getMessage() for r in caplog.records)

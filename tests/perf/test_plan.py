@@ -24,11 +24,13 @@ def measured(monkeypatch):
     """Record path measurements instead of running them (they need a data set and seconds of timing)."""
     calls = []
 
-    def fake_paths(config, dataset, batch, dist):
+    def fake_paths(config, dataset, batch, dist, steps=None):
         calls.append(dict(config.model))
+        assert steps == config.epochs * 5                   # the run's steps: epochs x the loader's length
         return dataclasses.replace(config, model={**config.model, "impl": "folded", "eval_impl": "dense"})
 
-    monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist: (None, type("L", (), {"batch_size": 4}), None))
+    monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist: (None, type("L", (), {"batch_size": 4, "__len__": lambda self: 5})(),
+                                                                     None))
     monkeypatch.setattr(plan_module, "with_measured_paths", fake_paths)
     monkeypatch.setattr(plan_module, "with_compile_choice", lambda config, *a: dataclasses.replace(config, compile=False))
     monkeypatch.setattr("attncnn.perf.machine.machine_info", lambda device: dict(HERE))

@@ -16,6 +16,11 @@ next run on this machine reuses them without measuring: for a given cache the ch
 entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
 dropped with a warning naming the file and measured again.
 
+A run too short for the timing to pay back does not time: each path runs once anyway (to find the
+paths that run at all), and when even the run's every call of the layer on the slowest of them would
+take less than timing :data:`REPS` more calls of each (:func:`timing_pays`), the path fastest in that
+one call is taken, and not cached (a smoke run of two steps spent most of its time timing paths).
+
 Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
 ``"auto"``, the layers' own rule.
 
@@ -28,9 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import re
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -39,13 +46,17 @@ from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
 from .cache import read_cache, write_cache
 from .machine import machine_key
-from .timing import paths_restored, run_impl, time_impls
+from .timing import paths_restored, run_impl, seconds, time_impls
 
-__all__ = ["CACHE_NAME", "path_cache_key", "path_problem", "choose_impl", "with_measured_paths"]
+__all__ = ["CACHE_NAME", "REPS", "PathChoice", "path_cache_key", "path_problem", "timing_pays", "choose_impl",
+           "with_measured_paths"]
 
 log = logging.getLogger(__name__)
 
 CACHE_NAME = "attention-paths.json"
+#: timed calls of each path, alternated across paths: paths within a few per cent of each other (dense
+#: and folded on some CPUs) were ordered by noise with 3
+REPS = 7
 #: every computation path some attention layer has ("auto" is a rule, never a measured choice)
 _KNOWN_PATHS = frozenset(i for kind, cls in ATTENTION_LAYERS.items() for i in cls.impls_of(kind)) - {"auto"}
 _COMPARED = re.compile(r" paths=(\S+)")
@@ -78,9 +89,27 @@ def path_problem(key: str, value) -> str | None:
     return None
 
 
+class PathChoice(NamedTuple):
+    """What :func:`choose_impl` chose and how."""
+
+    impl: str
+    #: seconds per path: the median of :data:`REPS` timed calls ("measured"), or the first call each
+    #: path gets ("one call each"); None for "cached" and "the only path"
+    timings: dict[str, float] | None
+    how: str
+
+
+def timing_pays(first_call: dict[str, float], uses: int, reps: int = REPS) -> bool:
+    """Whether timing ``reps`` calls of each path can pay back over a run that calls the layer
+    ``uses`` times: False when those calls, all on the slowest path (``first_call``: seconds of one
+    call of each), would take less than the timing itself, since no choice can then save what the
+    timing costs. A bound, not an estimate: it measures whenever a choice could pay."""
+    return uses * max(first_call.values()) >= reps * sum(first_call.values())
+
+
 def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
                 cache_dir: str | os.PathLike[str] | None = None,
-                mode: str = "train") -> tuple[str, dict[str, float] | None]:
+                mode: str = "train", uses: int | None = None) -> PathChoice:
     """The fastest path of ``model_config``'s attention layers for this run, from the cache or measured.
 
     Args:
@@ -90,13 +119,16 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
         cache_dir: folder of the cache file (default: the data cache folder, :func:`attncnn.data.default_data_dir`).
         mode: ``"train"`` times forward + backward in training mode; ``"eval"`` the forward alone in
             eval mode without gradients (a test pass), cached under its own key.
+        uses: how often the run calls such a layer in this mode (steps x layers; None: unknown, so
+            many that timing pays). Where timing cannot pay back (:func:`timing_pays`), the path
+            fastest in the first call each path gets is chosen and not cached.
 
     Raises:
         ValueError: a ``mode`` other than those two.
 
     Returns:
-        ``(impl, timings)``: the chosen path and the measured seconds per path (None when cached).
-        A kind with only one path besides ``"auto"`` returns it without measuring.
+        a :class:`PathChoice`: the path, the seconds per path, and how it was chosen ("cached",
+        "the only path": a kind with one path besides ``"auto"``, "measured", "one call each").
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
@@ -109,7 +141,7 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     impls = tuple(i for i in layer.impls if i != "auto"
                   and layer.path_unavailable(i, torch.device(device), backward=mode == "train") is None)
     if len(impls) == 1:
-        return impls[0], None
+        return PathChoice(impls[0], None, "the only path")
     path = Path(cache_dir) if cache_dir is not None else default_data_dir()
     path = path / CACHE_NAME
     key = path_cache_key(model_config, batch, grid, precision, device, impls)
@@ -117,47 +149,48 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
         key += " | test pass"           # training's keys stay as they were: their cached choices still hold
     cached = read_cache(path, path_problem).get(key)
     if cached in impls:
-        return cached, None
+        return PathChoice(cached, None, "cached")
     layer = layer.to(device)
     x = torch.randn(batch, *grid, model_config.dim, device=device)
     dtype = torch.bfloat16 if precision == "bf16" else None
-    working = _working_paths(layer, x, impls, dtype, backward=mode == "train")
-    # 7 alternated repetitions: paths within a few per cent of each other (dense and folded on some
-    # CPUs) were ordered by noise with 3
-    timings = time_impls(layer, x, autocast_dtype=dtype, reps=7, impls=working, backward=mode == "train",
-                         warmup=0)                  # _working_paths ran each once: first touch done
+    first_call = _working_paths(layer, x, impls, dtype, backward=mode == "train")
+    if uses is not None and not timing_pays(first_call, uses):
+        return PathChoice(min(first_call, key=first_call.get), first_call, "one call each")
+    timings = time_impls(layer, x, autocast_dtype=dtype, reps=REPS, impls=tuple(first_call),
+                         backward=mode == "train", warmup=0)      # _working_paths ran each once: first touch done
     best = min(timings, key=timings.get)
     write_cache(path, key, best, path_problem)
-    return best, timings
+    return PathChoice(best, timings, "measured")
 
 
 def _working_paths(layer, x: torch.Tensor, impls: tuple[str, ...], dtype: torch.dtype | None, *,
-                   backward: bool) -> tuple[str, ...]:
-    """The paths of ``impls`` that run here: each is tried once, untimed (a fused kernel a device or
-    a torch build lacks can raise where the others run); one that raises is left out of the choice
-    with a warning naming it and the error.
+                   backward: bool) -> dict[str, float]:
+    """The paths of ``impls`` that run here, with the seconds of that first call: each is tried once
+    (a fused kernel a device or a torch build lacks can raise where the others run; this call also
+    does the first touch of buffers that timing must not see); one that raises is left out of the
+    choice with a warning naming it and the error.
 
     Raises:
         the first path's error when no path runs.
     """
-    working, errors = [], []
+    working, errors = {}, []
     x = x.detach().requires_grad_(backward)
     with paths_restored(layer):
         for impl in impls:
             try:
-                run_impl(layer, x, impl, autocast_dtype=dtype, backward=backward)
+                took = seconds(lambda: run_impl(layer, x, impl, autocast_dtype=dtype, backward=backward), x.device)
             except Exception as err:    # noqa: BLE001 - any failure of a path means: do not choose it
                 errors.append(err)
                 log.warning("attention path %s failed on %s (%s: %s); it is left out of the choice", impl,
                             x.device, type(err).__name__, str(err).splitlines()[0] if str(err) else "")
             else:
-                working.append(impl)
+                working[impl] = took
     if not working:
         raise errors[0]
-    return tuple(working)
+    return working
 
 
-def with_measured_paths(config, dataset, batch: int, dist) -> object:
+def with_measured_paths(config, dataset, batch: int, dist, steps: int | None = None) -> object:
     """``config`` with ``model.impl`` set to the fastest training path here and ``model.eval_impl``
     to the fastest test-pass path where that is another one (:func:`choose_impl`), or unchanged:
     when ``measure_paths`` is off, the run is ``deterministic``, several processes train (each would
@@ -166,8 +199,11 @@ def with_measured_paths(config, dataset, batch: int, dist) -> object:
 
     Args:
         config: the run's resolved :class:`~attncnn.runs.TrainConfig` (precision resolved).
-        dataset: the loaded data set (its image size). batch: images per step and process.
+        dataset: the loaded data set (its image size and test split). batch: images per step and process.
         dist: the run's :class:`~attncnn.training.distributed.Distributed`.
+        steps: the run's training steps (None: unknown). With it, a run too short for timing to pay
+            back chooses from one call of each path (:func:`choose_impl`'s ``uses``: steps x layers
+            in training; test batches x test passes x layers for the test pass).
     """
     if not config.measure_paths or config.deterministic or dist.enabled or "impl" in config.model:
         return config
@@ -176,23 +212,34 @@ def with_measured_paths(config, dataset, batch: int, dist) -> object:
         return config
     common = dict(image_size=tuple(dataset.train.images.shape[-2:]), precision=config.precision,
                   device=dist.device, cache_dir=config.data_dir)
-    impl, timings = choose_impl(model_config, batch=batch, **common)
-    _log_choice("training", impl, timings, "forward + backward")
-    model = {**config.model, "impl": impl}
+    layers = getattr(model_config, "num_layers", None)
+    uses = None if steps is None or layers is None else steps * layers
+    choice = choose_impl(model_config, batch=batch, uses=uses, **common)
+    _log_choice("training", choice, "forward + backward", uses)
+    model = {**config.model, "impl": choice.impl}
     if "eval_impl" not in config.model:
         # the batch a test pass runs: the evaluation batch, or the whole test set when smaller
         test = getattr(dataset, "test", None)
-        eval_batch = config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels))
-        eval_impl, timings = choose_impl(model_config, batch=max(eval_batch, 1), mode="eval", **common)
-        _log_choice("test pass", eval_impl, timings, "forward")
-        if eval_impl != impl:
-            model["eval_impl"] = eval_impl
+        eval_batch = max(config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels)), 1)
+        passes = math.ceil(config.epochs / config.eval_every)          # the last epoch always evaluates
+        eval_uses = (None if test is None or uses is None
+                     else passes * math.ceil(len(test.labels) / eval_batch) * layers)
+        eval_choice = choose_impl(model_config, batch=eval_batch, mode="eval", uses=eval_uses, **common)
+        _log_choice("test pass", eval_choice, "forward", eval_uses)
+        if eval_choice.impl != choice.impl:
+            model["eval_impl"] = eval_choice.impl
     return dataclasses.replace(config, model=model)
 
 
-def _log_choice(what: str, impl: str, timings: dict[str, float] | None, timed: str) -> None:
-    if timings is None:
-        log.info("attention path (%s) %s (cached for this machine and shape)", what, impl)
+def _log_choice(what: str, choice: PathChoice, timed: str, uses: int | None) -> None:
+    if choice.timings is None:
+        log.info("attention path (%s) %s (%s)", what, choice.impl,
+                 "cached for this machine and shape" if choice.how == "cached" else choice.how)
+        return
+    times = ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in choice.timings.items())
+    if choice.how == "measured":
+        log.info("attention path (%s) %s, measured on one layer (%s): %s", what, choice.impl, timed, times)
     else:
-        log.info("attention path (%s) %s, measured on one layer (%s): %s", what, impl, timed,
-                 ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in timings.items()))
+        log.info("attention path (%s) %s, the fastest in one call each (%s: %s): the run's %d calls of "
+                 "the layer take less than timing %d more of each would; not cached", what, choice.impl, timed,
+                 times, uses, REPS)

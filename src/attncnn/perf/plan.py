@@ -133,5 +133,6 @@ def _measured(config: TrainConfig, device: torch.device) -> TrainConfig:
         return config
     dataset, train_loader, _ = make_loaders(config, dist)
     if needs_paths:
-        config = with_measured_paths(config, dataset, train_loader.batch_size, dist)
+        config = with_measured_paths(config, dataset, train_loader.batch_size, dist,
+                                     steps=config.epochs * len(train_loader))
     return with_compile_choice(config, dataset, train_loader, dist)
