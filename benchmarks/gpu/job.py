@@ -28,7 +28,8 @@ training is stopped
 * an unfinished run as ``--ship`` leaves it: its newest checkpoint with the optimiser state;
 * all in one gzip tar, split into parts of at most :data:`PART_BYTES`, with ``pack.json`` naming
   each part's sha256 and each run's state. When the parts would exceed :data:`MAX_BYTES`, the
-  largest finished runs' weights are stored in bfloat16 instead (``pack.json`` says which).
+  largest finished runs' weights are stored in bfloat16 instead (``pack.json`` says which), and
+  where even that is too much, they stay behind (:func:`pack` says in which order).
 
 ``unpack`` (here) checks every part's digest, and extracts the runs into ``results/``: a run that
 is not there yet, or an unfinished one that the pack carries further, replaces what is there; a
@@ -487,7 +488,8 @@ def _train(args: argparse.Namespace) -> int:
         print(f"{r.spec.relative}: exit {r.process.returncode}, {r.seen} epoch records, "
               f"{time.monotonic() - started:.0f} s since the job started", flush=True)
         print((logs / f"{r.spec.suite}-{r.spec.preset}-seed{r.spec.seed}.log").read_text()[-1500:], flush=True)
-    pack(root, specs, Path(args.pack_to), logs, epochs=args.epochs, max_bytes=int(args.max_mib * 2**20))
+    pack(root, specs, Path(args.pack_to), logs, epochs=args.epochs, max_bytes=int(args.max_mib * 2**20),
+         data=args.data)
     return 0
 
 
@@ -515,6 +517,28 @@ def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
         if weights.is_file() and read_metadata(weights).get("weights_dtype") == "bfloat16":
             entry["weights"] = "bfloat16"
     return entry
+
+
+#: where a job moves the weights that stay behind (the machine keeps nothing after the job)
+LEFT_BEHIND = "left-behind"
+
+
+def left_behind(root: Path, spec: RunSpec, epochs: int | None, why: str, data: str | None) -> bool:
+    """Make the finished run ``spec``, whose weights cannot come back, a run shipped without them
+    (``attncnn reproduce --without-weights``, :func:`attncnn.reproduce.withhold.withhold_jobs`): its
+    record of the weights (size, sha256, metadata, attention per layer, the command that trains it
+    again), its ``checkpoints/`` moved to ``root/left-behind``. Returns False, changing nothing,
+    where the run has no prediction record (then nothing could check its accuracy again)."""
+    from attncnn.reproduce import get_suite
+    from attncnn.reproduce.withhold import withhold_jobs
+    from attncnn.runs import PREDICTIONS_FILE
+    job = _job(spec, root, epochs=epochs)
+    if not (job.folder / PREDICTIONS_FILE).is_file():
+        return False
+    withhold_jobs(get_suite(spec.suite), root / spec.suite, [job], [spec.preset], data=data,
+                  weights_to=root / LEFT_BEHIND / spec.suite,
+                  note=f"left on the GPU machine of the job that trained it, which keeps nothing: {why}")
+    return True
 
 
 def to_bfloat16(path: Path) -> None:
@@ -547,7 +571,7 @@ def _tar_bytes(root: Path, relatives: list[Path], extra: list[Path], leave_out: 
 
 
 def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, *, epochs: int | None = None,
-         max_bytes: int = MAX_BYTES) -> dict:
+         max_bytes: int = MAX_BYTES, data: str | None = None) -> dict:
     """Pack the runs of ``specs`` under ``root`` into ``out``: parts ``runs.tar.gz.NNN`` and
     ``pack.json``. Returns the manifest.
 
@@ -558,6 +582,13 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     finished run's weights go last because they are the result itself, while an unfinished run
     can be resumed on the still-warm machine or retrained; a paper-width model's resumable
     checkpoint (about 150 MB) never fits anyway and must not take a finished run's weights with it.
+
+    A finished run whose weights stay behind and that has its prediction record
+    (:func:`record_predictions`) comes back as a run shipped without its weights
+    (``"weights": "withheld"``): :func:`left_behind` writes its ``weights-withheld.json`` here,
+    from the weights, with its attention per layer measured on the test images of ``data``.
+    Without a record it comes back with its records alone, and no command here can read it
+    as a model.
     """
     out.mkdir(parents=True, exist_ok=True)
     entries = []
@@ -590,9 +621,13 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
         elif shrink == "bfloat16":
             to_bfloat16(root / entry["run"] / "checkpoints" / "last.safetensors")
         else:
-            leave_out.add(root / entry["run"] / "checkpoints" / "last.safetensors")
-            print(f"warning: {entry['run']}: its final weights left behind: the pack would exceed "
-                  f"{max_bytes / 2**20:.0f} MiB", flush=True)
+            spec = next(s for s in specs if str(s.relative) == entry["run"])
+            why = f"the pack would exceed {max_bytes / 2**20:.0f} MiB"
+            if left_behind(root, spec, epochs, why, data):
+                shrink = "withheld"
+            else:
+                leave_out.add(root / entry["run"] / "checkpoints" / "last.safetensors")
+            print(f"warning: {entry['run']}: its final weights left behind ({shrink}): {why}", flush=True)
         entry[key] = shrink
         data = _tar_bytes(root, relatives, log_files, leave_out)
     parts = []

@@ -1,6 +1,7 @@
 """benchmarks/gpu/job.py: runs come back whole from a GPU job (packed within the return limits,
 checked, unpacked without overwriting finished work), and fillers give way to primaries."""
 
+import hashlib
 import json
 import shutil
 import sys
@@ -15,11 +16,12 @@ sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
 import job  # noqa: E402
 
 from attncnn.api import load_model  # noqa: E402
+from attncnn.perf import cpu_name  # noqa: E402
 from attncnn.reproduce import get_suite, job_state, plan  # noqa: E402
 from attncnn.reproduce.running.machines import shared_epochs  # noqa: E402
 from attncnn.reproduce.running.runner import TrainOptions, train_jobs  # noqa: E402
-from attncnn.perf import cpu_name  # noqa: E402
-from attncnn.runs import PREDICTIONS_FILE, load_checkpoint, read_predictions  # noqa: E402
+from attncnn.runs import (PREDICTIONS_FILE, WITHHELD_FILE, load_checkpoint, read_predictions,  # noqa: E402
+                          read_withheld)
 
 SPEC = job.RunSpec("mini-long", "quadratic-mini", 0)
 OTHER = job.RunSpec("mini-long", "learned-mini", 0, filler=True)
@@ -186,11 +188,25 @@ def test_a_finished_run_takes_its_prediction_record_home_even_without_its_weight
     said = job.record_predictions(other, str(tmp_path / "no-such-data"), "cpu")
     assert "no prediction record" in said and not (other / PREDICTIONS_FILE).exists()
 
-    manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=20_000)
-    assert manifest["runs"][0]["weights"] == "left behind"
+    # no room for the weights, even in bfloat16: the run comes back as one shipped without them, its
+    # record made from the file that stayed behind
+    manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=20_000, data=data)
+    weights = root / job.LEFT_BEHIND / SPEC.relative / "checkpoints" / "last.safetensors"
+    digest, size = hashlib.sha256(weights.read_bytes()).hexdigest(), weights.stat().st_size
+    assert manifest["runs"][0]["weights"] == "withheld"
     assert manifest["runs"][0]["predictions"] == record.test_accuracy
     job.unpack(tmp_path / "out", tmp_path / "results")
-    assert read_predictions(tmp_path / "results" / SPEC.relative / PREDICTIONS_FILE) == record
+    back = tmp_path / "results" / SPEC.relative
+    assert read_predictions(back / PREDICTIONS_FILE) == record and not (back / "checkpoints").exists()
+    withheld = read_withheld(back)
+    assert (withheld["sha256"], withheld["bytes"], withheld["weights_dtype"]) == (digest, size, "bfloat16")
+    assert withheld["metadata"]["epoch"] == 1
+    assert "attncnn reproduce mini-long --only quadratic-mini --seeds 0" in withheld["retrain"]
+    assert [layer["layer"] for layer in withheld["final_layers"]] == list(range(1, 7))
+    assert "left on the GPU machine of the job that trained it" in withheld["weights_note"]
+    with pytest.raises(FileNotFoundError, match="its weights are not \\(left on the GPU machine"):
+        load_model(back)
+    assert str(tmp_path) not in (back / WITHHELD_FILE).read_text()      # no path of the machine that packed it
 
 
 @pytest.mark.slow

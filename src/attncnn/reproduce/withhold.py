@@ -42,7 +42,7 @@ def _withheld_already(job: Job) -> bool:
 
 def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequence[str], *,
                   weights_to: str | Path | None = None, data: str | None = None,
-                  data_dir: str | None = None) -> list[tuple[Job, dict, Path]]:
+                  data_dir: str | None = None, note: str | None = None) -> list[tuple[Job, dict, Path]]:
     """Ship each finished run of ``presets`` without its weights: :func:`attncnn.runs.withhold_weights`
     with the command that trains it again and its attention per layer, its ``checkpoints/`` moved to
     ``<weights_to>/<its folder under out>/checkpoints`` (default ``withheld-weights/<study>``). Runs
@@ -51,6 +51,8 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
     Args:
         out: the study's folder (``results/<study>``). data, data_dir: the test images of the
             attention per layer (default: each run's own data set).
+        note: where the weights are, when that is not a folder beside the clone (kept in the record
+            as ``weights_note``; the commands that refuse the run show it).
 
     Returns:
         ``(job, record, where the weights went)`` of each run withheld now.
@@ -76,6 +78,7 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
                    f"epoch{'s' if epochs != 1 else ''}: {result.train_seconds / 3600:.2f} h of training and testing "
                    "on the machine machine.json names)")
         target = base / job.folder.relative_to(out) / "checkpoints"
-        record = withhold_weights(job.folder, retrain=retrain, move_to=target, extra={"final_layers": layers})
+        extra = {"final_layers": layers} | ({"weights_note": note} if note else {})
+        record = withhold_weights(job.folder, retrain=retrain, move_to=target, extra=extra)
         done.append((job, record, target))
     return done

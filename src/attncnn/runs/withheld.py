@@ -128,5 +128,6 @@ def withheld_message(folder: str | Path, record: dict) -> str:
     """What a command says when asked for the weights of a run shipped without them."""
     return (f"{folder} was shipped without its weights ({record['file']}: {record['bytes'] / 1e6:.1f} MB of "
             f"{record['weights_dtype']}, sha256 {record['sha256'][:16]}...; {WITHHELD_FILE} says so): its records "
-            f"are there (config, metrics, accuracy, {PREDICTIONS_FILE}), its weights are not. To train it again: "
-            f"{record['retrain']}")
+            f"are there (config, metrics, accuracy, {PREDICTIONS_FILE}), its weights are not"
+            + (f" ({record['weights_note']})" if isinstance(record.get("weights_note"), str) else "")
+            + f". To train it again: {record['retrain']}")
