@@ -144,14 +144,15 @@ def test_a_run_shorter_than_the_floor_is_timed_eager_only_and_not_cached(tmp_pat
     with caplog.at_level("INFO"):
         assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
     assert not (tmp_path / CACHE_NAME).exists()
-    assert "less than timing a compilation would: 30.0 s to compile, a test's floor, and 7 more steps" in caplog.text
+    assert ("less than timing a compilation would: 30.0 s to compile, a test's floor, and up to 9 more steps"
+            in caplog.text)
 
 
-def test_the_probe_stops_after_its_eager_steps_when_the_rest_of_it_would_outlast_the_run(monkeypatch):
-    """Each step timed at 1 s: the rest of the probe (the warm-up floor, then 7 more steps) against the
-    run's eager seconds. A run of 6 steps stops even with no warm-up at all; 8 steps go on to compile."""
+def test_the_probe_stops_where_the_rest_of_it_would_outlast_the_run(monkeypatch):
+    """Each step timed at 1 s: the rest of the probe (the warm-up floor, then 2 eager steps and 7 more
+    after the first; 7 after the eager timing) against the run's eager seconds. A run of 8 steps stops
+    after its first step even with no warm-up at all; 9 steps go on to compile."""
     assert compile_choice.probe_steps() == 7 and compile_choice.probe_steps(reps=5) == 11
-    monkeypatch.setattr(compile_choice, "seconds", lambda fn, device: 1.0)
 
     def compiled(*args, **kwargs):
         raise AssertionError("the probe went on to compile")
@@ -161,11 +162,21 @@ def test_the_probe_stops_after_its_eager_steps_when_the_rest_of_it_would_outlast
     images, labels = torch.randn(2, 3, 32, 32), torch.tensor([0, 1])
     optimizer = make_optimizer(model, resolve_config("demo"))
     probe = dict(precision="fp32", min_run_seconds=0.0)
-    assert time_compile(model, optimizer, images, labels, steps=6, **probe) == CompileTiming(eager=1.0)
-    assert time_compile(model, optimizer, images, labels, steps=11, **{**probe, "min_run_seconds": 5.0}) == \
-        CompileTiming(eager=1.0)                                            # 11 s < 5 s + 7 s
+    calls = []
+    monkeypatch.setattr(compile_choice, "seconds", lambda fn, device: calls.append(fn) or 1.0)
+    assert time_compile(model, optimizer, images, labels, steps=8, **probe) == CompileTiming(eager=1.0)
+    assert len(calls) == 1                                                  # 8 s < 0 s + 9 s: after the first step
+    assert time_compile(model, optimizer, images, labels, steps=13, **{**probe, "min_run_seconds": 5.0}) == \
+        CompileTiming(eager=1.0)                                            # 13 s < 5 s + 9 s
+    # a first step twice as slow as the rest (first touch): 15 x 2 s >= 10 s + 9 x 2 s goes on, and then
+    # 15 x 1 s < 10 s + 7 s stops after the eager timing
+    times = iter([2.0, 1.0, 1.0])
+    monkeypatch.setattr(compile_choice, "seconds", lambda fn, device: next(times))
+    assert time_compile(model, optimizer, images, labels, steps=15, **{**probe, "min_run_seconds": 10.0}) == \
+        CompileTiming(eager=1.0)
+    monkeypatch.setattr(compile_choice, "seconds", lambda fn, device: 1.0)
     with pytest.raises(AssertionError, match="went on to compile"):
-        time_compile(model, optimizer, images, labels, steps=8, **probe)
+        time_compile(model, optimizer, images, labels, steps=9, **probe)
 
 
 def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):

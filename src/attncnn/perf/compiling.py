@@ -15,12 +15,13 @@ measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose
 takes 30 s and saves 70 compiles.
 
 The probe's compilation is itself a warm-up, wasted when the answer is "eager". It is skipped,
-after the probe's eager steps, where the rest of the probe would take longer than the whole run
-trains eager: :func:`warmup_floor`, the shortest warm-up this machine has shown (the smallest
+after the probe's first step or after its eager timing, where the rest of the probe would take
+longer than the whole run trains eager: :func:`warmup_floor`, the shortest warm-up this machine has shown (the smallest
 recorded in its cache for any run shape, or, with none recorded yet, the first compilation of a
 one-operation function on the device, measured once per process: every compiled training step does
-at least that work), plus the probe's own further steps (:func:`probe_steps`, each taken as long
-as an eager one). Then no compilation could pay back within the run, since even a compiled step of
+at least that work), plus the probe's own further steps (after the first step: 2 eager steps and
+:func:`probe_steps`; after the eager timing: :func:`probe_steps`; each taken as long as an eager
+one). Then no compilation could pay back within the run, since even a compiled step of
 no time saves at most the run's eager time; so a smoke run of a few steps of a large model does not
 spend a minute timing a compiler it cannot use.
 
@@ -153,8 +154,10 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
         precision: ``"fp32"`` or ``"bf16"`` (autocast, as the trainer runs).
         min_run_seconds, steps: the run's warm-up floor and length in steps (None: no run, always
             compile); when the eager step times ``steps`` is under ``min_run_seconds`` plus the
-            eager step times :func:`probe_steps` (what the rest of this probe would take), stop
-            after the eager timing (nothing is compiled).
+            eager step times the steps left in this probe (what the rest of it would take), stop
+            there, nothing compiled: after the first step (its time standing for the step's; left:
+            2 eager steps and :func:`probe_steps`), else after the eager timing (left:
+            :func:`probe_steps`).
         reps: timed steps per mode after the warm-up.
 
     Returns:
@@ -171,7 +174,12 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
     def step(net) -> float:
         return seconds(call(net), device)
 
-    step(model)                                     # first touch of every buffer, kernel choices
+    first = step(model)                             # first touch of every buffer, kernel choices
+    # the same test at each point the probe can stop: does the rest of it outlast the run? Here the
+    # rest includes the two eager steps that time the step (a 2-step run of a large model spent more
+    # on them than on its training)
+    if steps is not None and first * steps < min_run_seconds + first * (2 + probe_steps(reps)):
+        return CompileTiming(eager=first)
     eager = statistics.median(step(model) for _ in range(2))
     if steps is not None and eager * steps < min_run_seconds + eager * probe_steps(reps):
         return CompileTiming(eager=eager)
@@ -275,8 +283,8 @@ def with_compile_choice(config, dataset, train_loader, dist):
             return dataclasses.replace(config, compile=False)
         if timing.compiled is None:
             log.info("compile: off (the run's %d steps take about %.1f s eager here, less than timing a compilation "
-                     "would: %.1f s to compile, %s, and %d more steps; --compile compiles anyway)", steps,
-                     timing.eager * steps, *floor, probe_steps())
+                     "would: %.1f s to compile, %s, and up to %d more steps; --compile compiles anyway)", steps,
+                     timing.eager * steps, *floor, 2 + probe_steps())
             return dataclasses.replace(config, compile=False)
         write_cache(path, key, dataclasses.asdict(timing), timing_problem)
         source = "measured on this run's network and batch"
@@ -287,8 +295,8 @@ def with_compile_choice(config, dataset, train_loader, dist):
 
 def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int, device: torch.device,
              floor: float) -> CompileTiming:
-    """:func:`time_compile` on a throw-away copy of the run's network, stopping after the eager
-    steps when the run is shorter, eager, than ``floor`` seconds and the probe's further steps."""
+    """:func:`time_compile` on a throw-away copy of the run's network, stopping early when the run
+    is shorter, eager, than ``floor`` seconds and the probe's further steps."""
     torch.manual_seed(0)                # the probe's weights and batch; the run seeds itself afterwards
     model = build_model(config.preset, dataset.num_classes, **config.model).to(device).train()
     optimizer = make_optimizer(model, config)
