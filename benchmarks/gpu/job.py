@@ -312,8 +312,8 @@ def record_predictions(folder: Path, data: str, device: str) -> str:
     try:
         if path.is_file() and read_predictions(path).epoch == read_metadata(last).get("epoch"):
             return f"{folder}: kept its prediction record of the final checkpoint"
-    except ValueError:
-        pass                            # a damaged record: written again
+    except (ValueError, OSError):
+        pass                            # a damaged record (written again), or no checkpoint (evaluate says so)
     started = time.monotonic()
     try:
         code = cli(["evaluate", str(folder), "--data", data, "--predictions", str(path), "--device", device])
@@ -528,16 +528,23 @@ def left_behind(root: Path, spec: RunSpec, epochs: int | None, why: str, data: s
     (``attncnn reproduce --without-weights``, :func:`attncnn.reproduce.withhold.withhold_jobs`): its
     record of the weights (size, sha256, metadata, attention per layer, the command that trains it
     again), its ``checkpoints/`` moved to ``root/left-behind``. Returns False, changing nothing,
-    where the run has no prediction record (then nothing could check its accuracy again)."""
+    where the run has no prediction record (then nothing could check its accuracy again), or where
+    making the record fails (said, not raised: the other runs must still be packed)."""
     from attncnn.reproduce import get_suite
     from attncnn.reproduce.withhold import withhold_jobs
-    from attncnn.runs import PREDICTIONS_FILE
+    from attncnn.runs import PREDICTIONS_FILE, WITHHELD_FILE
     job = _job(spec, root, epochs=epochs)
     if not (job.folder / PREDICTIONS_FILE).is_file():
         return False
-    withhold_jobs(get_suite(spec.suite), root / spec.suite, [job], [spec.preset], data=data,
-                  weights_to=root / LEFT_BEHIND / spec.suite,
-                  note=f"left on the GPU machine of the job that trained it, which keeps nothing: {why}")
+    try:
+        withhold_jobs(get_suite(spec.suite), root / spec.suite, [job], [spec.preset], data=data,
+                      weights_to=root / LEFT_BEHIND / spec.suite,
+                      note=f"left on the GPU machine of the job that trained it, which keeps nothing: {why}")
+    except Exception as err:    # noqa: BLE001 - whatever failed, the pack goes on with the records alone
+        if (job.folder / "checkpoints").exists():       # else the record was written and the weights moved
+            print(f"warning: {spec.relative}: no record of its weights ({type(err).__name__}: {err})", flush=True)
+            (job.folder / WITHHELD_FILE).unlink(missing_ok=True)   # a record beside its weights says nothing
+            return False
     return True
 
 

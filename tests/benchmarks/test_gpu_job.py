@@ -210,6 +210,26 @@ def test_a_finished_run_takes_its_prediction_record_home_even_without_its_weight
 
 
 @pytest.mark.slow
+def test_a_record_of_weights_left_behind_that_cannot_be_made_leaves_the_run_as_before(trained, tmp_path,
+                                                                                     make_tiny_data, monkeypatch):
+    from attncnn.reproduce import withhold
+    root = _copy(trained, tmp_path)
+    data = str(make_tiny_data(8, 2))
+    job.record_predictions(root / SPEC.relative, data, "cpu")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the attention could not be measured")
+
+    monkeypatch.setattr(withhold, "final_layer_metrics", broken)
+    manifest = job.pack(root, [SPEC], tmp_path / "out", epochs=1, max_bytes=20_000, data=data)
+    assert manifest["runs"][0]["weights"] == "left behind"
+    job.unpack(tmp_path / "out", tmp_path / "results")
+    back = tmp_path / "results" / SPEC.relative
+    assert (back / PREDICTIONS_FILE).is_file() and not (back / WITHHELD_FILE).exists()
+    assert not (back / "checkpoints" / "last.safetensors").exists()
+
+
+@pytest.mark.slow
 def test_a_pack_over_the_limit_stores_weights_in_bfloat16_that_load_exactly(trained, tmp_path):
     root = _copy(trained, tmp_path)
     weights = root / SPEC.relative / "checkpoints" / "last.safetensors"
