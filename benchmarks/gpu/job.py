@@ -506,10 +506,9 @@ def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
         ship_unfinished(job)
     entry = {"run": str(spec.relative), "state": state, "epochs": _epochs_done(job.folder)}
     if state == "finished":
-        from attncnn.runs import read_metadata
+        from attncnn.runs import PREDICTIONS_FILE, read_metadata, read_predictions
         final = json.loads((job.folder / "finished.json").read_text()).get("final") or {}
         entry["test_accuracy"] = final.get("test_accuracy")
-        from attncnn.runs import PREDICTIONS_FILE, read_predictions
         if (job.folder / PREDICTIONS_FILE).is_file():       # recorded on the device (record_predictions)
             entry["predictions"] = read_predictions(job.folder / PREDICTIONS_FILE).test_accuracy
         weights = job.folder / "checkpoints" / "last.safetensors"

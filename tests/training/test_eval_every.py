@@ -10,7 +10,7 @@ import pytest
 
 from attncnn.perf import make_plan
 from attncnn.runs import load_checkpoint, resolve_config
-from attncnn.training import train
+from attncnn.training import count_test_passes, evaluates, train
 
 
 @pytest.fixture(scope="module")
@@ -31,6 +31,9 @@ def test_evaluates_every_n_epochs_and_the_last(tiny, tmp_path):
     records = _run(tiny, tmp_path / "run", epochs=5, eval_every=2)
     assert [r["epoch"] for r in records] == [1, 2, 3, 4, 5]
     assert ["test_accuracy" in r for r in records] == [False, True, False, True, True]
+    # the rule the loop follows, as the planners (path timing, time estimates) count it
+    assert [evaluates(e, 5, 2) for e in range(1, 6)] == [False, True, False, True, True]
+    assert count_test_passes(5, 2) == 3 and count_test_passes(6, 2) == 3 and count_test_passes(1, 5) == 1
     assert all("train_loss" in r for r in records)
     finished = json.loads((tmp_path / "run" / "finished.json").read_text())
     assert finished["final"]["test_accuracy"] == records[-1]["test_accuracy"]

@@ -44,6 +44,7 @@ import torch
 from ..data import default_data_dir
 from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
+from ..training import count_test_passes
 from .cache import read_cache, write_cache
 from .machine import machine_key
 from .timing import paths_restored, run_impl, seconds, time_impls
@@ -221,9 +222,9 @@ def with_measured_paths(config, dataset, batch: int, dist, steps: int | None = N
         # the batch a test pass runs: the evaluation batch, or the whole test set when smaller
         test = getattr(dataset, "test", None)
         eval_batch = max(config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels)), 1)
-        passes = math.ceil(config.epochs / config.eval_every)          # the last epoch always evaluates
-        eval_uses = (None if test is None or uses is None
-                     else passes * math.ceil(len(test.labels) / eval_batch) * layers)
+        batches = None if test is None else math.ceil(len(test.labels) / eval_batch)
+        eval_uses = (None if batches is None or uses is None
+                     else count_test_passes(config.epochs, config.eval_every) * batches * layers)
         eval_choice = choose_impl(model_config, batch=eval_batch, mode="eval", uses=eval_uses, **common)
         _log_choice("test pass", eval_choice, "forward", eval_uses)
         if eval_choice.impl != choice.impl:

@@ -14,11 +14,12 @@ from .components import make_optimizer
 from .distributed import Distributed, launch_from_env, per_process_batch, process_group
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
 from .evaluation import EvalResult, evaluate
-from .loop import train
+from .loop import count_test_passes, evaluates, train
 from .plan import RunPlan
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
 __all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunPlan", "LRSchedule", "warmup_cosine_multiplier",
            "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",
-           "make_optimizer", "train", "Distributed", "launch_from_env", "per_process_batch", "process_group"]
+           "make_optimizer", "train", "evaluates", "count_test_passes", "Distributed", "launch_from_env",
+           "per_process_batch", "process_group"]

@@ -62,7 +62,7 @@ from .signals import stop_on_signals
 from .state import TrainState, position_text
 from .step import training_step
 
-__all__ = ["train", "SYNC_EVERY", "EpochMetrics"]
+__all__ = ["train", "SYNC_EVERY", "EpochMetrics", "evaluates", "count_test_passes"]
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,17 @@ SYNC_EVERY = 25
 #: Extra per-epoch metrics of the trained model, merged into its metrics record (the command line
 #: passes :func:`attncnn.analysis.metrics.epoch_metrics`: per-head attention distances).
 EpochMetrics = Callable[[nn.Module], dict]
+
+
+def evaluates(epoch: int, epochs: int, eval_every: int) -> bool:
+    """Whether epoch ``epoch`` (1-based) of a run of ``epochs`` ends with a test pass: every
+    ``eval_every`` epochs, and the last one always."""
+    return epoch % eval_every == 0 or epoch == epochs
+
+
+def count_test_passes(epochs: int, eval_every: int) -> int:
+    """How many test passes a run of ``epochs`` makes (:func:`evaluates`)."""
+    return sum(evaluates(e, epochs, eval_every) for e in range(1, epochs + 1))
 
 
 def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mode: str = "new",
@@ -240,7 +251,7 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                                                         f"of {steps}")
                 stats = meter.finish(state.sums, lr, dist)
             test, tested = {}, "not evaluated"
-            if (epoch + 1) % config.eval_every == 0 or epoch + 1 == config.epochs:    # the last one always
+            if evaluates(epoch + 1, config.epochs, config.eval_every):
                 result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
                 test = {"test_loss": result.loss, "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
                 tested = f"test loss {result.loss:.4f} acc {result.accuracy:.4f}"
