@@ -494,7 +494,8 @@ def test_a_log_file_gets_plain_lines_not_progress_bar_frames(tmp_path, tiny_data
     log = tmp_path / "train.log"
     with open(log, "w") as stderr:                       # a file, as under nohup or a scheduler
         done = subprocess.run([sys.executable, "-m", "attncnn", "train", "--preset", "demo", "--data",
-                               str(tiny_dataset), "--epochs", "2", "--batch-size", "10", "--out", str(tmp_path / "run")],
+                               str(tiny_dataset), "--epochs", "2", "--batch-size", "10",
+                               "--out", str(tmp_path / "run")],
                               stderr=stderr, stdout=subprocess.DEVNULL, env=_env(tmp_path / "cache"), timeout=300)
     text = log.read_text()
     assert done.returncode == 0, text

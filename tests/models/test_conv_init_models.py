@@ -91,12 +91,12 @@ def test_learned_and_gpsa_presets_start_with_the_quadratic_presets_maps(device):
     quadratic = build_model("quadratic-conv-mini", num_layers=2).double().to(device)
     learned = build_model("learned-conv-mini", num_layers=2).double().to(device)
     gpsa = build_model("gpsa-mini", num_layers=2).double().to(device)
-    for q, l, g in zip(quadratic.blocks, learned.blocks, gpsa.blocks):
+    for q, lb, g in zip(quadratic.blocks, learned.blocks, gpsa.blocks):
         # built in float32: the quadratic spread sqrt(2) is rounded there (alpha 1 +- 1e-7), the learned
         # and GPSA coefficients (-1, 2 Delta, -Delta^2) are exact
         expected = q.attention.grid_probs(16, 16)
-        torch.testing.assert_close(l.attention.grid_probs(16, 16), expected, rtol=1e-5, atol=1e-7)
-        torch.testing.assert_close(g.attention.positional_probs(16, 16), l.attention.grid_probs(16, 16),
+        torch.testing.assert_close(lb.attention.grid_probs(16, 16), expected, rtol=1e-5, atol=1e-7)
+        torch.testing.assert_close(g.attention.positional_probs(16, 16), lb.attention.grid_probs(16, 16),
                                    rtol=1e-10, atol=1e-14)
         assert torch.allclose(g.attention.gates(), torch.full((9,), 1 / (1 + math.exp(-1)), dtype=torch.float64,
                                                               device=device))

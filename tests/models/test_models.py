@@ -27,9 +27,10 @@ def test_exact_parameter_counts(name, count):
 
 def test_list_presets_has_paper_runs_demo_and_the_cpu_scale_suite():
     mini = {f"{name}-mini" for name in ("quadratic", "quadratic-generalized", "learned", "learned-content", "resnet18")}
-    issue14 = {"gpsa", "gpsa-mini", "quadratic-conv", "learned-conv", "quadratic-conv-mini", "learned-conv-mini"}      # tests/models/test_conv_init_models.py
-    issue26 = {"deit-mini", "convit-mini"}                                                                # tests/models/test_convit_presets.py
-    assert set(PAPER_COUNTS) | {"demo"} | mini | issue14 | issue26 == set(attncnn.list_presets())
+    # conv-initialised attention (tests/models/test_conv_init_models.py)
+    conv_init = {"gpsa", "gpsa-mini", "quadratic-conv", "learned-conv", "quadratic-conv-mini", "learned-conv-mini"}
+    convit = {"deit-mini", "convit-mini"}           # ConViT's comparison (tests/models/test_convit_presets.py)
+    assert set(PAPER_COUNTS) | {"demo"} | mini | conv_init | convit == set(attncnn.list_presets())
 
 
 def test_num_classes_changes_only_the_classifier():

@@ -98,7 +98,8 @@ def test_bench_preset_reports_consistent_figures():
     r = bench_preset("demo", batch_size=8, reps=1)
     assert r["parameters"] == 78_690
     assert r["train_images_per_s"] > 0 and r["infer_images_per_s"] > 0
-    assert abs(r["model_flops_per_s"] - r["train_flops_per_image"] * 8 / r["step_seconds"]) < 1e-6 * r["model_flops_per_s"]
+    expected = r["train_flops_per_image"] * 8 / r["step_seconds"]
+    assert abs(r["model_flops_per_s"] - expected) < 1e-6 * r["model_flops_per_s"]
 
 
 def test_bench_times_the_paths_a_run_would_take_here(monkeypatch):
@@ -145,7 +146,8 @@ def test_unknown_variants_are_refused(capsys):
 
 def test_an_isolated_benchmark_whose_process_dies_fails_instead_of_hanging():
     # from `python -` a spawned child cannot import the caller's __main__ and dies before answering
-    code = "from attncnn.perf.bench.harness import bench_preset_isolated\nbench_preset_isolated(preset='demo', reps=1)\n"
+    code = ("from attncnn.perf.bench.harness import bench_preset_isolated\n"
+            "bench_preset_isolated(preset='demo', reps=1)\n")
     done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
     assert "RuntimeError: benchmark of demo failed: its process exited with code" in done.stderr

@@ -11,8 +11,8 @@ import pytest
 
 from attncnn.perf import host_memory
 
-# After three warm-up allocations, allocates and frees a 64 MiB tensor five times (torch.ones touches every page) and prints the
-# policy's result and the minor page faults the five allocations cost.
+# After three warm-up allocations, allocates and frees a 64 MiB tensor five times (torch.ones touches every
+# page) and prints the policy's result and the minor page faults the five allocations cost.
 _SCRIPT = """
 import resource, torch
 from attncnn.perf.host_memory import reuse_freed_memory

@@ -29,10 +29,11 @@ def measured(monkeypatch):
         assert steps == config.epochs * 5                   # the run's steps: epochs x the loader's length
         return dataclasses.replace(config, model={**config.model, "impl": "folded", "eval_impl": "dense"})
 
-    monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist: (None, type("L", (), {"batch_size": 4, "__len__": lambda self: 5})(),
-                                                                     None))
+    loader = type("L", (), {"batch_size": 4, "__len__": lambda self: 5})()
+    monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist: (None, loader, None))
     monkeypatch.setattr(plan_module, "with_measured_paths", fake_paths)
-    monkeypatch.setattr(plan_module, "with_compile_choice", lambda config, *a: dataclasses.replace(config, compile=False))
+    monkeypatch.setattr(plan_module, "with_compile_choice",
+                        lambda config, *a: dataclasses.replace(config, compile=False))
     monkeypatch.setattr("attncnn.perf.machine.machine_info", lambda device: dict(HERE))
     return calls
 
@@ -67,7 +68,8 @@ def test_the_same_machine_keeps_the_path_so_the_run_continues_exactly(tmp_path, 
     assert not plan.changes_stored(config_from_dict(json.loads((folder / "config.json").read_text())))
 
 
-@pytest.mark.parametrize("change, keep", [({}, True), ({"measure_paths": False}, False), ({"deterministic": True}, False)])
+@pytest.mark.parametrize("change, keep",
+                         [({}, True), ({"measure_paths": False}, False), ({"deterministic": True}, False)])
 def test_a_chosen_path_or_a_run_that_never_measured_keeps_its_path(tmp_path, measured, change, keep):
     folder = _run(tmp_path, {**STARTED_ON_GPU, "device": "cpu", **change}, GPU)
     plan = resume_plan(folder, device="cpu", keep_impl=keep)

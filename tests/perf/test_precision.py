@@ -101,7 +101,8 @@ def test_a_bf16_run_resumes_in_fp32_where_bf16_is_slow_and_records_it(interrupte
 def test_a_resume_obeys_an_explicit_precision(interrupted_bf16_run, tmp_path, slow_bf16, monkeypatch):
     copy = tmp_path / "copy"
     shutil.copytree(interrupted_bf16_run, copy)
-    train(None, interrupted_bf16_run, resume_plan(interrupted_bf16_run, precision="bf16"), mode="resume", progress=False)
+    plan = resume_plan(interrupted_bf16_run, precision="bf16")
+    train(None, interrupted_bf16_run, plan, mode="resume", progress=False)
     assert _precisions(interrupted_bf16_run) == ["bf16", "bf16"]
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
     train(None, copy, resume_plan(copy, precision="fp32"), mode="resume", progress=False)

@@ -150,7 +150,8 @@ def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(ma
                      "--seeds", "0", "--out", str(tmp_path), "--no-progress", "--no-viewer"]) == 0
     assert "resumed on another machine: device 'cuda' -> 'auto'" in caplog.text
     stored = json.loads((job.folder / "config.json").read_text())
-    assert stored["device"] == "auto" and stored["model"]["impl"] in ("dense", "separable", "folded")    # measured and recorded
+    assert stored["device"] == "auto"
+    assert stored["model"]["impl"] in ("dense", "separable", "folded")      # measured and recorded
     assert [r["epoch"] for r in _records(job.folder)] == [1, 2] and (job.folder / "finished.json").is_file()
 
 

@@ -312,7 +312,8 @@ def test_the_digest_covers_names_and_shapes_and_is_independent_of_the_device_cop
     a = {"w": torch.arange(6.0).reshape(2, 3)}
     b = {"w": torch.arange(6.0).reshape(3, 2)}
     entries = [(n, t.shape, ckpt_mod._tensor_bytes(t)) for n, t in a.items()]
-    assert ckpt_mod._digest(entries) != ckpt_mod._digest([(n, t.shape, ckpt_mod._tensor_bytes(t)) for n, t in b.items()])
+    other = [(n, t.shape, ckpt_mod._tensor_bytes(t)) for n, t in b.items()]
+    assert ckpt_mod._digest(entries) != ckpt_mod._digest(other)
     assert ckpt_mod._digest(entries) != ckpt_mod._digest([("v", *entries[0][1:])])
     model, _ = make()
     path = tmp_path / "ck.safetensors"

@@ -48,8 +48,8 @@ def test_a_dtype_mismatch_is_named(tmp_path):
     path = _checkpoint(tmp_path / "ok.safetensors")
     model = build_model("demo", **SMALL).double()
     save_checkpoint(tmp_path / "f64.safetensors", model=model, metadata=load_checkpoint(path).metadata)
-    with pytest.raises(ValueError, match=r"weight 'blocks.0.attention.centers' is torch.float64, the configuration needs "
-                                         r"torch.float32"):
+    with pytest.raises(ValueError, match=r"weight 'blocks.0.attention.centers' is torch.float64, the configuration "
+                                         r"needs torch.float32"):
         load_model(tmp_path / "f64.safetensors")
     loaded, _ = load_model(path)
     stored = load_checkpoint(path).model_state

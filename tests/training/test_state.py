@@ -68,7 +68,8 @@ def test_a_checkpoint_at_an_epoch_end_has_no_running_sums(setup, tmp_path):
     ckpt = state.to_checkpoint()
     assert "train_loss_sum" not in ckpt.extra_tensors and "train_count" not in ckpt.metadata
     assert set(ckpt.extra_tensors) == {"rng.rank0.torch_cpu"}                  # one key scheme for every rank
-    assert (ckpt.metadata["epoch"], ckpt.metadata["step_in_epoch"], ckpt.metadata["arch"]) == (0, 0, "image-transformer")
+    meta = ckpt.metadata
+    assert (meta["epoch"], meta["step_in_epoch"], meta["arch"]) == (0, 0, "image-transformer")
 
 
 def test_a_position_outside_the_run_is_refused(setup, tmp_path):

@@ -53,6 +53,12 @@ def _config(tiny, **overrides):
     return resolve_config("demo", **values)
 
 
+def _train(tiny, out: Path, **overrides) -> dict:
+    """A fresh run of ``_config(tiny, **overrides)`` into ``out``, with its plan made as the CLI makes it."""
+    config = _config(tiny, **overrides)
+    return train(config, out, make_plan(config), progress=False)
+
+
 def _last(run: Path) -> Path:
     return run / "checkpoints" / "last.safetensors"
 
@@ -81,7 +87,7 @@ def assert_same_metrics(a: Path, b: Path) -> None:
 def reference_run(tiny, tmp_path_factory) -> Path:
     """An uninterrupted 2-epoch run (the bit-identity reference)."""
     out = tmp_path_factory.mktemp("reference") / "run"
-    train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+    _train(tiny, out)
     return out
 
 
@@ -105,7 +111,7 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signum)
         with pytest.raises(TrainingInterrupted) as info:
-            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+            _train(tiny, out)
     err = info.value
     assert err.exit_status == 128 + signum
     assert f"attncnn train --resume {out}" in str(err) and "epoch 2/2, step 3 of 6" in str(err)
@@ -128,7 +134,7 @@ def test_an_interrupted_run_that_went_on_compiled_says_to_resume_with_compile(ti
     with monkeypatch.context() as m:
         _signal_at(m, epoch=0, step=2, signum=signal.SIGINT)
         with pytest.raises(TrainingInterrupted) as first:
-            train(_config(tiny, compile=False), out, make_plan(_config(tiny, compile=False)), progress=False)
+            _train(tiny, out, compile=False)
     assert str(first.value).endswith(f"Resume with: attncnn train --resume {out}")
     monkeypatch.setattr(torch, "compile", lambda net, **options: net)     # the loop's choice, not inductor
     with monkeypatch.context() as m:
@@ -145,7 +151,7 @@ def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+            _train(tiny, out)
     config = json.loads((out / "config.json").read_text())
     del config["precision"], config["compile"]                  # as an older attncnn wrote it
     (out / "config.json").write_text(json.dumps(config))
@@ -160,11 +166,11 @@ def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
     # this tiny run costs seconds in bf16 on any CPU, so it runs everywhere as on a CPU with bf16 units
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
     reference, out = tmp_path / "reference", tmp_path / "run"
-    train(_config(tiny, precision="bf16"), reference, make_plan(_config(tiny, precision="bf16")), progress=False)
+    _train(tiny, reference, precision="bf16")
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny, precision="bf16"), out, make_plan(_config(tiny, precision="bf16")), progress=False)
+            _train(tiny, out, precision="bf16")
     train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference), _last(out))
     assert_same_metrics(reference, out)
@@ -177,11 +183,11 @@ def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
 def test_adamw_runs_resume_bit_identically_with_their_moments(tiny, tmp_path, monkeypatch):
     reference, out = tmp_path / "reference", tmp_path / "run"
     config = dict(optimizer="adamw", lr=1e-3, weight_decay=0.05)
-    train(_config(tiny, **config), reference, make_plan(_config(tiny, **config)), progress=False)
+    _train(tiny, reference, **config)
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny, **config), out, make_plan(_config(tiny, **config)), progress=False)
+            _train(tiny, out, **config)
     train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference), _last(out))
     assert_same_metrics(reference, out)
@@ -191,7 +197,7 @@ def test_adamw_runs_resume_bit_identically_with_their_moments(tiny, tmp_path, mo
 
 
 def _fp32_weights(tiny, tmp_path) -> dict:
-    train(_config(tiny), tmp_path / "fp32", make_plan(_config(tiny)), progress=False)
+    _train(tiny, tmp_path / "fp32")
     return load_checkpoint(_last(tmp_path / "fp32")).model_state
 
 
@@ -201,13 +207,13 @@ def test_auto_precision_is_resolved_and_stored(tiny, tmp_path, monkeypatch):
     for fast, expected in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(run_precision, "fast_bf16", lambda device, fast=fast: fast)
         out = tmp_path / expected
-        train(_config(tiny, precision="auto", epochs=1), out, make_plan(_config(tiny, precision="auto", epochs=1)), progress=False)
+        _train(tiny, out, precision="auto", epochs=1)
         assert json.loads((out / "config.json").read_text())["precision"] == expected
 
 
 def test_a_run_records_the_attention_path_it_asked_for_and_the_one_it_took(tiny, reference_run, tmp_path):
     out = tmp_path / "separable"
-    train(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"}), out, make_plan(_config(tiny, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"})), progress=False)
+    _train(tiny, out, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"})
     assert json.loads((out / "config.json").read_text())["model"]["impl"] == "separable"
     assert load_checkpoint(_last(out)).metadata["attention_paths"] == ["separable", "separable"]   # demo: 2 layers
     assert load_model(out)[0].config.impl == "separable"
@@ -228,7 +234,7 @@ def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, re
     with monkeypatch.context() as m:
         _signal_at(m, epoch=0, step=STEPS - 1, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
-            train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+            _train(tiny, out)
     meta = load_checkpoint(_last(out)).metadata
     assert (meta["epoch"], meta["step_in_epoch"]) == (0, STEPS)   # all steps done, evaluation pending
     train(None, out, resume_plan(out), mode="resume", progress=False)
@@ -238,7 +244,7 @@ def test_signal_after_the_last_step_of_an_epoch_resumes_with_evaluation(tiny, re
 
 def test_mid_epoch_checkpoints_change_nothing(tiny, reference_run, tmp_path):
     out = tmp_path / "run"
-    train(_config(tiny, checkpoint_every_steps=4), out, make_plan(_config(tiny, checkpoint_every_steps=4)), progress=False)
+    _train(tiny, out, checkpoint_every_steps=4)
     meta = load_checkpoint(_last(out)).metadata
     assert (meta["epoch"], meta["step_in_epoch"]) == (2, 0)
     assert_same_files(_last(reference_run), _last(out))
@@ -259,7 +265,7 @@ def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_pa
     with monkeypatch.context() as m:
         m.setattr(saver, "write_checkpoint", save_then_die)
         with pytest.raises(SystemExit):
-            train(_config(tiny, checkpoint_every_steps=4), out, make_plan(_config(tiny, checkpoint_every_steps=4)), progress=False)
+            _train(tiny, out, checkpoint_every_steps=4)
     assert (0, 4) in saved and saved[-1] == (1, 2)             # global steps 4 and 8
     train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
@@ -268,7 +274,7 @@ def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_pa
 
 def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
     out = tmp_path / "run"
-    train(_config(tiny, epochs=1), out, make_plan(_config(tiny, epochs=1)), progress=False)
+    _train(tiny, out, epochs=1)
     ckpt = load_checkpoint(_last(out))
     model = build_model("demo", num_classes=3, dim=16, mlp_dim=16)
     model.load_state_dict(ckpt.model_state)
@@ -327,7 +333,7 @@ def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, 
 def test_nan_in_the_first_steps_says_no_checkpoint_was_written(tiny, tmp_path, monkeypatch):
     _poison(monkeypatch, at_call=1)
     with pytest.raises(NonFiniteLossError, match="step 1 of 6.*no checkpoint had been written yet"):
-        train(_config(tiny), tmp_path / "run", make_plan(_config(tiny)), progress=False)
+        _train(tiny, tmp_path / "run")
     assert not _last(tmp_path / "run").exists()
 
 
@@ -341,7 +347,7 @@ def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):
 
     monkeypatch.setattr(step_module.F, "cross_entropy", cross_entropy)
     with pytest.raises(NonFiniteLossError, match="became inf at epoch 1, step 3 of 6"):
-        train(_config(tiny), tmp_path / "run", make_plan(_config(tiny)), progress=False)
+        _train(tiny, tmp_path / "run")
 
 
 # -- full or read-only disk ---------------------------------------------------------------------
@@ -363,7 +369,7 @@ def test_full_disk_during_a_checkpoint_names_the_folder_and_keeps_the_previous_o
 
     monkeypatch.setattr(safetensors.torch, "save_file", save_file)
     with pytest.raises(RunFolderError) as info:
-        train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+        _train(tiny, out)
     msg = str(info.value)
     assert "No space left on device" in msg and str(out / "checkpoints") in msg
     assert "free some space" in msg and "--out" in msg and "intact" in msg
@@ -387,7 +393,7 @@ def test_full_disk_while_logging_metrics_keeps_the_previous_records(tiny, tmp_pa
 
     monkeypatch.setattr(run_folder, "atomic_write_bytes", write)
     with pytest.raises(RunFolderError, match=rf"cannot write {out / 'metrics.jsonl'} .*free some space"):
-        train(_config(tiny), out, make_plan(_config(tiny)), progress=False)
+        _train(tiny, out)
     assert [r["epoch"] for r in _metrics(out)] == [1]
     assert load_checkpoint(_last(out)).metadata["epoch"] == 1
 
@@ -406,7 +412,7 @@ def test_read_only_folder_message(tiny, tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def trained_checkpoint(tiny, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("ckpt") / "run"
-    train(_config(tiny, epochs=1), out, make_plan(_config(tiny, epochs=1)), progress=False)
+    _train(tiny, out, epochs=1)
     return _last(out)
 
 
@@ -452,7 +458,7 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
     out = tmp_path / "compiled"
     resets, real_reset = [], torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1) or real_reset())
-    train(_config(tiny, compile=True, deterministic=False), out, make_plan(_config(tiny, compile=True, deterministic=False)), progress=False)
+    _train(tiny, out, compile=True, deterministic=False)
     assert resets == [1]                    # the run leaves no compiled code behind for the next one
     plain, compiled = _metrics(reference_run), _metrics(out)
     assert [r["epoch"] for r in compiled] == [1, 2]
@@ -464,9 +470,10 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
 
 @pytest.mark.slow
 def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tiny, tmp_path, monkeypatch):
-    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (0.0, "test"))   # measure this 12-step run
+    # measure this 12-step run
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (0.0, "test"))
     cache, out = tmp_path / "cache", tmp_path / "run"
-    train(_config(tiny, deterministic=False, data_dir=str(cache)), out, make_plan(_config(tiny, deterministic=False, data_dir=str(cache))), progress=False)
+    _train(tiny, out, deterministic=False, data_dir=str(cache))
     (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()
     assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
     decided = json.loads((out / "config.json").read_text())["compile"]

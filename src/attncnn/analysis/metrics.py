@@ -188,7 +188,8 @@ def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
         return []
     m = len(rows[0])
     if any(len(r) != m for r in rows) or n > m:
-        raise ValueError(f"need an n x m cost matrix with n <= m, got {n} rows of lengths {sorted({len(r) for r in rows})}")
+        lengths = sorted({len(r) for r in rows})
+        raise ValueError(f"need an n x m cost matrix with n <= m, got {n} rows of lengths {lengths}")
     inf = math.inf
     # Potentials u (rows, 1-based) and v (columns, index 0 = virtual column); match[j] = row of column j.
     u, v = [0.0] * (n + 1), [0.0] * (m + 1)

@@ -29,7 +29,8 @@ from ..models import build_model, count_parameters, get_preset
 from ..perf.bench.harness import time_steps
 from .runs import Run, shareable_dataset
 
-__all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "markdown_table", "text_table"]
+__all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "markdown_table",
+           "text_table"]
 
 
 @torch.no_grad()

@@ -18,7 +18,8 @@ from .subset import class_balanced_subset, held_out_indices
 
 __all__ = [
     "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataError", "default_data_dir",
-    "load_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA", "run_data",
+    "load_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA",
+    "run_data",
 ]
 
 log = logging.getLogger(__name__)

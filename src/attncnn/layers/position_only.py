@@ -179,8 +179,8 @@ class PositionalAttention(GridAttention):
         ``"folded"`` is taken only when asked for (``impl="folded"``; dropout is no obstacle, its
         mask is shared by the batch). The separable path is exact, so it needs a separable layer
         and no dropout on the map (a dropout mask on ``(N, N)`` entries does not factor), i.e. eval
-        mode or ``attn_drop.p == 0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never, ``"auto"`` when the
-        grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
+        mode or ``attn_drop.p == 0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never,
+        ``"auto"`` when the grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
         12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
         """
         impl = self.mode_impl

@@ -32,8 +32,8 @@ import torch
 
 from .._io import atomic_path
 
-__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata", "tensor_specs",
-           "FORMAT_VERSION"]
+__all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata",
+           "tensor_specs", "FORMAT_VERSION"]
 
 log = logging.getLogger(__name__)
 

@@ -30,8 +30,8 @@ from .config import TrainConfig, config_from_dict
 from .folder import RunFolder
 from .withheld import read_withheld, withheld_message
 
-__all__ = ["load_model", "resumable_config", "check_weights", "file_specs", "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked",
-           "specs_of"]
+__all__ = ["load_model", "resumable_config", "check_weights", "file_specs", "checkpoint_of", "DEFAULT_CHECKPOINT",
+           "build_checked", "specs_of"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,

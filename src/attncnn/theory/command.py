@@ -241,9 +241,9 @@ def _run_model(args: argparse.Namespace) -> int:
     given = [f"--{name}" for name in ("kernel", "dilation", "stride", "padding", "in_channels", "out_channels",
                                        "alpha", "conv_from") if getattr(args, name) is not None]
     if given:
-        raise ValueError(f"{', '.join(o.replace('_', '-') for o in given)}: these options describe a convolution to build; with "
-                         "--model the kernel comes from the network's layer: leave them out (locality strength: "
-                         "--set locality_strength=...)")
+        raise ValueError(f"{', '.join(o.replace('_', '-') for o in given)}: these options describe a convolution "
+                         "to build; with --model the kernel comes from the network's layer: leave them out "
+                         "(locality strength: --set locality_strength=...)")
     args.dtype = args.dtype or "float32"
     model, model_source = _model(args)
     in_chans = getattr(getattr(model, "config", None), "in_chans", 3)

@@ -33,7 +33,7 @@ _EXPORTS = {
 
 __all__ = list(_EXPORTS)
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
     from .decode import DISPLAY_KINDS, ViewerData, page_maps, read_viewer
     from .encoding import ENCODING_VERSION, quantize_affine, quantize_scaled, quantize_separable, separate_axes
     from .export import RunExport, export_model, export_run
