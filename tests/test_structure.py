@@ -56,9 +56,10 @@ def test_imports_follow_the_arrow(package):
         assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)}"
 
 
-#: what the studies may take from training: running a training or an evaluation, and its stop signal
-#: (they read runs through attncnn.runs and make plans through attncnn.perf)
-REPRODUCE_USES_OF_TRAINING = {"train", "evaluate", "TrainingInterrupted", "TrainingError"}
+#: what the studies may take from training: running a training or an evaluation, its stop signal, and
+#: how many test passes a run makes (for time estimates; they read runs through attncnn.runs and make
+#: plans through attncnn.perf)
+REPRODUCE_USES_OF_TRAINING = {"train", "evaluate", "TrainingInterrupted", "TrainingError", "count_test_passes"}
 
 
 def _names_from(path: Path, package: str) -> set[str]:

@@ -27,7 +27,7 @@ from ...perf.compiling import cached_timing, decide
 from ...perf.machine import machine_info
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, resolve_config
-from ...training import TrainingInterrupted, train
+from ...training import TrainingInterrupted, count_test_passes, train
 from .jobs import Job, job_state
 from .machines import MACHINE_FILE, machine_segments, recording_machine
 from .unfinished import point_at_data
@@ -226,7 +226,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     timing = measured[key]
     train_images = config.train_subset or TRAIN_IMAGES
     evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
-    evaluations = sum(1 for e in range(1, config.epochs + 1) if e % config.eval_every == 0 or e == config.epochs)
+    evaluations = count_test_passes(config.epochs, config.eval_every)
     step, warmup, note = _compiled_step(job, options, replace(config, precision=precision), device,
                                         timing["step_seconds"], config.epochs * -(-train_images // config.batch_size))
     epoch = train_images / config.batch_size * step
