@@ -375,6 +375,27 @@ def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys)
     assert (run / "finished.json").is_file()
 
 
+def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_path, tiny_dataset, capsys):
+    assert _train(tmp_path, tiny_dataset) == 0
+    run = tmp_path / "run"
+    for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
+        (run / name).unlink()                        # as if stopped after epoch 1 (epoch_0001 stays)
+    config = json.loads((run / "config.json").read_text())
+    (run / "config.json").write_text(json.dumps({**config, "data": tiny_dataset.name}))   # as shipped: a name
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+    assert f"trained on {tiny_dataset.name}, which is not at" in capsys.readouterr().err   # names the fix: --data
+    assert main(["train", "--resume", str(run), "--data", str(tmp_path / "other.zip"), "--no-progress"]) == 2
+    assert "can only say where that data set is on this machine" in capsys.readouterr().err
+    assert main(["train", "--resume", str(run), "--data-dir", str(tmp_path), "--no-progress"]) == 2
+    assert "--data-dir with --resume needs --data" in capsys.readouterr().err
+    assert json.loads((run / "config.json").read_text())["data"] == tiny_dataset.name    # refusals wrote nothing
+    assert main(["train", "--resume", str(run), "--data", str(tiny_dataset), "--no-progress"]) == 0
+    assert (run / "finished.json").is_file()
+    assert json.loads((run / "config.json").read_text())["data"] == str(tiny_dataset.resolve())
+    assert [r["epoch"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())] == [1, 2]
+
+
 def _as_cpu_with_bf16_units(monkeypatch, fast: bool) -> None:
     from attncnn.perf import precision as run_precision
 

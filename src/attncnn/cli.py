@@ -72,7 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the run in --out (or RUN) from its last checkpoint, with its stored options "
                         "except --device, --precision and --compile, which are this machine's (without "
                         "--precision: the run's own, but fp32 for a bf16 run on a device without fast bf16; "
-                        "without --compile or --no-compile: the run's own)")
+                        "without --compile or --no-compile: the run's own), and --data / --data-dir, which say "
+                        "where the run's own data set (the same file name) is on this machine: a run shipped "
+                        "from another machine records only its name")
     t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
 
@@ -119,6 +121,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 #: TrainConfig fields that belong to the machine, not to the run: `train --resume` takes them
 _MACHINE_OPTIONS = ("device", "precision", "compile")
+#: where the run's data set is on this machine: `train --resume` takes them to point the run there
+_DATA_OPTIONS = ("data", "data_dir")
+
+
+def _point_resumed_run_at_data(out: Path, given: dict) -> None:
+    """``train --resume RUN --data PATH``: record where the run's own data set is on this machine
+    (:func:`~attncnn.reproduce.running.unfinished.point_at_data`). Without ``--data``, a run whose
+    data set is not here is refused before anything loads, with the flag that fixes it.
+
+    Raises:
+        ValueError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
+            without ``--data``; no ``--data`` for a run whose data set is not on this machine.
+    """
+    from .reproduce.running.unfinished import point_at_data
+    from .runs import RunFolder
+
+    stored = RunFolder(out, mode="read").read_config().get("data")
+    if not isinstance(stored, str):
+        return
+    named = stored.strip().lower() in ("cifar10", "cifar100")
+    if "data" not in given:
+        if "data_dir" in given:
+            raise ValueError("--data-dir with --resume needs --data too: the run's data set on this machine "
+                             f"(it was trained on {Path(stored).name})")
+        if not named and not Path(stored).expanduser().exists():
+            raise ValueError(f"{out} was trained on {Path(stored).name}, which is not at {stored!r} here; add "
+                             f"--data with the path of {Path(stored).name} on this machine")
+        return
+    if Path(given["data"]).name.lower() != Path(stored).name.lower():
+        raise ValueError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
+                         f"data set is on this machine, got {given['data']!r} (start a new run with --init-from "
+                         "to train on another)")
+    point_at_data(out, given["data"], given.get("data_dir"))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -146,13 +181,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
         # GPU in bf16 may resume on a CPU without bf16 units, in fp32; one started eager may go on
         # compiled where that pays (the same function up to rounding).
         flags = [flag_name(f) for f in dataclasses.fields(TrainConfig)
-                 if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS]
+                 if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS + _DATA_OPTIONS]
         if flags:
             raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
-                             "cannot change it (only --device, --precision and --compile can). Drop them, or start "
-                             "a new run with --init-from on its checkpoint")
+                             "cannot change it (only --device, --precision and --compile can, and --data says "
+                             "where its data set is here). Drop them, or start a new run with --init-from on its "
+                             "checkpoint")
     if is_main_process():
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
+        if mode == "resume":
+            _point_resumed_run_at_data(out, given)
     if mode == "resume":
         plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
                            compile=given.get("compile"))

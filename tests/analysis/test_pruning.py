@@ -15,7 +15,7 @@ from attncnn.analysis.pruning import prune_degenerate_heads, prune_layer, pruned
 from attncnn.cli import main
 from attncnn.layers import QuadraticAttention
 from attncnn.models import build_model, build_model_from_config, count_parameters
-from attncnn.runs import load_model, save_checkpoint
+from attncnn.runs import load_model, read_metadata, save_checkpoint
 
 
 def _silence(layer, heads):
@@ -144,6 +144,9 @@ def test_prune_out_without_finetune_writes_an_evaluable_checkpoint(runs, tmp_pat
     assert f"pruned model: {path}" in capsys.readouterr().out
     model, meta = load_model(path)
     assert model.config.layer_heads == [1, 1] and meta["pruning"]["pruned_per_layer"] == [3, 3]
+    source = read_metadata(runs["generalized"] / "checkpoints" / "last.safetensors")
+    for key in ("dataset", "dataset_name", "image_size", "classes"):      # the data set it was trained on
+        assert meta[key] == source[key], key
     assert main(["evaluate", str(path), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["examples"] == 12
     assert main(["prune", str(runs["generalized"]), "--out", str(path)]) == 2            # exists

@@ -148,7 +148,8 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
     """Checkpoint metadata for a pruned image transformer, so that ``attncnn.runs.load_model``
     (and ``attncnn evaluate / inspect / plot``) rebuild it like a network written by the trainer.
 
-    It is the source checkpoint's (``epoch``, ``classes``, ``dataset``, training ``config``) with
+    It is the source checkpoint's (``epoch``, ``classes``, ``dataset`` and ``dataset_name``, the name
+    and digest of the data set, ``image_size``, training ``config``) with
     the pruned ``model_config`` (``layer_heads`` set), the training config's model options
     extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
     thresholds and removed heads (PAPER.md 3.8). Write it with
@@ -168,7 +169,8 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
     if not isinstance(config, ImageTransformerConfig):
         raise ValueError(f"only image transformers can be saved as pruned checkpoints, got {type(model).__name__}")
     # The source's last metrics are left out: they describe the unpruned network.
-    meta = {k: v for k, v in source_metadata.items() if k in ("epoch", "classes", "dataset", "config")}
+    meta = {k: v for k, v in source_metadata.items()
+            if k in ("epoch", "classes", "dataset", "dataset_name", "image_size", "config")}
     if isinstance(meta.get("config"), dict):
         train_config = dict(meta["config"])
         train_config["model"] = {**(train_config.get("model") or {}), "layer_heads": config.heads()}
