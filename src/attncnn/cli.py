@@ -134,18 +134,17 @@ def _point_resumed_run_at_data(out: Path, given: dict) -> None:
         ValueError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
     """
-    from .reproduce.running.unfinished import point_at_data
+    from .reproduce.running.unfinished import data_is_here, point_at_data
     from .runs import RunFolder
 
     stored = RunFolder(out, mode="read").read_config().get("data")
     if not isinstance(stored, str):
         return
-    named = stored.strip().lower() in ("cifar10", "cifar100")
     if "data" not in given:
         if "data_dir" in given:
             raise ValueError("--data-dir with --resume needs --data too: the run's data set on this machine "
                              f"(it was trained on {Path(stored).name})")
-        if not named and not Path(stored).expanduser().exists():
+        if not data_is_here(stored):
             raise ValueError(f"{out} was trained on {Path(stored).name}, which is not at {stored!r} here; add "
                              f"--data with the path of {Path(stored).name} on this machine")
         return

@@ -37,7 +37,7 @@ from .ship import _weights_only, folder_bytes, share_run_folder
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "run_progress",
+__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "data_is_here", "run_progress",
            "progress_text"]
 
 _KEEP_FILES = {"config.json", "metrics.jsonl", "machine.json"}
@@ -94,6 +94,12 @@ def ship_unfinished_jobs(jobs: Sequence[Job]) -> list[tuple[Job, int, int]]:
     """:func:`ship_unfinished` on every started, unfinished job (finished and new ones are left
     alone); returns ``(job, bytes before, bytes after)`` of each."""
     return [(job, *ship_unfinished(job)) for job in jobs if job_state(job) == "interrupted"]
+
+
+def data_is_here(stored: str) -> bool:
+    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine as named:
+    ``cifar10`` / ``cifar100`` (found or downloaded through ``data_dir``), or a path that exists."""
+    return stored.strip().lower() in _DATA_NAMES or Path(stored).expanduser().exists()
 
 
 def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) -> bool:
