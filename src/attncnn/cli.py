@@ -125,17 +125,19 @@ _MACHINE_OPTIONS = ("device", "precision", "compile")
 _DATA_OPTIONS = ("data", "data_dir")
 
 
-def _point_resumed_run_at_data(out: Path, given: dict) -> None:
+def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> None:
     """``train --resume RUN --data PATH``: record where the run's own data set is on this machine
-    (:func:`~attncnn.reproduce.running.unfinished.point_at_data`). Without ``--data``, a run whose
-    data set is not here is refused before anything loads, with the flag that fixes it.
+    (:func:`attncnn.runs.point_at_data`). Without ``--data``, a run whose data set is not here is
+    refused before anything loads, with the flag that fixes it. Under ``torchrun`` only rank 0
+    (``main``) rewrites ``config.json``; the other ranks check the same options and wait for it
+    (:func:`attncnn.runs.await_pointed`), so no rank resumes with the old configuration.
 
     Raises:
         ValueError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
+        RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """
-    from .reproduce.running.unfinished import data_is_here, point_at_data
-    from .runs import RunFolder
+    from .runs import RunFolder, await_pointed, data_is_here, point_at_data
 
     stored = RunFolder(out, mode="read").read_config().get("data")
     if not isinstance(stored, str):
@@ -152,7 +154,7 @@ def _point_resumed_run_at_data(out: Path, given: dict) -> None:
         raise ValueError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
                          f"data set is on this machine, got {given['data']!r} (start a new run with --init-from "
                          "to train on another)")
-    point_at_data(out, given["data"], given.get("data_dir"))
+    (point_at_data if main else await_pointed)(out, given["data"], given.get("data_dir"))
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
@@ -188,8 +190,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
                              "checkpoint")
     if is_main_process():
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
-        if mode == "resume":
-            _point_resumed_run_at_data(out, given)
+    if mode == "resume":
+        _point_resumed_run_at_data(out, given, main=is_main_process())
     if mode == "resume":
         plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
                            compile=given.get("compile"))

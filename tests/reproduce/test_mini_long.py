@@ -18,7 +18,6 @@ from attncnn.reproduce.reporting.epochs import (SETTLED_BELOW, accuracy_bands, e
 from attncnn.reproduce.reporting.results import RunResult
 from attncnn.reproduce.running.machines import machine_segments, recording_machine, segments_text, shared_epochs
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
-from attncnn.reproduce.running.unfinished import point_at_data
 
 EPYC = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.13.0+cpu", "device": "cpu"}
 XEON = {"cpu": "Intel Xeon", "threads": 2, "torch": "2.13.0+cpu", "device": "cpu"}
@@ -182,23 +181,6 @@ def test_quadratic_heads_from_a_record():
     assert quadratic_heads({"attn/layer1/head1/center_row": 0.0, "attn/layer1/head1/center_col": 0.0}, 1) is None
     assert evolution_epochs(range(1, 61), (6, 20, 40, 60)) == [1, 6, 20, 40, 60]
     assert evolution_epochs([1], (6, 20)) == [1] and evolution_epochs([], (6,)) == []
-
-
-def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path):
-    folder = tmp_path / "run"
-    folder.mkdir()
-    data = tmp_path / "cifar10-jpeg.zip"
-    data.write_bytes(b"")
-    (folder / "config.json").write_text(json.dumps({"preset": "quadratic-mini", "data": "cifar10-jpeg.zip",
-                                                    "data_dir": None}))
-    with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip, which is not here; pass --data"):
-        point_at_data(folder, "cifar10")
-    assert point_at_data(folder, str(data)) is True
-    assert json.loads((folder / "config.json").read_text())["data"] == str(data.resolve())
-    assert point_at_data(folder, "elsewhere/cifar10-jpeg.zip") is False        # its data set is here now
-    (folder / "config.json").write_text(json.dumps({"data": "cifar10", "data_dir": None}))
-    assert point_at_data(folder, "cifar10", "/data/cache") is True
-    assert json.loads((folder / "config.json").read_text())["data_dir"] == "/data/cache"
 
 
 def test_where_the_centres_went_from_a_handwritten_record(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -60,6 +61,14 @@ if os.environ.get("NAN_AT"):                         # "rank,call": NaN logits a
         model.forward = forward
         return model
     state.build_checked = build
+if os.environ.get("POINT_DELAY"):                    # seconds rank 0 takes to point a run at its data
+    import time
+    from attncnn import runs
+    real_point = runs.point_at_data
+    def point_at_data(*args, **kwargs):
+        time.sleep(float(os.environ["POINT_DELAY"]))
+        return real_point(*args, **kwargs)
+    runs.point_at_data = point_at_data
 sys.exit(main(sys.argv[1:]))
 '''
 
@@ -190,6 +199,25 @@ def test_a_signal_to_one_process_stops_both_after_the_same_step_and_resumes_exac
     for key in a:                                           # weights, optimiser and RNG states
         assert torch.equal(a[key], b[key]), key
     assert _without_timings(_metrics(out)) == _without_timings(_metrics(runs["two"]))
+
+
+@pytest.mark.slow
+def test_a_shipped_run_resumes_under_torchrun_with_the_configuration_rank_0_points_at_its_data(runs, tmp_path):
+    # A run shipped from another machine records its data set's name only. Rank 0 rewrites its
+    # config.json with the path here (slowly, through the hook); rank 1 must wait for that rather
+    # than read the old configuration and fail to find "its" data set.
+    script = tmp_path / "hook.py"
+    script.write_text(HOOK)
+    out = tmp_path / "run"
+    shutil.copytree(runs["two"], out)
+    (out / "finished.json").unlink()                 # as if stopped after its last step
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "data": runs["data"].name}))
+    resumed = _run(["train", "--resume", str(out), "--data", str(runs["data"]), "--no-progress"],
+                   _env(runs["cache"], POINT_DELAY="3"), processes=2, script=script)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "config.json").read_text())["data"] == str(runs["data"].resolve())
+    assert (out / "finished.json").is_file()
 
 
 @pytest.mark.slow

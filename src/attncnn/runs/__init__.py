@@ -6,7 +6,8 @@ writer at a time) and ``main_process_folder`` (rank 0 writes under DDP); ``check
 format: safetensors weights + JSON metadata, written atomically, never unpickled); ``loading``
 (a model from a run folder or a checkpoint, checked against its configuration before it is built);
 ``predictions`` (a model's per-image test predictions, ``predictions.json``, recorded once);
-``withheld`` (a finished run shipped without its weights: ``weights-withheld.json`` says what they were).
+``withheld`` (a finished run shipped without its weights: ``weights-withheld.json`` says what they were);
+``data_location`` (where a run's data set is on this machine, for a run folder that travelled).
 
 Nothing outside this package writes a checkpoint; training, analysis, the theory, the studies and
 the Python API read runs through it.
@@ -20,6 +21,7 @@ from .checkpoint import (
            save_checkpoint,
            write_checkpoint,
 )
+from .data_location import await_pointed, data_is_here, point_at_data
 from .config import PRECISIONS, TrainConfig, config_from_dict, resolve_config
 from .errors import RunFolderError
 from .folder import RunFolder
@@ -31,4 +33,4 @@ __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", 
            "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
            "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
-           "withhold_weights"]
+           "withhold_weights", "data_is_here", "point_at_data", "await_pointed"]

@@ -26,11 +26,10 @@ from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, decide
 from ...perf.machine import machine_info
 from ...perf.precision import machine_precision, resolve_precision
-from ...runs import RunFolder, TrainConfig, resolve_config
+from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
 from ...training import TrainingInterrupted, count_test_passes, train
 from .jobs import Job, job_state
 from .machines import MACHINE_FILE, machine_segments, recording_machine
-from .unfinished import point_at_data
 
 log = logging.getLogger("attncnn.reproduce")
 
@@ -147,7 +146,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     (:func:`~attncnn.perf.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
     the report can say where its timings come from. An interrupted run shipped from another machine
     is first pointed at this machine's data set
-    (:func:`~attncnn.reproduce.running.unfinished.point_at_data`), and resumes with this machine's
+    (:func:`attncnn.runs.point_at_data`), and resumes with this machine's
     plan (:func:`attncnn.perf.resume_plan`: device, attention path measured again on another machine
     unless the study names it); an interrupted run resumes at ``options.precision`` when given, else
     at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record

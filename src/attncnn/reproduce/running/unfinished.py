@@ -14,8 +14,9 @@ resuming needs:
 Periodic checkpoints, TensorBoard events (``tb/``, rewritten by the resumed run) and the lock
 file go, and the local paths the run records are replaced by file names
 (:func:`~attncnn.reproduce.running.ship.share_run_folder`). From a fresh clone, the same
-``attncnn reproduce <suite> --data <data set>`` resumes it: :func:`point_at_data` first tells the
-shipped configuration where its data set is on this machine (the file name must match), and
+``attncnn reproduce <suite> --data <data set>`` resumes it: :func:`attncnn.runs.point_at_data`
+first tells the shipped configuration where its data set is on this machine (the file name must
+match), and
 :func:`attncnn.perf.resume_plan` gives it this machine's device and, on another machine, measures its
 attention path here.
 """
@@ -28,7 +29,6 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
-from ..._io import atomic_write_json
 from ...runs import RunFolder, load_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
@@ -37,12 +37,9 @@ from .ship import _weights_only, folder_bytes, share_run_folder
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["ship_unfinished", "ship_unfinished_jobs", "point_at_data", "data_is_here", "run_progress",
-           "progress_text"]
+__all__ = ["ship_unfinished", "ship_unfinished_jobs", "run_progress", "progress_text"]
 
 _KEEP_FILES = {"config.json", "metrics.jsonl", "machine.json"}
-#: data sets named, not located
-_DATA_NAMES = ("cifar10", "cifar100")
 
 
 def _position(path: Path) -> tuple[int, int]:
@@ -94,51 +91,6 @@ def ship_unfinished_jobs(jobs: Sequence[Job]) -> list[tuple[Job, int, int]]:
     """:func:`ship_unfinished` on every started, unfinished job (finished and new ones are left
     alone); returns ``(job, bytes before, bytes after)`` of each."""
     return [(job, *ship_unfinished(job)) for job in jobs if job_state(job) == "interrupted"]
-
-
-def data_is_here(stored: str) -> bool:
-    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine as named:
-    ``cifar10`` / ``cifar100`` (found or downloaded through ``data_dir``), or a path that exists."""
-    return stored.strip().lower() in _DATA_NAMES or Path(stored).expanduser().exists()
-
-
-def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) -> bool:
-    """Before resuming a run shipped from another machine: when its ``config.json`` names a data
-    set that is not here (a file name, or a path of the other machine), point it at ``data``;
-    a run on CIFAR-10/100 gets ``data_dir`` when it records none. Returns True when it rewrote
-    ``config.json`` (atomically). A run whose data set is here is left alone.
-
-    Args:
-        folder: the unfinished run folder.
-        data: the data set given on this machine (``--data``).
-        data_dir: the cache folder given on this machine (``--data-dir``).
-
-    Raises:
-        ValueError: ``data`` has another file name than the run's own data set (the message
-            names the run's).
-    """
-    path = Path(folder) / "config.json"
-    config = RunFolder(folder, mode="read").read_config()
-    stored = config.get("data")
-    if not isinstance(stored, str):
-        return False
-    if stored.strip().lower() in _DATA_NAMES:
-        if data_dir is None or config.get("data_dir") is not None:
-            return False
-        config["data_dir"] = data_dir
-    elif Path(stored).expanduser().exists():
-        return False
-    else:
-        if Path(data).name != Path(stored).name:
-            raise ValueError(f"{folder} was trained on {Path(stored).name}, which is not here; pass --data with "
-                             f"the path of {Path(stored).name} on this machine (got {data!r})")
-        given = Path(data).expanduser()
-        config["data"] = str(given.resolve()) if given.exists() else data
-        if data_dir is not None:
-            config["data_dir"] = data_dir
-    atomic_write_json(path, config)
-    log.info("%s: its data set is %s on this machine", folder, config["data"])
-    return True
 
 
 def run_progress(job: Job) -> dict | None:

@@ -1,0 +1,118 @@
+"""Where a run's data set is on this machine: a run folder that travelled between machines.
+
+A run folder records its data set in ``config.json`` (``"data"``): a built-in name (``cifar10``,
+``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file. A run shipped
+mid-way from another machine keeps only that file's name (``attncnn reproduce --ship`` replaces
+local paths by names), so before it resumes here its configuration must learn where the same file
+is on this machine. :func:`point_at_data` does that, once, on the process that writes the folder;
+under ``torchrun`` the other processes wait for it with :func:`await_pointed`, so that every
+process resumes with the same configuration.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from .._io import atomic_write_json
+from .errors import RunFolderError
+from .folder import RunFolder
+
+log = logging.getLogger("attncnn.runs")
+
+__all__ = ["DATA_NAMES", "data_is_here", "pointed_config", "point_at_data", "await_pointed"]
+
+#: data sets a run names rather than locates
+DATA_NAMES = ("cifar10", "cifar100")
+
+
+def data_is_here(stored: str) -> bool:
+    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine as named:
+    ``cifar10`` / ``cifar100`` (found or downloaded through ``data_dir``), or a path that exists."""
+    return stored.strip().lower() in DATA_NAMES or Path(stored).expanduser().exists()
+
+
+def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
+                   folder: str | Path = "the run") -> dict | None:
+    """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
+    when it needs no change: its data set is here as recorded (a CIFAR-10/100 run that records a
+    ``data_dir`` keeps it). A run named on a file gets ``data``, made absolute where it exists;
+    a CIFAR-10/100 run without a ``data_dir`` gets ``data_dir``.
+
+    Args:
+        config: the stored configuration (not changed).
+        data: the data set given on this machine (``--data``).
+        data_dir: the cache folder given on this machine (``--data-dir``).
+        folder: the run folder, for messages.
+
+    Raises:
+        ValueError: ``data`` has another file name than the run's own data set (the message
+            names the run's).
+    """
+    stored = config.get("data")
+    if not isinstance(stored, str):
+        return None
+    if stored.strip().lower() in DATA_NAMES:
+        if data_dir is None or config.get("data_dir") is not None:
+            return None
+        return {**config, "data_dir": data_dir}
+    if Path(stored).expanduser().exists():
+        return None
+    if Path(data).name != Path(stored).name:
+        raise ValueError(f"{folder} was trained on {Path(stored).name}, which is not here; pass --data with "
+                         f"the path of {Path(stored).name} on this machine (got {data!r})")
+    given = Path(data).expanduser()
+    pointed = {**config, "data": str(given.resolve()) if given.exists() else data}
+    if data_dir is not None:
+        pointed["data_dir"] = data_dir
+    return pointed
+
+
+def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) -> bool:
+    """Before resuming a run shipped from another machine: rewrite its ``config.json`` (atomically)
+    as :func:`pointed_config` says. Returns True when it rewrote it; a run whose data set is here
+    is left alone. Only the process that writes the run folder calls it (rank 0 under ``torchrun``).
+
+    Args:
+        folder: the unfinished run folder.
+        data: the data set given on this machine (``--data``).
+        data_dir: the cache folder given on this machine (``--data-dir``).
+
+    Raises:
+        ValueError: ``data`` has another file name than the run's own data set (the message
+            names the run's).
+        RunFolderError: ``folder`` holds no run configuration.
+    """
+    config = RunFolder(folder, mode="read").read_config()
+    pointed = pointed_config(config, data, data_dir, folder=folder)
+    if pointed is None:
+        return False
+    atomic_write_json(Path(folder) / "config.json", pointed)
+    log.info("%s: its data set is %s on this machine", folder, pointed["data"])
+    return True
+
+
+def await_pointed(folder: str | Path, data: str, data_dir: str | None = None, *, timeout: float = 120.0,
+                  poll: float = 0.1) -> None:
+    """On a process that does not write the run folder (rank > 0 under ``torchrun``): return once
+    ``config.json`` needs no pointing any more (:func:`pointed_config` is None), i.e. once rank 0's
+    :func:`point_at_data` has rewritten it, or at once where it needed none. The configuration is
+    read whole each time (it is replaced atomically), so no process resumes with the old one.
+
+    Args:
+        folder, data, data_dir: as given to :func:`point_at_data` on rank 0.
+        timeout: seconds to wait for rank 0.
+        poll: seconds between reads.
+
+    Raises:
+        ValueError: ``data`` names another data set than the run's (rank 0 refuses it too).
+        RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds (rank 0 failed
+            before it got there: its own message says why), or the folder holds no configuration.
+    """
+    deadline = time.monotonic() + timeout
+    while pointed_config(RunFolder(folder, mode="read").read_config(), data, data_dir, folder=folder) is not None:
+        if time.monotonic() > deadline:
+            raise RunFolderError(f"{folder}: rank 0 did not record where the run's data set is on this machine "
+                                 f"within {timeout:g} s; its own error message says why")
+        time.sleep(poll)

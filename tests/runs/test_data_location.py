@@ -1,0 +1,82 @@
+"""Pointing a run folder that travelled at this machine's copy of its data set, and the wait of the
+other ranks under torchrun for rank 0 to have done it."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from attncnn.runs import RunFolderError, await_pointed, data_is_here, point_at_data
+from attncnn.runs.data_location import pointed_config
+
+
+def _shipped(tmp_path, data="cifar10-jpeg.zip", data_dir=None):
+    folder = tmp_path / "run"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"preset": "quadratic-mini", "data": data, "data_dir": data_dir}))
+    return folder
+
+
+def _config(folder) -> dict:
+    return json.loads((folder / "config.json").read_text())
+
+
+def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path):
+    folder = _shipped(tmp_path)
+    data = tmp_path / "cifar10-jpeg.zip"
+    data.write_bytes(b"")
+    with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip, which is not here; pass --data"):
+        point_at_data(folder, "cifar10")
+    assert _config(folder)["data"] == "cifar10-jpeg.zip"                      # a refusal writes nothing
+    assert point_at_data(folder, str(data)) is True
+    assert _config(folder) == {"preset": "quadratic-mini", "data": str(data.resolve()), "data_dir": None}
+    assert point_at_data(folder, "elsewhere/cifar10-jpeg.zip") is False        # its data set is here now
+    _shipped(tmp_path, "cifar10")
+    assert point_at_data(folder, "cifar10", "/data/cache") is True
+    assert _config(folder)["data_dir"] == "/data/cache"
+    assert point_at_data(folder, "cifar10", "/other/cache") is False           # a recorded cache stays
+
+
+def test_whether_a_data_set_is_here(tmp_path):
+    assert data_is_here("cifar10") and data_is_here(" CIFAR100 ")
+    assert not data_is_here(str(tmp_path / "cifar10-jpeg.zip"))
+    (tmp_path / "cifar10-jpeg.zip").write_bytes(b"")
+    assert data_is_here(str(tmp_path / "cifar10-jpeg.zip"))
+
+
+def test_pointed_config_changes_only_where_the_data_set_is():
+    config = {"preset": "demo", "data": "gone/set.zip", "data_dir": None, "epochs": 3}
+    assert pointed_config(config, "here/set.zip", "cache") == {**config, "data": "here/set.zip", "data_dir": "cache"}
+    assert config["data"] == "gone/set.zip"                                    # the argument is not changed
+    assert pointed_config({"preset": "demo"}, "here/set.zip") is None          # records no data set
+    with pytest.raises(ValueError, match="trained on set.zip"):
+        pointed_config(config, "here/other.zip")
+
+
+def test_another_rank_waits_until_rank_0_has_pointed_the_run(tmp_path):
+    folder = _shipped(tmp_path)
+    data = tmp_path / "cifar10-jpeg.zip"
+    data.write_bytes(b"")
+    rank0 = threading.Timer(0.5, point_at_data, (folder, str(data)))
+    started = time.monotonic()
+    rank0.start()
+    await_pointed(folder, str(data), timeout=30)
+    rank0.join()
+    assert time.monotonic() - started >= 0.5                                   # it did wait for rank 0
+    assert _config(folder)["data"] == str(data.resolve())
+    started = time.monotonic()
+    await_pointed(folder, str(data), timeout=30)                               # nothing to wait for
+    assert time.monotonic() - started < 0.5
+
+
+def test_another_rank_stops_when_rank_0_never_points_the_run(tmp_path):
+    folder = _shipped(tmp_path)
+    data = tmp_path / "cifar10-jpeg.zip"
+    data.write_bytes(b"")
+    with pytest.raises(RunFolderError, match="rank 0 did not record where the run's data set is .* within 0.3 s"):
+        await_pointed(folder, str(data), timeout=0.3, poll=0.05)
+    with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip"):        # refused as rank 0 refuses it
+        await_pointed(folder, str(tmp_path / "other.zip"), timeout=0.3)
