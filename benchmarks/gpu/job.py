@@ -16,7 +16,8 @@ starts, the job times that run's training step and test pass on the device, comp
 and gives it the most epochs, up to its suite's, that end within ``--fit-seconds`` of the job's
 start; :func:`fit_epochs`).
 Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
-from their last checkpoint. Each epoch record says how many of the job's runs shared the GPU
+from their last checkpoint; a carried run folder that is none of its suite's runs (a pruned model's
+fine-tune beside them) goes on with its own configuration (:func:`_carried_job`). Each epoch record says how many of the job's runs shared the GPU
 (``device_runs``: the report counts such epochs as shared). At ``--budget`` seconds every run still
 training is stopped
 (SIGINT: it writes a resumable checkpoint), then the runs are packed:
@@ -139,6 +140,8 @@ def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | Non
     compiles through the worker's options: ``config.json`` keeps its own setting, each epoch record
     says which trained it)."""
     from attncnn.reproduce import Job, get_suite, job_state, plan
+    if spec.preset not in get_suite(spec.suite).presets:
+        return _carried_job(spec, root)
     if spec.fit:
         raise ValueError(f"{spec.text}: a run of the job's own length is planned once sized (fitted_spec)")
     job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,),
@@ -146,6 +149,32 @@ def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | Non
     if compile_new and job_state(job) == "new":
         job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
     return job
+
+
+def _carried_job(spec: RunSpec, root: Path):
+    """A run folder under the suite's folder that is not one of the suite's runs (e.g. the fine-tune
+    of a pruned model, ``attncnn prune --finetune-epochs``, in ``<suite>/<run>-pruned/seed0``),
+    carried along (``--from``) to go on with its own configuration: its length, its recipe, its
+    starting weights (``@fit`` keeps its length; the job's ``--epochs`` and ``--train-subset`` do not
+    apply to it).
+
+    Raises:
+        ValueError: it was not carried along (no ``config.json`` under the job's folder), it names
+            another seed than its folder, or another length than its own (``@EPOCHS``).
+    """
+    from attncnn.reproduce import Job
+    from attncnn.runs import RunFolder, TrainConfig
+    folder = root / spec.relative
+    if not (folder / "config.json").is_file():
+        raise ValueError(f"{spec.relative}: {spec.preset!r} is no preset of suite {spec.suite!r}, and no run folder "
+                         "of that name was carried along (--from): only a started run can go on this way")
+    stored = RunFolder(folder, mode="read").read_config()
+    if spec.epochs not in (None, FIT, stored["epochs"]):        # @fit: its own length (fitted_spec)
+        raise ValueError(f"{spec.text}: {spec.relative} is no run of suite {spec.suite!r}'s presets; it goes on with "
+                         f"its own configuration, {stored['epochs']} epochs; drop @{spec.epochs}")
+    if stored.get("seed", TrainConfig.seed) != spec.seed:
+        raise ValueError(f"{spec.relative} holds a run of seed {stored.get('seed')}, not {spec.seed}")
+    return Job(stored.get("preset", TrainConfig.preset), spec.seed, folder, (("epochs", stored["epochs"]),))
 
 
 def fit_epochs(seconds: float, setup: float, epoch: float, most: int, share: float = FIT_SHARE) -> int:

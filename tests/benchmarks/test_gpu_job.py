@@ -338,3 +338,58 @@ def test_a_packed_data_set_rebuilds_the_same_zip_members(tmp_path, make_tiny_dat
     with zipfile.ZipFile(original) as a, zipfile.ZipFile(rebuilt) as b:
         assert [i.filename for i in a.infolist()] == [i.filename for i in b.infolist()]
         assert all(a.read(i) == b.read(i.filename) for i in a.infolist() if not i.is_dir())
+
+
+@pytest.mark.slow
+def test_a_run_folder_that_is_no_suite_run_is_carried_on_with_its_own_configuration(trained, tmp_path,
+                                                                                    make_tiny_data):
+    # A pruned model's fine-tune lives beside the suite's runs but is none of them: the job resumes it
+    # with its own recipe and length, and its starting weights travel with it, unfinished or finished.
+    from attncnn.cli import main
+    root = _copy(trained, tmp_path)
+    data = str(make_tiny_data(8, 2))                 # the fixture's data set
+    carried = job.RunSpec("mini-long", "quadratic-mini-finetune", 0, filler=True)
+    folder = root / carried.relative
+    start = tmp_path / "pruned.safetensors"
+    shutil.copy(root / SPEC.relative / "checkpoints" / "last.safetensors", start)
+    assert main(["train", "--preset", "quadratic-mini", "--init-from", str(start), "--data", data, "--epochs", "2",
+                 "--checkpoint-every", "1", "--batch-size", "4", "--seed", "0", "--device", "cpu",
+                 "--precision", "fp32", "--no-compile", "--no-progress", "--out", str(folder)]) == 0
+    shutil.copy(start, folder / "checkpoints" / "pruned.safetensors")       # kept in the run, as prune keeps it
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "init_from": str(folder / "checkpoints" /
+                                                                                "pruned.safetensors")}))
+    for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
+        (folder / name).unlink()                     # as if stopped after epoch 1
+    metrics = folder / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().splitlines(keepends=True)[0])
+    carried_job = job._job(carried, root)
+    assert (carried_job.preset, carried_job.seed, carried_job.folder) == ("quadratic-mini", 0, folder)
+    assert dict(carried_job.overrides) == {"epochs": 2} and job_state(carried_job) == "interrupted"
+    assert job._job(job.RunSpec("mini-long", "quadratic-mini-finetune", 0, epochs=2), root) == carried_job
+    with pytest.raises(ValueError, match="goes on with its own configuration, 2 epochs; drop @5"):
+        job._job(job.RunSpec("mini-long", "quadratic-mini-finetune", 0, epochs=5), root)
+    with pytest.raises(ValueError, match="no run folder of that name was carried along"):
+        job._job(job.RunSpec("mini-long", "nothing-here", 0), root)
+
+    unfinished = tmp_path / "unfinished"
+    shutil.copytree(root, unfinished)
+    manifest = job.pack(unfinished, [carried], tmp_path / "out-unfinished")
+    assert [(e["state"], e["epochs"]) for e in manifest["runs"]] == [("interrupted", 1)]
+    job.unpack(tmp_path / "out-unfinished", tmp_path / "results")
+    back = tmp_path / "results" / carried.relative / "checkpoints"
+    assert sorted(p.name for p in back.iterdir()) == ["epoch_0001.safetensors", "pruned.safetensors"]
+
+    args = SimpleNamespace(run=job.RunSpec("mini-long", "quadratic-mini-finetune", 0).text, root=str(root),
+                           compile=False, epochs=None, data=data, device="cpu", train_subset=None)
+    assert job._worker(args) == 0                    # the worker of a job, here on the CPU
+    assert job_state(carried_job) == "finished"
+    assert [r["epoch"] for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())] == [1, 2]
+    manifest = job.pack(root, [carried], tmp_path / "out-finished")
+    assert [(e["state"], e["epochs"]) for e in manifest["runs"]] == [("finished", 2)]
+    assert manifest["runs"][0]["predictions"] == manifest["runs"][0]["test_accuracy"]
+    job.unpack(tmp_path / "out-finished", tmp_path / "results")      # carries the unfinished copy further
+    assert sorted(p.name for p in back.iterdir()) == ["last.safetensors", "pruned.safetensors"]
+    assert json.loads((back.parent / "config.json").read_text())["init_from"] == "pruned.safetensors"
+    assert torch.equal(load_checkpoint(back / "pruned.safetensors").model_state["head.weight"],
+                       load_checkpoint(start).model_state["head.weight"])

@@ -9,7 +9,9 @@ resuming needs:
 * the newest resumable checkpoint (``checkpoints/last.safetensors``, refreshed every
   ``checkpoint_every_steps`` steps by the mini recipe, else the newest periodic one) **with** its
   optimiser state, random states and running sums: the resumed run continues exactly there;
-* ``checkpoints/best.safetensors``, weights only, when it holds another point of training.
+* ``checkpoints/best.safetensors``, weights only, when it holds another point of training;
+* the starting weights its ``init_from`` names, where they are in its ``checkpoints/`` (a pruned
+  model's fine-tune).
 
 Periodic checkpoints, TensorBoard events (``tb/``, rewritten by the resumed run) and the lock
 file go, and the local paths the run records are replaced by file names
@@ -47,6 +49,22 @@ def _position(path: Path) -> tuple[int, int]:
     return int(meta.get("epoch", -1)), int(meta.get("step_in_epoch", 0))
 
 
+def _starting_weights(folder: RunFolder) -> Path | None:
+    """The checkpoint in the run's own ``checkpoints/`` that its ``init_from`` names (a pruned
+    model's fine-tune keeps its starting weights there, ``attncnn prune --finetune-epochs``): part
+    of the run's record, so it travels with it. None where the run starts elsewhere or from scratch."""
+    init_from = folder.read_config().get("init_from")
+    if not isinstance(init_from, str) or not init_from.endswith(".safetensors"):
+        return None
+    # by name: a shipped run records a bare file name (share_run_folder), a copied one the path of
+    # its first folder; the trainer's own checkpoints (last, best, epoch_NNNN) are never starting weights
+    stem = Path(init_from).stem
+    if stem in ("last", "best") or any(path.stem == stem for _, path in folder.periodic_checkpoints()):
+        return None
+    path = folder.checkpoint_path(stem)
+    return path if path.is_file() else None
+
+
 def ship_unfinished(job: Job) -> tuple[int, int]:
     """Reduce an unfinished job's folder to what resuming it elsewhere needs (see the module's
     description); returns its size in bytes before and after. Safe to run again.
@@ -71,8 +89,9 @@ def ship_unfinished(job: Job) -> tuple[int, int]:
         elif entry.is_file() and entry.name not in _KEEP_FILES:
             entry.unlink()
     best = folder.checkpoint_path("best")
+    start = _starting_weights(folder)
     for path in sorted((job.folder / "checkpoints").glob("*.safetensors")) if resume_from else []:
-        if path == resume_from:
+        if path in (resume_from, start):
             continue
         if path == best and _position(best) != _position(resume_from):
             _weights_only(best)                      # another point of training: its weights stay
