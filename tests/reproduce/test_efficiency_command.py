@@ -19,8 +19,10 @@ MODELS = ("resnet18-mini", "quadratic-mini", "quadratic-conv-mini", "gpsa-mini")
 def grid(make_tiny_data, tmp_path_factory):
     data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
     out = tmp_path_factory.mktemp("grid") / "efficiency"
+    # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
+    # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     args = ["reproduce", "efficiency", "--data", str(data), "--out", str(out), "--train-images", "120",
-            "--batch-size", "6", "--only", ",".join(MODELS), "--no-progress", "--trim"]
+            "--batch-size", "6", "--only", ",".join(MODELS), "--no-progress", "--trim", "--no-compile"]
     assert main(args) == 0
     return out, json.loads((out / "report.json").read_text())
 

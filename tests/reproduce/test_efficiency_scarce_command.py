@@ -33,7 +33,9 @@ SMOKE = ["--train-images", "120", "--passes", "1", "--batch-size", "20", "--frac
 def scarce(make_tiny_data, tmp_path_factory):
     data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
     out = tmp_path_factory.mktemp("scarce") / "efficiency-scarce"
-    common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE]
+    # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
+    # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
+    common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--no-compile"]
     assert main([*common, "--calibrate"]) == 0
     assert main([*common, "--lr-sweep", "5e-4,1e-3"]) == 0
     assert main([*common, "--trim"]) == 0

@@ -23,8 +23,11 @@ pytestmark = pytest.mark.slow
 def test_one_epoch_smoke_run_of_the_suite(make_tiny_data, tmp_path):
     data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
     out = tmp_path / "mini-long"
+    # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
+    # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     assert main(["reproduce", "mini-long", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "0,1",
-                 "--only", "quadratic-mini,resnet18-mini", "--no-progress", "--no-viewer", "--trim"]) == 0
+                 "--only", "quadratic-mini,resnet18-mini", "--no-progress", "--no-viewer", "--trim",
+                 "--no-compile"]) == 0
     report = json.loads((out / "report.json").read_text())
     assert [r["epoch"] for r in report["epoch_study"]["settled"]] == []        # epochs 6, 20, 40, 60: none yet
     costs = {(c["preset"], c["seed"]): c for c in report["epoch_study"]["costs"]}

@@ -53,8 +53,10 @@ def test_a_shortened_preset_trains_and_reports_its_own_epochs(make_tiny_data, tm
     for table in (STUDIES, SUITES):
         monkeypatch.setitem(table, "mini-long", suite)
     data, out = make_tiny_data(40, 10), tmp_path / "mini-long"
+    # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
+    # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     assert main(["reproduce", "mini-long", "--data", str(data), "--out", str(out), "--seeds", "0",
-                 "--only", "quadratic-mini,resnet18-mini", "--no-progress", "--no-viewer"]) == 0
+                 "--only", "quadratic-mini,resnet18-mini", "--no-progress", "--no-viewer", "--no-compile"]) == 0
     lengths = {p: json.loads((out / p / "seed0" / "config.json").read_text())["epochs"]
                for p in ("quadratic-mini", "resnet18-mini")}
     assert lengths == {"quadratic-mini": 2, "resnet18-mini": 1}

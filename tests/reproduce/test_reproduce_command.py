@@ -19,8 +19,10 @@ pytestmark = pytest.mark.slow        # trains the five mini models for one step 
 def suite(make_tiny_data, tmp_path_factory):
     data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
     out = tmp_path_factory.mktemp("suite") / "mini"
+    # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
+    # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     args = ["reproduce", "mini", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "0",
-            "--no-progress", "--trim"]
+            "--no-progress", "--trim", "--no-compile"]
     assert main(args) == 0
     return out, args
 
