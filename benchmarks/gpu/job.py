@@ -17,8 +17,9 @@ and gives it the most epochs, up to its suite's, that end within ``--fit-seconds
 start; :func:`fit_epochs`).
 Unfinished runs carried along (``--from``, a copy of the relevant part of ``results/``) resume
 from their last checkpoint; a carried run folder that is none of its suite's runs (a pruned model's
-fine-tune beside them) goes on with its own configuration (:func:`_carried_job`). Each epoch record says how many of the job's runs shared the GPU
-(``device_runs``: the report counts such epochs as shared). At ``--budget`` seconds every run still
+fine-tune beside them) goes on with its own configuration (:func:`_carried_job`). Each epoch record
+says how many of the job's runs shared the GPU (``device_runs``: the report counts such epochs as
+shared). At ``--budget`` seconds every run still
 training is stopped
 (SIGINT: it writes a resumable checkpoint), then the runs are packed:
 

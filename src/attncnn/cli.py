@@ -192,7 +192,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
     if mode == "resume":
         _point_resumed_run_at_data(out, given, main=is_main_process())
-    if mode == "resume":
         plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
                            compile=given.get("compile"))
     else:

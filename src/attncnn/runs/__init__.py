@@ -21,8 +21,8 @@ from .checkpoint import (
            save_checkpoint,
            write_checkpoint,
 )
-from .data_location import await_pointed, data_is_here, point_at_data
 from .config import PRECISIONS, TrainConfig, config_from_dict, resolve_config
+from .data_location import await_pointed, data_is_here, point_at_data
 from .errors import RunFolderError
 from .folder import RunFolder
 from .loading import checkpoint_of, load_model, resumable_config
