@@ -250,11 +250,12 @@ def test_a_failure_on_rank_0_alone_stops_every_process_at_once(runs):
 @pytest.mark.slow
 def test_a_folder_in_use_is_refused_by_rank_0_and_stops_the_job(runs, tmp_path):
     # Only rank 0 checks the lock (two ranks checking at once once took each other for a trainer);
-    # the refusal must still end every process promptly, with the holder named.
+    # the refusal must still end every process promptly, with the holder named: also rank 1, which
+    # waits for rank 0 to point this shipped run at its data set (for up to 120 s on its own).
     with RunFolder(tmp_path / "run", mode="new") as held:
-        held.write_config({"preset": "demo"})
-        refused = _run(["train", "--resume", str(tmp_path / "run"), "--no-progress"], _env(runs["cache"]),
-                       processes=2, timeout=60)
+        held.write_config({"preset": "demo", "data": "tiny.zip"})
+        refused = _run(["train", "--resume", str(tmp_path / "run"), "--data", str(tmp_path / "tiny.zip"),
+                        "--no-progress"], _env(runs["cache"]), processes=2, timeout=60)
     assert refused.returncode != 0
     assert f"run folder {tmp_path / 'run'} is in use: attncnn pid {os.getpid()} on host" in refused.stderr
 
