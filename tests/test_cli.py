@@ -385,8 +385,9 @@ def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_pat
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--no-progress"]) == 2
     assert f"trained on {tiny_dataset.name}, which is not at" in capsys.readouterr().err   # names the fix: --data
-    assert main(["train", "--resume", str(run), "--data", str(tmp_path / "other.zip"), "--no-progress"]) == 2
-    assert "can only say where that data set is on this machine" in capsys.readouterr().err
+    for other in ("other.zip", tiny_dataset.name.upper()):          # another file, or the name in another case
+        assert main(["train", "--resume", str(run), "--data", str(tmp_path / other), "--no-progress"]) == 2
+        assert "can only say where that data set is on this machine" in capsys.readouterr().err
     assert main(["train", "--resume", str(run), "--data-dir", str(tmp_path), "--no-progress"]) == 2
     assert "--data-dir with --resume needs --data" in capsys.readouterr().err
     assert json.loads((run / "config.json").read_text())["data"] == tiny_dataset.name    # refusals wrote nothing

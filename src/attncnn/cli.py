@@ -137,7 +137,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
         RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """
-    from .runs import RunFolder, await_pointed, data_is_here, point_at_data
+    from .runs import RunFolder, await_pointed, data_is_here, point_at_data, same_data_file
 
     stored = RunFolder(out, mode="read").read_config().get("data")
     if not isinstance(stored, str):
@@ -150,7 +150,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
             raise ValueError(f"{out} was trained on {Path(stored).name}, which is not at {stored!r} here; add "
                              f"--data with the path of {Path(stored).name} on this machine")
         return
-    if Path(given["data"]).name.lower() != Path(stored).name.lower():
+    if not same_data_file(stored, given["data"]):
         raise ValueError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
                          f"data set is on this machine, got {given['data']!r} (start a new run with --init-from "
                          "to train on another)")

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from attncnn.runs import RunFolderError, await_pointed, data_is_here, point_at_data
+from attncnn.runs import (DATA_NAMES, RunFolderError, await_pointed, data_is_here, is_data_name, point_at_data,
+                          same_data_file)
 from attncnn.runs.data_location import pointed_config
 
 
@@ -80,3 +81,17 @@ def test_another_rank_stops_when_rank_0_never_points_the_run(tmp_path):
         await_pointed(folder, str(data), timeout=0.3, poll=0.05)
     with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip"):        # refused as rank 0 refuses it
         await_pointed(folder, str(tmp_path / "other.zip"), timeout=0.3)
+
+
+def test_a_data_file_is_known_by_its_exact_name():
+    assert same_data_file("/gone/cifar10-jpeg.zip", "here/cifar10-jpeg.zip")
+    assert not same_data_file("/gone/cifar10-jpeg.zip", "here/CIFAR10-JPEG.zip")     # another case: another file
+    with pytest.raises(ValueError, match="trained on set.zip"):
+        pointed_config({"data": "gone/set.zip"}, "here/SET.zip")
+
+
+def test_runs_and_the_data_loader_know_the_same_built_in_data_sets():
+    from attncnn import data
+    # the data loader's own list (runs may not import data): a name added there must be added here
+    assert DATA_NAMES == data._NAMES
+    assert all(is_data_name(f" {name.upper()} ") and not is_data_name(f"{name}.zip") for name in DATA_NAMES)

@@ -22,7 +22,7 @@ from .checkpoint import (
            write_checkpoint,
 )
 from .config import PRECISIONS, TrainConfig, config_from_dict, resolve_config
-from .data_location import await_pointed, data_is_here, point_at_data
+from .data_location import DATA_NAMES, await_pointed, data_is_here, is_data_name, point_at_data, same_data_file
 from .errors import RunFolderError
 from .folder import RunFolder
 from .loading import checkpoint_of, load_model, resumable_config
@@ -33,4 +33,5 @@ __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", 
            "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
            "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
-           "withhold_weights", "data_is_here", "point_at_data", "await_pointed"]
+           "withhold_weights", "DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "point_at_data",
+           "await_pointed"]

@@ -21,16 +21,30 @@ from .folder import RunFolder
 
 log = logging.getLogger("attncnn.runs")
 
-__all__ = ["DATA_NAMES", "data_is_here", "pointed_config", "point_at_data", "await_pointed"]
+__all__ = ["DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "pointed_config", "point_at_data",
+           "await_pointed"]
 
 #: data sets a run names rather than locates
 DATA_NAMES = ("cifar10", "cifar100")
 
 
+def is_data_name(stored: str) -> bool:
+    """Whether a run's ``"data"`` is a built-in data set's name (:data:`DATA_NAMES`, any case, as the
+    data loader reads it) rather than a path."""
+    return stored.strip().lower() in DATA_NAMES
+
+
 def data_is_here(stored: str) -> bool:
     """Whether the data set a run's ``config.json`` names (``stored``) is on this machine as named:
     ``cifar10`` / ``cifar100`` (found or downloaded through ``data_dir``), or a path that exists."""
-    return stored.strip().lower() in DATA_NAMES or Path(stored).expanduser().exists()
+    return is_data_name(stored) or Path(stored).expanduser().exists()
+
+
+def same_data_file(stored: str, data: str) -> bool:
+    """Whether ``data`` (given on this machine) can be the file a run recorded as ``stored``: the
+    same file name, case included (the file travels by name; on most file systems another case is
+    another file)."""
+    return Path(data).name == Path(stored).name
 
 
 def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
@@ -53,13 +67,13 @@ def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
     stored = config.get("data")
     if not isinstance(stored, str):
         return None
-    if stored.strip().lower() in DATA_NAMES:
+    if is_data_name(stored):
         if data_dir is None or config.get("data_dir") is not None:
             return None
         return {**config, "data_dir": data_dir}
     if Path(stored).expanduser().exists():
         return None
-    if Path(data).name != Path(stored).name:
+    if not same_data_file(stored, data):
         raise ValueError(f"{folder} was trained on {Path(stored).name}, which is not here; pass --data with "
                          f"the path of {Path(stored).name} on this machine (got {data!r})")
     given = Path(data).expanduser()

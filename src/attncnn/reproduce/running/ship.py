@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..._io import atomic_write_json
-from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, load_checkpoint, write_checkpoint
+from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, is_data_name, load_checkpoint, write_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
 
@@ -37,8 +37,6 @@ log = logging.getLogger("attncnn.reproduce")
 
 __all__ = ["trim_job", "trim_jobs", "folder_bytes", "share_run_folder", "share_run_folders", "shareable_config"]
 
-#: data sets named, not located: kept as they are
-_DATA_NAMES = ("cifar10", "cifar100")
 #: an absolute path where JSON or a command line would put one (after a quote, a space, ``=``, ``(``):
 #: a slash followed by at least one folder (``/home/me/x``), or a Windows drive (``C:\``)
 ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))(?:/(?:[\w.+-]+/)+[\w.+-]*|[A-Za-z]:\\)""", re.M)
@@ -117,7 +115,7 @@ def shareable_config(config: dict) -> dict:
     and ``cifar100`` kept), ``data_dir`` None, ``init_from`` as its file name."""
     out = dict(config)
     data = out.get("data")
-    if isinstance(data, str) and data.strip().lower() not in _DATA_NAMES:
+    if isinstance(data, str) and not is_data_name(data):
         out["data"] = Path(data).name
     if out.get("data_dir") is not None:
         out["data_dir"] = None
@@ -131,7 +129,7 @@ def _local_paths(config: dict) -> dict[str, str]:
     found: dict[str, str] = {}
     for key in ("data", "data_dir", "init_from"):
         value = config.get(key)
-        if not isinstance(value, str) or value.strip().lower() in _DATA_NAMES or Path(value).name == value:
+        if not isinstance(value, str) or is_data_name(value) or Path(value).name == value:
             continue                                     # a name, not a path
         for form in {value, str(Path(value).expanduser().resolve())}:
             found[form] = Path(value).name
