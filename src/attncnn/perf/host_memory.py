@@ -9,8 +9,11 @@ whose scores are the largest tensors of a step, spends a large part of its step 
 faults and system time measured per step are in ``docs/speed.md``).
 
 :func:`reuse_freed_memory` tells glibc to serve every block from its heap (``M_MMAP_MAX = 0``)
-and to keep freed memory (``M_TRIM_THRESHOLD`` at its maximum), so the second step reuses the
-first step's pages. The numbers computed do not change (only where the memory comes from); the
+and never to give the heap's free top back (``M_TRIM_THRESHOLD = -1``, which glibc documents as
+"disables trimming completely"), so the second step reuses the first step's pages. A finite
+threshold is not enough: ``mallopt`` takes an ``int``, so the largest one is 2 GiB, and a pass
+that frees more than that at once (a test batch of 500 through content attention frees several
+GiB per layer) had the whole top trimmed (down to 128 KiB) and zero-filled again on every layer. The numbers computed do not change (only where the memory comes from); the
 cost is that the process keeps its peak resident memory until it exits. The effect through the
 real trainer is measured by ``benchmarks/speedup.py`` (results in ``benchmarks/results/``).
 
@@ -37,7 +40,8 @@ ENV_VAR = "ATTNCNN_MALLOC"
 # glibc's mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
-_INT_MAX = 2**31 - 1
+#: M_TRIM_THRESHOLD's value that disables trimming (mallopt(3))
+_NO_TRIM = -1
 
 _state: dict[str, str] = {}
 
@@ -75,7 +79,8 @@ def _set_heap_policy() -> str:
         return "unsupported"
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     # mallopt returns 1 on success, 0 on error; the trim threshold first, so a refusal of the
-    # second setting leaves only the harmless first one in place
-    if mallopt(_M_TRIM_THRESHOLD, _INT_MAX) != 1 or mallopt(_M_MMAP_MAX, 0) != 1:
+    # second setting leaves only the harmless first one in place. -1 becomes SIZE_MAX inside glibc:
+    # no free top is ever large enough to be trimmed.
+    if mallopt(_M_TRIM_THRESHOLD, _NO_TRIM) != 1 or mallopt(_M_MMAP_MAX, 0) != 1:
         return "unsupported"
     return "heap"
