@@ -17,7 +17,7 @@ MODELS = ("resnet18-mini", "quadratic-mini", "quadratic-conv-mini", "gpsa-mini")
 
 @pytest.fixture(scope="module")
 def grid(make_tiny_data, tmp_path_factory):
-    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    data = make_tiny_data(40, 10, size=16)   # 3 classes: 120 train, 30 test images of 16x16
     out = tmp_path_factory.mktemp("grid") / "efficiency"
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
@@ -101,7 +101,7 @@ def test_lean_trim_figures_and_evaluate_on_a_cell(grid, make_tiny_data, capsys):
         *(f"efficiency-{kind}-{pct}pct.png" for kind in ("seen", "distance") for pct in (10, 25, 100))}
     capsys.readouterr()
     # a trimmed (shareable) cell records its data set's name, not its path: --data says where it is here
-    assert json.loads((folder / "config.json").read_text())["data"] == make_tiny_data(40, 10).name
-    assert main(["evaluate", str(folder), "--data", str(make_tiny_data(40, 10)), "--json"]) == 0
+    assert json.loads((folder / "config.json").read_text())["data"] == make_tiny_data(40, 10, size=16).name
+    assert main(["evaluate", str(folder), "--data", str(make_tiny_data(40, 10, size=16)), "--json"]) == 0
     accuracy = json.loads(capsys.readouterr().out)["test_accuracy"]
     assert accuracy == pytest.approx(report["rows"][3]["cells"]["10 %"]["accuracies"][0], abs=1e-9)

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_one_epoch_smoke_run_of_the_suite(make_tiny_data, tmp_path):
-    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    data = make_tiny_data(40, 10, size=16)   # 3 classes: 120 train, 30 test images of 16x16
     out = tmp_path / "mini-long"
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
@@ -63,7 +63,7 @@ def _records(folder):
 
 
 def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_path, monkeypatch, capsys):
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     suite = get_suite("mini-long")
     options = TrainOptions(data=str(data), epochs=2)
     job = plan(suite, tmp_path / "here", only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
@@ -105,7 +105,7 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
 
 
 def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path):
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     suite = get_suite("mini-long")
     options = TrainOptions(data=str(data), epochs=2)
     finished, unfinished = plan(suite, tmp_path, only=("resnet18-mini",), seeds=(0, 1), epochs=2)
@@ -139,7 +139,7 @@ def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path)
 def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(make_tiny_data, tmp_path, caplog):
     # the GPU half is simulated: a quadratic run stopped after its first epoch is rewritten to say it
     # trained on CUDA with the dense path, as the lent H100 leaves it (config.json "device": "cuda")
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     job = plan(get_suite("mini-long"), tmp_path, only=("quadratic-mini",), seeds=(0,), epochs=2)[0]
     with pytest.raises(TrainingInterrupted):
         train_jobs([job], TrainOptions(data=str(data), epochs=2), progress=False, epoch_metrics=_stop_after_first_epoch)
@@ -162,7 +162,7 @@ def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(
                                                                                  monkeypatch, capsys):
     from attncnn.perf import precision as run_precision
 
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     job = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
     with pytest.raises(TrainingInterrupted):
         train_jobs([job], TrainOptions(data=str(data), epochs=2, precision="bf16"), progress=False,
@@ -188,7 +188,7 @@ def test_an_unfinished_bf16_run_resumes_at_the_precision_asked_or_this_machines(
 def test_an_unfinished_eager_run_resumes_compiled_when_asked(make_tiny_data, tmp_path, monkeypatch, capsys):
     import torch
 
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     job = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=2)[0]
     with pytest.raises(TrainingInterrupted):
         train_jobs([job], TrainOptions(data=str(data), epochs=2, precision="fp32", compile=False), progress=False,
