@@ -30,6 +30,18 @@ def test_plot_writes_every_figure_that_applies(runs, tmp_path, capsys):
     assert len([p for p in printed if p.endswith((".png", ".pdf"))]) == len(expected)
 
 
+def test_a_content_models_maps_centre_on_the_grid_of_the_images_given(runs, make_tiny_data, tmp_path, capsys):
+    # 16x16 images through pooling 4: a 4x4 grid, where the model's default (32x32 images) is 8x8
+    small = make_tiny_data(10, 4, size=16)
+    assert main(["plot", str(runs["content"]), "--figures", "maps,average", "--average", "3", "--formats", "png",
+                 "--data", str(small), "--out", str(tmp_path)]) == 0
+    assert {p.name for p in tmp_path.iterdir()} == {"learned-content-seed-42-maps-image0.png",
+                                                   "learned-content-seed-42-maps-average3.png"}
+    assert main(["plot", str(runs["content"]), "--figures", "maps", "--query", "4,4", "--data", str(small),
+                 "--out", str(tmp_path)]) == 2
+    assert "query token (4, 4) is outside the 4x4 token grid" in capsys.readouterr().err
+
+
 def test_plot_options_and_errors(runs, tmp_path, capsys):
     ckpt = runs["quadratic"] / "checkpoints" / "epoch_0001.safetensors"
     assert main(["plot", str(ckpt), "--out", str(tmp_path), "--figures", "maps,centers", "--query", "1,2",

@@ -176,10 +176,11 @@ def cmd_plot(args: argparse.Namespace) -> int:
                                         title=f"{run.name}: attention probabilities, query {query}")
             written += save_figure(fig, f"{stem}-maps", formats)
         elif not position_only and ({"maps", "average"} & wanted):
-            grid = default_grid_size(run.model)
-            query = parse_query(args.query) if args.query else (grid[0] // 2, grid[1] // 2)
+            images, raw = test_images(run, [args.image], data=args.data, data_dir=args.data_dir)
+            # the middle token of these images' grid (the data set's size, not necessarily the model's default)
+            rows, cols = (default_grid_size(run.model, side)[0] for side in images.shape[-2:])
+            query = parse_query(args.query) if args.query else (rows // 2, cols // 2)
             if "maps" in wanted:
-                images, raw = test_images(run, [args.image], data=args.data, data_dir=args.data_dir)
                 fig = attention_grid_figure(attention_maps(run.model, images), query, image=raw[0], zoom=args.zoom,
                                             title=f"{run.name}: test image {args.image}, query {query}")
                 written += save_figure(fig, f"{stem}-maps-image{args.image}", formats)

@@ -13,8 +13,10 @@ and never to give the heap's free top back (``M_TRIM_THRESHOLD = -1``, which gli
 "disables trimming completely"), so the second step reuses the first step's pages. A finite
 threshold is not enough: ``mallopt`` takes an ``int``, so the largest one is 2 GiB, and a pass
 that frees more than that at once (a test batch of 500 through content attention frees several
-GiB per layer) had the whole top trimmed (down to 128 KiB) and zero-filled again on every layer. The numbers computed do not change (only where the memory comes from); the
-cost is that the process keeps its peak resident memory until it exits. The effect through the
+GiB per layer) had the whole top trimmed (down to 128 KiB) and zero-filled again on every layer.
+
+The numbers computed do not change (only where the memory comes from); the cost is that the
+process keeps its peak resident memory until it exits. The effect through the
 real trainer is measured by ``benchmarks/speedup.py`` (results in ``benchmarks/results/``).
 
 ``attncnn train``, ``evaluate``, ``bench`` and ``reproduce`` call it once per process on CPU;

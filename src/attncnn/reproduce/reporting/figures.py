@@ -114,11 +114,11 @@ def _content(result: RunResult, out: Path, formats, written: dict[str, Path], *,
     if _weights_withheld(result, written, formats, {f"fig6 {preset} image": out / f"fig6-{preset}-image{image}",
                                                     f"fig6 {preset} average": out / f"fig6-{preset}-average{average}"}):
         return
-    grid = default_grid_size(run.model)
-    query = (grid[0] // 2, grid[1] // 2)
     images, raw = test_images(run, [image], data=data, data_dir=data_dir)
-    fig = attention_grid_figure(attention_maps(run.model, images), query, image=raw[0],
-                                title=f"{preset}: test image {image}, query {query}")
+    maps = attention_maps(run.model, images)
+    # the middle token of the grid of these images (the data set's size, which need not be the model's default)
+    query = (maps[0].height // 2, maps[0].width // 2)
+    fig = attention_grid_figure(maps, query, image=raw[0], title=f"{preset}: test image {image}, query {query}")
     _figure(fig, out / f"fig6-{preset}-image{image}", formats, written, f"fig6 {preset} image")
     images, _ = test_images(run, list(range(average)), data=data, data_dir=data_dir)
     fig = attention_grid_figure(attention_maps(run.model, images, average=True), query,
