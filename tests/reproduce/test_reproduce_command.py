@@ -17,7 +17,7 @@ pytestmark = pytest.mark.slow        # trains the five mini models for one step 
 
 @pytest.fixture(scope="module")
 def suite(make_tiny_data, tmp_path_factory):
-    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    data = make_tiny_data(40, 10, size=16)   # 3 classes: 120 train, 30 test images of 16x16
     out = tmp_path_factory.mktemp("suite") / "mini"
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
