@@ -86,6 +86,8 @@ def test_another_rank_stops_when_rank_0_never_points_the_run(tmp_path):
 def test_a_data_file_is_known_by_its_exact_name():
     assert same_data_file("/gone/cifar10-jpeg.zip", "here/cifar10-jpeg.zip")
     assert not same_data_file("/gone/cifar10-jpeg.zip", "here/CIFAR10-JPEG.zip")     # another case: another file
+    assert same_data_file("cifar10", " CIFAR10 ") and not same_data_file("cifar10", "cifar100")   # names: any case
+    assert not same_data_file("cifar10", "here/cifar10")                                  # a folder named so
     with pytest.raises(ValueError, match="trained on set.zip"):
         pointed_config({"data": "gone/set.zip"}, "here/SET.zip")
 

@@ -41,9 +41,11 @@ def data_is_here(stored: str) -> bool:
 
 
 def same_data_file(stored: str, data: str) -> bool:
-    """Whether ``data`` (given on this machine) can be the file a run recorded as ``stored``: the
-    same file name, case included (the file travels by name; on most file systems another case is
-    another file)."""
+    """Whether ``data`` (given on this machine) can be the data set a run recorded as ``stored``: the
+    same built-in name (any case, as the loader reads it), or the same file name, case included (the
+    file travels by name; on most file systems another case is another file)."""
+    if is_data_name(stored) or is_data_name(data):
+        return stored.strip().lower() == data.strip().lower()
     return Path(data).name == Path(stored).name
 
 
