@@ -171,9 +171,8 @@ def make_tiny_data(tmp_path_factory):
     """``make_tiny_data(train, test, size=32)``: an image-folder data set of 3 classes with ``train``
     and ``test`` PNGs of ``size x size`` pixels each, where class c has a brighter channel c (so a
     few epochs learn it). Made once per shape for the whole session. Tests of study commands whose
-    models and figures work on any grid take 16x16 images: an 8x8 token grid trains about twice as
-    fast as 16x16 (those with an absolute position embedding, or with figures of fixed query
-    tokens, need 32x32)."""
+    models work on any grid take 16x16 images: an 8x8 token grid trains about twice as fast as
+    16x16 (a model with an absolute position embedding, such as ``deit-mini``, needs 32x32)."""
     made: dict[tuple[int, int, int], Path] = {}
 
     def make(train: int, test: int, size: int = 32) -> Path:
