@@ -55,3 +55,23 @@ def test_a_dtype_mismatch_is_named(tmp_path):
     stored = load_checkpoint(path).model_state
     assert stored.keys() == loaded.state_dict().keys()
     assert all(torch.equal(t, stored[name]) for name, t in loaded.state_dict().items())
+
+
+def test_a_path_recorded_on_cuda_is_left_to_the_layers_rule_on_a_cpu_with_the_same_outputs(tmp_path, caplog):
+    # a run trained on a GPU records the paths it measured fastest there; FlexAttention's has no
+    # fused kernel (nor backward) on a CPU
+    small = {"dim": 32, "mlp_dim": 32, "num_layers": 2, "num_heads": 2, "pooling": 4}
+    torch.manual_seed(0)
+    trained = build_model("learned-content-mini", **small)
+    config = {**dataclasses.asdict(trained.config), "impl": "flex", "eval_impl": "sdpa-onehot"}
+    path = tmp_path / "gpu.safetensors"
+    save_checkpoint(path, model=trained, metadata={"arch": "image-transformer", "model_config": config})
+    with caplog.at_level("INFO", logger="attncnn.runs.loading"):
+        loaded, meta = load_model(path, "cpu")
+    assert meta["model_config"]["impl"] == "flex"                  # the record is not rewritten
+    layers = [m for m in loaded.modules() if hasattr(m, "eval_impl")]
+    assert [(m.impl, m.eval_impl) for m in layers] == [("auto", None)] * 2
+    assert f"checkpoint {path} on cpu: attention path blocks.0.attention: impl 'flex' -> 'auto'" in caplog.text
+    x = torch.rand(3, 3, 32, 32)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(x), trained.eval()(x), rtol=1e-5, atol=1e-5)

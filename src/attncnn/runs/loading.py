@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..layers import paths_for_device_
 from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
 from .config import TrainConfig, config_from_dict
@@ -199,7 +200,9 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
 
     The stored configuration is validated (unknown keys and wrong types are named) and checked on
     the meta device against the file's tensors (:func:`build_checked`) before anything is
-    allocated; the weights are read after that.
+    allocated; the weights are read after that. Attention paths recorded by the training machine
+    that cannot run (or run only unfused) on ``device`` are left to the layers' own rule
+    (:func:`attncnn.layers.paths_for_device_`, logged at INFO): the outputs are the same.
 
     Returns:
         ``(model in eval mode, checkpoint metadata)``.
@@ -225,6 +228,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
             raise
         raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
     model.load_state_dict(load_checkpoint(path).model_state)
+    for change in paths_for_device_(model, device):   # paths measured on the training machine may not run here
+        log.info("checkpoint %s on %s: attention path %s", path, torch.device(device), change)
     return model.to(device).eval(), meta
 
 
