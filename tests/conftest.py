@@ -170,9 +170,9 @@ TINY_CLASSES = ("cat", "dog", "frog")
 def make_tiny_data(tmp_path_factory):
     """``make_tiny_data(train, test, size=32)``: an image-folder data set of 3 classes with ``train``
     and ``test`` PNGs of ``size x size`` pixels each, where class c has a brighter channel c (so a
-    few epochs learn it). Made once per shape for the whole session. Tests of study commands whose
-    models work on any grid take 16x16 images: an 8x8 token grid trains about twice as fast as
-    16x16 (a model with an absolute position embedding, such as ``deit-mini``, needs 32x32)."""
+    few epochs learn it). Made once per shape for the whole session. Tests of study commands take
+    16x16 images: an 8x8 token grid trains two to three times as fast as 16x16 (a new run builds a
+    learned absolute position embedding, such as ``deit-mini``'s, for its images)."""
     made: dict[tuple[int, int, int], Path] = {}
 
     def make(train: int, test: int, size: int = 32) -> Path:

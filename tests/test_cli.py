@@ -523,3 +523,28 @@ def test_a_log_file_gets_plain_lines_not_progress_bar_frames(tmp_path, tiny_data
     assert done.returncode == 0, text
     assert "\r" not in text and "batch/s" not in text
     assert [line.split()[1] for line in text.splitlines() if line.startswith("epoch ")] == ["1/2", "2/2"]
+
+
+@pytest.mark.parametrize("measure", [[], ["--no-measure-paths", "--no-compile"]], ids=["planned", "unplanned"])
+def test_a_learned_position_embedding_is_built_for_the_training_images_unless_its_size_is_given(
+        tmp_path, make_tiny_data, capsys, caplog, measure):
+    # deit-mini's absolute position embedding is the preset's for 32x32 images; a new run on 16x16
+    # images builds it for them and records the size. A size given that the images do not have is
+    # refused before the run folder exists, by the plan's check where it measures (not as a
+    # "compile failed" warning) or else by the trainer's
+    data = make_tiny_data(4, 2, size=16)
+    common = ["train", "--preset", "deit-mini", "--data", str(data), "--batch-size", "6", "--epochs", "1",
+              "--device", "cpu", "--no-progress", *measure]
+    with caplog.at_level("INFO", logger="attncnn.training.components"):
+        assert main([*common, "--out", str(tmp_path / "run")]) == 0
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["model"]["image_size"] == 16
+    assert "preset deit-mini: its learned position embedding is built for the 16x16 training images" in caplog.text
+    assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").model_state[
+        "pos_embed"].shape == (1, 8, 8, 72)
+    assert main([*common, "--set", "image_size=32", "--out", str(tmp_path / "refused")]) == 2
+    err = capsys.readouterr().err
+    assert ("preset deit-mini with model options {'image_size': 32} cannot take 3x16x16 images: this model's learned "
+            "position embedding is for 32x32 images, got 16x16; build the model for them (model option "
+            "image_size=16; --set image_size=16") in err
+    assert "compile failed" not in err
+    assert not (tmp_path / "refused").exists()

@@ -79,8 +79,12 @@ def test_the_deit_position_embedding_breaks_the_bag_of_tokens(device):
 
 def test_a_learned_position_embedding_refuses_other_image_sizes():
     model = build_model("deit-mini")
-    with pytest.raises(ValueError, match="learned position embedding is for 32x32 images, got \\(24, 24\\)"):
+    with pytest.raises(ValueError, match=r"learned position embedding is for 32x32 images, got 24x24; build the "
+                                         r"model for them \(model option image_size=24; --set image_size=24"):
         model(torch.randn(1, 3, 24, 24))
+    with pytest.raises(ValueError, match=r"got 24x32; resize them \(an absolute"):
+        model(torch.randn(1, 3, 24, 32))
+    assert build_model("deit-mini", image_size=24)(torch.randn(1, 3, 24, 24)).shape == (1, 10)
     with pytest.raises(ValueError, match="image_size divisible by the pooling width 2"):
         build_model("deit-mini", image_size=31)
     with pytest.raises(ValueError, match="pos_embed must be one of none, learned"):

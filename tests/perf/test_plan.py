@@ -31,6 +31,7 @@ def measured(monkeypatch):
 
     loader = type("L", (), {"batch_size": 4, "__len__": lambda self: 5})()
     monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist: (None, loader, None))
+    monkeypatch.setattr(plan_module, "for_images", lambda config, dataset, new: config)   # no data set here
     monkeypatch.setattr(plan_module, "with_measured_paths", fake_paths)
     monkeypatch.setattr(plan_module, "with_compile_choice",
                         lambda config, *a: dataclasses.replace(config, compile=False))

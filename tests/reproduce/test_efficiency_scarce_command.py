@@ -31,7 +31,7 @@ SMOKE = ["--train-images", "120", "--passes", "1", "--batch-size", "20", "--frac
 
 @pytest.fixture(scope="module")
 def scarce(make_tiny_data, tmp_path_factory):
-    data = make_tiny_data(40, 10)                      # 3 classes: 120 train, 30 test images
+    data = make_tiny_data(40, 10, size=16)             # 3 classes: 120 train, 30 test images of 16x16
     out = tmp_path_factory.mktemp("scarce") / "efficiency-scarce"
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
@@ -53,7 +53,8 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
     assert "Held-out accuracy (%) at the last epoch, which chooses the rate" in report
     # a command naming one rate (one process per rate) reports every rate swept under --out; one
     # not trained yet keeps the best "so far"
-    common = ["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE]
+    data = make_tiny_data(40, 10, size=16)
+    common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE]
     assert main([*common, "--lr-sweep", "1e-3", "--report-only"]) == 0
     assert json.loads((out / "lr-sweep" / "report.json").read_text()) == {**sweep, "command": ANY}
     assert main([*common, "--lr-sweep", "2e-3", "--report-only"]) == 0
@@ -63,8 +64,7 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
     assert main([*common, "--lr-sweep", "5e-4,1e-3", "--report-only"]) == 0      # as before, for the tests below
     # a finished measurement runs again at once: nothing to train, the same lines
     capsys.readouterr()
-    assert main(["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,
-                 "--calibrate"]) == 0
+    assert main(["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--calibrate"]) == 0
     printed = capsys.readouterr().out
     assert "resnet18-mini 50 % seed 0: train" in printed and "(criterion >= 15:" in printed
 
@@ -96,7 +96,7 @@ def _stop_after_first_epoch(model) -> dict:
 def test_a_measurement_cut_off_mid_cell_is_shipped_and_resumes_from_a_copy(make_tiny_data, tmp_path, capsys):
     # a content model's calibration cell outlives a session on two CPU cores: --ship must leave it
     # committable and resumable, as the suites' unfinished runs are
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     here = tmp_path / "here" / "efficiency-scarce"
     resnet, deit = plan_calibration(EFFICIENCY_SCARCE, here, passes=1, train_images=120, fraction=0.5)
     options = TrainOptions(data=str(data), device="cpu", batch_size=20)
@@ -130,7 +130,7 @@ def test_a_measurement_cut_off_mid_cell_is_shipped_and_resumes_from_a_copy(make_
 
 
 def test_a_grid_cell_cut_off_is_shipped(make_tiny_data, tmp_path, capsys):
-    data = make_tiny_data(40, 10)
+    data = make_tiny_data(40, 10, size=16)
     out = tmp_path / "efficiency-scarce"
     common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--passes", "2"]
     assert main([*common, "--only", "resnet18-mini", "--seeds", "0", "--fractions", "0.5"]) == 0
@@ -161,7 +161,7 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
     sweep = json.loads((out / "lr-sweep" / "report.json").read_text())
     assert sweep["rates"][1]["held_out"]["deit-mini"] == stored["accuracy"]
     # the 60 training images the 50 % cell left out, evaluated by hand, give the stored result
-    dataset = load_dataset(str(make_tiny_data(40, 10)))
+    dataset = load_dataset(str(make_tiny_data(40, 10, size=16)))
     idx = held_out_indices(dataset.train.labels, 60, 0, 10_000)
     model, _ = load_model(run / "checkpoints" / "last.safetensors")
     mine = evaluate(model, DeviceLoader(ImageSplit(dataset.train.images[idx], dataset.train.labels[idx]),
@@ -178,7 +178,7 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
     # another data set would hold other images: refused, not measured
     (run / HELD_OUT_FILE).unlink()
     with pytest.raises(ValueError, match="give --data the run's data set"):
-        held_out_result(run, load_dataset(str(make_tiny_data(41, 10))))
+        held_out_result(run, load_dataset(str(make_tiny_data(41, 10, size=16))))
     with pytest.raises(ValueError, match="give --data"):
         held_out_result(run, None)
     assert held_out_result(run, dataset) == stored
@@ -187,8 +187,8 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
 def test_only_trains_some_rows_of_a_measurement_and_its_result_covers_all(make_tiny_data, tmp_path, capsys):
     # one process per model, e.g. side by side on a GPU
     out = tmp_path / "efficiency-scarce"
-    common = ["reproduce", "efficiency-scarce", "--data", str(make_tiny_data(40, 10)), "--out", str(out), *SMOKE,
-              "--lr-sweep", "1e-3"]
+    data = make_tiny_data(40, 10, size=16)
+    common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--lr-sweep", "1e-3"]
     assert main([*common, "--only", "resnet18-mini"]) == 2
     assert "--only resnet18-mini: not measured by --lr-sweep, which trains convit-mini, deit-mini" in \
         capsys.readouterr().err

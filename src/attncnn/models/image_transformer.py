@@ -271,9 +271,12 @@ class ImageTransformer(nn.Module):
         if self.pos_embed is None:
             return tokens
         if tokens.shape[1:3] != self.pos_embed.shape[1:3]:
+            h, w = images.shape[-2:]
+            fix = (f"build the model for them (model option image_size={h}; --set image_size={h} on the command "
+                   "line) or resize them" if h == w else "resize them")
             raise ValueError(f"this model's learned position embedding is for {self.config.image_size}x"
-                             f"{self.config.image_size} images, got {tuple(images.shape[-2:])}; resize the images "
-                             "(an absolute embedding does not transfer to other sizes)")
+                             f"{self.config.image_size} images, got {h}x{w}; {fix} (an absolute embedding does "
+                             "not transfer to other sizes)")
         return tokens + self.pos_embed
 
     def forward_features(self, images: torch.Tensor) -> torch.Tensor:

@@ -34,9 +34,11 @@ from pathlib import Path
 
 import torch
 
+from ..models import preset_model_config
 from ..runs import RunFolder, TrainConfig, resumable_config
+from ..runs.loading import check_images, checked_on_meta
 from ..training import Distributed, RunPlan
-from ..training.components import make_loaders, resolve_device
+from ..training.components import fitted_to_images, make_loaders, resolve_device
 from ..training.distributed import launch_from_env, rank_device
 from .compiling import with_compile_choice
 from .host_memory import reuse_freed_memory
@@ -72,7 +74,7 @@ def make_plan(config: TrainConfig) -> RunPlan:
     """
     device = plan_device(config.device)
     config = dataclasses.replace(config, precision=resolve_precision(config.precision, device))
-    config = _measured(config, device)
+    config = _measured(config, device, new=True)
     return RunPlan(device=device, precision=config.precision, compile=bool(config.compile),
                    impl=config.model.get("impl"), eval_impl=config.model.get("eval_impl"))
 
@@ -105,7 +107,7 @@ def resume_plan(folder: str | Path, *, device: str | None = None, precision: str
                                                     if k not in ("impl", "eval_impl")})
     if changes:
         log.info("%s: resumed on another machine: %s", folder, "; ".join(changes))
-    config = _measured(config, here)
+    config = _measured(config, here, new=False)
     return RunPlan(device=here, precision=run_precision, compile=bool(config.compile),
                    impl=config.model.get("impl"), eval_impl=config.model.get("eval_impl"),
                    device_option=device if device is not None and device != stored.device else None)
@@ -120,9 +122,10 @@ def moved_machine(folder: str | Path, stored: TrainConfig, device: torch.device)
     return bool(records) and records[-1][MACHINE_KEY] != epoch_machine(device)
 
 
-def _measured(config: TrainConfig, device: torch.device) -> TrainConfig:
+def _measured(config: TrainConfig, device: torch.device, *, new: bool) -> TrainConfig:
     """``config`` with the attention paths and the compile decision this machine takes where the
-    options leave them open (nothing is measured under torchrun)."""
+    options leave them open (nothing is measured under torchrun); ``new``: a new run, whose network
+    the trainer fits to its images (:func:`~attncnn.training.components.fitted_to_images`)."""
     if device.type == "cpu":
         reuse_freed_memory()        # no page faults on the step's large tensors (host_memory); same numbers
     if launch_from_env() is not None or config.deterministic:
@@ -132,7 +135,25 @@ def _measured(config: TrainConfig, device: torch.device) -> TrainConfig:
     if not needs_paths and config.compile is not None:
         return config
     dataset, train_loader, _ = make_loaders(config, dist)
+    config = for_images(config, dataset, new=new)
     if needs_paths:
         config = with_measured_paths(config, dataset, train_loader.batch_size, dist,
                                      steps=config.epochs * len(train_loader))
     return with_compile_choice(config, dataset, train_loader, dist)
+
+
+def for_images(config: TrainConfig, dataset, *, new: bool) -> TrainConfig:
+    """``config`` as the trainer will build its network for ``dataset``'s images (a new run:
+    :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
+    network refuses fail here with its own message and fix rather than inside a timing (where the
+    compile probe would take any error for a compiler failure).
+
+    Raises:
+        ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).
+    """
+    if new:
+        config = fitted_to_images(config, dataset)
+    source = f"preset {config.preset} with model options {config.model}"
+    check_images(checked_on_meta(*preset_model_config(config.preset, dataset.num_classes, **config.model),
+                                 source=source), tuple(dataset.train.images.shape[1:]), source)
+    return config

@@ -24,15 +24,15 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..layers import paths_for_device_
+from ..layers import dense_attention, paths_for_device_
 from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
 from .config import TrainConfig, config_from_dict
 from .folder import RunFolder
 from .withheld import read_withheld, withheld_message
 
-__all__ = ["load_model", "resumable_config", "check_weights", "file_specs", "checkpoint_of", "DEFAULT_CHECKPOINT",
-           "build_checked", "specs_of"]
+__all__ = ["load_model", "resumable_config", "check_weights", "check_images", "file_specs", "checkpoint_of",
+           "DEFAULT_CHECKPOINT", "build_checked", "checked_on_meta", "specs_of"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -90,26 +90,42 @@ def _memory_of(device: torch.device) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
-                  device: str | torch.device = "cpu", source: str = "the configuration") -> nn.Module:
-    """Build a network only after checking, on the meta device, that it fits ``weights`` and memory.
-
-    Args:
-        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
-            the configuration dataclass).
-        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
-            read from its header only; None checks the size alone.
-        device: where the network is built (and whose memory bounds its size).
-        source: what the configuration came from, for the size error (e.g. a file name).
-
-    Returns:
-        The network on ``device``, with its usual initialisation.
+def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "the model") -> None:
+    """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of an empty
+    batch of one on the meta device (shapes only, nothing computed; a model on another device is
+    not run), with every attention layer on the path that writes its map out (a fused kernel may
+    lack a meta implementation). What it catches is whatever the network checks of its input: a
+    size the pooling width does not divide, a learned position embedding built for another size, a
+    token grid larger than a learned table. Training calls it before its run folder exists.
 
     Raises:
-        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
-            parameters and buffers larger than the device's memory.
-        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
+        ValueError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
+            with the network's own message, which names the fix.
     """
+    first = next(itertools.chain(model.parameters(), model.buffers()), None)
+    if first is not None and first.device.type != "meta":
+        return
+    probe = torch.empty(1, *images, device="meta")
+    try:
+        with torch.no_grad(), dense_attention(model):
+            was = model.training
+            model.eval()
+            try:
+                model(probe)
+            finally:
+                model.train(was)
+    except ValueError as err:
+        raise ValueError(f"{source} cannot take {'x'.join(map(str, images))} images: {err}") from None
+    except Exception as err:    # noqa: BLE001 - an operator without a meta kernel says nothing about the input
+        log.debug("the meta-device check of %s on %s images did not run (%s: %s)", source, images,
+                  type(err).__name__, err)
+
+
+def checked_on_meta(arch: str, config: dict, *, weights: str | Path | None = None,
+                    device: str | torch.device = "cpu", source: str = "the configuration",
+                    images: tuple[int, int, int] | None = None) -> nn.Module:
+    """The network of ``arch`` and ``config`` built on the meta device (no storage), after the
+    checks of :func:`build_checked`; returns it."""
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
     device = torch.device(device)
@@ -122,7 +138,39 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
         raise ValueError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
                          f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
                          f"{_short(config)}); check the model options")
-    return build_model_from_config(arch, dict(config)).to(device)
+    if images is not None:
+        check_images(shape_only, images, source)
+    return shape_only
+
+
+def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
+                  device: str | torch.device = "cpu", source: str = "the configuration",
+                  images: tuple[int, int, int] | None = None) -> nn.Module:
+    """Build a network only after checking, on the meta device, that it fits ``weights``, memory
+    and ``images`` (:func:`checked_on_meta`).
+
+    Args:
+        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
+            the configuration dataclass).
+        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
+            read from its header only; None checks the size alone.
+        device: where the network is built (and whose memory bounds its size).
+        source: what the configuration came from, for the errors (e.g. a file name).
+        images: ``(C, H, W)`` of the images the network will take (:func:`check_images`); None
+            checks no input.
+
+    Returns:
+        The network on ``device``, with its usual initialisation.
+
+    Raises:
+        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+            parameters and buffers larger than the device's memory; images the network refuses.
+        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
+    """
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    checked_on_meta(arch, config, weights=weights, device=device, source=source, images=images)
+    return build_model_from_config(arch, dict(config)).to(torch.device(device))
 
 
 def _short(config: dict) -> str:

@@ -4,6 +4,8 @@ optimizer, learning-rate schedule, deterministic mode."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import logging
 import os
 from typing import Iterator
 
@@ -11,11 +13,15 @@ import torch
 from torch import nn
 
 from ..data import DataError, Dataset, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
+from ..models import preset_model_config
 from ..runs.config import TrainConfig
 from .distributed import Distributed, per_process_batch
 from .schedule import LRSchedule
 
-__all__ = ["resolve_device", "make_loaders", "make_optimizer", "make_schedule", "deterministic_algorithms"]
+__all__ = ["resolve_device", "make_loaders", "make_optimizer", "make_schedule", "deterministic_algorithms",
+           "fitted_to_images"]
+
+log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -79,6 +85,29 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
                                 train=True, seed=config.seed, **shard)
     test_loader = DeviceLoader(dataset.test, batch_size=config.eval_batch_size, train=False, **shard)
     return dataset, train_loader, test_loader
+
+
+def fitted_to_images(config: TrainConfig, dataset: Dataset) -> TrainConfig:
+    """``config`` with its network built for the data set's images where it holds a learned absolute
+    position embedding (``pos_embed="learned"``, e.g. ``deit-mini``) made for another size and its
+    model options name none: ``model.image_size`` becomes the images' side, as a new run records
+    it in ``config.json``. Otherwise ``config`` itself: other networks take any size their pooling
+    width divides, and non-square images, a side the pooling width does not divide, or an
+    ``image_size`` the options name are left for the network's own check to refuse with its fix
+    (:func:`attncnn.runs.loading.check_images`). Only a new run is fitted: a resumed one keeps its
+    weights' size.
+    """
+    if "image_size" in config.model:
+        return config
+    _, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
+    if getattr(model_config, "pos_embed", "none") != "learned":
+        return config
+    _, height, width = dataset.train.images.shape[1:]
+    if height != width or height == model_config.image_size or height % model_config.pooling:
+        return config
+    log.info("preset %s: its learned position embedding is built for the %dx%d training images (model option "
+             "image_size=%d; the preset's is %d)", config.preset, height, width, height, model_config.image_size)
+    return dataclasses.replace(config, model={**config.model, "image_size": height})
 
 
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:

@@ -50,7 +50,7 @@ from torch import nn
 from ..data import DeviceLoader
 from ..runs import RunFolder, TrainConfig, load_checkpoint, resumable_config
 from ..runs.main_process_folder import MainProcessRunFolder
-from .components import deterministic_algorithms, make_loaders
+from .components import deterministic_algorithms, fitted_to_images, make_loaders
 from .distributed import Distributed, launch_from_env, per_process_batch, processes
 from .errors import NonFiniteLossError, TrainingError
 from .evaluation import evaluate
@@ -150,6 +150,10 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
     ``record`` is what ``config.json`` gets (None: it stays as it is); ``repeat``, the options an
     interrupted run's resume command repeats."""
     dataset, train_loader, test_loader = make_loaders(config, dist)
+    if mode != "resume":
+        fitted = fitted_to_images(config, dataset)
+        if fitted is not config:            # config.json records the size the network is built for
+            config, record = fitted, {**record, "model": dict(fitted.model)}
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
