@@ -11,7 +11,7 @@ import torch
 
 from attncnn.models import build_model
 from attncnn.runs import load_checkpoint, load_model, save_checkpoint
-from attncnn.runs.loading import build_checked
+from attncnn.runs.loading import build_checked, check_images
 
 SMALL = {"attention": "quadratic", "dim": 16, "mlp_dim": 16, "num_layers": 2, "num_heads": 4, "pooling": 4}
 
@@ -75,3 +75,26 @@ def test_a_path_recorded_on_cuda_is_left_to_the_layers_rule_on_a_cpu_with_the_sa
     x = torch.rand(3, 3, 32, 32)
     with torch.no_grad():
         torch.testing.assert_close(loaded(x), trained.eval()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_check_images_refuses_what_the_network_refuses_with_its_own_fix_and_passes_the_rest():
+    def meta(preset, **options):
+        with torch.device("meta"):
+            return build_model(preset, **options)
+
+    with pytest.raises(ValueError, match=r"^learned-mini cannot take 3x48x48 images: grid height 24 exceeds the "
+                                         r"learned table's max_size 16: build the layer with max_size >= 24"):
+        check_images(meta("learned-mini"), (3, 48, 48), "learned-mini")
+    check_images(meta("learned-mini", max_size=24), (3, 48, 48), "learned-mini")
+    with pytest.raises(ValueError, match=r"cannot take 3x33x33 images: image size 33x33 is not divisible by the "
+                                         r"pooling width 2"):
+        check_images(meta("quadratic-mini"), (3, 33, 33))
+    with pytest.raises(ValueError, match=r"cannot take 1x32x32 images: expected normalised images of shape "
+                                         r"\(B, 3, H, W\)"):
+        check_images(meta("quadratic-mini"), (1, 32, 32))
+    # a path without a meta kernel (FlexAttention's) is not what is checked: the dense path stands in
+    flex = meta("learned-content-mini", impl="flex")
+    check_images(flex, (3, 32, 32))
+    assert {m.impl for m in flex.modules() if hasattr(m, "eval_impl")} == {"flex"} and flex.training
+    # a network with weights is not run (the check is for shapes-only builds)
+    check_images(build_model("deit-mini"), (3, 16, 16))
