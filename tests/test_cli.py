@@ -541,6 +541,12 @@ def test_a_learned_position_embedding_is_built_for_the_training_images_unless_it
     assert "preset deit-mini: its learned position embedding is built for the 16x16 training images" in caplog.text
     assert load_checkpoint(tmp_path / "run" / "checkpoints" / "last.safetensors").model_state[
         "pos_embed"].shape == (1, 8, 8, 72)
+    capsys.readouterr()
+    # a trained network is refused images of another size by evaluate, as by the Python API (any
+    # network: relative encodings take them, but what they learned is for the training size)
+    assert main(["evaluate", str(tmp_path / "run"), "--data", str(make_tiny_data(4, 2))]) == 2
+    assert (f"{tmp_path / 'run' / 'checkpoints' / 'last.safetensors'} was trained on 16x16 images (height x width), "
+            "but the test images of ") in capsys.readouterr().err
     assert main([*common, "--set", "image_size=32", "--out", str(tmp_path / "refused")]) == 2
     err = capsys.readouterr().err
     assert ("preset deit-mini with model options {'image_size': 32} cannot take 3x16x16 images: this model's learned "

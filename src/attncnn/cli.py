@@ -211,6 +211,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_evaluate(args: argparse.Namespace) -> int:
     import torch
 
+    from .api.classifier import training_image_size
     from .data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
     from .perf import device_name, machine_precision, resolve_device
     from .perf.host_memory import reuse_freed_memory
@@ -229,6 +230,12 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     if classes is not None and len(classes) != dataset.num_classes:
         raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
                          "pass the --data the model was trained on")
+    trained, given = training_image_size(meta), tuple(dataset.test.images.shape[-2:])
+    if trained is not None and given != trained:
+        raise ValueError(f"{checkpoint} was trained on {trained[0]}x{trained[1]} images (height x width), but the "
+                         f"test images of {spec} are {given[0]}x{given[1]}; its answers for another size are "
+                         f"unreliable. Evaluate it on images of {trained[0]}x{trained[1]} (the data set it was "
+                         "trained on), or resize them first")
     test, indices = dataset.test, None
     if args.sample is not None:
         if not 1 <= args.sample <= len(test):
