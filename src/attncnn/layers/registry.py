@@ -81,9 +81,9 @@ def paths_for_device_(model: nn.Module, device: torch.device | str) -> list[str]
 
     A checkpoint records the paths its run measured fastest on the machine that trained it
     (``model.impl``, ``model.eval_impl``). On another device some of them may not exist: a model
-    trained on CUDA with ``impl="flex"`` would run FlexAttention's reference on a CPU, about three
-    times slower than the explicit paths and materialising every score. Every path computes the
-    same output, so changing one changes speed only. ``impl`` is checked as a training path (with
+    trained on CUDA with ``impl="flex"`` would run FlexAttention's unfused reference on a CPU, which
+    writes every score out and is slower than the explicit paths (``benchmarks/results/HISTORY.md``).
+    Every path computes the same output, so changing one changes speed only. ``impl`` is checked as a training path (with
     its backward), ``eval_impl`` as a test pass; an ``eval_impl`` dropped falls back to ``impl``.
 
     Args:
