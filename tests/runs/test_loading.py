@@ -11,7 +11,7 @@ import torch
 
 from attncnn.models import build_model
 from attncnn.runs import load_checkpoint, load_model, save_checkpoint
-from attncnn.runs.loading import build_checked, check_images
+from attncnn.runs.loading import build_checked, check_images, check_options_take_images
 
 SMALL = {"attention": "quadratic", "dim": 16, "mlp_dim": 16, "num_layers": 2, "num_heads": 4, "pooling": 4}
 
@@ -98,3 +98,19 @@ def test_check_images_refuses_what_the_network_refuses_with_its_own_fix_and_pass
     assert {m.impl for m in flex.modules() if hasattr(m, "eval_impl")} == {"flex"} and flex.training
     # a network with weights is not run (the check is for shapes-only builds)
     check_images(build_model("deit-mini"), (3, 16, 16))
+
+
+def test_options_that_take_an_image_shape_are_checked_once_per_process(monkeypatch):
+    from attncnn.runs import loading
+    builds = []
+    real = loading.build_model_from_config
+    monkeypatch.setattr(loading, "build_model_from_config", lambda *a: builds.append(a) or real(*a))
+    monkeypatch.setattr(loading, "_TAKEN", set())
+    options = {**SMALL, "pooling": 2}
+    for _ in range(2):
+        check_options_take_images("image-transformer", options, (3, 16, 16))
+    assert len(builds) == 1
+    for _ in range(2):          # a refusal is not remembered: it is raised each time
+        with pytest.raises(ValueError, match="cannot take 3x15x15 images: image size 15x15 is not divisible"):
+            check_options_take_images("image-transformer", options, (3, 15, 15))
+    assert len(builds) == 3

@@ -83,16 +83,17 @@ def paths_for_device_(model: nn.Module, device: torch.device | str) -> list[str]
     (``model.impl``, ``model.eval_impl``). On another device some of them may not exist: a model
     trained on CUDA with ``impl="flex"`` would run FlexAttention's unfused reference on a CPU, which
     writes every score out and is slower than the explicit paths (``benchmarks/results/HISTORY.md``).
-    Every path computes the same output, so changing one changes speed only. ``impl`` is checked as a training path (with
-    its backward), ``eval_impl`` as a test pass; an ``eval_impl`` dropped falls back to ``impl``.
+    Every path computes the same output, so changing one changes speed only. ``impl`` is checked as
+    a training path (with its backward), ``eval_impl`` as a test pass; an ``eval_impl`` dropped
+    falls back to ``impl``.
 
     Args:
         model: any network (layers of other modules are left alone).
         device: where the model will run.
 
     Returns:
-        One line per path changed (empty when all run here), e.g. ``"blocks.0.attn: impl 'flex' ->
-        'auto' (FlexAttention has no backward on cpu; ...)"``.
+        One line per path changed (empty when all run here), e.g. ``"blocks.0.attention: impl
+        'flex' -> 'auto' (FlexAttention has no backward on cpu; it trains on CUDA only)"``.
     """
     device = torch.device(device)
     changed = []

@@ -36,7 +36,7 @@ import torch
 
 from ..models import preset_model_config
 from ..runs import RunFolder, TrainConfig, resumable_config
-from ..runs.loading import check_images, checked_on_meta
+from ..runs.loading import check_options_take_images
 from ..training import Distributed, RunPlan
 from ..training.components import fitted_to_images, make_loaders, resolve_device
 from ..training.distributed import launch_from_env, rank_device
@@ -154,6 +154,6 @@ def for_images(config: TrainConfig, dataset, *, new: bool) -> TrainConfig:
     if new:
         config = fitted_to_images(config, dataset)
     source = f"preset {config.preset} with model options {config.model}"
-    check_images(checked_on_meta(*preset_model_config(config.preset, dataset.num_classes, **config.model),
-                                 source=source), tuple(dataset.train.images.shape[1:]), source)
+    check_options_take_images(*preset_model_config(config.preset, dataset.num_classes, **config.model),
+                              tuple(dataset.train.images.shape[1:]), source)
     return config

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import logging
 import os
 from pathlib import Path
@@ -31,8 +32,8 @@ from .config import TrainConfig, config_from_dict
 from .folder import RunFolder
 from .withheld import read_withheld, withheld_message
 
-__all__ = ["load_model", "resumable_config", "check_weights", "check_images", "file_specs", "checkpoint_of",
-           "DEFAULT_CHECKPOINT", "build_checked", "checked_on_meta", "specs_of"]
+__all__ = ["load_model", "resumable_config", "check_weights", "check_images", "check_options_take_images", "file_specs",
+           "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked", "specs_of"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -121,11 +122,50 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
                   type(err).__name__, err)
 
 
-def checked_on_meta(arch: str, config: dict, *, weights: str | Path | None = None,
-                    device: str | torch.device = "cpu", source: str = "the configuration",
-                    images: tuple[int, int, int] | None = None) -> nn.Module:
-    """The network of ``arch`` and ``config`` built on the meta device (no storage), after the
-    checks of :func:`build_checked`; returns it."""
+def check_options_take_images(arch: str, config, images: tuple[int, int, int],
+                              source: str = "the configuration") -> None:
+    """:func:`check_images` for the network of ``arch`` and ``config`` (options dict or dataclass),
+    built on the meta device for it. A process remembers the networks and image shapes that passed
+    (a study trains many runs of one network; the check takes a few tenths of a second).
+
+    Raises:
+        ValueError: as :func:`check_images`; unknown or ill-typed options.
+    """
+    if dataclasses.is_dataclass(config):
+        config = dataclasses.asdict(config)
+    key = (arch, json.dumps(config, sort_keys=True, default=str), tuple(images))
+    if key in _TAKEN:
+        return
+    with torch.device("meta"):
+        shape_only = build_model_from_config(arch, dict(config))
+    check_images(shape_only, images, source)
+    _TAKEN.add(key)
+
+
+#: (arch, options, image shape) that :func:`check_options_take_images` passed in this process
+_TAKEN: set[tuple[str, str, tuple[int, ...]]] = set()
+
+
+def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
+                  device: str | torch.device = "cpu", source: str = "the configuration") -> nn.Module:
+    """Build a network only after checking, on the meta device, that it fits ``weights`` and memory.
+
+    Args:
+        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
+            the configuration dataclass).
+        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
+            read from its header only; None checks the size alone.
+        device: where the network is built (and whose memory bounds its size).
+        source: what the configuration came from, for the size error (e.g. a file name).
+
+    Returns:
+        The network on ``device``, with its usual initialisation.
+
+    Raises:
+        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+            parameters and buffers larger than the device's memory.
+        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
+    """
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
     device = torch.device(device)
@@ -138,39 +178,7 @@ def checked_on_meta(arch: str, config: dict, *, weights: str | Path | None = Non
         raise ValueError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
                          f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
                          f"{_short(config)}); check the model options")
-    if images is not None:
-        check_images(shape_only, images, source)
-    return shape_only
-
-
-def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
-                  device: str | torch.device = "cpu", source: str = "the configuration",
-                  images: tuple[int, int, int] | None = None) -> nn.Module:
-    """Build a network only after checking, on the meta device, that it fits ``weights``, memory
-    and ``images`` (:func:`checked_on_meta`).
-
-    Args:
-        arch, config: as :func:`attncnn.models.build_model_from_config` (``config`` may also be
-            the configuration dataclass).
-        weights: a checkpoint whose model tensors the network must match (names, shapes, dtypes),
-            read from its header only; None checks the size alone.
-        device: where the network is built (and whose memory bounds its size).
-        source: what the configuration came from, for the errors (e.g. a file name).
-        images: ``(C, H, W)`` of the images the network will take (:func:`check_images`); None
-            checks no input.
-
-    Returns:
-        The network on ``device``, with its usual initialisation.
-
-    Raises:
-        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
-            parameters and buffers larger than the device's memory; images the network refuses.
-        FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
-    """
-    if dataclasses.is_dataclass(config):
-        config = dataclasses.asdict(config)
-    checked_on_meta(arch, config, weights=weights, device=device, source=source, images=images)
-    return build_model_from_config(arch, dict(config)).to(torch.device(device))
+    return build_model_from_config(arch, dict(config)).to(device)
 
 
 def _short(config: dict) -> str:

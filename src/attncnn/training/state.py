@@ -26,7 +26,7 @@ from ..data import Dataset, DeviceLoader
 from ..models import count_parameters, preset_model_config
 from ..runs.checkpoint import Checkpoint
 from ..runs.config import TrainConfig
-from ..runs.loading import build_checked, check_images, check_weights, checked_on_meta, specs_of
+from ..runs.loading import build_checked, check_options_take_images, check_weights, specs_of
 from .components import make_optimizer, make_schedule
 from .distributed import Distributed
 from .errors import NonFiniteLossError, TrainingError
@@ -149,7 +149,7 @@ class TrainState:
 
         Before any weight is allocated the network is checked on the meta device against
         ``init_from`` or ``shaped_like`` (the checkpoint a resume will load), against memory, and
-        against the data set's image size (:func:`~attncnn.runs.loading.check_images`).
+        against the data set's image size (:func:`~attncnn.runs.loading.check_options_take_images`).
 
         Raises:
             ValueError: the network does not fit that checkpoint, the device's memory or the
@@ -160,9 +160,8 @@ class TrainState:
         arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
         source = f"preset {config.preset} with model options {config.model}"
         # images the network refuses (an absolute position embedding of another size) fail here,
-        # before the run folder exists, not in the first step; a shapes-only build, milliseconds
-        check_images(checked_on_meta(arch, model_config, device=dist.device, source=source),
-                     tuple(dataset.train.images.shape[1:]), source)
+        # before the run folder exists, not in the first step
+        check_options_take_images(arch, model_config, tuple(dataset.train.images.shape[1:]), source)
         try:
             model = build_checked(arch, model_config, weights=init_from or shaped_like, device=dist.device,
                                   source=source)
