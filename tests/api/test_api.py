@@ -189,6 +189,13 @@ def test_a_missing_model_is_answered_with_what_is_there_and_how_to_get_it(tmp_pa
     text = message("resnet18-mimi")
     assert "Closest there: resnet18-mini (seed 0)." in text and "is a preset" not in text
     assert text.endswith("Found there: resnet18-mini seed 0.")
+    # a network trained only inside a study's folders: those runs first
+    for cell in ("10pct", "100pct"):
+        shutil.copytree(RESULTS / "efficiency-scarce" / "deit-mini" / cell / "seed0",
+                        tmp_path / "efficiency-scarce" / "deit-mini" / cell / "seed0")
+    text = message("deit-mini")
+    assert ("Closest there: efficiency-scarce/deit-mini/100pct (seed 0), efficiency-scarce/deit-mini/10pct "
+            "(seed 0)") in text and "is a preset" not in text
 
 
 @shipped

@@ -159,7 +159,10 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
     if seeds:
         sentences.append(f"{name!r} is there with seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}.")
     else:
-        close = [n for n in names if n.startswith(f"{name}-")] + difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        # runs of this very network inside a study's folders first ("deit-mini" ->
+        # "efficiency-scarce/deit-mini/100pct"), then its family, then near spellings
+        close = ([n for n in names if name in Path(n).parts] + [n for n in names if n.startswith(f"{name}-")]
+                 + difflib.get_close_matches(name, names, n=3, cutoff=0.6))
         close = list(dict.fromkeys(c for c in close if c != name))[:4]
         if close:
             sentences.append("Closest there: " + ", ".join(
