@@ -315,3 +315,32 @@ def test_an_unchanged_cache_file_is_read_once_per_process(fake_images, tmp_path,
     assert write_cache(stored, first.classes, flipped, first.test)
     _, train, _ = read_cache(stored)
     assert torch.equal(train.images, flipped.images)
+
+
+@pytest.mark.parametrize("kind", ["folder", "zip", "wrapped zip"])
+def test_peek_gives_the_sizes_that_loading_gives_without_decoding(fake_images, tmp_path, monkeypatch, kind):
+    fake = fake_images()
+    where = (fake.write_folder(tmp_path / "imgs") if kind == "folder"
+             else fake.write_zip(tmp_path / "set.zip", prefix="wrapped/" if kind == "wrapped zip" else ""))
+    loaded = load_dataset(where, data_dir=tmp_path / "cache")
+    decoded = []
+    monkeypatch.setattr(data.folder, "_decode", lambda blob, name: decoded.append(name) or np.zeros((6, 8, 3)))
+    peeked = data.peek_dataset(where, data_dir=tmp_path / "cache")
+    assert peeked == loaded.shape == data.DataShape(where.name, 9, 6, 3, (3, 6, 8))
+    assert len(decoded) == 1 and "train/ant/" in decoded[0]       # the first training image alone
+
+
+def test_peek_knows_cifar_without_files_and_refuses_what_loading_refuses(fake_images, tmp_path):
+    assert data.peek_dataset("CIFAR10", data_dir=tmp_path) == data.DataShape("cifar10", 50_000, 10_000, 10,
+                                                                              (3, 32, 32))
+    assert data.peek_dataset("cifar100", data_dir=tmp_path).num_classes == 100
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(DataError, match="unknown data set 'nowhere'"):
+        data.peek_dataset("nowhere", data_dir=tmp_path)
+    fake = fake_images()
+    z = _zip(tmp_path / "a.zip", {k: v for k, v in fake.files.items() if not k.startswith("test/bee/")})
+    with pytest.raises(DataError, match="test/bee/"):
+        data.peek_dataset(z, data_dir=tmp_path)
+    z = _zip(tmp_path / "b.zip", {**fake.files, "train/ant/000.png": b"\x89PNG garbage"})
+    with pytest.raises(DataError, match="train/ant/000.png"):
+        data.peek_dataset(z, data_dir=tmp_path)

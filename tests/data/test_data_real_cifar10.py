@@ -58,3 +58,9 @@ def test_real_cifar10_through_loader(cold):
     x, y = next(iter(loader))
     assert x.shape == (1000, 3, 32, 32) and abs(float(x.mean())) < 0.5 and 0.6 < float(x.std()) < 1.4
     assert len(loader) == 10
+
+
+def test_peeking_at_the_real_copy_gives_its_decoded_sizes(cold, cifar10_path):
+    ds, data_dir, _ = cold
+    assert data.peek_dataset(cifar10_path, data_dir=data_dir) == ds.shape
+    assert ds.shape.describe() == f"{ds.name}: 50,000 training and 10,000 test images of 32x32, 10 classes"

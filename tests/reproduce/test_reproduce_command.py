@@ -266,3 +266,34 @@ def test_the_busy_cpu_rule():
     assert busy_cpu([None, None], cores=2) is None                  # no load average on this system
     assert busy_cpu([1.0, 3.1], cores=2).startswith("warning: the CPU was busy")   # a 2-thread job beside it
     assert busy_cpu([4.0], cores=16) is None
+
+
+def test_a_dry_run_times_the_data_sets_images_and_counts_its_images(make_tiny_data, tmp_path, capsys, monkeypatch):
+    from attncnn.reproduce.running import runner
+
+    timed = []
+
+    def fake_time_steps(model, images, labels, **kwargs):
+        timed.append((tuple(images.shape), model.config.num_classes, int(labels.max()) < 3))
+        return {"step_seconds": 2.0, "infer_seconds": 0.5}
+
+    monkeypatch.setattr(runner, "time_steps", fake_time_steps)
+    data = make_tiny_data(40, 10, size=16)            # 3 classes: 120 train, 30 test images of 16x16
+    common = ["reproduce", "mini", "--dry-run", "--only", "quadratic-mini", "--seeds", "0", "--out",
+              str(tmp_path / "m"), "--epochs", "2", "--no-compile", "--batch-size", "10", "--data", str(data)]
+    assert main(common) == 0
+    text = capsys.readouterr().out
+    assert timed == [((10, 3, 16, 16), 3, True)]
+    assert f"# {data.name}: 120 training and 30 test images of 16x16, 3 classes" in text
+    # 12 steps of 2 s an epoch and a test pass of 3 batches of 0.5 s after each: 25.5 s an epoch, 51 s in all
+    assert "# 2.00 s/step, ~0.4 min/epoch, ~0.01 h (" in text and "images of 16x16;" in text
+    estimate = runner.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "m" / "q"),
+                                   runner.TrainOptions(data=str(data), compile=False, epochs=2, batch_size=10))
+    assert (estimate.epoch_seconds, estimate.total_seconds) == (25.5, 51.0)
+    assert not (tmp_path / "m").exists()
+    # a data set the network cannot take is refused with the network's own message, as training refuses it
+    odd = make_tiny_data(2, 1, size=15)
+    assert main([*common[:-2], "--data", str(odd)]) == 2
+    assert "cannot take 3x15x15 images" in capsys.readouterr().err
+    assert main([*common[:-2], "--data", str(tmp_path / "nowhere")]) == 2
+    assert "unknown data set" in capsys.readouterr().err

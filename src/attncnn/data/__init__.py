@@ -9,17 +9,17 @@ import logging
 import os
 from pathlib import Path
 
-from .base import DataError, Dataset, ImageSplit, default_data_dir
+from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
 from .cache import cache_file, read_cache, write_cache
-from .cifar import CIFAR10_CLASSES, load_cifar
-from .folder import IMAGE_EXTENSIONS, is_zip, read_image_folder
+from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
+from .folder import IMAGE_EXTENSIONS, is_zip, peek_image_folder, read_image_folder
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
 from .subset import class_balanced_subset, held_out_indices
 
 __all__ = [
-    "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataError", "default_data_dir",
-    "load_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader", "random_crop_flip", "DEFAULT_DATA",
-    "run_data",
+    "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataShape", "DataError",
+    "default_data_dir", "load_dataset", "peek_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader",
+    "random_crop_flip", "DEFAULT_DATA", "run_data",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,34 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
     raise DataError(f"unknown data set {text!r} (no such file or folder); valid choices: cifar10, cifar100, or "
                     f"the path of a folder or .zip holding train/<class>/<image> and test/<class>/<image> "
                     f"(images ending in {', '.join(IMAGE_EXTENSIONS)})")
+
+
+def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> DataShape:
+    """The sizes :func:`load_dataset` would give ``spec``, without decoding or downloading it:
+    CIFAR-10/100's are known (no file is read); a folder or zip is listed and its first training
+    image decoded. For plans and estimates (``attncnn
+    reproduce --dry-run``), which must not spend the minutes a first decoding takes.
+
+    Args:
+        spec, data_dir: as :func:`load_dataset`.
+
+    Raises:
+        DataError: as :func:`load_dataset` for an unknown name, a missing path or a folder or zip
+            without the ``train/<class>/<image>`` and ``test/<class>/<image>`` layout.
+    """
+    text = os.fspath(spec).strip()
+    if text.lower() in _NAMES:
+        train, test = CIFAR_SIZES
+        return DataShape(text.lower(), train, test, VARIANTS[text.lower()][0].num_classes, (3, 32, 32))
+    path = Path(text).expanduser()
+    if not (path.is_dir() or is_zip(path)):
+        load_dataset(path, data_dir=data_dir)       # raises its error for what is there instead
+    classes, train, test, (height, width) = peek_image_folder(path)
+    return DataShape(path.name, train, test, len(classes), (3, height, width))
+
+
+#: CIFAR-10's and CIFAR-100's (training, test) images
+CIFAR_SIZES = (50_000, 10_000)
 
 
 def run_data(stored: str | None, given: str | None = None) -> str:

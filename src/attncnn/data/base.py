@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["ImageSplit", "Dataset", "DataError", "default_data_dir"]
+__all__ = ["ImageSplit", "Dataset", "DataShape", "DataError", "default_data_dir"]
 
 
 class DataError(Exception):
@@ -68,6 +68,16 @@ class Dataset:
     def num_classes(self) -> int:
         return len(self.classes)
 
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """``(C, H, W)`` of every image."""
+        return tuple(self.train.images.shape[1:])
+
+    @property
+    def shape(self) -> DataShape:
+        """What the data set looks like, without its pixels."""
+        return DataShape(self.name, len(self.train), len(self.test), self.num_classes, self.image_shape)
+
     @functools.cached_property
     def digest(self) -> str:
         """``sha256:<12 hex>`` of the class names and every decoded image and label of both splits:
@@ -83,6 +93,31 @@ class Dataset:
         """The data set's name and :attr:`digest`, without any local path, e.g.
         ``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``: what pages and reports meant for sharing show."""
         return f"{self.name} ({self.digest})"
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """A data set's sizes without its pixels (:func:`attncnn.data.peek_dataset`): what a network
+    is built for and a run's length is computed from.
+
+    Attributes:
+        name: as :attr:`Dataset.name`.
+        train, test: number of images in each split.
+        num_classes: number of classes.
+        image_shape: ``(C, H, W)`` of the images (C is 3: images are read as RGB).
+    """
+
+    name: str
+    train: int
+    test: int
+    num_classes: int
+    image_shape: tuple[int, int, int]
+
+    def describe(self) -> str:
+        """E.g. ``"cifar10: 50,000 training and 10,000 test images of 32x32, 10 classes"``."""
+        _, height, width = self.image_shape
+        return (f"{self.name}: {self.train:,} training and {self.test:,} test images of {height}x{width}, "
+                f"{self.num_classes} classes")
 
 
 def default_data_dir() -> Path:

@@ -143,7 +143,8 @@ def _measured(config: TrainConfig, device: torch.device, *, new: bool) -> TrainC
 
 
 def for_images(config: TrainConfig, dataset, *, new: bool) -> TrainConfig:
-    """``config`` as the trainer will build its network for ``dataset``'s images (a new run:
+    """``config`` as the trainer will build its network for ``dataset``'s images (a
+    :class:`~attncnn.data.Dataset` or its :class:`~attncnn.data.DataShape`; a new run:
     :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
     network refuses fail here with its own message and fix rather than inside a timing (where the
     compile probe would take any error for a compiler failure).
@@ -155,5 +156,5 @@ def for_images(config: TrainConfig, dataset, *, new: bool) -> TrainConfig:
         config = fitted_to_images(config, dataset)
     source = f"preset {config.preset} with model options {config.model}"
     check_options_take_images(*preset_model_config(config.preset, dataset.num_classes, **config.model),
-                              tuple(dataset.train.images.shape[1:]), source)
+                              dataset.image_shape, source)
     return config

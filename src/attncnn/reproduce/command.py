@@ -140,6 +140,7 @@ def _options(args: argparse.Namespace):
 
 
 def _dry_run(jobs, options, out: Path, suite: str) -> int:
+    from ..data import peek_dataset
     from ..perf import resolve_device
     from .running.jobs import job_state
     from .running.runner import busy_cpu, cpu_load, estimate_job, resume_command, train_command
@@ -152,6 +153,8 @@ def _dry_run(jobs, options, out: Path, suite: str) -> int:
               f"estimate. To estimate a fresh run on this machine, point --out at an empty folder:\n"
               f"attncnn reproduce {suite} --dry-run --out {fresh}")
         return 0
+    data = peek_dataset(options.data, data_dir=options.data_dir)        # sizes only: decoding may take minutes
+    print(f"# {data.describe()}")
     measured: dict = {}
     total = 0.0
     loads = [cpu_load()]
@@ -161,13 +164,13 @@ def _dry_run(jobs, options, out: Path, suite: str) -> int:
             continue
         if states[job] == "interrupted":
             print(f"# {job.label}: interrupted, resumed with: {resume_command(job, options)}")
-        estimate = estimate_job(job, options, measured=measured)
+        estimate = estimate_job(job, options, measured=measured, data=data)
         total += estimate.total_seconds
         print(f"{train_command(job, options)}\n    # {estimate.step_seconds:.2f} s/step, "
               f"~{estimate.epoch_seconds / 60:.1f} min/epoch, ~{estimate.total_seconds / 3600:.2f} h "
               f"({estimate.precision}; {estimate.compile})")
-    print(f"# total ~{total / 3600:.1f} h on this device for what is left (from one timed step per model, "
-          "CIFAR-10 sizes; an interrupted run needs less)")
+    print(f"# total ~{total / 3600:.1f} h on this device for what is left (from one timed step per model on "
+          f"images of {data.image_shape[2]}x{data.image_shape[1]}; an interrupted run needs less)")
     warning = busy_cpu(loads + [cpu_load()]) if resolve_device(options.device).type == "cpu" else None
     if warning:
         print(f"# {warning}")

@@ -12,7 +12,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from ..data import DataError, Dataset, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
+from ..data import DataError, Dataset, DataShape, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
 from ..models import preset_model_config
 from ..runs.config import TrainConfig
 from .distributed import Distributed, per_process_batch
@@ -87,7 +87,7 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
     return dataset, train_loader, test_loader
 
 
-def fitted_to_images(config: TrainConfig, dataset: Dataset) -> TrainConfig:
+def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> TrainConfig:
     """``config`` with its network built for the data set's images where it holds a learned absolute
     position embedding (``pos_embed="learned"``, e.g. ``deit-mini``) made for another size and its
     model options name none: ``model.image_size`` becomes the images' side, as a new run records
@@ -95,14 +95,14 @@ def fitted_to_images(config: TrainConfig, dataset: Dataset) -> TrainConfig:
     width divides, and non-square images, a side the pooling width does not divide, or an
     ``image_size`` the options name are left for the network's own check to refuse with its fix
     (:func:`attncnn.runs.loading.check_images`). Only a new run is fitted: a resumed one keeps its
-    weights' size.
+    weights' size. ``dataset`` may be the data set or only its sizes (a dry run's estimate).
     """
     if "image_size" in config.model:
         return config
     _, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
     if getattr(model_config, "pos_embed", "none") != "learned":
         return config
-    _, height, width = dataset.train.images.shape[1:]
+    _, height, width = dataset.image_shape
     if height != width or height == model_config.image_size or height % model_config.pooling:
         return config
     log.info("preset %s: its learned position embedding is built for the %dx%d training images (model option "

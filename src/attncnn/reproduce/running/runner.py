@@ -20,11 +20,13 @@ from typing import Callable
 import torch
 
 from ..._io import atomic_write_text
+from ...data import DataShape, peek_dataset
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, decide
 from ...perf.machine import machine_info
+from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
 from ...training import TrainingInterrupted, count_test_passes, train
@@ -35,10 +37,6 @@ log = logging.getLogger("attncnn.reproduce")
 
 __all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
            "resume_command", "Estimate", "estimate_job", "cpu_load", "busy_cpu"]
-
-#: CIFAR-10's sizes, assumed by the dry run (which reads no data)
-TRAIN_IMAGES, TEST_IMAGES = 50_000, 10_000
-
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -203,38 +201,49 @@ class Estimate:
     compile: str = "eager"
 
 
-def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None) -> Estimate:
+def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None,
+                 data: DataShape | None = None) -> Estimate:
     """Time a few training steps of the job's model at its batch size and at the precision it will
-    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), and
-    scale them to the whole run (CIFAR-10 sizes or ``train_subset``; an evaluation every
-    ``eval_every`` epochs and after the last).
+    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), on
+    images of the data set's size, and scale them to the whole run (the data set's training images
+    or ``train_subset``; an evaluation of its test images every ``eval_every`` epochs and after the
+    last).
 
-    ``measured`` caches the step timing per preset and precision (seeds of a preset cost the same).
+    ``data``: the data set's sizes (default: :func:`~attncnn.data.peek_dataset` of the options'
+    data, which decodes no images). ``measured`` caches the step timing per network, precision and
+    image shape (seeds of a preset cost the same).
+
+    Raises:
+        DataError: the options' data set is not there or has not the expected layout.
+        ValueError: an option the preset rejects; a network that cannot take the data set's images
+            (:func:`~attncnn.runs.loading.check_images`, with its fix).
     """
-    config = job_config(job, options)
+    data = data or peek_dataset(options.data, data_dir=options.data_dir)
+    config = for_images(job_config(job, options), data, new=True)     # resumed or not, the network the run has
     device = resolve_device(config.device)
     precision = job_precision(job, options, device)
     measured = {} if measured is None else measured
-    key = (job.preset, precision)
+    key = (job.preset, json.dumps(config.model, sort_keys=True), precision, data.image_shape, data.num_classes)
     if key not in measured:
         torch.manual_seed(0)
-        model = build_model(job.preset, **config.model).to(device)
-        images = torch.randn(config.batch_size, 3, 32, 32, device=device)
-        labels = torch.randint(0, 10, (config.batch_size,), device=device)
+        model = build_model(job.preset, data.num_classes, **config.model).to(device)
+        images = torch.randn(config.batch_size, *data.image_shape, device=device)
+        labels = torch.randint(0, data.num_classes, (config.batch_size,), device=device)
         measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1)
     timing = measured[key]
-    train_images = config.train_subset or TRAIN_IMAGES
-    evaluation = TEST_IMAGES / config.batch_size * timing["infer_seconds"]
+    train_images = min(config.train_subset or data.train, data.train)
+    evaluation = data.test / config.batch_size * timing["infer_seconds"]
     evaluations = count_test_passes(config.epochs, config.eval_every)
     step, warmup, note = _compiled_step(job, options, replace(config, precision=precision), device,
-                                        timing["step_seconds"], config.epochs * -(-train_images // config.batch_size))
+                                        timing["step_seconds"], config.epochs * -(-train_images // config.batch_size),
+                                        data.image_shape[1:])
     epoch = train_images / config.batch_size * step
     return Estimate(step, timing["infer_seconds"], epoch + evaluation,
                     epoch * config.epochs + evaluation * evaluations + warmup, precision, note)
 
 
 def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device: torch.device, eager: float,
-                   steps: int) -> tuple[float, float, str]:
+                   steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
     """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
     takes ``eager`` seconds: compiled at this machine's cached compile measurement of the run's shape
     (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, its own
@@ -246,7 +255,7 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device:
         will = config.compile
     if will is False or config.deterministic:
         return eager, 0.0, "eager"
-    timing = cached_timing(config, config.batch_size, (32, 32), device)
+    timing = cached_timing(config, config.batch_size, tuple(image_size), device)
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
                             else "eager estimate; the run measures whether to compile when it starts")
