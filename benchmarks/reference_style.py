@@ -1,7 +1,7 @@
 """Reference-style baselines: the original code's formulation of each attention layer, in our words.
 
-These reproduce how epfml/attention-cnn computes attention (PAPER.md 2.3, 3.1-3.3, 7.2), so the
-benchmark can time our layers against it side by side with the same weights:
+These reproduce how epfml/attention-cnn computes attention (dense einsums over every pair of
+tokens), so the benchmark can time our layers against it side by side with the same weights:
 
 * quadratic: a precomputed relative-feature tensor ``R`` of shape ``(H, W, H, W, 5)`` holding
   (d1, d2, d1^2, d2^2, d1 d2) for every (query, key) pair, dotted with a per-head 5-vector to give

@@ -60,8 +60,10 @@ def register(subparsers) -> None:
                    help="test images for models whose attention depends on the input (default 100)")
     i.add_argument("--margin", type=int, default=0,
                    help="average only over queries at least this many tokens from the border (default 0: all)")
-    i.add_argument("--condition-number", type=float, default=1000.0, help="degenerate-head threshold (PAPER.md 3.8)")
-    i.add_argument("--min-eigenvalue", type=float, default=1e-5, help="degenerate-head threshold (PAPER.md 3.8)")
+    i.add_argument("--condition-number", type=float, default=1000.0,
+                   help="degenerate-head threshold (default: the reference code's)")
+    i.add_argument("--min-eigenvalue", type=float, default=1e-5,
+                   help="degenerate-head threshold (default: the reference code's)")
     i.add_argument("--data")
     i.add_argument("--data-dir")
     add_precision_option(i)

@@ -1,4 +1,4 @@
-"""The paper's figures with matplotlib (PAPER.md 4 and 5.3).
+"""The paper's figures with matplotlib (Figs. 2-6, and the reference's training plot).
 
 Figures are :class:`matplotlib.figure.Figure` objects rendered by :func:`save_figure` with the
 Agg/PDF canvases; pyplot and its global state are never used, so no backend is selected.
@@ -16,7 +16,7 @@ Agg/PDF canvases; pyplot and its global state are never used, so no backend is s
 Quadratic contours are drawn from the head's Gaussian evaluated on a sub-token grid around the
 query (the continuous version of the discrete map, ignoring the image border), normalised over
 that window; :func:`mass_threshold` finds the density level whose super-level set holds the
-stated mass, as the reference's training plot does (PAPER.md 4, "Attention plot").
+stated mass, as the reference's training plot does (``utils/plotting.py``).
 """
 
 from __future__ import annotations

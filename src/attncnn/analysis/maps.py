@@ -1,4 +1,5 @@
-"""Attention maps captured from real activations (PAPER.md 5.3; PEERS.md 4, convit#23).
+"""Attention maps captured from real activations (the paper's Figs. 5-6; convit#23 is what metrics taken
+from other inputs than the model's own get wrong).
 
 The fast forward path of a layer never materialises its attention probabilities. To see them,
 :func:`record_attention` puts a forward pre-hook on every block's attention layer: the hook takes

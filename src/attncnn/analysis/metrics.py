@@ -1,4 +1,4 @@
-"""Numbers that summarise what each attention head learned (PAPER.md 3.8, 5.3; PEERS.md 1).
+"""Numbers that summarise what each attention head learned (the paper's figures and pruning; ConViT's non-locality).
 
 Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distances in tokens,
 i.e. pixels of the token grid; one token is ``pooling`` image pixels wide):
@@ -18,7 +18,7 @@ head that attends to shift (0, 1) has distance exactly 1 with ``margin >= 1``.
 
 Quadratic heads also report their parameters: the centre Delta (row, col shift in tokens), alpha
 (isotropic) or Sigma^-1 (full covariance), the eigenvalues of Sigma^-1 (isotropic: ``2 alpha``
-twice), its condition number, and whether the head is degenerate (PAPER.md 3.8).
+twice), its condition number, and whether the head is degenerate (reference ``find_degenerated_heads``).
 
 GPSA heads (ConViT) also report their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional
 map (read off the parameters, no forward pass).
@@ -44,7 +44,7 @@ __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "
            "optimal_assignment", "grid_distance", "model_metrics", "epoch_metrics", "flatten_metrics",
            "DEFAULT_CONDITION_NUMBER", "DEFAULT_MIN_EIGENVALUE"]
 
-#: Pruning thresholds of the reference code (PAPER.md 3.8; the paper's text says 1e5).
+#: Pruning thresholds of the reference code (``find_degenerated_heads``; the paper's text says 1e5).
 DEFAULT_CONDITION_NUMBER = 1000.0
 DEFAULT_MIN_EIGENVALUE = 1e-5
 
@@ -124,7 +124,7 @@ def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tens
 
 def degenerate_heads(layer: QuadraticAttention, *, condition_number: float = DEFAULT_CONDITION_NUMBER,
                      min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE) -> torch.Tensor:
-    """Which heads of a quadratic layer are degenerate (PAPER.md 3.8, reference ``find_degenerated_heads``).
+    """Which heads of a quadratic layer are degenerate (reference ``find_degenerated_heads``).
 
     Isotropic heads: ``s^2 < min_eigenvalue`` (Sigma^-1 = s^2 I = 2 alpha I, nearly uniform
     attention). Full covariance: the eigenvalues of Sigma^-1 have a condition number above
@@ -317,7 +317,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         grid_size: token grid for position-only models without images (default: 32x32 images).
         margin: see :func:`head_statistics`.
         batch_size: images per forward pass.
-        condition_number, min_eigenvalue: degenerate-head thresholds (PAPER.md 3.8).
+        condition_number, min_eigenvalue: degenerate-head thresholds (the reference code's by default).
 
     Returns:
         ``{"grid": [H, W], "margin": m, "images": B or 0, "layers": [layer report, ...]}``; each

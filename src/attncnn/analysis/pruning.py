@@ -1,4 +1,4 @@
-"""Pruning degenerate quadratic heads (PAPER.md 3.8; runs quadratic-generalized -> -pruned).
+"""Pruning degenerate quadratic heads (the paper's pruning; reference runs quadratic-generalized -> -pruned).
 
 A head is degenerate when its attention is nearly uniform or a thin stripe
 (:func:`~attncnn.analysis.metrics.degenerate_heads`). Pruning removes it: its row of ``centers``
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 #: Name of the pruned starting weights inside a fine-tuned run folder (``checkpoints/pruned.safetensors``).
 PRUNED_CHECKPOINT = "pruned"
 #: Peak learning rate of the reference's fine-tune, 10x below the original run's 0.1
-#: (``runs/quadratic-generalized-pruned/run.sh``, PAPER.md 3.8; it runs 100 epochs).
+#: (``runs/quadratic-generalized-pruned/run.sh``; it runs 100 epochs).
 FINETUNE_LR = 0.01
 
 
@@ -111,7 +111,7 @@ def prune_layer(layer: QuadraticAttention, keep: torch.Tensor) -> QuadraticAtten
 
 def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAULT_CONDITION_NUMBER,
                            min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE) -> PruneResult:
-    """Remove every degenerate head of a quadratic image transformer, in place (PAPER.md 3.8).
+    """Remove every degenerate head of a quadratic image transformer, in place, as the reference code prunes them.
 
     A layer whose heads are all degenerate keeps its one least degenerate head (largest
     eigenvalue of Sigma^-1), since a layer needs at least one head. Afterwards
@@ -124,7 +124,8 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
     """
     layers = attention_layers(model)
     if not all(layer.has_centers for layer in layers):
-        raise ValueError("pruning degenerate heads needs a quadratic-attention model (PAPER.md 3.8)")
+        raise ValueError("pruning degenerate heads needs a quadratic-attention model (a quadratic or "
+                         "quadratic-generalized preset)")
     before = count_parameters(model)
     pruned, heads_before, heads_after = [], [], []
     for block, layer in zip(model.blocks, layers):
@@ -152,7 +153,7 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
     and digest of the data set, ``image_size``, training ``config``) with
     the pruned ``model_config`` (``layer_heads`` set), the training config's model options
     extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
-    thresholds and removed heads (PAPER.md 3.8). Write it with
+    thresholds and removed heads. Write it with
     ``attncnn.runs.save_checkpoint(path, model=model, metadata=...)``.
 
     Args:
@@ -184,7 +185,7 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
 
 
 def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
-    """The training configuration that fine-tunes a pruned run (PAPER.md 3.8).
+    """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``).
 
     It is the source run's stored configuration (``config.json`` / checkpoint ``config``) with
     ``layer_heads`` added to the model options, ``init_from`` cleared, and ``overrides``

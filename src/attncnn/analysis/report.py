@@ -1,4 +1,4 @@
-"""Table 1 for trained runs (PAPER.md 5.1): accuracy, size, compute and speed beside the paper's numbers.
+"""Table 1 for trained runs (the paper's Table 1): accuracy, size, compute and speed beside the paper's numbers.
 
 Conventions:
 
@@ -9,7 +9,7 @@ Conventions:
   :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and attention
   kernels) and halved (1 MAC = 2 FLOPs); softmax, normalisation, activations and other
   element-wise operations are not counted. The paper's "# FLOPS" used another, unstated
-  convention (PAPER.md 5.2), so compare ratios rather than absolute values;
+  convention, so compare ratios rather than absolute values;
 * images/s: batch size / median wall time of a step (training: forward, cross-entropy, backward,
   SGD update; inference: forward under ``no_grad``) on random images, on this machine, with the
   conventions of :mod:`attncnn.perf.bench.harness`.
@@ -55,7 +55,7 @@ def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) ->
 def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
     """The paper's "# FLOPS" of Table 1 for ``model``, one image: a reconstruction of its convention.
 
-    The paper's numbers fit two different counts (PAPER.md 5.1-5.2, section 8): for the attention
+    The paper's numbers fit two different counts: for the attention
     models 2 x the multiply-accumulates of the linear layers only (attention products left out;
     the 12.1 M quadratic model gives 6.18 B, the content model 15.0 B: the paper's 6.2 B and 15 B),
     for ResNet18 the plain multiply-accumulates of every convolution and linear layer (0.56 B).
@@ -105,7 +105,7 @@ def throughput(model: nn.Module, *, batch_size: int = 32, image_size: int = 32, 
             "infer_images_per_s": batch_size / timing["infer_seconds"], "batch_size": batch_size}
 
 
-#: The paper's "# FLOPS" column of Table 1 (PAPER.md 5.1; recalled, convention unstated).
+#: The paper's "# FLOPS" column of Table 1 (recalled, convention unstated).
 PAPER_FLOPS = {"resnet18": "0.56 B", "quadratic": "6.2 B", "learned": "6.2 B", "learned-content": "15 B"}
 
 

@@ -3,7 +3,7 @@
 Every layer maps a channels-last grid ``(B, H, W, D)`` to ``(B, H, W, D_out)``. Each of the N_h
 heads averages value vectors of width ``head_dim`` with its own attention map; the N_h averages
 are concatenated and mapped by one linear layer ``value`` of shape ``N_h*head_dim -> D_out``.
-With the paper's default ``head_dim = D`` (PAPER.md 2.3) there is no projection before the
+With the paper's default ``head_dim = D`` (as the reference code) there is no projection before the
 average: each head averages the tokens themselves and ``value`` holds the folded matrices
 ``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``). With
 ``head_dim != D`` a projection ``value_in: D -> N_h*head_dim`` comes first.

@@ -124,7 +124,7 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
 @torch.no_grad()
 def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
                      bias: torch.Tensor | None = None) -> None:
-    """Copy a convolution kernel's taps into the folded value matrix (Lemma 1, PAPER.md 1.2).
+    """Copy a convolution kernel's taps into the folded value matrix (Lemma 1).
 
     With heads as wide as the input (``value_in`` is None) the layer computes
     ``value(concat_h sum_k p_hk x_k)``; head h owns input columns ``h*D:(h+1)*D`` of ``value``, so

@@ -1,4 +1,5 @@
-"""Learned relative positional attention, position only ("SA learned emb.", PAPER.md 3.3).
+"""Learned relative positional attention, position only ("SA learned emb." of Table 1; reference
+``Learned2DRelativeSelfAttention``).
 
 Each axis has a table of ``2*max_size - 1`` rows, one per relative shift ``-(max_size-1) ..
 max_size-1`` (:func:`~attncnn.layers.relative.table_rows`); ``row_embeddings`` is indexed by the

@@ -1,4 +1,5 @@
-"""Content + learned relative attention, the paper's "SA learned emb. + content" (PAPER.md 3.3).
+"""Content + learned relative attention, the paper's "SA learned emb. + content" (Table 1;
+reference ``Learned2DRelativeSelfAttention`` with content).
 
 A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
@@ -54,7 +55,7 @@ def _axis_onehot(height: int, width: int, device: torch.device, dtype: torch.dty
 class LearnedRelativeContentAttention(ContentAttention):
     """Content + learned relative attention, the paper's "SA learned emb. + content" (29.5 M).
 
-    Score of head h (PAPER.md 3.3, later upstream form with the q.r term):
+    Score of head h (paper eq. 8, terms 1-2, in the reference code's later form with the q.r term):
     ``A = (q_h . k_h + q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``,
     with tables of width ``D_h/2`` per axis and no per-head key vectors.
 
@@ -155,7 +156,7 @@ class LearnedRelativeContentAttention(ContentAttention):
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
 
-        Paper eq. 8, term 2, in the form of PAPER.md 3.3 (r_delta = [e_row(delta_1); e_col(delta_2)],
+        Paper eq. 8, term 2, in the reference code's later form (r_delta = [e_row(delta_1); e_col(delta_2)],
         no separate key map for positions).
 
         Args:

@@ -5,13 +5,13 @@ Three shapes of probabilities, three products (all exact; tests compare them wit
 
 * :func:`mix_shared`: one map per head ``(N_h, N, N)`` for the whole batch (position-only
   attention, GPSA's positional part). Applied as one large matrix product over the batch, never
-  expanded over it (DESIGN.md: position-only attention does not depend on the input).
+  expanded over it (position-only attention does not depend on the input).
 * :func:`mix_per_image`: a map per image and head ``(B, N_h, N, N)`` (content attention, GPSA's
   gated map).
 * :func:`separable_mix`: a row factor ``(N_h, H, H)`` and a column factor ``(N_h, W, W)`` whose
   product is the map. When a head's score of query (i, j) and key (k, l) is a row term plus a
   column term, ``A = row[i, k] + col[j, l]`` (isotropic quadratic heads, paper eq. 9; learned
-  position-only heads, paper eq. 8 term 4 / PAPER.md 3.3), the softmax over all keys factors
+  position-only heads, paper eq. 8 term 4), the softmax over all keys factors
   exactly: ``P[(i, j), (k, l)] = softmax_k(row[i, :])[k] * softmax_l(col[j, :])[l]``, so a head's
   average is a product along rows followed by one along columns: ``2 N (H + W)`` multiply-adds
   per value channel instead of ``2 N^2`` (N = H W; 8x fewer for 16 x 16 tokens).
@@ -217,7 +217,7 @@ def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, 
     folded matrices): ``y = sum_h P_h (x W_h^T) + b``.
 
     The layer's output is ``sum_h (P_h x) W_h^T + b`` with ``W_h = weight[:, h*D:(h+1)*D]`` (the
-    folded value/output matrix of head h, PAPER.md 2.3 / Lemma 1). Applying ``W_h`` to the tokens
+    folded value/output matrix of head h, Lemma 1). Applying ``W_h`` to the tokens
     before the average gives the same sum with the same number of multiply-adds when ``D_out = D``,
     but lets the two products read and write their operands as they lie: ``V_h = x W_h^T`` is
     written head-major ``(N_h, N*B, D_out)``, which is exactly the ``(N_h*N, B*D_out)`` right operand

@@ -1,4 +1,4 @@
-"""Space-to-depth ("invertible pooling", PAPER.md 2.1) and its inverse, on channels-last grids.
+"""Space-to-depth (the paper's "invertible pooling" of width 2, after i-RevNet) and its inverse, on channels-last grids.
 
 The paper turns the 32x32x3 image into a 16x16 grid of 12-channel tokens by flattening every
 non-overlapping 2x2 patch (Jacobsen et al. 2018). The order of the channels inside a token is a

@@ -4,7 +4,7 @@ Quadratic (:mod:`~attncnn.layers.quadratic`) and learned position-only
 (:mod:`~attncnn.layers.learned`) layers implement :meth:`PositionalAttention.grid_scores`;
 their probabilities do not depend on the input, so they are computed once per forward, shared by
 the batch and never expanded over it. Dropout on them therefore uses one mask for the whole
-batch, which is what the reference code does for these layers (PAPER.md 2.3).
+batch, which is what the reference code does for these layers.
 
 Paths (``impl``): ``"dense"`` applies the ``(N_h, N, N)`` map as one batch-shared product
 (:func:`~attncnn.layers.mixing.mix_shared`); ``"folded"`` (heads as wide as the model) applies

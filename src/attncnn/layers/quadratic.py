@@ -5,8 +5,8 @@ For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
   ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
-  (``spreads``, shape ``(N_h,)``), so alpha is about 0.5 at initialisation (PAPER.md 3.1);
-* full covariance (PAPER.md 1.7, 3.2): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
+  (``spreads``, shape ``(N_h,)``), so alpha is about 0.5 at initialisation (reference ``GaussianSelfAttention``);
+* full covariance (the paper's appendix): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
   ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
 
 The dot-product form of eq. (9) differs from these by a term constant in k, which the softmax
@@ -39,7 +39,7 @@ class QuadraticAttention(PositionalAttention):
         num_heads: number of heads N_h (9 in the paper: one per shift of a 3x3 kernel).
         full_covariance: learn a full 2x2 ``Sigma^-1 = S S^T`` per head instead of one alpha.
         center_init_std: std of the centre initialisation, per coordinate (reference: 2.0;
-            the paper writes N(0, 2 I), i.e. std 1.41; see PAPER.md 2.5).
+            the paper writes N(0, 2 I), i.e. std 1.41).
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
         head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.GridAttention` and

@@ -1,6 +1,6 @@
 """Relative positions on an (H, W) token grid, built at call time and cached.
 
-Convention (PAPER.md 1.1): the relative shift of a (query, key) pair is ``delta = key - query``,
+Convention (the paper's): the relative shift of a (query, key) pair is ``delta = key - query``,
 in token units, with component 0 along the height (rows) and component 1 along the width
 (columns). Tokens are flattened row-major, so position ``n`` is ``(n // W, n % W)``.
 Nothing here has a maximum grid size; results are cached per (H, W, device, dtype).
@@ -66,7 +66,7 @@ def quadratic_features(height: int, width: int, device: torch.device | str = "cp
     """The quadratic relative encoding r_delta of every pair.
 
     Isotropic (paper eq. 9): ``r = (|delta|^2, delta_1, delta_2)``, shape ``(H*W, H*W, 3)``.
-    Generalised (PAPER.md 1.7): ``r = (delta_1, delta_2, delta_1^2, delta_2^2, delta_1*delta_2)``,
+    Generalised (the paper's appendix): ``r = (delta_1, delta_2, delta_1^2, delta_2^2, delta_1*delta_2)``,
     shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets`
     directly (a squared distance is better conditioned than this dot-product form); these
     features are exposed for the theory module and for tests of eq. (9).

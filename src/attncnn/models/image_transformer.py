@@ -1,4 +1,4 @@
-"""The paper's attention-only image classifier (reference ``BertImage``, PAPER.md 2.1-2.5).
+"""The paper's attention-only image classifier (reference ``BertImage``, ``models/transformer.py``).
 
     image (B, 3, 32, 32), normalised
       -> channels-last, 2x2 space-to-depth           (B, 16, 16, 12)
@@ -41,7 +41,7 @@ POS_EMBEDS = ("none", "learned")
 
 @dataclass
 class ImageTransformerConfig:
-    """Shape of an :class:`ImageTransformer`; defaults are the paper's (PAPER.md 2.6).
+    """Shape of an :class:`ImageTransformer`; defaults are the paper's (reference ``runs/*.sh``).
 
     Raises:
         ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
@@ -77,7 +77,7 @@ class ImageTransformerConfig:
     center_init_std: float = 2.0        #: quadratic: std of initial centres, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
     #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
-    #: (PAPER.md 3.8), whose layers keep different numbers of heads.
+    #: (reference ``runs/quadratic-generalized-pruned``), whose layers keep different numbers of heads.
     layer_heads: list[int] | None = None
     #: "random" (PyTorch's default init, as the reference) or "conv": head h of every layer starts
     #: on the h-th shift of a K x K kernel (row-major taps, as attncnn.theory), positional score
@@ -187,12 +187,12 @@ class ImageTransformerConfig:
 
 
 class TransformerBlock(nn.Module):
-    """One post-LN encoder layer on a ``(B, H, W, D)`` grid (reference ``BertLayer``, PAPER.md 2.2).
+    """One post-LN encoder layer on a ``(B, H, W, D)`` grid (reference ``BertLayer``).
 
     Args:
         config: the network's configuration.
         num_heads: heads of this layer's attention (None: ``config.num_heads``); a pruned model
-            has a different count per layer (``config.layer_heads``, PAPER.md 3.8).
+            has a different count per layer (``config.layer_heads``).
     """
 
     def __init__(self, config: ImageTransformerConfig, num_heads: int | None = None) -> None:

@@ -2,7 +2,7 @@
 
 Each preset fixes the network (``arch`` + configuration keywords) and the training recipe
 that goes with it (keys of :class:`attncnn.runs.TrainConfig`), plus the paper's Table 1
-numbers for comparison. Parameter counts for 10 classes are pinned by tests (PAPER.md 5.2).
+numbers for comparison. Parameter counts for 10 classes are pinned by tests (counted from the reference code's modules).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""CIFAR ResNet18, the paper's convolutional baseline (PAPER.md 3.7; kuangliu/pytorch-cifar layout).
+"""CIFAR ResNet18, the paper's convolutional baseline (reference ``runs/resnet``; kuangliu/pytorch-cifar layout).
 
 3x3 stem with 64 channels and stride 1, no max-pool; four stages of two basic blocks with
 64/128/256/512 channels and strides 1/2/2/2 (1x1 conv + BN shortcut when the shape changes);

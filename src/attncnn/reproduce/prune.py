@@ -1,6 +1,6 @@
 """``attncnn prune``: remove the degenerate heads of a quadratic run and, if asked, fine-tune the rest.
 
-The paper's pruning experiment (PAPER.md 3.8, the reference's ``quadratic-generalized-pruned``):
+The paper's pruning experiment (the reference's ``runs/quadratic-generalized-pruned``):
 which heads are degenerate and the pruned network come from :mod:`attncnn.analysis.pruning`; the
 fine-tune is a new training run that starts from the pruned weights, so it lives here, above both
 the analysis and the training. Registered by :mod:`attncnn.cli`; the handler returns the exit status.
@@ -33,7 +33,7 @@ def register(subparsers) -> None:
     """Add the ``prune`` subcommand."""
     pr = subparsers.add_parser(
         "prune", help="remove degenerate quadratic heads; report counts; optionally save or fine-tune",
-        description="Removes the degenerate heads of a quadratic run (PAPER.md 3.8: isotropic s^2 < min "
+        description="Removes the degenerate heads of a quadratic run (the reference code's rule: isotropic s^2 < min "
                     "eigenvalue; full covariance: condition number of Sigma^-1 above the limit or largest "
                     "eigenvalue below the minimum) and reports the per-layer counts and parameters before/after. "
                     "With --finetune-epochs N it fine-tunes the pruned model into a new run folder like the "

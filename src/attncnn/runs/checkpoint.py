@@ -1,6 +1,6 @@
 """Single-file training checkpoints in safetensors format (never pickle).
 
-The reference code saves ``torch.save`` pickles (PAPER.md section 4, "Checkpoints"). Loading a
+The reference code saves ``torch.save`` pickles. Loading a
 pickle can run arbitrary code, so attncnn writes and reads safetensors only:
 
 * tensors ``model.<name>`` for ``model.state_dict()``;

@@ -14,7 +14,7 @@ fsync, rename), so a crash or a full disk during a write leaves the previous ver
 failed write raises :class:`RunFolderError` naming the file, the cause and the fix.
 
 This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + TensorBoardX folder
-(PAPER.md section 4, "Checkpoints" and "Logging").
+(``train.py``).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
-"""Theorem 1 as code (PAPER.md 1.1-1.7): attention layers that are convolutions, and the converse.
+"""Theorem 1 as code, with its lemmas and corollaries: attention layers that are convolutions, and the converse.
 
 * :func:`attention_from_conv2d` / :func:`attention_from_conv1d`: the multi-head self-attention
   layer (the project's :class:`~attncnn.layers.QuadraticAttention`) equal to a given convolution,
-  with zero padding, stride, dilation and narrow heads (Theorem 1, Lemma 1, PAPER.md 1.5-1.6);
+  with zero padding, stride, dilation and narrow heads (Theorem 1, Lemma 1 and the remarks after them);
 * :func:`conv_from_attention`: the convolution closest to a positional attention layer, with a
   per-head report;
 * :func:`layer_as_conv`: one layer of an image transformer (e.g. a conv-initialised model at step 0)

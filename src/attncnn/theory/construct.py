@@ -1,6 +1,7 @@
 """Theorem 1 as code: the multi-head self-attention layer that *is* a given convolution.
 
-Construction (PAPER.md 1.2-1.5), with the project's own :class:`~attncnn.layers.QuadraticAttention`:
+Construction (Lemmas 1-2, Theorem 1 and its remarks), with the project's own
+:class:`~attncnn.layers.QuadraticAttention`:
 
 * one head per kernel tap: N_h = K^2 heads; head ``h = u*K + v`` serves tap ``(u, v)`` and has
   centre ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
@@ -13,7 +14,7 @@ Construction (PAPER.md 1.2-1.5), with the project's own :class:`~attncnn.layers.
 Then ``MHSA(X)_q = b + sum_h X_{q + Delta^(h)} W^(h)``, which is exactly
 :func:`torch.nn.functional.conv2d` (a cross-correlation, so no kernel flip is involved).
 
-Padding, stride and dilation (PAPER.md 1.5): the token grid is padded with zero tokens and the
+Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with zero tokens and the
 output cropped ("same"), or only the interior is kept ("valid"); a stride ``s`` is the stride-1
 layer followed by keeping every ``s``-th row and column; a dilation only moves the centres.
 :class:`AttentionConv2d` is that thin wrapper around the attention layer.
@@ -92,7 +93,7 @@ def _single(value, name: str, dims: int) -> int:
 
 
 class AttentionConv2d(nn.Module):
-    """A convolution computed by multi-head self-attention (Theorem 1 + PAPER.md 1.5).
+    """A convolution computed by multi-head self-attention (Theorem 1 and its remarks on padding, stride and dilation).
 
     ``forward`` zero-pads the token grid (``"same"``), applies :attr:`attention` (a
     :class:`~attncnn.layers.QuadraticAttention` with one head per kernel tap), crops the frame of
@@ -281,7 +282,7 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
                           padding: str | None = "same", bias: torch.Tensor | None = None,
                           stride: int | None = None, dilation: int | None = None, head_dim: int | None = None,
                           channels: Sequence[int] | None = None) -> AttentionConv2d:
-    """Build the multi-head self-attention layer equal to a 2-D convolution (Theorem 1, PAPER.md 1.4).
+    """Build the multi-head self-attention layer equal to a 2-D convolution (Theorem 1).
 
     Args:
         conv: a :class:`torch.nn.Conv2d` (its bias, stride and dilation are used), or a weight
@@ -297,7 +298,7 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
             (its padding must be 0 or ``(K // 2) * dilation``).
         bias: ``(C_out,)``, only with a weight tensor.
         stride, dilation: ints, only with a weight tensor (default 1). A stride is applied by
-            subsampling the stride-1 output (PAPER.md 1.5).
+            subsampling the stride-1 output (the paper's remark on stride).
         head_dim: width D_h of each head (default C_in: the paper's full-width heads, no value
             projection; exact for every C_out). With ``head_dim != C_in`` the layer has a value
             projection C_in -> N_h*D_h, every W^(h) factors through D_h dimensions, and only

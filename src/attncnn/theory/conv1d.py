@@ -1,4 +1,4 @@
-"""The 1-D corollary (PAPER.md 1.6): K heads with the encoding (delta^2, delta) are a 1-D convolution.
+"""The paper's 1-D corollary: K heads with the encoding (delta^2, delta) are a 1-D convolution.
 
 No separate 1-D layer is needed: a sequence ``(B, T, C)`` is a token grid of one row,
 ``(B, 1, T, C)``, and on that grid every relative shift is ``delta = (0, delta_2)``. With centres
@@ -69,7 +69,7 @@ def attention_from_conv1d(conv: nn.Conv1d | torch.Tensor, *, alpha: float | None
                           padding: str | None = "same", bias: torch.Tensor | None = None,
                           stride: int | None = None, dilation: int | None = None, head_dim: int | None = None,
                           channels: Sequence[int] | None = None) -> AttentionConv1d:
-    """Build the attention layer equal to a 1-D convolution (PAPER.md 1.6, N_h = K heads).
+    """Build the attention layer equal to a 1-D convolution (the paper's 1-D corollary, N_h = K heads).
 
     Args:
         conv: a :class:`torch.nn.Conv1d` or a weight tensor ``(C_out, C_in, K)``, K odd.

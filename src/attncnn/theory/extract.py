@@ -5,7 +5,7 @@ encoding), :func:`conv_from_attention`
 
 1. reads each head's centre of attention (the quadratic layers' ``centers``; for other encodings
    the probability-weighted mean shift of one query in the middle of a grid),
-2. assigns heads to the K x K grid of kernel shifts (PAPER.md 1.1, ``ΔΔ_K``, times the dilation)
+2. assigns heads to the K x K grid of kernel shifts (the paper's ``ΔΔ_K``, times the dilation)
    by an optimal assignment that minimises the total squared centre-to-shift distance (or each
    head to its nearest shift),
 3. reads each head's folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift,

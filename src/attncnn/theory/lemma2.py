@@ -16,7 +16,7 @@ removes off-target mass and keeps the bound):
     |sum_k p_k X_k W^(h) - X_t W^(h)| = |sum_{k != t} p_k (X_k - X_t) W^(h)| <= m(alpha) * 2 M_h,
     M_h = max_k ||X_k W^(h)||_inf   (max over the tokens of the attended grid and output channels),
 
-and summing over heads, ``max |attention - conv| <= 2 m(alpha) sum_h M_h`` (PAPER.md 1.3). The
+and summing over heads, ``max |attention - conv| <= 2 m(alpha) sum_h M_h`` (from Lemma 2). The
 bound falls like ``exp(-alpha)``; it ignores floating-point rounding, which dominates once
 ``m(alpha)`` is below the dtype's resolution (see :func:`~attncnn.theory.default_alpha`).
 """
@@ -99,7 +99,7 @@ class Lemma2Bound:
 
 @torch.no_grad()
 def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
-    """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2, PAPER.md 1.3).
+    """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2).
 
     Assumes each head's centre sits exactly on its kernel shift, as built by
     :func:`~attncnn.theory.attention_from_conv2d` (with any ``alpha``).

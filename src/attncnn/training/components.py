@@ -113,7 +113,7 @@ def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> Train
 def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
     """``config.optimizer`` (SGD, the paper's, or AdamW, ConViT's) with two groups: weight decay on
     everything except the model's ``no_weight_decay()`` names (Gaussian centres and spreads, as the
-    reference optimiser, PAPER.md 4; by the same rule GPSA's positional vectors ``v_pos`` and gates)."""
+    reference optimiser in ``train.py``; by the same rule GPSA's positional vectors ``v_pos`` and gates)."""
     skip = getattr(model, "no_weight_decay", lambda: set())()
     decay = [p for n, p in model.named_parameters() if n not in skip]
     no_decay = [p for n, p in model.named_parameters() if n in skip]
@@ -128,7 +128,7 @@ def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimiz
 
 
 def make_schedule(config: TrainConfig, train_loader: DeviceLoader) -> LRSchedule:
-    """The run's learning rate for every (epoch, step) (PAPER.md 4; ``schedule.py``)."""
+    """The run's learning rate for every (epoch, step) (the paper's warm-up and cosine; ``schedule.py``)."""
     return LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=len(train_loader),
                       kind=config.schedule, warmup_ratio=config.warmup_ratio, stepping=config.lr_stepping,
                       milestones=tuple(config.milestones), gamma=config.gamma,

@@ -1,7 +1,7 @@
 """Starting a run from another run's weights (``--init-from``): weights only, checked before loading.
 
 Only the weights are taken: optimiser state, random state and epoch counters start anew, so the run
-is a fine-tune with its own schedule (the paper's pruned run, PAPER.md 3.8).
+is a fine-tune with its own schedule (the paper's pruned run, reference ``runs/quadratic-generalized-pruned``).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ def load_weights(model: nn.Module, path: str | Path) -> None:
     """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``).
 
     Only the weights are taken: optimiser state, random state and epoch counters start anew, so
-    the run is a fine-tune with its own schedule (the paper's pruned run, PAPER.md 3.8).
+    the run is a fine-tune with its own schedule (the paper's pruned run, reference
+    ``runs/quadratic-generalized-pruned``).
 
     Raises:
         CheckpointError: missing or unreadable file (message names it).

@@ -1,9 +1,10 @@
 """Learning-rate schedules: linear warm-up + cosine (attention models), multistep (ResNet), constant.
 
-Source: PAPER.md section 4 ("Learning-rate schedule", reference ``utils/learning_rate.py`` +
-``train.py``) and section 3.7 (ResNet18 baseline: ``MultiStepLR`` at epochs 80, 150, 250, x0.1).
+Source: the paper's training setup (SGD, 5 % linear warm-up, cosine decay) as the reference code
+computes it (``utils/learning_rate.py`` and ``train.py``), and its ResNet18 baseline's schedule
+(``runs/resnet``: ``MultiStepLR`` at epochs 80, 150, 250, x0.1).
 
-Two ways of applying the schedule are offered (PAPER.md section 8, "LR schedule" row):
+Two ways of applying the schedule are offered, because the paper and its code differ here:
 
 * ``stepping="step"`` (default): the LR is updated before every batch, which is what the paper
   describes. The cosine curve spans ``epochs * steps_per_epoch`` batches.
@@ -28,7 +29,7 @@ def warmup_cosine_multiplier(step: float, total_steps: int, warmup_steps: int) -
     """Multiplier lambda(s) of the base LR: linear warm-up, then half a cosine down to 0.
 
     ``lambda(s) = s / warmup_steps`` for ``s < warmup_steps``, otherwise
-    ``0.5 * (1 + cos(pi * (s - warmup_steps) / (total_steps - warmup_steps)))`` (PAPER.md section 4).
+    ``0.5 * (1 + cos(pi * (s - warmup_steps) / (total_steps - warmup_steps)))`` (reference ``utils/learning_rate.py``).
     Steps past ``total_steps`` are clamped to ``total_steps`` (multiplier 0) rather than letting the
     cosine rise again.
 
@@ -64,7 +65,7 @@ class LRSchedule:
         epochs: number of training epochs (> 0).
         steps_per_epoch: batches actually run per epoch (> 0; 500 for CIFAR-10 at batch 100).
         kind: ``"cosine"`` (linear warm-up + cosine, attention models), ``"multistep"`` (ResNet,
-            PAPER.md 3.7) or ``"constant"``.
+            reference ``runs/resnet``) or ``"constant"``.
         warmup_ratio: warm-up length as a fraction of ``T_max``, in ``[0, 1)`` (paper: 0.05).
         stepping: ``"step"`` (update every batch, the paper's description) or ``"epoch"``
             (the reference code's once-per-epoch update; see the module docstring).

@@ -1,4 +1,4 @@
-"""The paper's interactive website (PAPER.md 6) as one self-contained, offline HTML file.
+"""The paper's interactive website (epfml.github.io/attention-cnn) as one self-contained, offline HTML file.
 
 :func:`write_viewer` exports the attention of one or more runs, for a few test images and the
 average over a batch of test images, into a single HTML file (no network, all JS and CSS inline).

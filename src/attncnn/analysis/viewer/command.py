@@ -1,4 +1,4 @@
-"""``attncnn viewer``: the paper's interactive website as one offline HTML file (PAPER.md 6).
+"""``attncnn viewer``: the paper's interactive website as one offline HTML file (epfml.github.io/attention-cnn).
 
 Registered by :mod:`attncnn.cli` (module ``attncnn.analysis.viewer.command``); the handler returns
 the exit status; the library it calls is imported only when the command runs. Errors are raised as

@@ -19,7 +19,7 @@ keys (row-major):
 ``separable8``
     uint8 ``q (N_h, N, H+W)`` with per-row float32 ``lo`` and ``step``:
     ``value[(k, l)] = lo + step * (q[k] + q[H + l])``. The learned relative q.r term is a row term
-    plus a column term (PAPER.md 3.3), so ``H + W`` numbers give all ``H * W`` keys; the two parts
+    plus a column term (the learned encoding), so ``H + W`` numbers give all ``H * W`` keys; the two parts
     share the step ``max(range(row), range(col)) / 255`` and the error is at most ``step``. Used
     only when a measured decomposition reproduces the full map to 1e-4 of its scale.
 

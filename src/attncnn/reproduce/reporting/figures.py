@@ -1,7 +1,7 @@
 """Any study's figures: :func:`draw_figures` draws those of the shape the study declares (the
 figure code is :mod:`attncnn.analysis.figures`; this module only chooses which run feeds which figure).
 
-A Table 1 suite's, from its trained models (PAPER.md 5.3):
+A Table 1 suite's, from its trained models (the paper's Figs. 2-6):
 
 * Fig. 2: test accuracy against epoch of every model (first finished seed of each);
 * Fig. 3: the centres of one quadratic layer after each epoch (periodic checkpoints);

@@ -6,7 +6,7 @@ Table 1 suite (:func:`plan`), or a grid's row on one training-set fraction into
 folder is an ordinary run folder, so that every ``attncnn`` command (evaluate, inspect, plot,
 viewer, train --resume) works on it.
 
-Like the reference code's ``runs/*/run.sh`` scripts (PAPER.md section 4), but resumable: a job whose
+Like the reference code's ``runs/*/run.sh`` scripts, but resumable: a job whose
 folder holds ``finished.json`` is skipped, one with a folder but no ``finished.json`` is resumed from
 its last checkpoint (:func:`job_state`).
 

@@ -27,6 +27,7 @@ TABLE1_CLAIMS = (
           "test accuracy %: learned + content vs learned position-only",
           Accuracies(("learned-content", "learned"))),
     Claim("degenerate heads", "full-covariance heads degenerate and can be pruned",
-          "{row}: degenerate heads per layer (condition number > 1000 or an eigenvalue < 1e-5, PAPER.md 3.8), of 9",
+          "{row}: degenerate heads per layer (condition number > 1000 or an eigenvalue < 1e-5, the reference "
+          "code's rule), of 9",
           PerLayer("quadratic-generalized", "degenerate_heads", digits=None)),
 )
