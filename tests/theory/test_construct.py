@@ -73,6 +73,12 @@ def test_full_images_and_one_hot_attention(test_images, dtype):
 def test_default_alpha_rule():
     assert default_alpha(torch.float32) == pytest.approx(87.336, abs=1e-3)
     assert default_alpha(torch.float64) == pytest.approx(708.396, abs=1e-3)
+    # half-precision layers run scores and softmax in float32: its alpha makes them exactly one-hot too
+    for dtype in (torch.float16, torch.bfloat16):
+        assert default_alpha(dtype) == default_alpha(torch.float32)
+        probs = attention_from_conv2d(torch.randn(2, 3, 3, 3).to(dtype)).attention.grid_probs(9, 9)[0]
+        interior = torch.tensor([r * 9 + c for r in range(1, 8) for c in range(1, 8)])   # every target exists
+        assert torch.all(probs[:, interior].amax(-1) == 1.0) and torch.all(probs[:, interior].sum(-1) == 1.0)
     with pytest.raises(ValueError, match="floating"):
         default_alpha(torch.int64)
 
@@ -86,8 +92,9 @@ def test_conv_module_geometry_and_padding_from_module(test_images):
     x = test_images[:2, :, :16, :16]
     for pad, expected in ((1, "same"), (0, "valid")):
         conv = nn.Conv2d(3, 5, 3, stride=2, padding=pad).double()
-        module = attention_from_conv2d(conv, padding=None)
+        module = attention_from_conv2d(conv)                   # by default the module's own padding
         assert (module.padding, module.stride, module.dilation) == (expected, 2, 1)
+        assert attention_from_conv2d(conv, padding=expected).padding == expected
         with torch.no_grad():
             out = module(x.permute(0, 2, 3, 1))
         assert relative_error(out, conv(x).detach().permute(0, 2, 3, 1)) <= 1e-10
@@ -113,8 +120,8 @@ def test_trained_resnet_first_layer(resnet_checkpoint, test_images, dtype):
 
 
 def test_narrow_heads_reproduce_min_dh_cout_channels(test_images):
-    x = test_images[:2, :, :16, :16]
-    weight = torch.randn(12, 3, 3, 3, dtype=torch.float64)
+    x = test_images[:2, :, :16, :16].repeat(1, 3, 1, 1)                # 9 input channels, wider than the heads
+    weight = torch.randn(12, 9, 3, 3, dtype=torch.float64)
     bias = torch.randn(12, dtype=torch.float64)
     ref = conv_reference(x, weight, bias, 1, 1, "same")
     with pytest.warns(UserWarning, match=r"only output channels \[0, 1, 2, 3, 4\]"):
@@ -145,7 +152,24 @@ def test_narrow_heads_reproduce_min_dh_cout_channels(test_images):
     with pytest.raises(ValueError, match="distinct"):
         attention_from_conv2d(weight, head_dim=4, channels=[0, 0])
     # head_dim == C_in means full-width heads (no value projection): every channel is exact.
-    assert attention_from_conv2d(weight, head_dim=3).exact_channels == tuple(range(12))
+    assert attention_from_conv2d(weight, head_dim=9).exact_channels == tuple(range(12))
+
+
+def test_heads_at_least_as_wide_as_the_input_reproduce_every_channel(test_images):
+    """W^(h) (C_in x C_out) has rank <= C_in, so it factors through D_h >= C_in dimensions."""
+    x = test_images[:2, :, :16, :16]
+    weight = torch.randn(8, 3, 3, 3, dtype=torch.float64)
+    bias = torch.randn(8, dtype=torch.float64)
+    ref = conv_reference(x, weight, bias, 1, 1, "same")
+    for head_dim in (3, 4, 7):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                 # no channel left out: no warning
+            module = attention_from_conv2d(weight, bias=bias, head_dim=head_dim)
+        assert module.exact_channels == tuple(range(8)) and module.attention.head_dim == head_dim
+        assert (module.attention.value_in is None) == (head_dim == 3)
+        with torch.no_grad():
+            out = module(x.permute(0, 2, 3, 1))
+        assert relative_error(out, ref) <= 1e-10
 
 
 @pytest.mark.parametrize("make, message", [
@@ -154,7 +178,8 @@ def test_narrow_heads_reproduce_min_dh_cout_channels(test_images):
     (lambda: attention_from_conv2d(nn.Conv2d(4, 4, 3, groups=2)), "groups"),
     (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3, padding=1, padding_mode="reflect")), "zero padding"),
     (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3, stride=(1, 2))), "stride"),
-    (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3, padding=2), padding=None), "pads 2"),
+    (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3, padding=2)), "pads 2"),
+    (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3, padding=0), padding="same"), "contradicts the Conv2d's own"),
     (lambda: attention_from_conv2d(nn.Conv2d(3, 4, 3), bias=torch.zeros(4)), "weight tensor"),
     (lambda: attention_from_conv2d(torch.randn(2, 3, 3, 3), padding="full"), "padding"),
     (lambda: attention_from_conv2d(torch.randn(2, 3, 3, 3), stride=0), "stride"),
@@ -172,5 +197,6 @@ def test_bad_inputs_raise():
     module = attention_from_conv2d(torch.randn(2, 3, 5, 5), padding="valid")
     with pytest.raises(ValueError, match=r"\(B, H, W, 3\)"):
         module(torch.randn(1, 3, 8, 8))
-    with pytest.raises(ValueError, match="kernel extent"):
+    with pytest.raises(ValueError, match="at least as large as the kernel extent 5"):
         module(torch.randn(1, 4, 8, 3))
+    assert module(torch.randn(1, 5, 5, 3)).shape == (1, 1, 1, 2)          # an input as large as the kernel

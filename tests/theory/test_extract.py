@@ -107,8 +107,8 @@ def test_nearest_assignment_sums_heads_on_one_shift():
 
 
 def test_value_projection_is_folded(test_images):
-    with pytest.warns(UserWarning):
-        module = attention_from_conv2d(torch.randn(6, 3, 3, 3, dtype=torch.float64), head_dim=4)
+    module = attention_from_conv2d(torch.randn(6, 3, 3, 3, dtype=torch.float64), head_dim=4)   # projection 3 -> 4
+    assert module.attention.value_in is not None and module.exact_channels == tuple(range(6))
     with torch.no_grad():
         module.attention.value_in.bias.normal_()       # a bias on the values is a constant: folded into b
     x = test_images[:1, :, :12, :12].permute(0, 2, 3, 1)

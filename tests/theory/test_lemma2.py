@@ -51,7 +51,7 @@ def test_measured_error_stays_under_the_bound_and_falls_exponentially(test_image
     bias = torch.randn(8, generator=gen, dtype=torch.float64)
     pad = (k // 2) * dilation if padding == "same" else 0
     ref = F.conv2d(x, weight, bias, padding=pad, dilation=dilation).permute(0, 2, 3, 1)
-    errors, bounds = [], []
+    errors = []
     for alpha in ALPHAS:
         module = attention_from_conv2d(weight, bias=bias, alpha=alpha, dilation=dilation, padding=padding)
         x_last = x.permute(0, 2, 3, 1)
@@ -61,17 +61,30 @@ def test_measured_error_stays_under_the_bound_and_falls_exponentially(test_image
         assert bound.off_target_mass == pytest.approx([off_target_mass(alpha)] * (k * k), rel=1e-12)
         assert err <= bound.output_bound
         errors.append(err)
-        bounds.append(bound.output_bound)
     # Strictly falling, and exponentially: log(error) is linear in alpha with slope about -1
     # (the nearest competing keys sit at squared distance 1, weight exp(-alpha)).
     assert all(b < a for a, b in zip(errors, errors[1:]))
     slopes = [(math.log(errors[i + 1]) - math.log(errors[i])) / (ALPHAS[i + 1] - ALPHAS[i]) for i in (2, 3)]
     assert all(-1.3 < s < -0.7 for s in slopes), slopes
-    # The bound decays at the same rate (it is m(alpha) times a constant).
-    assert bounds[-1] / bounds[2] == pytest.approx(off_target_mass(8.0) / off_target_mass(2.0))
 
 
-def test_bound_rejects_wrong_width():
+def test_bound_rejects_wrong_width_and_moved_centres():
     module = attention_from_conv2d(torch.randn(2, 3, 3, 3), alpha=1.0)
     with pytest.raises(ValueError, match="3 input channels"):
         lemma2_bound(module, torch.randn(1, 4, 4, 2))
+    with torch.no_grad():
+        module.attention.centers[4] += 0.5          # a head off its shift: the bound would not hold
+    with pytest.raises(ValueError, match="centred on their kernel shifts"):
+        lemma2_bound(module, torch.randn(1, 4, 4, 3))
+
+
+def test_the_bound_holds_on_the_channels_narrow_heads_reproduce(test_images):
+    x = test_images[:2, :, :12, :12].repeat(1, 2, 1, 1)               # 6 input channels
+    weight = torch.randn(8, 6, 3, 3, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ref = F.conv2d(x, weight, padding=1).permute(0, 2, 3, 1)
+    with pytest.warns(UserWarning, match="only output channels"):
+        module = attention_from_conv2d(weight, alpha=4.0, head_dim=3)   # narrower than C_in and C_out
+    x_last = x.permute(0, 2, 3, 1)
+    with torch.no_grad():
+        error = (module(x_last) - ref)[..., list(module.exact_channels)].abs().max().item()
+    assert module.exact_channels == (0, 1, 2) and 0 < error <= lemma2_bound(module, x_last).output_bound

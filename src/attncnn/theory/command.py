@@ -78,15 +78,19 @@ def _kernel(args: argparse.Namespace, dtype):
                 raise ValueError(f"checkpoint {args.conv_from} holds no Conv2d layer")
             name, conv = named[0]
         # Validates the layer (odd square kernel, groups 1, zero padding) and reads its geometry.
-        weight, bias, stride, dilation, padding = _conv_parts(conv, None, None, None, args.padding, 2, nn.Conv2d)
+        weight, bias, stride, dilation, padding = _conv_parts(conv, None, None, None, None, 2, nn.Conv2d)
         given = {"kernel": (args.kernel, weight.shape[-1]), "in-channels": (args.in_channels, weight.shape[1]),
                  "out-channels": (args.out_channels, weight.shape[0]), "dilation": (args.dilation, dilation)}
         for option, (value, actual) in given.items():
             if value is not None and value != actual:
                 raise ValueError(f"--{option} {value} contradicts the checkpoint's {name} ({actual}); leave it out")
+        # --stride and --padding may change how the checkpoint's kernel is applied: the description says so
+        changed = [f"{option} {new!r} instead of its {own!r}" for option, new, own in
+                   (("stride", args.stride, stride), ("padding", args.padding, padding)) if new not in (None, own)]
         stride = args.stride if args.stride is not None else stride
+        padding = args.padding or padding
         return (weight.to(dtype), None if bias is None else bias.to(dtype), stride, dilation, padding,
-                f"checkpoint {args.conv_from} ({name})")
+                f"checkpoint {args.conv_from} ({name}{', ' if changed else ''}{', '.join(changed)})")
     k = 3 if args.kernel is None else args.kernel
     c_in = 3 if args.in_channels is None else args.in_channels
     c_out = 16 if args.out_channels is None else args.out_channels
@@ -161,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
     x, image_source = _images(args, c_in, dtype)
     pad = (k // 2) * dilation
     if padding == "valid" and min(x.shape[2:]) <= 2 * pad:
-        raise ValueError(f"'valid' padding needs images larger than the kernel extent {2 * pad + 1}")
+        raise ValueError(f"'valid' padding needs images at least as large as the kernel extent {2 * pad + 1}")
 
     with torch.no_grad():
         start = time.perf_counter()

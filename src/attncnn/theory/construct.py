@@ -14,10 +14,14 @@ Construction (Lemmas 1-2, Theorem 1 and its remarks), with the project's own
 Then ``MHSA(X)_q = b + sum_h X_{q + Delta^(h)} W^(h)``, which is exactly
 :func:`torch.nn.functional.conv2d` (a cross-correlation, so no kernel flip is involved).
 
-Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with zero tokens and the
-output cropped ("same"), or only the interior is kept ("valid"); a stride ``s`` is the stride-1
-layer followed by keeping every ``s``-th row and column; a dilation only moves the centres.
-:class:`AttentionConv2d` is that thin wrapper around the attention layer.
+Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with
+zero tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
+is the stride-1 layer followed by keeping every ``s``-th row and column; a dilation only moves the
+centres. :class:`AttentionConv2d` is that thin wrapper around the attention layer.
+
+Heads of width ``D_h`` other than ``C_in`` add a value projection, and ``W^(h)`` must factor through
+``D_h`` dimensions: heads at least ``min(C_in, C_out)`` wide still reproduce every output channel;
+narrower ones reproduce ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``), and the others are 0.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..layers import QuadraticAttention, kernel_shifts
+from ..layers.autocast_rules import score_dtype
 
 __all__ = ["AttentionConv2d", "attention_from_conv2d", "default_alpha", "kernel_shifts", "PADDINGS"]
 
@@ -44,20 +49,21 @@ PADDINGS = ("same", "valid")
 def default_alpha(dtype: torch.dtype) -> float:
     """Sharpness that makes every head exactly one-hot in ``dtype`` (Lemma 2 with finite alpha).
 
-    Rule: ``alpha = -ln(tiny)``, where ``tiny = torch.finfo(dtype).tiny`` is the smallest normal
-    number: 87.34 for float32 and bfloat16, 708.40 for float64. Why this is enough: a head's score
-    is ``-alpha |delta - Delta|^2``; the target key scores exactly 0 (its centre is an integer
-    shift), and every other key lies at squared distance >= 1 on the integer lattice, so its
-    unnormalised weight is at most ``exp(-alpha) = tiny`` (times ``1 + O(alpha eps)``, as the layer
-    stores ``s = sqrt(2 alpha)`` rounded). The sum of these weights over any grid of fewer than
-    ``eps / (2 tiny)`` tokens (about 5e30 in float32) is below half an ulp of 1, so the softmax
-    denominator rounds to exactly 1, the target probability is exactly 1, and every off-target
-    probability is about ``tiny`` or less; the layer then sets it to exactly 0, being below its
-    ``eps**2`` threshold. Scores cannot overflow for any grid that fits in memory
+    Rule: ``alpha = -ln(tiny)``, where ``tiny`` is the smallest normal number of the dtype the
+    layer's scores and softmax run in (:func:`~attncnn.layers.autocast_rules.score_dtype`: float32
+    for float16 and bfloat16 parameters): 87.34 for float32, bfloat16 and float16, 708.40 for
+    float64. Why this is enough: a head's score is ``-alpha |delta - Delta|^2``; the target key
+    scores exactly 0 (its centre is an integer shift), and every other key lies at squared
+    distance >= 1 on the integer lattice, so its unnormalised weight is at most
+    ``exp(-alpha) = tiny`` (times ``1 + O(alpha eps)``, as the layer stores ``s = sqrt(2 alpha)``
+    rounded in the parameter dtype: within a factor 1.5 in bfloat16). The sum of these weights over
+    any grid of fewer than ``eps / (2 tiny)`` tokens (about 5e30 in float32) is below half an ulp
+    of 1, so the softmax denominator rounds to exactly 1, the target probability is exactly 1, and
+    every off-target probability is about ``tiny`` or less; the layer then sets it to exactly 0,
+    being below its ``eps**2`` threshold. Scores cannot overflow for any grid that fits in memory
     (``alpha |delta - Delta|^2`` is about ``710 (H^2 + W^2)`` at most, far below the float32
-    maximum 3.4e38), and an infinite score would only make that weight 0, since the target
-    score is finite. float16 (tiny = 6e-5) is not covered: its off-target mass is not below its
-    resolution.
+    maximum 3.4e38), and an infinite score would only make that weight 0, since the target score
+    is finite.
 
     Args:
         dtype: a floating dtype.
@@ -70,7 +76,7 @@ def default_alpha(dtype: torch.dtype) -> float:
     """
     if not dtype.is_floating_point:
         raise ValueError(f"alpha is defined for floating dtypes, got {dtype}")
-    return -math.log(torch.finfo(dtype).tiny)
+    return -math.log(torch.finfo(score_dtype(dtype)).tiny)
 
 
 def _check_geometry(kernel_size: int, dilation: int, stride: int) -> None:
@@ -93,7 +99,8 @@ def _single(value, name: str, dims: int) -> int:
 
 
 class AttentionConv2d(nn.Module):
-    """A convolution computed by multi-head self-attention (Theorem 1 and its remarks on padding, stride and dilation).
+    """A convolution computed by multi-head self-attention (Theorem 1 and its remarks on padding,
+    stride and dilation).
 
     ``forward`` zero-pads the token grid (``"same"``), applies :attr:`attention` (a
     :class:`~attncnn.layers.QuadraticAttention` with one head per kernel tap), crops the frame of
@@ -107,7 +114,7 @@ class AttentionConv2d(nn.Module):
         padding: ``"same"`` (zero padding of ``p`` on every side, output ``ceil(H / s)``) or
             ``"valid"`` (no padding, output ``floor((H - 2p - 1) / s) + 1``).
         exact_channels: output channels the layer reproduces exactly (all of them unless the
-            heads are narrower than the output, item 3 of the construction).
+            heads are narrower than both the input and the output; the module docstring).
     """
 
     spatial_dims = 2
@@ -174,7 +181,7 @@ class AttentionConv2d(nn.Module):
         if self.padding == "same":
             grid = self._pad_grid(grid)
         elif min(grid.shape[3 - self.spatial_dims:3]) <= 2 * self.pad:
-            raise ValueError(f"'valid' padding needs inputs larger than the kernel extent {2 * self.pad + 1}, "
+            raise ValueError(f"'valid' padding needs inputs at least as large as the kernel extent {2 * self.pad + 1}, "
                              f"got {tuple(x.shape)}")
         return self._from_grid(self._crop(self.attention(grid)))
 
@@ -199,16 +206,19 @@ def _conv_parts(conv, bias, stride, dilation, padding, dims: int, module_type: t
             raise ValueError(f"the kernel must be square, got {tuple(ks)}")
         stride = _single(conv.stride, "stride", dims)
         dilation = _single(conv.dilation, "dilation", dims)
-        if padding is None:
-            if isinstance(conv.padding, str):
-                padding = conv.padding
-            else:
-                p = _single(conv.padding, "padding", dims)
-                reach = (ks[0] // 2) * dilation
-                if p not in (0, reach):
-                    raise ValueError(f"the convolution pads {p}; only 0 ('valid') and {reach} ('same') "
-                                     "are expressible")
-                padding = "valid" if p == 0 else "same"
+        if isinstance(conv.padding, str):
+            own = conv.padding
+        else:
+            p = _single(conv.padding, "padding", dims)
+            reach = (ks[0] // 2) * dilation
+            if p not in (0, reach):
+                raise ValueError(f"the convolution pads {p}; only 0 ('valid') and {reach} ('same') "
+                                 "are expressible")
+            own = "valid" if p == 0 else "same"
+        if padding is not None and padding != own:
+            raise ValueError(f"padding={padding!r} contradicts the {module_type.__name__}'s own ({own!r}): the layer "
+                             "would compute another convolution; leave padding out, or pass the weight tensor")
+        padding = own
         return conv.weight.detach(), None if conv.bias is None else conv.bias.detach(), stride, dilation, padding
     if not isinstance(conv, torch.Tensor):
         raise ValueError(f"expected a {module_type.__name__} or a weight tensor, got {type(conv).__name__}")
@@ -245,9 +255,22 @@ def _build(weight_taps: torch.Tensor, bias: torch.Tensor | None, shifts: torch.T
             exact = tuple(range(c_out))
             if bias is not None:
                 layer.value.bias.copy_(bias)
+        elif c_in <= d_h:
+            # W^(h) = value_h value_in_h with value_in_h = [I; 0] (D_h x C_in): every channel exact.
+            exact = tuple(range(c_out))
+            cols = torch.arange(c_in, device=device)
+            layer.value_in.weight.zero_()
+            layer.value_in.bias.zero_()                    # zero padding tokens must stay zero
+            layer.value.weight.zero_()
+            for h in range(num_heads):
+                layer.value_in.weight[h * d_h + cols, cols] = 1.0
+                layer.value.weight[:, h * d_h + cols] = weight_taps[h]
+            if bias is not None:
+                layer.value.bias.copy_(bias)
         else:
-            # W^(h) = value_in_h^T value_h factors through D_h: reproduce |exact| <= D_h channels.
-            exact = _exact_channels(channels, c_out, d_h)
+            # W^(h) = value_h value_in_h factors through D_h < C_in dimensions: each head can carry
+            # D_h rows of W^(h), so |exact| <= D_h output channels (all of them when D_h >= C_out).
+            exact = _exact_channels(channels, c_out, c_in, d_h)
             idx = torch.tensor(exact, dtype=torch.long, device=device)
             layer.value_in.weight.zero_()
             layer.value_in.bias.zero_()                    # zero padding tokens must stay zero
@@ -261,7 +284,9 @@ def _build(weight_taps: torch.Tensor, bias: torch.Tensor | None, shifts: torch.T
     return layer, exact
 
 
-def _exact_channels(channels: Sequence[int] | None, c_out: int, d_h: int) -> tuple[int, ...]:
+def _exact_channels(channels: Sequence[int] | None, c_out: int, c_in: int, d_h: int) -> tuple[int, ...]:
+    """The output channels heads of width ``d_h < c_in`` reproduce: ``channels``, or the first
+    ``min(d_h, c_out)``; a warning names them when some channels are left at 0."""
     if channels is None:
         exact = tuple(range(min(d_h, c_out)))
     else:
@@ -269,17 +294,19 @@ def _exact_channels(channels: Sequence[int] | None, c_out: int, d_h: int) -> tup
         if len(set(exact)) != len(exact) or any(not 0 <= c < c_out for c in exact):
             raise ValueError(f"channels must be distinct indices in [0, {c_out}), got {list(channels)}")
         if len(exact) > d_h:
-            raise ValueError(f"heads of width head_dim={d_h} reproduce at most {d_h} output channels "
-                             f"(Theorem 1: min(D_h, D_out)), {len(exact)} requested")
+            raise ValueError(f"heads of width head_dim={d_h}, narrower than C_in={c_in}, reproduce at most {d_h} "
+                             f"output channels (Theorem 1: min(D_h, D_out)), {len(exact)} requested; "
+                             f"head_dim >= {min(c_in, c_out)} reproduces all {c_out}")
     if len(exact) < c_out:
-        warnings.warn(f"heads of width head_dim={d_h} < C_out={c_out}: only output channels {list(exact)} equal the "
-                      f"convolution (Theorem 1: min(D_h, D_out) channels); the other {c_out - len(exact)} are 0",
+        warnings.warn(f"heads of width head_dim={d_h} < C_in={c_in} and C_out={c_out}: only output channels "
+                      f"{list(exact)} equal the convolution (Theorem 1: min(D_h, D_out) channels); the other "
+                      f"{c_out - len(exact)} are 0 (head_dim >= {min(c_in, c_out)} reproduces all)",
                       UserWarning, stacklevel=4)
     return exact
 
 
 def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None = None,
-                          padding: str | None = "same", bias: torch.Tensor | None = None,
+                          padding: str | None = None, bias: torch.Tensor | None = None,
                           stride: int | None = None, dilation: int | None = None, head_dim: int | None = None,
                           channels: Sequence[int] | None = None) -> AttentionConv2d:
     """Build the multi-head self-attention layer equal to a 2-D convolution (Theorem 1).
@@ -294,18 +321,20 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
             A finite small alpha gives the approximation of Lemma 2 (see :mod:`.lemma2`).
         padding: ``"same"`` (zero padding of ``(K // 2) * dilation`` on every side: the zero-
             padded grid is attended and cropped, so heads pointing at padding read zeros, as the
-            convolution does) or ``"valid"`` (no padding); ``None`` takes it from the Conv2d
-            (its padding must be 0 or ``(K // 2) * dilation``).
+            convolution does) or ``"valid"`` (no padding). Default (None): the Conv2d's own
+            (0: ``"valid"``, ``(K // 2) * dilation``: ``"same"``; any other is refused), or
+            ``"same"`` for a weight tensor. Given with a Conv2d, it must be the Conv2d's.
         bias: ``(C_out,)``, only with a weight tensor.
         stride, dilation: ints, only with a weight tensor (default 1). A stride is applied by
             subsampling the stride-1 output (the paper's remark on stride).
         head_dim: width D_h of each head (default C_in: the paper's full-width heads, no value
             projection; exact for every C_out). With ``head_dim != C_in`` the layer has a value
-            projection C_in -> N_h*D_h, every W^(h) factors through D_h dimensions, and only
-            ``min(D_h, C_out)`` output channels can be exact (Theorem 1).
-        channels: which output channels to reproduce when ``head_dim < C_out`` (default the
+            projection C_in -> N_h*D_h and every W^(h) factors through D_h dimensions: heads at
+            least ``min(C_in, C_out)`` wide reproduce every channel; narrower ones reproduce
+            ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``).
+        channels: which output channels to reproduce with heads narrower than C_in (default the
             first ``min(D_h, C_out)``); the others output 0 and a :class:`UserWarning` names them.
-            Ignored with full-width heads (``head_dim`` None or C_in), which reproduce all.
+            Ignored with heads at least C_in wide, which reproduce all.
 
     Returns:
         :class:`AttentionConv2d` holding a :class:`~attncnn.layers.QuadraticAttention` with
@@ -315,8 +344,9 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
 
     Raises:
         ValueError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
-            stride/dilation per axis, a padding other than 0 or the kernel reach, an unknown
-            ``padding`` string, non-positive alpha, or bad ``channels``.
+            stride/dilation per axis, a Conv2d padding other than 0 or the kernel reach, a
+            ``padding`` that contradicts the Conv2d's, an unknown ``padding`` string, non-positive
+            alpha, or bad ``channels``.
     """
     weight, bias, stride, dilation, padding = _conv_parts(conv, bias, stride, dilation, padding, 2, nn.Conv2d)
     if padding not in PADDINGS:

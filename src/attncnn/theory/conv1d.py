@@ -66,7 +66,7 @@ class AttentionConv1d(AttentionConv2d):
 
 
 def attention_from_conv1d(conv: nn.Conv1d | torch.Tensor, *, alpha: float | None = None,
-                          padding: str | None = "same", bias: torch.Tensor | None = None,
+                          padding: str | None = None, bias: torch.Tensor | None = None,
                           stride: int | None = None, dilation: int | None = None, head_dim: int | None = None,
                           channels: Sequence[int] | None = None) -> AttentionConv1d:
     """Build the attention layer equal to a 1-D convolution (the paper's 1-D corollary, N_h = K heads).

@@ -13,7 +13,8 @@ encoding), :func:`conv_from_attention`
 and reports per head the centre, the assigned shift and their distance, the sharpness alpha, the
 attention mass on the assigned shift, and, on given inputs, the relative output error between the
 layer and the extracted convolution. For a layer built by :func:`~attncnn.theory.attention_from_conv2d`
-it returns the original kernel and zero distances.
+it returns the original kernel and zero distances (on the channels the layer reproduces: heads
+narrower than both the input and the output leave the others at 0).
 """
 
 from __future__ import annotations

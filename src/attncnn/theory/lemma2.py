@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .construct import AttentionConv2d
+from .construct import AttentionConv2d, kernel_shifts
 from .extract import folded_value_matrices
 
 __all__ = ["Lemma2Bound", "lattice_theta_tail", "off_target_mass", "lemma2_bound"]
@@ -101,8 +101,8 @@ class Lemma2Bound:
 def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
     """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2).
 
-    Assumes each head's centre sits exactly on its kernel shift, as built by
-    :func:`~attncnn.theory.attention_from_conv2d` (with any ``alpha``).
+    Holds for a layer whose heads' centres sit exactly on their kernel shifts, as
+    :func:`~attncnn.theory.attention_from_conv2d` builds them (with any ``alpha``).
 
     Args:
         module: an :class:`~attncnn.theory.AttentionConv2d` or ``AttentionConv1d``.
@@ -110,13 +110,21 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
 
     Returns:
         :class:`Lemma2Bound`; ``output_bound`` bounds ``max |module(x) - conv(x)|`` over every
-        batch item, position and channel (up to floating-point rounding).
+        batch item, position and reproduced channel (``module.exact_channels``: every channel
+        unless the heads are narrower than both the input and the output, whose other channels
+        are 0), up to floating-point rounding.
 
     Raises:
-        ValueError: bad alpha (see :func:`off_target_mass`) or input width.
+        ValueError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
+            is not its kernel shift (the bound says nothing then).
     """
     if x.shape[-1] != module.in_channels:
         raise ValueError(f"expected {module.in_channels} input channels, got shape {tuple(x.shape)}")
+    shifts = kernel_shifts(module.kernel_size, module.dilation, spatial_dims=module.spatial_dims)
+    centers = module.attention.centers.detach()
+    if centers.shape != shifts.shape or not torch.equal(centers.to(shifts), shifts):
+        raise ValueError("Lemma 2's bound holds for heads centred on their kernel shifts, as attention_from_conv2d "
+                         "builds them; this layer's centres have moved (e.g. trained): measure its error instead")
     alphas = module.alpha.detach().double().cpu().tolist()
     masses = [off_target_mass(a, module.spatial_dims) for a in alphas]
     w = folded_value_matrices(module.attention).to(x.dtype)                   # (N_h, C_in, C_out)
