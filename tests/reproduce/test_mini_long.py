@@ -197,3 +197,24 @@ def test_where_the_centres_went_from_a_handwritten_record(tmp_path):
     assert row["shifts"] == [(0, -1), (1, 0)]                        # alpha 1.0 is not sharp: above 1 only
     assert row["off_shift"] == pytest.approx(0.1) and row["others_alpha"] == pytest.approx(1.0)
     assert centre_lines(rows)[2] == "| quadratic-mini | 2 | 60 | 1 | 2 of 4 | (+0, -1) (+1, +0) | 0.10 | 1.00 |"
+
+
+def test_the_grid_claim_names_the_seeds_it_averages_and_the_layer_claims_their_seed(tmp_path):
+    from attncnn.reproduce.reporting.claims import RunNumbers, evaluate_claims
+    from attncnn.reproduce.studies.table1 import TABLE1_CLAIMS
+
+    def records(last):
+        return [{"epoch": 1, "test_accuracy": 0.5, "attn/layer1/grid_distance": 1.5},
+                {"epoch": 2, "test_accuracy": 0.6, "attn/layer1/grid_distance": last}]
+
+    results = {"quadratic-mini": [_result(tmp_path, "quadratic-mini", seed, records(last))
+                                  for seed, last in ((0, 0.9), (1, 1.2), (2, 1.5))]}
+    rows = [{"preset": "quadratic-mini", "paper_preset": "quadratic", "accuracy_mean": 0.6}]
+    layers = {"quadratic-mini": [{"distance": 2.0, "degenerate_heads": 0}]}
+    claims = {c["claim"].split(" ")[0]: c for c in evaluate_claims(TABLE1_CLAIMS, RunNumbers(rows, layers, results))}
+    assert claims["early-layer"]["metric"].startswith("quadratic-mini layer 1 (mean over seeds 0, 1, 2): mean head")
+    assert claims["early-layer"]["values"] == [1.5, 1.2]                # the mean of 0.9, 1.2 and 1.5 at epoch 2
+    assert claims["deeper"]["metric"].startswith("quadratic-mini (seed 0): mean attention distance per layer")
+    del results["quadratic-mini"][1:]
+    claims = {c["claim"].split(" ")[0]: c for c in evaluate_claims(TABLE1_CLAIMS, RunNumbers(rows, layers, results))}
+    assert claims["early-layer"]["metric"].startswith("quadratic-mini layer 1 (seed 0): ")

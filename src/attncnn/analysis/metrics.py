@@ -109,7 +109,9 @@ def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tens
         ``"center"`` ``(N_h, 2)`` (row, col shift in tokens); ``"inverse_covariance"``
         ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values
         (:func:`torch.linalg.eigvalsh` on the symmetric matrix); ``"condition_number"`` ``(N_h,)``
-        (inf when the smallest eigenvalue is 0); and for isotropic layers ``"alpha"`` ``(N_h,)``.
+        (inf when only the smallest eigenvalue is 0, nan when both are, as for ``S = 0``: such a
+        head is degenerate by its largest eigenvalue); and for isotropic layers ``"alpha"``
+        ``(N_h,)``.
     """
     with torch.no_grad():
         inv = layer.inverse_covariance.detach().double().cpu()

@@ -254,8 +254,15 @@ def _curve(measure: Curve, numbers: RunNumbers) -> Reading | None:
         return None
     epochs, values = curve
     ends = {"first": values[0], "last": values[-1]}
+    seeds = [result.job.seed for result in numbers.results[preset]]
     return Reading([round(value, 3) for value in ends.values()], [Term(ends, preset)],
-                   {"row": preset, "first_epoch": epochs[0], "last_epoch": epochs[-1]})
+                   {"row": preset, "first_epoch": epochs[0], "last_epoch": epochs[-1],
+                    "seeds": _seeds_label(seeds)})
+
+
+def _seeds_label(seeds: Sequence[int]) -> str:
+    """``"seed 0"``, or ``"mean over seeds 0, 1, 2"``: which runs a claim's number comes from."""
+    return f"seed {seeds[0]}" if len(seeds) == 1 else f"mean over seeds {', '.join(map(str, seeds))}"
 
 
 def _per_layer(measure: PerLayer, numbers: RunNumbers) -> Reading | None:
@@ -265,7 +272,9 @@ def _per_layer(measure: PerLayer, numbers: RunNumbers) -> Reading | None:
         return None
     values = [layer[measure.key] if measure.digits is None else round(layer[measure.key], measure.digits)
               for layer in per_layer]
-    return Reading(values, [Term({f"layer {n}": v for n, v in enumerate(values, 1)}, preset)], {"row": preset})
+    first = numbers.results[preset][0].job.seed if numbers.results.get(preset) else 0
+    return Reading(values, [Term({f"layer {n}": v for n, v in enumerate(values, 1)}, preset)],
+                   {"row": preset, "seeds": _seeds_label([first])})
 
 
 def _accuracies(measure: Accuracies, numbers: RunNumbers) -> Reading | None:

@@ -14,20 +14,20 @@ PAPER_ROWS = ("quadratic", "learned", "resnet18", "quadratic-generalized", "lear
 
 TABLE1_CLAIMS = (
     Claim("grid of shifts", "early-layer quadratic heads settle on a grid of shifts around the query",
-          "{row} layer 1: mean head distance to the nearest 3x3 grid of shifts, epoch {first_epoch} -> "
-          "{last_epoch} (tokens)",
+          "{row} layer 1 ({seeds}): mean head distance to the nearest 3x3 grid of shifts, epoch {first_epoch} "
+          "-> {last_epoch} (tokens)",
           Curve("quadratic", "grid_distance", layer=1)),
     Claim("deeper attends further", "deeper layers attend further",
-          "{row}: mean attention distance per layer 1..L after training (tokens)",
+          "{row} ({seeds}): mean attention distance per layer 1..L after training (tokens)",
           PerLayer("quadratic", "distance")),
     Claim("learned heads are local", "learned position-only heads are local in early layers",
-          "{row}: mean attention distance per layer 1..L after training (tokens)",
+          "{row} ({seeds}): mean attention distance per layer 1..L after training (tokens)",
           PerLayer("learned", "distance")),
     Claim("content does not help", "adding content attention does not raise accuracy (paper: 87.1 % vs 91.8 %)",
           "test accuracy %: learned + content vs learned position-only",
           Accuracies(("learned-content", "learned"))),
     Claim("degenerate heads", "full-covariance heads degenerate and can be pruned",
-          "{row}: degenerate heads per layer (condition number > 1000 or an eigenvalue < 1e-5, the reference "
-          "code's rule), of 9",
+          "{row} ({seeds}): degenerate heads per layer (condition number > 1000 or largest eigenvalue < 1e-5, "
+          "the reference code's rule), of 9",
           PerLayer("quadratic-generalized", "degenerate_heads", digits=None)),
 )
