@@ -127,7 +127,7 @@ def test_flex_is_a_path_choice_candidate_on_cuda_only():
     layer = _layer("cpu")
     cpu, cuda = torch.device("cpu"), torch.device("cuda")
     assert layer.path_unavailable("flex", cpu, backward=True) == "FlexAttention has no backward on cpu; it trains on " \
-                                                             "CUDA only"
+                                                             "CUDA only (on cpu, evaluate under torch.no_grad())"
     assert "unfused reference" in layer.path_unavailable("flex", cpu, backward=False)
     assert layer.path_unavailable("flex", cuda, backward=True) is None
     assert layer.path_unavailable("flex", cuda, backward=False) is None

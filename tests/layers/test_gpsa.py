@@ -158,7 +158,7 @@ def test_adamw_keeps_the_groups_and_decays_only_the_decayed_group(device):
     skip = model.no_weight_decay()
     for name, p in model.named_parameters():
         factor = 1.0 if name in skip else 1 - 5e-4 * 0.05
-        torch.testing.assert_close(p.detach(), before[name] * factor, rtol=1e-6, atol=0), name
+        torch.testing.assert_close(p.detach(), before[name] * factor, rtol=1e-6, atol=0, msg=name)
 
 
 def test_local_init_gives_gaussian_positional_scores(device):

@@ -72,13 +72,14 @@ def flex_problem(device: torch.device, *, backward: bool, dropout: float, head_d
     """
     if dropout > 0:
         return (f"FlexAttention has no dropout on the attention maps (attn_drop={dropout}); set attn_dropout=0 "
-                f"or choose the sdpa or an explicit path")
+                f"(a bare layer's attn_drop=0) or choose the sdpa or an explicit path")
     if device.type == "cuda" and head_dim < FLEX_CUDA_MIN_HEAD_DIM:
         return (f"FlexAttention's CUDA kernel needs heads of at least {FLEX_CUDA_MIN_HEAD_DIM} channels, got "
                 f"head_dim={head_dim}; choose the sdpa or an explicit path")
     if device.type != "cuda":
         if backward:
-            return f"FlexAttention has no backward on {device.type}; it trains on CUDA only"
+            return (f"FlexAttention has no backward on {device.type}; it trains on CUDA only (on {device.type}, "
+                    "evaluate under torch.no_grad())")
         return f"FlexAttention runs as its unfused reference on {device.type} (its fused kernel is CUDA's)"
     return None
 

@@ -115,9 +115,15 @@ class LearnedRelativeContentAttention(ContentAttention):
         = c_h . b_key`` is the same for every key and cancels in the softmax, while ``q_h . r_delta
         / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly. (Leaving the key map untouched would not
         cancel: ``c_h . W_key x_k`` varies with k.) Other table columns meet zero query coordinates.
+
+        Raises:
+            ValueError: heads too narrow for the 6 coordinates, or a layer without query bias.
         """
         dh, nh = self.head_dim, self.num_heads
         _check_init_width(dh)
+        if self.query.bias is None:
+            raise ValueError("the local init writes the query bias, and this layer has none (qk_bias=False): "
+                             "build it with qk_bias=True")
         half = dh // 2
         scale = math.sqrt(dh)                           # the layer divides q . r by sqrt(D_h)
         self.query.weight.zero_()

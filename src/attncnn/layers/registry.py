@@ -93,7 +93,7 @@ def paths_for_device_(model: nn.Module, device: torch.device | str) -> list[str]
 
     Returns:
         One line per path changed (empty when all run here), e.g. ``"blocks.0.attention: impl
-        'flex' -> 'auto' (FlexAttention has no backward on cpu; it trains on CUDA only)"``.
+        'flex' -> 'auto' (FlexAttention has no backward on cpu; it trains on CUDA only (on cpu, ...))"``.
     """
     device = torch.device(device)
     changed = []
