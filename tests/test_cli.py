@@ -194,6 +194,13 @@ def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
     (["train", "--preset", "demo", "--epochs", "-3"], "epochs must be a positive integer, got -3"),
     (["train", "--preset", "demo", "--batch-size", "0"], "batch_size must be a positive integer"),
     (["train", "--preset", "demo", "--checkpoint-every-steps", "-1"], "checkpoint_every_steps must be >= 0"),
+    (["train", "--preset", "demo", "--weight-decay", "nan"], "weight_decay must be a finite number >= 0, got nan"),
+    (["train", "--preset", "demo", "--lr", "-0.1"], "lr must be a finite number >= 0, got -0.1 (--lr)"),
+    (["train", "--preset", "demo", "--momentum", "1"], "momentum must be in [0, 1), got 1.0 (--momentum)"),
+    (["train", "--preset", "demo", "--gamma", "inf"], "gamma must be a finite number > 0, got inf (--gamma)"),
+    (["train", "--preset", "demo", "--milestones", "-5"], "milestones must be epochs >= 1, got [-5]"),
+    (["train", "--preset", "demo", "--init-from", "/nonexistent/base.safetensors"],
+     "--init-from: no checkpoint at /nonexistent/base.safetensors"),
     (["train", "--preset", "demo", "--set", "heads=3"], "unknown model option 'heads'"),
     (["train", "--preset", "demo", "--set", "num_heads=four"], "'num_heads' must be"),
     (["train", "--preset", "quadratic-generalized-mini", "--set", "impl=separable"],
@@ -460,6 +467,10 @@ def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
     assert all(torch.equal(before[k], after[k]) for k in before)
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert config["init_from"] == str(base)
+    # a run folder means its last checkpoint, as for every other command, and config.json names the file
+    assert _train(tmp_path, tiny_dataset, "--init-from", str(tmp_path / "base"), "--lr", "0", "--weight-decay", "0",
+                  "--epochs", "1", out="tuned-from-folder") == 0
+    assert json.loads((tmp_path / "tuned-from-folder" / "config.json").read_text())["init_from"] == str(base)
 
 
 def test_resume_before_the_first_checkpoint_starts_again_from_init_from(tmp_path, tiny_dataset):

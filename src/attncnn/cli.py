@@ -160,7 +160,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
 def _cmd_train(args: argparse.Namespace) -> int:
     from .analysis.metrics import epoch_metrics
     from .perf import make_plan, resume_plan
-    from .runs import RunFolder, TrainConfig, resolve_config
+    from .runs import RunFolder, TrainConfig, checkpoint_of, resolve_config
     from .training import train
     from .training.distributed import is_main_process
 
@@ -195,6 +195,11 @@ def _cmd_train(args: argparse.Namespace) -> int:
         plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
                            compile=given.get("compile"))
     else:
+        if "init_from" in given:                  # a run folder means its last checkpoint, as for every command
+            try:
+                given["init_from"] = str(checkpoint_of(given["init_from"]))
+            except FileNotFoundError as err:
+                raise FileNotFoundError(f"--init-from: {err}") from err
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
         plan = make_plan(config)                  # this machine's device, precision, paths, compile
     summary = train(config, out, plan, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)

@@ -272,6 +272,23 @@ def test_resume_from_a_periodic_mid_epoch_checkpoint(tiny, reference_run, tmp_pa
     assert_same_metrics(reference_run, out)
 
 
+def test_a_crash_before_the_first_checkpoint_resumes_without_its_epochs_record_twice(tiny, reference_run, tmp_path,
+                                                                                      monkeypatch):
+    out = tmp_path / "run"
+
+    def die(path, checkpoint):
+        raise SystemExit("killed")            # epoch 1's record is written, no checkpoint ever is
+
+    with monkeypatch.context() as m:
+        m.setattr(saver, "write_checkpoint", die)
+        with pytest.raises(SystemExit):
+            _train(tiny, out)
+    assert [r["epoch"] for r in _metrics(out)] == [1] and not list((out / "checkpoints").glob("*.safetensors"))
+    train(None, out, resume_plan(out), mode="resume", progress=False)
+    assert_same_metrics(reference_run, out)                   # epochs [1, 2], not [1, 1, 2]
+    assert_same_files(_last(reference_run), _last(out))
+
+
 def test_resume_refuses_a_checkpoint_that_does_not_fit_the_data(tiny, tmp_path):
     out = tmp_path / "run"
     _train(tiny, out, epochs=1)

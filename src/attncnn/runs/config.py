@@ -11,6 +11,7 @@ reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .._typecheck import check_options
@@ -101,7 +102,7 @@ class TrainConfig:
                                             "with the fastest; never with --deterministic or under torchrun")
     init_from: str | None = option(None, metavar="CHECKPOINT",
                                    help="start from this checkpoint's weights (fine-tune: new optimiser and "
-                                        "schedule)")
+                                        "schedule); a run folder means its last checkpoint")
 
     def __post_init__(self) -> None:
         preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
@@ -110,8 +111,19 @@ class TrainConfig:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.train_subset is not None and self.train_subset <= 0:
             raise ValueError(f"train_subset must be positive, got {self.train_subset}")
-        if self.lr < 0 or self.weight_decay < 0 or not 0 <= self.momentum < 1:
-            raise ValueError("lr and weight_decay must be >= 0 and momentum in [0, 1)")
+        for name in ("lr", "weight_decay"):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)} "
+                                 f"(--{name.replace('_', '-')})")
+        if not 0 <= self.momentum < 1:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
+        # the schedule's own checks, here so that they fail before the data is loaded
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio} (--warmup-ratio)")
+        if not (math.isfinite(self.gamma) and self.gamma > 0):
+            raise ValueError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
+        if any(m < 1 for m in self.milestones):
+            raise ValueError(f"milestones must be epochs >= 1, got {list(self.milestones)} (--milestones)")
         for name in ("optimizer", "schedule", "lr_stepping", "precision"):
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:

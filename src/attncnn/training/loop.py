@@ -202,8 +202,10 @@ def _resume(state: TrainState, saver: Saver) -> None:
         load_weights(state.model, state.config.init_from)     # stopped before its first checkpoint
     steps = state.schedule.steps_per_epoch
     _same_start(dist, -1 if found is None else state.epoch * (steps + 1) + state.step, run.path)
+    # records of epochs after the checkpoint (all of them without one: a crash before the first
+    # checkpoint) are trained again, so they go
+    run.rewind_metrics(0 if found is None else state.epoch)
     if found is not None:
-        run.rewind_metrics(state.epoch)
         saver.last_good = (found, state.epoch, state.step)
         log.info("resuming %s from %s (%s)", run.path, found.name, position_text(state.epoch, state.step))
 
