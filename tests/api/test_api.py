@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 
 import attncnn
+from attncnn.analysis import attention_layers
 from attncnn.analysis import attention_maps as analysis_maps
 from attncnn.analysis import position_maps
 from attncnn.data import CIFAR_MEAN, CIFAR_STD
@@ -65,6 +66,15 @@ def test_a_model_refuses_images_it_would_misread():
         model(images[:, :1])
     with pytest.raises(ValueError, match="float in \\[0, 1\\] or uint8"):
         model(images.long())
+    # NaN slipped through the range check (every comparison with NaN is False) and came out "airplane"
+    broken = images.clone()
+    broken[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="images must be finite: 1 values are NaN or infinite"):
+        model.predict(broken)
+    with pytest.raises(ValueError, match=r"channels last\? images.permute\(0, 3, 1, 2\)"):
+        model(images.permute(0, 2, 3, 1))
+    with pytest.raises(ValueError, match=r"resampling overshoots \[0, 1\] a little \(bicubic\): clamp them"):
+        model(images * 1.1 - 0.05)
 
 
 @shipped
@@ -211,6 +221,42 @@ def test_maps_of_a_position_only_model_need_no_image():
     assert attncnn.attention_maps(model, _images(2))[0].probs.equal(maps[0].probs)       # the same with images
     picked = attncnn.attention_maps(model, queries=[0, 17])
     assert picked[2].probs.shape == (1, 9, 2, 256) and picked[2].probs.equal(maps[2].probs[:, :, [0, 17]])
+    for wrong in ([-1], [256]):                 # -1 would pick the last token, 256 fail inside with an IndexError
+        with pytest.raises(ValueError, match=r"queries must be token indices r \* W \+ c in \[0, 256\)"):
+            attncnn.attention_maps(model, queries=wrong)
+
+
+def _layer_inputs(model, images) -> list[torch.Tensor]:
+    """Each attention layer's input during an ordinary forward pass of ``images`` (in [0, 1])."""
+    inputs, handles = [], [layer.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+                           for layer in attention_layers(model.network)]
+    try:
+        with torch.no_grad():
+            model(images)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return inputs
+
+
+@shipped
+@pytest.mark.parametrize("name", ["learned-content-mini", "efficiency/gpsa-mini/10pct"])
+def test_maps_of_a_content_model_are_each_layers_own_probabilities_on_its_real_input(name):
+    model = attncnn.pretrained(name)
+    images = _images(2)
+    maps = attncnn.attention_maps(model, images)
+    layers = attention_layers(model.network)
+    for got, layer, x in zip(maps, layers, _layer_inputs(model, images), strict=True):
+        with torch.no_grad():
+            _, probs = layer(x, return_attention=True)       # the layer's explicit path on the input it was given
+        assert torch.equal(got.probs, probs.expand_as(got.probs))
+    # a 64x64 image is refused, or resized as the model resizes it
+    large = torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
+    with pytest.raises(ValueError, match=r"attncnn.attention_maps\(model, images, resize=True\)"):
+        attncnn.attention_maps(model, large)
+    resized = attncnn.attention_maps(model, large, resize=True, scores=False)
+    small = F.interpolate(large, size=(32, 32), mode="bilinear", antialias=True).clamp(0, 1)   # as resize=True does
+    assert torch.equal(resized[0].probs, attncnn.attention_maps(model, small, scores=False)[0].probs)
 
 
 @shipped

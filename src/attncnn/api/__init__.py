@@ -1,5 +1,6 @@
 """The way in from Python: trained models in one line, ready for images in ``[0, 1]``, and their
-attention maps. Everything here is re-exported at the top level (``attncnn.pretrained``, ...).
+attention maps. The functions and classes below are re-exported at the top level
+(``attncnn.pretrained``, ...).
 
 * :func:`pretrained`: a model this project trained, by name, from the repository's ``results/``;
 * :func:`load_model`: a model from any run folder or checkpoint;

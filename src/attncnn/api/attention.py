@@ -64,18 +64,35 @@ def _score_kinds(network: nn.Module) -> list[str]:
     return sorted(kinds or ())
 
 
-def _inputs(model: nn.Module, images) -> tuple[nn.Module, torch.Tensor | None]:
+def _checked_queries(network: nn.Module, queries: Sequence[int], image: tuple[int, int]) -> list[int]:
+    """``queries`` as a list of ints, each a token of the grid the network makes of ``image``
+    ``(H_img, W_img)`` images (row-major, ``[0, H*W)``)."""
+    pooling = getattr(getattr(network, "config", None), "pooling", 1)
+    tokens = (image[0] // pooling) * (image[1] // pooling)
+    chosen = [int(q) for q in queries]
+    wrong = [q for q in chosen if not 0 <= q < tokens]
+    if wrong:
+        raise ValueError(f"queries must be token indices r * W + c in [0, {tokens}) for this model's "
+                         f"{image[0] // pooling}x{image[1] // pooling} token grid, got {wrong}")
+    return chosen
+
+
+def _inputs(model: nn.Module, images, resize: bool | str) -> tuple[nn.Module, torch.Tensor | None]:
     """The bare network and its (normalised) input."""
     if isinstance(model, Classifier):
-        return model.network, None if images is None else model.preprocess(images)
+        return model.network, None if images is None else model.preprocess(images, resize=resize)
     if images is not None and not (isinstance(images, torch.Tensor) and images.dtype.is_floating_point):
         raise ValueError("a bare network takes normalised float images (B, C, H, W); load the model with "
                          "attncnn.load_model or attncnn.pretrained to pass images in [0, 1] or uint8")
+    if resize is not False:
+        raise ValueError("resize needs the training size a Classifier knows: load the model with "
+                         "attncnn.load_model or attncnn.pretrained, or resize the images yourself")
     return model, images
 
 
 def attention_maps(model: nn.Module, images=None, *, scores: bool = True, average: bool = False,
-                   queries: Sequence[int] | None = None, batch_size: int = 50) -> list[LayerAttention]:
+                   queries: Sequence[int] | None = None, batch_size: int = 50,
+                   resize: bool | str = False) -> list[LayerAttention]:
     """Attention probabilities (and score terms) of every layer, from real activations.
 
     Args:
@@ -88,8 +105,11 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
             32 x 32 images.
         scores: also return the pre-softmax score terms (``content``, ``positional``) each layer has.
         average: average the maps over the images (paper Fig. 6) instead of one per image.
-        queries: keep only these query tokens (row-major ``r * W + c``) to save memory.
-        batch_size: images per forward pass.
+        queries: keep only these query tokens (row-major ``r * W + c``, each in ``[0, H*W)``) to
+            save memory.
+        batch_size: images per forward pass (>= 1).
+        resize: for a :class:`Classifier`, as :meth:`Classifier.preprocess`: images of another
+            size than its training images are refused (False) or resized to it first.
 
     Returns:
         One :class:`LayerAttention` per block, first block first. Memory: each tensor holds
@@ -99,10 +119,14 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
     Raises:
         ValueError: a model without attention layers (the ResNet baseline), images out of range or
             of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
-            on: resize them to ``model.image_size`` first), or no images for a model whose
-            attention depends on them.
+            on without ``resize``), no images for a model whose attention depends on them, query
+            indices outside the token grid, or ``batch_size < 1``.
     """
-    network, x = _inputs(model, images)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    network, x = _inputs(model, images, resize)
+    if queries is not None:
+        queries = _checked_queries(network, queries, (32, 32) if x is None else tuple(x.shape[-2:]))
     layers = attention_layers(network)
     kinds = ["probs", *(_score_kinds(network) if scores else [])]
     if x is None:

@@ -142,7 +142,8 @@ class Classifier(nn.Module):
 
         Raises:
             ValueError: another rank or channel count, an integer type other than uint8, float
-                values outside ``[0, 1]`` (already normalised, or 0..255 stored as float),
+                values that are not finite or outside ``[0, 1]`` (already normalised, or 0..255
+                stored as float),
                 images of another size than the training size without ``resize`` (the message
                 names both sizes and the fix), or ``resize`` where the training size is unknown
                 or an unknown mode.
@@ -154,17 +155,27 @@ class Classifier(nn.Module):
             x = x.unsqueeze(0)
         channels = self.mean.shape[1]
         if x.dim() != 4 or x.shape[1] != channels:
+            hint = ("; channels last? images.permute(0, 3, 1, 2) puts them first"
+                    if x.dim() == 4 and x.shape[-1] == channels else "")
             raise ValueError(f"images must be (B, {channels}, H, W) or ({channels}, H, W), channels first, "
-                             f"got shape {tuple(x.shape)}")
+                             f"got shape {tuple(x.shape)}{hint}")
         if x.dtype == torch.uint8:
             x = x.float() / 255
         elif not x.dtype.is_floating_point:
             raise ValueError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
         elif x.numel():
-            low, high = float(x.min()), float(x.max())
+            x = x.detach()
+            if not torch.isfinite(x).all():
+                raise ValueError(f"images must be finite: {int((~torch.isfinite(x)).sum())} values are NaN or "
+                                 "infinite; find where they came from (a division by zero, an empty crop)")
+            low, high = (float(v) for v in torch.aminmax(x))
             if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
-                hint = ("divide by 255 or pass uint8" if high > 2 and low >= 0 else
-                        "they look normalised already: give them to model.network, which takes normalised images")
+                if high > 2 and low >= 0:
+                    hint = "divide by 255 or pass uint8"
+                elif low > -0.25 and high < 1.25:
+                    hint = "resampling overshoots [0, 1] a little (bicubic): clamp them, images.clamp(0, 1)"
+                else:
+                    hint = "they look normalised already: give them to model.network, which takes normalised images"
                 raise ValueError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
                                  f"{high:.3g}]; {hint}")
         mode = self._resize_mode(resize)
@@ -177,8 +188,9 @@ class Classifier(nn.Module):
                 raise ValueError(
                     f"{self.name} was trained on {h}x{w} images (height x width), got {size[0]}x{size[1]}; its "
                     f"answers for another size are unreliable. Resize them to {h}x{w} first, or pass "
-                    f"resize=True (model(images, resize=True), model.predict(images, resize=True)) to have them "
-                    f"resized with torch.nn.functional.interpolate")
+                    f"resize=True (model(images, resize=True), model.predict(images, resize=True), "
+                    f"attncnn.attention_maps(model, images, resize=True)) to have them resized with "
+                    f"torch.nn.functional.interpolate")
             x = F.interpolate(x, size=self.image_size, mode=mode,
                               antialias=mode in ("bilinear", "bicubic")).clamp_(0, 1)    # bicubic overshoots
         return ((x - self.mean.to(x.device)) / self.std.to(x.device)).to(param.dtype)
