@@ -25,6 +25,19 @@ def _config(folder) -> dict:
     return json.loads((folder / "config.json").read_text())
 
 
+def test_another_copy_named_for_a_run_whose_data_set_is_here_is_said_to_be_unused(tmp_path, caplog):
+    data = tmp_path / "set.zip"
+    data.write_bytes(b"")
+    folder = _shipped(tmp_path, str(data))
+    with caplog.at_level("WARNING", logger="attncnn.runs"):
+        assert point_at_data(folder, str(data)) is False                       # the same file: nothing to say
+        assert not caplog.records
+        assert point_at_data(folder, str(tmp_path / "copy" / "set.zip")) is False
+    assert _config(folder)["data"] == str(data)
+    assert f"its data set {data} is still here, and the run keeps it; --data {tmp_path / 'copy' / 'set.zip'} is " \
+           "not used" in caplog.text
+
+
 def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path):
     folder = _shipped(tmp_path)
     data = tmp_path / "cifar10-jpeg.zip"

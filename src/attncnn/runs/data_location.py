@@ -74,6 +74,9 @@ def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
             return None
         return {**config, "data_dir": data_dir}
     if Path(stored).expanduser().exists():
+        if data and Path(data).expanduser().resolve() != Path(stored).expanduser().resolve():
+            log.warning("%s: its data set %s is still here, and the run keeps it; --data %s is not used (a run "
+                        "trains on one data set; a new run with --init-from trains on another)", folder, stored, data)
         return None
     if not same_data_file(stored, data):
         raise ValueError(f"{folder} was trained on {Path(stored).name}, which is not here; pass --data with "

@@ -217,8 +217,8 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
             if withheld is not None:
                 raise FileNotFoundError(withheld_message(folder.path, withheld))
             held = sorted(p.stem for p in (folder.path / "checkpoints").glob("*.safetensors"))
-            hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME) or give its file, e.g. "
-                    f"{folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \
+            hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME, or checkpoint=NAME in Python) or "
+                    f"give its file, e.g. {folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \
                 "it holds none yet; train (or resume) the run until it writes one"
             raise FileNotFoundError(f"run folder {folder.path} holds no {name!r} checkpoint; {hint}")
     elif checkpoint is not None:
