@@ -125,7 +125,8 @@ def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(
                                                       PREDICTIONS_FILE, WITHHELD_FILE}
         assert (kept / preset / "seed0" / "checkpoints" / "last.safetensors").is_file()
         retrain = read_withheld(folder)["retrain"]
-        assert retrain.startswith(f"attncnn reproduce mini --only {preset} --seeds 0 (1 epoch: ")
+        assert retrain.startswith(f"attncnn reproduce mini --only {preset} --seeds 0 --data <its data set> "
+                                  "--out <a new folder> (1 epoch: ")
     before, after = (json.loads((o / "report.json").read_text()) for o in (out, copy))
     assert after["rows"] == before["rows"]                # accuracy, counts, FLOPs: from the records and the config
     # the attention per layer: measured from the weights before they went, as the first report did

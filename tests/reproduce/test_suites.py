@@ -111,3 +111,33 @@ def test_paper_flops_and_macs_do_not_depend_on_the_attention_path(impl):
 def test_paper_flops_of_a_resnet_are_its_plain_macs():
     model = build_model("resnet18-mini")
     assert paper_flops_per_image(model) == macs_per_image(model)
+
+
+def test_the_report_covers_every_run_folder_of_a_study_run_in_parts_lowest_seed_first(tmp_path):
+    from attncnn.reproduce import STUDIES
+    from attncnn.reproduce.command import _whole_study
+
+    out = tmp_path / "mini"
+    for seed in (0, 3):                      # seed 0 (a default) and seed 3 trained by earlier calls
+        (out / "resnet18-mini" / f"seed{seed}").mkdir(parents=True)
+    (out / "quadratic-mini" / "seed2").mkdir(parents=True)
+    jobs = _whole_study(STUDIES["mini"], out, {"seeds": (1,), "epochs": None})      # this call: --seeds 1
+    by_row = {}
+    for job in jobs:
+        by_row.setdefault(job.preset, []).append(job.seed)
+    # this call's seed for every preset, and every folder there is, each row's seeds ascending
+    assert by_row["resnet18-mini"] == [0, 1, 3] and by_row["quadratic-mini"] == [1, 2]
+    assert by_row["learned-content-mini"] == [1]
+    assert list(by_row) == ["quadratic-mini", "learned-mini", "resnet18-mini", "quadratic-generalized-mini",
+                            "learned-content-mini"]
+
+
+def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monkeypatch):
+    from attncnn.reproduce import withhold
+    from attncnn.reproduce.running.jobs import GridJob
+
+    monkeypatch.setattr(withhold, "job_state", lambda job: "finished")
+    jobs = [GridJob("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)
+            for row in ("convit-mini", "convit-mini-random")]
+    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini-random"])] == ["convit-mini-random"]
+    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini"])] == ["convit-mini"]

@@ -207,14 +207,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         return _dry_run(jobs, options, out, args.suite)
     if not (args.report_only or args.ship):
         _train(jobs, options, args, command)
-    # Trim and report the whole study, not only what this call trained: a study run in parts
-    # (--only one model, --seeds one seed at a time) must not drop the runs made earlier from its
-    # report. So: every preset (row) with this call's seeds, and every run of the study's own seeds
-    # that exists (a smoke run with --seeds 0 does not list the default seeds it never meant to train).
-    jobs = plan_study(study, out, **planned)
-    folders = {job.folder for job in jobs}
-    jobs += [job for job in plan_study(study, out, **{**planned, "seeds": None})
-             if job.folder not in folders and job.folder.is_dir()]
+    jobs = _whole_study(study, out, planned)
     if args.trim or args.ship:
         _trim(study, jobs)
     if args.without_weights:
@@ -272,6 +265,32 @@ def _check_study_options(args: argparse.Namespace, study: Study, options) -> Non
                              "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
         if args.lr is not None and not study.lr_rows:
             raise ValueError(f"--lr sets the shared rate of a grid's content models; the {study.name} grid has none")
+
+
+def _whole_study(study: Study, out: Path, planned: dict) -> list:
+    """The jobs to trim and report: the whole study, not only what this call trained. A study run in
+    parts (``--only`` one model, ``--seeds`` one seed at a time) must not drop the runs made earlier
+    from its report. So: every preset (row) with this call's seeds, and every run folder that exists
+    of the study's own seeds or of any other seed (``seed<N>`` beside a planned one; a smoke run
+    with ``--seeds 0`` does not list the default seeds it never meant to train). Ordered as planned,
+    each row's (and cell's) seeds ascending, so that its first run is its lowest seed whatever this
+    call's ``--seeds`` (the figures draw a row's first run)."""
+    from .running.jobs import plan_study, row_of
+
+    jobs = plan_study(study, out, **planned)
+    candidates = plan_study(study, out, **{**planned, "seeds": None})
+    on_disk = {int(folder.name.removeprefix("seed")) for job in [*jobs, *candidates]
+               for folder in job.folder.parent.glob("seed*")
+               if folder.is_dir() and folder.name.removeprefix("seed").isdigit()}
+    if on_disk:
+        candidates += plan_study(study, out, **{**planned, "seeds": tuple(sorted(on_disk))})
+    folders = {job.folder for job in jobs}
+    for job in candidates:
+        if job.folder not in folders and job.folder.is_dir():
+            jobs.append(job)
+            folders.add(job.folder)
+    places = list(dict.fromkeys((row_of(job), job.cell) for job in jobs))
+    return sorted(jobs, key=lambda job: (places.index((row_of(job), job.cell)), job.seed))
 
 
 def _plan_options(args: argparse.Namespace, study: Study, options) -> dict:

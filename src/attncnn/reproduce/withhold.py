@@ -16,7 +16,7 @@ from ..analysis.runs import open_run
 from ..runs import PREDICTIONS_FILE, read_withheld, withhold_weights
 from .reporting.results import RunResult
 from .reporting.table1 import final_layer_metrics
-from .running.jobs import Job, job_state
+from .running.jobs import Job, job_state, row_of
 from .running.ship import share_run_folder
 from .studies import Study
 
@@ -40,6 +40,13 @@ def _withheld_already(job: Job) -> bool:
     return read_withheld(job.folder) is not None and not (job.folder / "checkpoints").exists()
 
 
+def withholdable(jobs: Sequence[Job], presets: Sequence[str]) -> list[Job]:
+    """The finished ``jobs`` of the rows ``presets`` names (a grid's variant rows, e.g.
+    ``convit-mini-random``, by their own names) whose weights are still here."""
+    return [job for job in jobs if row_of(job) in presets and job_state(job) == "finished"
+            and not _withheld_already(job)]
+
+
 def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequence[str], *,
                   weights_to: str | Path | None = None, data: str | None = None,
                   data_dir: str | None = None, note: str | None = None) -> list[tuple[Job, dict, Path]]:
@@ -60,8 +67,7 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
     Raises:
         ValueError: a run without its prediction record (checked for every run before any weights move).
     """
-    targets = [job for job in jobs if job.preset in presets and job_state(job) == "finished"
-               and not _withheld_already(job)]
+    targets = withholdable(jobs, presets)
     unrecorded = [job.folder for job in targets if not (job.folder / PREDICTIONS_FILE).is_file()]
     if unrecorded:
         raise ValueError(f"{unrecorded[0]} has no {PREDICTIONS_FILE}: record what its weights predict before they go "
@@ -74,9 +80,11 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
         result = RunResult(job, open_run(job.folder))
         layers = final_layer_metrics(result, data=data, data_dir=data_dir)
         epochs = len(result.epoch_records)
-        retrain = (f"attncnn reproduce {study.name} --only {job.preset} --seeds {job.seed} ({epochs} "
-                   f"epoch{'s' if epochs != 1 else ''}: {result.train_seconds / 3600:.2f} h of training and testing "
-                   "on the machine machine.json names)")
+        # into a new folder: in this one the run is finished, and the command would find nothing to do
+        retrain = (f"attncnn reproduce {study.name} --only {row_of(job)} --seeds {job.seed} --data <its data set> "
+                   f"--out <a new folder> ({epochs} epoch{'s' if epochs != 1 else ''}"
+                   f"{', cell ' + job.cell if job.cell else ''}: {result.train_seconds / 3600:.2f} h of training and "
+                   "testing on the machine machine.json names)")
         target = base / job.folder.relative_to(out) / "checkpoints"
         extra = {"final_layers": layers} | ({"weights_note": note} if note else {})
         record = withhold_weights(job.folder, retrain=retrain, move_to=target, extra=extra)
