@@ -39,10 +39,12 @@ def test_plan_order_seeds_and_epochs(tmp_path):
                 config.schedule) == (0.1, 0.9, 1e-4, 100, 0.05, "cosine")
         assert config.eval_every == 1 and config.checkpoint_every_steps == recipe["checkpoint_every_steps"]
     assert "--epochs 60 --checkpoint-every 10" in train_command(jobs[0], TrainOptions())
-    # --epochs of a smoke run wins over the suite's 60; the mini suite keeps leaving epochs to the options
+    # --epochs of a smoke run wins over the suite's 60; in the mini suite, which sets none, it becomes
+    # every job's, so that a folder trained to another length is named rather than taken as finished
     assert dict(plan(suite, tmp_path, epochs=1)[0].overrides)["epochs"] == 1
     assert job_config(plan(suite, tmp_path, epochs=1)[0], TrainOptions(epochs=1)).epochs == 1
-    assert all(j.overrides == () for j in plan(get_suite("mini"), tmp_path, epochs=1))
+    assert all(j.overrides == (("epochs", 1),) for j in plan(get_suite("mini"), tmp_path, epochs=1))
+    assert all(j.overrides == () for j in plan(get_suite("mini"), tmp_path))
     assert [j.preset for j in plan(suite, tmp_path, only=("learned-content-mini", "resnet18-mini"))] == \
         ["resnet18-mini"] * 3 + ["learned-content-mini"]
 

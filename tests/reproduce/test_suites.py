@@ -141,3 +141,15 @@ def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monk
             for row in ("convit-mini", "convit-mini-random")]
     assert [job.row for job in withhold.withholdable(jobs, ["convit-mini-random"])] == ["convit-mini-random"]
     assert [job.row for job in withhold.withholdable(jobs, ["convit-mini"])] == ["convit-mini"]
+
+
+def test_a_smoke_runs_length_is_checked_against_the_folder_in_a_suite_that_sets_none(tmp_path):
+    folder = tmp_path / "resnet18-mini" / "seed0"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"preset": "resnet18-mini", "seed": 0, "epochs": 1}))
+    (folder / "finished.json").write_text("{}")
+    (job,) = plan(get_suite("mini"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=1)
+    assert job_state(job) == "finished"
+    (job,) = plan(get_suite("mini"), tmp_path, only=("resnet18-mini",), seeds=(0,), epochs=50)
+    with pytest.raises(ValueError, match="epochs=50"):          # not "finished already", not resumed to 50
+        job_state(job)

@@ -93,7 +93,8 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
         seeds: seeds for every preset (None: the suite's defaults).
         only: restrict to these presets (None: all of the suite's).
         epochs: replaces the suite's own ``epochs`` overrides, its presets' included (``--epochs``
-            of a smoke run); a suite without one leaves epochs to the training options.
+            of a smoke run); in a suite without one it becomes every job's, so that a folder
+            trained to another length is named, not taken as finished or resumed to this one.
 
     Raises:
         ValueError: a name in ``only`` that is not one of the suite's presets.
@@ -103,7 +104,7 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
     rounds = max(len(s) for s in per_preset.values())
     overrides = {p: dict(suite.overrides_of(p)) for p in presets}
     for options in overrides.values():
-        if epochs is not None and "epochs" in options:
+        if epochs is not None:
             options["epochs"] = epochs
     jobs = [Job(p, per_preset[p][i], Path(out) / p / f"seed{per_preset[p][i]}", tuple(overrides[p].items()))
             for i in range(rounds) for p in presets if i < len(per_preset[p])]
