@@ -205,3 +205,19 @@ def test_an_unfinished_eager_run_resumes_compiled_when_asked(make_tiny_data, tmp
     assert json.loads((job.folder / "config.json").read_text())["compile"] is False      # the run's own
     assert main(["reproduce", "mini-long", "--out", str(tmp_path), "--ship", "--no-compile"]) == 2
     assert "--ship trains nothing" in capsys.readouterr().err
+
+
+def test_shipping_keeps_the_periodic_checkpoints_fig_3_is_drawn_from(make_tiny_data, tmp_path, capsys):
+    data = make_tiny_data(40, 10, size=16)
+    jobs = plan(get_suite("mini"), tmp_path, only=("quadratic-mini", "resnet18-mini"), seeds=(0,), epochs=3)
+    options = TrainOptions(data=str(data), epochs=3, compile=False)
+    for job in jobs:                                   # both stop after their first epoch (epoch_0001 written)
+        with pytest.raises(TrainingInterrupted):
+            train_jobs([job], options, progress=False, epoch_metrics=_stop_after_first_epoch)
+    assert main(["reproduce", "mini", "--data", str(data), "--epochs", "3", "--only", "quadratic-mini,resnet18-mini",
+                 "--seeds", "0", "--out", str(tmp_path), "--ship", "--no-progress", "--no-viewer"]) == 0
+    names = {job.preset: {p.name for p in (job.folder / "checkpoints").iterdir()} for job in jobs}
+    assert names["quadratic-mini"] == {"last.safetensors", "epoch_0001.safetensors"}     # Fig. 3's run
+    assert names["resnet18-mini"] == {"last.safetensors"}
+    kept = load_checkpoint(jobs[0].folder / "checkpoints" / "epoch_0001.safetensors")
+    assert kept.optimizer_state is None and kept.metadata["epoch"] == 1                  # weights only

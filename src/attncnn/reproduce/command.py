@@ -218,7 +218,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
             print(f"{job.label}: shipped without its weights ({record['bytes'] / 1e6:.1f} MB, sha256 "
                   f"{record['sha256'][:16]}...); they are in {where}, outside what is committed")
     if args.ship:
-        _ship_unfinished(jobs)
+        _ship_unfinished(study, jobs)
     results = finished_results(study, jobs)
     run = "cell" if isinstance(study, Grid) else "run"
     if not results and args.ship:
@@ -312,17 +312,26 @@ def _trim(study: Study, jobs) -> None:
     if isinstance(study, Grid):
         trim_jobs(jobs, keep_epochs_of=set(), lean=True)
         return
+    trim_jobs(jobs, keep_epochs_of=_evolution_run(study, jobs))
+
+
+def _evolution_run(study: Study, jobs) -> set[tuple[str, int]]:
+    """``{(preset, seed)}`` of the run whose periodic checkpoints a suite's figure of the centres
+    over the epochs (paper Fig. 3) is drawn from (its first seed), or none: a grid, or a suite that
+    draws it from the epochs' records."""
+    if isinstance(study, Grid) or study.evolution_from != "checkpoints":
+        return set()
     seeds = [j.seed for j in jobs if j.preset == study.evolution_preset]
-    keep = seeds and study.evolution_from == "checkpoints"     # Fig. 3 drawn from periodic checkpoints
-    trim_jobs(jobs, keep_epochs_of={(study.evolution_preset, min(seeds))} if keep else set())
+    return {(study.evolution_preset, min(seeds))} if seeds else set()
 
 
-def _ship_unfinished(jobs) -> None:
+def _ship_unfinished(study: Study, jobs) -> None:
     """``--ship``: started, unfinished runs reduced to what resuming them elsewhere needs (a content
-    model's cell of the scarce grid outlives a session on two CPU cores, as a suite's run does)."""
+    model's cell of the scarce grid outlives a session on two CPU cores, as a suite's run does), the
+    periodic checkpoints of a suite's Fig. 3 run kept as weights."""
     from .running.unfinished import ship_unfinished_jobs
 
-    for job, before, after in ship_unfinished_jobs(jobs):
+    for job, before, after in ship_unfinished_jobs(jobs, keep_epochs_of=_evolution_run(study, jobs)):
         print(f"unfinished {job.label}: {job.folder} ready to commit ({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
               "resumable)")
 
@@ -416,7 +425,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     if args.ship:
         _trim(grid, jobs)                  # finished measurement runs are the grid's own seed-0 cells
-        _ship_unfinished(jobs)
+        _ship_unfinished(grid, jobs)
     if args.calibrate:
         lines = calibration_lines(jobs, grid.overfit)
     else:

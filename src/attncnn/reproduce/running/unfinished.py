@@ -13,7 +13,10 @@ resuming needs:
 * the starting weights its ``init_from`` names, where they are in its ``checkpoints/`` (a pruned
   model's fine-tune).
 
-Periodic checkpoints, TensorBoard events (``tb/``, rewritten by the resumed run) and the lock
+* its periodic checkpoints, weights only, where a figure of the study is drawn from them
+  (``keep_epochs``: the run whose centres a suite draws over the epochs, paper Fig. 3).
+
+Other periodic checkpoints, TensorBoard events (``tb/``, rewritten by the resumed run) and the lock
 file go, and the local paths the run records are replaced by file names
 (:func:`~attncnn.reproduce.running.ship.share_run_folder`). From a fresh clone, the same
 ``attncnn reproduce <suite> --data <data set>`` resumes it: :func:`attncnn.runs.point_at_data`
@@ -65,9 +68,10 @@ def _starting_weights(folder: RunFolder) -> Path | None:
     return path if path.is_file() else None
 
 
-def ship_unfinished(job: Job) -> tuple[int, int]:
+def ship_unfinished(job: Job, *, keep_epochs: bool = False) -> tuple[int, int]:
     """Reduce an unfinished job's folder to what resuming it elsewhere needs (see the module's
-    description); returns its size in bytes before and after. Safe to run again.
+    description), and with ``keep_epochs`` its periodic checkpoints as weights; returns its size in
+    bytes before and after. Safe to run again.
 
     Raises:
         ValueError: the job is finished (trim it instead) or was never started, or its newest
@@ -90,11 +94,12 @@ def ship_unfinished(job: Job) -> tuple[int, int]:
             entry.unlink()
     best = folder.checkpoint_path("best")
     start = _starting_weights(folder)
+    periodic = {path for _, path in folder.periodic_checkpoints()} if keep_epochs else set()
     for path in sorted((job.folder / "checkpoints").glob("*.safetensors")) if resume_from else []:
         if path in (resume_from, start):
             continue
-        if path == best and _position(best) != _position(resume_from):
-            _weights_only(best)                      # another point of training: its weights stay
+        if (path == best and _position(best) != _position(resume_from)) or path in periodic:
+            _weights_only(path)                      # another point of training: its weights stay
         else:
             path.unlink()
     if resume_from is None:
@@ -106,10 +111,13 @@ def ship_unfinished(job: Job) -> tuple[int, int]:
     return before, after
 
 
-def ship_unfinished_jobs(jobs: Sequence[Job]) -> list[tuple[Job, int, int]]:
+def ship_unfinished_jobs(jobs: Sequence[Job], *, keep_epochs_of: set[tuple[str, int]] = frozenset()
+                         ) -> list[tuple[Job, int, int]]:
     """:func:`ship_unfinished` on every started, unfinished job (finished and new ones are left
-    alone); returns ``(job, bytes before, bytes after)`` of each."""
-    return [(job, *ship_unfinished(job)) for job in jobs if job_state(job) == "interrupted"]
+    alone), keeping the periodic checkpoints of the ``(preset, seed)`` runs ``keep_epochs_of``
+    names; returns ``(job, bytes before, bytes after)`` of each."""
+    return [(job, *ship_unfinished(job, keep_epochs=(job.preset, job.seed) in keep_epochs_of))
+            for job in jobs if job_state(job) == "interrupted"]
 
 
 def run_progress(job: Job) -> dict | None:
