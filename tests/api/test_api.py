@@ -122,6 +122,9 @@ def test_a_bare_network_is_checked_against_the_size_it_is_given():
     with pytest.raises(ValueError, match=r"model was trained on 32x32 images \(height x width\), got 48x48"):
         sized(torch.rand(1, 3, 48, 48))
     assert sized(torch.rand(1, 3, 48, 48), resize="bicubic").shape == (1, 3)
+    images = torch.rand(1, 3, 32, 32, requires_grad=True)      # the input checks keep gradients (saliency maps)
+    sized(images).sum().backward()
+    assert images.grad is not None and images.grad.abs().sum() > 0
     # checkpoints written before the size was recorded: known from the data set where it is CIFAR
     training_image_size = attncnn.api.classifier.training_image_size
     assert training_image_size({"config": {"data": "cifar100"}}) == (32, 32)

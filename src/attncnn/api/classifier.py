@@ -164,11 +164,11 @@ class Classifier(nn.Module):
         elif not x.dtype.is_floating_point:
             raise ValueError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
         elif x.numel():
-            x = x.detach()
-            if not torch.isfinite(x).all():
-                raise ValueError(f"images must be finite: {int((~torch.isfinite(x)).sum())} values are NaN or "
+            values = x.detach()                      # the checks only: gradients still reach the images
+            if not torch.isfinite(values).all():
+                raise ValueError(f"images must be finite: {int((~torch.isfinite(values)).sum())} values are NaN or "
                                  "infinite; find where they came from (a division by zero, an empty crop)")
-            low, high = (float(v) for v in torch.aminmax(x))
+            low, high = (float(v) for v in torch.aminmax(values))
             if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
                 if high > 2 and low >= 0:
                     hint = "divide by 255 or pass uint8"
