@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 _NAMES = ("cifar10", "cifar100")
 #: the data set of a command that names none, and of a stored run whose own data set is not here
 DEFAULT_DATA = "cifar10"
+#: CIFAR-10's and CIFAR-100's (training, test) images
+CIFAR_SIZES = (50_000, 10_000)
 
 
 def _describe(path: Path, kind: str, classes: tuple[str, ...], train: ImageSplit) -> str:
@@ -89,8 +91,8 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> DataShape:
     """The sizes :func:`load_dataset` would give ``spec``, without decoding or downloading it:
     CIFAR-10/100's are known (no file is read); a folder or zip is listed and its first training
-    image decoded. For plans and estimates (``attncnn
-    reproduce --dry-run``), which must not spend the minutes a first decoding takes.
+    image decoded. For plans and estimates (``attncnn reproduce --dry-run``), which must not spend
+    the minutes a first decoding takes.
 
     Args:
         spec, data_dir: as :func:`load_dataset`.
@@ -108,10 +110,6 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
         load_dataset(path, data_dir=data_dir)       # raises its error for what is there instead
     classes, train, test, (height, width) = peek_image_folder(path)
     return DataShape(path.name, train, test, len(classes), (3, height, width))
-
-
-#: CIFAR-10's and CIFAR-100's (training, test) images
-CIFAR_SIZES = (50_000, 10_000)
 
 
 def run_data(stored: str | None, given: str | None = None) -> str:
