@@ -69,16 +69,18 @@ def attention_layers(model: nn.Module) -> list[GridAttention]:
     return layers
 
 
-def default_grid_size(model: nn.Module, image_size: int = 32) -> tuple[int, int]:
-    """Token grid ``(H, W)`` of ``image_size x image_size`` images (CIFAR: 32) after the model's pooling.
+def default_grid_size(model: nn.Module, image_size: int | tuple[int, int] = 32) -> tuple[int, int]:
+    """Token grid ``(H, W)`` of ``image_size x image_size`` images (CIFAR: 32), or of
+    ``(height, width)`` images, after the model's pooling.
 
     Raises:
-        ValueError: ``image_size`` is not divisible by the pooling width.
+        ValueError: a side not divisible by the pooling width.
     """
     pooling = getattr(getattr(model, "config", None), "pooling", 1)
-    if image_size % pooling:
-        raise ValueError(f"image size {image_size} is not divisible by the pooling width {pooling}")
-    return image_size // pooling, image_size // pooling
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    if height % pooling or width % pooling:
+        raise ValueError(f"image size {height}x{width} is not divisible by the pooling width {pooling}")
+    return height // pooling, width // pooling
 
 
 Callback = Callable[[int, GridAttention, torch.Tensor], None]

@@ -13,7 +13,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
-from ..analysis import LayerMaps, attention_layers, attention_maps_by_kind, position_maps
+from ..analysis import LayerMaps, attention_layers, attention_maps_by_kind, default_grid_size, position_maps
 from .classifier import Classifier
 
 __all__ = ["LayerAttention", "attention_maps"]
@@ -67,13 +67,12 @@ def _score_kinds(network: nn.Module) -> list[str]:
 def _checked_queries(network: nn.Module, queries: Sequence[int], image: tuple[int, int]) -> list[int]:
     """``queries`` as a list of ints, each a token of the grid the network makes of ``image``
     ``(H_img, W_img)`` images (row-major, ``[0, H*W)``)."""
-    pooling = getattr(getattr(network, "config", None), "pooling", 1)
-    tokens = (image[0] // pooling) * (image[1] // pooling)
+    height, width = default_grid_size(network, image)
     chosen = [int(q) for q in queries]
-    wrong = [q for q in chosen if not 0 <= q < tokens]
+    wrong = [q for q in chosen if not 0 <= q < height * width]
     if wrong:
-        raise ValueError(f"queries must be token indices r * W + c in [0, {tokens}) for this model's "
-                         f"{image[0] // pooling}x{image[1] // pooling} token grid, got {wrong}")
+        raise ValueError(f"queries must be token indices r * W + c in [0, {height * width}) for this model's "
+                         f"{height}x{width} token grid, got {wrong}")
     return chosen
 
 

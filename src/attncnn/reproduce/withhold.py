@@ -42,7 +42,11 @@ def _withheld_already(job: Job) -> bool:
 
 def withholdable(jobs: Sequence[Job], presets: Sequence[str]) -> list[Job]:
     """The finished ``jobs`` of the rows ``presets`` names (a grid's variant rows, e.g.
-    ``convit-mini-random``, by their own names) whose weights are still here."""
+    ``convit-mini-random``, by their own names) whose weights are still here.
+
+    Raises:
+        ValueError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+    """
     return [job for job in jobs if row_of(job) in presets and job_state(job) == "finished"
             and not _withheld_already(job)]
 
