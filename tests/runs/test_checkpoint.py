@@ -328,9 +328,125 @@ def test_a_file_without_digest_loads_with_a_warning(tmp_path, caplog):
     save_checkpoint(path, model=model)
     tensors = safetensors.torch.load_file(str(path))
     header = json.loads(path.read_bytes()[8:_data_start(path)])["__metadata__"]
-    del header["digest"]
+    del header["digest"], header["header_digest"]
     safetensors.torch.save_file(tensors, str(path), metadata=header)
     with caplog.at_level("WARNING"):
         ck = load_checkpoint(path)
     assert "no content digest" in caplog.text
     assert all(torch.equal(ck.model_state[k], v) for k, v in model.state_dict().items())
+
+
+# -- the header digest: metadata and dtypes ---------------------------------------------------------
+
+def _edit_header(path, old: bytes, new: bytes) -> None:
+    """Replace ``old`` by ``new`` (same length) once inside the file's JSON header, as a flipped
+    byte on disk would: the header's length and every tensor byte stay as written."""
+    assert len(old) == len(new)
+    raw = path.read_bytes()
+    start = _data_start(path)
+    header = raw[:start]
+    assert header.count(old) == 1, header
+    path.write_bytes(header.replace(old, new) + raw[start:])
+
+
+def _resumable(tmp_path):
+    model, opt = make()
+    steps(model, opt, 2, seed=1)
+    path = tmp_path / "last.safetensors"
+    save_checkpoint(path, model=model, optimizer=opt, extra_tensors={"rng": torch.arange(4, dtype=torch.uint8)},
+                    metadata={"epoch": 1, "step_in_epoch": 3, "config": {"lr": 0.1}})
+    return path
+
+
+def test_a_changed_digit_in_the_metadata_is_refused(tmp_path):
+    # An unfinished run's step inside its epoch, edited 3 -> 5: before the header digest it resumed
+    # at the wrong step and silently trained a different run.
+    path = _resumable(tmp_path)
+    _edit_header(path, b'\\"step_in_epoch\\": 3', b'\\"step_in_epoch\\": 5')
+    for read in (load_checkpoint, ckpt_mod.read_metadata):
+        with pytest.raises(CheckpointError, match=rf"{path} is corrupt: its metadata .* does not match the digest"):
+            read(path)
+
+
+def test_a_changed_optimiser_setting_is_refused(tmp_path):
+    path = _resumable(tmp_path)
+    raw = path.read_bytes()[:_data_start(path)]
+    assert raw.count(b'\\"momentum\\": 0.9') == 2         # one per parameter group
+    path.write_bytes(raw.replace(b'\\"momentum\\": 0.9', b'\\"momentum\\": 0.1', 1) + path.read_bytes()[len(raw):])
+    with pytest.raises(CheckpointError, match="its metadata .* does not match the digest"):
+        load_checkpoint(path)
+
+
+def test_a_changed_tensor_dtype_is_refused(tmp_path):
+    # F32 -> I32 keeps every size and every byte, so the tensor digest alone cannot see it.
+    model, _ = make()
+    path = tmp_path / "ck.safetensors"
+    save_checkpoint(path, model=model)
+    header = json.loads(path.read_bytes()[8:_data_start(path)])
+    assert header["model.fc1.weight"]["dtype"] == "F32"
+    raw = path.read_bytes()
+    start = _data_start(path)
+    entry = json.dumps({"model.fc1.weight": header["model.fc1.weight"]}, separators=(",", ":"))[1:-1].encode()
+    assert raw[:start].count(entry) == 1
+    path.write_bytes(raw[:start].replace(entry, entry.replace(b'"F32"', b'"I32"')) + raw[start:])
+    with pytest.raises(CheckpointError, match="does not match the digest"):
+        load_checkpoint(path)
+
+
+def test_the_header_digest_is_stable_and_names_every_dtype(tmp_path):
+    # What save computed before writing equals what load recomputes from the written header, for
+    # every dtype a run stores (bf16 weights, int64 steps, uint8 RNG states, bool masks).
+    tensors = {dt: torch.zeros(2, dtype=dt) for dt in (torch.float32, torch.bfloat16, torch.float16, torch.float64,
+                                                        torch.int64, torch.int32, torch.uint8, torch.bool)}
+    path = tmp_path / "ck.safetensors"
+    ckpt_mod.write_checkpoint(path, ckpt_mod.Checkpoint(model_state={}, optimizer_state=None,
+                                                        extra_tensors={str(dt): t for dt, t in tensors.items()}))
+    ck = load_checkpoint(path)
+    assert {k: v.dtype for k, v in ck.extra_tensors.items()} == {str(dt): dt for dt in tensors}
+    assert ckpt_mod._safetensors_dtype(torch.bfloat16) == "BF16"
+
+
+def test_a_file_with_only_the_tensor_digest_loads_with_a_note_and_keeps_its_tensor_check(tmp_path, caplog):
+    # Every shipped run's checkpoints were written before the header digest: they still load, with
+    # their tensors checked, and say that their metadata is not covered.
+    model, _ = make()
+    path = tmp_path / "old.safetensors"
+    save_checkpoint(path, model=model, metadata={"epoch": 4})
+    tensors = safetensors.torch.load_file(str(path))
+    header = json.loads(path.read_bytes()[8:_data_start(path)])["__metadata__"]
+    del header["header_digest"]
+    safetensors.torch.save_file(tensors, str(path), metadata=header)
+    with caplog.at_level("INFO", logger="attncnn.runs.checkpoint"):
+        ck = load_checkpoint(path)
+    assert ck.metadata == {"epoch": 4}
+    assert "its metadata (epoch, step, recipe) is not" in caplog.text
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0x01
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CheckpointError, match="its tensors do not match the digest"):
+        load_checkpoint(path)
+
+
+def test_a_full_disk_reported_by_safetensors_is_an_os_error_naming_the_file(tmp_path, monkeypatch):
+    # safetensors raises its own SafetensorError for I/O failures; RunFolder.writing turns OSError
+    # into "cannot write <file> ...; free some space": before, the full disk ended in a traceback.
+    from safetensors import SafetensorError
+
+    from attncnn.runs import RunFolder, RunFolderError
+
+    path = _good(tmp_path)
+    before = path.read_bytes()
+
+    def full(tensors, filename, metadata=None):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    with pytest.raises(OSError) as caught:
+        save_checkpoint(path, model=make(seed=9)[0])
+    assert caught.value.errno == 28 and caught.value.filename == str(path)
+    run = RunFolder(tmp_path / "run", mode="new")
+    target = run.path / "checkpoints" / "last.safetensors"
+    with pytest.raises(RunFolderError, match=rf"cannot write {target} .*is full: free some space"):
+        with run.writing(target):
+            save_checkpoint(target, model=make(seed=9)[0])
+    assert path.read_bytes() == before and _leftovers(tmp_path) == []

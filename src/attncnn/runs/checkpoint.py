@@ -10,19 +10,27 @@ pickle can run arbitrary code, so attncnn writes and reads safetensors only:
 * in the safetensors header metadata (string -> string): ``"format_version": "1"``,
   ``"attncnn"`` = the caller's metadata as JSON, ``"optimizer"`` = the optimizer's non-tensor
   state (param-group hyper-parameters with their parameter indices, scalar per-parameter state)
-  as JSON, and ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes.
+  as JSON, ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes, and
+  ``"header_digest"`` = ``"sha256:<hex>"`` of every other metadata entry (the tensor digest
+  included) and every tensor's dtype.
 
 Files are written atomically (temp file in the same folder + ``os.replace``). Loading verifies
-the digest, so a flipped bit on disk or in a copy is an error naming the file, not silently
-different weights (files written before the digest existed load with a warning).
+both digests, so a flipped bit on disk or in a copy, in the weights or in what is read beside them
+(the epoch, the step inside it, the recipe, the optimiser's hyper-parameters), is an error naming
+the file, not a silently different run. Two digests rather than one so that files written before
+the header digest existed keep their tensor check: they load with a note that their metadata is
+not covered (and files from before either digest with a warning that nothing is checked).
 """
 
 from __future__ import annotations
 
+import errno
+import functools
 import hashlib
 import json
 import logging
 import os
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +89,27 @@ def _digest(entries) -> str:
     return "sha256:" + h.hexdigest()
 
 
+@functools.lru_cache(maxsize=None)
+def _safetensors_dtype(dtype: torch.dtype) -> str:
+    """The dtype name safetensors writes in a file's header for ``dtype`` (``"F32"``, ``"BF16"``...),
+    learnt from safetensors itself (an empty tensor serialised once per dtype) so that the header
+    digest computed before writing equals the one recomputed from the written header."""
+    from safetensors.torch import save
+
+    raw = save({"t": torch.empty(0, dtype=dtype)})
+    n = struct.unpack("<Q", raw[:8])[0]
+    return json.loads(raw[8:8 + n])["t"]["dtype"]
+
+
+def _header_digest(metadata: dict[str, str], dtypes: dict[str, str]) -> str:
+    """``"sha256:<hex>"`` over the header metadata (every entry but ``header_digest`` itself) and
+    each tensor's safetensors dtype name. Shapes and bytes are covered by ``metadata["digest"]``,
+    which is one of the entries, so together the two digests cover everything a load reads."""
+    covered = {key: value for key, value in metadata.items() if key != "header_digest"}
+    text = json.dumps({"metadata": covered, "dtypes": dtypes}, sort_keys=True, separators=(",", ":"))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
 def _tensor_bytes(t: torch.Tensor) -> memoryview:
     """The bytes safetensors writes for a contiguous CPU tensor (little-endian, row-major)."""
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
@@ -132,8 +161,10 @@ def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> No
     Raises:
         TypeError: a non-tensor entry in the model state or the extra tensors, or metadata /
             optimizer hyper-parameters that are not JSON serialisable.
-        OSError: the folder is not writable or the disk is full.
+        OSError: the folder is not writable or the disk is full (the message names ``path``; its
+            ``errno`` is the system's, ENOSPC for a full disk, also when safetensors reported it).
     """
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
@@ -151,14 +182,29 @@ def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> No
     if checkpoint.optimizer_state is not None:
         tensors.update(_optimizer_tensors(checkpoint.optimizer_state, header))
     header["digest"] = _digest((name, t.shape, _tensor_bytes(t)) for name, t in tensors.items())
+    dtypes = {name: _safetensors_dtype(t.dtype) for name, t in tensors.items()}
+    header["header_digest"] = _header_digest(header, dtypes)
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path, suffix=".safetensors") as tmp:
-        save_file(tensors, str(tmp), metadata=header)
+        try:
+            save_file(tensors, str(tmp), metadata=header)
+        except SafetensorError as err:
+            # safetensors reports I/O failures (a full disk among them) as its own exception, not
+            # OSError, so callers that turn OSError into "cannot write <file>; <fix>" missed them.
+            raise _as_os_error(path, err) from err
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
     log.debug("saved checkpoint %s (%d tensors)", path, len(tensors))
+
+
+def _as_os_error(path: Path, err: Exception) -> OSError:
+    """An :class:`OSError` naming ``path`` for a write error safetensors raised as its own
+    exception, with the system's errno when its message carries one (``"... (os error 28)"``)."""
+    found = re.search(r"os error (\d+)", str(err))
+    code = int(found.group(1)) if found else errno.EIO
+    return OSError(code, f"{os.strerror(code)} (while safetensors wrote the checkpoint)", str(path))
 
 
 def _optimizer_tensors(opt: dict, header: dict) -> dict[str, torch.Tensor]:
@@ -259,7 +305,11 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
     stored = (header.get("__metadata__") or {}).get("digest")
     if stored is None:
         log.warning("%s has no content digest (written by an older attncnn): its integrity is not checked", path)
-    else:
+    elif "header_digest" not in header["__metadata__"]:
+        # INFO, not WARNING: every shipped run predates the header digest, and its tensors are checked.
+        log.info("%s was written before checkpoints covered their metadata: its tensors are checked against "
+                 "their digest, its metadata (epoch, step, recipe) is not", path)
+    if stored is not None:
         view = memoryview(raw)
         try:
             actual = _digest((name, info["shape"], view[data_start + int(info["data_offsets"][0]):
@@ -278,12 +328,31 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
     return {name: t.to(device) for name, t in tensors.items()}
 
 
+def _check_header_digest(path: Path, header: dict) -> None:
+    """Refuse a header whose metadata or tensor dtypes changed since the file was written (files
+    without ``header_digest``, from older versions, pass: :func:`_verified_tensors` warns)."""
+    meta = header.get("__metadata__") or {}
+    stored = meta.get("header_digest")
+    if stored is None:
+        return
+    try:
+        dtypes = {name: str(info["dtype"]) for name, info in header.items() if name != "__metadata__"}
+    except (KeyError, TypeError) as err:
+        raise CheckpointError(f"{path}: corrupt safetensors header ({err!r})") from err
+    if _header_digest(meta, dtypes) != stored:
+        raise CheckpointError(f"{path} is corrupt: its metadata (epoch, step, recipe, optimiser settings or tensor "
+                              "types) does not match the digest stored when it was written (a changed byte on disk "
+                              "or in a copy); use another checkpoint of the run, or copy the file again")
+
+
 def _attncnn_metadata(path: Path, header: dict) -> tuple[dict, dict | None]:
-    """``(caller metadata, optimizer JSON or None)`` from a safetensors header."""
+    """``(caller metadata, optimizer JSON or None)`` from a safetensors header, after checking the
+    header digest (:func:`_check_header_digest`)."""
     meta = header.get("__metadata__") or {}
     if meta.get("format_version") != FORMAT_VERSION or "attncnn" not in meta:
         raise CheckpointError(f"{path} is a safetensors file but not an attncnn checkpoint (format_version "
                               f"{meta.get('format_version')!r}, expected {FORMAT_VERSION!r})")
+    _check_header_digest(path, header)
     try:
         return json.loads(meta["attncnn"]), (json.loads(meta["optimizer"]) if "optimizer" in meta else None)
     except ValueError as err:
@@ -292,7 +361,8 @@ def _attncnn_metadata(path: Path, header: dict) -> tuple[dict, dict | None]:
 
 def read_metadata(path: str | os.PathLike[str]) -> dict:
     """The metadata given to :func:`save_checkpoint`, from the file's header alone (no tensor data
-    is read, so it is cheap for any file size; the digest is checked when the tensors are loaded).
+    is read, so it is cheap for any file size). The header digest is checked here; the tensor
+    digest when the tensors are loaded.
 
     Raises:
         FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.
@@ -311,7 +381,7 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     Raises:
         FileNotFoundError: no file at ``path``.
         CheckpointError: a pickle / ``torch.save`` file (refused, not opened), a truncated or
-            corrupt file (including tensors that no longer match the stored digest), or a
+            corrupt file (including tensors or metadata that no longer match the stored digests), or a
             safetensors file not written by attncnn; the message names the file.
     """
     path = Path(path)
