@@ -81,8 +81,10 @@ def test_optimal_assignment_matches_brute_force():
         assert len(set(cols)) == n
         best = min(sum(cost[i][p[i]] for i in range(n)) for p in itertools.permutations(range(m), n))
         assert sum(cost[i][cols[i]] for i in range(n)) == pytest.approx(best)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n <= m"):
         optimal_assignment([[1.0], [2.0]])
+    with pytest.raises(ValueError, match="NaN or infinite"):
+        optimal_assignment([[1.0, float("nan")]])
 
 
 def test_grid_distance_is_zero_for_a_permuted_grid_and_ignores_extra_heads():

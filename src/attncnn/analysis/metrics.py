@@ -173,17 +173,22 @@ def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
 
 
 def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
-    """Exact minimum-cost assignment of every row to a distinct column (Hungarian method).
+    """Exact minimum-cost assignment of every row to a distinct column.
+
+    scipy's :func:`scipy.optimize.linear_sum_assignment` (a shortest-augmenting-path Hungarian
+    method, as in :mod:`attncnn.theory.extract`), checked and returned in the row order.
 
     Args:
-        cost: ``n x m`` matrix with ``n <= m`` (list of lists or a 2-D tensor).
+        cost: ``n x m`` matrix with ``n <= m`` (list of lists or a 2-D tensor); finite entries.
 
     Returns:
-        ``col[i]`` for each row ``i``, minimising ``sum_i cost[i][col[i]]``. O(n^2 m) time.
+        ``col[i]`` for each row ``i``, minimising ``sum_i cost[i][col[i]]``.
 
     Raises:
-        ValueError: more rows than columns, or a ragged matrix.
+        ValueError: more rows than columns, a ragged matrix, or a NaN / infinite cost.
     """
+    from scipy.optimize import linear_sum_assignment
+
     rows = [[float(v) for v in row] for row in (cost.tolist() if isinstance(cost, torch.Tensor) else cost)]
     n = len(rows)
     if n == 0:
@@ -192,39 +197,10 @@ def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
     if any(len(r) != m for r in rows) or n > m:
         lengths = sorted({len(r) for r in rows})
         raise ValueError(f"need an n x m cost matrix with n <= m, got {n} rows of lengths {lengths}")
-    inf = math.inf
-    # Potentials u (rows, 1-based) and v (columns, index 0 = virtual column); match[j] = row of column j.
-    u, v = [0.0] * (n + 1), [0.0] * (m + 1)
-    match, back = [0] * (m + 1), [0] * (m + 1)
-    for i in range(1, n + 1):
-        match[0], col = i, 0
-        slack, done = [inf] * (m + 1), [False] * (m + 1)
-        while match[col]:                                   # grow a shortest augmenting path
-            done[col] = True
-            row, step, nxt = match[col], inf, 0
-            for j in range(1, m + 1):
-                if not done[j]:
-                    reduced = rows[row - 1][j - 1] - u[row] - v[j]
-                    if reduced < slack[j]:
-                        slack[j], back[j] = reduced, col
-                    if slack[j] < step:
-                        step, nxt = slack[j], j
-            for j in range(m + 1):
-                if done[j]:
-                    u[match[j]] += step
-                    v[j] -= step
-                else:
-                    slack[j] -= step
-            col = nxt
-        while col:                                          # flip the path
-            prev = back[col]
-            match[col] = match[prev]
-            col = prev
-    result = [0] * n
-    for j in range(1, m + 1):
-        if match[j]:
-            result[match[j] - 1] = j - 1
-    return result
+    if not all(math.isfinite(v) for r in rows for v in r):
+        raise ValueError("the cost matrix holds NaN or infinite entries; an assignment needs finite costs")
+    _, cols = linear_sum_assignment(rows)               # with n <= m every row is assigned, rows in order
+    return [int(c) for c in cols]
 
 
 def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict:
