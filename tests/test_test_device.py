@@ -40,10 +40,6 @@ def requested_device(monkeypatch):
     return module
 
 
-def test_the_variable_is_the_one_the_helper_reads(requested_device):
-    assert requested_device.DEVICE_VARIABLE == VARIABLE
-
-
 def test_unset_or_empty_means_the_cpu(requested_device, monkeypatch):
     monkeypatch.delenv(VARIABLE, raising=False)
     assert requested_device.requested_device() == torch.device("cpu")
