@@ -155,6 +155,15 @@ class FakeImages:
                     labels.append(k)
             self.expected[split] = (np.stack(imgs), np.array(labels))
 
+    def assert_loaded(self, ds) -> None:
+        """``ds`` (a loaded Dataset) holds exactly these classes, labels and pixels."""
+        assert ds.classes == self.classes
+        for split in ("train", "test"):
+            s = getattr(ds, split)
+            images, labels = self.expected[split]
+            np.testing.assert_array_equal(s.images.numpy(), images)  # PNG round-trips exactly
+            np.testing.assert_array_equal(s.labels.numpy(), labels)
+
     def write_folder(self, root: Path, prefix: str = "") -> Path:
         for name, data in self.files.items():
             p = root / prefix / name

@@ -3,9 +3,12 @@
 A data set decoded from ``<path>`` is stored in ``<data_dir>/decoded/<name>-<key>.safetensors``
 (tensors ``train_images``, ``train_labels``, ``test_images``, ``test_labels``; the class names in
 the metadata). The key hashes the resolved path with, for a zip, its size and modification time,
-and for a folder, the sorted list of its files with their sizes and modification times; so any
-change to the data makes a new key. Files are written atomically; a cache file that cannot be read
-is ignored (with a warning) and rebuilt, and a cache that cannot be written only costs speed.
+and for a folder, the sorted list of the files the loader reads
+(:func:`~attncnn.data.folder.folder_files`: the files of a class folder that is a symbolic link
+too) with their sizes and modification times, and for a file reached through a link, the real
+path it leads to; so any change to the data, a re-pointed link included, makes a new key. Files
+are written atomically; a cache file that cannot be read is ignored (with a warning) and rebuilt,
+and a cache that cannot be written only costs speed.
 
 The last cache file read is also kept in memory, with its size and modification time: the plan
 of an ``attncnn train`` (which measures on the run's own data) and the run itself, or the jobs of
@@ -20,6 +23,7 @@ import json
 import logging
 import os
 import re
+import stat
 from pathlib import Path
 
 from safetensors import safe_open
@@ -27,6 +31,7 @@ from safetensors.torch import save_file
 
 from .._io import atomic_path
 from .base import ImageSplit
+from .folder import folder_files
 
 __all__ = ["CACHE_VERSION", "cache_key", "cache_file", "read_cache", "write_cache"]
 
@@ -38,17 +43,32 @@ _TENSORS = ("train_images", "train_labels", "test_images", "test_labels")
 
 
 def cache_key(path: str | os.PathLike[str]) -> str:
-    """``<path digest>-<contents digest>`` for a folder or file (cheap: file stats only, no reading)."""
+    """``<path digest>-<contents digest>`` for a folder or file (cheap: file stats only, no reading).
+
+    Raises:
+        DataError: as :func:`~attncnn.data.folder.folder_files` (a folder that cannot be listed, a
+            link loop or a dangling class-folder link).
+        OSError: a file cannot be stat'ed.
+    """
     path = Path(path).resolve()
     where = hashlib.sha256(f"{path}".encode()).hexdigest()[:8]
     h = hashlib.sha256(f"attncnn-decoded-v{CACHE_VERSION}\0".encode())
     if path.is_dir():
         entries = []
-        for root, dirs, files in os.walk(path):
-            for name in files:
-                full = os.path.join(root, name)
-                st = os.stat(full)
-                entries.append(f"{os.path.relpath(full, path)}\0{st.st_size}\0{st.st_mtime_ns}")
+        real_folders: dict[str, str] = {}          # one realpath per folder, not per file (60,000 for CIFAR)
+        for rel in folder_files(path):
+            full = os.path.join(path, rel.replace("/", os.sep))
+            folder, name = os.path.split(full)
+            if folder not in real_folders:
+                real_folders[folder] = os.path.realpath(folder)
+            real = os.path.join(real_folders[folder], name)
+            st = os.lstat(real)
+            if stat.S_ISLNK(st.st_mode):            # a linked file: its target's own size and time
+                real = os.path.realpath(real)
+                st = os.stat(real)
+            entry = f"{rel.replace('/', os.sep)}\0{st.st_size}\0{st.st_mtime_ns}"
+            # the real path only where a link leads elsewhere, so the keys of folders without links stay
+            entries.append(entry if real == full else f"{entry}\0{real}")
         h.update("\n".join(sorted(entries)).encode())
     else:
         st = path.stat()
@@ -89,7 +109,8 @@ def read_cache(file: str | os.PathLike[str]) -> tuple[tuple[str, ...], ImageSpli
             if meta.get("version") != CACHE_VERSION:
                 raise ValueError(f"cache version {meta.get('version')!r}, expected {CACHE_VERSION!r}")
             classes = json.loads(meta["classes"])
-            if not (isinstance(classes, list) and classes and all(isinstance(c, str) for c in classes)):
+            # at least two classes, as the loader demands (a cache written before it refused one is not used)
+            if not (isinstance(classes, list) and len(classes) >= 2 and all(isinstance(c, str) for c in classes)):
                 raise ValueError("bad class list")
             t = {k: f.get_tensor(k) for k in _TENSORS}
         splits = []

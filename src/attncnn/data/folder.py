@@ -6,6 +6,20 @@ horse, ship, truck), which happens to be alphabetical. Within a class, files are
 name order. Images are decoded with Pillow and converted to RGB; all must share one size.
 
 A folder or zip may also wrap that layout in one top-level folder (``cifar10/train/...``).
+Names starting with ``.`` are skipped, in folders and zips alike.
+
+Symbolic links. In a folder, a link to a folder is followed like a folder (as torchvision's
+``ImageFolder`` does), wherever it points: a class folder may live elsewhere, and the data set is
+the user's own files on their own machine. A link that points at nothing, where a class folder
+would be, and a link that leads back to a folder containing it (a loop) are refused with
+:class:`DataError`; nothing is ever dropped without a word. A zip is read without extracting it,
+so a member stored as a link (``zip -y``) has nothing to lead to inside the zip: one below
+``train/`` or ``test/`` is refused, with the fix (re-create the zip so that it holds the files).
+
+Sizes. An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is
+read, whatever size a zip declares for it, and at most that many bytes (plus one) are ever read or
+inflated; an image with more pixels than Pillow's ``PIL.Image.MAX_IMAGE_PIXELS`` (a decompression
+bomb) is refused too. A data set needs at least two classes.
 """
 
 from __future__ import annotations
@@ -13,9 +27,11 @@ from __future__ import annotations
 import io
 import logging
 import os
+import stat
+import warnings
 import zipfile
 from pathlib import Path
-from typing import Callable
+from typing import IO, Callable
 
 import numpy as np
 import torch
@@ -23,13 +39,20 @@ from PIL import Image
 
 from .base import DataError, ImageSplit
 
-__all__ = ["IMAGE_EXTENSIONS", "read_image_folder", "peek_image_folder", "is_zip"]
+__all__ = ["IMAGE_EXTENSIONS", "MAX_IMAGE_BYTES", "read_image_folder", "peek_image_folder", "is_zip",
+           "folder_files"]
 
 logger = logging.getLogger(__name__)
 
 #: File name endings read as images (compared case-insensitively); other files are ignored.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 _SPLITS = ("train", "test")
+#: Largest image file or zip member read, in bytes. CIFAR images are 1-3 KB and ImageNet JPEGs a few MB;
+#: 64 MiB is far above any image a network here trains on, yet small enough that a hostile or broken
+#: zip (a few MB inflating to GiBs) cannot exhaust memory: nothing larger is ever read or inflated.
+MAX_IMAGE_BYTES = 64 * 2**20
+#: Folder levels read below a data set's folder: ``[wrapper/]split/class/image``.
+_DEPTH = 4
 
 
 def is_zip(path: Path) -> bool:
@@ -44,17 +67,87 @@ def _open_zip(path: Path) -> zipfile.ZipFile:
         raise DataError(f"{path} is not a readable zip file ({err}); re-create or re-download it") from err
 
 
-def _list_files(path: Path, zf: zipfile.ZipFile | None) -> list[str]:
-    """All file paths below ``path`` (a folder, or the open zip ``zf``), as posix paths relative to it."""
-    if zf is not None:
-        return [i.filename for i in zf.infolist() if not i.is_dir()]
+def _is_link(info: zipfile.ZipInfo) -> bool:
+    """A zip member stored as a symbolic link: Unix-made (``create_system`` 3) with the link file type
+    in the high 16 bits of ``external_attr`` (where Info-ZIP keeps ``st_mode``)."""
+    return info.create_system == 3 and stat.S_ISLNK(info.external_attr >> 16)
+
+
+def _list_zip(path: Path, zf: zipfile.ZipFile) -> list[str]:
+    """The file members of ``zf``; a link member inside a ``train/`` or ``test/`` folder is refused
+    (module docstring), other links are left out like any file that is not an image."""
     out = []
-    for root, dirs, files in os.walk(path):
-        dirs[:] = [d for d in dirs if not d.startswith(".")]
-        rel = Path(root).relative_to(path).as_posix()
-        prefix = "" if rel == "." else rel + "/"
-        out.extend(prefix + f for f in files)
+    for info in zf.infolist():
+        if info.is_dir():
+            continue
+        if _is_link(info):
+            if any(part in _SPLITS for part in info.filename.split("/")[:-1]):
+                raise DataError(f"{info.filename} inside {path} is a symbolic link, which a zip read without "
+                                "extracting it cannot follow; re-create the zip with the files it points to "
+                                "(zip -r without -y/--symlinks)")
+            continue
+        out.append(info.filename)
     return out
+
+
+def folder_files(path: str | os.PathLike[str]) -> list[str]:
+    """The files of an image folder that a data set can be made of: those at most four levels down
+    (``[wrapper/]split/class/image``), as posix paths relative to ``path``, in no particular order.
+
+    Names starting with ``.`` are skipped. Links to folders are followed (module docstring), so a
+    linked class folder's files are listed under the link's name.
+
+    Raises:
+        DataError: a folder cannot be listed; a link leads back to a folder containing it (a loop);
+            a link inside ``train/`` or ``test/`` (where a class folder would be) points at nothing.
+    """
+    path = Path(path)
+    out: list[str] = []
+
+    def ident(where: str) -> tuple[int, int]:
+        st = os.stat(where)
+        return st.st_dev, st.st_ino
+
+    def visit(folder: str, rel: tuple[str, ...], above: tuple[tuple[int, int], ...]) -> None:
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as err:
+            raise DataError(f"cannot list the folder {folder} ({err.strerror}); make it readable or remove "
+                            "it") from err
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            sub = (*rel, entry.name)
+            if entry.is_dir():                                  # follows links
+                if len(sub) >= _DEPTH:                          # where an image is expected: not read
+                    continue
+                try:
+                    here = ident(entry.path)
+                except OSError as err:
+                    raise DataError(f"cannot read the folder {entry.path} ({err.strerror}); make it "
+                                    "readable or remove it") from err
+                if here in above:
+                    raise DataError(f"{entry.path} leads back to {os.path.realpath(entry.path)}, a folder that "
+                                    "contains it (a symbolic-link loop); point the link at a folder of images")
+                visit(entry.path, sub, (*above, here))
+            elif entry.is_symlink() and not os.path.exists(entry.path) and rel and rel[-1] in _SPLITS:
+                raise DataError(f"{entry.path} is a symbolic link to {os.readlink(entry.path)}, which does not "
+                                "exist; point it at the class's folder of images or remove it")
+            else:
+                out.append("/".join(sub))
+
+    try:
+        root = ident(str(path))
+    except OSError as err:
+        raise DataError(f"cannot read the folder {path} ({err.strerror})") from err
+    visit(str(path), (), (root,))
+    return out
+
+
+def _list_files(path: Path, zf: zipfile.ZipFile | None) -> list[str]:
+    """The file paths below ``path`` (a folder, or the open zip ``zf``), as posix paths relative to it."""
+    return _list_zip(path, zf) if zf is not None else folder_files(path)
 
 
 def _find_root(names: list[str], path: Path) -> str:
@@ -78,7 +171,8 @@ def _split_files(names: list[str], root: str, split: str, path: Path) -> dict[st
         if not n.startswith(prefix):
             continue
         parts = n[len(prefix):].split("/")
-        if len(parts) != 2 or parts[1].startswith(".") or not parts[1].lower().endswith(IMAGE_EXTENSIONS):
+        if (len(parts) != 2 or parts[0].startswith(".") or parts[1].startswith(".")
+                or not parts[1].lower().endswith(IMAGE_EXTENSIONS)):
             continue
         by_class.setdefault(parts[0], []).append(n)
     if not by_class:
@@ -87,13 +181,40 @@ def _split_files(names: list[str], root: str, split: str, path: Path) -> dict[st
     return {c: sorted(files) for c, files in by_class.items()}
 
 
+def _read_bounded(stream: IO[bytes], where: str, limit: int | None = None) -> bytes:
+    """All of ``stream``, reading at most ``limit + 1`` bytes (default :data:`MAX_IMAGE_BYTES`): a zip
+    member may inflate to more than its declared size, and a file may grow after it was measured.
+
+    Raises:
+        DataError: more than ``limit`` bytes (the message names ``where`` and the limit).
+    """
+    limit = MAX_IMAGE_BYTES if limit is None else limit
+    data = stream.read(limit + 1)
+    if len(data) > limit:
+        raise DataError(_too_large(where, f"holds more than {limit:,} bytes", limit))
+    return data
+
+
+def _too_large(where: str, what: str, limit: int) -> str:
+    return (f"image {where} {what}, more than the {limit:,} bytes (attncnn.data.folder.MAX_IMAGE_BYTES) an "
+            "image may have; remove or replace that file")
+
+
 def _decode(data: bytes, where: str) -> np.ndarray:
+    """``(H, W, 3)`` uint8 pixels of an encoded image.
+
+    Pillow warns about an image of more than ``PIL.Image.MAX_IMAGE_PIXELS`` pixels and fails on one
+    of more than twice that; both are refused here (such an image is no training image, and the
+    warning alone would let it fill the memory).
+    """
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            if im.mode != "RGB":
-                im = im.convert("RGB")
-            arr = np.asarray(im)
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data)) as im:
+                if im.mode != "RGB":
+                    im = im.convert("RGB")
+                arr = np.asarray(im)
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
         raise DataError(f"cannot read image {where} ({err}); remove or replace that file") from err
     return arr
 
@@ -124,7 +245,9 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
 
     Raises:
         DataError: no train/ or test/, a split without images, class folders that differ between the
-            splits, an unreadable image, or images of different sizes (the message names the file).
+            splits, fewer than two classes, a refused symbolic link (module docstring), an image
+            file larger than :data:`MAX_IMAGE_BYTES`, an unreadable image, or images of different
+            sizes (the message names the file, folder or zip member).
     """
     path = Path(path)
     zf = _open_zip(path) if is_zip(path) else None
@@ -175,7 +298,7 @@ def peek_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], in
 def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], dict[str, list[str]],
                                                               dict[str, list[str]]]:
     """``(sorted class names, train files, test files)`` of a folder or open zip, each split as
-    ``{class: sorted image paths}``; both splits must have the same classes."""
+    ``{class: sorted image paths}``; both splits must have the same classes, at least two."""
     names = _list_files(path, zf)
     root = _find_root(names, path)
     train_files = _split_files(names, root, "train", path)
@@ -189,27 +312,40 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
         if c not in train_files:
             raise DataError(f"{path}: class folder {root}train/{c}/ is missing or has no images, but "
                             f"{root}test/{c}/ exists; both splits need the same class folders")
+    if len(classes) < 2:
+        raise DataError(f"{path} has a single class, {root}train/{classes[0]}/; a classifier needs at least two: "
+                        f"add a folder of images for each other class under both {root}train/ and {root}test/")
     return classes, train_files, test_files
 
 
 def _reader(path: Path, zf: zipfile.ZipFile | None) -> tuple[Callable[[str], bytes], Callable[[str], str]]:
     """``(read, where)``: a listed name's bytes, and how messages name it."""
     if zf is not None:
+        def where(name: str) -> str:
+            return f"{name} (inside {path})"
+
         def read(name: str) -> bytes:
+            size = zf.getinfo(name).file_size          # as the central directory declares it
+            if size > MAX_IMAGE_BYTES:
+                raise DataError(_too_large(where(name), f"declares {size:,} bytes", MAX_IMAGE_BYTES))
             try:
-                return zf.read(name)
+                with zf.open(name) as member:
+                    return _read_bounded(member, where(name))
             except (zipfile.BadZipFile, OSError, EOFError, ValueError) as err:  # bad CRC, truncation
                 raise DataError(f"cannot read {name} inside {path} ({err}); the zip is corrupt: "
                                 "re-create or re-download it") from err
-
-        def where(name: str) -> str:
-            return f"{name} (inside {path})"
         return read, where
 
     def read_file(name: str) -> bytes:
+        file = path / name
         try:
-            return (path / name).read_bytes()
+            with open(file, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > MAX_IMAGE_BYTES:
+                    raise DataError(_too_large(str(file), f"is {size:,} bytes", MAX_IMAGE_BYTES))
+                return _read_bounded(f, str(file))
         except OSError as err:
-            raise DataError(f"cannot read {path / name} ({err.strerror})") from err
+            raise DataError(f"cannot read {file} ({err.strerror}); make it readable, or remove or replace "
+                            "it") from err
 
     return read_file, lambda name: str(path / name)
