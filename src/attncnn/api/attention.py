@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..analysis import LayerMaps, attention_layers, attention_maps_by_kind, default_grid_size, position_maps
-from .classifier import Classifier
+from .classifier import DEFAULT_BATCH_SIZE, Classifier, check_batch_size
 
 __all__ = ["LayerAttention", "attention_maps"]
 
@@ -90,7 +90,7 @@ def _inputs(model: nn.Module, images, resize: bool | str) -> tuple[nn.Module, to
 
 
 def attention_maps(model: nn.Module, images=None, *, scores: bool = True, average: bool = False,
-                   queries: Sequence[int] | None = None, batch_size: int = 50,
+                   queries: Sequence[int] | None = None, batch_size: int = DEFAULT_BATCH_SIZE,
                    resize: bool | str = False) -> list[LayerAttention]:
     """Attention probabilities (and score terms) of every layer, from real activations.
 
@@ -106,7 +106,7 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
         average: average the maps over the images (paper Fig. 6) instead of one per image.
         queries: keep only these query tokens (row-major ``r * W + c``, each in ``[0, H*W)``) to
             save memory.
-        batch_size: images per forward pass (>= 1).
+        batch_size: images per forward pass, a positive integer (default 50, as :meth:`Classifier.predict`).
         resize: for a :class:`Classifier`, as :meth:`Classifier.preprocess`: images of another
             size than its training images are refused (False) or resized to it first.
 
@@ -119,10 +119,9 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
         ValueError: a model without attention layers (the ResNet baseline), images out of range or
             of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
             on without ``resize``), no images for a model whose attention depends on them, query
-            indices outside the token grid, or ``batch_size < 1``.
+            indices outside the token grid, or a ``batch_size`` that is not a positive integer.
     """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch_size = check_batch_size(batch_size)
     network, x = _inputs(model, images, resize)
     if queries is not None:
         queries = _checked_queries(network, queries, (32, 32) if x is None else tuple(x.shape[-2:]))

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from numbers import Integral
+from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -35,6 +36,38 @@ _RANGE_SLACK = 1e-3
 _RESIZE_MODES = ("bilinear", "bicubic", "area", "nearest")
 #: descriptions attncnn.data gives an image folder or zip only when its images are 32x32 CIFAR-10
 _CIFAR_NOTES = ("(CIFAR-10 JPEG mirror;", "(CIFAR-10 classes)")
+#: images per forward pass of Classifier.logits/probabilities/predict and attncnn.attention_maps
+DEFAULT_BATCH_SIZE = 50
+
+
+def check_batch_size(batch_size) -> int:
+    """``batch_size`` (images per forward pass) as an int, the one check of every batched call of
+    the API (:meth:`Classifier.predict`, :func:`attncnn.attention_maps`, ...).
+
+    Raises:
+        ValueError: not a positive integer (a bool, a float or a value below 1).
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer (images per forward pass), got {batch_size!r}")
+    return int(batch_size)
+
+
+def _check_range(values: torch.Tensor) -> None:
+    """Refuse float images that are not finite or not in ``[0, 1]`` (with :data:`_RANGE_SLACK`),
+    naming what they look like and the fix (see :meth:`Classifier.preprocess`)."""
+    if not torch.isfinite(values).all():
+        raise ValueError(f"images must be finite: {int((~torch.isfinite(values)).sum())} values are NaN or "
+                         "infinite; find where they came from (a division by zero, an empty crop)")
+    low, high = (float(v) for v in torch.aminmax(values))
+    if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
+        if high > 2 and low >= 0:
+            hint = "divide by 255 or pass uint8"
+        elif low > -0.25 and high < 1.25:
+            hint = "resampling overshoots [0, 1] a little (bicubic): clamp them, images.clamp(0, 1)"
+        else:
+            hint = "they look normalised already: give them to model.network, which takes normalised images"
+        raise ValueError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
+                         f"{high:.3g}]; {hint}")
 
 
 def training_image_size(metadata: dict) -> tuple[int, int] | None:
@@ -148,6 +181,14 @@ class Classifier(nn.Module):
                 names both sizes and the fix), or ``resize`` where the training size is unknown
                 or an unknown mode.
         """
+        mode = self._resize_mode(resize)
+        return self._normalised(self._checked(images, mode), mode)
+
+    def _checked(self, images, mode: str | None) -> torch.Tensor:
+        """``images`` as a ``(B, C, H, W)`` tensor, as given (uint8 or float, on its own device),
+        after every check of :meth:`preprocess` (whose errors it raises); ``mode`` from
+        :meth:`_resize_mode`. Allocates no float copy: only the range checks' temporaries (a byte per
+        value for the finiteness test)."""
         x = torch.as_tensor(images) if isinstance(images, np.ndarray) else images
         if not isinstance(x, torch.Tensor):
             raise ValueError(f"images must be a tensor or NumPy array (B, C, H, W), got {type(images).__name__}")
@@ -159,38 +200,31 @@ class Classifier(nn.Module):
                     if x.dim() == 4 and x.shape[-1] == channels else "")
             raise ValueError(f"images must be (B, {channels}, H, W) or ({channels}, H, W), channels first, "
                              f"got shape {tuple(x.shape)}{hint}")
+        if x.dtype != torch.uint8 and not x.dtype.is_floating_point:
+            raise ValueError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
+        if x.dtype != torch.uint8 and x.numel():
+            _check_range(x.detach())                  # the checks only: gradients still reach the images
+        size = tuple(x.shape[-2:])
+        if self.image_size is not None and size != self.image_size and mode is None:
+            h, w = self.image_size
+            raise ValueError(
+                f"{self.name} was trained on {h}x{w} images (height x width), got {size[0]}x{size[1]}; its "
+                f"answers for another size are unreliable. Resize them to {h}x{w} first, or pass "
+                f"resize=True (model(images, resize=True), model.predict(images, resize=True), "
+                f"attncnn.attention_maps(model, images, resize=True)) to have them resized with "
+                f"torch.nn.functional.interpolate")
+        return x
+
+    def _normalised(self, x: torch.Tensor, mode: str | None) -> torch.Tensor:
+        """Checked images ``(B, C, H, W)`` (:meth:`_checked`) -> the network's input: float32 in
+        ``[0, 1]`` on its device, resized with ``mode`` where their size is not the training size,
+        normalised, in its dtype. Allocates a few float32 copies of ``x`` (resized): called per
+        batch by :meth:`logits`."""
         if x.dtype == torch.uint8:
             x = x.float() / 255
-        elif not x.dtype.is_floating_point:
-            raise ValueError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
-        elif x.numel():
-            values = x.detach()                      # the checks only: gradients still reach the images
-            if not torch.isfinite(values).all():
-                raise ValueError(f"images must be finite: {int((~torch.isfinite(values)).sum())} values are NaN or "
-                                 "infinite; find where they came from (a division by zero, an empty crop)")
-            low, high = (float(v) for v in torch.aminmax(values))
-            if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
-                if high > 2 and low >= 0:
-                    hint = "divide by 255 or pass uint8"
-                elif low > -0.25 and high < 1.25:
-                    hint = "resampling overshoots [0, 1] a little (bicubic): clamp them, images.clamp(0, 1)"
-                else:
-                    hint = "they look normalised already: give them to model.network, which takes normalised images"
-                raise ValueError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
-                                 f"{high:.3g}]; {hint}")
-        mode = self._resize_mode(resize)
         param = self._parameter()
         x = x.to(device=param.device, dtype=torch.float32)
-        size = tuple(x.shape[-2:])
-        if self.image_size is not None and size != self.image_size:
-            if mode is None:
-                h, w = self.image_size
-                raise ValueError(
-                    f"{self.name} was trained on {h}x{w} images (height x width), got {size[0]}x{size[1]}; its "
-                    f"answers for another size are unreliable. Resize them to {h}x{w} first, or pass "
-                    f"resize=True (model(images, resize=True), model.predict(images, resize=True), "
-                    f"attncnn.attention_maps(model, images, resize=True)) to have them resized with "
-                    f"torch.nn.functional.interpolate")
+        if self.image_size is not None and tuple(x.shape[-2:]) != self.image_size:
             x = F.interpolate(x, size=self.image_size, mode=mode,
                               antialias=mode in ("bilinear", "bicubic")).clamp_(0, 1)    # bicubic overshoots
         return ((x - self.mean.to(x.device)) / self.std.to(x.device)).to(param.dtype)
@@ -214,13 +248,69 @@ class Classifier(nn.Module):
         return self.network(self.preprocess(images, resize=resize))
 
     @torch.no_grad()
-    def predict(self, images, *, resize: bool | str = False) -> list[str]:
-        """The most likely class name of each image (in ``[0, 1]``, see :meth:`preprocess`).
+    def logits(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> torch.Tensor:
+        """Logits ``(B, num_classes)`` of many images, ``batch_size`` at a time, without gradients.
+
+        ``model(images)`` runs all ``B`` images in one forward pass, whose activations grow with
+        ``B`` (gigabytes for 10,000 images through a paper-width model, allocated at once, which
+        fails under a memory limit); here each pass sees at most ``batch_size`` images, and each
+        batch is converted, resized (``resize``) and normalised on its own, so that memory does
+        not grow with ``B`` beyond the images themselves and the ``(B, num_classes)`` result. The
+        network runs in eval mode (dropout off, BatchNorm's running statistics), its mode restored
+        after, so that an image's logits do not depend on the others in its batch: they equal
+        ``model(images)`` in eval mode up to float rounding (a matrix product may sum in another
+        order for another number of rows), and the predicted classes do not depend on
+        ``batch_size`` unless two logits are that close.
+
+        Args:
+            images, resize: as :meth:`preprocess`.
+            batch_size: images per forward pass, a positive integer (default 50, as
+                :func:`attncnn.attention_maps`).
+
+        Returns:
+            ``(B, num_classes)`` logits on the network's device, in its dtype.
 
         Raises:
-            ValueError: as :meth:`preprocess`.
+            ValueError: as :meth:`preprocess` (all images are checked before the first pass), or a
+                ``batch_size`` that is not a positive integer.
         """
-        labels = self(images, resize=resize).argmax(dim=1).tolist()
+        return torch.cat(list(self._batch_logits(images, resize, batch_size)))
+
+    def _batch_logits(self, images, resize: bool | str, batch_size: int) -> Iterator[torch.Tensor]:
+        """The logits of each batch of ``batch_size`` images in turn (see :meth:`logits`); the one
+        loop of :meth:`logits`, :meth:`probabilities` and :meth:`predict`."""
+        batch_size = check_batch_size(batch_size)
+        mode = self._resize_mode(resize)
+        x = self._checked(images, mode)
+        was_training = self.network.training
+        self.network.eval()
+        try:
+            # no images: one empty pass, for a (0, num_classes) result as model(images) gives
+            for start in range(0, max(x.shape[0], 1), batch_size):
+                yield self.network(self._normalised(x[start:start + batch_size], mode))
+        finally:
+            self.network.train(was_training)
+
+    @torch.no_grad()
+    def probabilities(self, images, *, resize: bool | str = False,
+                      batch_size: int = DEFAULT_BATCH_SIZE) -> torch.Tensor:
+        """Class probabilities ``(B, num_classes)`` (softmax of :meth:`logits`, rows sum to 1), in
+        float32 at least (float64 for a float64 network), on the network's device; batched as
+        :meth:`logits`, whose arguments and errors it has."""
+        return torch.cat([torch.softmax(logits, dim=1, dtype=torch.promote_types(logits.dtype, torch.float32))
+                          for logits in self._batch_logits(images, resize, batch_size)])
+
+    @torch.no_grad()
+    def predict(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> list[str]:
+        """The most likely class name of each image (``B`` names, in order), ``batch_size`` images
+        per forward pass in eval mode, as :meth:`logits` (whose arguments and errors it has): 10,000
+        images take the memory of ``batch_size`` of them plus the images themselves.
+
+        Raises:
+            ValueError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
+        """
+        labels = [i for logits in self._batch_logits(images, resize, batch_size)
+                  for i in logits.argmax(dim=1).tolist()]
         return [self.classes[i] if self.classes else str(i) for i in labels]
 
     def extra_repr(self) -> str:

@@ -7,7 +7,7 @@ One file per attention family (``position_only``, ``content``, ``gpsa``) and per
 
 from __future__ import annotations
 
-from .base import GridAttention
+from .base import GridAttention, check_input_dtype
 from .content import ContentAttention, QueryKeyAttention
 from .conv_init import conv_initialize_, conv_kernel_size, conv_value_init_, kernel_shifts, local_init_
 from .gpsa import GatedPositionalAttention, gpsa_features
@@ -23,7 +23,7 @@ from .relative import axis_offsets, grid_positions, quadratic_features, relative
 __all__ = [
     "ATTENTION_KINDS", "ATTENTION_LAYERS", "attention_class", "build_attention", "is_attention_layer",
     "attention_modules", "dense_attention", "paths_for_device_",
-    "GridAttention", "PositionalAttention", "QueryKeyAttention", "ContentAttention",
+    "GridAttention", "check_input_dtype", "PositionalAttention", "QueryKeyAttention", "ContentAttention",
     "QuadraticAttention", "LearnedRelativeAttention", "LearnedRelativeContentAttention", "GatedPositionalAttention",
     "SpaceToDepth", "space_to_depth", "depth_to_space",
     "grid_positions", "relative_offsets", "quadratic_features", "axis_offsets", "gpsa_features",

@@ -34,7 +34,44 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-__all__ = ["GridAttention"]
+from .autocast_rules import autocast_dtype
+
+__all__ = ["GridAttention", "check_input_dtype"]
+
+#: the dtypes autocast casts to its own in a matrix product (it leaves float64 alone)
+_AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, module: str = "layer",
+                      name: str = "x") -> None:
+    """Refuse an input whose dtype the products with ``parameter`` cannot take, before PyTorch
+    answers with "mat1 and mat2 must have the same dtype" from deep inside the forward.
+
+    One dtype comparison when the dtypes agree (every training and test pass); the autocast
+    question is asked only when they differ. Under :func:`torch.autocast` on the input's device, a
+    float32/float16/bfloat16 input to float32/float16/bfloat16 parameters is fine (autocast casts
+    both to its dtype in every product); float64 on either side is not (autocast leaves float64
+    alone, so the product still meets two dtypes).
+
+    Args:
+        x: the input tensor.
+        parameter: a weight of the first product the input meets (its dtype is the module's).
+        owner: the module's name for the message (``"QuadraticAttention"``).
+        module, name: how the fix names the module (``"layer"``, ``"model"``) and the input
+            (``"x"``, ``"images"``).
+
+    Raises:
+        ValueError: naming both dtypes and the fixes: convert the input or the module, or (for a
+            half-precision input) run under ``torch.autocast``.
+    """
+    if x.dtype == parameter.dtype:
+        return
+    if x.dtype in _AUTOCAST_CASTS and parameter.dtype in _AUTOCAST_CASTS and autocast_dtype(x.device) is not None:
+        return
+    autocast = (f", or keep {parameter.dtype} weights and run under torch.autocast(\"{x.device.type}\", "
+                f"dtype={x.dtype}) for mixed precision" if x.dtype in (torch.float16, torch.bfloat16) else "")
+    raise ValueError(f"{owner} got a {x.dtype} input but its parameters are {parameter.dtype}: convert the input "
+                     f"({name}.to({parameter.dtype})) or the {module} ({module}.to({x.dtype})){autocast}")
 
 
 class GridAttention(nn.Module):
@@ -215,15 +252,18 @@ class GridAttention(nn.Module):
         raise NotImplementedError
 
     def check_input(self, x: torch.Tensor) -> tuple[int, int, int]:
-        """``(B, H, W)`` of a channels-last grid ``x``.
+        """``(B, H, W)`` of a channels-last grid ``x``, checked for every layer's forward.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape).
+            ValueError: wrong rank or channel count (the message gives the expected shape), or a
+                dtype the layer's products cannot take: another than its parameters' outside
+                autocast, float64 against float32 under it (:func:`check_input_dtype`).
         """
         if x.dim() != 4 or x.shape[-1] != self.dim:
             raise ValueError(
                 f"{type(self).__name__} expects a channels-last token grid (B, H, W, {self.dim}), "
                 f"got shape {tuple(x.shape)}")
+        check_input_dtype(x, self.value.weight, type(self).__name__)
         b, h, w, _ = x.shape
         return b, h, w
 

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..layers import (ATTENTION_LAYERS, GridAttention, attention_class, build_attention, conv_kernel_size,
-                      conv_value_init_, local_init_, space_to_depth)
+from ..layers import (ATTENTION_LAYERS, GridAttention, attention_class, build_attention, check_input_dtype,
+                      conv_kernel_size, conv_value_init_, local_init_, space_to_depth)
 
 __all__ = ["ImageTransformerConfig", "TransformerBlock", "ImageTransformer"]
 
@@ -260,6 +260,7 @@ class ImageTransformer(nn.Module):
         if h % p or w % p:
             raise ValueError(f"image size {h}x{w} is not divisible by the pooling width {p}: "
                              f"resize or crop images to multiples of {p}")
+        check_input_dtype(images, self.embed.weight, type(self).__name__, "model", "images")   # before the embedding
 
     def tokens(self, images: torch.Tensor) -> torch.Tensor:
         """Embedded token grid ``(B, H/p, W/p, D)`` before the first block."""
