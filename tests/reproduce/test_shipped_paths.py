@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -61,9 +62,11 @@ def test_shipped_runs_name_their_data_set_and_its_digest_not_a_path():
             assert DATASET_NAME.match(meta["dataset_name"]) and "/" not in meta["dataset"], checkpoint
 
 
-def test_sharing_a_fresh_run_keeps_its_weights_and_evaluate_falls_back_to_the_default_data(
-        make_tiny_data, tmp_path, capsys, caplog):
-    data = make_tiny_data(20, 6).resolve()                      # an absolute path, as a user might type it
+def test_sharing_a_fresh_run_keeps_its_weights_and_evaluate_asks_for_its_data_set(make_tiny_data, tmp_path, capsys):
+    # an absolute path, as a user might type it, in a folder that is not above the run (a command looks for a
+    # shared run's bare file name there, and the session's tiny data sets sit above every test's folder)
+    data = tmp_path / "elsewhere" / "shared-tiny"
+    shutil.copytree(make_tiny_data(20, 6), data)
     run = tmp_path / "run"
     assert main(["train", "--preset", "demo", "--data", str(data), "--epochs", "1", "--batch-size", "10",
                  "--set", "dim=16", "--set", "mlp_dim=16", "--out", str(run), "--no-progress"]) == 0
@@ -78,11 +81,12 @@ def test_sharing_a_fresh_run_keeps_its_weights_and_evaluate_falls_back_to_the_de
         assert after.metadata["config"]["data"] == data.name and data.name in after.metadata["dataset"]
     assert share_run_folder(run) == [] and share_run_folders(tmp_path) == []    # nothing left to change
     capsys.readouterr()
-    # without --data: the run's data set is not "here" under its bare name, so the default one is used
-    with caplog.at_level("WARNING"):
-        assert main(["evaluate", str(run), "--json"]) == 2
-    assert f"trained on {data.name}, which is not here; using cifar10" in caplog.text
-    assert "CIFAR-10 was not found" in capsys.readouterr().err
+    # without --data: the run's data set is not "here" under its bare name, and no other one is used
+    assert main(["evaluate", str(run), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert f"was trained on {data.name}, which is not here" in err
+    assert f"pass --data with the path of {data.name} on this machine" in err
+    assert "CIFAR-10" not in err
     assert main(["evaluate", str(run), "--data", str(data), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["examples"] == 18
 

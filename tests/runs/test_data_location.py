@@ -21,6 +21,15 @@ def _shipped(tmp_path, data="cifar10-jpeg.zip", data_dir=None):
     return folder
 
 
+def _elsewhere(tmp_path, name="cifar10-jpeg.zip"):
+    """A data file in a folder of its own: not beside the run folder or above it, where a shipped run's
+    bare file name would find it."""
+    data = tmp_path / "data" / name
+    data.parent.mkdir(exist_ok=True)
+    data.write_bytes(b"")
+    return data
+
+
 def _config(folder) -> dict:
     return json.loads((folder / "config.json").read_text())
 
@@ -38,10 +47,10 @@ def test_another_copy_named_for_a_run_whose_data_set_is_here_is_said_to_be_unuse
            "not used" in caplog.text
 
 
-def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path):
+def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path, monkeypatch):
     folder = _shipped(tmp_path)
-    data = tmp_path / "cifar10-jpeg.zip"
-    data.write_bytes(b"")
+    data = _elsewhere(tmp_path)
+    monkeypatch.chdir(folder)
     with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip, which is not here; pass --data"):
         point_at_data(folder, "cifar10")
     assert _config(folder)["data"] == "cifar10-jpeg.zip"                      # a refusal writes nothing
@@ -72,8 +81,7 @@ def test_pointed_config_changes_only_where_the_data_set_is():
 
 def test_another_rank_waits_until_rank_0_has_pointed_the_run(tmp_path):
     folder = _shipped(tmp_path)
-    data = tmp_path / "cifar10-jpeg.zip"
-    data.write_bytes(b"")
+    data = _elsewhere(tmp_path)
     rank0 = threading.Timer(0.5, point_at_data, (folder, str(data)))
     started = time.monotonic()
     rank0.start()
@@ -88,8 +96,7 @@ def test_another_rank_waits_until_rank_0_has_pointed_the_run(tmp_path):
 
 def test_another_rank_stops_when_rank_0_never_points_the_run(tmp_path):
     folder = _shipped(tmp_path)
-    data = tmp_path / "cifar10-jpeg.zip"
-    data.write_bytes(b"")
+    data = _elsewhere(tmp_path)
     with pytest.raises(RunFolderError, match="rank 0 did not record where the run's data set is .* within 0.3 s"):
         await_pointed(folder, str(data), timeout=0.3, poll=0.05)
     with pytest.raises(ValueError, match="trained on cifar10-jpeg.zip"):        # refused as rank 0 refuses it
@@ -107,6 +114,6 @@ def test_a_data_file_is_known_by_its_exact_name():
 
 def test_runs_and_the_data_loader_know_the_same_built_in_data_sets():
     from attncnn import data
-    # the data loader's own list (runs may not import data): a name added there must be added here
+    # one list for both (attncnn._recorded_data: runs and data import nothing from each other)
     assert DATA_NAMES == data._NAMES
     assert all(is_data_name(f" {name.upper()} ") and not is_data_name(f"{name}.zip") for name in DATA_NAMES)

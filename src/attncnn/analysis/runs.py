@@ -215,19 +215,22 @@ def parse_query(text: str) -> tuple[int, int]:
 
 
 def test_count(run: Run, *, data: str | None = None, data_dir: str | None = None) -> int:
-    """Number of test images of the run's data set (or ``data``).
+    """Number of test images of the run's data set (or ``data``), found as :func:`attncnn.data.run_data` says.
 
     Raises:
-        attncnn.data.DataError: the data set cannot be found.
+        attncnn.data.DataError: the data set cannot be found (a run's own that is not here: the
+            message asks for ``data``, ``--data`` on the command line).
     """
     stored = run.metadata.get("config", {})
-    dataset = load_dataset(run_data(stored.get("data"), data), data_dir=data_dir or stored.get("data_dir"))
+    dataset = load_dataset(run_data(stored.get("data"), data, run=run.path),
+                           data_dir=data_dir or stored.get("data_dir"))
     return len(dataset.test.labels)
 
 
 def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,
                 data_dir: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Test-split images of the run's data set (or ``data``), by index.
+    """Test-split images of the run's data set (or ``data``), by index; the run's own is found as
+    :func:`attncnn.data.run_data` says (never replaced by another one).
 
     Returns:
         ``(normalised float images (B, C, H, W), uint8 images (B, C, H, W))``; normalised with
@@ -238,7 +241,8 @@ def test_images(run: Run, indices: Sequence[int], *, data: str | None = None,
         ImageIndexError: an index beyond the test split (a ValueError).
     """
     stored = run.metadata.get("config", {})
-    dataset = load_dataset(run_data(stored.get("data"), data), data_dir=data_dir or stored.get("data_dir"))
+    dataset = load_dataset(run_data(stored.get("data"), data, run=run.path),
+                           data_dir=data_dir or stored.get("data_dir"))
     images = dataset.test.images
     bad = [i for i in indices if i >= len(images)]
     if bad:

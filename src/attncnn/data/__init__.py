@@ -9,6 +9,7 @@ import logging
 import os
 from pathlib import Path
 
+from .._recorded_data import DATA_NAMES, locate_recorded_data, not_here_message, run_folder_of
 from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
 from .cache import cache_file, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
@@ -25,8 +26,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-_NAMES = ("cifar10", "cifar100")
-#: the data set of a command that names none, and of a stored run whose own data set is not here
+_NAMES = DATA_NAMES
+#: the data set of a command that names none (never one for a run whose own data set is not here)
 DEFAULT_DATA = "cifar10"
 #: CIFAR-10's and CIFAR-100's (training, test) images
 CIFAR_SIZES = (50_000, 10_000)
@@ -112,27 +113,39 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
     return DataShape(path.name, train, test, len(classes), (3, height, width))
 
 
-def run_data(stored: str | None, given: str | None = None) -> str:
+def run_data(stored: str | None, given: str | None = None, *, run: str | os.PathLike[str] | None = None) -> str:
     """The data set a command uses for a trained run: ``given`` if any, else the run's own.
 
-    A run stores the data set it was trained on (``config["data"]``). That is used when it names
-    CIFAR-10/100 or a folder or zip that exists here; a run from another machine, or a shipped
-    run (which stores only its data set's file name, never a local path), falls back to
-    :data:`DEFAULT_DATA` with a log line naming the run's own, so that ``--data`` is the fix.
+    A run records the data set it was trained on (``config["data"]``): a built-in name, an absolute
+    path (every run since paths are recorded absolute), or a relative one (an older run, or a
+    shared run folder, which keeps only the file name). A relative one is looked for relative to
+    the current folder, then to the run folder and the folders above it, and taken only where one
+    file is found (the rule: :mod:`attncnn._recorded_data`). A data set that is not here is never
+    replaced by another one: the command stops and asks for ``--data``.
 
     Args:
-        stored: the run's ``config["data"]`` (None: not recorded).
+        stored: the run's ``config["data"]`` (None: not recorded, so the run trained on the default,
+            :data:`DEFAULT_DATA`, which a configuration without ``data`` means).
         given: the data set given on the command line, which always wins.
+        run: the run folder or checkpoint file, where a relative ``stored`` is also looked for.
 
     Returns:
-        A data-set spec for :func:`load_dataset`.
+        A data-set spec for :func:`load_dataset` (a relative path found comes back absolute).
+
+    Raises:
+        DataError: the run's data set is not on this machine, or a relative path fits two different
+            files; the message names the recorded data set and ``--data``.
     """
     if given:
         return given
     if not stored:
         return DEFAULT_DATA
-    if stored.strip().lower() in _NAMES or Path(stored).expanduser().exists():
-        return stored
-    log.warning("the run was trained on %s, which is not here; using %s (pass --data to choose the data set)",
-                stored, DEFAULT_DATA)
-    return DEFAULT_DATA
+    try:
+        found = locate_recorded_data(stored, run)
+    except ValueError as err:
+        raise DataError(str(err)) from None
+    if found is None:
+        raise DataError(not_here_message(stored, run))
+    if found != stored:
+        log.info("%s: its data set %s is %s here", run_folder_of(run) or "the run", stored, found)
+    return found

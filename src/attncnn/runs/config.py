@@ -12,15 +12,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from .._recorded_data import is_data_name
 from .._typecheck import check_options
 from ..models import get_preset, preset_model_config
+from ..models.presets import ARCHITECTURES, PRESETS
 
-__all__ = ["PRECISIONS", "TrainConfig", "resolve_config", "config_from_dict", "option"]
+__all__ = ["PRECISIONS", "MAX_EPOCHS", "TrainConfig", "resolve_config", "config_from_dict", "option"]
 
 #: values of ``--precision``; ``auto`` is resolved to one of the others when a run starts
 PRECISIONS = ("auto", "fp32", "bf16")
+#: the most ``epochs`` a run takes: far past any run, and where the schedule's step counts and a dry
+#: run's estimate stay numbers (a float overflows near 1e308)
+MAX_EPOCHS = 10**12
 
 
 def option(default=dataclasses.MISSING, *, help: str, factory=dataclasses.MISSING, **argparse_kwargs):
@@ -109,6 +116,10 @@ class TrainConfig:
         for name in ("epochs", "batch_size", "eval_batch_size", "eval_every"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.epochs > MAX_EPOCHS:
+            digits = len(str(self.epochs))
+            raise ValueError(f"epochs must be at most {MAX_EPOCHS:,} (10**12), got "
+                             f"{self.epochs if digits <= 20 else f'a number of {digits} digits'} (--epochs)")
         if self.train_subset is not None and self.train_subset <= 0:
             raise ValueError(f"train_subset must be positive, got {self.train_subset}")
         for name in ("lr", "weight_decay"):
@@ -141,21 +152,48 @@ class TrainConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-def config_from_dict(values: dict) -> TrainConfig:
+def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> TrainConfig:
     """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint).
 
+    Args:
+        values: the options, by field name.
+        source: the file they were read from (a run's ``config.json``): every error then starts with
+            it, and says what to write there.
+
     Raises:
-        ValueError: unknown key or wrong type, naming the key and the expected type.
+        ValueError: unknown key or wrong type, naming the key, the expected type in words, the value
+            and the fix (see :func:`attncnn._typecheck.check_options`); an out-of-range value or a
+            model option the preset rejects (named), prefixed with ``source``.
     """
-    check_options(values, TrainConfig, "training option")
+    check_options(values, TrainConfig, "training option", source=source)
+    if source is not None:
+        _check_model_options(values, source)
     values = dict(values)
     if "milestones" in values:
         values["milestones"] = list(values["milestones"])
-    return TrainConfig(**values)
+    try:
+        return TrainConfig(**values)
+    except ValueError as err:
+        if source is None:
+            raise
+        raise ValueError(f"{source}: {err}; correct it there") from err
+
+
+def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
+    """The ``"model"`` entry of a configuration read from ``source``, checked key by key against its
+    preset's network, so that its errors name the file too (an unknown preset is left to
+    :class:`TrainConfig`, which names it)."""
+    preset = PRESETS.get(values.get("preset", TrainConfig.preset))
+    if preset is not None and isinstance(values.get("model"), dict):
+        check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
+                      source=f"{source} (its \"model\" entry)")
 
 
 def resolve_config(preset: str, **overrides) -> TrainConfig:
-    """The preset's recipe with ``overrides`` on top (None values mean "not given").
+    """The preset's recipe with ``overrides`` on top (None values mean "not given"): a new run's
+    configuration. A ``data`` path that exists is made absolute (symbolic links resolved), so that
+    the run records where its data set is, not where it was from the folder the command ran in,
+    and every later command finds it again from any folder.
 
     Raises:
         ValueError: unknown preset or option (named in the message).
@@ -163,4 +201,7 @@ def resolve_config(preset: str, **overrides) -> TrainConfig:
     recipe = dict(get_preset(preset).train)
     recipe.update({k: v for k, v in overrides.items() if v is not None})
     recipe["preset"] = preset
+    data = recipe.get("data")
+    if isinstance(data, str) and not is_data_name(data) and Path(data.strip()).expanduser().exists():
+        recipe["data"] = str(Path(data.strip()).expanduser().resolve())
     return config_from_dict(recipe)

@@ -1,12 +1,15 @@
 """Where a run's data set is on this machine: a run folder that travelled between machines.
 
 A run folder records its data set in ``config.json`` (``"data"``): a built-in name (``cifar10``,
-``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file. A run shipped
-mid-way from another machine keeps only that file's name (``attncnn reproduce --ship`` replaces
-local paths by names), so before it resumes here its configuration must learn where the same file
-is on this machine. :func:`point_at_data` does that, once, on the process that writes the folder;
-under ``torchrun`` the other processes wait for it with :func:`await_pointed`, so that every
-process resumes with the same configuration.
+``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file, absolute since
+:func:`attncnn.runs.resolve_config` records it so (older runs may hold a relative one). Every
+command finds it by one rule (:mod:`attncnn._recorded_data`, which :func:`data_is_here` applies),
+and none replaces a data set that is not here by another one. A run shipped mid-way from another
+machine keeps only that file's name (``attncnn reproduce --ship`` replaces local paths by names),
+so before it resumes here its configuration must learn where the same file is on this machine.
+:func:`point_at_data` does that, once, on the process that writes the folder; under ``torchrun``
+the other processes wait for it with :func:`await_pointed`, so that every process resumes with the
+same configuration.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import time
 from pathlib import Path
 
 from .._io import atomic_write_json
+from .._recorded_data import DATA_NAMES, is_data_name, locate_recorded_data, not_here_message
 from .errors import RunFolderError
 from .folder import RunFolder
 
@@ -24,20 +28,18 @@ log = logging.getLogger("attncnn.runs")
 __all__ = ["DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "pointed_config", "point_at_data",
            "await_pointed"]
 
-#: data sets a run names rather than locates
-DATA_NAMES = ("cifar10", "cifar100")
 
+def data_is_here(stored: str, folder: str | Path | None = None) -> bool:
+    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine, found as every
+    command finds it (:func:`attncnn._recorded_data.locate_recorded_data`): ``cifar10`` / ``cifar100``
+    (found or downloaded through ``data_dir``), an absolute path that exists, or a relative path found
+    once relative to the current folder or (given ``folder``, the run folder) to the run folder and
+    the folders above it.
 
-def is_data_name(stored: str) -> bool:
-    """Whether a run's ``"data"`` is a built-in data set's name (:data:`DATA_NAMES`, any case, as the
-    data loader reads it) rather than a path."""
-    return stored.strip().lower() in DATA_NAMES
-
-
-def data_is_here(stored: str) -> bool:
-    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine as named:
-    ``cifar10`` / ``cifar100`` (found or downloaded through ``data_dir``), or a path that exists."""
-    return is_data_name(stored) or Path(stored).expanduser().exists()
+    Raises:
+        ValueError: a relative ``stored`` fits two different files (the message names both and ``--data``).
+    """
+    return locate_recorded_data(stored, folder) is not None
 
 
 def same_data_file(stored: str, data: str) -> bool:
@@ -49,37 +51,45 @@ def same_data_file(stored: str, data: str) -> bool:
     return Path(data).name == Path(stored).name
 
 
-def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
-                   folder: str | Path = "the run") -> dict | None:
+def pointed_config(config: dict, data: str | None = None, data_dir: str | None = None, *,
+                   folder: str | Path | None = None) -> dict | None:
     """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
-    when it needs no change: its data set is here as recorded (a CIFAR-10/100 run that records a
-    ``data_dir`` keeps it). A run named on a file gets ``data``, made absolute where it exists;
-    a CIFAR-10/100 run without a ``data_dir`` gets ``data_dir``.
+    when it needs no change: its data set is here as recorded, as a built-in name or an absolute
+    path (a CIFAR-10/100 run that records a ``data_dir`` keeps it). A run whose data set is not here
+    gets ``data``, made absolute where it exists; one that recorded a relative path found here
+    (:func:`data_is_here`) gets that file's absolute path, so that it resumes on the same file from
+    any folder; a CIFAR-10/100 run without a ``data_dir`` gets ``data_dir``.
 
     Args:
         config: the stored configuration (not changed).
-        data: the data set given on this machine (``--data``).
+        data: the data set given on this machine (``--data``); None: none was given.
         data_dir: the cache folder given on this machine (``--data-dir``).
-        folder: the run folder, for messages.
+        folder: the run folder: named in messages, and where a relative recorded path is also
+            looked for.
 
     Raises:
         ValueError: ``data`` has another file name than the run's own data set (the message
-            names the run's).
+            names the run's); no ``data`` for a run whose data set is not here (the message asks
+            for ``--data``); the run's relative path fits two different files here.
     """
     stored = config.get("data")
     if not isinstance(stored, str):
         return None
+    who = "the run" if folder is None else str(folder)
     if is_data_name(stored):
         if data_dir is None or config.get("data_dir") is not None:
             return None
         return {**config, "data_dir": data_dir}
-    if Path(stored).expanduser().exists():
-        if data and Path(data).expanduser().resolve() != Path(stored).expanduser().resolve():
+    found = locate_recorded_data(stored, folder)
+    if found is not None:
+        if data and Path(data).expanduser().resolve() != Path(found).resolve():
             log.warning("%s: its data set %s is still here, and the run keeps it; --data %s is not used (a run "
-                        "trains on one data set; a new run with --init-from trains on another)", folder, stored, data)
-        return None
+                        "trains on one data set; a new run with --init-from trains on another)", who, found, data)
+        return None if found == stored else {**config, "data": found}
+    if data is None:
+        raise ValueError(not_here_message(stored, folder))
     if not same_data_file(stored, data):
-        raise ValueError(f"{folder} was trained on {Path(stored).name}, which is not here; pass --data with "
+        raise ValueError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
                          f"the path of {Path(stored).name} on this machine (got {data!r})")
     given = Path(data).expanduser()
     pointed = {**config, "data": str(given.resolve()) if given.exists() else data}
@@ -88,19 +98,22 @@ def pointed_config(config: dict, data: str, data_dir: str | None = None, *,
     return pointed
 
 
-def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) -> bool:
+def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | None = None) -> bool:
     """Before resuming a run shipped from another machine: rewrite its ``config.json`` (atomically)
     as :func:`pointed_config` says. Returns True when it rewrote it; a run whose data set is here
-    is left alone. Only the process that writes the run folder calls it (rank 0 under ``torchrun``).
+    as recorded is left alone. Only the process that writes the run folder calls it (rank 0 under
+    ``torchrun``).
 
     Args:
         folder: the unfinished run folder.
-        data: the data set given on this machine (``--data``).
+        data: the data set given on this machine (``--data``); None: the run's own must be here
+            (a relative path found, the module's rule, is recorded absolute).
         data_dir: the cache folder given on this machine (``--data-dir``).
 
     Raises:
         ValueError: ``data`` has another file name than the run's own data set (the message
-            names the run's).
+            names the run's); no ``data`` for a run whose data set is not here (the message asks
+            for ``--data``); the run's relative path fits two different files here.
         RunFolderError: ``folder`` holds no run configuration.
     """
     config = RunFolder(folder, mode="read").read_config()
@@ -112,8 +125,8 @@ def point_at_data(folder: str | Path, data: str, data_dir: str | None = None) ->
     return True
 
 
-def await_pointed(folder: str | Path, data: str, data_dir: str | None = None, *, timeout: float = 120.0,
-                  poll: float = 0.1) -> None:
+def await_pointed(folder: str | Path, data: str | None = None, data_dir: str | None = None, *,
+                  timeout: float = 120.0, poll: float = 0.1) -> None:
     """On a process that does not write the run folder (rank > 0 under ``torchrun``): return once
     ``config.json`` needs no pointing any more (:func:`pointed_config` is None), i.e. once rank 0's
     :func:`point_at_data` has rewritten it, or at once where it needed none. The configuration is
@@ -125,7 +138,8 @@ def await_pointed(folder: str | Path, data: str, data_dir: str | None = None, *,
         poll: seconds between reads.
 
     Raises:
-        ValueError: ``data`` names another data set than the run's (rank 0 refuses it too).
+        ValueError: ``data`` names another data set than the run's, or none for a run whose data set
+            is not here (rank 0 refuses it too).
         RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds (rank 0 failed
             before it got there: its own message says why), or the folder holds no configuration.
     """

@@ -1,8 +1,36 @@
-"""The error a run folder raises when it cannot be used as asked."""
+"""The error a run folder raises when it cannot be used as asked, and the sentence for a failed write."""
 
 from __future__ import annotations
 
-__all__ = ["RunFolderError"]
+import errno
+import os
+from pathlib import Path
+
+__all__ = ["RunFolderError", "write_error_message"]
+
 
 class RunFolderError(Exception):
     """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
+
+
+_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def write_error_message(path: str | os.PathLike[str], err: OSError) -> str:
+    """One sentence for a failed write of ``path``: what failed, why, and the fix.
+
+    A full disk (ENOSPC, EDQUOT) asks to free space or choose another ``--out``; a read-only or
+    permission-denied folder asks to fix permissions or choose another ``--out``. Both state that
+    the previous files are intact (every write is atomic).
+    """
+    path = Path(path)
+    reason = os.strerror(err.errno) if err.errno else str(err)
+    if err.errno in _FULL:
+        fix = (f"the disk holding {path.parent} is full: free some space there and continue with --resume, "
+               "or start again with another --out folder")
+    elif err.errno in _DENIED:
+        fix = f"{path.parent} is not writable: fix its permissions or choose another --out folder"
+    else:
+        fix = "check the disk, or choose another --out folder"
+    return f"cannot write {path} ({reason}); {fix}. The previous version of the file, if any, is intact"

@@ -20,7 +20,6 @@ This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + Tenso
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
 import math
@@ -32,7 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
-from .errors import RunFolderError
+from .errors import RunFolderError, write_error_message
 from .lock import LOCK_FILE, RunLock
 
 __all__ = ["RunFolderError", "RunFolder", "write_error_message"]
@@ -41,29 +40,6 @@ log = logging.getLogger(__name__)
 
 _MODES = ("new", "overwrite", "resume", "read")
 _PERIODIC = re.compile(r"^epoch_(\d+)\.safetensors$")
-
-
-_FULL = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
-_DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
-
-
-def write_error_message(path: str | os.PathLike[str], err: OSError) -> str:
-    """One sentence for a failed write of ``path``: what failed, why, and the fix.
-
-    A full disk (ENOSPC, EDQUOT) asks to free space or choose another ``--out``; a read-only or
-    permission-denied folder asks to fix permissions or choose another ``--out``. Both state that
-    the previous files are intact (every write is atomic).
-    """
-    path = Path(path)
-    reason = os.strerror(err.errno) if err.errno else str(err)
-    if err.errno in _FULL:
-        fix = (f"the disk holding {path.parent} is full: free some space there and continue with --resume, "
-               "or start again with another --out folder")
-    elif err.errno in _DENIED:
-        fix = f"{path.parent} is not writable: fix its permissions or choose another --out folder"
-    else:
-        fix = "check the disk, or choose another --out folder"
-    return f"cannot write {path} ({reason}); {fix}. The previous version of the file, if any, is intact"
 
 
 class RunFolder:
@@ -204,8 +180,8 @@ class RunFolder:
         The file is rewritten atomically with the new line at the end (a few hundred short lines at
         most), so a failed write leaves the previous records exactly as they were. Every int/float
         value (bools and non-numbers skipped) except ``"epoch"`` is written to TensorBoard with
-        ``tag = key`` and ``step = record["epoch"]``. If the file's last line was cut short (a crash
-        in an older version), a newline is inserted first so the new record stays on its own line.
+        ``tag = key`` and ``step = record["epoch"]``. A last line cut short (a crash in an older
+        version, a copy that stopped mid-file) is dropped with a logged warning, not left mid-file.
 
         Raises:
             ValueError: ``record`` has no integer ``"epoch"``.
@@ -223,8 +199,13 @@ class RunFolder:
                 previous = f.read_bytes()
             except FileNotFoundError:
                 previous = b""
-            if previous and not previous.endswith(b"\n"):
-                previous += b"\n"
+            head, _, last = previous.rpartition(b"\n")
+            if last and _record_of(last.decode("utf-8", errors="replace")) is None:
+                log.warning("%s line %d is not a complete JSON record (cut short by a crash?); dropped before "
+                            "epoch %d's record", f, previous.count(b"\n") + 1, epoch)
+                previous = head + b"\n" if head else b""
+            elif last:
+                previous += b"\n"                  # a complete last record without its newline
             atomic_write_bytes(f, previous + line)
         writer = self._tb_writer()
         if writer is not None:
@@ -234,46 +215,66 @@ class RunFolder:
                 writer.add_scalar(key, value, global_step=epoch)
             writer.flush()
 
+    def _parsed_metrics(self) -> tuple[list[dict], list[int]]:
+        """``(records in file order, numbers of the lines that are not complete records)``."""
+        f = self.path / "metrics.jsonl"
+        try:
+            text = f.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            return [], []
+        except OSError as err:
+            raise RunFolderError(f"cannot read {f}: {err}") from err
+        lines = [(number, _record_of(line)) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        return [r for _, r in lines if r is not None], [number for number, r in lines if r is None]
+
     def read_metrics(self) -> list[dict]:
         """Return the records of ``metrics.jsonl`` in file order (``[]`` if there is none).
 
         Lines that are not valid JSON objects (a last line cut short by a crash) are skipped with a
         logged warning naming the line number.
+
+        Raises:
+            RunFolderError: the file exists but cannot be read.
         """
-        f = self.path / "metrics.jsonl"
-        try:
-            text = f.read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            return []
-        except OSError as err:
-            raise RunFolderError(f"cannot read {f}: {err}") from err
-        records = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                log.warning("%s line %d is not a complete JSON record (truncated by a crash?); ignored", f, number)
-                continue
-            records.append(record)
+        records, torn = self._parsed_metrics()
+        for number in torn:
+            log.warning("%s line %d is not a complete JSON record (truncated by a crash?); ignored",
+                        self.path / "metrics.jsonl", number)
         return records
 
-    def rewind_metrics(self, epoch: int) -> int:
-        """Drop the records of epochs after ``epoch`` (a crash between logging an epoch and saving
-        its checkpoint would otherwise leave that epoch twice after a resume). Atomic rewrite.
+    def rewind_metrics(self, epoch: int, record: dict | None = None) -> int:
+        """Make ``metrics.jsonl`` what a resume from a checkpoint taken after ``epoch`` whole epochs
+        continues: each epoch up to ``epoch`` once, in order, and nothing else (atomic rewrite, only
+        where something changes). Records of later epochs go (the run logs an epoch before it saves
+        its checkpoint: a kill between the two leaves an epoch the resume trains again); so do lines
+        cut short by a crash (with a warning: left in place they would end up mid-file once the next
+        epoch is appended). ``record``, the checkpoint's copy of epoch ``epoch``'s record, takes its
+        place where the file lacks it (its line was the torn one); an epoch recorded twice keeps
+        its last record.
 
-        Returns the number of records dropped.
+        Returns the number of complete records dropped.
+
+        Raises:
+            RunFolderError: folder opened in ``"read"`` mode, or the file cannot be read or written.
         """
         self._check_writable("rewind metrics")
-        records = self.read_metrics()
-        kept = [r for r in records if isinstance(r.get("epoch"), int) and r["epoch"] <= epoch]
-        if len(kept) != len(records):
-            with self.writing(self.path / "metrics.jsonl"):
-                atomic_write_text(self.path / "metrics.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
-        return len(records) - len(kept)
+        f = self.path / "metrics.jsonl"
+        records, torn = self._parsed_metrics()
+        for number in torn:
+            log.warning("%s line %d is not a complete JSON record (cut short by a crash?); dropped", f, number)
+        by_epoch = {r["epoch"]: r for r in records if _epoch_of(r) is not None and 1 <= r["epoch"] <= epoch}
+        if epoch >= 1 and epoch not in by_epoch:
+            if record and _epoch_of(record) == epoch:
+                by_epoch[epoch] = dict(record)
+                log.warning("%s: epoch %d's record was missing (its line torn by a crash?); restored from the "
+                            "checkpoint", f, epoch)
+            elif records or torn:
+                log.warning("%s: epoch %d's record is missing and the checkpoint holds no copy of it", f, epoch)
+        kept = [by_epoch[e] for e in sorted(by_epoch)]
+        if torn or kept != records:
+            with self.writing(f):
+                atomic_write_text(f, "".join(json.dumps(r) + "\n" for r in kept))
+        return len(records) - len({id(r) for r in kept} & {id(r) for r in records})
 
     # -- checkpoints --------------------------------------------------------------------------
 
@@ -405,6 +406,21 @@ def _check_resumable(p: Path) -> None:
     if not (p / "config.json").is_file():
         raise RunFolderError(f"cannot resume: {p} holds no config.json, so it is not a started attncnn run; start a "
                              "new run (with --overwrite to replace the folder)")
+
+
+def _record_of(line: str) -> dict | None:
+    """The JSON object on ``line``, or None where it holds none (a line cut short)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def _epoch_of(record: dict) -> int | None:
+    """A record's integer ``"epoch"``, or None."""
+    epoch = record.get("epoch")
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 def _finite(obj: Any) -> Any:

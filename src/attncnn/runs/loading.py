@@ -296,4 +296,5 @@ def resumable_config(path: str | Path) -> TrainConfig:
     Raises:
         RunFolderError: no resumable run there. ValueError: an invalid stored configuration.
     """
-    return config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(path)})
+    return config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(path)},
+                            source=Path(path) / "config.json")

@@ -79,8 +79,10 @@ class MainProcessRunFolder:
     def append_metrics(self, record: dict) -> None:
         self._dist.on_main(lambda: self._folder.append_metrics(record), "write metrics.jsonl")
 
-    def rewind_metrics(self, epoch: int) -> None:
-        self._dist.on_main(lambda: self._folder.rewind_metrics(epoch), "rewind metrics.jsonl")
+    def rewind_metrics(self, epoch: int, record: dict | None = None) -> None:
+        """On rank 0, make ``metrics.jsonl`` agree with the checkpoint a resume starts from
+        (:meth:`RunFolder.rewind_metrics`: ``record`` is the checkpoint's record of ``epoch``)."""
+        self._dist.on_main(lambda: self._folder.rewind_metrics(epoch, record), "rewind metrics.jsonl")
 
     def mark_finished(self, summary: dict) -> None:
         self._dist.on_main(lambda: self._folder.mark_finished(summary), "write finished.json")

@@ -82,8 +82,17 @@ def evaluates(epoch: int, epochs: int, eval_every: int) -> bool:
 
 
 def count_test_passes(epochs: int, eval_every: int) -> int:
-    """How many test passes a run of ``epochs`` makes (:func:`evaluates`)."""
-    return sum(evaluates(e, epochs, eval_every) for e in range(1, epochs + 1))
+    """How many test passes a run of ``epochs`` makes (:func:`evaluates`): the multiples of
+    ``eval_every`` up to ``epochs``, plus the last epoch when it is not one of them, which is
+    ``ceil(epochs / eval_every)`` (0 for no epochs). Counted, not looped: a dry run of 10**9 epochs
+    took 100 s to count its passes epoch by epoch.
+
+    Raises:
+        ValueError: ``eval_every`` < 1 (no schedule).
+    """
+    if eval_every < 1:
+        raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+    return -(-epochs // eval_every) if epochs > 0 else 0
 
 
 def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mode: str = "new",
@@ -193,7 +202,8 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
 
 def _resume(state: TrainState, saver: Saver) -> None:
     """Restore ``state`` from the run folder's newest checkpoint (or, if there is none, start again
-    from the run's initial weights) and drop metrics records written after it."""
+    from the run's initial weights) and make ``metrics.jsonl`` agree with it (records written after
+    it dropped, a torn record of its own epoch restored from it)."""
     run, dist = saver.run, state.dist
     found = run.latest_checkpoint()
     if found is not None:
@@ -203,8 +213,8 @@ def _resume(state: TrainState, saver: Saver) -> None:
     steps = state.schedule.steps_per_epoch
     _same_start(dist, -1 if found is None else state.epoch * (steps + 1) + state.step, run.path)
     # records of epochs after the checkpoint (all of them without one: a crash before the first
-    # checkpoint) are trained again, so they go
-    run.rewind_metrics(0 if found is None else state.epoch)
+    # checkpoint) are trained again, so they go; the checkpoint's own epoch record replaces a torn line
+    run.rewind_metrics(0 if found is None else state.epoch, state.record if found is not None else None)
     if found is not None:
         saver.last_good = (found, state.epoch, state.step)
         log.info("resuming %s from %s (%s)", run.path, found.name, position_text(state.epoch, state.step))

@@ -15,8 +15,9 @@ A shipped folder must also work on other machines and say nothing about this one
 path and cache folder, an ``--init-from`` file) by file names, in ``config.json``,
 ``finished.json`` and every checkpoint's metadata. The data set stays identified by its name
 and the digest of its decoded pixels (``dataset_name``); the checkpoints' tensors, and so their
-sha256 digests, are unchanged. Commands given such a run without ``--data`` use the default data
-set (:func:`attncnn.data.run_data`).
+sha256 digests, are unchanged. Commands given such a run without ``--data`` look for that file name
+from the current folder, the run folder and the folders above it, and otherwise stop and ask for
+``--data`` (:func:`attncnn.data.run_data`); they never use another data set.
 """
 
 from __future__ import annotations
