@@ -192,6 +192,8 @@ def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
     (["train", "--preset", "gaussian"], "choose one of resnet18"),
     (["train", "--preset", "demo", "--epochs", "0"], "epochs must be a positive integer"),
     (["train", "--preset", "demo", "--epochs", "-3"], "epochs must be a positive integer, got -3"),
+    (["train", "--preset", "demo", "--epochs", "1" + "0" * 400], "epochs must be at most 1,000,000,000,000 (10**12), "
+                                                                  "got a number of 401 digits (--epochs)"),
     (["train", "--preset", "demo", "--batch-size", "0"], "batch_size must be a positive integer"),
     (["train", "--preset", "demo", "--checkpoint-every-steps", "-1"], "checkpoint_every_steps must be >= 0"),
     (["train", "--preset", "demo", "--weight-decay", "nan"], "weight_decay must be a finite number >= 0, got nan"),
@@ -382,7 +384,10 @@ def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys)
     assert (run / "finished.json").is_file()
 
 
-def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_path, tiny_dataset, capsys):
+def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_path, make_tiny_data, capsys):
+    # a copy under a name found nowhere above the run (a shared run's file name is looked for there)
+    tiny_dataset = tmp_path / "elsewhere" / "shipped-tiny"
+    shutil.copytree(make_tiny_data(20, 6), tiny_dataset)
     assert _train(tmp_path, tiny_dataset) == 0
     run = tmp_path / "run"
     for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
@@ -391,7 +396,7 @@ def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_pat
     (run / "config.json").write_text(json.dumps({**config, "data": tiny_dataset.name}))   # as shipped: a name
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--no-progress"]) == 2
-    assert f"trained on {tiny_dataset.name}, which is not at" in capsys.readouterr().err   # names the fix: --data
+    assert f"trained on {tiny_dataset.name}, which is not here" in capsys.readouterr().err   # names the fix: --data
     for other in ("other.zip", tiny_dataset.name.upper()):          # another file, or the name in another case
         assert main(["train", "--resume", str(run), "--data", str(tmp_path / other), "--no-progress"]) == 2
         assert "can only say where that data set is on this machine" in capsys.readouterr().err

@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", metavar="NAME",
                    help="which checkpoint of a run folder: last (default: the final weights, the epoch the "
                         "reports quote), best (the epoch of highest test accuracy), epoch_0010, ...")
-    e.add_argument("--data", help="dataset (default: the run's own when it is here, else cifar10; shipped runs "
-                                  "store only their data set's name)")
+    e.add_argument("--data", help="dataset (default: the run's own: its recorded path, or for an older or shared "
+                                  "run a relative one looked for from here, the run folder and the folders above "
+                                  "it; never another data set)")
     e.add_argument("--data-dir", help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
                                       "~/.cache/attncnn)")
     e.add_argument("--download", action="store_true", help="download official archives if missing")
@@ -137,7 +138,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
         RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """
-    from .runs import RunFolder, await_pointed, data_is_here, point_at_data, same_data_file
+    from .runs import RunFolder, await_pointed, point_at_data, same_data_file
 
     stored = RunFolder(out, mode="read").read_config().get("data")
     if not isinstance(stored, str):
@@ -146,9 +147,8 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
         if "data_dir" in given:
             raise ValueError("--data-dir with --resume needs --data too: the run's data set on this machine "
                              f"(it was trained on {Path(stored).name})")
-        if not data_is_here(stored):
-            raise ValueError(f"{out} was trained on {Path(stored).name}, which is not at {stored!r} here; add "
-                             f"--data with the path of {Path(stored).name} on this machine")
+        # found here (a relative path is recorded absolute), or refused with the flag that fixes it
+        (point_at_data if main else await_pointed)(out, None)
         return
     if not same_data_file(stored, given["data"]):
         raise ValueError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
@@ -229,7 +229,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     checkpoint = checkpoint_of(args.path, args.checkpoint)     # a run folder: its last, unless --checkpoint
     model, meta = load_model(checkpoint, device)
     stored = meta.get("config", {})
-    spec = run_data(stored.get("data"), args.data)
+    spec = run_data(stored.get("data"), args.data, run=checkpoint)
     dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
     classes = meta.get("classes")
     if classes is not None and len(classes) != dataset.num_classes:

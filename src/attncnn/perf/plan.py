@@ -51,15 +51,17 @@ __all__ = ["make_plan", "resume_plan", "plan_device", "moved_machine"]
 log = logging.getLogger(__name__)
 
 
-def plan_device(device: str) -> torch.device:
-    """This process's device for the ``--device`` value ``device`` (under torchrun: its own GPU).
+def plan_device(device: str, *, source: str | None = None) -> torch.device:
+    """This process's device for the ``--device`` value ``device`` (under torchrun: its own GPU);
+    ``source`` names where a stored value came from (:func:`resolve_device`).
 
     Raises:
-        ValueError: CUDA requested but missing; under torchrun, see
-            :func:`~attncnn.training.distributed.rank_device`.
+        ValueError: no device (``gpu``), or one this machine lacks (:func:`resolve_device`); under
+            torchrun, see :func:`~attncnn.training.distributed.rank_device`.
     """
     launch = launch_from_env()
-    return resolve_device(device) if launch is None else rank_device(device, launch.local_rank)
+    here = resolve_device(device, source=source)    # under torchrun too: rank_device's parse names no option
+    return here if launch is None else rank_device(device, launch.local_rank)
 
 
 def make_plan(config: TrainConfig) -> RunPlan:
@@ -93,10 +95,12 @@ def resume_plan(folder: str | Path, *, device: str | None = None, precision: str
         keep_impl: keep the recorded attention paths even on another machine (a study that names them).
 
     Raises:
-        RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision.
+        RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision (a bad
+            device stored in ``config.json``, without ``--device``, is named with the file).
     """
     stored = resumable_config(folder)
-    here = plan_device(device if device is not None else stored.device)
+    here = (plan_device(device) if device is not None else
+            plan_device(stored.device, source=f"run {folder}: config.json's device {stored.device!r}"))
     run_precision = machine_precision(stored.precision, here, precision, what=f"run {folder}")
     config = dataclasses.replace(stored, precision=run_precision,
                                  compile=stored.compile if compile is None else compile)

@@ -120,11 +120,13 @@ def register(subparsers) -> None:
 
 
 def _options(args: argparse.Namespace):
+    from ..perf import resolve_device
     from .running.runner import TrainOptions
 
     for name in ("epochs", "train_subset", "batch_size", "train_images", "passes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    resolve_device(args.device)                 # a typo (--device gpu) is refused now, not in the first job
     _viewer_images(args.viewer_images)         # refused now, not after hours of training
     if args.viewer_average < 0:
         raise ValueError(f"--viewer-average must be >= 0 (0: no average), got {args.viewer_average}")

@@ -127,7 +127,11 @@ def _finetune_precision(stored: dict, args: argparse.Namespace, name: str) -> st
     Raises:
         ValueError: a device that is not here, or a stored precision that is not one.
     """
-    device = resolve_device(args.device or stored.get("device", "auto"))
+    if args.device:
+        device = resolve_device(args.device)
+    else:
+        device = resolve_device(stored.get("device", "auto"),
+                                source=f"{name}: its stored device {stored.get('device')!r} (--device overrides it)")
     return machine_precision(stored.get("precision"), device, args.precision, what=name)
 
 

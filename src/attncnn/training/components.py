@@ -24,18 +24,55 @@ __all__ = ["resolve_device", "make_loaders", "make_optimizer", "make_schedule", 
 log = logging.getLogger(__name__)
 
 
-def resolve_device(name: str) -> torch.device:
-    """``"auto"`` -> CUDA when available, else CPU; otherwise ``torch.device(name)``.
+#: the device types a run trains on; torch knows more (meta, xla, ...), which fail later and obscurely
+_DEVICE_TYPES = ("cpu", "cuda", "mps")
+
+
+def _device_choices() -> str:
+    """The ``--device`` values this machine takes, for error messages: auto, cpu, cuda or cuda:N
+    (and mps where this machine has it)."""
+    return "auto, cpu, cuda, cuda:N or mps" if _mps_available() else "auto, cpu, cuda or cuda:N"
+
+
+def resolve_device(name: str, *, source: str | None = None) -> torch.device:
+    """The device named by a ``--device`` value (or a stored one): ``"auto"`` -> CUDA when
+    available, else CPU; ``cpu``, ``cuda``, ``cuda:N`` (and ``mps``) -> that device, if this
+    machine has it. Every device string a command takes goes through here, so a typo (``gpu``) is
+    one line naming where it came from, not torch's parser error.
+
+    Args:
+        name: the device string.
+        source: where ``name`` came from, to start the message (default ``--device 'NAME'``; e.g.
+            ``"run X: config.json's device 'gpu'"`` for a stored one).
 
     Raises:
-        ValueError: CUDA requested but not available.
+        ValueError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
+            (``meta``, ``xla``, ...), CUDA or MPS requested where it is not available, or a GPU
+            index this machine does not have; the message names ``source`` and the values to use.
     """
+    source = source or f"--device {name!r}"
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:       # not a string (a stored 1): torch.device(1) would be cuda:1
+        device = torch.device(name) if isinstance(name, str) else None
+    except (RuntimeError, TypeError, ValueError):      # torch's parser: "Expected one of cpu, cuda, ..."
+        device = None
+    if device is None or device.type not in _DEVICE_TYPES:
+        raise ValueError(f"{source}: not a device this program runs on; use --device {_device_choices()}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {name!r} requested but CUDA is not available; use --device cpu")
+        raise ValueError(f"{source}: CUDA is not available on this machine; use --device cpu")
+    if device.type == "mps" and not _mps_available():
+        raise ValueError(f"{source}: MPS is not available on this machine; use --device cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise ValueError(f"{source}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}; use one of them "
+                         "(or --device cuda)")
     return device
+
+
+def _mps_available() -> bool:
+    mps = getattr(torch.backends, "mps", None)
+    return bool(mps is not None and mps.is_available())
 
 
 @contextlib.contextmanager

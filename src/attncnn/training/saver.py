@@ -71,7 +71,8 @@ class Saver:
         last = self.run.checkpoint_path("last")
         message = (f"interrupted by {signal.Signals(signum).name} at {where}; saved a resumable checkpoint {last}. "
                    f"Resume with: {resume_command(self.run.path, self.state.dist, self.repeat)}")
-        (log.warning if self.state.dist.is_main else log.debug)("%s", message)    # once, not once per process
+        # debug only: the caller reports the error (the command line prints it), a warning too doubled the line
+        log.debug("%s", message)
         return TrainingInterrupted(message, signum=signum, checkpoint=last)
 
     def explain(self, err: NonFiniteLossError) -> NonFiniteLossError:

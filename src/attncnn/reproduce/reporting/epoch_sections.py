@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..running.machines import MACHINE_FILE, machine_segments, segments_text, shared_epochs
+from ..running.machines import machine_segments, read_machine_file, segments_text, shared_epochs
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
 from .results import RunResult
@@ -97,13 +97,10 @@ def centre_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list
 
 
 def _segments(result: RunResult) -> list[dict]:
-    """Which epochs ran where: ``machine.json``'s segments, else from the records."""
-    path = result.job.folder / MACHINE_FILE
-    if path.is_file():
-        segments = json.loads(path.read_text()).get("segments")
-        if segments:
-            return segments
-    return machine_segments(result.epoch_records)
+    """Which epochs ran where: ``machine.json``'s segments, else (no file, none in it, or a malformed
+    one: :func:`read_machine_file` warns) from the records."""
+    segments = (read_machine_file(result.job.folder) or {}).get("segments")
+    return segments or machine_segments(result.epoch_records)
 
 
 def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:

@@ -6,7 +6,6 @@ together.
 
 from __future__ import annotations
 
-import json
 import statistics
 from typing import Sequence
 
@@ -16,7 +15,7 @@ from ...analysis.runs import shareable_dataset, test_count, test_images
 from ...layers import attention_modules
 from ...models import count_parameters, get_preset
 from ..running.jobs import Job
-from ..running.machines import MACHINE_FILE, segments_text
+from ..running.machines import machine_segments, read_machine_file, segments_text
 from ..studies import Suite
 from .results import RunResult, mean_std
 
@@ -69,10 +68,15 @@ def seed_lines(results: dict[str, list[RunResult]]) -> list[str]:
 
 
 def _machine(result: RunResult) -> str:
-    path = result.job.folder / MACHINE_FILE
-    if not path.is_file():
+    """The machine cell of a run: ``machine.json``'s (:func:`read_machine_file`); where that file is
+    malformed (a warning names it), the epoch records' machines, else ``unknown``."""
+    info = read_machine_file(result.job.folder)
+    if info is None:
         return "not recorded"
-    info = json.loads(path.read_text())
+    if not info:
+        segments = machine_segments(result.epoch_records)
+        known = any(segment["machine"] for segment in segments)
+        return segments_text(segments) if known else "unknown (machine.json unreadable)"
     if len(info.get("segments") or []) > 1:                # the run changed machine or precision mid-way
         return segments_text(info["segments"])
     return f"{info.get('cpu', '?')}, {info.get('torch_threads', '?')} threads, torch {info.get('torch', '?')}" + \

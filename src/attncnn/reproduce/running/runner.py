@@ -29,14 +29,17 @@ from ...perf.machine import machine_info
 from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
+from ...runs.config import MAX_EPOCHS
 from ...training import TrainingInterrupted, count_test_passes, train
 from .jobs import Job, job_state
 from .machines import MACHINE_FILE, machine_segments, recording_machine
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["MACHINE_FILE", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
+__all__ = ["MACHINE_FILE", "MAX_EPOCHS", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
            "resume_command", "Estimate", "estimate_job", "cpu_load", "busy_cpu"]
+
+
 
 @dataclass(frozen=True)
 class TrainOptions:
@@ -44,6 +47,9 @@ class TrainOptions:
 
     ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
+
+    Raises:
+        ValueError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
     """
 
     data: str = "cifar10"
@@ -55,6 +61,13 @@ class TrainOptions:
     epochs: int | None = None
     train_subset: int | None = None
     batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.epochs is not None and self.epochs > MAX_EPOCHS:
+            digits = len(str(self.epochs))
+            raise ValueError(f"--epochs must be at most {MAX_EPOCHS:,} (10**12), got "
+                             f"{self.epochs if digits <= 20 else f'a number of {digits} digits'}; "
+                             "give the number of epochs to train")
 
     def overrides(self, seed: int) -> dict:
         return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
