@@ -45,22 +45,26 @@ def check_options(options: dict, cls: type, kind: str, owner: str | None = None,
             raise ValueError(f"{where}unknown {kind} {key!r}{' for ' + owner if owner else ''}{guess}; {fix}; "
                              f"valid options: {', '.join(fields)}")
         if not value_matches(value, hints[key]):
-            raise ValueError(f"{where}{kind} {key!r} must be {type_words(hints[key])}, got "
-                             f"{_shown(value, source)} ({_kind_of(value)}); "
+            none = "null" if source is not None else "None"      # a file is JSON; --set and Python say None
+            raise ValueError(f"{where}{kind} {key!r} must be {type_words(hints[key], none)}, got "
+                             f"{_shown(value, source)} ({_kind_of(value, none)}); "
                              f"{_fix(key, value, hints[key], fields[key], source)}")
 
 
-def type_words(annotation) -> str:
+def type_words(annotation, none: str = "null") -> str:
     """The type ``annotation`` in words: ``"an integer"``, ``"a number"``, ``"true or false"``,
-    ``"a list of integers"``, ``"a string or null"`` (null: JSON's None)."""
+    ``"a list of integers"``, ``"a string or null"`` (``none``: how the reader writes None; JSON's
+    null by default)."""
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        words = [type_words(a).replace("true or false", "true, false") for a in typing.get_args(annotation)
+        words = [type_words(a, none).replace("true or false", "true, false") for a in typing.get_args(annotation)
                  if a is not type(None)]
         if type(None) in typing.get_args(annotation):
-            words.append("null")
+            words.append(none)
         return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
     if typing.get_origin(annotation) in (list, tuple) or annotation in (list, tuple):
         return "a list of integers"
+    if annotation is type(None):
+        return none
     return _WORDS.get(annotation, getattr(annotation, "__name__", str(annotation)))
 
 
@@ -68,8 +72,10 @@ _WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or 
           "({\"key\": value, ...})", type(None): "null"}
 
 
-def _kind_of(value) -> str:
+def _kind_of(value, none: str = "null") -> str:
     """What ``value`` is, in the words of :func:`type_words`."""
+    if value is None:
+        return none
     if isinstance(value, bool):
         return "true or false"
     if isinstance(value, (list, tuple)):
@@ -103,7 +109,7 @@ def _fix(key: str, value, annotation, field: dataclasses.Field, source) -> str:
     else:
         example = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
         example = None if example is dataclasses.MISSING else example
-        words = type_words(annotation)
+        words = type_words(annotation, "null" if source is not None else "None")
     if source is not None:
         shown = "" if example is None else f"{json.dumps(key)}: {_shown(example, source)}"
         if not words:

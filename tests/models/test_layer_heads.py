@@ -34,8 +34,8 @@ def test_the_papers_pruned_pattern_has_the_derived_parameter_count():
 @pytest.mark.parametrize("value,match", [
     ([4, 4], r"layer_heads has 2 entries \[4, 4\] but the model has num_layers=3.*layer_heads=None"),
     ([4, 0, 4], r"layer\(s\) \[2\] have fewer than 1 head"),
-    ([4, 4.0, 4], r"'layer_heads' must be list\[int\] \| None"),
-    ("4,4,4", r"'layer_heads' must be list\[int\] \| None"),
+    ([4, 4.0, 4], r"'layer_heads' must be a list of integers or None, got \[4, 4.0, 4\] \(a list\)"),
+    ("4,4,4", r"'layer_heads' must be a list of integers or None, got '4,4,4' \(a string\)"),
 ])
 def test_bad_layer_heads_name_the_field(value, match):
     with pytest.raises(ValueError, match=match):
