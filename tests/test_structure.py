@@ -116,6 +116,20 @@ def test_the_checkpoint_checker_sees_writers():
                and any(a.name.startswith("save") for a in n.names) for n in ast.walk(tree))
 
 
+def _sys_path_uses(source: str) -> list[int]:
+    """Lines of ``source`` that name ``sys.path``."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+            and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+
+
+def test_the_package_leaves_sys_path_alone():
+    # a pip user has the package and nothing beside it: a module that reached into the repository
+    # through sys.path (as the benchmark harness once reached benchmarks/) works only in a checkout
+    found = [f"{path.relative_to(SRC)}:{line}" for path in PY_FILES for line in _sys_path_uses(path.read_text())]
+    assert not found
+    assert _sys_path_uses("import sys\nsys.path.insert(0, 'x')\n") == [2]      # the checker sees one
+
+
 def test_no_function_is_longer_than_a_screen():
     long = []
     for path in PY_FILES:
