@@ -7,7 +7,7 @@ baseline in fp32 and bf16, same weights, one run.
 
 For each preset it first checks that both implementations give the same outputs (float64, small
 batch), then measures every variant in a fresh process (training and inference images/s, peak
-memory, FLOP/s; conventions in attncnn/bench/harness.py). The variants are measured in turns,
+memory, FLOP/s; conventions in attncnn/perf/bench/harness.py). The variants are measured in turns,
 ``--rounds`` times (the order reversed every other round), and each figure is the median over the
 rounds: on a shared machine a ratio of two measurements taken minutes apart swings by 30 %, taken
 in alternation it does not. Ratios are against the reference style in fp32 and under the same
@@ -20,21 +20,20 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-import sys
 from pathlib import Path
 
 import torch
 
+# a sibling script: `python benchmarks/compare.py` puts benchmarks/ first on sys.path
+from reference_style import reference_style_model
+
+from attncnn._io import atomic_write_text
+from attncnn.models import build_model
+from attncnn.perf.bench.command import parse_variants
+from attncnn.perf.bench.harness import bench_preset_isolated, matmul_peak
+from attncnn.perf.machine import machine_info
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from reference_style import reference_style_model  # noqa: E402
-
-from attncnn._io import atomic_write_text  # noqa: E402
-from attncnn.models import build_model  # noqa: E402
-from attncnn.perf.bench.command import parse_variants  # noqa: E402
-from attncnn.perf.bench.harness import bench_preset_isolated, matmul_peak  # noqa: E402
-from attncnn.perf.machine import machine_info  # noqa: E402
 
 DEFAULT_VARIANTS = "ours:fp32,ours:bf16,ours:bf16+compile,reference:fp32,reference:bf16"
 FIGURES = ("train_images_per_s", "infer_images_per_s", "peak_memory_bytes", "model_flops_per_s")
@@ -70,7 +69,9 @@ def measure(preset: str, variants, common: dict, rounds: int) -> dict:
     for r in range(rounds):
         for v in (variants if r % 2 == 0 else variants[::-1]):
             impl, precision, compile = v
-            runs[v].append(bench_preset_isolated(impl=impl, precision=precision, compile=compile, **common))
+            baseline = reference_style_model if impl == "reference" else None
+            runs[v].append(bench_preset_isolated(baseline=baseline, precision=precision, compile=compile,
+                                                 **common))
             print(f"  {preset} round {r + 1} {impl}:{precision}{'+compile' if compile else ''}: train "
                   f"{runs[v][-1]['train_images_per_s']:.1f} img/s", flush=True)
     return {v: {k: statistics.median(x[k] for x in runs[v]) for k in FIGURES} for v in variants}
@@ -125,7 +126,7 @@ def main() -> None:
     for preset in [p.strip() for p in args.presets.split(",") if p.strip()]:
         err = check_same_outputs(preset, overrides)
         common = dict(preset=preset, batch_size=args.batch_size, device=args.device, overrides=overrides,
-                      reps=args.reps, extra_sys_path=[str(HERE)])
+                      reps=args.reps)
         rows[preset] = (err, measure(preset, variants, common, args.rounds))
     lines = table(rows, peaks, args, info)
     print("\n".join(lines))

@@ -18,24 +18,21 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+# a sibling script: `python benchmarks/compile_choice.py` puts benchmarks/ first on sys.path
+from speedup import DEFAULT_PRESETS, _cpu, write_result
 
-from speedup import DEFAULT_PRESETS, _cpu, write_result  # noqa: E402
-
-from attncnn.models import build_model, get_preset, preset_model_config  # noqa: E402
-from attncnn.perf.compiling import MIN_SPEEDUP, decide, time_compile  # noqa: E402
-from attncnn.perf.host_memory import reuse_freed_memory  # noqa: E402
-from attncnn.perf.paths import choose_impl  # noqa: E402
-from attncnn.perf.precision import resolve_precision  # noqa: E402
-from attncnn.runs import resolve_config  # noqa: E402
-from attncnn.training import make_optimizer  # noqa: E402
+from attncnn.models import build_model, get_preset, preset_model_config
+from attncnn.perf.compiling import MIN_SPEEDUP, decide, time_compile
+from attncnn.perf.host_memory import reuse_freed_memory
+from attncnn.perf.paths import choose_impl
+from attncnn.perf.precision import resolve_precision
+from attncnn.runs import resolve_config
+from attncnn.training import make_optimizer
 
 STEPS_PER_EPOCH = 500           # CIFAR-10's 50,000 training images at batch 100
 

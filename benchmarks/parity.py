@@ -33,10 +33,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-
-from speedup import REPO, _cpu, extract_baseline, subset_zip  # noqa: E402
+# a sibling script: `python benchmarks/parity.py` puts benchmarks/ first on sys.path
+from speedup import REPO, _cpu, extract_baseline, subset_zip
 
 #: run in a fresh process under each code's PYTHONPATH: weights from seed 0, logits and gradients saved
 PROBE = """

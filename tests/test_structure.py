@@ -92,28 +92,50 @@ def test_the_studies_only_train_and_evaluate_through_training():
 TENSOR_WRITERS = {"runs", "data/cache.py"}
 
 
+def _tensor_writes(source: str) -> list[str]:
+    """``"<line> imports a safetensors writer"`` / ``"<line> calls torch.save"`` for each in ``source``."""
+    writes = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("safetensors") and any(
+                a.name.startswith("save") for a in node.names):
+            writes.append(f"{node.lineno} imports a safetensors writer")
+        if isinstance(node, ast.Attribute) and node.attr == "save" and isinstance(node.value, ast.Name) \
+                and node.value.id == "torch":
+            writes.append(f"{node.lineno} calls torch.save")
+    return writes
+
+
 def test_nothing_outside_runs_writes_a_checkpoint():
     writers = []
     for path in PY_FILES:
         rel = path.relative_to(SRC)
         if rel.parts[0] in TENSOR_WRITERS or str(rel) in TENSOR_WRITERS:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("safetensors") and any(
-                    a.name.startswith("save") for a in node.names):
-                writers.append(f"{rel}:{node.lineno} imports a safetensors writer")
-            if isinstance(node, ast.Attribute) and node.attr == "save" and isinstance(node.value, ast.Name) \
-                    and node.value.id == "torch":
-                writers.append(f"{rel}:{node.lineno} calls torch.save")
+        writers += [f"{rel}:{write}" for write in _tensor_writes(path.read_text())]
     assert not writers
 
 
 def test_the_checkpoint_checker_sees_writers():
-    # guards the test above against passing because it found nothing
+    # guards the two tests above against passing because their checkers found nothing: the same
+    # functions, on the module that does write checkpoints and on a torch.save
     assert _names_from(SRC / "reproduce" / "running" / "runner.py", "training") >= {"train"}
-    tree = ast.parse((SRC / "runs" / "checkpoint.py").read_text())
-    assert any(isinstance(n, ast.ImportFrom) and n.module and n.module.startswith("safetensors")
-               and any(a.name.startswith("save") for a in n.names) for n in ast.walk(tree))
+    assert any(w.endswith("imports a safetensors writer") for w in _tensor_writes((SRC / "runs" / "checkpoint.py")
+                                                                                  .read_text()))
+    assert _tensor_writes("import torch\n\ntorch.save({}, 'x.pt')\n") == ["3 calls torch.save"]
+
+
+def _sys_path_uses(source: str) -> list[int]:
+    """Lines of ``source`` that name ``sys.path``."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Attribute)
+            and node.attr == "path" and isinstance(node.value, ast.Name) and node.value.id == "sys"]
+
+
+def test_the_package_leaves_sys_path_alone():
+    # a pip user has the package and nothing beside it: a module that reached into the repository
+    # through sys.path (as the benchmark harness once reached benchmarks/) works only in a checkout
+    found = [f"{path.relative_to(SRC)}:{line}" for path in PY_FILES for line in _sys_path_uses(path.read_text())]
+    assert not found
+    assert _sys_path_uses("import sys\nsys.path.insert(0, 'x')\n") == [2]      # the checker sees one
 
 
 def test_no_function_is_longer_than_a_screen():

@@ -839,5 +839,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # a lent GPU machine has attncnn's dependencies but not attncnn: the job (and each worker and timing
+    # it starts as `python job.py ...`) runs the checkout's src/, the code it carried
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     sys.exit(main())

@@ -4,23 +4,20 @@ checked, unpacked without overwriting finished work), and fillers give way to pr
 import hashlib
 import json
 import shutil
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-import job  # noqa: E402
+import job
 
-from attncnn.api import load_model  # noqa: E402
-from attncnn.perf import cpu_name  # noqa: E402
-from attncnn.reproduce import get_suite, job_state, plan  # noqa: E402
-from attncnn.reproduce.running.machines import shared_epochs  # noqa: E402
-from attncnn.reproduce.running.runner import TrainOptions, train_jobs  # noqa: E402
-from attncnn.runs import (PREDICTIONS_FILE, WITHHELD_FILE, load_checkpoint, read_predictions,  # noqa: E402
+from attncnn.api import load_model
+from attncnn.perf import cpu_name
+from attncnn.reproduce import get_suite, job_state, plan
+from attncnn.reproduce.running.machines import shared_epochs
+from attncnn.reproduce.running.runner import TrainOptions, train_jobs
+from attncnn.runs import (PREDICTIONS_FILE, WITHHELD_FILE, load_checkpoint, read_predictions,
                           read_withheld)
 
 SPEC = job.RunSpec("mini-long", "quadratic-mini", 0)

@@ -14,9 +14,9 @@ import torch
 
 from attncnn.perf.precision import fast_bf16
 
+import speed
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-import speed  # noqa: E402
 
 
 def _args(tmp_path, **kw):

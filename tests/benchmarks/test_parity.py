@@ -1,15 +1,15 @@
 """benchmarks/parity.py: the fp32 probe is deterministic for one code, and a difference is found,
 measured relative to the tensor's scale and named."""
 
-import sys
+
 from pathlib import Path
 
 import pytest
 import torch
 
+from parity import fp32_difference, probe
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from parity import fp32_difference, probe  # noqa: E402
 
 
 def test_the_probe_of_one_code_twice_is_identical(tmp_path):

@@ -1,17 +1,14 @@
 """benchmarks/profile_step.py: its FLOPs are the harness's count, it recognises the product kernels (CPU
 operators and GPU kernels by name), and it profiles a compiled step."""
 
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from profile_step import profile_preset  # noqa: E402
+from profile_step import profile_preset
 
-from attncnn import build_model  # noqa: E402
-from attncnn.perf.bench.harness import count_training_flops  # noqa: E402
+from attncnn import build_model
+from attncnn.perf.bench.harness import count_training_flops
 
 
 def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops():

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD
+from ..runs import is_data_name
 from ..runs import load_model as _load_network
 from ..runs.loading import checkpoint_of
 
@@ -85,7 +86,7 @@ def training_image_size(metadata: dict) -> tuple[int, int] | None:
     config = metadata.get("config")
     data = config.get("data") if isinstance(config, dict) else None
     described = metadata.get("dataset")
-    if (isinstance(data, str) and data.strip().lower() in ("cifar10", "cifar100")) or (
+    if (isinstance(data, str) and is_data_name(data)) or (
             isinstance(described, str) and any(note in described for note in _CIFAR_NOTES)):
         return 32, 32
     return None

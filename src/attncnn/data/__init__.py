@@ -9,7 +9,7 @@ import logging
 import os
 from pathlib import Path
 
-from .._recorded_data import DATA_NAMES, locate_recorded_data, not_here_message, run_folder_of
+from .._recorded_data import is_data_name, locate_recorded_data, not_here_message, run_folder_of
 from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
 from .cache import cache_file, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
@@ -26,7 +26,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-_NAMES = DATA_NAMES
 #: the data set of a command that names none (never one for a run whose own data set is not here)
 DEFAULT_DATA = "cifar10"
 #: CIFAR-10's and CIFAR-100's (training, test) images
@@ -76,7 +75,7 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
     """
     data_dir = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     text = os.fspath(spec).strip()
-    if text.lower() in _NAMES:
+    if is_data_name(text):
         return load_cifar(text.lower(), data_dir, download=download)
     path = Path(text).expanduser()
     if path.is_dir() or is_zip(path):
@@ -103,7 +102,7 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
             without the ``train/<class>/<image>`` and ``test/<class>/<image>`` layout.
     """
     text = os.fspath(spec).strip()
-    if text.lower() in _NAMES:
+    if is_data_name(text):
         train, test = CIFAR_SIZES
         return DataShape(text.lower(), train, test, VARIANTS[text.lower()][0].num_classes, (3, 32, 32))
     path = Path(text).expanduser()

@@ -203,14 +203,19 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
     return {"step_seconds": step_s, "infer_seconds": infer_s, "peak_memory_bytes": int(peak)}
 
 
-def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, device: str = "cpu",
-                 overrides: dict | None = None, warmup: int = 1, reps: int = 3, precision: str = "fp32",
-                 compile: bool = False, channels_last: bool = False, seed: int = 0) -> dict:
+def bench_preset(preset: str, *, baseline: Callable[[torch.nn.Module], torch.nn.Module] | None = None,
+                 batch_size: int = 100, device: str = "cpu", overrides: dict | None = None, warmup: int = 1,
+                 reps: int = 3, precision: str = "fp32", compile: bool = False, channels_last: bool = False,
+                 seed: int = 0) -> dict:
     """Measure one preset in this process; see the module docstring for the conventions.
 
     Args:
-        impl: ``"ours"`` or ``"reference"`` (the reference-style baseline of
-            ``benchmarks/reference_style.py``, which must be importable).
+        baseline: times ``baseline(model)`` in the model's place: another formulation of the same
+            network reading its weights, such as ``reference_style_model`` of the repository's
+            ``benchmarks/reference_style.py`` (the original code's). The caller supplies it, so the
+            package depends on no file outside it; for :func:`bench_preset_isolated` it must be a
+            module-level function the child process can import (it inherits the caller's
+            ``sys.path``). The model's paths are then those its options name, none measured.
         overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers);
             without an ``impl``, the attention paths are those a run would measure and take here.
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
@@ -218,14 +223,11 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
     dev = torch.device(device)
     host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
     overrides = dict(overrides or {})
-    paths = _run_paths(preset, overrides, batch_size, precision, dev) if impl == "ours" else {}
+    paths = _run_paths(preset, overrides, batch_size, precision, dev) if baseline is None else {}
     torch.manual_seed(seed)
     model = build_model(preset, **overrides, **paths)
-    if impl == "reference":
-        from reference_style import reference_style_model  # benchmarks/ on sys.path
-        model = reference_style_model(model)
-    elif impl != "ours":
-        raise ValueError(f"impl must be 'ours' or 'reference', got {impl!r}")
+    if baseline is not None:
+        model = baseline(model)
     model = model.to(dev)
     images = torch.randn(batch_size, 3, 32, 32, device=dev)
     labels = torch.randint(0, 10, (batch_size,), device=dev)
@@ -237,9 +239,9 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
     run_model = torch.compile(model) if compile else model
     timing = time_steps(model, images, labels, run_model=run_model, precision=precision, warmup=warmup, reps=reps)
     step_s, infer_s, peak = timing["step_seconds"], timing["infer_seconds"], timing["peak_memory_bytes"]
-    return {"preset": preset, "impl": impl, "batch_size": batch_size, "overrides": overrides,
-            "attention_paths": {"train": getattr(model, "attention_paths", lambda: None)(),
-                                "eval": _eval_paths(model)},
+    return {"preset": preset, "baseline": None if baseline is None else baseline.__qualname__,
+            "batch_size": batch_size, "overrides": overrides,
+            "attention_paths": _attention_paths(model if baseline is None else None),
             "parameters": count_parameters(model), "train_images_per_s": batch_size / step_s,
             "infer_images_per_s": batch_size / infer_s, "step_seconds": step_s,
             "peak_memory_bytes": peak, "forward_flops_per_image": per_image_fwd,
@@ -266,27 +268,27 @@ def _run_paths(preset: str, overrides: dict, batch_size: int, precision: str, de
     return found
 
 
-def _eval_paths(model) -> list[str] | None:
-    """The attention path of each block in eval mode (None for a network without attention)."""
+def _attention_paths(model) -> dict:
+    """``{"train": ..., "eval": ...}``: the attention path of each block in training and in eval mode;
+    None for a network without attention and for a baseline (``model`` None: its layers compute
+    another formulation, and have no path of ours to report)."""
     if not hasattr(model, "attention_paths"):
-        return None
+        return {"train": None, "eval": None}
     was_training = model.training
     try:
-        return model.eval().attention_paths()
+        return {"train": model.train().attention_paths(), "eval": model.eval().attention_paths()}
     finally:
         model.train(was_training)
 
 
-def _child(queue, kwargs, sys_path):
-    import sys
-    sys.path[:0] = sys_path
+def _child(queue, kwargs):
     try:
         queue.put(("ok", bench_preset(**kwargs)))
     except BaseException as err:     # report, don't hang the parent
         queue.put(("error", f"{type(err).__name__}: {err}"))
 
 
-def bench_preset_isolated(extra_sys_path: list[str] | None = None, **kwargs) -> dict:
+def bench_preset_isolated(**kwargs) -> dict:
     """:func:`bench_preset` in a fresh process (accurate CPU peak memory); same arguments.
 
     Raises:
@@ -296,7 +298,7 @@ def bench_preset_isolated(extra_sys_path: list[str] | None = None, **kwargs) -> 
     """
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(queue, kwargs, extra_sys_path or []))
+    proc = ctx.Process(target=_child, args=(queue, kwargs))
     proc.start()
     while True:                     # wait for the answer, but not for a child that died without one
         alive = proc.is_alive()     # read before waiting: an answer sent just before exiting is still read
