@@ -476,7 +476,7 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
     resets, real_reset = [], torch._dynamo.reset
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1) or real_reset())
     _train(tiny, out, compile=True, deterministic=False)
-    assert resets == [1]                    # the run leaves no compiled code behind for the next one
+    assert resets == []                     # a caller's compiled functions are left alone (the suite resets)
     plain, compiled = _metrics(reference_run), _metrics(out)
     assert [r["epoch"] for r in compiled] == [1, 2]
     for a, b in zip(plain, compiled):                   # inductor fuses and reorders: close, not equal

@@ -194,10 +194,6 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         return summary
     finally:
         run.close()
-        if config.compile:
-            # runs that follow in this process (attncnn reproduce trains a suite in one) start
-            # from no compiled code: dynamo's per-function limit of cached graphs is never reached
-            torch._dynamo.reset()
 
 
 def _resume(state: TrainState, saver: Saver) -> None:

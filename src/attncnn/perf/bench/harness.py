@@ -34,7 +34,7 @@ from ...layers import attention_modules, dense_attention
 from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
 from ...training.step import training_step
-from ..host_memory import reuse_freed_memory
+from ..host_memory import heap_policy, reuse_freed_memory
 from ..paths import choose_impl
 from ..timing import time_median
 
@@ -216,7 +216,7 @@ def bench_preset(preset: str, *, impl: str = "ours", batch_size: int = 100, devi
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)
-    host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
+    host_memory = heap_policy() if dev.type == "cpu" else "n/a"
     overrides = dict(overrides or {})
     paths = _run_paths(preset, overrides, batch_size, precision, dev) if impl == "ours" else {}
     torch.manual_seed(seed)
@@ -281,6 +281,8 @@ def _child(queue, kwargs, sys_path):
     import sys
     sys.path[:0] = sys_path
     try:
+        if torch.device(kwargs.get("device", "cpu")).type == "cpu":
+            reuse_freed_memory()        # this process is the harness's own: it measures as attncnn train runs
         queue.put(("ok", bench_preset(**kwargs)))
     except BaseException as err:     # report, don't hang the parent
         queue.put(("error", f"{type(err).__name__}: {err}"))

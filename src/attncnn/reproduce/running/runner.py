@@ -163,6 +163,9 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record
     names the precision that ran, and ``machine.json``'s segments split where it changed), and
     compiled or eager as ``options.compile`` says, else as it started (each epoch record says which).
+    Once a job of this call has trained compiled, every later job starts with ``torch._dynamo.reset()``
+    (the process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
+    per-function cache limit.
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -174,6 +177,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
     device = resolve_device(options.device)
     recorded = recording_machine(epoch_metrics, device)
+    compiled_before = False
     for n, job in enumerate(jobs, 1):
         if states[job] == "finished":
             log.info("[%d/%d] %s: finished already (%s)", n, len(jobs), job.label, job.folder)
@@ -188,6 +192,12 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                                compile=options.compile, keep_impl="impl" in dict(job.overrides).get("model", {}))
         else:
             plan = make_plan(config)
+        if compiled_before:
+            # each run compiles a new network whose forward is the same code as the last run's: dynamo
+            # keeps their graphs side by side and, past its per-function cache limit, stops compiling
+            # (the rest of the suite runs eager). train() leaves the caller's compiled code alone; a suite
+            # that trains many runs in one process drops it between them.
+            torch._dynamo.reset()
         try:
             train(config, job.folder, plan, mode=mode, progress=progress, epoch_metrics=recorded)
         except TrainingInterrupted as err:
@@ -195,7 +205,9 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
         folder = RunFolder(job.folder, mode="read")
-        segments = machine_segments(folder.read_metrics(), precision=folder.read_config().get("precision"))
+        stored = folder.read_config()
+        compiled_before = compiled_before or bool(stored.get("compile"))
+        segments = machine_segments(folder.read_metrics(), precision=stored.get("precision"))
         atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
                                                                 indent=1) + "\n")
     return states
