@@ -494,5 +494,5 @@ def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tin
     (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()
     assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
     decided = json.loads((out / "config.json").read_text())["compile"]
-    assert decided is compile_choice.decide(compile_choice.CompileTiming(**timing), 2 * 6)
+    assert decided is compile_choice.pays_back(compile_choice.CompileTiming(**timing), 2 * 6)
     assert load_checkpoint(_last(out)).metadata["config"]["compile"] is decided

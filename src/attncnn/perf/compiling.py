@@ -7,8 +7,8 @@ small ResNet spend their time on, but it costs a warm-up (tracing and code gener
 minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options
 leave ``compile`` unset times its own training step, on a throw-away copy of its network with its
 batch, precision, optimizer and device (:func:`time_compile`): eager first, then the compiled step
-(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`,
-:func:`pays_back`) when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
+(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`pays_back`)
+when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
 probe of a few steps cannot see: inside the trainer a compiled model can gain less than its probe
 said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's steps exceed the
 measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose compilation
@@ -56,8 +56,7 @@ from .cache import read_cache, write_cache
 from .machine import machine_key
 from .timing import seconds, time_alternated
 
-__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "decide",
-           "warmup_floor",
+__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "warmup_floor",
            "compile_cache_key", "timing_problem", "with_compile_choice", "cached_timing"]
 
 log = logging.getLogger(__name__)
@@ -89,17 +88,14 @@ class CompileTiming:
 
 def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPEEDUP) -> bool:
     """Whether compiling saves time over a run of ``steps`` training steps: compiled at least
-    ``min_speedup`` times faster per step, and the seconds saved over the run larger than the warm-up."""
+    ``min_speedup`` times faster per step, and the seconds saved over the run larger than the warm-up.
+
+    The trainer's rule, applied alike to a measurement and to a cached one, so that a run's decision
+    does not depend on whether it measured. A timing without a compiled step (the probe stopped
+    early) means eager (False)."""
     if timing.compiled is None or timing.warmup is None:
         return False
     return timing.eager >= min_speedup * timing.compiled and (timing.eager - timing.compiled) * steps > timing.warmup
-
-
-def decide(timing: CompileTiming, steps: int) -> bool:
-    """The trainer's rule for a run of ``steps`` steps: compile when it :func:`pays_back` (the same
-    rule from a measurement or from the cache, so that a run's decision does not depend on whether
-    it measured). A timing without a compiled step (the probe stopped early) means eager."""
-    return pays_back(timing, steps)
 
 
 #: first-compilation seconds of a one-operation function, per device, measured once per process
@@ -288,7 +284,7 @@ def with_compile_choice(config, dataset, train_loader, dist):
             return dataclasses.replace(config, compile=False)
         write_cache(path, key, dataclasses.asdict(timing), timing_problem)
         source = "measured on this run's network and batch"
-    decision = decide(timing, steps)
+    decision = pays_back(timing, steps)
     _log(decision, timing, steps, source)
     return dataclasses.replace(config, compile=decision)
 

@@ -24,7 +24,7 @@ from ...data import DataShape, peek_dataset
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
-from ...perf.compiling import cached_timing, decide
+from ...perf.compiling import cached_timing, pays_back
 from ...perf.machine import machine_info
 from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
@@ -284,7 +284,7 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device:
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
                             else "eager estimate; the run measures whether to compile when it starts")
-    if will is None and not decide(timing, steps):
+    if will is None and not pays_back(timing, steps):
         return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
     return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
             f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
