@@ -29,12 +29,13 @@ The three timings are cached in ``compile-choice.json`` in the run's data folder
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
 preset, model options (the measured attention path included), optimizer, per-process batch, image
 size and precision, so the next run on this machine decides from them without measuring, by the same
-rule: for a given cache the choice is deterministic. An entry that is not three such timings
-(:func:`timing_problem`: an edited or damaged file) is dropped with a warning naming the file and
-measured again. The decision is written into the run's ``config.json`` (``compile: true/false``),
-so a resumed run keeps it. Runs with ``--deterministic`` or under torchrun never compile unless
-asked (``--compile``): their numbers must not depend on timing, and several processes would each
-time their own share of the machine.
+rule: for a given cache the choice is deterministic. A timing taken while other work shares the CPU
+(:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. An entry
+that is not three such timings (:func:`timing_problem`: an edited or damaged file) is dropped with
+a warning naming the file and measured again. The decision is written into the run's
+``config.json`` (``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic``
+or under torchrun never compile unless asked (``--compile``): their numbers must not depend on
+timing, and several processes would each time their own share of the machine.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ from ..models import build_model
 from ..training.components import make_optimizer
 from ..training.step import training_step
 from .cache import read_cache, write_cache
-from .machine import machine_key
+from .machine import busy_reason, machine_key
 from .timing import seconds, time_alternated
 
 __all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "warmup_floor",
@@ -270,6 +271,7 @@ def with_compile_choice(config, dataset, train_loader, dist):
         timing = CompileTiming(**{k: cached[k] for k in _TIMED})
         source = "cached for this machine and run shape"
     else:
+        busy = busy_reason(dist.device)         # sampled before the probe's own threads load the CPU
         try:
             floor = warmup_floor(dist.device, cache)
             timing = _measure(config, dataset, batch, image_size, steps, dist.device, floor[0])
@@ -282,7 +284,11 @@ def with_compile_choice(config, dataset, train_loader, dist):
                      "would: %.1f s to compile, %s, and up to %d more steps; --compile compiles anyway)", steps,
                      timing.eager * steps, *floor, 2 + probe_steps())
             return dataclasses.replace(config, compile=False)
-        write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        if busy is None:
+            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        else:
+            log.info("compile: measured while %s: the choice serves this run and is not cached (the next run "
+                     "measures again)", busy)
         source = "measured on this run's network and batch"
     decision = pays_back(timing, steps)
     _log(decision, timing, steps, source)

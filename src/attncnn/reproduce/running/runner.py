@@ -12,7 +12,6 @@ import ast
 import copy
 import json
 import logging
-import os
 import shlex
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -25,7 +24,7 @@ from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, pays_back
-from ...perf.machine import machine_info
+from ...perf.machine import busy_cpu, cpu_load, machine_info
 from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
@@ -288,36 +287,3 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device:
         return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
     return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
             f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
-
-
-def cpu_load() -> float | None:
-    """The CPU's 1-minute load average (runnable processes, this one included), or None where the
-    system does not report one."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
-    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
-
-    The timing of a step grows with every process sharing the cores (the mini suite was estimated
-    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
-    measured beside other work is not the time the suite will take alone.
-
-    Args:
-        loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).
-        cores: CPU cores (default: ``os.cpu_count()``).
-
-    Returns:
-        The warning's text when the load from other processes (the largest sample less the one
-        this process adds) exceeds half the cores.
-    """
-    cores = cores or os.cpu_count() or 1
-    known = [load for load in loads if load is not None]
-    if not known or max(known) - 1 <= cores / 2:
-        return None
-    return (f"warning: the CPU was busy while the steps were timed (load average {max(known):.1f} on {cores} "
-            "cores, other processes included); the estimate can be several times the time the runs take "
-            "alone. Run the dry run again when the machine is idle.")
