@@ -181,11 +181,15 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
     if steps is not None and eager * steps < min_run_seconds + eager * probe_steps(reps):
         return CompileTiming(eager=eager)
     compiled_model = torch.compile(model, dynamic=False)
+    # the compilation is the probe's longest step (44 s for the demo on a 2-core CPU): say what the wait is
+    log.info("compile: compiling the training step to time it%s...", f" (at least {min_run_seconds:.0f} s here)"
+             if min_run_seconds >= 1 else "")
     try:
         warmup = step(compiled_model)
         step(compiled_model)
         # alternated: a busy machine slows both alike
-        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0)
+        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0,
+                                what="the training step eager and compiled")
     finally:
         del compiled_model
         torch._dynamo.reset()                       # drop the probe's compiled code and the network it holds

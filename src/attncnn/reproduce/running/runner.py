@@ -253,7 +253,11 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
         model = build_model(job.preset, data.num_classes, **config.model).to(device)
         images = torch.randn(config.batch_size, *data.image_shape, device=device)
         labels = torch.randint(0, data.num_classes, (config.batch_size,), device=device)
-        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1)
+        what = f"{job.preset} (batch {config.batch_size}, {precision})"
+        # a paper-width step takes minutes on a small CPU: say what the dry run is doing before it starts
+        log.info("timing one training step and one test batch of %s on %s for the estimate...", what, device)
+        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1,
+                                   what=what)
     timing = measured[key]
     train_images = min(config.train_subset or data.train, data.train)
     evaluation = data.test / config.batch_size * timing["infer_seconds"]
