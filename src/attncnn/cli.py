@@ -305,8 +305,9 @@ def _process_setup(args: argparse.Namespace) -> None:
     cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when CUDA first uses it, so a deterministic run's value is
     set before anything touches CUDA: for ``train --deterministic``, and for ``train --resume``, whose
     stored recipe may be deterministic (the value only fixes cuBLAS's workspace: 8 buffers of 4 MiB;
-    the library checks it, :func:`attncnn.training.components.deterministic_algorithms`). On the CPU, glibc keeps freed memory for reuse (:mod:`attncnn.perf.host_memory`): the
-    large tensors of a step no longer page-fault in every step. An environment already set wins.
+    the library checks it, :func:`attncnn.training.components.deterministic_algorithms`). On the
+    CPU, glibc keeps freed memory for reuse (:mod:`attncnn.perf.host_memory`): the large tensors of
+    a step no longer page-fault in every step. An environment already set wins.
     """
     if args.command == "train" and (getattr(args, "deterministic", False) or args.resume):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
