@@ -27,7 +27,7 @@ import torch
 from speedup import DEFAULT_PRESETS, _cpu, write_result
 
 from attncnn.models import build_model, get_preset, preset_model_config
-from attncnn.perf.compiling import MIN_SPEEDUP, decide, time_compile
+from attncnn.perf.compiling import MIN_SPEEDUP, pays_back, time_compile
 from attncnn.perf.host_memory import reuse_freed_memory
 from attncnn.perf.paths import choose_impl
 from attncnn.perf.precision import resolve_precision
@@ -53,7 +53,8 @@ def measure(preset: str, reps: int, cache: Path) -> dict:
     timing = time_compile(net, make_optimizer(net, config), images, labels, precision=precision, reps=reps)
     recipe = get_preset(preset).train.get("epochs", config.epochs) * STEPS_PER_EPOCH
     return {"preset": preset, "path": model.get("impl", "-"), "precision": precision, "timing": timing,
-            "recipe_steps": recipe, "recipe": decide(timing, recipe), "long": decide(timing, 60 * STEPS_PER_EPOCH)}
+            "recipe_steps": recipe, "recipe": pays_back(timing, recipe),
+            "long": pays_back(timing, 60 * STEPS_PER_EPOCH)}
 
 
 def table(rows: list[dict], reps: int) -> list[str]:

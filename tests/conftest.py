@@ -202,6 +202,17 @@ def data_cache_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _an_idle_cpu_for_measured_choices():
+    """Measured choices are cached as on an idle machine, whatever else shares the CPU while the suite
+    runs (CI's 2 cores, a developer's machine): a busy one is cached by no run
+    (:func:`attncnn.perf.machine.busy_reason`), and tests of the caches would depend on the
+    neighbours. The tests of that rule set the load themselves."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("attncnn.perf.machine.cpu_load", lambda: 0.0)
+        yield
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _never_the_user_cache(data_cache_dir):
     """Tests never write decoded data into ~/.cache: the default data folder is the session's.
 

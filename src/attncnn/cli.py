@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -219,13 +220,10 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .api.classifier import training_image_size
     from .data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
     from .perf import device_name, machine_precision, resolve_device
-    from .perf.host_memory import reuse_freed_memory
     from .runs import PredictionRecord, checkpoint_of, load_model, write_predictions
     from .training import evaluate
 
     device = resolve_device(args.device)
-    if device.type == "cpu":
-        reuse_freed_memory()
     checkpoint = checkpoint_of(args.path, args.checkpoint)     # a run folder: its last, unless --checkpoint
     model, meta = load_model(checkpoint, device)
     stored = meta.get("config", {})
@@ -297,6 +295,30 @@ def _cmd_presets(args: argparse.Namespace) -> int:
     return 0
 
 
+#: the commands that run models here: the process-wide settings of :func:`_process_setup` are theirs
+_MODEL_COMMANDS = ("train", "evaluate", "bench", "reproduce", "prune")
+
+
+def _process_setup(args: argparse.Namespace) -> None:
+    """The process-wide state the library leaves to its caller, set once before the command runs.
+
+    cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when CUDA first uses it, so a deterministic run's value is
+    set before anything touches CUDA: for ``train --deterministic``, and for ``train --resume``, whose
+    stored recipe may be deterministic (the value only fixes cuBLAS's workspace: 8 buffers of 4 MiB;
+    the library checks it, :func:`attncnn.training.components.deterministic_algorithms`). On the
+    CPU, glibc keeps freed memory for reuse (:mod:`attncnn.perf.host_memory`): the large tensors of
+    a step no longer page-fault in every step. An environment already set wins.
+    """
+    if args.command == "train" and (getattr(args, "deterministic", False) or args.resume):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if args.command in _MODEL_COMMANDS:
+        from .perf import resolve_device
+        from .perf.host_memory import reuse_freed_memory
+
+        if resolve_device(getattr(args, "device", None) or "auto").type == "cpu":
+            reuse_freed_memory()
+
+
 class _ReportedInterrupt(KeyboardInterrupt):
     """Ctrl-C whose consequence (the saved checkpoint, the ``--resume`` command) is already printed."""
 
@@ -320,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     from .training import TrainingError, TrainingInterrupted
 
     try:
+        _process_setup(args)
         return args.handler(args)
     except TrainingInterrupted as err:
         print(f"attncnn {args.command}: {err}", file=sys.stderr)

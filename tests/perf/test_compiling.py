@@ -11,7 +11,7 @@ import torch
 
 from attncnn.models import build_model
 from attncnn.perf import compiling as compile_choice
-from attncnn.perf.compiling import (CACHE_NAME, CompileTiming, compile_cache_key, decide, pays_back, time_compile,
+from attncnn.perf.compiling import (CACHE_NAME, CompileTiming, compile_cache_key, pays_back, time_compile,
                                     with_compile_choice)
 from attncnn.runs import resolve_config
 from attncnn.training import make_optimizer
@@ -26,16 +26,10 @@ SMALL = {"dim": 16, "mlp_dim": 16}
     (CompileTiming(eager=1.0, compiled=0.95, warmup=1.0), 10_000, False),  # 1.05x: inside the margin
     (CompileTiming(eager=1.0, compiled=1.2, warmup=1.0), 10_000, False),   # slower compiled
     (CompileTiming(eager=1.0), 10_000, False),                             # compiled not measured
+    (CompileTiming(eager=0.1, compiled=0.01, warmup=0.5), 100, True),      # a 10 s run: no minimum length
 ])
 def test_compiling_is_chosen_only_where_it_pays_back(timing, steps, expected):
     assert pays_back(timing, steps) is expected
-
-
-def test_there_is_no_minimum_run_length_only_the_measured_warm_up():
-    timing = CompileTiming(eager=0.1, compiled=0.01, warmup=0.5)            # 10x faster, tiny warm-up
-    assert decide(timing, 100)                                              # 10 s eager saves 9 s > 0.5 s
-    assert not decide(timing, 5)                                            # saves 0.45 s < 0.5 s
-    assert not decide(CompileTiming(eager=0.1), 10_000)                     # the probe stopped early: eager
 
 
 def test_the_warm_up_floor_is_this_machines_shortest_recorded_compilation(monkeypatch):

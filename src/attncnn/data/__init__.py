@@ -1,6 +1,11 @@
 """Data: CIFAR-10/100 archives, image folders and zips, a decoded-array cache, device-resident batches.
 
 Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`.
+
+A data set read from a folder or zip is decoded once and cached on disk (:mod:`attncnn.data.cache`);
+the last one read is also kept in memory, so that loading it again (a run after its plan, the runs
+of a suite) costs nothing. That copy outlives the :class:`Dataset` you hold: call
+:func:`forget_cached_dataset` to let it go (the next load reads the cache file again).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from pathlib import Path
 
 from .._recorded_data import is_data_name, locate_recorded_data, not_here_message, run_folder_of
 from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
-from .cache import cache_file, read_cache, write_cache
+from .cache import cache_file, forget_cached_dataset, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
 from .folder import IMAGE_EXTENSIONS, is_zip, peek_image_folder, read_image_folder
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
@@ -20,7 +25,7 @@ from .subset import class_balanced_subset, held_out_indices
 __all__ = [
     "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataShape", "DataError",
     "default_data_dir", "load_dataset", "peek_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader",
-    "random_crop_flip", "DEFAULT_DATA", "run_data",
+    "random_crop_flip", "DEFAULT_DATA", "run_data", "forget_cached_dataset",
 ]
 
 log = logging.getLogger(__name__)

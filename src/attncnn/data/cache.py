@@ -13,7 +13,9 @@ and a cache that cannot be written only costs speed.
 The last cache file read is also kept in memory, with its size and modification time: the plan
 of an ``attncnn train`` (which measures on the run's own data) and the run itself, or the jobs of
 a suite trained in one process, read the same file, and one copy serves them all. Nothing in
-attncnn writes into the loaded tensors (batches are new tensors gathered from them).
+attncnn writes into the loaded tensors (batches are new tensors gathered from them). That copy
+(all of CIFAR-10 decoded: 184 MB) stays alive after the caller has dropped its data set, until
+another cache file is read or the caller lets it go with :func:`forget_cached_dataset`.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from .._io import atomic_path
 from .base import ImageSplit
 from .folder import folder_files
 
-__all__ = ["CACHE_VERSION", "cache_key", "cache_file", "read_cache", "write_cache"]
+__all__ = ["CACHE_VERSION", "cache_key", "cache_file", "read_cache", "write_cache", "forget_cached_dataset"]
 
 logger = logging.getLogger(__name__)
 
@@ -128,6 +130,14 @@ def read_cache(file: str | os.PathLike[str]) -> tuple[tuple[str, ...], ImageSpli
     logger.info("loaded decoded images from cache %s", file)
     _LAST_READ = (stamp, (tuple(classes), splits[0], splits[1]))
     return _LAST_READ[1]
+
+
+def forget_cached_dataset() -> None:
+    """Drop this process's in-memory copy of the last decoded data set read (module docstring), so
+    that its memory is freed once the caller holds no tensor of it. The next load reads the cache
+    file again (fast: no decoding). Never raises."""
+    global _LAST_READ
+    _LAST_READ = None
 
 
 def write_cache(file: str | os.PathLike[str], classes: tuple[str, ...], train: ImageSplit, test: ImageSplit,

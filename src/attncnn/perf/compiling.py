@@ -7,8 +7,8 @@ small ResNet spend their time on, but it costs a warm-up (tracing and code gener
 minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options
 leave ``compile`` unset times its own training step, on a throw-away copy of its network with its
 batch, precision, optimizer and device (:func:`time_compile`): eager first, then the compiled step
-(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`decide`,
-:func:`pays_back`) when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
+(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`pays_back`)
+when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
 probe of a few steps cannot see: inside the trainer a compiled model can gain less than its probe
 said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's steps exceed the
 measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose compilation
@@ -29,12 +29,13 @@ The three timings are cached in ``compile-choice.json`` in the run's data folder
 :func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
 preset, model options (the measured attention path included), optimizer, per-process batch, image
 size and precision, so the next run on this machine decides from them without measuring, by the same
-rule: for a given cache the choice is deterministic. An entry that is not three such timings
-(:func:`timing_problem`: an edited or damaged file) is dropped with a warning naming the file and
-measured again. The decision is written into the run's ``config.json`` (``compile: true/false``),
-so a resumed run keeps it. Runs with ``--deterministic`` or under torchrun never compile unless
-asked (``--compile``): their numbers must not depend on timing, and several processes would each
-time their own share of the machine.
+rule: for a given cache the choice is deterministic. A timing taken while other work shares the CPU
+(:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. An entry
+that is not three such timings (:func:`timing_problem`: an edited or damaged file) is dropped with
+a warning naming the file and measured again. The decision is written into the run's
+``config.json`` (``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic``
+or under torchrun never compile unless asked (``--compile``): their numbers must not depend on
+timing, and several processes would each time their own share of the machine.
 """
 
 from __future__ import annotations
@@ -53,11 +54,10 @@ from ..models import build_model
 from ..training.components import make_optimizer
 from ..training.step import training_step
 from .cache import read_cache, write_cache
-from .machine import machine_key
+from .machine import busy_reason, machine_key
 from .timing import seconds, time_alternated
 
-__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "decide",
-           "warmup_floor",
+__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "warmup_floor",
            "compile_cache_key", "timing_problem", "with_compile_choice", "cached_timing"]
 
 log = logging.getLogger(__name__)
@@ -89,17 +89,14 @@ class CompileTiming:
 
 def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPEEDUP) -> bool:
     """Whether compiling saves time over a run of ``steps`` training steps: compiled at least
-    ``min_speedup`` times faster per step, and the seconds saved over the run larger than the warm-up."""
+    ``min_speedup`` times faster per step, and the seconds saved over the run larger than the warm-up.
+
+    The trainer's rule, applied alike to a measurement and to a cached one, so that a run's decision
+    does not depend on whether it measured. A timing without a compiled step (the probe stopped
+    early) means eager (False)."""
     if timing.compiled is None or timing.warmup is None:
         return False
     return timing.eager >= min_speedup * timing.compiled and (timing.eager - timing.compiled) * steps > timing.warmup
-
-
-def decide(timing: CompileTiming, steps: int) -> bool:
-    """The trainer's rule for a run of ``steps`` steps: compile when it :func:`pays_back` (the same
-    rule from a measurement or from the cache, so that a run's decision does not depend on whether
-    it measured). A timing without a compiled step (the probe stopped early) means eager."""
-    return pays_back(timing, steps)
 
 
 #: first-compilation seconds of a one-operation function, per device, measured once per process
@@ -184,11 +181,15 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
     if steps is not None and eager * steps < min_run_seconds + eager * probe_steps(reps):
         return CompileTiming(eager=eager)
     compiled_model = torch.compile(model, dynamic=False)
+    # the compilation is the probe's longest step (44 s for the demo on a 2-core CPU): say what the wait is
+    log.info("compile: compiling the training step to time it%s...", f" (at least {min_run_seconds:.0f} s here)"
+             if min_run_seconds >= 1 else "")
     try:
         warmup = step(compiled_model)
         step(compiled_model)
         # alternated: a busy machine slows both alike
-        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0)
+        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0,
+                                what="the training step eager and compiled")
     finally:
         del compiled_model
         torch._dynamo.reset()                       # drop the probe's compiled code and the network it holds
@@ -274,6 +275,7 @@ def with_compile_choice(config, dataset, train_loader, dist):
         timing = CompileTiming(**{k: cached[k] for k in _TIMED})
         source = "cached for this machine and run shape"
     else:
+        busy = busy_reason(dist.device)         # sampled before the probe's own threads load the CPU
         try:
             floor = warmup_floor(dist.device, cache)
             timing = _measure(config, dataset, batch, image_size, steps, dist.device, floor[0])
@@ -286,9 +288,13 @@ def with_compile_choice(config, dataset, train_loader, dist):
                      "would: %.1f s to compile, %s, and up to %d more steps; --compile compiles anyway)", steps,
                      timing.eager * steps, *floor, 2 + probe_steps())
             return dataclasses.replace(config, compile=False)
-        write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        if busy is None:
+            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+        else:
+            log.info("compile: measured while %s: the choice serves this run and is not cached (the next run "
+                     "measures again)", busy)
         source = "measured on this run's network and batch"
-    decision = decide(timing, steps)
+    decision = pays_back(timing, steps)
     _log(decision, timing, steps, source)
     return dataclasses.replace(config, compile=decision)
 

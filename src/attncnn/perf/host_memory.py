@@ -19,9 +19,13 @@ The numbers computed do not change (only where the memory comes from); the cost 
 process keeps its peak resident memory until it exits. The effect through the
 real trainer is measured by ``benchmarks/speedup.py`` (results in ``benchmarks/results/``).
 
-``attncnn train``, ``evaluate``, ``bench`` and ``reproduce`` call it once per process on CPU;
-``ATTNCNN_MALLOC=system`` (environment) keeps glibc's defaults. Elsewhere (macOS, Windows, musl)
-it does nothing: those allocators behave differently, and ``mallopt`` is glibc's.
+It changes the whole process, so the library never calls it on its own (planning, training and
+evaluation leave the allocator as they found it): the ``attncnn`` executable calls it once at
+start-up for the commands that run models on the CPU (``train``, ``evaluate``, ``bench``,
+``reproduce``, ``prune``), and so does the benchmark harness in the processes it starts; a Python
+caller who wants the same speed calls it once, first (docs/python-api.md). :func:`heap_policy` says
+which policy is in force. ``ATTNCNN_MALLOC=system`` (environment) keeps glibc's defaults. Elsewhere
+(macOS, Windows, musl) it does nothing: those allocators behave differently, and ``mallopt`` is glibc's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import logging
 import os
 import platform
 
-__all__ = ["reuse_freed_memory", "ENV_VAR"]
+__all__ = ["reuse_freed_memory", "heap_policy", "ENV_VAR"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,9 @@ _state: dict[str, str] = {}
 
 
 def reuse_freed_memory() -> str:
-    """Make glibc keep freed memory for reuse (see the module docstring); idempotent.
+    """Make glibc keep freed memory for reuse (see the module docstring) for the rest of the
+    process: a process-wide setting, which only an application sets (the ``attncnn`` command does);
+    idempotent.
 
     Returns:
         What was done, for the log: ``"heap"`` (set now or earlier in this process), ``"system"``
@@ -69,6 +75,12 @@ def reuse_freed_memory() -> str:
     _state["result"] = result
     log.debug("host memory: %s", result)
     return result
+
+
+def heap_policy() -> str:
+    """The policy this process runs under, without changing it: what :func:`reuse_freed_memory`
+    returned (``"heap"``, ``"system"`` or ``"unsupported"``), or ``"system"`` when it was never called."""
+    return _state.get("result", "system")
 
 
 def _set_heap_policy() -> str:

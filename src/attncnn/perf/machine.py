@@ -5,7 +5,9 @@ cores, threads, library versions, date); :func:`epoch_machine` the part each epo
 study keeps; :func:`machine_key` the part a timing depends on, which keys the caches of measured
 choices (:mod:`attncnn.perf.cache`): CPU model and generation (family, model, stepping and the
 instruction-set flags that change kernels), threads, torch version, device type.
-:func:`resolve_device` turns ``--device`` into a :class:`torch.device`.
+:func:`resolve_device` turns ``--device`` into a :class:`torch.device`. :func:`cpu_load`,
+:func:`busy_cpu` and :func:`busy_reason` say whether other work shares the CPU, which slows every
+timing taken meanwhile.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from ..training.components import resolve_device
 
 __all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_key", "machine_info", "epoch_machine",
-           "MACHINE_KEY"]
+           "MACHINE_KEY", "cpu_load", "busy_cpu", "busy_reason"]
 
 #: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
 MACHINE_KEY = "machine"
@@ -106,3 +108,56 @@ def epoch_machine(device: torch.device) -> dict:
     if info.get("gpu"):
         out["gpu"] = info["gpu"]
     return out
+
+
+def cpu_load() -> float | None:
+    """The CPU's 1-minute load average (runnable processes, this one included), or None where the
+    system does not report one."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return None
+
+
+def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
+    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
+
+    The timing of a step grows with every process sharing the cores (the mini suite was estimated
+    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
+    measured beside other work is not the time the suite will take alone.
+
+    Args:
+        loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).
+        cores: CPU cores (default: ``os.cpu_count()``).
+
+    Returns:
+        The warning's text when the load from other processes (the largest sample less the one
+        this process adds) exceeds half the cores.
+    """
+    cores = cores or os.cpu_count() or 1
+    known = [load for load in loads if load is not None]
+    if not known or max(known) - 1 <= cores / 2:
+        return None
+    return (f"warning: the CPU was busy while the steps were timed (load average {max(known):.1f} on {cores} "
+            "cores, other processes included); the estimate can be several times the time the runs take "
+            "alone. Run the dry run again when the machine is idle.")
+
+
+def busy_reason(device: torch.device) -> str | None:
+    """Why a timing on ``device`` taken now would not be this machine's usual one, or None.
+
+    A choice measured while other work shares the CPU (the 1-minute load average, :func:`cpu_load`,
+    above the CPU's cores) ranks its candidates by how the load fell on them: such a choice serves
+    the run that measured it, but is not cached for the next one (:mod:`attncnn.perf.paths`,
+    :mod:`attncnn.perf.compiling`). Sampled before the timing starts, so that the timing's own
+    threads are not counted. None on a GPU, or where the system reports no load average.
+
+    Returns:
+        ``"the CPU is busy (1-minute load average 3.4, above its 2 cores)"`` or None.
+    """
+    if torch.device(device).type != "cpu":
+        return None
+    load, cores = cpu_load(), os.cpu_count() or 1
+    if load is None or load <= cores:
+        return None
+    return f"the CPU is busy (1-minute load average {load:.1f}, above its {cores} cores)"

@@ -14,7 +14,8 @@ run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by C
 generation, thread count, torch version, device, precision, the layer's shape and the mode, so the
 next run on this machine reuses them without measuring: for a given cache the choice is deterministic. A cached
 entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
-dropped with a warning naming the file and measured again.
+dropped with a warning naming the file and measured again. A choice measured while other work
+shares the CPU (:func:`~attncnn.perf.machine.busy_reason`) serves its run but is not cached.
 
 A run too short for the timing to pay back does not time: each path runs once anyway (to find the
 paths that run at all), and when even the run's every call of the layer on the slowest of them would
@@ -46,7 +47,7 @@ from ..layers import ATTENTION_LAYERS, build_attention
 from ..models import preset_model_config
 from ..training import count_test_passes
 from .cache import read_cache, write_cache
-from .machine import machine_key
+from .machine import busy_reason, machine_key
 from .timing import paths_restored, run_impl, seconds, time_impls
 
 __all__ = ["CACHE_NAME", "REPS", "PathChoice", "path_cache_key", "path_problem", "timing_pays", "choose_impl",
@@ -151,6 +152,7 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     cached = read_cache(path, path_problem).get(key)
     if cached in impls:
         return PathChoice(cached, None, "cached")
+    busy = busy_reason(device)              # sampled before the timing's own threads load the CPU
     layer = layer.to(device)
     x = torch.randn(batch, *grid, model_config.dim, device=device)
     dtype = torch.bfloat16 if precision == "bf16" else None
@@ -160,7 +162,11 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     timings = time_impls(layer, x, autocast_dtype=dtype, reps=REPS, impls=tuple(first_call),
                          backward=mode == "train", warmup=0)      # _working_paths ran each once: first touch done
     best = min(timings, key=timings.get)
-    write_cache(path, key, best, path_problem)
+    if busy is None:
+        write_cache(path, key, best, path_problem)
+    else:
+        log.info("attention path (%s) measured while %s: the choice serves this run and is not cached (the next "
+                 "run measures again)", "test pass" if mode == "eval" else "training", busy)
     return PathChoice(best, timings, "measured")
 
 

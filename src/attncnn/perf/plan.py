@@ -41,7 +41,6 @@ from ..training import Distributed, RunPlan
 from ..training.components import fitted_to_images, make_loaders, resolve_device
 from ..training.distributed import launch_from_env, rank_device
 from .compiling import with_compile_choice
-from .host_memory import reuse_freed_memory
 from .machine import MACHINE_KEY, epoch_machine
 from .paths import with_measured_paths
 from .precision import machine_precision, resolve_precision
@@ -130,8 +129,6 @@ def _measured(config: TrainConfig, device: torch.device, *, new: bool) -> TrainC
     """``config`` with the attention paths and the compile decision this machine takes where the
     options leave them open (nothing is measured under torchrun); ``new``: a new run, whose network
     the trainer fits to its images (:func:`~attncnn.training.components.fitted_to_images`)."""
-    if device.type == "cpu":
-        reuse_freed_memory()        # no page faults on the step's large tensors (host_memory); same numbers
     if launch_from_env() is not None or config.deterministic:
         return dataclasses.replace(config, compile=bool(config.compile))
     dist = Distributed(device=device)

@@ -6,11 +6,16 @@ round) so that a machine that gets busier slows every candidate alike; :func:`ti
 one-candidate case. Every measurement of the package goes through these: the attention-path choice
 (:func:`time_impls`, used by :mod:`attncnn.perf.paths`), the compile choice
 (:mod:`attncnn.perf.compiling`) and the bench harness (:mod:`attncnn.perf.bench.harness`).
+
+A timing that runs for :data:`LONG_TIMING_SECONDS` or more (a paper-width training step on a
+2-core CPU takes minutes) says so once, as it goes: one INFO line with the seconds so far and
+about how many are left, so that a log is not silent for minutes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import statistics
 import time
 from typing import Callable
@@ -19,7 +24,13 @@ import torch
 
 from ..layers.base import GridAttention
 
-__all__ = ["seconds", "time_alternated", "time_median", "time_impls", "run_impl", "paths_restored"]
+__all__ = ["seconds", "time_alternated", "time_median", "time_impls", "run_impl", "paths_restored",
+           "LONG_TIMING_SECONDS"]
+
+log = logging.getLogger(__name__)
+
+#: a timing running this long logs one line of progress (module docstring)
+LONG_TIMING_SECONDS = 10.0
 
 
 def _sync(device: torch.device) -> None:
@@ -36,8 +47,25 @@ def seconds(fn: Callable[[], object], device: torch.device) -> float:
     return time.perf_counter() - start
 
 
+class _Progress:
+    """Counts the calls of one timing and logs one line once it has run :data:`LONG_TIMING_SECONDS`."""
+
+    def __init__(self, what: str, calls: int) -> None:
+        self.what, self.calls, self.done, self.logged = what, calls, 0, False
+        self.start = time.perf_counter()
+
+    def call_done(self) -> None:
+        self.done += 1
+        elapsed = time.perf_counter() - self.start
+        if self.logged or elapsed < LONG_TIMING_SECONDS or self.done >= self.calls:
+            return
+        self.logged = True
+        log.info("timing %s: %.0f s for %d of %d calls so far, about %.0f s to go", self.what, elapsed, self.done,
+                 self.calls, elapsed / self.done * (self.calls - self.done))
+
+
 def time_alternated(fns: dict[str, Callable[[], object]], device: torch.device, *, reps: int = 3,
-                    warmup: int = 1) -> dict[str, float]:
+                    warmup: int = 1, what: str = "") -> dict[str, float]:
     """Median seconds per call of each of ``fns``, timed side by side.
 
     Args:
@@ -46,24 +74,30 @@ def time_alternated(fns: dict[str, Callable[[], object]], device: torch.device, 
         reps: timed calls per candidate, alternated across candidates (the order reversed every
             other round), so a busy machine slows every candidate alike.
         warmup: untimed calls of each candidate first (first touch of buffers, kernel choices).
+        what: what is timed, for the progress line of a long timing (default: the candidates' names).
 
     Returns:
         ``{name: median seconds}``.
     """
+    progress = _Progress(what or ", ".join(fns), len(fns) * (warmup + reps))
     for fn in fns.values():
         for _ in range(warmup):
             fn()
+            progress.call_done()
     names = tuple(fns)
     times: dict[str, list[float]] = {name: [] for name in names}
     for r in range(reps):
         for name in (names if r % 2 == 0 else names[::-1]):
             times[name].append(seconds(fns[name], device))
+            progress.call_done()
     return {name: statistics.median(t) for name, t in times.items()}
 
 
-def time_median(fn: Callable[[], object], device: torch.device, warmup: int = 1, reps: int = 3) -> float:
-    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls."""
-    return time_alternated({"fn": fn}, device, reps=reps, warmup=warmup)["fn"]
+def time_median(fn: Callable[[], object], device: torch.device, warmup: int = 1, reps: int = 3,
+                what: str = "a call") -> float:
+    """Median wall time of ``fn()`` in seconds after ``warmup`` untimed calls (``what``: as
+    :func:`time_alternated`'s)."""
+    return time_alternated({"fn": fn}, device, reps=reps, warmup=warmup, what=what)["fn"]
 
 
 def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.dtype | None = None,
@@ -99,7 +133,8 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         return lambda: run_impl(layer, x, impl, autocast_dtype=autocast_dtype, backward=backward)
 
     with paths_restored(layer):
-        return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps, warmup=warmup)
+        return time_alternated({impl: call(impl) for impl in impls}, x.device, reps=reps, warmup=warmup,
+                               what=f"the attention paths {', '.join(impls)} of one layer")
 
 
 @contextlib.contextmanager

@@ -440,11 +440,7 @@ def _held_out(jobs, options) -> dict:
     """The sweep's finished runs evaluated on training images outside their cell (cached in each
     run folder; the data set is loaded only when one is not)."""
     from ..data import load_dataset
-    from ..perf import resolve_device
-    from ..perf.host_memory import reuse_freed_memory
     from .running.held_out import held_out_results
 
-    if resolve_device(options.device).type == "cpu":
-        reuse_freed_memory()            # the trainer's heap policy: evaluation without page-fault storms
     return held_out_results([job.folder for job in jobs], lambda: load_dataset(
         options.data, data_dir=options.data_dir, download=options.download), device=options.device)

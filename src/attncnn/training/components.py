@@ -16,10 +16,11 @@ from ..data import DataError, Dataset, DataShape, DeviceLoader, ImageSplit, clas
 from ..models import preset_model_config
 from ..runs.config import TrainConfig
 from .distributed import Distributed, per_process_batch
+from .errors import TrainingError
 from .schedule import LRSchedule
 
 __all__ = ["resolve_device", "make_loaders", "make_optimizer", "make_schedule", "deterministic_algorithms",
-           "fitted_to_images"]
+           "CUBLAS_DETERMINISTIC", "fitted_to_images"]
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +76,31 @@ def _mps_available() -> bool:
     return bool(mps is not None and mps.is_available())
 
 
+#: the values of ``CUBLAS_WORKSPACE_CONFIG`` that make cuBLAS deterministic (CUDA's documentation)
+CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
+
+
 @contextlib.contextmanager
 def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[None]:
-    """While the block runs, ``torch.use_deterministic_algorithms(True)`` if ``enabled`` (with
-    cuBLAS's deterministic workspace on CUDA); the previous setting comes back afterwards."""
+    """While the block runs, ``torch.use_deterministic_algorithms(True)`` if ``enabled``; the
+    previous setting comes back afterwards.
+
+    On CUDA, cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG`` set to one of
+    :data:`CUBLAS_DETERMINISTIC` before the process first uses it: the environment is the caller's
+    (the ``attncnn`` command sets it at start-up for ``--deterministic``), so this only checks it.
+
+    Raises:
+        TrainingError: ``enabled`` on a CUDA device and ``CUBLAS_WORKSPACE_CONFIG`` not one of
+            :data:`CUBLAS_DETERMINISTIC`; the message gives the fix.
+    """
     was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     if enabled:
-        if device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if device.type == "cuda" and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in CUBLAS_DETERMINISTIC:
+            found = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+            raise TrainingError(f"deterministic training on CUDA needs cuBLAS's deterministic workspace, but "
+                                f"CUBLAS_WORKSPACE_CONFIG is {'unset' if found is None else repr(found)}: set "
+                                "CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment before the process starts CUDA; "
+                                "the attncnn command does this for --deterministic")
         torch.use_deterministic_algorithms(True)
     try:
         yield

@@ -123,6 +123,10 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     destroys the group at the end, also after an error. Only rank 0 writes ``out_dir``; every
     process returns the same summary. ``out_dir`` must be visible to all of them.
 
+    The process's compiled code (``torch.compile``) is left as it was: a caller that trains many
+    compiled runs in one process calls ``torch._dynamo.reset()`` between them, as ``attncnn
+    reproduce`` does, or dynamo stops compiling past its per-function cache limit.
+
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
             (ValueError also for a batch size that does not split evenly over the processes).
@@ -194,10 +198,6 @@ def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, 
         return summary
     finally:
         run.close()
-        if config.compile:
-            # runs that follow in this process (attncnn reproduce trains a suite in one) start
-            # from no compiled code: dynamo's per-function limit of cached graphs is never reached
-            torch._dynamo.reset()
 
 
 def _resume(state: TrainState, saver: Saver) -> None:

@@ -34,7 +34,7 @@ from ...layers import attention_modules, dense_attention
 from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
 from ...training.step import training_step
-from ..host_memory import reuse_freed_memory
+from ..host_memory import heap_policy, reuse_freed_memory
 from ..paths import choose_impl
 from ..timing import time_median
 
@@ -171,7 +171,7 @@ def step_functions(model: torch.nn.Module, images: torch.Tensor, labels: torch.T
 
 def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
                run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, precision: str = "fp32",
-               warmup: int = 1, reps: int = 3) -> dict:
+               warmup: int = 1, reps: int = 3, what: str = "the model") -> dict:
     """Median seconds of one training step and one inference pass of ``model`` on ``images``.
 
     The training step is forward, cross-entropy on ``labels``, backward and an SGD (momentum 0.9,
@@ -182,6 +182,7 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
         run_model: what to call instead of ``model`` (e.g. its ``torch.compile`` wrapper).
         precision: ``"fp32"`` or ``"bf16"`` (autocast, as ``attncnn train --precision bf16``: the loss
             in float32).
+        what: names the model in the progress line of a long timing (:mod:`attncnn.perf.timing`).
 
     Returns:
         ``{"step_seconds", "infer_seconds", "peak_memory_bytes"}``; peak memory as in the module
@@ -194,11 +195,11 @@ def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tenso
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     rss_before = _rss_bytes()
-    step_s = time_median(train_step, dev, warmup=warmup, reps=reps)
+    step_s = time_median(train_step, dev, warmup=warmup, reps=reps, what=f"a training step of {what}")
     peak = (torch.cuda.max_memory_allocated(dev) if dev.type == "cuda"
             else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - rss_before)
     model.eval()
-    infer_s = time_median(infer, dev, warmup=warmup, reps=reps)
+    infer_s = time_median(infer, dev, warmup=warmup, reps=reps, what=f"a test batch of {what}")
     model.train(was_training)
     return {"step_seconds": step_s, "infer_seconds": infer_s, "peak_memory_bytes": int(peak)}
 
@@ -221,7 +222,7 @@ def bench_preset(preset: str, *, baseline: Callable[[torch.nn.Module], torch.nn.
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)
-    host_memory = reuse_freed_memory() if dev.type == "cpu" else "n/a"    # as attncnn train does
+    host_memory = heap_policy() if dev.type == "cpu" else "n/a"
     overrides = dict(overrides or {})
     paths = _run_paths(preset, overrides, batch_size, precision, dev) if baseline is None else {}
     torch.manual_seed(seed)
@@ -283,6 +284,8 @@ def _attention_paths(model) -> dict:
 
 def _child(queue, kwargs):
     try:
+        if torch.device(kwargs.get("device", "cpu")).type == "cpu":
+            reuse_freed_memory()        # this process is the harness's own: it measures as attncnn train runs
         queue.put(("ok", bench_preset(**kwargs)))
     except BaseException as err:     # report, don't hang the parent
         queue.put(("error", f"{type(err).__name__}: {err}"))

@@ -12,7 +12,6 @@ import ast
 import copy
 import json
 import logging
-import os
 import shlex
 from dataclasses import dataclass, replace
 from typing import Callable
@@ -24,8 +23,8 @@ from ...data import DataShape, peek_dataset
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
-from ...perf.compiling import cached_timing, decide
-from ...perf.machine import machine_info
+from ...perf.compiling import cached_timing, pays_back
+from ...perf.machine import busy_cpu, cpu_load, machine_info
 from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
@@ -163,6 +162,9 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record
     names the precision that ran, and ``machine.json``'s segments split where it changed), and
     compiled or eager as ``options.compile`` says, else as it started (each epoch record says which).
+    Once a job of this call has trained compiled, every later job starts with ``torch._dynamo.reset()``
+    (the process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
+    per-function cache limit.
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -174,6 +176,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
     device = resolve_device(options.device)
     recorded = recording_machine(epoch_metrics, device)
+    compiled_before = False
     for n, job in enumerate(jobs, 1):
         if states[job] == "finished":
             log.info("[%d/%d] %s: finished already (%s)", n, len(jobs), job.label, job.folder)
@@ -188,6 +191,12 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                                compile=options.compile, keep_impl="impl" in dict(job.overrides).get("model", {}))
         else:
             plan = make_plan(config)
+        if compiled_before:
+            # each run compiles a new network whose forward is the same code as the last run's: dynamo
+            # keeps their graphs side by side and, past its per-function cache limit, stops compiling
+            # (the rest of the suite runs eager). train() leaves the caller's compiled code alone; a suite
+            # that trains many runs in one process drops it between them.
+            torch._dynamo.reset()
         try:
             train(config, job.folder, plan, mode=mode, progress=progress, epoch_metrics=recorded)
         except TrainingInterrupted as err:
@@ -195,7 +204,9 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
         folder = RunFolder(job.folder, mode="read")
-        segments = machine_segments(folder.read_metrics(), precision=folder.read_config().get("precision"))
+        stored = folder.read_config()
+        compiled_before = compiled_before or bool(stored.get("compile"))
+        segments = machine_segments(folder.read_metrics(), precision=stored.get("precision"))
         atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
                                                                 indent=1) + "\n")
     return states
@@ -242,7 +253,11 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
         model = build_model(job.preset, data.num_classes, **config.model).to(device)
         images = torch.randn(config.batch_size, *data.image_shape, device=device)
         labels = torch.randint(0, data.num_classes, (config.batch_size,), device=device)
-        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1)
+        what = f"{job.preset} (batch {config.batch_size}, {precision})"
+        # a paper-width step takes minutes on a small CPU: say what the dry run is doing before it starts
+        log.info("timing one training step and one test batch of %s on %s for the estimate...", what, device)
+        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1,
+                                   what=what)
     timing = measured[key]
     train_images = min(config.train_subset or data.train, data.train)
     evaluation = data.test / config.batch_size * timing["infer_seconds"]
@@ -272,40 +287,7 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device:
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
                             else "eager estimate; the run measures whether to compile when it starts")
-    if will is None and not decide(timing, steps):
+    if will is None and not pays_back(timing, steps):
         return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
     return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
             f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
-
-
-def cpu_load() -> float | None:
-    """The CPU's 1-minute load average (runnable processes, this one included), or None where the
-    system does not report one."""
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):
-        return None
-
-
-def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
-    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
-
-    The timing of a step grows with every process sharing the cores (the mini suite was estimated
-    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
-    measured beside other work is not the time the suite will take alone.
-
-    Args:
-        loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).
-        cores: CPU cores (default: ``os.cpu_count()``).
-
-    Returns:
-        The warning's text when the load from other processes (the largest sample less the one
-        this process adds) exceeds half the cores.
-    """
-    cores = cores or os.cpu_count() or 1
-    known = [load for load in loads if load is not None]
-    if not known or max(known) - 1 <= cores / 2:
-        return None
-    return (f"warning: the CPU was busy while the steps were timed (load average {max(known):.1f} on {cores} "
-            "cores, other processes included); the estimate can be several times the time the runs take "
-            "alone. Run the dry run again when the machine is idle.")

@@ -1,0 +1,88 @@
+"""A choice measured while other work shares the CPU serves its own run and is not cached: the next run
+on this machine measures again instead of inheriting the slowdown (the attention path, the compile choice)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from attncnn.models import preset_model_config
+from attncnn.perf import compiling as compile_choice
+from attncnn.perf import machine
+from attncnn.perf.compiling import CompileTiming, with_compile_choice
+from attncnn.perf.paths import CACHE_NAME as PATHS_CACHE
+from attncnn.perf.paths import choose_impl
+from attncnn.runs import resolve_config
+
+CPU = torch.device("cpu")
+
+
+@pytest.fixture
+def load(monkeypatch):
+    """``load(value)``: the 1-minute load average the library sees, on a machine of 2 cores."""
+    monkeypatch.setattr(machine.os, "cpu_count", lambda: 2)
+
+    def set_load(value):
+        monkeypatch.setattr(machine, "cpu_load", lambda: value)
+    return set_load
+
+
+def test_the_busy_rule_is_a_load_above_the_cores(load):
+    load(2.0)
+    assert machine.busy_reason(CPU) is None                     # its own two threads' worth: not busy
+    load(None)
+    assert machine.busy_reason(CPU) is None                     # no load average on this system
+    load(3.4)
+    assert machine.busy_reason(CPU) == "the CPU is busy (1-minute load average 3.4, above its 2 cores)"
+    assert machine.busy_reason(torch.device("cuda")) is None    # a GPU's timing is not the CPU's
+
+
+def _model_config():
+    return preset_model_config("demo", 3, dim=16, mlp_dim=16)[1]
+
+
+def test_an_attention_path_measured_on_a_busy_cpu_is_used_and_not_cached(load, tmp_path, caplog):
+    load(5.0)
+    common = dict(batch=4, image_size=(32, 32), precision="fp32", device=CPU, cache_dir=tmp_path)
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.paths"):
+        impl, timings, how = choose_impl(_model_config(), **common)
+    assert how == "measured" and impl == min(timings, key=timings.get)
+    assert not (tmp_path / PATHS_CACHE).exists()
+    (line,) = [r.getMessage() for r in caplog.records if "not cached" in r.getMessage()]
+    assert line == ("attention path (training) measured while the CPU is busy (1-minute load average 5.0, above "
+                    "its 2 cores): the choice serves this run and is not cached (the next run measures again)")
+    load(0.5)                                                   # idle again: measured and cached
+    chosen = choose_impl(_model_config(), **common)
+    assert chosen.how == "measured"
+    assert list(json.loads((tmp_path / PATHS_CACHE).read_text()).values()) == [chosen.impl]
+
+
+def _parts():
+    dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
+    loader = type("Loader", (), {"batch_size": 4, "__len__": lambda self: 1000})()
+    return dataset, loader, SimpleNamespace(enabled=False, device=CPU)
+
+
+def test_a_compile_choice_measured_on_a_busy_cpu_is_used_and_not_cached(load, tmp_path, monkeypatch, caplog):
+    probes = []
+    monkeypatch.setattr(compile_choice, "time_compile",
+                        lambda *a, **k: probes.append(1) or CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (1.0, "test"))
+    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
+                            epochs=2)
+    load(3.0)
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.compiling"):
+        assert with_compile_choice(config, *_parts()).compile is True       # this run takes the measured choice
+    assert not (tmp_path / compile_choice.CACHE_NAME).exists()
+    assert ("compile: measured while the CPU is busy (1-minute load average 3.0, above its 2 cores): the choice "
+            "serves this run and is not cached (the next run measures again)") in caplog.messages
+    assert with_compile_choice(config, *_parts()).compile is True and len(probes) == 2      # measured again
+    load(1.0)
+    with_compile_choice(config, *_parts())
+    assert len(json.loads((tmp_path / compile_choice.CACHE_NAME).read_text())) == 1 and len(probes) == 3
+    with_compile_choice(config, *_parts())
+    assert len(probes) == 3                                                  # from the cache now
