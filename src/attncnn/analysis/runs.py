@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
+from ..errors import InputError, MissingFileError
 from ..runs import RunFolder, load_model, read_withheld
 from ..runs.loading import DEFAULT_CHECKPOINT, build_checked, checkpoint_of
 
@@ -21,7 +22,7 @@ __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
 
 
-class ImageIndexError(ValueError):
+class ImageIndexError(InputError):
     """Test-image indices beyond the test split of a data set.
 
     Attributes:
@@ -114,7 +115,7 @@ def open_run(path: str | Path, *, withheld: bool = False) -> Run:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no run folder or checkpoint at {path}")
+        raise MissingFileError(f"no run folder or checkpoint at {path}")
     folder = None
     if path.is_dir():
         folder = RunFolder(path, mode="read")
@@ -162,7 +163,7 @@ def unique_labels(labels: Sequence[str], paths: Sequence[str | Path]) -> list[st
         if len(group) < 2:
             continue
         if len({resolved[i] for i in group}) < len(group):
-            raise ValueError(f"the same run is given twice ({label}: {', '.join(str(paths[i]) for i in group)}); "
+            raise InputError(f"the same run is given twice ({label}: {', '.join(str(paths[i]) for i in group)}); "
                              "give each run once")
         depth = max(len(resolved[i].parts) for i in group)
         for k in range(1, depth + 1):
@@ -194,9 +195,9 @@ def parse_indices(text: str) -> list[int]:
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"expected comma-separated image indices such as 2,3,19,56, got {text!r}") from None
+        raise InputError(f"expected comma-separated image indices such as 2,3,19,56, got {text!r}") from None
     if not values or any(v < 0 for v in values):
-        raise ValueError(f"expected non-negative image indices, got {text!r}")
+        raise InputError(f"expected non-negative image indices, got {text!r}")
     return values
 
 
@@ -210,7 +211,7 @@ def parse_query(text: str) -> tuple[int, int]:
     try:
         row, col = (int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
+        raise InputError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
     return row, col
 
 

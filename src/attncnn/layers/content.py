@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .autocast_rules import matmul_dtype, score_dtype, softmax_in
 from .base import GridAttention
 from .bilinear import fold_query_map
@@ -85,7 +86,7 @@ class QueryKeyAttention(GridAttention):
         self.key = nn.Linear(dim, num_heads * self.head_dim, bias=qk_bias)
         if qk_init_std is not None:
             if not qk_init_std > 0:
-                raise ValueError(f"qk_init_std must be positive (ConViT: 0.02) or None, got {qk_init_std}")
+                raise InputError(f"qk_init_std must be positive (ConViT: 0.02) or None, got {qk_init_std}")
             with torch.no_grad():
                 for linear in (self.query, self.key):
                     nn.init.trunc_normal_(linear.weight, std=qk_init_std, a=-2.0, b=2.0)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
 from .flex import flex_problem, relative_flex_attention
@@ -36,13 +37,13 @@ _INIT_COLUMNS = 3
 
 def _check_even(width: int) -> None:
     if width % 2:
-        raise ValueError(f"learned-content attention splits each query in a row half and a column half, so "
+        raise InputError(f"learned-content attention splits each query in a row half and a column half, so "
                          f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
 
 
 def _check_init_width(width: int) -> None:
     if width < 2 * _INIT_COLUMNS:
-        raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
+        raise InputError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
                          f"{width}; set head_dim (or dim) >= 6")
 
 
@@ -90,7 +91,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         if config.init == "conv":
             _check_init_width(width)
         if config.impl == "flex" and config.attn_dropout > 0:
-            raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
+            raise InputError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
                              f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
@@ -122,7 +123,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         dh, nh = self.head_dim, self.num_heads
         _check_init_width(dh)
         if self.query.bias is None:
-            raise ValueError("the local init writes the query bias, and this layer has none (qk_bias=False): "
+            raise InputError("the local init writes the query bias, and this layer has none (qk_bias=False): "
                              "build it with qk_bias=True")
         half = dh // 2
         scale = math.sqrt(dh)                           # the layer divides q . r by sqrt(D_h)
@@ -290,7 +291,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         problem = flex_problem(x.device, backward=backward, dropout=dropout, head_dim=self.head_dim)
         # off CUDA an unfused forward still computes the output; on CUDA every problem stops the kernel
         if problem is not None and (backward or dropout > 0 or x.device.type == "cuda"):
-            raise ValueError(f"impl='flex' cannot run this step: {problem}")
+            raise InputError(f"impl='flex' cannot run this step: {problem}")
         q, k = self.queries_keys(x)
         scale = 1.0 / math.sqrt(self.head_dim)
         row, col = self.axis_scores(q, h, w)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 __all__ = ["space_to_depth", "depth_to_space", "SpaceToDepth"]
 
 
@@ -33,21 +35,21 @@ def space_to_depth(x: torch.Tensor, size: int, *, channels: int | None = None) -
             message says so and gives the permute that fixes it.
     """
     if x.dim() != 4:
-        raise ValueError(f"space_to_depth expects a (B, H, W, C) grid, got shape {tuple(x.shape)}")
+        raise InputError(f"space_to_depth expects a (B, H, W, C) grid, got shape {tuple(x.shape)}")
     if size < 1:
-        raise ValueError(f"pooling size must be >= 1, got {size}")
+        raise InputError(f"pooling size must be >= 1, got {size}")
     b, h, w, c = x.shape
     if channels is not None and c != channels:
         if h == channels:
-            raise ValueError(_channels_first(x, f"C={channels}"))
-        raise ValueError(f"space_to_depth expects a channels-last grid (B, H, W, {channels}), got shape "
+            raise InputError(_channels_first(x, f"C={channels}"))
+        raise InputError(f"space_to_depth expects a channels-last grid (B, H, W, {channels}), got shape "
                          f"{tuple(x.shape)} with {c} channels; give it {channels}-channel grids or pool with "
                          f"channels={c}")
     if h % size or w % size:
         # (B, 3, 32, 32) images read as a 3x32 grid of 32 channels: say what is wrong, not "3 is odd"
         if channels is None and h <= 4 < c:
-            raise ValueError(_channels_first(x, f"C={h}"))
-        raise ValueError(
+            raise InputError(_channels_first(x, f"C={h}"))
+        raise InputError(
             f"grid {h}x{w} is not divisible by the pooling width {size}: "
             f"use images whose height and width are multiples of {size}, or change the pooling width")
     x = x.reshape(b, h // size, size, w // size, size, c)   # (B, H/s, a, W/s, b, C)
@@ -68,10 +70,10 @@ def depth_to_space(x: torch.Tensor, size: int) -> torch.Tensor:
         ValueError: if ``x`` is not 4-D or its channel count is not divisible by ``size**2``.
     """
     if x.dim() != 4:
-        raise ValueError(f"depth_to_space expects a (B, h, w, s*s*C) grid, got shape {tuple(x.shape)}")
+        raise InputError(f"depth_to_space expects a (B, h, w, s*s*C) grid, got shape {tuple(x.shape)}")
     b, h, w, cs = x.shape
     if cs % (size * size):
-        raise ValueError(f"{cs} channels are not divisible by size**2 = {size * size}")
+        raise InputError(f"{cs} channels are not divisible by size**2 = {size * size}")
     c = cs // (size * size)
     x = x.reshape(b, h, w, size, size, c).permute(0, 1, 3, 2, 4, 5)   # (B, h, a, w, b, C)
     return x.reshape(b, h * size, w * size, c)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
 from .autocast_rules import autocast_off, matmul_dtype
 from .base import GridAttention
 from .mixing import flush_below, folded_mix, mix_explicit, mix_shared, separable_mix
@@ -69,7 +70,7 @@ class PositionalAttention(GridAttention):
         super().check_config(kind, config)
         folded = "folded" in (config.impl, getattr(config, "eval_impl", None))
         if folded and config.head_dim not in (None, config.dim):
-            raise ValueError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
+            raise InputError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
                              f"got head_dim={config.head_dim}; use impl='dense' or leave head_dim unset")
 
     @classmethod
@@ -93,7 +94,7 @@ class PositionalAttention(GridAttention):
         Raises:
             ValueError: the layer is not separable (:attr:`is_separable` is False).
         """
-        raise ValueError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
+        raise InputError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
                          "use grid_probs")
 
     def _score_context(self):

@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .base import GridAttention
 from .content import ContentAttention
 from .gpsa import GatedPositionalAttention
@@ -44,7 +45,7 @@ def attention_class(kind: str) -> type[GridAttention]:
     try:
         return ATTENTION_LAYERS[kind]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}") from None
+        raise InputError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}") from None
 
 
 def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttention:

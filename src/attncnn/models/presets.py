@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from .._typecheck import check_options
+from ..errors import InputError
 from .image_transformer import ImageTransformer, ImageTransformerConfig
 from .resnet import ResNet, ResNetConfig
 
@@ -175,13 +176,13 @@ def get_preset(name: str) -> Preset:
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
 
 
 def _make_config(arch: str, kwargs: dict):
     """Build the architecture's config dataclass, rejecting unknown or ill-typed keys by name."""
     if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+        raise InputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     cls = ARCHITECTURES[arch][0]
     check_options(kwargs, cls, "model option", owner=arch)
     return cls(**kwargs)

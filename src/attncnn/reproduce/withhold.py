@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis.runs import open_run
+from ..errors import InputError
 from ..runs import PREDICTIONS_FILE, read_withheld, withhold_weights
 from .reporting.results import RunResult
 from .reporting.table1 import final_layer_metrics
@@ -32,7 +33,7 @@ def presets_named(study: Study, text: str, flag: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in study.presets]
     if not names or unknown:
-        raise ValueError(f"{flag} takes presets of {study.name} ({', '.join(study.presets)}), got {text!r}")
+        raise InputError(f"{flag} takes presets of {study.name} ({', '.join(study.presets)}), got {text!r}")
     return names
 
 
@@ -74,7 +75,7 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
     targets = withholdable(jobs, presets)
     unrecorded = [job.folder for job in targets if not (job.folder / PREDICTIONS_FILE).is_file()]
     if unrecorded:
-        raise ValueError(f"{unrecorded[0]} has no {PREDICTIONS_FILE}: record what its weights predict before they go "
+        raise InputError(f"{unrecorded[0]} has no {PREDICTIONS_FILE}: record what its weights predict before they go "
                          f"(attncnn evaluate {unrecorded[0]} --data <its data set> --predictions "
                          f"{unrecorded[0] / PREDICTIONS_FILE}); nothing was withheld")
     base = Path(weights_to or f"withheld-weights/{study.name}")

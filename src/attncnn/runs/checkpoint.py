@@ -39,6 +39,7 @@ from typing import Any
 import torch
 
 from .._io import atomic_path
+from ..errors import AttncnnError
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata",
            "tensor_specs", "FORMAT_VERSION"]
@@ -51,7 +52,7 @@ _MODEL, _OPTIM, _EXTRA = "model.", "optim.", "extra."
 _MAX_HEADER = 100_000_000
 
 
-class CheckpointError(Exception):
+class CheckpointError(AttncnnError):
     """A file is not a readable attncnn checkpoint (pickle, truncated, corrupt or foreign)."""
 
 

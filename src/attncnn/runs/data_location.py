@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._io import atomic_write_json
 from .._recorded_data import DATA_NAMES, is_data_name, locate_recorded_data, not_here_message
+from ..errors import InputError
 from .errors import RunFolderError
 from .folder import RunFolder
 
@@ -87,9 +88,9 @@ def pointed_config(config: dict, data: str | None = None, data_dir: str | None =
                         "trains on one data set; a new run with --init-from trains on another)", who, found, data)
         return None if found == stored else {**config, "data": found}
     if data is None:
-        raise ValueError(not_here_message(stored, folder))
+        raise InputError(not_here_message(stored, folder))
     if not same_data_file(stored, data):
-        raise ValueError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
+        raise InputError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
                          f"the path of {Path(stored).name} on this machine (got {data!r})")
     given = Path(data).expanduser()
     pointed = {**config, "data": str(given.resolve()) if given.exists() else data}

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import InputError
 from ...runs import RunFolder, TrainConfig
 from ..studies import Grid, Study, Suite
 
@@ -40,9 +41,9 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     try:
         seeds = tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
-        raise ValueError(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
+        raise InputError(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must list distinct integers >= 0, like 0,1,2; got {text!r}")
+        raise InputError(f"--seeds must list distinct integers >= 0, like 0,1,2; got {text!r}")
     return seeds
 
 
@@ -56,7 +57,7 @@ def select_presets(presets: tuple[str, ...], only: tuple[str, ...] | None, what:
         return presets
     unknown = [p for p in only if p not in presets]
     if unknown:
-        raise ValueError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(presets)}")
+        raise InputError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(presets)}")
     return tuple(p for p in presets if p in only)
 
 
@@ -121,20 +122,20 @@ def job_state(job: Job) -> str:
     folder = RunFolder(job.folder, mode="read") if (job.folder / "config.json").is_file() else None
     if folder is None:
         if job.folder.exists() and any(p.name != ".lock" for p in job.folder.iterdir()):
-            raise ValueError(f"{job.folder} exists but holds no config.json, so it is not a run of {job.label}; "
+            raise InputError(f"{job.folder} exists but holds no config.json, so it is not a run of {job.label}; "
                              "move it away or choose another --out")
         return "new"
     stored = folder.read_config()
     preset, seed = stored.get("preset", TrainConfig.preset), stored.get("seed", TrainConfig.seed)
     if (preset, seed) != (job.preset, job.seed):
-        raise ValueError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
+        raise InputError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
                          "move it away or choose another --out")
     for name, value in job.overrides:
         found = stored.get(name)
         if name == "model" and isinstance(found, dict):     # the options it sets; a run adds the path it measured
             found = {key: found.get(key) for key in value}
         if found != value:
-            raise ValueError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
+            raise InputError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
                              f"{name}={value!r} (another --epochs, --train-images or --passes?); move it away or "
                              "choose another --out")
     return "finished" if folder.finished else "interrupted"
@@ -178,10 +179,10 @@ def cell_options(fraction: float, *, train_images: int, passes: int, evaluations
     subset = round(fraction * train_images)
     seen = passes * train_images
     if subset < 1 or subset > train_images:
-        raise ValueError(f"{cell_name(fraction)} of {train_images} training images is {subset} images; "
+        raise InputError(f"{cell_name(fraction)} of {train_images} training images is {subset} images; "
                          "choose fractions in (0, 1] and a larger --train-images")
     if seen % subset:
-        raise ValueError(f"{seen} seen images ({passes} passes of {train_images}) are not a whole number of epochs "
+        raise InputError(f"{seen} seen images ({passes} passes of {train_images}) are not a whole number of epochs "
                          f"of {subset} images ({cell_name(fraction)} of {train_images}); choose --train-images and "
                          "--passes so that they are (the defaults, 50,000 and 2, give 20, 8 and 2 epochs)")
     epochs = seen // subset
@@ -218,10 +219,10 @@ def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = No
     rows = select_presets(grid.presets, only, f"the {grid.name} grid")
     passes = grid.passes if passes is None else passes
     if passes < 1:
-        raise ValueError(f"--passes must be >= 1, got {passes}")
+        raise InputError(f"--passes must be >= 1, got {passes}")
     fractions = grid.fractions if fractions is None else tuple(sorted(set(fractions)))
     if not fractions or not all(0 < f <= 1 for f in fractions):
-        raise ValueError(f"--fractions must be fractions of the training set in (0, 1], like 0.1,1; got {fractions}")
+        raise InputError(f"--fractions must be fractions of the training set in (0, 1], like 0.1,1; got {fractions}")
     train_images = train_images or grid.train_images
     cells = {f: cell_options(f, train_images=train_images, passes=passes, evaluations=grid.evaluations)
              for f in fractions}

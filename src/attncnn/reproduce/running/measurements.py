@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ...errors import InputError
 from ..studies import Grid
 from .jobs import GridJob, cell_name, cell_options, folder_name, plan_grid
 
@@ -39,16 +40,16 @@ def parse_rates(text: str) -> tuple[float, ...]:
     try:
         rates = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
+        raise InputError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
             from None
     if not rates or any(r <= 0 for r in rates) or len(set(rates)) != len(rates):
-        raise ValueError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
+        raise InputError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
     return rates
 
 
 def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[str, ...]:
     if not rows:
-        raise ValueError(f"the {grid.name} grid has no {what}, so {option} does not apply to it; use it with "
+        raise InputError(f"the {grid.name} grid has no {what}, so {option} does not apply to it; use it with "
                          "efficiency-scarce")
     return rows
 
@@ -64,7 +65,7 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
     """
     rows = _rows(grid, grid.calibrate_rows, "calibration rows", "--calibrate")
     if grid.overfit is None:
-        raise ValueError(f"the {grid.name} grid declares no overfit criterion to judge its calibration by")
+        raise InputError(f"the {grid.name} grid declares no overfit criterion to judge its calibration by")
     passes = grid.passes if passes is None else passes
     return plan_grid(grid, Path(out) / "calibrate" / f"passes{passes}", seeds=(0,), only=rows,
                      train_images=train_images, passes=passes, fractions=(fraction or grid.fractions[0],), lr=lr)
@@ -83,7 +84,7 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
     rows = _rows(grid, grid.sweep_rows, "learning-rate sweep rows", "--lr-sweep")
     passes = grid.passes if passes is None else passes
     if passes < 1:
-        raise ValueError(f"--passes must be >= 1, got {passes}")
+        raise InputError(f"--passes must be >= 1, got {passes}")
     fraction = fraction or grid.fractions[0]
     cell = cell_options(fraction, train_images=train_images or grid.train_images, passes=passes,
                         evaluations=grid.evaluations)

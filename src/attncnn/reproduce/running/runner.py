@@ -21,6 +21,7 @@ import torch
 
 from ..._io import atomic_write_text
 from ...data import DataShape, peek_dataset
+from ...errors import InputError
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
@@ -65,7 +66,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         if self.epochs is not None and self.epochs > MAX_EPOCHS:
             digits = len(str(self.epochs))
-            raise ValueError(f"--epochs must be at most {MAX_EPOCHS:,} (10**12), got "
+            raise InputError(f"--epochs must be at most {MAX_EPOCHS:,} (10**12), got "
                              f"{self.epochs if digits <= 20 else f'a number of {digits} digits'}; "
                              "give the number of epochs to train")
 

@@ -34,6 +34,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
+from ...errors import InputError
 from ...runs import RunFolder, load_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
@@ -80,13 +81,13 @@ def ship_unfinished(job: Job, *, keep_epochs: bool = False) -> tuple[int, int]:
     """
     state = job_state(job)
     if state != "interrupted":
-        raise ValueError(f"{job.label} is {state}, not unfinished: only started, unfinished runs are shipped this way")
+        raise InputError(f"{job.label} is {state}, not unfinished: only started, unfinished runs are shipped this way")
     RunFolder.check_not_in_use(job.folder)
     before = folder_bytes(job.folder)
     folder = RunFolder(job.folder, mode="read")
     resume_from = folder.latest_checkpoint()
     if resume_from is not None and load_checkpoint(resume_from).optimizer_state is None:
-        raise ValueError(f"{resume_from} holds no optimiser state, so {job.label} cannot be resumed from it")
+        raise InputError(f"{resume_from} holds no optimiser state, so {job.label} cannot be resumed from it")
     for entry in job.folder.iterdir():
         if entry.is_dir() and entry.name != "checkpoints":
             shutil.rmtree(entry)

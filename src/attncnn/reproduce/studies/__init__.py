@@ -9,6 +9,7 @@ take any study: :mod:`attncnn.reproduce.running` and :mod:`attncnn.reproduce.rep
 
 from __future__ import annotations
 
+from ...errors import InputError
 from .claims import Claim, Criterion
 from .efficiency import EFFICIENCY
 from .efficiency_scarce import EFFICIENCY_SCARCE
@@ -35,7 +36,7 @@ def _lookup(table: dict, what: str, name: str):
     try:
         return table[name]
     except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
+        raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
 
 
 def get_study(name: str) -> Study:
