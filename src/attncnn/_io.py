@@ -16,7 +16,22 @@ from typing import Any, Iterator
 
 from .errors import OutputError
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "make_folders"]
+
+
+def make_folders(folder: str | os.PathLike[str]) -> Path:
+    """Create ``folder`` and its parents (nothing if it exists) and return it as a Path.
+
+    Raises:
+        attncnn.errors.OutputError (an OSError): it cannot be created (the message names it and the fix).
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create the folder {folder} ({err.strerror or err}); choose a writable output "
+                          "folder") from err
+    return folder
 
 
 @contextlib.contextmanager

@@ -75,7 +75,7 @@ def locate_recorded_data(stored: str, run: str | os.PathLike[str] | None = None)
         one file a relative ``stored`` names; None where it is not on this machine.
 
     Raises:
-        ValueError: a relative ``stored`` names different files from two of the places tried (the
+        InputError: a relative ``stored`` names different files from two of the places tried (the
             message names both and ``--data``).
     """
     if is_data_name(stored):

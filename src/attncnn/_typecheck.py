@@ -32,7 +32,7 @@ def check_options(options: dict, cls: type, kind: str, owner: str | None = None,
             with it, show values as JSON and say what to write there.
 
     Raises:
-        ValueError: ``[<source>: ]unknown <kind> 'key'[ for <owner>] (did you mean 'k'?); <fix>;
+        InputError: ``[<source>: ]unknown <kind> 'key'[ for <owner>] (did you mean 'k'?); <fix>;
             valid options: <fields>`` or ``[<source>: ]<kind> 'key' must be <type in words>, got
             <value> (<its type in words>); <fix>``.
     """

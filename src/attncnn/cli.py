@@ -136,7 +136,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
     (:func:`attncnn.runs.await_pointed`), so no rank resumes with the old configuration.
 
     Raises:
-        ValueError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
+        InputError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
         RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """

@@ -37,7 +37,7 @@ def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence
         title: figure title.
 
     Raises:
-        ValueError: no curves.
+        InputError: no curves.
     """
     if not curves or not any(curves.values()):
         raise InputError("no per-layer curves to plot (only position-only models log them every epoch)")
@@ -77,7 +77,7 @@ def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
         title: figure title.
 
     Raises:
-        ValueError: no layer or no epoch to draw.
+        InputError: no layer or no epoch to draw.
     """
     if not layers or not drawn:
         raise InputError("no centres to draw: the run logged no quadratic centres per epoch")

@@ -31,7 +31,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._io import atomic_path
+from .._io import atomic_path, make_folders
 from ..errors import InputError
 from ..layers import QuadraticAttention
 from .maps import LayerMaps, attention_layers
@@ -63,7 +63,7 @@ def mass_threshold(values, mass: float) -> float:
         smallest of them would leave less.
 
     Raises:
-        ValueError: ``mass`` outside (0, 1], negative values or a zero total.
+        InputError: ``mass`` outside (0, 1], negative values or a zero total.
     """
     if not 0 < mass <= 1:
         raise InputError(f"mass must be in (0, 1], got {mass}")
@@ -189,7 +189,7 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
         radius: common window half-width (default: large enough for every layer's centres).
 
     Raises:
-        ValueError: the model is not a quadratic-attention transformer.
+        InputError: the model is not a quadratic-attention transformer.
     """
     layers = _quadratic_layers(model)
     params = [quadratic_head_parameters(layer) for layer in layers]
@@ -224,7 +224,7 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
         title: figure title.
 
     Raises:
-        ValueError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
+        InputError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
     """
     if not snapshots:
         raise InputError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
@@ -263,7 +263,7 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         image_index: which image of a per-image batch to draw (ignored for batch-1 maps).
 
     Raises:
-        ValueError: empty ``maps`` or a query outside the grid.
+        InputError: empty ``maps`` or a query outside the grid.
     """
     if not maps:
         raise InputError("no attention maps to draw")
@@ -331,7 +331,7 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
             e.g. the min and max over seeds around their mean (no band where low == high).
 
     Raises:
-        ValueError: no curves.
+        InputError: no curves.
     """
     if not curves:
         raise InputError("no runs to plot")
@@ -369,7 +369,7 @@ def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Seque
         xlabel: x-axis label (the curves' x values are epochs by default).
 
     Raises:
-        ValueError: no panel, or a panel without curves.
+        InputError: no panel, or a panel without curves.
     """
     if not panels or not all(panels.values()):
         raise InputError("no per-layer curves to plot (only position-only models log them every epoch)")
@@ -402,10 +402,10 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", 
         The files written.
 
     Raises:
-        OSError: the folder is not writable.
+        attncnn.errors.OutputError (an OSError): the folder is not writable.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     written = []
     for fmt in formats:
         dest = path.with_suffix(f".{fmt}")

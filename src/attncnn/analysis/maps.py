@@ -60,7 +60,7 @@ def attention_layers(model: nn.Module) -> list[GridAttention]:
     """The attention layer of every block of an image transformer, first block first.
 
     Raises:
-        ValueError: the model has no attention blocks (e.g. the ResNet18 baseline).
+        InputError: the model has no attention blocks (e.g. the ResNet18 baseline).
     """
     blocks = getattr(model, "blocks", None)
     layers = [getattr(b, "attention", None) for b in blocks] if blocks is not None else []
@@ -75,7 +75,7 @@ def default_grid_size(model: nn.Module, image_size: int | tuple[int, int] = 32) 
     ``(height, width)`` images, after the model's pooling.
 
     Raises:
-        ValueError: a side not divisible by the pooling width.
+        InputError: a side not divisible by the pooling width.
     """
     pooling = getattr(getattr(model, "config", None), "pooling", 1)
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
@@ -97,7 +97,7 @@ def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
     ``__call__`` (use ``layer.forward(...)`` or the layer's methods), which would re-enter the hook.
 
     Raises:
-        ValueError: the model has no attention blocks.
+        InputError: the model has no attention blocks.
     """
     handles = []
 
@@ -146,7 +146,7 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
 
     Raises:
-        ValueError: unknown ``kind``, or a kind the layer does not have (content scores of a
+        InputError: unknown ``kind``, or a kind the layer does not have (content scores of a
             position-only layer, positional scores of a plain content layer).
     """
     return layer_values_by_kind(layer, x, (kind,))[kind]
@@ -161,7 +161,7 @@ def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[
         ``{kind: values}`` for every kind in ``kinds``, shaped as :func:`layer_values` says.
 
     Raises:
-        ValueError: as :func:`layer_values`.
+        InputError: as :func:`layer_values`.
     """
     _check_kinds(kinds)
     _, h, w, _ = x.shape
@@ -219,7 +219,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
         batch 1 when averaged or position-only (``Q`` = number of kept queries or ``H*W``).
 
     Raises:
-        ValueError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
+        InputError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
     """
     return attention_maps_by_kind(model, images, (kind,), average=average, queries=queries,
                                   batch_size=batch_size)[kind]
@@ -237,7 +237,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
         ``{kind: [LayerMaps per block]}``, each list as :func:`attention_maps` returns it.
 
     Raises:
-        ValueError: as :func:`attention_maps`, or no ``kinds``.
+        InputError: as :func:`attention_maps`, or no ``kinds``.
     """
     if images.dim() != 4 or images.shape[0] == 0:
         raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
@@ -292,7 +292,7 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
         One :class:`LayerMaps` per block with values ``(1, N_h, H*W, H*W)`` (CPU, float32).
 
     Raises:
-        ValueError: no attention blocks, a layer that depends on the input (pass images to
+        InputError: no attention blocks, a layer that depends on the input (pass images to
             :func:`attention_maps` instead), or a kind other than these.
     """
     layers = attention_layers(model)

@@ -78,7 +78,7 @@ def head_statistics(probs: torch.Tensor, height: int, width: int, *, margin: int
         entropy in nats).
 
     Raises:
-        ValueError: shapes that do not fit the grid, or no query inside the margin.
+        InputError: shapes that do not fit the grid, or no query inside the margin.
     """
     if probs.dim() == 3:
         probs = probs.unsqueeze(0)
@@ -159,7 +159,7 @@ def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
     ``{-K/2, ..., K/2 - 1}`` or ``{-K/2 + 1, ..., K/2}`` (all contain the query's own shift 0).
 
     Raises:
-        ValueError: ``kernel_size < 1``.
+        InputError: ``kernel_size < 1``.
     """
     if kernel_size < 1:
         raise InputError(f"kernel size must be >= 1, got {kernel_size}")
@@ -219,7 +219,7 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
         contain a ``K x K`` grid.
 
     Raises:
-        ValueError: wrong shape or ``K^2 > N_h``.
+        InputError: wrong shape or ``K^2 > N_h``.
     """
     centers = torch.as_tensor(centers, dtype=torch.float64).detach().cpu()
     if centers.dim() != 2 or centers.shape[1] != 2 or centers.shape[0] == 0:
@@ -309,7 +309,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         quadratic heads, ``gate`` for GPSA heads).
 
     Raises:
-        ValueError: no attention blocks, or an input-dependent model without images.
+        InputError: no attention blocks, or an input-dependent model without images.
     """
     layers = attention_layers(model)
     position_only = all(layer.position_only for layer in layers)

@@ -121,7 +121,7 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
     network that takes ``model.state_dict()`` as it is.
 
     Raises:
-        ValueError: the model has no attention blocks or non-quadratic ones.
+        InputError: the model has no attention blocks or non-quadratic ones.
     """
     layers = attention_layers(model)
     if not all(layer.has_centers for layer in layers):
@@ -165,7 +165,7 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
         condition_number, min_eigenvalue: the thresholds used (recorded only).
 
     Raises:
-        ValueError: ``model`` is not an image transformer.
+        InputError: ``model`` is not an image transformer.
     """
     config = getattr(model, "config", None)
     if not isinstance(config, ImageTransformerConfig):
@@ -196,7 +196,7 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
         An ``attncnn.runs.TrainConfig``.
 
     Raises:
-        ValueError: the stored configuration is not valid (the message names the key).
+        InputError: the stored configuration is not valid (the message names the key).
     """
     if not isinstance(source_config, dict) or "preset" not in source_config:
         raise InputError("the run stores no training configuration (config.json or the checkpoint's 'config'); "

@@ -154,7 +154,7 @@ def unique_labels(labels: Sequence[str], paths: Sequence[str | Path]) -> list[st
     runs' paths that tells them apart, in brackets (``"demo seed 42 (quadratic)"``).
 
     Raises:
-        ValueError: the same run folder or checkpoint given twice.
+        InputError: the same run folder or checkpoint given twice.
     """
     resolved = [Path(p).resolve() for p in paths]
     out = list(labels)
@@ -179,7 +179,7 @@ def label_runs(runs: Sequence[Run]) -> list[Run]:
     """``runs`` with names made distinct by :func:`unique_labels` (names changed in place).
 
     Raises:
-        ValueError: the same run given twice.
+        InputError: the same run given twice.
     """
     for run, name in zip(runs, unique_labels([r.name for r in runs], [r.path for r in runs])):
         run.name = name
@@ -190,7 +190,7 @@ def parse_indices(text: str) -> list[int]:
     """``"2,3,19,56"`` -> ``[2, 3, 19, 56]``.
 
     Raises:
-        ValueError: not a comma-separated list of non-negative integers.
+        InputError: not a comma-separated list of non-negative integers.
     """
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
@@ -205,7 +205,7 @@ def parse_query(text: str) -> tuple[int, int]:
     """``"4,5"`` -> ``(4, 5)`` (row, column of the query token).
 
     Raises:
-        ValueError: not two comma-separated integers.
+        InputError: not two comma-separated integers.
     """
     parts = text.split(",")
     try:

@@ -117,7 +117,7 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
         about 240 MB per term and layer); use ``queries``, ``average=True`` or fewer images for more.
 
     Raises:
-        ValueError: a model without attention layers (the ResNet baseline), images out of range or
+        InputError: a model without attention layers (the ResNet baseline), images out of range or
             of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
             on without ``resize``), no images for a model whose attention depends on them, query
             indices outside the token grid, or a ``batch_size`` that is not a positive integer.

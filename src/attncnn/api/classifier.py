@@ -47,7 +47,7 @@ def check_batch_size(batch_size) -> int:
     the API (:meth:`Classifier.predict`, :func:`attncnn.attention_maps`, ...).
 
     Raises:
-        ValueError: not a positive integer (a bool, a float or a value below 1).
+        InputError: not a positive integer (a bool, a float or a value below 1).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
         raise InputError(f"batch_size must be a positive integer (images per forward pass), got {batch_size!r}")
@@ -126,7 +126,7 @@ class Classifier(nn.Module):
         image_size: the training size ``(height, width)``, or None (any size is passed on).
 
     Raises:
-        ValueError: ``mean`` and ``std`` of different lengths, or an ``image_size`` that is not
+        InputError: ``mean`` and ``std`` of different lengths, or an ``image_size`` that is not
             positive pixels.
     """
 
@@ -176,7 +176,7 @@ class Classifier(nn.Module):
             ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            ValueError: another rank or channel count, an integer type other than uint8, float
+            InputError: another rank or channel count, an integer type other than uint8, float
                 values that are not finite or outside ``[0, 1]`` (already normalised, or 0..255
                 stored as float),
                 images of another size than the training size without ``resize`` (the message
@@ -273,7 +273,7 @@ class Classifier(nn.Module):
             ``(B, num_classes)`` logits on the network's device, in its dtype.
 
         Raises:
-            ValueError: as :meth:`preprocess` (all images are checked before the first pass), or a
+            InputError: as :meth:`preprocess` (all images are checked before the first pass), or a
                 ``batch_size`` that is not a positive integer.
         """
         return torch.cat(list(self._batch_logits(images, resize, batch_size)))
@@ -309,7 +309,7 @@ class Classifier(nn.Module):
         images take the memory of ``batch_size`` of them plus the images themselves.
 
         Raises:
-            ValueError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
+            InputError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
         """
         labels = [i for logits in self._batch_logits(images, resize, batch_size)
                   for i in logits.argmax(dim=1).tolist()]
@@ -346,7 +346,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).
         attncnn.runs.CheckpointError: not a safe attncnn checkpoint, or corrupt.
-        ValueError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
+        InputError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
             ``checkpoint`` given with a checkpoint file.
     """
     if not dtype.is_floating_point:

@@ -123,7 +123,7 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
     its longest finished run (the most epochs; see the module's description).
 
     Raises:
-        ValueError: a name that is neither a preset nor a relative path.
+        InputError: a name that is neither a preset nor a relative path.
         FileNotFoundError: no such trained model; the message names every folder looked in,
             what was found there, and how to point at a clone's ``results/``.
     """
@@ -201,6 +201,6 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
 
     Raises:
         FileNotFoundError: the model is not there (the message names where it looked and the fix).
-        ValueError, attncnn.runs.CheckpointError: as :func:`load_model`.
+        InputError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

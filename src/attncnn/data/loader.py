@@ -168,7 +168,7 @@ class DeviceLoader:
         augmentation), so a run resumed in the middle of an epoch starts at once.
 
         Raises:
-            ValueError: ``start_step`` outside ``[0, len(self)]``.
+            InputError: ``start_step`` outside ``[0, len(self)]``.
         """
         if not 0 <= start_step <= len(self):
             raise InputError(f"start_step must be in [0, {len(self)}] (the batches of an epoch), got {start_step}")
@@ -180,7 +180,7 @@ class DeviceLoader:
         iterator: it hands control back after every batch.
 
         Raises:
-            ValueError: ``start`` outside ``[0, len(self)]``.
+            InputError: ``start`` outside ``[0, len(self)]``.
         """
         self.set_epoch(epoch)
         return enumerate(self.iter_from(start), start=start)

@@ -22,7 +22,7 @@ def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tens
         sorted ``int64`` CPU tensor of ``n`` distinct indices into ``labels``.
 
     Raises:
-        ValueError: ``n <= 0`` or ``n > len(labels)``.
+        InputError: ``n <= 0`` or ``n > len(labels)``.
     """
     labels = labels.detach().to("cpu").long().reshape(-1)
     total = len(labels)
@@ -68,7 +68,7 @@ def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> to
         ``labels``, none of them in the training subset.
 
     Raises:
-        ValueError: ``n <= 0``; ``subset`` outside ``[1, len(labels)]``, or equal to it (the subset
+        InputError: ``n <= 0``; ``subset`` outside ``[1, len(labels)]``, or equal to it (the subset
             is the whole split: nothing is held out).
     """
     labels = labels.detach().to("cpu").long().reshape(-1)

@@ -62,7 +62,7 @@ def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, modu
             (``"x"``, ``"images"``).
 
     Raises:
-        ValueError: naming both dtypes and the fixes: convert the input or the module, or (for a
+        InputError: naming both dtypes and the fixes: convert the input or the module, or (for a
             half-precision input) run under ``torch.autocast``.
     """
     if x.dtype == parameter.dtype:
@@ -91,7 +91,7 @@ class GridAttention(nn.Module):
             kernel stores nothing for the gradient; ``attncnn train`` measures both.)
 
     Raises:
-        ValueError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
+        InputError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
             message lists them).
     """
 
@@ -199,7 +199,7 @@ class GridAttention(nn.Module):
         "conv"`` asks for :meth:`local_init_`.
 
         Raises:
-            ValueError: naming the field and the fix.
+            InputError: naming the field and the fix.
         """
         if config.impl not in cls.impls_of(kind):
             raise InputError(f"{kind} attention has no impl {config.impl!r}; choose one of "
@@ -223,7 +223,7 @@ class GridAttention(nn.Module):
             alpha: locality strength, > 0.
 
         Raises:
-            ValueError: the layer has no positional term, or its tables are too narrow.
+            InputError: the layer has no positional term, or its tables are too narrow.
         """
         raise InputError(f"{type(self).__name__} has no positional term, so it cannot start as a convolution; "
                          f"use a positional kind ({', '.join(positional_kinds())}) or init='random'")
@@ -248,7 +248,7 @@ class GridAttention(nn.Module):
         (queries on dim -2, keys on dim -1, tokens row-major); each row sums to 1.
 
         Raises:
-            ValueError: wrong rank or channel count.
+            InputError: wrong rank or channel count.
         """
         raise NotImplementedError
 
@@ -256,7 +256,7 @@ class GridAttention(nn.Module):
         """``(B, H, W)`` of a channels-last grid ``x``, checked for every layer's forward.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape), or a
+            InputError: wrong rank or channel count (the message gives the expected shape), or a
                 dtype the layer's products cannot take: another than its parameters' outside
                 autocast, float64 against float32 under it (:func:`check_input_dtype`).
         """

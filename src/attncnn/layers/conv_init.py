@@ -42,7 +42,7 @@ def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) ->
     In 1-D the row shift is 0. Units: tokens (pixels). float64, CPU.
 
     Raises:
-        ValueError: even or non-positive ``kernel_size``, non-positive ``dilation``.
+        InputError: even or non-positive ``kernel_size``, non-positive ``dilation``.
     """
     if kernel_size < 1 or kernel_size % 2 == 0:
         raise InputError(f"the kernel size must be odd and positive (its taps are centred on the query), "
@@ -64,7 +64,7 @@ def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
         kernel_size: K, or None for ``sqrt(N_h)``.
 
     Raises:
-        ValueError: ``K^2 != N_h`` or K even (the message says which head counts work).
+        InputError: ``K^2 != N_h`` or K even (the message says which head counts work).
     """
     k = math.isqrt(num_heads) if kernel_size is None else kernel_size
     if k < 1 or k * k != num_heads or k % 2 == 0:
@@ -108,7 +108,7 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
         The centres ``(N_h, 2)`` (float64, CPU), row-major taps.
 
     Raises:
-        ValueError: a layer without a positional term (plain content attention), ``N_h`` not the
+        InputError: a layer without a positional term (plain content attention), ``N_h`` not the
             square of an odd number, alpha not positive and finite, or tables too narrow
             (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``): the layer's own
             :meth:`~attncnn.layers.GridAttention.local_init_` says which.
@@ -146,7 +146,7 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
         bias: ``(D_out,)``; None with a given kernel means no bias (0).
 
     Raises:
-        ValueError: ``head_dim != dim`` (a value projection: see ``attncnn.theory`` for narrow
+        InputError: ``head_dim != dim`` (a value projection: see ``attncnn.theory`` for narrow
             heads), ``N_h`` not the square of an odd K, or a kernel/bias of the wrong shape.
     """
     if layer.value_in is not None:

@@ -90,7 +90,7 @@ class LearnedRelativeAttention(PositionalAttention):
         ``col[h, j, l] = w_col^(h) . e_col(l - j)`` ``(N_h, W, W)``; float32 for half parameters.
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         # Look up the table row of every (query, key) shift on each axis, then score it per head.
         dtype = score_dtype(self.row_embeddings.weight.dtype)

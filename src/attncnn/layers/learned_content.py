@@ -65,7 +65,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         max_size: largest grid side supported by the tables (paper: 16).
 
     Raises:
-        ValueError: if ``head_dim`` is odd (the query is split in two halves).
+        InputError: if ``head_dim`` is odd (the query is split in two halves).
     """
 
     KINDS = ("learned-content",)
@@ -118,7 +118,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         cancel: ``c_h . W_key x_k`` varies with k.) Other table columns meet zero query coordinates.
 
         Raises:
-            ValueError: heads too narrow for the 6 coordinates, or a layer without query bias.
+            InputError: heads too narrow for the 6 coordinates, or a layer without query bias.
         """
         dh, nh = self.head_dim, self.num_heads
         _check_init_width(dh)
@@ -149,7 +149,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             term of query i and key j is ``(row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``.
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
         half = dh // 2
@@ -174,7 +174,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             ``(B, N_h, H*W, H*W)``, queries on dim -2, keys on dim -1 (both row-major).
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
         scale = 1.0 / math.sqrt(dh)
@@ -199,7 +199,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.
 
         Raises:
-            ValueError: wrong rank or channel count, or a grid larger than ``max_size``.
+            InputError: wrong rank or channel count, or a grid larger than ``max_size``.
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x, query_scale=1.0 / math.sqrt(self.head_dim))
@@ -218,7 +218,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         column shift on the second half; the same for every head (the tables are shared).
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         e_row = table_span(self.row_embeddings, height, self.max_size, "height").T     # (D_h/2, 2H-1)
         e_col = table_span(self.col_embeddings, width, self.max_size, "width").T       # (D_h/2, 2W-1)
@@ -265,7 +265,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         (FlexAttention adding :meth:`axis_scores` inside its kernel).
 
         Raises:
-            ValueError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
+            InputError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
                 CUDA, or dropout on the maps in training (the message names the fix).
         """
         b, h, w = self.check_input(x)

@@ -30,7 +30,7 @@ def space_to_depth(x: torch.Tensor, size: int, *, channels: int | None = None) -
         ``(a*s + b)*C + c``.
 
     Raises:
-        ValueError: ``x`` not 4-D, ``size < 1``, a last dimension other than ``channels``, or ``H``
+        InputError: ``x`` not 4-D, ``size < 1``, a last dimension other than ``channels``, or ``H``
             or ``W`` not divisible by ``size``; where ``x`` looks like channels-first images the
             message says so and gives the permute that fixes it.
     """
@@ -67,7 +67,7 @@ def depth_to_space(x: torch.Tensor, size: int) -> torch.Tensor:
     """Inverse of :func:`space_to_depth`: ``(B, h, w, s*s*C) -> (B, h*s, w*s, C)``.
 
     Raises:
-        ValueError: if ``x`` is not 4-D or its channel count is not divisible by ``size**2``.
+        InputError: if ``x`` is not 4-D or its channel count is not divisible by ``size**2``.
     """
     if x.dim() != 4:
         raise InputError(f"depth_to_space expects a (B, h, w, s*s*C) grid, got shape {tuple(x.shape)}")
@@ -103,7 +103,7 @@ class SpaceToDepth(nn.Module):
         ``images.permute(0, 2, 3, 1)`` first); output ``(B, H/p, W/p, p*p*C)``, same dtype and device.
 
     Raises:
-        ValueError: (in the forward) an input that is not 4-D, of another channel count than
+        InputError: (in the forward) an input that is not 4-D, of another channel count than
             ``channels``, or whose ``H`` or ``W`` is not divisible by ``p``; an input that looks like
             channels-first images (``channels`` in dim 1 instead of the last; without ``channels``,
             a dim 1 of 4 or less, a last dim above 4 and a grid ``p`` does not divide) is named as

@@ -42,7 +42,7 @@ class PositionalAttention(GridAttention):
     ``"folded"`` (heads as wide as the model) and, for separable layers, ``"separable"``.
 
     Raises:
-        ValueError: an ``impl`` the layer does not have (``"folded"`` with ``head_dim != dim``).
+        InputError: an ``impl`` the layer does not have (``"folded"`` with ``head_dim != dim``).
     """
 
     IMPLS = ("auto", "dense", "separable", "folded")
@@ -65,7 +65,7 @@ class PositionalAttention(GridAttention):
         """The base checks, and ``impl="folded"`` only with heads as wide as the model.
 
         Raises:
-            ValueError: naming the field and the fix.
+            InputError: naming the field and the fix.
         """
         super().check_config(kind, config)
         folded = "folded" in (config.impl, getattr(config, "eval_impl", None))
@@ -92,7 +92,7 @@ class PositionalAttention(GridAttention):
         ``grid_scores[h, (i, j), (k, l)] == row[h, i, k] + col[h, j, l]``.
 
         Raises:
-            ValueError: the layer is not separable (:attr:`is_separable` is False).
+            InputError: the layer is not separable (:attr:`is_separable` is False).
         """
         raise InputError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
                          "use grid_probs")
@@ -147,7 +147,7 @@ class PositionalAttention(GridAttention):
         of a float32 sum over 256 keys; 7e-15 in float64).
 
         Raises:
-            ValueError: the layer is not separable, or the grid is too large for its tables.
+            InputError: the layer is not separable, or the grid is too large for its tables.
         """
         if not self.is_separable:
             self.axis_scores(height, width)          # raises the explanation
@@ -206,7 +206,7 @@ class PositionalAttention(GridAttention):
             ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape).
+            InputError: wrong rank or channel count (the message gives the expected shape).
         """
         b, h, w = self.check_input(x)
         dtype = matmul_dtype(x)

@@ -157,7 +157,7 @@ class QuadraticAttention(PositionalAttention):
         :meth:`grid_scores` for query (i, j) and key (k, l).
 
         Raises:
-            ValueError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
+            InputError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
         """
         if self.full_covariance:
             raise InputError("full-covariance quadratic heads are not separable (Sigma^-1's off-diagonal "

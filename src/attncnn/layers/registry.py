@@ -40,7 +40,7 @@ def attention_class(kind: str) -> type[GridAttention]:
     """The layer class of ``kind``.
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the valid names).
+        InputError: unknown ``kind`` (the message lists the valid names).
     """
     try:
         return ATTENTION_LAYERS[kind]
@@ -59,7 +59,7 @@ def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttent
             ``full_covariance=True`` for ``quadratic-generalized``) on top.
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
+        InputError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
     """
     cls = attention_class(kind)
     return cls(dim, num_heads, **{**kwargs, **cls.kind_kwargs(kind)})

@@ -127,7 +127,7 @@ def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str)
     ``out[i, k] = table[k - i + max_size - 1]`` (differentiable gather, not cached).
 
     Raises:
-        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+        InputError: ``length > max_size`` (the message names the ``axis`` and the fix).
     """
     _check_table(length, max_size, axis)
     index = axis_offsets(length, table.weight.device) + (max_size - 1)   # (L, L)
@@ -140,7 +140,7 @@ def table_span(table: torch.nn.Embedding, length: int, max_size: int, axis: str)
     differentiable slice). ``axis_offsets(L) + L - 1`` indexes it like :func:`table_rows`.
 
     Raises:
-        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+        InputError: ``length > max_size`` (the message names the ``axis`` and the fix).
     """
     _check_table(length, max_size, axis)
     return table.weight[max_size - length:max_size + length - 1]

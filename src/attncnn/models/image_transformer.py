@@ -45,7 +45,7 @@ class ImageTransformerConfig:
     """Shape of an :class:`ImageTransformer`; defaults are the paper's (reference ``runs/*.sh``).
 
     Raises:
-        ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
+        InputError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
             head count >= 1 per layer, an option another attention kind owns (``freeze_gate``
             without GPSA), an ``impl`` or ``eval_impl`` the kind does not have, or
             convolutional-init options that do not fit (unknown ``init``/``value_init``,
@@ -219,7 +219,7 @@ class ImageTransformer(nn.Module):
     """Attention-only classifier: normalised images ``(B, C, H, W)`` -> logits ``(B, classes)``.
 
     Raises (in forward):
-        ValueError: wrong rank or channel count, or H/W not divisible by the pooling width.
+        InputError: wrong rank or channel count, or H/W not divisible by the pooling width.
     """
 
     #: architecture name stored in checkpoints (key of ``attncnn.models.ARCHITECTURES``)
@@ -296,7 +296,7 @@ class ImageTransformer(nn.Module):
         size, in the model's current mode: what a run records it trained (or evaluated) with.
 
         Raises:
-            ValueError: a size not divisible by the pooling width.
+            InputError: a size not divisible by the pooling width.
         """
         p = self.config.pooling
         if image_height % p or image_width % p:

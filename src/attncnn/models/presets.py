@@ -171,7 +171,7 @@ def get_preset(name: str) -> Preset:
     """Look a preset up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     try:
         return PRESETS[name]
@@ -192,7 +192,7 @@ def build_model_from_config(arch: str, config: dict) -> nn.Module:
     """Build a network from an architecture name and its configuration keywords.
 
     Raises:
-        ValueError: unknown architecture, unknown or ill-typed option (named in the message).
+        InputError: unknown architecture, unknown or ill-typed option (named in the message).
     """
     cfg = _make_config(arch, config)
     return ARCHITECTURES[arch][1](cfg)
@@ -208,7 +208,7 @@ def preset_model_config(name: str, num_classes: int = 10, **overrides):
         ``(arch, config)``: the key of :data:`ARCHITECTURES` and its configuration dataclass.
 
     Raises:
-        ValueError: unknown preset or override, ill-typed or out-of-range value (named in the message).
+        InputError: unknown preset or override, ill-typed or out-of-range value (named in the message).
     """
     preset = get_preset(name)
     return preset.arch, _make_config(preset.arch, {**preset.model, "num_classes": num_classes, **overrides})
@@ -227,7 +227,7 @@ def build_model(name: str, num_classes: int = 10, **overrides) -> nn.Module:
         with PyTorch's default initialisation (as the reference code).
 
     Raises:
-        ValueError: unknown preset or override (the message lists the valid names).
+        InputError: unknown preset or override (the message lists the valid names).
     """
     arch, config = preset_model_config(name, num_classes, **overrides)
     return ARCHITECTURES[arch][1](config)

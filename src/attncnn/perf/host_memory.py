@@ -59,7 +59,7 @@ def reuse_freed_memory() -> str:
         refused a setting; nothing is changed then).
 
     Raises:
-        ValueError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.
+        InputError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.
     """
     if "result" in _state:
         return _state["result"]

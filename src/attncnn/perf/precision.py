@@ -82,7 +82,7 @@ def resolve_precision(name: str, device: torch.device) -> str:
     """``"fp32"`` or ``"bf16"`` for the ``--precision`` value ``name`` on ``device``.
 
     Raises:
-        ValueError: ``name`` not in :data:`PRECISIONS`.
+        InputError: ``name`` not in :data:`PRECISIONS`.
     """
     if name not in PRECISIONS:
         raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
@@ -105,7 +105,7 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
     (one INFO line naming ``what``, the device and how to keep bf16).
 
     Raises:
-        ValueError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.
+        InputError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.
     """
     if requested is not None:
         return resolve_precision(requested, device)

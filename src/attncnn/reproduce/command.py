@@ -19,7 +19,6 @@ from ..perf.precision import PRECISIONS
 from .studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS, STUDIES, SUITES, Grid, Study, Suite
 
 log = logging.getLogger("attncnn.reproduce")
-
 __all__ = ["register", "cmd_reproduce"]
 
 #: test images of the viewer page: the first of the paper's website (2, 3, 19, 56). Only content
@@ -243,7 +242,7 @@ def _check_study_options(args: argparse.Namespace, study: Study, options) -> Non
     """Refuse options the study's shape does not take, before anything trains.
 
     Raises:
-        ValueError: a grid's option given to a suite; ``--ship`` with ``--dry-run``; ``--epochs`` or
+        InputError: a grid's option given to a suite; ``--ship`` with ``--dry-run``; ``--epochs`` or
             ``--train-subset`` given to a grid (its cells set them); ``--lr`` to a grid without a
             shared rate.
     """
@@ -343,7 +342,7 @@ def _viewer_images(text: str) -> list[int]:
     """``"2,3"`` -> ``[2, 3]``.
 
     Raises:
-        ValueError: not a comma-separated list of test image indices >= 0.
+        InputError: not a comma-separated list of test image indices >= 0.
     """
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
@@ -378,7 +377,7 @@ def _fractions(text: str | None) -> tuple[float, ...] | None:
     """``"0.1,0.25,1"`` -> ``(0.1, 0.25, 1.0)``; None stays None (the grid's).
 
     Raises:
-        ValueError: an entry that is not a number.
+        InputError: an entry that is not a number.
     """
     if text is None:
         return None

@@ -76,7 +76,7 @@ def _pruned_out(args: argparse.Namespace, run) -> Path | None:
     """Where the pruned model goes: a run folder when fine-tuning, a checkpoint file otherwise.
 
     Raises:
-        ValueError: an --out that does not fit the mode, or one that would replace the source run.
+        InputError: an --out that does not fit the mode, or one that would replace the source run.
     """
     if args.finetune_epochs < 0:
         raise InputError(f"--finetune-epochs must be >= 0, got {args.finetune_epochs}")
@@ -126,7 +126,7 @@ def _finetune_precision(stored: dict, args: argparse.Namespace, name: str) -> st
     a bf16 run where the device has no fast bf16 (a new run of the machine at hand).
 
     Raises:
-        ValueError: a device that is not here, or a stored precision that is not one.
+        InputError: a device that is not here, or a stored precision that is not one.
     """
     if args.device:
         device = resolve_device(args.device)

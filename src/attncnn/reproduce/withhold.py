@@ -28,7 +28,7 @@ def presets_named(study: Study, text: str, flag: str) -> list[str]:
     """``"a,b"`` -> ``["a", "b"]``, each a preset of ``study``.
 
     Raises:
-        ValueError: an empty list, or a name that is not one of the study's presets (they are listed).
+        InputError: an empty list, or a name that is not one of the study's presets (they are listed).
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in study.presets]
@@ -46,7 +46,7 @@ def withholdable(jobs: Sequence[Job], presets: Sequence[str]) -> list[Job]:
     ``convit-mini-random``, by their own names) whose weights are still here.
 
     Raises:
-        ValueError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
     """
     return [job for job in jobs if row_of(job) in presets and job_state(job) == "finished"
             and not _withheld_already(job)]
@@ -70,7 +70,7 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
         ``(job, record, where the weights went)`` of each run withheld now.
 
     Raises:
-        ValueError: a run without its prediction record (checked for every run before any weights move).
+        InputError: a run without its prediction record (checked for every run before any weights move).
     """
     targets = withholdable(jobs, presets)
     unrecorded = [job.folder for job in targets if not (job.folder / PREDICTIONS_FILE).is_file()]

@@ -48,7 +48,7 @@ class TrainConfig:
     """Everything that determines a training run (written to ``config.json`` in the run folder).
 
     Raises (on construction):
-        ValueError: unknown preset, model options the preset's network rejects (checked on its
+        InputError: unknown preset, model options the preset's network rejects (checked on its
             configuration dataclass: no weights are allocated), or an out-of-range value; the
             message names the option.
     """
@@ -162,7 +162,7 @@ def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
             it, and says what to write there.
 
     Raises:
-        ValueError: unknown key or wrong type, naming the key, the expected type in words, the value
+        InputError: unknown key or wrong type, naming the key, the expected type in words, the value
             and the fix (see :func:`attncnn._typecheck.check_options`); an out-of-range value or a
             model option the preset rejects (named), prefixed with ``source``.
     """
@@ -197,7 +197,7 @@ def resolve_config(preset: str, **overrides) -> TrainConfig:
     and every later command finds it again from any folder.
 
     Raises:
-        ValueError: unknown preset or option (named in the message).
+        InputError: unknown preset or option (named in the message).
     """
     recipe = dict(get_preset(preset).train)
     recipe.update({k: v for k, v in overrides.items() if v is not None})

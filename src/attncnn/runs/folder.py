@@ -283,7 +283,7 @@ class RunFolder:
         """``path/"checkpoints"/f"{name}.safetensors"``; the folder is created unless mode is ``"read"``.
 
         Raises:
-            ValueError: ``name`` is empty or contains a path separator.
+            InputError: ``name`` is empty or contains a path separator.
         """
         if not name or "/" in name or "\\" in name or name in (".", ".."):
             raise InputError(f"invalid checkpoint name {name!r}")

@@ -67,7 +67,7 @@ def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
     widens exactly on load); ``model`` may live on the meta device.
 
     Raises:
-        ValueError: missing or unexpected names (the first five of each), or a shape or dtype
+        InputError: missing or unexpected names (the first five of each), or a shape or dtype
             mismatch (the key and both values); the message names ``path``.
     """
     expected = specs_of(model.state_dict())
@@ -101,7 +101,7 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
     token grid larger than a learned table. Training calls it before its run folder exists.
 
     Raises:
-        ValueError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
+        InputError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
             with the network's own message, which names the fix.
     """
     first = next(itertools.chain(model.parameters(), model.buffers()), None)
@@ -130,7 +130,7 @@ def check_options_take_images(arch: str, config, images: tuple[int, int, int],
     (a study trains many runs of one network; the check takes a few tenths of a second).
 
     Raises:
-        ValueError: as :func:`check_images`; unknown or ill-typed options.
+        InputError: as :func:`check_images`; unknown or ill-typed options.
     """
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
@@ -163,7 +163,7 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
         The network on ``device``, with its usual initialisation.
 
     Raises:
-        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+        InputError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
             parameters and buffers larger than the device's memory.
         FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
     """
@@ -206,7 +206,7 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
         FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
             the checkpoints it holds, or, for a run shipped without its weights, says so and how to
             train it again: :mod:`attncnn.runs.withheld`).
-        ValueError: ``checkpoint`` given with a checkpoint file, or not a plain name.
+        InputError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)
     if path.is_dir():
@@ -267,7 +267,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     Raises:
         FileNotFoundError: no checkpoint at ``path``, or not the one asked for in a run folder.
         attncnn.runs.checkpoint.CheckpointError: not a safe attncnn checkpoint, or corrupt.
-        ValueError: configuration or weights that do not fit, or a model larger than memory (the
+        InputError: configuration or weights that do not fit, or a model larger than memory (the
             message names the key); ``checkpoint`` given with a checkpoint file.
     """
     given = Path(path)

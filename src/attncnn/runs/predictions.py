@@ -56,7 +56,7 @@ class PredictionRecord:
         one whose sample holds them all).
 
         Raises:
-            ValueError: an image the record does not hold.
+            InputError: an image the record does not hold.
         """
         where = (dict(zip(self.indices, range(len(self.indices)))) if self.indices is not None
                  else range(len(self.predictions)))

@@ -62,7 +62,7 @@ def withhold_weights(folder: str | Path, *, retrain: str, move_to: str | Path, e
         The record written (or the one already there).
 
     Raises:
-        ValueError: an unfinished run (its checkpoint is needed to resume), or one without a
+        InputError: an unfinished run (its checkpoint is needed to resume), or one without a
             prediction record (without the weights nothing could check its accuracy again; the
             message gives the command that records it), an empty ``retrain``, an ``extra`` key
             that is one of the record's own, or a ``move_to`` that exists.

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``attncnn theorem``; prints the result and returns the exit status (0).
 
     Raises:
-        ValueError: bad options (even kernel, contradicting a checkpoint, ...).
+        InputError: bad options (even kernel, contradicting a checkpoint, ...).
         attncnn.data.DataError, FileNotFoundError, OSError: the data or checkpoint cannot be read.
     """
     import torch

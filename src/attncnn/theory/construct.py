@@ -73,7 +73,7 @@ def default_alpha(dtype: torch.dtype) -> float:
         alpha (a Python float, no unit: inverse squared token distance).
 
     Raises:
-        ValueError: ``dtype`` is not a floating dtype.
+        InputError: ``dtype`` is not a floating dtype.
     """
     if not dtype.is_floating_point:
         raise InputError(f"alpha is defined for floating dtypes, got {dtype}")
@@ -176,7 +176,7 @@ class AttentionConv2d(nn.Module):
             ``conv2d(x, weight, bias, stride, padding=p or 0, dilation)`` (channels moved last).
 
         Raises:
-            ValueError: wrong shape, or a ``"valid"`` input smaller than the kernel's extent.
+            InputError: wrong shape, or a ``"valid"`` input smaller than the kernel's extent.
         """
         grid = self._to_grid(x)
         if self.padding == "same":
@@ -344,7 +344,7 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
         ``K^2 * (H'' W'')^2`` numbers for the attended (padded) grid ``H'' x W''``.
 
     Raises:
-        ValueError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
+        InputError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
             stride/dilation per axis, a Conv2d padding other than 0 or the kernel reach, a
             ``padding`` that contradicts the Conv2d's, an unknown ``padding`` string, non-positive
             alpha, or bad ``channels``.

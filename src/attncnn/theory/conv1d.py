@@ -61,7 +61,7 @@ class AttentionConv1d(AttentionConv2d):
             with the channel axis moved last.
 
         Raises:
-            ValueError: wrong shape, or a ``"valid"`` input shorter than the kernel's extent.
+            InputError: wrong shape, or a ``"valid"`` input shorter than the kernel's extent.
         """
         return super().forward(x)
 
@@ -82,7 +82,7 @@ def attention_from_conv1d(conv: nn.Conv1d | torch.Tensor, *, alpha: float | None
         head ``v`` for tap ``v``, applied to ``(B, 1, T, C)``).
 
     Raises:
-        ValueError: as :func:`~attncnn.theory.construct.attention_from_conv2d`.
+        InputError: as :func:`~attncnn.theory.construct.attention_from_conv2d`.
     """
     weight, bias, stride, dilation, padding = _conv_parts(conv, bias, stride, dilation, padding, 1, nn.Conv1d)
     if padding not in PADDINGS:

@@ -358,7 +358,7 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         ``bias (C_out,)`` and an :class:`ExtractionReport`.
 
     Raises:
-        ValueError: content-dependent attention, no valid kernel size, unknown ``assignment``,
+        InputError: content-dependent attention, no valid kernel size, unknown ``assignment``,
             or inputs of the wrong shape.
         ModuleNotFoundError: ``assignment="optimal"`` without SciPy installed.
     """

@@ -39,7 +39,7 @@ def lattice_theta_tail(alpha: float) -> float:
     """``theta(alpha) - 1 = 2 sum_{n >= 1} exp(-alpha n^2)`` (float64, summed until negligible).
 
     Raises:
-        ValueError: ``alpha <= 0`` (the sum diverges) or not finite.
+        InputError: ``alpha <= 0`` (the sum diverges) or not finite.
     """
     if not alpha > 0 or not math.isfinite(alpha):
         raise InputError(f"alpha must be positive and finite, got {alpha}")
@@ -67,7 +67,7 @@ def off_target_mass(alpha: float, spatial_dims: int = 2) -> float:
         m in [0, 1).
 
     Raises:
-        ValueError: bad ``alpha`` or ``spatial_dims``.
+        InputError: bad ``alpha`` or ``spatial_dims``.
     """
     s = lattice_theta_tail(alpha)
     if spatial_dims == 2:
@@ -116,7 +116,7 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
         are 0), up to floating-point rounding.
 
     Raises:
-        ValueError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
+        InputError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
             is not its kernel shift (the bound says nothing then).
     """
     if x.shape[-1] != module.in_channels:

@@ -70,7 +70,7 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
         both computed in ``images.dtype``.
 
     Raises:
-        ValueError: not an image transformer, ``layer`` out of range, or a layer whose attention
+        InputError: not an image transformer, ``layer`` out of range, or a layer whose attention
             depends on the content (content, learned + content, GPSA): no single convolution
             describes it; the message names the fix.
     """

@@ -47,7 +47,7 @@ def resolve_device(name: str, *, source: str | None = None) -> torch.device:
             ``"run X: config.json's device 'gpu'"`` for a stored one).
 
     Raises:
-        ValueError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
+        InputError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
             (``meta``, ``xla``, ...), CUDA or MPS requested where it is not available, or a GPU
             index this machine does not have; the message names ``source`` and the values to use.
     """
@@ -98,7 +98,7 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
 
     Raises:
         DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).
-        ValueError: ``train_subset`` or ``batch_size`` larger than the training set.
+        InputError: ``train_subset`` or ``batch_size`` larger than the training set.
     """
     def load():
         return load_dataset(config.data, data_dir=config.data_dir, download=config.download)

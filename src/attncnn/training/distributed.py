@@ -97,7 +97,7 @@ def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
     no process group is created, which is the same computation without the overhead.
 
     Raises:
-        ValueError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
+        InputError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
             range (the message names the variable).
     """
     environ = os.environ if environ is None else environ
@@ -128,7 +128,7 @@ def rank_device(name: str, local_rank: int) -> torch.device:
     CUDA); ``"cpu"`` gives CPU (every process on the CPU, gloo backend).
 
     Raises:
-        ValueError: a single GPU named (``cuda:1``), CUDA requested but missing, fewer visible GPUs
+        InputError: a single GPU named (``cuda:1``), CUDA requested but missing, fewer visible GPUs
             than processes on the node, or a device type DDP is not set up for here.
     """
     if name == "cpu":
@@ -154,7 +154,7 @@ def per_process_batch(global_batch: int, world_size: int) -> int:
     """``global_batch / world_size``: the examples each process trains on per step.
 
     Raises:
-        ValueError: ``global_batch`` not divisible by ``world_size`` (the message gives the nearest
+        InputError: ``global_batch`` not divisible by ``world_size`` (the message gives the nearest
             valid sizes).
     """
     if global_batch % world_size:
@@ -269,7 +269,7 @@ def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]
     warnings and errors of the ``attncnn`` logger, so the console shows each epoch once.
 
     Raises:
-        ValueError: an existing group whose size or rank differs from ``launch``.
+        InputError: an existing group whose size or rank differs from ``launch``.
     """
     owned = not torch_dist.is_initialized()
     if device.type == "cuda":

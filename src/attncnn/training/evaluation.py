@@ -32,7 +32,7 @@ def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distribute
     """``dist`` (or the single-process one) after checking that ``loader`` is sharded over it.
 
     Raises:
-        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+        InputError: ``loader`` sharded over a different number of processes than ``dist``.
     """
     world = 1 if dist is None else dist.world_size
     if loader.world_size != world:
@@ -58,7 +58,7 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
             one process only.
 
     Raises:
-        ValueError: ``loader`` sharded over a different number of processes than ``dist``, or
+        InputError: ``loader`` sharded over a different number of processes than ``dist``, or
             ``keep_predictions`` under DDP (each process sees only its shard).
     """
     dist = check_sharding(loader, dist)

@@ -89,7 +89,7 @@ def count_test_passes(epochs: int, eval_every: int) -> int:
     took 100 s to count its passes epoch by epoch.
 
     Raises:
-        ValueError: ``eval_every`` < 1 (no schedule).
+        InputError: ``eval_every`` < 1 (no schedule).
     """
     if eval_every < 1:
         raise InputError(f"eval_every must be >= 1, got {eval_every}")

@@ -85,7 +85,7 @@ class LRSchedule:
           ``lr = base_lr * gamma ** #{m : m <= epoch + 1}``: each decay lands one epoch earlier.
 
     Raises:
-        ValueError: ``epochs <= 0``, ``steps_per_epoch <= 0``, unknown ``kind``/``stepping``,
+        InputError: ``epochs <= 0``, ``steps_per_epoch <= 0``, unknown ``kind``/``stepping``,
             ``warmup_ratio`` outside ``[0, 1)``, negative ``base_lr``, ``gamma <= 0``, or
             ``stepping="epoch"`` cosine without positive ``num_train_examples``/``batch_size``.
     """

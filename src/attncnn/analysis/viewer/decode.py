@@ -54,7 +54,7 @@ def read_viewer(page: str | os.PathLike) -> ViewerData:
     """Parse a page written by :func:`~.page.build_html` (a path, or the HTML text itself).
 
     Raises:
-        ValueError: not a viewer page, or an encoding version this code does not read.
+        InputError: not a viewer page, or an encoding version this code does not read.
     """
     text = page if isinstance(page, str) and page.lstrip().startswith("<") else Path(page).read_text(encoding="utf-8")
     found = _MANIFEST_RE.search(text)
@@ -111,7 +111,7 @@ def page_maps(data: ViewerData, run: int, image: str, kind: str = "all", softmax
         Per layer ``(N_h, N, N)`` float64, queries on dim -2, keys on dim -1.
 
     Raises:
-        ValueError: unknown image, or a kind the run does not have.
+        InputError: unknown image, or a kind the run does not have.
     """
     info = data.manifest["runs"][run]
     entry = next((e for e in info["images"] if e["key"] == image), None)

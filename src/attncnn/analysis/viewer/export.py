@@ -158,7 +158,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
         A :class:`RunExport`; its manifest has the maps' facts, :func:`export_run` adds the run's.
 
     Raises:
-        ValueError: no attention blocks (ResNet), layers that mix position-only and content
+        InputError: no attention blocks (ResNet), layers that mix position-only and content
             attention, layers on different token grids, or ``images``, ``raw`` and ``labels``
             (or the two average batches) of different lengths.
     """
@@ -234,7 +234,7 @@ def export_run(run: Run | str | os.PathLike, indices: Sequence[int], *, data: st
 
     Raises:
         FileNotFoundError: no run at the path.
-        ValueError: a ResNet run (no attention), ``average < 0``, no indices.
+        InputError: a ResNet run (no attention), ``average < 0``, no indices.
         attncnn.analysis.runs.ImageIndexError: an image index or ``average`` beyond the test split
             (a ValueError; the message gives the split's size).
         attncnn.data.DataError: the run's data set cannot be found (pass ``data``).

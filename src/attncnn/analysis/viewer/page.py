@@ -78,7 +78,7 @@ def build_html(exports: Sequence[RunExport], *, title: str = "attncnn attention 
         set; it references nothing outside itself.
 
     Raises:
-        ValueError: no exports.
+        InputError: no exports.
         RuntimeError: the packaged template lacks its markers (a damaged installation).
     """
     if not exports:
@@ -137,7 +137,7 @@ def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike
     Raises:
         FileNotFoundError, PermissionError, IsADirectoryError: ``out`` cannot be written (checked
             before the export), or a run does not exist.
-        ValueError, attncnn.data.DataError: see :func:`~.export.export_run`.
+        InputError, attncnn.data.DataError: see :func:`~.export.export_run`.
     """
     out = Path(out)
     _check_output(out)

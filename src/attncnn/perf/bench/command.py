@@ -20,7 +20,7 @@ def parse_variants(text: str) -> list[tuple[str, bool]]:
     """``"fp32,bf16+compile"`` -> ``[("fp32", False), ("bf16", True)]``.
 
     Raises:
-        ValueError: a name not in :data:`VARIANTS`.
+        InputError: a name not in :data:`VARIANTS`.
     """
     names = [v.strip() for v in text.split(",") if v.strip()]
     bad = [v for v in names if v not in VARIANTS]

@@ -128,7 +128,7 @@ def flops_per_image(model: torch.nn.Module, images: torch.Tensor, labels: torch.
     counted as it is.
 
     Raises:
-        ValueError: fewer than ``min(batch_size, 4)`` images.
+        InputError: fewer than ``min(batch_size, 4)`` images.
     """
     if batch_size < 1 or len(images) < min(batch_size, 4):
         raise InputError(f"counting a step of {batch_size} images needs at least {min(batch_size, 4)} "

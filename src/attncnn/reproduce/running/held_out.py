@@ -77,7 +77,7 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
         "dataset_name", "precision"}``, or None for a run that has not finished.
 
     Raises:
-        ValueError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
+        InputError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
             ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
             set.
     """

@@ -34,7 +34,7 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     """``"0,1,2"`` -> ``(0, 1, 2)``; None stays None (the suite's defaults).
 
     Raises:
-        ValueError: an entry that is not a non-negative integer, or a repeated seed.
+        InputError: an entry that is not a non-negative integer, or a repeated seed.
     """
     if text is None:
         return None
@@ -51,7 +51,7 @@ def select_presets(presets: tuple[str, ...], only: tuple[str, ...] | None, what:
     """``presets`` restricted to ``only`` (None: all), in their own order.
 
     Raises:
-        ValueError: a name in ``only`` that is not in ``presets`` (the message lists ``what``'s presets).
+        InputError: a name in ``only`` that is not in ``presets`` (the message lists ``what``'s presets).
     """
     if only is None:
         return presets
@@ -98,7 +98,7 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
             trained to another length is named, not taken as finished or resumed to this one.
 
     Raises:
-        ValueError: a name in ``only`` that is not one of the suite's presets.
+        InputError: a name in ``only`` that is not one of the suite's presets.
     """
     presets = select_presets(suite.presets, only, f"suite {suite.name!r}")
     per_preset = {p: suite.seeds_of(p, seeds) for p in presets}
@@ -116,7 +116,7 @@ def job_state(job: Job) -> str:
     """``"finished"``, ``"interrupted"`` (a run folder without ``finished.json``) or ``"new"``.
 
     Raises:
-        ValueError: the folder holds a run of another preset or seed, or with other values of the
+        InputError: the folder holds a run of another preset or seed, or with other values of the
             job's ``overrides`` (the message names both).
     """
     folder = RunFolder(job.folder, mode="read") if (job.folder / "config.json").is_file() else None
@@ -173,7 +173,7 @@ def cell_options(fraction: float, *, train_images: int, passes: int, evaluations
     """Training options of one cell: ``train_subset``, ``epochs``, ``eval_every``, ``checkpoint_every``.
 
     Raises:
-        ValueError: the subset is empty, or the seen images (``passes * train_images``) are not a
+        InputError: the subset is empty, or the seen images (``passes * train_images``) are not a
             whole number of epochs of the subset (the message names a size that works).
     """
     subset = round(fraction * train_images)
@@ -213,7 +213,7 @@ def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = No
         lr: the shared learning rate of ``Grid.lr_rows`` (None: the grid's).
 
     Raises:
-        ValueError: a row in ``only`` that is not in the grid, a cell that is not a whole number
+        InputError: a row in ``only`` that is not in the grid, a cell that is not a whole number
             of epochs (see :func:`cell_options`), ``passes`` < 1, a fraction outside (0, 1].
     """
     rows = select_presets(grid.presets, only, f"the {grid.name} grid")
@@ -241,6 +241,6 @@ def plan_study(study: Study, out: str | Path, **options) -> list[Job]:
     ``passes``, ``fractions``, ``lr``).
 
     Raises:
-        ValueError: as :func:`plan` or :func:`plan_grid`.
+        InputError: as :func:`plan` or :func:`plan_grid`.
     """
     return plan_grid(study, out, **options) if isinstance(study, Grid) else plan(study, out, **options)

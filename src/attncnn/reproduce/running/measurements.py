@@ -35,7 +35,7 @@ def parse_rates(text: str) -> tuple[float, ...]:
     """``"2.5e-4,5e-4,1e-3"`` -> ``(0.00025, 0.0005, 0.001)``.
 
     Raises:
-        ValueError: an entry that is not a positive number, or a repeated rate.
+        InputError: an entry that is not a positive number, or a repeated rate.
     """
     try:
         rates = tuple(float(part) for part in text.split(",") if part.strip())
@@ -60,7 +60,7 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
     seed 0, for ``passes`` (None: the grid's), in ``<out>/calibrate/passes<P>``.
 
     Raises:
-        ValueError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
+        InputError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
             :func:`~attncnn.reproduce.running.jobs.plan_grid`).
     """
     rows = _rows(grid, grid.calibrate_rows, "calibration rows", "--calibrate")
@@ -78,7 +78,7 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
     named ``"10 % lr 0.0005"``.
 
     Raises:
-        ValueError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
+        InputError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
             number of epochs (see :func:`~attncnn.reproduce.running.jobs.cell_options`).
     """
     rows = _rows(grid, grid.sweep_rows, "learning-rate sweep rows", "--lr-sweep")

@@ -50,7 +50,7 @@ class TrainOptions:
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
 
     Raises:
-        ValueError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
+        InputError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
     """
 
     data: str = "cifar10"
@@ -82,7 +82,7 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     ``model`` options).
 
     Raises:
-        ValueError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
+        InputError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
     """
     own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
     return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
@@ -96,7 +96,7 @@ def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
     (:func:`~attncnn.perf.precision.machine_precision`).
 
     Raises:
-        ValueError: an option the preset rejects; RunFolderError: an interrupted job without a
+        InputError: an option the preset rejects; RunFolderError: an interrupted job without a
             readable ``config.json``.
     """
     if job_state(job) == "interrupted":
@@ -168,7 +168,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
             says that running the same command again continues the suite (``resume_hint``).
-        ValueError: a job folder that holds another run (see :func:`job_state`), bad options, a
+        InputError: a job folder that holds another run (see :func:`job_state`), bad options, a
             shipped run whose data set is not the one given.
         TrainingError, RunFolderError, DataError: from the job's training, naming the job.
     """
@@ -229,7 +229,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
 
     Raises:
         DataError: the options' data set is not there or has not the expected layout.
-        ValueError: an option the preset rejects; a network that cannot take the data set's images
+        InputError: an option the preset rejects; a network that cannot take the data set's images
             (:func:`~attncnn.runs.loading.check_images`, with its fix).
     """
     data = data or peek_dataset(options.data, data_dir=options.data_dir)

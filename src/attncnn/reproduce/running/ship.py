@@ -71,7 +71,7 @@ def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, i
         lean: keep ``last`` alone, never ``best`` (a grid of many cells reports the last epoch).
 
     Raises:
-        ValueError: the job is not finished (its folder is needed to resume), or holds another run.
+        InputError: the job is not finished (its folder is needed to resume), or holds another run.
     """
     if job_state(job) != "finished":
         raise InputError(f"{job.label} is not finished; only finished runs are trimmed (the rest resume)")
@@ -172,7 +172,7 @@ def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Pa
         The files rewritten (atomically, through the project's own writers).
 
     Raises:
-        ValueError: the folder is not a finished run (its paths are still needed to resume; not
+        InputError: the folder is not a finished run (its paths are still needed to resume; not
             raised with ``unfinished`` for a folder with ``config.json``), or an absolute path would
             remain in one of its files (named, with the path); nothing is written then.
     """

@@ -75,7 +75,7 @@ def ship_unfinished(job: Job, *, keep_epochs: bool = False) -> tuple[int, int]:
     bytes before and after. Safe to run again.
 
     Raises:
-        ValueError: the job is finished (trim it instead) or was never started, or its newest
+        InputError: the job is finished (trim it instead) or was never started, or its newest
             checkpoint has no optimiser state (it could not be resumed).
         RunFolderError: a process is training the run now (its lock is held).
     """
@@ -135,7 +135,7 @@ def run_progress(job: Job) -> dict | None:
         test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
 
     Raises:
-        ValueError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
     """
     if job_state(job) != "interrupted":
         return None

@@ -43,7 +43,7 @@ def get_study(name: str) -> Study:
     """Look a study up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     return _lookup(STUDIES, "study", name)
 
@@ -52,6 +52,6 @@ def get_suite(name: str) -> Suite:
     """Look a Table 1 suite up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     return _lookup(SUITES, "suite", name)
