@@ -11,12 +11,14 @@ Public entry points: :func:`pretrained`, :func:`load_model`, :func:`attention_ma
 (:mod:`attncnn.api`); :func:`build_model`, :func:`list_presets`, :func:`count_parameters`
 (:mod:`attncnn.models`). Layers in :mod:`attncnn.layers`, networks in :mod:`attncnn.models`, data in
 :mod:`attncnn.data`, training in :mod:`attncnn.training`, Theorem 1 in :mod:`attncnn.theory`,
-figures and metrics in :mod:`attncnn.analysis`.
+figures and metrics in :mod:`attncnn.analysis`. Every error a user can fix is an
+:class:`AttncnnError` (:mod:`attncnn.errors`).
 """
 
 from .api import Classifier, LayerAttention, attention_maps, list_pretrained, load_model, pretrained
+from .errors import AttncnnError
 from .models import build_model, count_parameters, list_presets
 
 __version__ = "0.1.0"
 __all__ = ["pretrained", "load_model", "attention_maps", "list_pretrained", "Classifier", "LayerAttention",
-           "build_model", "list_presets", "count_parameters", "__version__"]
+           "build_model", "list_presets", "count_parameters", "AttncnnError", "__version__"]

@@ -14,7 +14,24 @@ import secrets
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json"]
+from .errors import OutputError
+
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "make_folders"]
+
+
+def make_folders(folder: str | os.PathLike[str]) -> Path:
+    """Create ``folder`` and its parents (nothing if it exists) and return it as a Path.
+
+    Raises:
+        attncnn.errors.OutputError (an OSError): it cannot be created (the message names it and the fix).
+    """
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create the folder {folder} ({err.strerror or err}); choose a writable output "
+                          "folder") from err
+    return folder
 
 
 @contextlib.contextmanager
@@ -27,7 +44,7 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     folder's default ACL): written files are the user's to share, as with any other program.
 
     Raises:
-        OSError: if the folder is not writable (the message names the folder).
+        attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it).
     """
     dest = Path(dest)
     folder = dest.parent
@@ -55,7 +72,7 @@ def _create_temp(folder: Path, prefix: str, suffix: str) -> Path:
     reading the umask instead would mean setting it, which races with other threads.
 
     Raises:
-        OSError: if the folder is not writable (the message names the folder).
+        attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it).
     """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
     for _ in range(100):
@@ -65,7 +82,7 @@ def _create_temp(folder: Path, prefix: str, suffix: str) -> Path:
         except FileExistsError:
             continue                  # another writer drew the same name: draw again
         except OSError as err:
-            raise OSError(err.errno, f"cannot write into {folder}: {err.strerror}; "
+            raise OutputError(err.errno, f"cannot write into {folder}: {err.strerror}; "
                                      "choose a writable output folder") from err
         os.close(fd)
         return tmp

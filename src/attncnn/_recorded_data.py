@@ -26,6 +26,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import InputError
+
 __all__ = ["DATA_NAMES", "is_data_name", "run_folder_of", "locate_recorded_data", "not_here_message"]
 
 #: data sets a run names rather than locates
@@ -73,7 +75,7 @@ def locate_recorded_data(stored: str, run: str | os.PathLike[str] | None = None)
         one file a relative ``stored`` names; None where it is not on this machine.
 
     Raises:
-        ValueError: a relative ``stored`` names different files from two of the places tried (the
+        InputError: a relative ``stored`` names different files from two of the places tried (the
             message names both and ``--data``).
     """
     if is_data_name(stored):
@@ -83,7 +85,7 @@ def locate_recorded_data(stored: str, run: str | os.PathLike[str] | None = None)
         return stored if path.exists() else None
     found = list(dict.fromkeys((place / path).resolve() for place in _places(run) if (place / path).exists()))
     if len(found) > 1:
-        raise ValueError(f"{_who(run)} recorded its data set as {stored}, relative to the folder its training "
+        raise InputError(f"{_who(run)} recorded its data set as {stored}, relative to the folder its training "
                          f"started in, and both {found[0]} and {found[1]} fit; pass --data with the one it was "
                          "trained on")
     return str(found[0]) if found else None

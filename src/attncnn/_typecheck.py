@@ -14,6 +14,8 @@ import os
 import types
 import typing
 
+from .errors import InputError
+
 __all__ = ["value_matches", "check_options", "type_words"]
 
 
@@ -30,7 +32,7 @@ def check_options(options: dict, cls: type, kind: str, owner: str | None = None,
             with it, show values as JSON and say what to write there.
 
     Raises:
-        ValueError: ``[<source>: ]unknown <kind> 'key'[ for <owner>] (did you mean 'k'?); <fix>;
+        InputError: ``[<source>: ]unknown <kind> 'key'[ for <owner>] (did you mean 'k'?); <fix>;
             valid options: <fields>`` or ``[<source>: ]<kind> 'key' must be <type in words>, got
             <value> (<its type in words>); <fix>``.
     """
@@ -42,11 +44,11 @@ def check_options(options: dict, cls: type, kind: str, owner: str | None = None,
             close = difflib.get_close_matches(str(key), list(fields), n=1)
             guess = f" (did you mean {close[0]!r}?)" if close else ""
             fix = f"rename or remove it in {source}" if source is not None else "rename or remove it"
-            raise ValueError(f"{where}unknown {kind} {key!r}{' for ' + owner if owner else ''}{guess}; {fix}; "
+            raise InputError(f"{where}unknown {kind} {key!r}{' for ' + owner if owner else ''}{guess}; {fix}; "
                              f"valid options: {', '.join(fields)}")
         if not value_matches(value, hints[key]):
             none = "null" if source is not None else "None"      # a file is JSON; --set and Python say None
-            raise ValueError(f"{where}{kind} {key!r} must be {type_words(hints[key], none)}, got "
+            raise InputError(f"{where}{kind} {key!r} must be {type_words(hints[key], none)}, got "
                              f"{_shown(value, source)} ({_kind_of(value, none)}); "
                              f"{_fix(key, value, hints[key], fields[key], source)}")
 

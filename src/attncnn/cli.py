@@ -1,6 +1,7 @@
 """Command line: ``attncnn train | evaluate | presets``. Thin: parses arguments, calls the library.
 
-Errors raised by the library become one line on stderr and exit status 2. A training run stopped
+User errors (:class:`attncnn.AttncnnError`) become one line on stderr and exit status 2; any other
+exception keeps its traceback (exit status 1). A training run stopped
 by SIGINT / SIGTERM saves a resumable checkpoint, prints the ``--resume`` command on stderr and
 exits with 130 / 143. Called in-process, :func:`main` lets Ctrl-C through as KeyboardInterrupt
 (so that a test suite calling it stops); the executable, :func:`console_main`, makes it 130.
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from .analysis import command as analysis_command
 from .analysis.viewer import command as viewer_command
+from .errors import AttncnnError, InputError, MissingFileError
 from .perf.bench import command as bench_command
 from .perf.precision import PRECISIONS
 from .reproduce import command as reproduce_command
@@ -135,7 +137,7 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
     (:func:`attncnn.runs.await_pointed`), so no rank resumes with the old configuration.
 
     Raises:
-        ValueError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
+        InputError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
             without ``--data``; no ``--data`` for a run whose data set is not on this machine.
         RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """
@@ -146,13 +148,13 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
         return
     if "data" not in given:
         if "data_dir" in given:
-            raise ValueError("--data-dir with --resume needs --data too: the run's data set on this machine "
+            raise InputError("--data-dir with --resume needs --data too: the run's data set on this machine "
                              f"(it was trained on {Path(stored).name})")
         # found here (a relative path is recorded absolute), or refused with the flag that fixes it
         (point_at_data if main else await_pointed)(out, None)
         return
     if not same_data_file(stored, given["data"]):
-        raise ValueError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
+        raise InputError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
                          f"data set is on this machine, got {given['data']!r} (start a new run with --init-from "
                          "to train on another)")
     (point_at_data if main else await_pointed)(out, given["data"], given.get("data_dir"))
@@ -167,13 +169,13 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
     given = given_options(args)                  # only the options the user passed
     if "preset" not in given and not args.resume:
-        raise ValueError("--preset is required: e.g. --preset demo (a 79 k-parameter model, 5 epochs, minutes on "
+        raise InputError("--preset is required: e.g. --preset demo (a 79 k-parameter model, 5 epochs, minutes on "
                          "a CPU); `attncnn presets` lists them all with their parameter counts")
     preset = given.pop("preset", TrainConfig.preset)
     resume_path = args.resume if isinstance(args.resume, str) else None
     out = Path(resume_path or args.out or f"runs/{preset}")
     if args.resume and args.overwrite:
-        raise ValueError("--resume and --overwrite exclude each other")
+        raise InputError("--resume and --overwrite exclude each other")
     mode = "resume" if args.resume else ("overwrite" if args.overwrite else "new")
     config = None
     if mode == "resume":
@@ -185,7 +187,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         flags = [flag_name(f) for f in dataclasses.fields(TrainConfig)
                  if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS + _DATA_OPTIONS]
         if flags:
-            raise ValueError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
+            raise InputError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
                              "cannot change it (only --device, --precision and --compile can, and --data says "
                              "where its data set is here). Drop them, or start a new run with --init-from on its "
                              "checkpoint")
@@ -200,7 +202,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             try:
                 given["init_from"] = str(checkpoint_of(given["init_from"]))
             except FileNotFoundError as err:
-                raise FileNotFoundError(f"--init-from: {err}") from err
+                raise MissingFileError(f"--init-from: {err}") from err
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
         plan = make_plan(config)                  # this machine's device, precision, paths, compile
     summary = train(config, out, plan, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)
@@ -231,18 +233,18 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
     classes = meta.get("classes")
     if classes is not None and len(classes) != dataset.num_classes:
-        raise ValueError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
+        raise InputError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
                          "pass the --data the model was trained on")
     trained, given = training_image_size(meta), tuple(dataset.test.images.shape[-2:])
     if trained is not None and given != trained:
-        raise ValueError(f"{checkpoint} was trained on {trained[0]}x{trained[1]} images (height x width), but the "
+        raise InputError(f"{checkpoint} was trained on {trained[0]}x{trained[1]} images (height x width), but the "
                          f"test images of {spec} are {given[0]}x{given[1]}; its answers for another size are "
                          f"unreliable. Evaluate it on images of {trained[0]}x{trained[1]} (the data set it was "
                          "trained on), or resize them first")
     test, indices = dataset.test, None
     if args.sample is not None:
         if not 1 <= args.sample <= len(test):
-            raise ValueError(f"--sample must be between 1 and {len(test)} (the test images of {spec}), "
+            raise InputError(f"--sample must be between 1 and {len(test)} (the test images of {spec}), "
                              f"got {args.sample}")
         indices = class_balanced_subset(test.labels, args.sample, seed=0)
         test = ImageSplit(test.images[indices], test.labels[indices])
@@ -326,8 +328,10 @@ class _ReportedInterrupt(KeyboardInterrupt):
 def main(argv: list[str] | None = None) -> int:
     """Run the ``attncnn`` command given by ``argv`` in this process; returns the exit status.
 
-    Errors of the library become one line on stderr and status 2; SIGTERM during training,
-    status 143 after the ``--resume`` line.
+    Errors a user can fix (:class:`attncnn.AttncnnError` and its subclasses) become one line on stderr,
+    ``attncnn <command>: error: <message>``, and status 2; SIGTERM during training, status 143 after the
+    ``--resume`` line. Any other exception is a bug: it propagates with its traceback
+    (:func:`console_main` then exits with Python's status 1).
 
     Raises:
         KeyboardInterrupt: Ctrl-C (SIGINT), also when training turned it into a saved checkpoint
@@ -337,9 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
-    from .data import DataError
-    from .runs import CheckpointError, RunFolderError
-    from .training import TrainingError, TrainingInterrupted
+    from .training import TrainingInterrupted
 
     try:
         _process_setup(args)
@@ -349,8 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         if err.signum == signal.SIGINT:
             raise _ReportedInterrupt() from err
         return err.exit_status
-    except (ValueError, DataError, RunFolderError, CheckpointError, TrainingError, FileNotFoundError,
-            OSError) as err:
+    except AttncnnError as err:       # a user error; any other exception is a bug and keeps its traceback
         print(f"attncnn {args.command}: error: {err}", file=sys.stderr)
         return 2
 

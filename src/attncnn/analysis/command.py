@@ -1,7 +1,7 @@
 """``attncnn plot | inspect | report``: figures, per-head metrics, Table 1.
 
 Registered by :mod:`attncnn.cli`; each handler returns the exit status. Errors are raised as
-ValueError/OSError/FileNotFoundError (the CLI turns them into one stderr line and exit 2).
+attncnn.AttncnnError and its subclasses (the CLI turns them into one stderr line and exit 2).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import re
 from pathlib import Path
 
+from ..errors import InputError
 from ..perf.precision import running_at
 from ..runs.options import add_precision_option
 
@@ -112,7 +113,7 @@ def _figure_set(text: str) -> set[str]:
     chosen = {t.strip() for t in text.split(",") if t.strip()}
     unknown = chosen - set(FIGURES)
     if unknown or not chosen:
-        raise ValueError(f"unknown figure(s) {', '.join(sorted(unknown)) or text!r}; choose from {', '.join(FIGURES)}")
+        raise InputError(f"unknown figure(s) {', '.join(sorted(unknown)) or text!r}; choose from {', '.join(FIGURES)}")
     return chosen
 
 
@@ -120,7 +121,7 @@ def _formats(text: str) -> list[str]:
     formats = [f.strip().lower().lstrip(".") for f in text.split(",") if f.strip()]
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad or not formats:
-        raise ValueError(f"unsupported figure format(s) {bad or text!r}; use png, pdf or svg")
+        raise InputError(f"unsupported figure format(s) {bad or text!r}; use png, pdf or svg")
     return formats
 
 
@@ -136,9 +137,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
     out = Path(args.out)
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
     if labels is not None and len(labels) != len(args.runs):
-        raise ValueError(f"--labels gives {len(labels)} labels for {len(args.runs)} runs")
+        raise InputError(f"--labels gives {len(labels)} labels for {len(args.runs)} runs")
     if labels is not None and len(set(labels)) != len(labels):
-        raise ValueError(f"--labels must be distinct (one curve each), got {args.labels!r}")
+        raise InputError(f"--labels must be distinct (one curve each), got {args.labels!r}")
     runs = label_runs([open_run(path) for path in args.runs])     # "<preset> seed <seed>", made distinct
     written: list[Path] = []
     curves = {}
@@ -162,7 +163,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         if quadratic and "evolution" in wanted:
             layer = min(4, len(layers)) if args.layer is None else args.layer
             if not 1 <= layer <= len(layers):
-                raise ValueError(f"--layer {layer} does not exist: {run.name} has layers 1..{len(layers)}")
+                raise InputError(f"--layer {layer} does not exist: {run.name} has layers 1..{len(layers)}")
             snapshots = [(e, load_model(p)[0]) for e, p in run.periodic_checkpoints()]
             if not snapshots:
                 log.warning("%s: no periodic checkpoints (train with --checkpoint-every); skipping 'evolution'",
@@ -198,7 +199,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
         else:
             log.warning("no run has logged test accuracies; skipping 'accuracy'")
     if not written:
-        raise ValueError("no figure applies to these runs and --figures; see `attncnn plot --help`")
+        raise InputError("no figure applies to these runs and --figures; see `attncnn plot --help`")
     for path in written:
         print(path)
     return 0
@@ -246,9 +247,9 @@ def cmd_report(args: argparse.Namespace) -> int:
     from .runs import label_runs, open_run
 
     if not args.runs and not args.preset:
-        raise ValueError("give at least one RUN or --preset NAME")
+        raise InputError("give at least one RUN or --preset NAME")
     if args.json and args.markdown:
-        raise ValueError("--json and --markdown exclude each other")
+        raise InputError("--json and --markdown exclude each other")
     kwargs = {"speed": not args.no_speed, "batch_size": args.batch_size, "image_size": args.image_size}
     with _quiet_logs(args.json), running_at(args.precision):
         rows = [run_row(run, **kwargs) for run in label_runs([open_run(path) for path in args.runs])]

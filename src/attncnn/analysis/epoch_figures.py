@@ -19,6 +19,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from ..errors import InputError
 from .figures import _legend, _panel_grid, _window_radius, draw_quadratic_layer, head_colors
 
 __all__ = ["seed_curves_figure", "centres_over_epochs_figure"]
@@ -36,10 +37,10 @@ def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence
         title: figure title.
 
     Raises:
-        ValueError: no curves.
+        InputError: no curves.
     """
     if not curves or not any(curves.values()):
-        raise ValueError("no per-layer curves to plot (only position-only models log them every epoch)")
+        raise InputError("no per-layer curves to plot (only position-only models log them every epoch)")
     rows, cols = _panel_grid(len(curves))
     fig = Figure(figsize=(3.4 * cols, 2.7 * rows + 0.3), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
@@ -76,10 +77,10 @@ def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
         title: figure title.
 
     Raises:
-        ValueError: no layer or no epoch to draw.
+        InputError: no layer or no epoch to draw.
     """
     if not layers or not drawn:
-        raise ValueError("no centres to draw: the run logged no quadratic centres per epoch")
+        raise InputError("no centres to draw: the run logged no quadratic centres per epoch")
     every = np.concatenate([c for snaps in layers.values() for _, c, _ in snaps])
     radius = _window_radius(every)
     fig = Figure(figsize=(2.5 * len(drawn), 2.5 * len(layers) + 0.6), layout="constrained")

@@ -31,7 +31,8 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from .._io import atomic_path
+from .._io import atomic_path, make_folders
+from ..errors import InputError
 from ..layers import QuadraticAttention
 from .maps import LayerMaps, attention_layers
 from .metrics import degenerate_heads, quadratic_head_parameters
@@ -62,13 +63,13 @@ def mass_threshold(values, mass: float) -> float:
         smallest of them would leave less.
 
     Raises:
-        ValueError: ``mass`` outside (0, 1], negative values or a zero total.
+        InputError: ``mass`` outside (0, 1], negative values or a zero total.
     """
     if not 0 < mass <= 1:
-        raise ValueError(f"mass must be in (0, 1], got {mass}")
+        raise InputError(f"mass must be in (0, 1], got {mass}")
     v = np.asarray(values, dtype=np.float64).ravel()
     if v.size == 0 or v.min() < 0 or v.sum() <= 0:
-        raise ValueError("values must be non-negative with a positive total")
+        raise InputError("values must be non-negative with a positive total")
     order = np.sort(v)[::-1]
     cum = np.cumsum(order) / order.sum()
     index = min(int(np.searchsorted(cum, mass - 1e-12)), order.size - 1)
@@ -160,7 +161,7 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
 def _quadratic_layers(model) -> list[QuadraticAttention]:
     layers = attention_layers(model)
     if not all(layer.has_centers for layer in layers):
-        raise ValueError("centre/contour figures need a quadratic-attention model (presets quadratic, "
+        raise InputError("centre/contour figures need a quadratic-attention model (presets quadratic, "
                          "quadratic-generalized, many-heads, demo); use the attention-map grid for others")
     return layers
 
@@ -188,7 +189,7 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
         radius: common window half-width (default: large enough for every layer's centres).
 
     Raises:
-        ValueError: the model is not a quadratic-attention transformer.
+        InputError: the model is not a quadratic-attention transformer.
     """
     layers = _quadratic_layers(model)
     params = [quadratic_head_parameters(layer) for layer in layers]
@@ -223,15 +224,15 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
         title: figure title.
 
     Raises:
-        ValueError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
+        InputError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
     """
     if not snapshots:
-        raise ValueError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
+        raise InputError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
     params = []
     for epoch, model in snapshots:
         layers = _quadratic_layers(model)
         if not 1 <= layer <= len(layers):
-            raise ValueError(f"layer {layer} does not exist: the model has layers 1..{len(layers)}")
+            raise InputError(f"layer {layer} does not exist: the model has layers 1..{len(layers)}")
         params.append((epoch, quadratic_head_parameters(layers[layer - 1]), _degenerate(layers[layer - 1])))
     radius = max(_window_radius(p["center"].numpy()) for _, p, _ in params)
     rows, cols = _panel_grid(len(params), max_cols=4)
@@ -262,14 +263,14 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         image_index: which image of a per-image batch to draw (ignored for batch-1 maps).
 
     Raises:
-        ValueError: empty ``maps`` or a query outside the grid.
+        InputError: empty ``maps`` or a query outside the grid.
     """
     if not maps:
-        raise ValueError("no attention maps to draw")
+        raise InputError("no attention maps to draw")
     h, w = maps[0].height, maps[0].width
     r, c = query
     if not (0 <= r < h and 0 <= c < w):
-        raise ValueError(f"query token ({r}, {c}) is outside the {h}x{w} token grid")
+        raise InputError(f"query token ({r}, {c}) is outside the {h}x{w} token grid")
     nh = max(m.values.shape[1] for m in maps)
     extra = 1 if image is not None else 0
     fig = Figure(figsize=(1.3 * (nh + extra) + 0.4, 1.3 * len(maps) + 0.5), layout="constrained")
@@ -330,10 +331,10 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
             e.g. the min and max over seeds around their mean (no band where low == high).
 
     Raises:
-        ValueError: no curves.
+        InputError: no curves.
     """
     if not curves:
-        raise ValueError("no runs to plot")
+        raise InputError("no runs to plot")
     fig = Figure(figsize=(6, 4), layout="constrained")
     ax = fig.subplots()
     for label, (epochs, acc) in curves.items():
@@ -368,10 +369,10 @@ def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Seque
         xlabel: x-axis label (the curves' x values are epochs by default).
 
     Raises:
-        ValueError: no panel, or a panel without curves.
+        InputError: no panel, or a panel without curves.
     """
     if not panels or not all(panels.values()):
-        raise ValueError("no per-layer curves to plot (only position-only models log them every epoch)")
+        raise InputError("no per-layer curves to plot (only position-only models log them every epoch)")
     fig = Figure(figsize=(4.2 * len(panels), 3.4), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     for ax, (ylabel, curves) in zip(axes, panels.items()):
@@ -401,10 +402,10 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", 
         The files written.
 
     Raises:
-        OSError: the folder is not writable.
+        attncnn.errors.OutputError (an OSError): the folder is not writable.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     written = []
     for fmt in formats:
         dest = path.with_suffix(f".{fmt}")

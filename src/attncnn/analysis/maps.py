@@ -24,6 +24,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 from torch import nn
 
+from ..errors import InputError
 from ..layers import GridAttention, is_attention_layer
 
 __all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "run_recorded", "attention_maps",
@@ -59,12 +60,12 @@ def attention_layers(model: nn.Module) -> list[GridAttention]:
     """The attention layer of every block of an image transformer, first block first.
 
     Raises:
-        ValueError: the model has no attention blocks (e.g. the ResNet18 baseline).
+        InputError: the model has no attention blocks (e.g. the ResNet18 baseline).
     """
     blocks = getattr(model, "blocks", None)
     layers = [getattr(b, "attention", None) for b in blocks] if blocks is not None else []
     if not layers or not all(is_attention_layer(a) for a in layers):
-        raise ValueError(f"{type(model).__name__} has no self-attention blocks; attention maps and "
+        raise InputError(f"{type(model).__name__} has no self-attention blocks; attention maps and "
                          "metrics need an image-transformer run (not the ResNet baseline)")
     return layers
 
@@ -74,12 +75,12 @@ def default_grid_size(model: nn.Module, image_size: int | tuple[int, int] = 32) 
     ``(height, width)`` images, after the model's pooling.
 
     Raises:
-        ValueError: a side not divisible by the pooling width.
+        InputError: a side not divisible by the pooling width.
     """
     pooling = getattr(getattr(model, "config", None), "pooling", 1)
     height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
     if height % pooling or width % pooling:
-        raise ValueError(f"image size {height}x{width} is not divisible by the pooling width {pooling}")
+        raise InputError(f"image size {height}x{width} is not divisible by the pooling width {pooling}")
     return height // pooling, width // pooling
 
 
@@ -96,7 +97,7 @@ def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
     ``__call__`` (use ``layer.forward(...)`` or the layer's methods), which would re-enter the hook.
 
     Raises:
-        ValueError: the model has no attention blocks.
+        InputError: the model has no attention blocks.
     """
     handles = []
 
@@ -145,7 +146,7 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
 
     Raises:
-        ValueError: unknown ``kind``, or a kind the layer does not have (content scores of a
+        InputError: unknown ``kind``, or a kind the layer does not have (content scores of a
             position-only layer, positional scores of a plain content layer).
     """
     return layer_values_by_kind(layer, x, (kind,))[kind]
@@ -160,7 +161,7 @@ def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[
         ``{kind: values}`` for every kind in ``kinds``, shaped as :func:`layer_values` says.
 
     Raises:
-        ValueError: as :func:`layer_values`.
+        InputError: as :func:`layer_values`.
     """
     _check_kinds(kinds)
     _, h, w, _ = x.shape
@@ -170,7 +171,7 @@ def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[
     if "content" in kinds or "positional" in kinds:
         content, positional = layer.score_terms(x)
         if "positional" in kinds and positional is None:
-            raise ValueError(f"{type(layer).__name__} has no positional scores")
+            raise InputError(f"{type(layer).__name__} has no positional scores")
     out = {"content": content, "positional": positional}
     if "scores" in kinds:
         out["scores"] = layer.input_scores(x)
@@ -182,7 +183,7 @@ def layer_values_by_kind(layer: GridAttention, x: torch.Tensor, kinds: Sequence[
 def _check_kinds(kinds: Sequence[str]) -> None:
     for kind in kinds:
         if kind not in VALUE_KINDS:
-            raise ValueError(f"unknown attention value kind {kind!r}; choose one of {', '.join(VALUE_KINDS)}")
+            raise InputError(f"unknown attention value kind {kind!r}; choose one of {', '.join(VALUE_KINDS)}")
 
 
 def _position_values(layer: GridAttention, height: int, width: int, kind: str) -> torch.Tensor:
@@ -190,7 +191,7 @@ def _position_values(layer: GridAttention, height: int, width: int, kind: str) -
     if kind == "probs":
         return layer.grid_probs(height, width)
     if kind not in ("scores", "positional"):
-        raise ValueError(f"{type(layer).__name__} has no {kind} scores (it is position-only); use probs or scores")
+        raise InputError(f"{type(layer).__name__} has no {kind} scores (it is position-only); use probs or scores")
     return layer.grid_scores(height, width).unsqueeze(0)
 
 
@@ -218,7 +219,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
         batch 1 when averaged or position-only (``Q`` = number of kept queries or ``H*W``).
 
     Raises:
-        ValueError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
+        InputError: no attention blocks, bad image shape, unknown ``kind``, empty ``images``.
     """
     return attention_maps_by_kind(model, images, (kind,), average=average, queries=queries,
                                   batch_size=batch_size)[kind]
@@ -236,12 +237,12 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
         ``{kind: [LayerMaps per block]}``, each list as :func:`attention_maps` returns it.
 
     Raises:
-        ValueError: as :func:`attention_maps`, or no ``kinds``.
+        InputError: as :func:`attention_maps`, or no ``kinds``.
     """
     if images.dim() != 4 or images.shape[0] == 0:
-        raise ValueError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
+        raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
     if not kinds:
-        raise ValueError(f"give at least one attention value kind: {', '.join(VALUE_KINDS)}")
+        raise InputError(f"give at least one attention value kind: {', '.join(VALUE_KINDS)}")
     _check_kinds(kinds)
     layers = attention_layers(model)
     # kept[(kind, layer)]: the maps of each batch, or their running sum (average), or the one
@@ -291,12 +292,12 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
         One :class:`LayerMaps` per block with values ``(1, N_h, H*W, H*W)`` (CPU, float32).
 
     Raises:
-        ValueError: no attention blocks, a layer that depends on the input (pass images to
+        InputError: no attention blocks, a layer that depends on the input (pass images to
             :func:`attention_maps` instead), or a kind other than these.
     """
     layers = attention_layers(model)
     if not all(layer.position_only for layer in layers):
-        raise ValueError("this model's attention depends on the input: compute its maps from images "
+        raise InputError("this model's attention depends on the input: compute its maps from images "
                          "(attention_maps(model, images))")
     _check_kinds((kind,))
     h, w = grid_size or default_grid_size(model)

@@ -37,6 +37,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ..errors import InputError
 from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
 from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
@@ -55,7 +56,7 @@ def _query_mask(height: int, width: int, margin: int) -> torch.Tensor:
     r, c = pos[:, 0], pos[:, 1]
     mask = (r >= margin) & (r <= height - 1 - margin) & (c >= margin) & (c <= width - 1 - margin)
     if not bool(mask.any()):
-        raise ValueError(f"no query of the {height}x{width} grid is {margin} tokens from every border; "
+        raise InputError(f"no query of the {height}x{width} grid is {margin} tokens from every border; "
                          "lower the margin")
     return mask
 
@@ -77,20 +78,20 @@ def head_statistics(probs: torch.Tensor, height: int, width: int, *, margin: int
         entropy in nats).
 
     Raises:
-        ValueError: shapes that do not fit the grid, or no query inside the margin.
+        InputError: shapes that do not fit the grid, or no query inside the margin.
     """
     if probs.dim() == 3:
         probs = probs.unsqueeze(0)
     n = height * width
     if probs.dim() != 4 or probs.shape[-1] != n:
-        raise ValueError(f"expected probabilities (B, N_h, Q, {n}) for a {height}x{width} grid, "
+        raise InputError(f"expected probabilities (B, N_h, Q, {n}) for a {height}x{width} grid, "
                          f"got {tuple(probs.shape)}")
     q_index = torch.arange(n) if queries is None else torch.as_tensor(list(queries), dtype=torch.long)
     if probs.shape[-2] != len(q_index):
-        raise ValueError(f"probabilities hold {probs.shape[-2]} queries but {len(q_index)} query indices were given")
+        raise InputError(f"probabilities hold {probs.shape[-2]} queries but {len(q_index)} query indices were given")
     keep = _query_mask(height, width, margin)[q_index]
     if not bool(keep.any()):
-        raise ValueError(f"none of the given queries is {margin} tokens from every border")
+        raise InputError(f"none of the given queries is {margin} tokens from every border")
     p = probs.detach().double().cpu()[:, :, keep, :]                     # (B, N_h, Q', N)
     delta = relative_offsets(height, width, dtype=torch.float64)[q_index[keep]]   # (Q', N, 2)
     dist = delta.norm(dim=-1)                                            # (Q', N)
@@ -158,10 +159,10 @@ def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
     ``{-K/2, ..., K/2 - 1}`` or ``{-K/2 + 1, ..., K/2}`` (all contain the query's own shift 0).
 
     Raises:
-        ValueError: ``kernel_size < 1``.
+        InputError: ``kernel_size < 1``.
     """
     if kernel_size < 1:
-        raise ValueError(f"kernel size must be >= 1, got {kernel_size}")
+        raise InputError(f"kernel size must be >= 1, got {kernel_size}")
     k = kernel_size
     starts = [-(k // 2)] if k % 2 else [-(k // 2), -(k // 2) + 1]
     grids = []
@@ -198,7 +199,7 @@ def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
         lengths = sorted({len(r) for r in rows})
         raise ValueError(f"need an n x m cost matrix with n <= m, got {n} rows of lengths {lengths}")
     if not all(math.isfinite(v) for r in rows for v in r):
-        raise ValueError("the cost matrix holds NaN or infinite entries; an assignment needs finite costs")
+        raise InputError("the cost matrix holds NaN or infinite entries; an assignment needs finite costs")
     _, cols = linear_sum_assignment(rows)               # with n <= m every row is assigned, rows in order
     return [int(c) for c in cols]
 
@@ -218,15 +219,15 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
         contain a ``K x K`` grid.
 
     Raises:
-        ValueError: wrong shape or ``K^2 > N_h``.
+        InputError: wrong shape or ``K^2 > N_h``.
     """
     centers = torch.as_tensor(centers, dtype=torch.float64).detach().cpu()
     if centers.dim() != 2 or centers.shape[1] != 2 or centers.shape[0] == 0:
-        raise ValueError(f"centres must be (N_h, 2), got {tuple(centers.shape)}")
+        raise InputError(f"centres must be (N_h, 2), got {tuple(centers.shape)}")
     nh = centers.shape[0]
     k = math.isqrt(nh) if kernel_size is None else kernel_size
     if k < 1 or k * k > nh:
-        raise ValueError(f"a {k}x{k} kernel needs {k * k} heads, the layer has {nh}")
+        raise InputError(f"a {k}x{k} kernel needs {k * k} heads, the layer has {nh}")
     best = None
     for grid in kernel_grids(k):
         cost = torch.cdist(grid, centers)                   # (K^2, N_h): shifts x heads
@@ -308,13 +309,13 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         quadratic heads, ``gate`` for GPSA heads).
 
     Raises:
-        ValueError: no attention blocks, or an input-dependent model without images.
+        InputError: no attention blocks, or an input-dependent model without images.
     """
     layers = attention_layers(model)
     position_only = all(layer.position_only for layer in layers)
     if images is None:
         if not position_only:
-            raise ValueError("this model's attention depends on the input: metrics need test images")
+            raise InputError("this model's attention depends on the input: metrics need test images")
         maps = position_maps(model, grid_size)
         stats = [head_statistics(m.values, m.height, m.width, margin=margin) for m in maps]
         h, w = maps[0].height, maps[0].width

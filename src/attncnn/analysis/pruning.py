@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from ..data import run_data
+from ..errors import InputError
 from ..layers import QuadraticAttention
 from ..models import ImageTransformerConfig, count_parameters
 from ..runs import resolve_config
@@ -86,10 +87,10 @@ def prune_layer(layer: QuadraticAttention, keep: torch.Tensor) -> QuadraticAtten
         raise TypeError(f"only quadratic layers can be pruned, got {type(layer).__name__}")
     keep = torch.as_tensor(keep, dtype=torch.bool).cpu()
     if keep.shape != (layer.num_heads,):
-        raise ValueError(f"keep mask must have shape ({layer.num_heads},), got {tuple(keep.shape)}")
+        raise InputError(f"keep mask must have shape ({layer.num_heads},), got {tuple(keep.shape)}")
     kept = int(keep.sum())
     if kept == 0:
-        raise ValueError("cannot prune every head of a layer: the layer would have no output")
+        raise InputError("cannot prune every head of a layer: the layer would have no output")
     new = QuadraticAttention(layer.dim, kept, full_covariance=layer.full_covariance,
                              center_init_std=layer.center_init_std, spread_init_std=layer.spread_init_std,
                              head_dim=layer.head_dim, out_dim=layer.out_dim, attn_drop=layer.attn_drop.p)
@@ -120,11 +121,11 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
     network that takes ``model.state_dict()`` as it is.
 
     Raises:
-        ValueError: the model has no attention blocks or non-quadratic ones.
+        InputError: the model has no attention blocks or non-quadratic ones.
     """
     layers = attention_layers(model)
     if not all(layer.has_centers for layer in layers):
-        raise ValueError("pruning degenerate heads needs a quadratic-attention model (a quadratic or "
+        raise InputError("pruning degenerate heads needs a quadratic-attention model (a quadratic or "
                          "quadratic-generalized preset)")
     before = count_parameters(model)
     pruned, heads_before, heads_after = [], [], []
@@ -164,11 +165,11 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
         condition_number, min_eigenvalue: the thresholds used (recorded only).
 
     Raises:
-        ValueError: ``model`` is not an image transformer.
+        InputError: ``model`` is not an image transformer.
     """
     config = getattr(model, "config", None)
     if not isinstance(config, ImageTransformerConfig):
-        raise ValueError(f"only image transformers can be saved as pruned checkpoints, got {type(model).__name__}")
+        raise InputError(f"only image transformers can be saved as pruned checkpoints, got {type(model).__name__}")
     # The source's last metrics are left out: they describe the unpruned network.
     meta = {k: v for k, v in source_metadata.items()
             if k in ("epoch", "classes", "dataset", "dataset_name", "image_size", "config")}
@@ -195,10 +196,10 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
         An ``attncnn.runs.TrainConfig``.
 
     Raises:
-        ValueError: the stored configuration is not valid (the message names the key).
+        InputError: the stored configuration is not valid (the message names the key).
     """
     if not isinstance(source_config, dict) or "preset" not in source_config:
-        raise ValueError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
+        raise InputError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
                          "pruning can only fine-tune runs written by `attncnn train`")
     stored = {k: v for k, v in source_config.items() if k not in ("preset", "model", "init_from")}
     stored["data"] = run_data(stored.get("data"), overrides.get("data"))   # shipped runs store a name only

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
+from ..errors import InputError, MissingFileError
 from ..runs import RunFolder, load_model, read_withheld
 from ..runs.loading import DEFAULT_CHECKPOINT, build_checked, checkpoint_of
 
@@ -21,7 +22,7 @@ __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
 
 
-class ImageIndexError(ValueError):
+class ImageIndexError(InputError):
     """Test-image indices beyond the test split of a data set.
 
     Attributes:
@@ -114,7 +115,7 @@ def open_run(path: str | Path, *, withheld: bool = False) -> Run:
     """
     path = Path(path)
     if not path.exists():
-        raise FileNotFoundError(f"no run folder or checkpoint at {path}")
+        raise MissingFileError(f"no run folder or checkpoint at {path}")
     folder = None
     if path.is_dir():
         folder = RunFolder(path, mode="read")
@@ -153,7 +154,7 @@ def unique_labels(labels: Sequence[str], paths: Sequence[str | Path]) -> list[st
     runs' paths that tells them apart, in brackets (``"demo seed 42 (quadratic)"``).
 
     Raises:
-        ValueError: the same run folder or checkpoint given twice.
+        InputError: the same run folder or checkpoint given twice.
     """
     resolved = [Path(p).resolve() for p in paths]
     out = list(labels)
@@ -162,7 +163,7 @@ def unique_labels(labels: Sequence[str], paths: Sequence[str | Path]) -> list[st
         if len(group) < 2:
             continue
         if len({resolved[i] for i in group}) < len(group):
-            raise ValueError(f"the same run is given twice ({label}: {', '.join(str(paths[i]) for i in group)}); "
+            raise InputError(f"the same run is given twice ({label}: {', '.join(str(paths[i]) for i in group)}); "
                              "give each run once")
         depth = max(len(resolved[i].parts) for i in group)
         for k in range(1, depth + 1):
@@ -178,7 +179,7 @@ def label_runs(runs: Sequence[Run]) -> list[Run]:
     """``runs`` with names made distinct by :func:`unique_labels` (names changed in place).
 
     Raises:
-        ValueError: the same run given twice.
+        InputError: the same run given twice.
     """
     for run, name in zip(runs, unique_labels([r.name for r in runs], [r.path for r in runs])):
         run.name = name
@@ -189,14 +190,14 @@ def parse_indices(text: str) -> list[int]:
     """``"2,3,19,56"`` -> ``[2, 3, 19, 56]``.
 
     Raises:
-        ValueError: not a comma-separated list of non-negative integers.
+        InputError: not a comma-separated list of non-negative integers.
     """
     try:
         values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
-        raise ValueError(f"expected comma-separated image indices such as 2,3,19,56, got {text!r}") from None
+        raise InputError(f"expected comma-separated image indices such as 2,3,19,56, got {text!r}") from None
     if not values or any(v < 0 for v in values):
-        raise ValueError(f"expected non-negative image indices, got {text!r}")
+        raise InputError(f"expected non-negative image indices, got {text!r}")
     return values
 
 
@@ -204,13 +205,13 @@ def parse_query(text: str) -> tuple[int, int]:
     """``"4,5"`` -> ``(4, 5)`` (row, column of the query token).
 
     Raises:
-        ValueError: not two comma-separated integers.
+        InputError: not two comma-separated integers.
     """
     parts = text.split(",")
     try:
         row, col = (int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
+        raise InputError(f"expected a query token as ROW,COL (e.g. 8,8), got {text!r}") from None
     return row, col
 
 

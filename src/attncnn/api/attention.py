@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..analysis import LayerMaps, attention_layers, attention_maps_by_kind, default_grid_size, position_maps
+from ..errors import InputError
 from .classifier import DEFAULT_BATCH_SIZE, Classifier, check_batch_size
 
 __all__ = ["LayerAttention", "attention_maps"]
@@ -71,7 +72,7 @@ def _checked_queries(network: nn.Module, queries: Sequence[int], image: tuple[in
     chosen = [int(q) for q in queries]
     wrong = [q for q in chosen if not 0 <= q < height * width]
     if wrong:
-        raise ValueError(f"queries must be token indices r * W + c in [0, {height * width}) for this model's "
+        raise InputError(f"queries must be token indices r * W + c in [0, {height * width}) for this model's "
                          f"{height}x{width} token grid, got {wrong}")
     return chosen
 
@@ -81,10 +82,10 @@ def _inputs(model: nn.Module, images, resize: bool | str) -> tuple[nn.Module, to
     if isinstance(model, Classifier):
         return model.network, None if images is None else model.preprocess(images, resize=resize)
     if images is not None and not (isinstance(images, torch.Tensor) and images.dtype.is_floating_point):
-        raise ValueError("a bare network takes normalised float images (B, C, H, W); load the model with "
+        raise InputError("a bare network takes normalised float images (B, C, H, W); load the model with "
                          "attncnn.load_model or attncnn.pretrained to pass images in [0, 1] or uint8")
     if resize is not False:
-        raise ValueError("resize needs the training size a Classifier knows: load the model with "
+        raise InputError("resize needs the training size a Classifier knows: load the model with "
                          "attncnn.load_model or attncnn.pretrained, or resize the images yourself")
     return model, images
 
@@ -116,7 +117,7 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
         about 240 MB per term and layer); use ``queries``, ``average=True`` or fewer images for more.
 
     Raises:
-        ValueError: a model without attention layers (the ResNet baseline), images out of range or
+        InputError: a model without attention layers (the ResNet baseline), images out of range or
             of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
             on without ``resize``), no images for a model whose attention depends on them, query
             indices outside the token grid, or a ``batch_size`` that is not a positive integer.
@@ -129,7 +130,7 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
     kinds = ["probs", *(_score_kinds(network) if scores else [])]
     if x is None:
         if not all(layer.position_only for layer in layers):
-            raise ValueError("this model's attention depends on the image: pass images, e.g. "
+            raise InputError("this model's attention depends on the image: pass images, e.g. "
                              "attention_maps(model, images) with images (B, 3, 32, 32) in [0, 1]")
         by_kind = {kind: position_maps(network, kind=kind) for kind in kinds}
         if queries is not None:

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import CIFAR_MEAN, CIFAR_STD
+from ..errors import InputError
 from ..runs import is_data_name
 from ..runs import load_model as _load_network
 from ..runs.loading import checkpoint_of
@@ -46,10 +47,10 @@ def check_batch_size(batch_size) -> int:
     the API (:meth:`Classifier.predict`, :func:`attncnn.attention_maps`, ...).
 
     Raises:
-        ValueError: not a positive integer (a bool, a float or a value below 1).
+        InputError: not a positive integer (a bool, a float or a value below 1).
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer (images per forward pass), got {batch_size!r}")
+        raise InputError(f"batch_size must be a positive integer (images per forward pass), got {batch_size!r}")
     return int(batch_size)
 
 
@@ -57,7 +58,7 @@ def _check_range(values: torch.Tensor) -> None:
     """Refuse float images that are not finite or not in ``[0, 1]`` (with :data:`_RANGE_SLACK`),
     naming what they look like and the fix (see :meth:`Classifier.preprocess`)."""
     if not torch.isfinite(values).all():
-        raise ValueError(f"images must be finite: {int((~torch.isfinite(values)).sum())} values are NaN or "
+        raise InputError(f"images must be finite: {int((~torch.isfinite(values)).sum())} values are NaN or "
                          "infinite; find where they came from (a division by zero, an empty crop)")
     low, high = (float(v) for v in torch.aminmax(values))
     if low < -_RANGE_SLACK or high > 1 + _RANGE_SLACK:
@@ -67,7 +68,7 @@ def _check_range(values: torch.Tensor) -> None:
             hint = "resampling overshoots [0, 1] a little (bicubic): clamp them, images.clamp(0, 1)"
         else:
             hint = "they look normalised already: give them to model.network, which takes normalised images"
-        raise ValueError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
+        raise InputError(f"images must be in [0, 1] (or uint8 in 0..255), got values in [{low:.3g}, "
                          f"{high:.3g}]; {hint}")
 
 
@@ -96,7 +97,7 @@ def _size(size: Sequence[int] | int) -> tuple[int, int]:
     """``(height, width)`` of an ``image_size`` argument (one side means a square)."""
     sides = (size, size) if isinstance(size, int) else tuple(size) if isinstance(size, Sequence) else ()
     if len(sides) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in sides):
-        raise ValueError(f"image_size must be positive (height, width) pixels or one side, got {size!r}")
+        raise InputError(f"image_size must be positive (height, width) pixels or one side, got {size!r}")
     return sides[0], sides[1]
 
 
@@ -125,7 +126,7 @@ class Classifier(nn.Module):
         image_size: the training size ``(height, width)``, or None (any size is passed on).
 
     Raises:
-        ValueError: ``mean`` and ``std`` of different lengths, or an ``image_size`` that is not
+        InputError: ``mean`` and ``std`` of different lengths, or an ``image_size`` that is not
             positive pixels.
     """
 
@@ -135,7 +136,7 @@ class Classifier(nn.Module):
                  image_size: Sequence[int] | int | None = None) -> None:
         super().__init__()
         if len(mean) != len(std):
-            raise ValueError(f"mean and std need one value per channel each, got {len(mean)} and {len(std)}")
+            raise InputError(f"mean and std need one value per channel each, got {len(mean)} and {len(std)}")
         self.network = network
         self.metadata = dict(metadata or {})
         self.image_size = _size(image_size) if image_size is not None else training_image_size(self.metadata)
@@ -175,7 +176,7 @@ class Classifier(nn.Module):
             ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            ValueError: another rank or channel count, an integer type other than uint8, float
+            InputError: another rank or channel count, an integer type other than uint8, float
                 values that are not finite or outside ``[0, 1]`` (already normalised, or 0..255
                 stored as float),
                 images of another size than the training size without ``resize`` (the message
@@ -192,23 +193,23 @@ class Classifier(nn.Module):
         value for the finiteness test)."""
         x = torch.as_tensor(images) if isinstance(images, np.ndarray) else images
         if not isinstance(x, torch.Tensor):
-            raise ValueError(f"images must be a tensor or NumPy array (B, C, H, W), got {type(images).__name__}")
+            raise InputError(f"images must be a tensor or NumPy array (B, C, H, W), got {type(images).__name__}")
         if x.dim() == 3:
             x = x.unsqueeze(0)
         channels = self.mean.shape[1]
         if x.dim() != 4 or x.shape[1] != channels:
             hint = ("; channels last? images.permute(0, 3, 1, 2) puts them first"
                     if x.dim() == 4 and x.shape[-1] == channels else "")
-            raise ValueError(f"images must be (B, {channels}, H, W) or ({channels}, H, W), channels first, "
+            raise InputError(f"images must be (B, {channels}, H, W) or ({channels}, H, W), channels first, "
                              f"got shape {tuple(x.shape)}{hint}")
         if x.dtype != torch.uint8 and not x.dtype.is_floating_point:
-            raise ValueError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
+            raise InputError(f"images must be float in [0, 1] or uint8 in 0..255, got {x.dtype}")
         if x.dtype != torch.uint8 and x.numel():
             _check_range(x.detach())                  # the checks only: gradients still reach the images
         size = tuple(x.shape[-2:])
         if self.image_size is not None and size != self.image_size and mode is None:
             h, w = self.image_size
-            raise ValueError(
+            raise InputError(
                 f"{self.name} was trained on {h}x{w} images (height x width), got {size[0]}x{size[1]}; its "
                 f"answers for another size are unreliable. Resize them to {h}x{w} first, or pass "
                 f"resize=True (model(images, resize=True), model.predict(images, resize=True), "
@@ -236,9 +237,9 @@ class Classifier(nn.Module):
             return None
         mode = "bilinear" if resize is True else resize
         if mode not in _RESIZE_MODES:
-            raise ValueError(f"resize must be False, True or one of {', '.join(_RESIZE_MODES)}, got {resize!r}")
+            raise InputError(f"resize must be False, True or one of {', '.join(_RESIZE_MODES)}, got {resize!r}")
         if self.image_size is None:
-            raise ValueError(f"{self.name}: the size of its training images is not known (its checkpoint does not "
+            raise InputError(f"{self.name}: the size of its training images is not known (its checkpoint does not "
                              "record it), so there is nothing to resize to: resize the images yourself, or give "
                              "Classifier(..., image_size=(height, width))")
         return mode
@@ -272,7 +273,7 @@ class Classifier(nn.Module):
             ``(B, num_classes)`` logits on the network's device, in its dtype.
 
         Raises:
-            ValueError: as :meth:`preprocess` (all images are checked before the first pass), or a
+            InputError: as :meth:`preprocess` (all images are checked before the first pass), or a
                 ``batch_size`` that is not a positive integer.
         """
         return torch.cat(list(self._batch_logits(images, resize, batch_size)))
@@ -308,7 +309,7 @@ class Classifier(nn.Module):
         images take the memory of ``batch_size`` of them plus the images themselves.
 
         Raises:
-            ValueError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
+            InputError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
         """
         labels = [i for logits in self._batch_logits(images, resize, batch_size)
                   for i in logits.argmax(dim=1).tolist()]
@@ -345,11 +346,11 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).
         attncnn.runs.CheckpointError: not a safe attncnn checkpoint, or corrupt.
-        ValueError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
+        InputError: a stored configuration or weights that do not fit, a non-floating ``dtype``, or
             ``checkpoint`` given with a checkpoint file.
     """
     if not dtype.is_floating_point:
-        raise ValueError(f"dtype must be a floating dtype such as torch.float32, got {dtype}")
+        raise InputError(f"dtype must be a floating dtype such as torch.float32, got {dtype}")
     source = checkpoint_of(path, checkpoint)
     network, meta = _load_network(path, device, checkpoint)      # a folder: logs the checkpoint taken
     network = network.to(dtype=dtype).eval()

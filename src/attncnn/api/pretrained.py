@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from ..errors import InputError, MissingFileError
 from ..models.presets import PRESETS
 from ..runs import read_withheld, withheld_message
 from .classifier import Classifier, load_model
@@ -67,7 +68,7 @@ def _candidates(name: str, seed: int, roots: list[Path]) -> list[Path]:
     every suite folder (``<root>/<suite>/<name>/seed<seed>``), then ``<root>/<name>/seed<seed>``."""
     parts = Path(name).parts
     if not name or Path(name).is_absolute() or ".." in parts:
-        raise ValueError(f"a pretrained model's name is a preset such as 'quadratic-mini' or a path under "
+        raise InputError(f"a pretrained model's name is a preset such as 'quadratic-mini' or a path under "
                          f"results/ such as 'efficiency/gpsa-mini/10pct', got {name!r}")
     out = []
     for root in roots:
@@ -122,7 +123,7 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
     its longest finished run (the most epochs; see the module's description).
 
     Raises:
-        ValueError: a name that is neither a preset nor a relative path.
+        InputError: a name that is neither a preset nor a relative path.
         FileNotFoundError: no such trained model; the message names every folder looked in,
             what was found there, and how to point at a clone's ``results/``.
     """
@@ -135,7 +136,7 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
             log.info("%s seed %d: the %d-epoch run %s (also trained: %s)", name, seed, _epochs(chosen), chosen,
                      ", ".join(f"{f} ({_epochs(f)} epochs)" for f in others))
         return chosen
-    raise FileNotFoundError(_not_found(name, seed, candidates, list_pretrained(root)))
+    raise MissingFileError(_not_found(name, seed, candidates, list_pretrained(root)))
 
 
 def _not_found(name: str, seed: int, candidates: list[Path], available: list[tuple[str, int]]) -> str:
@@ -200,6 +201,6 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
 
     Raises:
         FileNotFoundError: the model is not there (the message names where it looked and the fix).
-        ValueError, attncnn.runs.CheckpointError: as :func:`load_model`.
+        InputError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import torch
 
+from ..errors import AttncnnError, InputError
+
 __all__ = ["ImageSplit", "Dataset", "DataShape", "DataError", "default_data_dir"]
 
 
-class DataError(Exception):
+class DataError(AttncnnError):
     """Any problem with a data set on disk or on the network.
 
     The message names the file or the places looked in, and says how to fix it.
@@ -34,13 +36,13 @@ class ImageSplit:
 
     def __post_init__(self) -> None:
         if self.images.dtype != torch.uint8 or self.images.dim() != 4:
-            raise ValueError(f"ImageSplit.images must be uint8 (N, C, H, W), got {self.images.dtype} "
+            raise InputError(f"ImageSplit.images must be uint8 (N, C, H, W), got {self.images.dtype} "
                              f"{tuple(self.images.shape)}")
         if self.labels.dtype != torch.int64 or self.labels.dim() != 1:
-            raise ValueError(f"ImageSplit.labels must be int64 (N,), got {self.labels.dtype} "
+            raise InputError(f"ImageSplit.labels must be int64 (N,), got {self.labels.dtype} "
                              f"{tuple(self.labels.shape)}")
         if len(self.images) != len(self.labels):
-            raise ValueError(f"ImageSplit has {len(self.images)} images but {len(self.labels)} labels")
+            raise InputError(f"ImageSplit has {len(self.images)} images but {len(self.labels)} labels")
 
     def __len__(self) -> int:
         return len(self.labels)

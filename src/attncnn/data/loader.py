@@ -19,6 +19,7 @@ from typing import Iterator, Sequence
 import torch
 import torch.nn.functional as F
 
+from ..errors import InputError
 from .base import ImageSplit
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "DeviceLoader", "random_crop_flip", "epoch_generator"]
@@ -91,21 +92,21 @@ class DeviceLoader:
                  crop_padding: int = 4, flip: bool = True, drop_last: bool = False, rank: int = 0,
                  world_size: int = 1, dtype: torch.dtype = torch.float32) -> None:
         if batch_size < 1:
-            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+            raise InputError(f"batch_size must be at least 1, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
+            raise InputError(f"need 0 <= rank < world_size, got rank={rank}, world_size={world_size}")
         if crop_padding < 0:
-            raise ValueError(f"crop_padding must be >= 0, got {crop_padding}")
+            raise InputError(f"crop_padding must be >= 0, got {crop_padding}")
         images, labels = split.images, split.labels
         if images.dtype != torch.uint8 or images.dim() != 4:
-            raise ValueError(f"DeviceLoader needs uint8 images (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
+            raise InputError(f"DeviceLoader needs uint8 images (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
         channels = images.shape[1]
         if len(mean) != channels or len(std) != channels:
-            raise ValueError(f"mean and std need {channels} values (one per channel), got {len(mean)} and {len(std)}")
+            raise InputError(f"mean and std need {channels} values (one per channel), got {len(mean)} and {len(std)}")
         if any(s <= 0 for s in std):
-            raise ValueError(f"std must be positive, got {tuple(std)}")
+            raise InputError(f"std must be positive, got {tuple(std)}")
         if not dtype.is_floating_point:
-            raise ValueError(f"dtype must be a floating type, got {dtype}")
+            raise InputError(f"dtype must be a floating type, got {dtype}")
         self.device = torch.device(device)
         self.images = images.to(self.device)
         self.labels = labels.to(device=self.device, dtype=torch.long)
@@ -167,10 +168,10 @@ class DeviceLoader:
         augmentation), so a run resumed in the middle of an epoch starts at once.
 
         Raises:
-            ValueError: ``start_step`` outside ``[0, len(self)]``.
+            InputError: ``start_step`` outside ``[0, len(self)]``.
         """
         if not 0 <= start_step <= len(self):
-            raise ValueError(f"start_step must be in [0, {len(self)}] (the batches of an epoch), got {start_step}")
+            raise InputError(f"start_step must be in [0, {len(self)}] (the batches of an epoch), got {start_step}")
         return self._batches(int(start_step))
 
     def batches(self, epoch: int, start: int = 0) -> Iterator[tuple[int, tuple[torch.Tensor, torch.Tensor]]]:
@@ -179,7 +180,7 @@ class DeviceLoader:
         iterator: it hands control back after every batch.
 
         Raises:
-            ValueError: ``start`` outside ``[0, len(self)]``.
+            InputError: ``start`` outside ``[0, len(self)]``.
         """
         self.set_epoch(epoch)
         return enumerate(self.iter_from(start), start=start)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
+
 __all__ = ["class_balanced_subset", "held_out_indices"]
 
 
@@ -20,12 +22,12 @@ def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tens
         sorted ``int64`` CPU tensor of ``n`` distinct indices into ``labels``.
 
     Raises:
-        ValueError: ``n <= 0`` or ``n > len(labels)``.
+        InputError: ``n <= 0`` or ``n > len(labels)``.
     """
     labels = labels.detach().to("cpu").long().reshape(-1)
     total = len(labels)
     if n <= 0 or n > total:
-        raise ValueError(f"subset size must be between 1 and {total} (the number of examples), got {n}")
+        raise InputError(f"subset size must be between 1 and {total} (the number of examples), got {n}")
     classes, counts = torch.unique(labels, sorted=True, return_counts=True)
     counts = counts.tolist()
     # Water-filling: the highest level L with sum(min(count, L)) <= n, then one more each for the
@@ -66,17 +68,17 @@ def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> to
         ``labels``, none of them in the training subset.
 
     Raises:
-        ValueError: ``n <= 0``; ``subset`` outside ``[1, len(labels)]``, or equal to it (the subset
+        InputError: ``n <= 0``; ``subset`` outside ``[1, len(labels)]``, or equal to it (the subset
             is the whole split: nothing is held out).
     """
     labels = labels.detach().to("cpu").long().reshape(-1)
     if n <= 0:
-        raise ValueError(f"the held-out set needs n >= 1 examples, got {n}")
+        raise InputError(f"the held-out set needs n >= 1 examples, got {n}")
     seen = class_balanced_subset(labels, subset, seed)
     unseen = torch.ones(len(labels), dtype=torch.bool)
     unseen[seen] = False
     rest = torch.nonzero(unseen).flatten()
     if len(rest) == 0:
-        raise ValueError(f"a subset of {subset} of {len(labels)} examples leaves none out to validate on; "
+        raise InputError(f"a subset of {subset} of {len(labels)} examples leaves none out to validate on; "
                          "validate a smaller cell")
     return rest[class_balanced_subset(labels[rest], min(n, len(rest)), seed)]

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .autocast_rules import autocast_dtype
 
 __all__ = ["GridAttention", "check_input_dtype"]
@@ -61,7 +62,7 @@ def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, modu
             (``"x"``, ``"images"``).
 
     Raises:
-        ValueError: naming both dtypes and the fixes: convert the input or the module, or (for a
+        InputError: naming both dtypes and the fixes: convert the input or the module, or (for a
             half-precision input) run under ``torch.autocast``.
     """
     if x.dtype == parameter.dtype:
@@ -70,7 +71,7 @@ def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, modu
         return
     autocast = (f", or keep {parameter.dtype} weights and run under torch.autocast(\"{x.device.type}\", "
                 f"dtype={x.dtype}) for mixed precision" if x.dtype in (torch.float16, torch.bfloat16) else "")
-    raise ValueError(f"{owner} got a {x.dtype} input but its parameters are {parameter.dtype}: convert the input "
+    raise InputError(f"{owner} got a {x.dtype} input but its parameters are {parameter.dtype}: convert the input "
                      f"({name}.to({parameter.dtype})) or the {module} ({module}.to({x.dtype})){autocast}")
 
 
@@ -90,7 +91,7 @@ class GridAttention(nn.Module):
             kernel stores nothing for the gradient; ``attncnn train`` measures both.)
 
     Raises:
-        ValueError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
+        InputError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
             message lists them).
     """
 
@@ -116,13 +117,13 @@ class GridAttention(nn.Module):
                  eval_impl: str | None = None) -> None:
         super().__init__()
         if dim < 1 or num_heads < 1:
-            raise ValueError(f"dim and num_heads must be positive, got dim={dim}, num_heads={num_heads}")
+            raise InputError(f"dim and num_heads must be positive, got dim={dim}, num_heads={num_heads}")
         self.dim = dim
         self.num_heads = num_heads
         self.head_dim = dim if head_dim is None else head_dim
         self.out_dim = dim if out_dim is None else out_dim
         if self.head_dim < 1 or self.out_dim < 1:
-            raise ValueError(f"head_dim and out_dim must be positive, got {self.head_dim}, {self.out_dim}")
+            raise InputError(f"head_dim and out_dim must be positive, got {self.head_dim}, {self.out_dim}")
         self.value_in = None if self.head_dim == dim else nn.Linear(dim, num_heads * self.head_dim)
         self.value = nn.Linear(num_heads * self.head_dim, self.out_dim)
         self.attn_drop = nn.Dropout(attn_drop)
@@ -154,7 +155,7 @@ class GridAttention(nn.Module):
     @impl.setter
     def impl(self, name: str) -> None:
         if name not in self.impls:
-            raise ValueError(f"{self.kind} attention has no impl {name!r}; choose one of {', '.join(self.impls)}")
+            raise InputError(f"{self.kind} attention has no impl {name!r}; choose one of {', '.join(self.impls)}")
         self._impl = name
 
     @property
@@ -165,7 +166,7 @@ class GridAttention(nn.Module):
     @eval_impl.setter
     def eval_impl(self, name: str | None) -> None:
         if name is not None and name not in self.impls:
-            raise ValueError(f"{self.kind} attention has no impl {name!r} (eval_impl); choose one of "
+            raise InputError(f"{self.kind} attention has no impl {name!r} (eval_impl); choose one of "
                              f"{', '.join(self.impls)} or None")
         self._eval_impl = name
 
@@ -198,17 +199,17 @@ class GridAttention(nn.Module):
         "conv"`` asks for :meth:`local_init_`.
 
         Raises:
-            ValueError: naming the field and the fix.
+            InputError: naming the field and the fix.
         """
         if config.impl not in cls.impls_of(kind):
-            raise ValueError(f"{kind} attention has no impl {config.impl!r}; choose one of "
+            raise InputError(f"{kind} attention has no impl {config.impl!r}; choose one of "
                              f"{', '.join(cls.impls_of(kind))}")
         eval_impl = getattr(config, "eval_impl", None)
         if eval_impl is not None and eval_impl not in cls.impls_of(kind):
-            raise ValueError(f"{kind} attention has no impl {eval_impl!r} (eval_impl); choose one of "
+            raise InputError(f"{kind} attention has no impl {eval_impl!r} (eval_impl); choose one of "
                              f"{', '.join(cls.impls_of(kind))} or leave eval_impl unset")
         if config.init == "conv" and not cls.has_positional_term:
-            raise ValueError(f"init='conv' needs a positional attention kind ({kind} attention has no positional "
+            raise InputError(f"init='conv' needs a positional attention kind ({kind} attention has no positional "
                              f"term); choose a kind with one ({', '.join(positional_kinds())}) or init='random'")
 
     @torch.no_grad()
@@ -222,9 +223,9 @@ class GridAttention(nn.Module):
             alpha: locality strength, > 0.
 
         Raises:
-            ValueError: the layer has no positional term, or its tables are too narrow.
+            InputError: the layer has no positional term, or its tables are too narrow.
         """
-        raise ValueError(f"{type(self).__name__} has no positional term, so it cannot start as a convolution; "
+        raise InputError(f"{type(self).__name__} has no positional term, so it cannot start as a convolution; "
                          f"use a positional kind ({', '.join(positional_kinds())}) or init='random'")
 
     # -- shared computation --------------------------------------------------------------------
@@ -247,7 +248,7 @@ class GridAttention(nn.Module):
         (queries on dim -2, keys on dim -1, tokens row-major); each row sums to 1.
 
         Raises:
-            ValueError: wrong rank or channel count.
+            InputError: wrong rank or channel count.
         """
         raise NotImplementedError
 
@@ -255,12 +256,12 @@ class GridAttention(nn.Module):
         """``(B, H, W)`` of a channels-last grid ``x``, checked for every layer's forward.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape), or a
+            InputError: wrong rank or channel count (the message gives the expected shape), or a
                 dtype the layer's products cannot take: another than its parameters' outside
                 autocast, float64 against float32 under it (:func:`check_input_dtype`).
         """
         if x.dim() != 4 or x.shape[-1] != self.dim:
-            raise ValueError(
+            raise InputError(
                 f"{type(self).__name__} expects a channels-last token grid (B, H, W, {self.dim}), "
                 f"got shape {tuple(x.shape)}")
         check_input_dtype(x, self.value.weight, type(self).__name__)

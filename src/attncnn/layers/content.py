@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .autocast_rules import matmul_dtype, score_dtype, softmax_in
 from .base import GridAttention
 from .bilinear import fold_query_map
@@ -75,7 +76,7 @@ class QueryKeyAttention(GridAttention):
             truncated at +-2 (timm's and ConViT's init, 0.02), biases 0; None: PyTorch's default init.
 
     Raises:
-        ValueError: a ``qk_init_std`` that is not positive.
+        InputError: a ``qk_init_std`` that is not positive.
     """
 
     def __init__(self, dim: int, num_heads: int, *, qk_bias: bool = True, qk_init_std: float | None = None,
@@ -85,7 +86,7 @@ class QueryKeyAttention(GridAttention):
         self.key = nn.Linear(dim, num_heads * self.head_dim, bias=qk_bias)
         if qk_init_std is not None:
             if not qk_init_std > 0:
-                raise ValueError(f"qk_init_std must be positive (ConViT: 0.02) or None, got {qk_init_std}")
+                raise InputError(f"qk_init_std must be positive (ConViT: 0.02) or None, got {qk_init_std}")
             with torch.no_grad():
                 for linear in (self.query, self.key):
                     nn.init.trunc_normal_(linear.weight, std=qk_init_std, a=-2.0, b=2.0)
@@ -196,7 +197,7 @@ class ContentAttention(QueryKeyAttention):
             Their sum is :meth:`input_scores` (up to float rounding).
 
         Raises:
-            ValueError: wrong rank or channel count.
+            InputError: wrong rank or channel count.
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
@@ -207,7 +208,7 @@ class ContentAttention(QueryKeyAttention):
         :meth:`score_terms`, built in one pass over the full-size scores.
 
         Raises:
-            ValueError: wrong rank or channel count.
+            InputError: wrong rank or channel count.
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
@@ -217,7 +218,7 @@ class ContentAttention(QueryKeyAttention):
         """Softmax of :meth:`input_scores` over the keys, ``(B, N_h, H*W, H*W)``, float32 at least.
 
         Raises:
-            ValueError: wrong rank or channel count.
+            InputError: wrong rank or channel count.
         """
         scores = self.input_scores(x)
         return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
@@ -251,7 +252,7 @@ class ContentAttention(QueryKeyAttention):
             ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape).
+            InputError: wrong rank or channel count (the message gives the expected shape).
         """
         b, h, w = self.check_input(x)
         path = "explicit" if return_attention else self.path(h, w)
@@ -299,7 +300,7 @@ class ContentAttention(QueryKeyAttention):
         product of :meth:`bilinear_queries_keys`.
 
         Raises:
-            ValueError: wrong rank or channel count (or, for a positional term, a grid its tables
+            InputError: wrong rank or channel count (or, for a positional term, a grid its tables
                 do not cover).
         """
         b, n = x.shape[0], x.shape[1] * x.shape[2]
@@ -320,7 +321,7 @@ class ContentAttention(QueryKeyAttention):
             (bf16 under autocast), ``K'`` padded with zero columns to a multiple of 8.
 
         Raises:
-            ValueError: wrong rank or channel count (or, for a positional term, a grid its tables
+            InputError: wrong rank or channel count (or, for a positional term, a grid its tables
                 do not cover).
         """
         b, h, w = self.check_input(x)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 if TYPE_CHECKING:
     from .base import GridAttention
 
@@ -40,13 +42,13 @@ def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) ->
     In 1-D the row shift is 0. Units: tokens (pixels). float64, CPU.
 
     Raises:
-        ValueError: even or non-positive ``kernel_size``, non-positive ``dilation``.
+        InputError: even or non-positive ``kernel_size``, non-positive ``dilation``.
     """
     if kernel_size < 1 or kernel_size % 2 == 0:
-        raise ValueError(f"the kernel size must be odd and positive (its taps are centred on the query), "
+        raise InputError(f"the kernel size must be odd and positive (its taps are centred on the query), "
                          f"got {kernel_size}")
     if dilation < 1:
-        raise ValueError(f"the dilation must be a positive integer, got {dilation}")
+        raise InputError(f"the dilation must be a positive integer, got {dilation}")
     offsets = (torch.arange(kernel_size, dtype=torch.float64) - kernel_size // 2) * dilation
     if spatial_dims == 1:
         return torch.stack([torch.zeros_like(offsets), offsets], dim=-1)
@@ -62,15 +64,15 @@ def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
         kernel_size: K, or None for ``sqrt(N_h)``.
 
     Raises:
-        ValueError: ``K^2 != N_h`` or K even (the message says which head counts work).
+        InputError: ``K^2 != N_h`` or K even (the message says which head counts work).
     """
     k = math.isqrt(num_heads) if kernel_size is None else kernel_size
     if k < 1 or k * k != num_heads or k % 2 == 0:
         if kernel_size is None:
-            raise ValueError(f"a convolutional init needs one head per tap of an odd K x K kernel (num_heads = K^2: "
+            raise InputError(f"a convolutional init needs one head per tap of an odd K x K kernel (num_heads = K^2: "
                              f"1, 9, 25, ...), got num_heads={num_heads}; set num_heads to 9 (3x3) or 25 (5x5), "
                              "or use init='random'")
-        raise ValueError(f"a convolutional init needs one head per tap of an odd K x K kernel, got "
+        raise InputError(f"a convolutional init needs one head per tap of an odd K x K kernel, got "
                          f"conv_kernel_size={kernel_size} with num_heads={num_heads}; set num_heads = "
                          f"conv_kernel_size^2 (K odd), or conv_kernel_size=None to take K = sqrt(num_heads)")
     return k
@@ -106,13 +108,13 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
         The centres ``(N_h, 2)`` (float64, CPU), row-major taps.
 
     Raises:
-        ValueError: a layer without a positional term (plain content attention), ``N_h`` not the
+        InputError: a layer without a positional term (plain content attention), ``N_h`` not the
             square of an odd number, alpha not positive and finite, or tables too narrow
             (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``): the layer's own
             :meth:`~attncnn.layers.GridAttention.local_init_` says which.
     """
     if not (alpha > 0 and math.isfinite(alpha)):
-        raise ValueError(f"locality strength alpha must be positive and finite, got {alpha}")
+        raise InputError(f"locality strength alpha must be positive and finite, got {alpha}")
     kernel = conv_kernel_size(layer.num_heads)
     shifts64 = kernel_shifts(kernel, dilation)
     dtype = layer.value.weight.dtype
@@ -144,11 +146,11 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
         bias: ``(D_out,)``; None with a given kernel means no bias (0).
 
     Raises:
-        ValueError: ``head_dim != dim`` (a value projection: see ``attncnn.theory`` for narrow
+        InputError: ``head_dim != dim`` (a value projection: see ``attncnn.theory`` for narrow
             heads), ``N_h`` not the square of an odd K, or a kernel/bias of the wrong shape.
     """
     if layer.value_in is not None:
-        raise ValueError(f"value_init='conv' needs heads as wide as the input (head_dim == dim == {layer.dim}), "
+        raise InputError(f"value_init='conv' needs heads as wide as the input (head_dim == dim == {layer.dim}), "
                          f"got head_dim={layer.head_dim}; set head_dim=None or value_init='random'")
     k = conv_kernel_size(layer.num_heads)
     weight = layer.value.weight
@@ -157,9 +159,9 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
         kernel, bias = conv.weight, (conv.bias if bias is None else bias)
     expected = (layer.out_dim, layer.dim, k, k)
     if tuple(kernel.shape) != expected:
-        raise ValueError(f"the kernel must have shape (D_out, D, K, K) = {expected}, got {tuple(kernel.shape)}")
+        raise InputError(f"the kernel must have shape (D_out, D, K, K) = {expected}, got {tuple(kernel.shape)}")
     if bias is not None and tuple(bias.shape) != (layer.out_dim,):
-        raise ValueError(f"the bias must have shape ({layer.out_dim},), got {tuple(bias.shape)}")
+        raise InputError(f"the bias must have shape ({layer.out_dim},), got {tuple(bias.shape)}")
     taps = kernel.permute(2, 3, 0, 1).reshape(k * k, layer.out_dim, layer.dim)     # tap u*K+v -> (D_out, D)
     weight.copy_(taps.permute(1, 0, 2).reshape(layer.out_dim, k * k * layer.dim))
     if bias is None:

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .autocast_rules import score_dtype
 from .conv_init import axis_coefficients, table_features
 from .position_only import PositionalAttention
@@ -27,7 +28,7 @@ _INIT_COLUMNS = 3
 
 def _check_table_width(width: int) -> None:
     if width < _INIT_COLUMNS:
-        raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of the learned tables, but their width "
+        raise InputError(f"init='conv' writes (d^2, d, 1) into 3 columns of the learned tables, but their width "
                          f"is {width}; set table_dim >= 3")
 
 
@@ -89,7 +90,7 @@ class LearnedRelativeAttention(PositionalAttention):
         ``col[h, j, l] = w_col^(h) . e_col(l - j)`` ``(N_h, W, W)``; float32 for half parameters.
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         # Look up the table row of every (query, key) shift on each axis, then score it per head.
         dtype = score_dtype(self.row_embeddings.weight.dtype)

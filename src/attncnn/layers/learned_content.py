@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
 from .flex import flex_problem, relative_flex_attention
@@ -36,13 +37,13 @@ _INIT_COLUMNS = 3
 
 def _check_even(width: int) -> None:
     if width % 2:
-        raise ValueError(f"learned-content attention splits each query in a row half and a column half, so "
+        raise InputError(f"learned-content attention splits each query in a row half and a column half, so "
                          f"the head width must be even, got {width}; set head_dim (or dim) to an even number")
 
 
 def _check_init_width(width: int) -> None:
     if width < 2 * _INIT_COLUMNS:
-        raise ValueError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
+        raise InputError(f"init='conv' writes (d^2, d, 1) into 3 columns of each half of the head width, got "
                          f"{width}; set head_dim (or dim) >= 6")
 
 
@@ -64,7 +65,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         max_size: largest grid side supported by the tables (paper: 16).
 
     Raises:
-        ValueError: if ``head_dim`` is odd (the query is split in two halves).
+        InputError: if ``head_dim`` is odd (the query is split in two halves).
     """
 
     KINDS = ("learned-content",)
@@ -90,7 +91,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         if config.init == "conv":
             _check_init_width(width)
         if config.impl == "flex" and config.attn_dropout > 0:
-            raise ValueError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
+            raise InputError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
                              f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
@@ -117,12 +118,12 @@ class LearnedRelativeContentAttention(ContentAttention):
         cancel: ``c_h . W_key x_k`` varies with k.) Other table columns meet zero query coordinates.
 
         Raises:
-            ValueError: heads too narrow for the 6 coordinates, or a layer without query bias.
+            InputError: heads too narrow for the 6 coordinates, or a layer without query bias.
         """
         dh, nh = self.head_dim, self.num_heads
         _check_init_width(dh)
         if self.query.bias is None:
-            raise ValueError("the local init writes the query bias, and this layer has none (qk_bias=False): "
+            raise InputError("the local init writes the query bias, and this layer has none (qk_bias=False): "
                              "build it with qk_bias=True")
         half = dh // 2
         scale = math.sqrt(dh)                           # the layer divides q . r by sqrt(D_h)
@@ -148,7 +149,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             term of query i and key j is ``(row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``.
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
         half = dh // 2
@@ -173,7 +174,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             ``(B, N_h, H*W, H*W)``, queries on dim -2, keys on dim -1 (both row-major).
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         b, nh, n, dh = q.shape
         scale = 1.0 / math.sqrt(dh)
@@ -198,7 +199,7 @@ class LearnedRelativeContentAttention(ContentAttention):
             ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.
 
         Raises:
-            ValueError: wrong rank or channel count, or a grid larger than ``max_size``.
+            InputError: wrong rank or channel count, or a grid larger than ``max_size``.
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x, query_scale=1.0 / math.sqrt(self.head_dim))
@@ -217,7 +218,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         column shift on the second half; the same for every head (the tables are shared).
 
         Raises:
-            ValueError: ``height`` or ``width`` exceeds ``max_size``.
+            InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
         e_row = table_span(self.row_embeddings, height, self.max_size, "height").T     # (D_h/2, 2H-1)
         e_col = table_span(self.col_embeddings, width, self.max_size, "width").T       # (D_h/2, 2W-1)
@@ -264,7 +265,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         (FlexAttention adding :meth:`axis_scores` inside its kernel).
 
         Raises:
-            ValueError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
+            InputError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
                 CUDA, or dropout on the maps in training (the message names the fix).
         """
         b, h, w = self.check_input(x)
@@ -290,7 +291,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         problem = flex_problem(x.device, backward=backward, dropout=dropout, head_dim=self.head_dim)
         # off CUDA an unfused forward still computes the output; on CUDA every problem stops the kernel
         if problem is not None and (backward or dropout > 0 or x.device.type == "cuda"):
-            raise ValueError(f"impl='flex' cannot run this step: {problem}")
+            raise InputError(f"impl='flex' cannot run this step: {problem}")
         q, k = self.queries_keys(x)
         scale = 1.0 / math.sqrt(self.head_dim)
         row, col = self.axis_scores(q, h, w)

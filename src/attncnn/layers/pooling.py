@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..errors import InputError
+
 __all__ = ["space_to_depth", "depth_to_space", "SpaceToDepth"]
 
 
@@ -28,26 +30,26 @@ def space_to_depth(x: torch.Tensor, size: int, *, channels: int | None = None) -
         ``(a*s + b)*C + c``.
 
     Raises:
-        ValueError: ``x`` not 4-D, ``size < 1``, a last dimension other than ``channels``, or ``H``
+        InputError: ``x`` not 4-D, ``size < 1``, a last dimension other than ``channels``, or ``H``
             or ``W`` not divisible by ``size``; where ``x`` looks like channels-first images the
             message says so and gives the permute that fixes it.
     """
     if x.dim() != 4:
-        raise ValueError(f"space_to_depth expects a (B, H, W, C) grid, got shape {tuple(x.shape)}")
+        raise InputError(f"space_to_depth expects a (B, H, W, C) grid, got shape {tuple(x.shape)}")
     if size < 1:
-        raise ValueError(f"pooling size must be >= 1, got {size}")
+        raise InputError(f"pooling size must be >= 1, got {size}")
     b, h, w, c = x.shape
     if channels is not None and c != channels:
         if h == channels:
-            raise ValueError(_channels_first(x, f"C={channels}"))
-        raise ValueError(f"space_to_depth expects a channels-last grid (B, H, W, {channels}), got shape "
+            raise InputError(_channels_first(x, f"C={channels}"))
+        raise InputError(f"space_to_depth expects a channels-last grid (B, H, W, {channels}), got shape "
                          f"{tuple(x.shape)} with {c} channels; give it {channels}-channel grids or pool with "
                          f"channels={c}")
     if h % size or w % size:
         # (B, 3, 32, 32) images read as a 3x32 grid of 32 channels: say what is wrong, not "3 is odd"
         if channels is None and h <= 4 < c:
-            raise ValueError(_channels_first(x, f"C={h}"))
-        raise ValueError(
+            raise InputError(_channels_first(x, f"C={h}"))
+        raise InputError(
             f"grid {h}x{w} is not divisible by the pooling width {size}: "
             f"use images whose height and width are multiples of {size}, or change the pooling width")
     x = x.reshape(b, h // size, size, w // size, size, c)   # (B, H/s, a, W/s, b, C)
@@ -65,13 +67,13 @@ def depth_to_space(x: torch.Tensor, size: int) -> torch.Tensor:
     """Inverse of :func:`space_to_depth`: ``(B, h, w, s*s*C) -> (B, h*s, w*s, C)``.
 
     Raises:
-        ValueError: if ``x`` is not 4-D or its channel count is not divisible by ``size**2``.
+        InputError: if ``x`` is not 4-D or its channel count is not divisible by ``size**2``.
     """
     if x.dim() != 4:
-        raise ValueError(f"depth_to_space expects a (B, h, w, s*s*C) grid, got shape {tuple(x.shape)}")
+        raise InputError(f"depth_to_space expects a (B, h, w, s*s*C) grid, got shape {tuple(x.shape)}")
     b, h, w, cs = x.shape
     if cs % (size * size):
-        raise ValueError(f"{cs} channels are not divisible by size**2 = {size * size}")
+        raise InputError(f"{cs} channels are not divisible by size**2 = {size * size}")
     c = cs // (size * size)
     x = x.reshape(b, h, w, size, size, c).permute(0, 1, 3, 2, 4, 5)   # (B, h, a, w, b, C)
     return x.reshape(b, h * size, w * size, c)
@@ -101,7 +103,7 @@ class SpaceToDepth(nn.Module):
         ``images.permute(0, 2, 3, 1)`` first); output ``(B, H/p, W/p, p*p*C)``, same dtype and device.
 
     Raises:
-        ValueError: (in the forward) an input that is not 4-D, of another channel count than
+        InputError: (in the forward) an input that is not 4-D, of another channel count than
             ``channels``, or whose ``H`` or ``W`` is not divisible by ``p``; an input that looks like
             channels-first images (``channels`` in dim 1 instead of the last; without ``channels``,
             a dim 1 of 4 or less, a last dim above 4 and a grid ``p`` does not divide) is named as

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from ..errors import InputError
 from .autocast_rules import autocast_off, matmul_dtype
 from .base import GridAttention
 from .mixing import flush_below, folded_mix, mix_explicit, mix_shared, separable_mix
@@ -41,7 +42,7 @@ class PositionalAttention(GridAttention):
     ``"folded"`` (heads as wide as the model) and, for separable layers, ``"separable"``.
 
     Raises:
-        ValueError: an ``impl`` the layer does not have (``"folded"`` with ``head_dim != dim``).
+        InputError: an ``impl`` the layer does not have (``"folded"`` with ``head_dim != dim``).
     """
 
     IMPLS = ("auto", "dense", "separable", "folded")
@@ -64,12 +65,12 @@ class PositionalAttention(GridAttention):
         """The base checks, and ``impl="folded"`` only with heads as wide as the model.
 
         Raises:
-            ValueError: naming the field and the fix.
+            InputError: naming the field and the fix.
         """
         super().check_config(kind, config)
         folded = "folded" in (config.impl, getattr(config, "eval_impl", None))
         if folded and config.head_dim not in (None, config.dim):
-            raise ValueError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
+            raise InputError(f"impl='folded' needs heads as wide as the model (head_dim = dim = {config.dim}), "
                              f"got head_dim={config.head_dim}; use impl='dense' or leave head_dim unset")
 
     @classmethod
@@ -91,9 +92,9 @@ class PositionalAttention(GridAttention):
         ``grid_scores[h, (i, j), (k, l)] == row[h, i, k] + col[h, j, l]``.
 
         Raises:
-            ValueError: the layer is not separable (:attr:`is_separable` is False).
+            InputError: the layer is not separable (:attr:`is_separable` is False).
         """
-        raise ValueError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
+        raise InputError(f"{type(self).__name__} is not separable: its scores couple rows and columns; "
                          "use grid_probs")
 
     def _score_context(self):
@@ -146,7 +147,7 @@ class PositionalAttention(GridAttention):
         of a float32 sum over 256 keys; 7e-15 in float64).
 
         Raises:
-            ValueError: the layer is not separable, or the grid is too large for its tables.
+            InputError: the layer is not separable, or the grid is too large for its tables.
         """
         if not self.is_separable:
             self.axis_scores(height, width)          # raises the explanation
@@ -205,7 +206,7 @@ class PositionalAttention(GridAttention):
             ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
 
         Raises:
-            ValueError: wrong rank or channel count (the message gives the expected shape).
+            InputError: wrong rank or channel count (the message gives the expected shape).
         """
         b, h, w = self.check_input(x)
         dtype = matmul_dtype(x)

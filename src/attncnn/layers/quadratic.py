@@ -22,6 +22,7 @@ import math
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .autocast_rules import score_dtype
 from .position_only import PositionalAttention
 from .relative import axis_offsets, distinct_offsets
@@ -156,10 +157,10 @@ class QuadraticAttention(PositionalAttention):
         :meth:`grid_scores` for query (i, j) and key (k, l).
 
         Raises:
-            ValueError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
+            InputError: full-covariance heads (the off-diagonal of Sigma^-1 couples the axes).
         """
         if self.full_covariance:
-            raise ValueError("full-covariance quadratic heads are not separable (Sigma^-1's off-diagonal "
+            raise InputError("full-covariance quadratic heads are not separable (Sigma^-1's off-diagonal "
                              "couples rows and columns); use grid_probs")
         centers, spreads = self._score_parameters()
         alpha = (spreads ** 2 / 2)[:, None, None]                               # (N_h, 1, 1)

@@ -14,6 +14,7 @@ from typing import Iterator
 import torch
 from torch import nn
 
+from ..errors import InputError
 from .base import GridAttention
 from .content import ContentAttention
 from .gpsa import GatedPositionalAttention
@@ -39,12 +40,12 @@ def attention_class(kind: str) -> type[GridAttention]:
     """The layer class of ``kind``.
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the valid names).
+        InputError: unknown ``kind`` (the message lists the valid names).
     """
     try:
         return ATTENTION_LAYERS[kind]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}") from None
+        raise InputError(f"unknown attention kind {kind!r}; choose one of {', '.join(ATTENTION_KINDS)}") from None
 
 
 def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttention:
@@ -58,7 +59,7 @@ def build_attention(kind: str, dim: int, num_heads: int, **kwargs) -> GridAttent
             ``full_covariance=True`` for ``quadratic-generalized``) on top.
 
     Raises:
-        ValueError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
+        InputError: unknown ``kind`` (the message lists the valid names), or the layer's own errors.
     """
     cls = attention_class(kind)
     return cls(dim, num_heads, **{**kwargs, **cls.kind_kwargs(kind)})

@@ -12,6 +12,8 @@ import functools
 
 import torch
 
+from ..errors import InputError
+
 __all__ = ["grid_positions", "relative_offsets", "distinct_offsets", "quadratic_features", "axis_offsets",
            "table_rows", "table_span"]
 
@@ -36,7 +38,7 @@ def _cached(fn):
 
 def _check(height: int, width: int) -> None:
     if height < 1 or width < 1:
-        raise ValueError(f"grid size must be positive, got {height}x{width}")
+        raise InputError(f"grid size must be positive, got {height}x{width}")
 
 
 @_cached
@@ -86,7 +88,7 @@ def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tenso
     ``d + max_size - 1``).
     """
     if length < 1:
-        raise ValueError(f"axis length must be positive, got {length}")
+        raise InputError(f"axis length must be positive, got {length}")
     idx = torch.arange(length, device=device)
     return idx[None, :] - idx[:, None]
 
@@ -115,7 +117,7 @@ def distinct_offsets(height: int, width: int, device: torch.device | str = "cpu"
 
 def _check_table(length: int, max_size: int, axis: str) -> None:
     if length > max_size:
-        raise ValueError(
+        raise InputError(
             f"grid {axis} {length} exceeds the learned table's max_size {max_size}: "
             f"build the layer with max_size >= {length}")
 
@@ -125,7 +127,7 @@ def table_rows(table: torch.nn.Embedding, length: int, max_size: int, axis: str)
     ``out[i, k] = table[k - i + max_size - 1]`` (differentiable gather, not cached).
 
     Raises:
-        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+        InputError: ``length > max_size`` (the message names the ``axis`` and the fix).
     """
     _check_table(length, max_size, axis)
     index = axis_offsets(length, table.weight.device) + (max_size - 1)   # (L, L)
@@ -138,7 +140,7 @@ def table_span(table: torch.nn.Embedding, length: int, max_size: int, axis: str)
     differentiable slice). ``axis_offsets(L) + L - 1`` indexes it like :func:`table_rows`.
 
     Raises:
-        ValueError: ``length > max_size`` (the message names the ``axis`` and the fix).
+        InputError: ``length > max_size`` (the message names the ``axis`` and the fix).
     """
     _check_table(length, max_size, axis)
     return table.weight[max_size - length:max_size + length - 1]

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from ..layers import (ATTENTION_LAYERS, GridAttention, attention_class, build_attention, check_input_dtype,
                       conv_kernel_size, conv_value_init_, local_init_, space_to_depth)
 
@@ -44,7 +45,7 @@ class ImageTransformerConfig:
     """Shape of an :class:`ImageTransformer`; defaults are the paper's (reference ``runs/*.sh``).
 
     Raises:
-        ValueError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
+        InputError: unknown ``attention``, a size below 1, a ``layer_heads`` that is not one
             head count >= 1 per layer, an option another attention kind owns (``freeze_gate``
             without GPSA), an ``impl`` or ``eval_impl`` the kind does not have, or
             convolutional-init options that do not fit (unknown ``init``/``value_init``,
@@ -110,12 +111,12 @@ class ImageTransformerConfig:
         layer_class = attention_class(self.attention)        # ValueError listing the kinds
         for name in ("num_layers", "num_heads", "dim", "mlp_dim", "pooling", "in_chans", "num_classes"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         # The layers check these too, but only once weights are being allocated; checking them
         # here lets a command reject bad options from the configuration alone.
         for name in ("head_dim", "table_dim", "max_size", "conv_kernel_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.layer_heads is not None:
             self.layer_heads = self._checked_layer_heads(self.layer_heads)
         self._check_foreign_options(layer_class)
@@ -131,31 +132,31 @@ class ImageTransformerConfig:
             default = type(self).__dataclass_fields__[key].default
             if getattr(self, key) != default:
                 kinds = sorted(kind for kind, cls in ATTENTION_LAYERS.items() if key in cls.CONFIG_KEYS)
-                raise ValueError(f"{key} applies to attention={' or '.join(map(repr, kinds))} only, got "
+                raise InputError(f"{key} applies to attention={' or '.join(map(repr, kinds))} only, got "
                                  f"attention={self.attention!r}; remove {key} (default {default!r}) or change "
                                  "attention")
 
     def _check_init(self) -> None:
         """The options of the convolutional init and of GPSA; ValueError naming the field and the fix."""
         if self.pos_embed not in POS_EMBEDS:
-            raise ValueError(f"pos_embed must be one of {', '.join(POS_EMBEDS)}, got {self.pos_embed!r}")
+            raise InputError(f"pos_embed must be one of {', '.join(POS_EMBEDS)}, got {self.pos_embed!r}")
         if self.pos_embed == "learned" and (self.image_size < 1 or self.image_size % self.pooling):
-            raise ValueError(f"pos_embed='learned' needs image_size divisible by the pooling width {self.pooling}, "
+            raise InputError(f"pos_embed='learned' needs image_size divisible by the pooling width {self.pooling}, "
                              f"got {self.image_size}; set image_size to the side of the training images")
         for name in ("init", "value_init"):
             if getattr(self, name) not in INITS:
-                raise ValueError(f"{name} must be one of {', '.join(INITS)}, got {getattr(self, name)!r}")
+                raise InputError(f"{name} must be one of {', '.join(INITS)}, got {getattr(self, name)!r}")
         if not (isinstance(self.locality_strength, (int, float)) and 0 < self.locality_strength < math.inf):
-            raise ValueError(f"locality_strength must be a positive finite number (alpha, 1/tokens^2; ConViT: 1.0), "
+            raise InputError(f"locality_strength must be a positive finite number (alpha, 1/tokens^2; ConViT: 1.0), "
                              f"got {self.locality_strength!r}")
         self.locality_strength = float(self.locality_strength)
         if self.conv_dilation < 1:
-            raise ValueError(f"conv_dilation must be >= 1, got {self.conv_dilation}")
+            raise InputError(f"conv_dilation must be >= 1, got {self.conv_dilation}")
         if self.value_init == "conv" and self.init != "conv":
-            raise ValueError("value_init='conv' needs init='conv' (the kernel's taps need heads on its shifts); "
+            raise InputError("value_init='conv' needs init='conv' (the kernel's taps need heads on its shifts); "
                              "set init='conv' or value_init='random'")
         if self.value_init == "conv" and self.head_dim not in (None, self.dim):
-            raise ValueError(f"value_init='conv' needs heads as wide as the model (head_dim None or {self.dim}), "
+            raise InputError(f"value_init='conv' needs heads as wide as the model (head_dim None or {self.dim}), "
                              f"got head_dim={self.head_dim}; set head_dim=None or value_init='random'")
         if self.init == "conv" and ATTENTION_LAYERS[self.attention].has_positional_term:
             conv_kernel_size(self.num_heads, self.conv_kernel_size)     # K^2 == num_heads, K odd (names the fix)
@@ -164,15 +165,15 @@ class ImageTransformerConfig:
         """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""
         if not isinstance(value, (list, tuple)) or not all(
                 isinstance(h, int) and not isinstance(h, bool) for h in value):
-            raise ValueError(f"layer_heads must be a list of integers (one head count per layer) or None, "
+            raise InputError(f"layer_heads must be a list of integers (one head count per layer) or None, "
                              f"got {value!r}")
         if len(value) != self.num_layers:
-            raise ValueError(f"layer_heads has {len(value)} entries {list(value)} but the model has num_layers="
+            raise InputError(f"layer_heads has {len(value)} entries {list(value)} but the model has num_layers="
                              f"{self.num_layers}; give one head count per layer, or layer_heads=None to use "
                              f"num_heads={self.num_heads} everywhere")
         bad = [i + 1 for i, h in enumerate(value) if h < 1]
         if bad:
-            raise ValueError(f"layer_heads {list(value)}: layer(s) {bad} have fewer than 1 head; every layer "
+            raise InputError(f"layer_heads {list(value)}: layer(s) {bad} have fewer than 1 head; every layer "
                              "needs at least one head")
         return list(value)
 
@@ -218,7 +219,7 @@ class ImageTransformer(nn.Module):
     """Attention-only classifier: normalised images ``(B, C, H, W)`` -> logits ``(B, classes)``.
 
     Raises (in forward):
-        ValueError: wrong rank or channel count, or H/W not divisible by the pooling width.
+        InputError: wrong rank or channel count, or H/W not divisible by the pooling width.
     """
 
     #: architecture name stored in checkpoints (key of ``attncnn.models.ARCHITECTURES``)
@@ -255,10 +256,10 @@ class ImageTransformer(nn.Module):
     def _check_images(self, images: torch.Tensor) -> None:
         c, p = self.config.in_chans, self.config.pooling
         if images.dim() != 4 or images.shape[1] != c:
-            raise ValueError(f"expected normalised images of shape (B, {c}, H, W), got {tuple(images.shape)}")
+            raise InputError(f"expected normalised images of shape (B, {c}, H, W), got {tuple(images.shape)}")
         h, w = images.shape[-2:]
         if h % p or w % p:
-            raise ValueError(f"image size {h}x{w} is not divisible by the pooling width {p}: "
+            raise InputError(f"image size {h}x{w} is not divisible by the pooling width {p}: "
                              f"resize or crop images to multiples of {p}")
         check_input_dtype(images, self.embed.weight, type(self).__name__, "model", "images")   # before the embedding
 
@@ -275,7 +276,7 @@ class ImageTransformer(nn.Module):
             h, w = images.shape[-2:]
             fix = (f"build the model for them (model option image_size={h}; --set image_size={h} on the command "
                    "line) or resize them" if h == w else "resize them")
-            raise ValueError(f"this model's learned position embedding is for {self.config.image_size}x"
+            raise InputError(f"this model's learned position embedding is for {self.config.image_size}x"
                              f"{self.config.image_size} images, got {h}x{w}; {fix} (an absolute embedding does "
                              "not transfer to other sizes)")
         return tokens + self.pos_embed
@@ -295,11 +296,11 @@ class ImageTransformer(nn.Module):
         size, in the model's current mode: what a run records it trained (or evaluated) with.
 
         Raises:
-            ValueError: a size not divisible by the pooling width.
+            InputError: a size not divisible by the pooling width.
         """
         p = self.config.pooling
         if image_height % p or image_width % p:
-            raise ValueError(f"image size {image_height}x{image_width} is not divisible by the pooling width {p}")
+            raise InputError(f"image size {image_height}x{image_width} is not divisible by the pooling width {p}")
         return [block.attention.path(image_height // p, image_width // p) for block in self.blocks]
 
     def no_weight_decay(self) -> set[str]:

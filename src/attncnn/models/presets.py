@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from torch import nn
 
 from .._typecheck import check_options
+from ..errors import InputError
 from .image_transformer import ImageTransformer, ImageTransformerConfig
 from .resnet import ResNet, ResNetConfig
 
@@ -170,18 +171,18 @@ def get_preset(name: str) -> Preset:
     """Look a preset up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     try:
         return PRESETS[name]
     except KeyError:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
+        raise InputError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}") from None
 
 
 def _make_config(arch: str, kwargs: dict):
     """Build the architecture's config dataclass, rejecting unknown or ill-typed keys by name."""
     if arch not in ARCHITECTURES:
-        raise ValueError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
+        raise InputError(f"unknown architecture {arch!r}; choose one of {', '.join(ARCHITECTURES)}")
     cls = ARCHITECTURES[arch][0]
     check_options(kwargs, cls, "model option", owner=arch)
     return cls(**kwargs)
@@ -191,7 +192,7 @@ def build_model_from_config(arch: str, config: dict) -> nn.Module:
     """Build a network from an architecture name and its configuration keywords.
 
     Raises:
-        ValueError: unknown architecture, unknown or ill-typed option (named in the message).
+        InputError: unknown architecture, unknown or ill-typed option (named in the message).
     """
     cfg = _make_config(arch, config)
     return ARCHITECTURES[arch][1](cfg)
@@ -207,7 +208,7 @@ def preset_model_config(name: str, num_classes: int = 10, **overrides):
         ``(arch, config)``: the key of :data:`ARCHITECTURES` and its configuration dataclass.
 
     Raises:
-        ValueError: unknown preset or override, ill-typed or out-of-range value (named in the message).
+        InputError: unknown preset or override, ill-typed or out-of-range value (named in the message).
     """
     preset = get_preset(name)
     return preset.arch, _make_config(preset.arch, {**preset.model, "num_classes": num_classes, **overrides})
@@ -226,7 +227,7 @@ def build_model(name: str, num_classes: int = 10, **overrides) -> nn.Module:
         with PyTorch's default initialisation (as the reference code).
 
     Raises:
-        ValueError: unknown preset or override (the message lists the valid names).
+        InputError: unknown preset or override (the message lists the valid names).
     """
     arch, config = preset_model_config(name, num_classes, **overrides)
     return ARCHITECTURES[arch][1](config)

@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
+
 __all__ = ["ResNetConfig", "BasicBlock", "ResNet"]
 
 
@@ -28,7 +30,7 @@ class ResNetConfig:
     def __post_init__(self) -> None:
         self.blocks, self.widths = tuple(self.blocks), tuple(self.widths)
         if len(self.blocks) != len(self.widths):
-            raise ValueError(f"blocks {self.blocks} and widths {self.widths} must have the same length")
+            raise InputError(f"blocks {self.blocks} and widths {self.widths} must have the same length")
 
 
 class BasicBlock(nn.Module):
@@ -75,7 +77,7 @@ class ResNet(nn.Module):
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         if images.dim() != 4 or images.shape[1] != self.config.in_chans:
-            raise ValueError(f"expected normalised images of shape (B, {self.config.in_chans}, H, W), "
+            raise InputError(f"expected normalised images of shape (B, {self.config.in_chans}, H, W), "
                              f"got {tuple(images.shape)}")
         x = F.relu(self.bn1(self.conv1(images)))
         x = self.stages(x)

@@ -36,6 +36,8 @@ import logging
 import os
 import platform
 
+from ..errors import InputError
+
 __all__ = ["reuse_freed_memory", "heap_policy", "ENV_VAR"]
 
 log = logging.getLogger(__name__)
@@ -63,13 +65,13 @@ def reuse_freed_memory() -> str:
         refused a setting; nothing is changed then).
 
     Raises:
-        ValueError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.
+        InputError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.
     """
     if "result" in _state:
         return _state["result"]
     choice = os.environ.get(ENV_VAR, "heap").strip().lower() or "heap"
     if choice not in ("heap", "system"):
-        raise ValueError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: expected 'heap' (keep freed memory for reuse, the "
+        raise InputError(f"{ENV_VAR}={os.environ[ENV_VAR]!r}: expected 'heap' (keep freed memory for reuse, the "
                          "default) or 'system' (the C library's own policy)")
     result = choice if choice == "system" else _set_heap_policy()
     _state["result"] = result

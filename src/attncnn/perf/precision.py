@@ -24,6 +24,7 @@ import os
 
 import torch
 
+from ..errors import InputError
 from ..layers.autocast_rules import autocast
 from ..runs.config import PRECISIONS
 from .machine import cpu_name
@@ -81,10 +82,10 @@ def resolve_precision(name: str, device: torch.device) -> str:
     """``"fp32"`` or ``"bf16"`` for the ``--precision`` value ``name`` on ``device``.
 
     Raises:
-        ValueError: ``name`` not in :data:`PRECISIONS`.
+        InputError: ``name`` not in :data:`PRECISIONS`.
     """
     if name not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
+        raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {name!r}")
     if name == "auto":
         return "bf16" if fast_bf16(device) else "fp32"
     if name == "bf16" and not fast_bf16(device):
@@ -104,13 +105,13 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
     (one INFO line naming ``what``, the device and how to keep bf16).
 
     Raises:
-        ValueError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.
+        InputError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.
     """
     if requested is not None:
         return resolve_precision(requested, device)
     stored = "fp32" if stored is None else stored
     if stored not in PRECISIONS:
-        raise ValueError(f"{what} stores precision {stored!r}, not one of {', '.join(PRECISIONS)}; pass --precision "
+        raise InputError(f"{what} stores precision {stored!r}, not one of {', '.join(PRECISIONS)}; pass --precision "
                          "fp32 or bf16")
     if stored == "bf16":
         reason = slow_bf16_reason(device)

@@ -14,11 +14,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from ..errors import InputError
 from ..perf.precision import PRECISIONS
 from .studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS, STUDIES, SUITES, Grid, Study, Suite
 
 log = logging.getLogger("attncnn.reproduce")
-
 __all__ = ["register", "cmd_reproduce"]
 
 #: test images of the viewer page: the first of the paper's website (2, 3, 19, 56). Only content
@@ -125,16 +125,16 @@ def _options(args: argparse.Namespace):
 
     for name in ("epochs", "train_subset", "batch_size", "train_images", "passes"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+            raise InputError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     resolve_device(args.device)                 # a typo (--device gpu) is refused now, not in the first job
     _viewer_images(args.viewer_images)         # refused now, not after hours of training
     if args.viewer_average < 0:
-        raise ValueError(f"--viewer-average must be >= 0 (0: no average), got {args.viewer_average}")
+        raise InputError(f"--viewer-average must be >= 0 (0: no average), got {args.viewer_average}")
     if args.precision is not None and (args.report_only or args.ship):
-        raise ValueError(f"--precision is the precision runs train at, and --{'ship' if args.ship else 'report-only'} "
+        raise InputError(f"--precision is the precision runs train at, and --{'ship' if args.ship else 'report-only'} "
                          "trains nothing (the report's figures and maps are computed in fp32); drop --precision")
     if args.compile is not None and (args.report_only or args.ship):
-        raise ValueError(f"--{'' if args.compile else 'no-'}compile is how runs train, and "
+        raise InputError(f"--{'' if args.compile else 'no-'}compile is how runs train, and "
                          f"--{'ship' if args.ship else 'report-only'} trains nothing; drop it")
     return TrainOptions(data=args.data or "cifar10", data_dir=args.data_dir, download=args.download, device=args.device,
                         precision=args.precision, compile=args.compile, epochs=args.epochs,
@@ -227,7 +227,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         print(f"no finished {run} under {out} yet, so no report; the unfinished {run}s are ready for `git add {out}`")
         return 0
     if not results:
-        raise ValueError(f"no finished {run} under {out} to report; train first (without --report-only)")
+        raise InputError(f"no finished {run} under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
     figures = draw_figures(study, jobs, results, out / "figures", formats=formats, data=args.data,
                            data_dir=args.data_dir)
@@ -242,7 +242,7 @@ def _check_study_options(args: argparse.Namespace, study: Study, options) -> Non
     """Refuse options the study's shape does not take, before anything trains.
 
     Raises:
-        ValueError: a grid's option given to a suite; ``--ship`` with ``--dry-run``; ``--epochs`` or
+        InputError: a grid's option given to a suite; ``--ship`` with ``--dry-run``; ``--epochs`` or
             ``--train-subset`` given to a grid (its cells set them); ``--lr`` to a grid without a
             shared rate.
     """
@@ -251,22 +251,22 @@ def _check_study_options(args: argparse.Namespace, study: Study, options) -> Non
                                           ("--fractions", args.fractions), ("--lr", args.lr),
                                           ("--calibrate", args.calibrate), ("--lr-sweep", args.lr_sweep)) if value]
         if given:
-            raise ValueError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the grids "
+            raise InputError(f"{', '.join(given)} {'belongs' if len(given) == 1 else 'belong'} to the grids "
                              f"({', '.join(GRIDS)}), not to suite {args.suite}")
     if args.ship and args.dry_run:
-        raise ValueError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
+        raise InputError("--ship trains nothing and writes the folder for committing; leave out --dry-run")
     if args.without_weights and (not (args.trim or args.ship) or args.dry_run):
-        raise ValueError("--without-weights ships finished runs without their weights: give it with --trim or --ship "
+        raise InputError("--without-weights ships finished runs without their weights: give it with --trim or --ship "
                          "(and without --dry-run)")
     if args.without_weights:
         from .withhold import presets_named
         presets_named(study, args.without_weights, "--without-weights")       # refused now, not after training
     if isinstance(study, Grid):
         if options.epochs is not None or options.train_subset is not None:
-            raise ValueError(f"the {study.name} grid sets each cell's epochs and subset itself; for a smoke run use "
+            raise InputError(f"the {study.name} grid sets each cell's epochs and subset itself; for a smoke run use "
                              "--train-images (a small training set) and --passes instead of --epochs/--train-subset")
         if args.lr is not None and not study.lr_rows:
-            raise ValueError(f"--lr sets the shared rate of a grid's content models; the {study.name} grid has none")
+            raise InputError(f"--lr sets the shared rate of a grid's content models; the {study.name} grid has none")
 
 
 def _whole_study(study: Study, out: Path, planned: dict) -> list:
@@ -342,14 +342,14 @@ def _viewer_images(text: str) -> list[int]:
     """``"2,3"`` -> ``[2, 3]``.
 
     Raises:
-        ValueError: not a comma-separated list of test image indices >= 0.
+        InputError: not a comma-separated list of test image indices >= 0.
     """
     try:
         indices = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         indices = []
     if not indices or min(indices) < 0:
-        raise ValueError(f"--viewer-images must be comma-separated test image indices >= 0 (e.g. 2,3), got {text!r}")
+        raise InputError(f"--viewer-images must be comma-separated test image indices >= 0 (e.g. 2,3), got {text!r}")
     return indices
 
 
@@ -377,14 +377,14 @@ def _fractions(text: str | None) -> tuple[float, ...] | None:
     """``"0.1,0.25,1"`` -> ``(0.1, 0.25, 1.0)``; None stays None (the grid's).
 
     Raises:
-        ValueError: an entry that is not a number.
+        InputError: an entry that is not a number.
     """
     if text is None:
         return None
     try:
         return tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"--fractions must be comma-separated fractions like 0.1,0.25,1, got {text!r}") from None
+        raise InputError(f"--fractions must be comma-separated fractions like 0.1,0.25,1, got {text!r}") from None
 
 
 def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -> int:
@@ -394,9 +394,9 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
     from .running.measurements import parse_rates, plan_calibration, plan_lr_sweep, swept_rates
 
     if args.calibrate and args.lr_sweep:
-        raise ValueError("--calibrate and --lr-sweep are two measurements; run them one at a time")
+        raise InputError("--calibrate and --lr-sweep are two measurements; run them one at a time")
     if args.seeds or args.trim:
-        raise ValueError("--calibrate and --lr-sweep choose their own seed (0); leave out --seeds and --trim (--ship "
+        raise InputError("--calibrate and --lr-sweep choose their own seed (0); leave out --seeds and --trim (--ship "
                          "trims what has finished)")
     fraction = min(_fractions(args.fractions)) if args.fractions else None      # default: the grid's smallest
     if args.calibrate:
@@ -404,7 +404,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
                                 fraction=fraction)
     else:
         if args.lr is not None:
-            raise ValueError("--lr-sweep trains at each of its rates; leave out --lr")
+            raise InputError("--lr-sweep trains at each of its rates; leave out --lr")
         rates = parse_rates(args.lr_sweep)
         jobs = plan_lr_sweep(grid, out, rates, passes=args.passes, train_images=args.train_images, fraction=fraction)
     mine = jobs
@@ -415,7 +415,7 @@ def _measure(args: argparse.Namespace, grid, out: Path, options, command: str) -
         unknown = [name for name in only if name not in rows]
         if unknown:
             measurement = "--calibrate" if args.calibrate else "--lr-sweep"
-            raise ValueError(f"--only {','.join(unknown)}: not measured by {measurement}, which trains "
+            raise InputError(f"--only {','.join(unknown)}: not measured by {measurement}, which trains "
                              f"{', '.join(rows)}")
         mine = [job for job in jobs if row_of(job) in only]
     if args.dry_run:

@@ -20,6 +20,7 @@ from torch import nn
 
 from ..analysis.metrics import epoch_metrics
 from ..analysis.pruning import PRUNED_CHECKPOINT
+from ..errors import InputError
 from ..perf import machine_precision, make_plan, resolve_device
 from ..runs import PRECISIONS, RunFolder, RunFolderError, save_checkpoint
 from ..training import train
@@ -75,28 +76,28 @@ def _pruned_out(args: argparse.Namespace, run) -> Path | None:
     """Where the pruned model goes: a run folder when fine-tuning, a checkpoint file otherwise.
 
     Raises:
-        ValueError: an --out that does not fit the mode, or one that would replace the source run.
+        InputError: an --out that does not fit the mode, or one that would replace the source run.
     """
     if args.finetune_epochs < 0:
-        raise ValueError(f"--finetune-epochs must be >= 0, got {args.finetune_epochs}")
+        raise InputError(f"--finetune-epochs must be >= 0, got {args.finetune_epochs}")
     if args.finetune_epochs == 0:
         given = [f"--{name.replace('_', '-')}" for name in _FINETUNE_OPTIONS if getattr(args, name) is not None]
         if given:
-            raise ValueError(f"{', '.join(given)} only apply to a fine-tune; add --finetune-epochs N "
+            raise InputError(f"{', '.join(given)} only apply to a fine-tune; add --finetune-epochs N "
                              f"(the paper uses 100) or drop them")
         if args.out is None:
             return None
         out = Path(args.out)
         if out.suffix != ".safetensors":
-            raise ValueError(f"without --finetune-epochs, --out names the pruned checkpoint file and must end in "
+            raise InputError(f"without --finetune-epochs, --out names the pruned checkpoint file and must end in "
                              f".safetensors, got {out}; add --finetune-epochs N to fine-tune into a run folder")
         if out.exists() and not args.overwrite:
-            raise ValueError(f"{out} already exists; use --overwrite to replace it or choose another --out")
+            raise InputError(f"{out} already exists; use --overwrite to replace it or choose another --out")
         return out
     if args.out is not None:
         out = Path(args.out)
         if out.suffix == ".safetensors":
-            raise ValueError(f"with --finetune-epochs, --out names the new run folder, got the file name {out}; "
+            raise InputError(f"with --finetune-epochs, --out names the new run folder, got the file name {out}; "
                              "drop the .safetensors suffix")
     else:
         source = run.folder.path if run.folder is not None else run.path.with_suffix("")
@@ -105,7 +106,7 @@ def _pruned_out(args: argparse.Namespace, run) -> Path | None:
         # --overwrite would empty the folder the weights came from.
         src, dst = run.folder.path.resolve(), out.resolve()
         if dst == src or dst in src.parents:
-            raise ValueError(f"--out {out} would replace the source run {run.folder.path}; choose another folder")
+            raise InputError(f"--out {out} would replace the source run {run.folder.path}; choose another folder")
     return out
 
 
@@ -116,7 +117,7 @@ def _stored_config(run) -> dict:
         return config
     if run.folder is not None:
         return run.folder.read_config()
-    raise ValueError(f"{run.path} stores no training configuration, so it cannot be fine-tuned; prune a "
+    raise InputError(f"{run.path} stores no training configuration, so it cannot be fine-tuned; prune a "
                      "checkpoint written by `attncnn train`")
 
 
@@ -125,7 +126,7 @@ def _finetune_precision(stored: dict, args: argparse.Namespace, name: str) -> st
     a bf16 run where the device has no fast bf16 (a new run of the machine at hand).
 
     Raises:
-        ValueError: a device that is not here, or a stored precision that is not one.
+        InputError: a device that is not here, or a stored precision that is not one.
     """
     if args.device:
         device = resolve_device(args.device)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..analysis.runs import open_run
+from ..errors import InputError
 from ..runs import PREDICTIONS_FILE, read_withheld, withhold_weights
 from .reporting.results import RunResult
 from .reporting.table1 import final_layer_metrics
@@ -27,12 +28,12 @@ def presets_named(study: Study, text: str, flag: str) -> list[str]:
     """``"a,b"`` -> ``["a", "b"]``, each a preset of ``study``.
 
     Raises:
-        ValueError: an empty list, or a name that is not one of the study's presets (they are listed).
+        InputError: an empty list, or a name that is not one of the study's presets (they are listed).
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
     unknown = [name for name in names if name not in study.presets]
     if not names or unknown:
-        raise ValueError(f"{flag} takes presets of {study.name} ({', '.join(study.presets)}), got {text!r}")
+        raise InputError(f"{flag} takes presets of {study.name} ({', '.join(study.presets)}), got {text!r}")
     return names
 
 
@@ -45,7 +46,7 @@ def withholdable(jobs: Sequence[Job], presets: Sequence[str]) -> list[Job]:
     ``convit-mini-random``, by their own names) whose weights are still here.
 
     Raises:
-        ValueError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
     """
     return [job for job in jobs if row_of(job) in presets and job_state(job) == "finished"
             and not _withheld_already(job)]
@@ -69,12 +70,12 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
         ``(job, record, where the weights went)`` of each run withheld now.
 
     Raises:
-        ValueError: a run without its prediction record (checked for every run before any weights move).
+        InputError: a run without its prediction record (checked for every run before any weights move).
     """
     targets = withholdable(jobs, presets)
     unrecorded = [job.folder for job in targets if not (job.folder / PREDICTIONS_FILE).is_file()]
     if unrecorded:
-        raise ValueError(f"{unrecorded[0]} has no {PREDICTIONS_FILE}: record what its weights predict before they go "
+        raise InputError(f"{unrecorded[0]} has no {PREDICTIONS_FILE}: record what its weights predict before they go "
                          f"(attncnn evaluate {unrecorded[0]} --data <its data set> --predictions "
                          f"{unrecorded[0] / PREDICTIONS_FILE}); nothing was withheld")
     base = Path(weights_to or f"withheld-weights/{study.name}")

@@ -38,7 +38,8 @@ from typing import Any
 
 import torch
 
-from .._io import atomic_path
+from .._io import atomic_path, make_folders
+from ..errors import AttncnnError
 
 __all__ = ["CheckpointError", "Checkpoint", "save_checkpoint", "write_checkpoint", "load_checkpoint", "read_metadata",
            "tensor_specs", "FORMAT_VERSION"]
@@ -51,7 +52,7 @@ _MODEL, _OPTIM, _EXTRA = "model.", "optim.", "extra."
 _MAX_HEADER = 100_000_000
 
 
-class CheckpointError(Exception):
+class CheckpointError(AttncnnError):
     """A file is not a readable attncnn checkpoint (pickle, truncated, corrupt or foreign)."""
 
 
@@ -186,7 +187,7 @@ def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> No
     header["header_digest"] = _header_digest(header, dtypes)
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_folders(path.parent)
     with atomic_path(path, suffix=".safetensors") as tmp:
         try:
             save_file(tensors, str(tmp), metadata=header)

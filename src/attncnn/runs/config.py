@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .._recorded_data import is_data_name
 from .._typecheck import check_options
+from ..errors import InputError
 from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
 
@@ -47,7 +48,7 @@ class TrainConfig:
     """Everything that determines a training run (written to ``config.json`` in the run folder).
 
     Raises (on construction):
-        ValueError: unknown preset, model options the preset's network rejects (checked on its
+        InputError: unknown preset, model options the preset's network rejects (checked on its
             configuration dataclass: no weights are allocated), or an out-of-range value; the
             message names the option.
     """
@@ -115,35 +116,35 @@ class TrainConfig:
         preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
         for name in ("epochs", "batch_size", "eval_batch_size", "eval_every"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+                raise InputError(f"{name} must be a positive integer, got {getattr(self, name)}")
         if self.epochs > MAX_EPOCHS:
             digits = len(str(self.epochs))
-            raise ValueError(f"epochs must be at most {MAX_EPOCHS:,} (10**12), got "
+            raise InputError(f"epochs must be at most {MAX_EPOCHS:,} (10**12), got "
                              f"{self.epochs if digits <= 20 else f'a number of {digits} digits'} (--epochs)")
         if self.train_subset is not None and self.train_subset <= 0:
-            raise ValueError(f"train_subset must be positive, got {self.train_subset}")
+            raise InputError(f"train_subset must be positive, got {self.train_subset}")
         for name in ("lr", "weight_decay"):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {getattr(self, name)} "
+                raise InputError(f"{name} must be a finite number >= 0, got {getattr(self, name)} "
                                  f"(--{name.replace('_', '-')})")
         if not 0 <= self.momentum < 1:
-            raise ValueError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
+            raise InputError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
         # the schedule's own checks, here so that they fail before the data is loaded
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio} (--warmup-ratio)")
+            raise InputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio} (--warmup-ratio)")
         if not (math.isfinite(self.gamma) and self.gamma > 0):
-            raise ValueError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
+            raise InputError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
         if any(m < 1 for m in self.milestones):
-            raise ValueError(f"milestones must be epochs >= 1, got {list(self.milestones)} (--milestones)")
+            raise InputError(f"milestones must be epochs >= 1, got {list(self.milestones)} (--milestones)")
         for name in ("optimizer", "schedule", "lr_stepping", "precision"):
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:
-                raise ValueError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
+                raise InputError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
         if self.init_from is not None and not self.init_from:
-            raise ValueError("init_from must be a checkpoint path or None, got an empty string")
+            raise InputError("init_from must be a checkpoint path or None, got an empty string")
         for name in ("checkpoint_every", "checkpoint_every_steps", "keep_checkpoints"):
             if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (0 turns it off), got {getattr(self, name)}")
+                raise InputError(f"{name} must be >= 0 (0 turns it off), got {getattr(self, name)}")
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -161,7 +162,7 @@ def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
             it, and says what to write there.
 
     Raises:
-        ValueError: unknown key or wrong type, naming the key, the expected type in words, the value
+        InputError: unknown key or wrong type, naming the key, the expected type in words, the value
             and the fix (see :func:`attncnn._typecheck.check_options`); an out-of-range value or a
             model option the preset rejects (named), prefixed with ``source``.
     """
@@ -176,7 +177,7 @@ def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
     except ValueError as err:
         if source is None:
             raise
-        raise ValueError(f"{source}: {err}; correct it there") from err
+        raise InputError(f"{source}: {err}; correct it there") from err
 
 
 def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
@@ -196,7 +197,7 @@ def resolve_config(preset: str, **overrides) -> TrainConfig:
     and every later command finds it again from any folder.
 
     Raises:
-        ValueError: unknown preset or option (named in the message).
+        InputError: unknown preset or option (named in the message).
     """
     recipe = dict(get_preset(preset).train)
     recipe.update({k: v for k, v in overrides.items() if v is not None})

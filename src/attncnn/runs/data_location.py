@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .._io import atomic_write_json
 from .._recorded_data import DATA_NAMES, is_data_name, locate_recorded_data, not_here_message
+from ..errors import InputError
 from .errors import RunFolderError
 from .folder import RunFolder
 
@@ -37,7 +38,7 @@ def data_is_here(stored: str, folder: str | Path | None = None) -> bool:
     the folders above it.
 
     Raises:
-        ValueError: a relative ``stored`` fits two different files (the message names both and ``--data``).
+        InputError: a relative ``stored`` fits two different files (the message names both and ``--data``).
     """
     return locate_recorded_data(stored, folder) is not None
 
@@ -68,7 +69,7 @@ def pointed_config(config: dict, data: str | None = None, data_dir: str | None =
             looked for.
 
     Raises:
-        ValueError: ``data`` has another file name than the run's own data set (the message
+        InputError: ``data`` has another file name than the run's own data set (the message
             names the run's); no ``data`` for a run whose data set is not here (the message asks
             for ``--data``); the run's relative path fits two different files here.
     """
@@ -87,9 +88,9 @@ def pointed_config(config: dict, data: str | None = None, data_dir: str | None =
                         "trains on one data set; a new run with --init-from trains on another)", who, found, data)
         return None if found == stored else {**config, "data": found}
     if data is None:
-        raise ValueError(not_here_message(stored, folder))
+        raise InputError(not_here_message(stored, folder))
     if not same_data_file(stored, data):
-        raise ValueError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
+        raise InputError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
                          f"the path of {Path(stored).name} on this machine (got {data!r})")
     given = Path(data).expanduser()
     pointed = {**config, "data": str(given.resolve()) if given.exists() else data}
@@ -111,7 +112,7 @@ def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | N
         data_dir: the cache folder given on this machine (``--data-dir``).
 
     Raises:
-        ValueError: ``data`` has another file name than the run's own data set (the message
+        InputError: ``data`` has another file name than the run's own data set (the message
             names the run's); no ``data`` for a run whose data set is not here (the message asks
             for ``--data``); the run's relative path fits two different files here.
         RunFolderError: ``folder`` holds no run configuration.
@@ -138,7 +139,7 @@ def await_pointed(folder: str | Path, data: str | None = None, data_dir: str | N
         poll: seconds between reads.
 
     Raises:
-        ValueError: ``data`` names another data set than the run's, or none for a run whose data set
+        InputError: ``data`` names another data set than the run's, or none for a run whose data set
             is not here (rank 0 refuses it too).
         RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds (rank 0 failed
             before it got there: its own message says why), or the folder holds no configuration.

@@ -6,10 +6,12 @@ import errno
 import os
 from pathlib import Path
 
+from ..errors import AttncnnError
+
 __all__ = ["RunFolderError", "write_error_message"]
 
 
-class RunFolderError(Exception):
+class RunFolderError(AttncnnError):
     """The run folder cannot be used in the requested mode (the message names the path and the fix)."""
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
+from ..errors import InputError
 from .errors import RunFolderError, write_error_message
 from .lock import LOCK_FILE, RunLock
 
@@ -282,10 +283,10 @@ class RunFolder:
         """``path/"checkpoints"/f"{name}.safetensors"``; the folder is created unless mode is ``"read"``.
 
         Raises:
-            ValueError: ``name`` is empty or contains a path separator.
+            InputError: ``name`` is empty or contains a path separator.
         """
         if not name or "/" in name or "\\" in name or name in (".", ".."):
-            raise ValueError(f"invalid checkpoint name {name!r}")
+            raise InputError(f"invalid checkpoint name {name!r}")
         folder = self.path / "checkpoints"
         if self.mode != "read":
             try:

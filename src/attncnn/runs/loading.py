@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from ..errors import InputError, MissingFileError
 from ..layers import dense_attention, paths_for_device_
 from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
@@ -66,21 +67,21 @@ def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
     widens exactly on load); ``model`` may live on the meta device.
 
     Raises:
-        ValueError: missing or unexpected names (the first five of each), or a shape or dtype
+        InputError: missing or unexpected names (the first five of each), or a shape or dtype
             mismatch (the key and both values); the message names ``path``.
     """
     expected = specs_of(model.state_dict())
     missing = sorted(set(expected) - set(specs))
     unexpected = sorted(set(specs) - set(expected))
     if missing or unexpected:
-        raise ValueError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
+        raise InputError(f"checkpoint {path} does not fit its configuration: missing {missing[:5]}, "
                          f"unexpected {unexpected[:5]}")
     for name, (dtype, shape) in specs.items():
         if shape != expected[name][1]:
-            raise ValueError(f"checkpoint {path}: weight {name!r} has shape {shape}, "
+            raise InputError(f"checkpoint {path}: weight {name!r} has shape {shape}, "
                              f"the configuration needs {expected[name][1]}")
         if dtype != expected[name][0] and (dtype, expected[name][0]) not in _WIDENED:
-            raise ValueError(f"checkpoint {path}: weight {name!r} is {dtype}, the configuration needs "
+            raise InputError(f"checkpoint {path}: weight {name!r} is {dtype}, the configuration needs "
                              f"{expected[name][0]}")
 
 
@@ -100,7 +101,7 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
     token grid larger than a learned table. Training calls it before its run folder exists.
 
     Raises:
-        ValueError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
+        InputError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
             with the network's own message, which names the fix.
     """
     first = next(itertools.chain(model.parameters(), model.buffers()), None)
@@ -116,7 +117,7 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
             finally:
                 model.train(was)
     except ValueError as err:
-        raise ValueError(f"{source} cannot take {'x'.join(map(str, images))} images: {err}") from None
+        raise InputError(f"{source} cannot take {'x'.join(map(str, images))} images: {err}") from None
     except Exception as err:    # noqa: BLE001 - an operator without a meta kernel says nothing about the input
         log.debug("the meta-device check of %s on %s images did not run (%s: %s)", source, images,
                   type(err).__name__, err)
@@ -129,7 +130,7 @@ def check_options_take_images(arch: str, config, images: tuple[int, int, int],
     (a study trains many runs of one network; the check takes a few tenths of a second).
 
     Raises:
-        ValueError: as :func:`check_images`; unknown or ill-typed options.
+        InputError: as :func:`check_images`; unknown or ill-typed options.
     """
     if dataclasses.is_dataclass(config):
         config = dataclasses.asdict(config)
@@ -162,7 +163,7 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
         The network on ``device``, with its usual initialisation.
 
     Raises:
-        ValueError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
+        InputError: unknown or ill-typed option; a tensor that does not match ``weights`` (named);
             parameters and buffers larger than the device's memory.
         FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
     """
@@ -175,7 +176,7 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
         check_weights(weights, shape_only, file_specs(weights))
     size = sum(t.numel() * t.element_size() for t in itertools.chain(shape_only.parameters(), shape_only.buffers()))
     if size > _memory_of(device):
-        raise ValueError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
+        raise InputError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
                          f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
                          f"{_short(config)}); check the model options")
     return build_model_from_config(arch, dict(config)).to(device)
@@ -205,7 +206,7 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
         FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
             the checkpoints it holds, or, for a run shipped without its weights, says so and how to
             train it again: :mod:`attncnn.runs.withheld`).
-        ValueError: ``checkpoint`` given with a checkpoint file, or not a plain name.
+        InputError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)
     if path.is_dir():
@@ -215,36 +216,36 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
         if not path.exists():
             withheld = read_withheld(folder.path)
             if withheld is not None:
-                raise FileNotFoundError(withheld_message(folder.path, withheld))
+                raise MissingFileError(withheld_message(folder.path, withheld))
             held = sorted(p.stem for p in (folder.path / "checkpoints").glob("*.safetensors"))
             hint = (f"it holds {', '.join(held)}: name one (--checkpoint NAME, or checkpoint=NAME in Python) or "
                     f"give its file, e.g. {folder.path / 'checkpoints' / (held[0] + '.safetensors')}") if held else \
                 "it holds none yet; train (or resume) the run until it writes one"
-            raise FileNotFoundError(f"run folder {folder.path} holds no {name!r} checkpoint; {hint}")
+            raise MissingFileError(f"run folder {folder.path} holds no {name!r} checkpoint; {hint}")
     elif checkpoint is not None:
-        raise ValueError(f"{path} is a checkpoint file, and a checkpoint name ({checkpoint!r}) chooses among a run "
+        raise InputError(f"{path} is a checkpoint file, and a checkpoint name ({checkpoint!r}) chooses among a run "
                          "folder's checkpoints; give the run folder, or the file alone")
     if not path.exists():
-        raise FileNotFoundError(f"no checkpoint at {path}")
+        raise MissingFileError(f"no checkpoint at {path}")
     return path
 
 
 def _checked_metadata(path: Path, meta) -> dict:
     """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated."""
     if not isinstance(meta, dict):
-        raise ValueError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
+        raise InputError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
     for key, kind in (("arch", str), ("model_config", dict)):
         if key not in meta:
-            raise ValueError(f"checkpoint {path} has no {key!r} entry; it was not written by attncnn train")
+            raise InputError(f"checkpoint {path} has no {key!r} entry; it was not written by attncnn train")
         if not isinstance(meta[key], kind):
-            raise ValueError(f"checkpoint {path}: {key!r} must be a {kind.__name__}, got {meta[key]!r}")
+            raise InputError(f"checkpoint {path}: {key!r} must be a {kind.__name__}, got {meta[key]!r}")
     if "config" in meta:
         if not isinstance(meta["config"], dict):
-            raise ValueError(f"checkpoint {path}: 'config' must be a JSON object, got {meta['config']!r}")
+            raise InputError(f"checkpoint {path}: 'config' must be a JSON object, got {meta['config']!r}")
         try:
             config_from_dict(meta["config"])
         except ValueError as err:
-            raise ValueError(f"checkpoint {path}: invalid stored training configuration: {err}") from err
+            raise InputError(f"checkpoint {path}: invalid stored training configuration: {err}") from err
     return meta
 
 
@@ -266,7 +267,7 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
     Raises:
         FileNotFoundError: no checkpoint at ``path``, or not the one asked for in a run folder.
         attncnn.runs.checkpoint.CheckpointError: not a safe attncnn checkpoint, or corrupt.
-        ValueError: configuration or weights that do not fit, or a model larger than memory (the
+        InputError: configuration or weights that do not fit, or a model larger than memory (the
             message names the key); ``checkpoint`` given with a checkpoint file.
     """
     given = Path(path)
@@ -278,11 +279,11 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
         model = build_checked(meta["arch"], dict(meta["model_config"]), weights=path, device="cpu",
                               source=f"checkpoint {path}")
     except TypeError as err:
-        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+        raise InputError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
     except ValueError as err:
         if str(path) in str(err):
             raise
-        raise ValueError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
+        raise InputError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
     model.load_state_dict(load_checkpoint(path).model_state)
     for change in paths_for_device_(model, device):   # paths measured on the training machine may not run here
         log.info("checkpoint %s on %s: attention path %s", path, torch.device(device), change)

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from .._io import atomic_write_text
+from ..errors import InputError
 
 __all__ = ["PREDICTIONS_FILE", "PredictionRecord", "write_predictions", "read_predictions", "disagreements"]
 
@@ -47,7 +48,7 @@ class PredictionRecord:
 
     def __post_init__(self) -> None:
         if self.indices is not None and len(self.indices) != len(self.predictions):
-            raise ValueError(f"a prediction record names {len(self.indices)} images but holds "
+            raise InputError(f"a prediction record names {len(self.indices)} images but holds "
                              f"{len(self.predictions)} predictions")
 
     def for_images(self, indices: list[int]) -> list[int]:
@@ -55,13 +56,13 @@ class PredictionRecord:
         one whose sample holds them all).
 
         Raises:
-            ValueError: an image the record does not hold.
+            InputError: an image the record does not hold.
         """
         where = (dict(zip(self.indices, range(len(self.indices)))) if self.indices is not None
                  else range(len(self.predictions)))
         missing = [i for i in indices if i not in where]
         if missing:
-            raise ValueError(f"the record holds no prediction for test images {missing[:5]}"
+            raise InputError(f"the record holds no prediction for test images {missing[:5]}"
                              f"{' ...' if len(missing) > 5 else ''}; record the whole split "
                              "(attncnn evaluate RUN --predictions FILE, without --sample)")
         return [self.predictions[where[i]] for i in indices]
@@ -94,7 +95,7 @@ def read_predictions(path: str | os.PathLike[str]) -> PredictionRecord:
         return PredictionRecord(**{name: data[name] for name in PredictionRecord.__dataclass_fields__
                                    if name not in optional or name in data})
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise ValueError(f"{path} is not a prediction record of attncnn evaluate --predictions ({err}); "
+        raise InputError(f"{path} is not a prediction record of attncnn evaluate --predictions ({err}); "
                          "record it again") from err
 
 

@@ -23,6 +23,7 @@ import shutil
 from pathlib import Path
 
 from .._io import atomic_write_json
+from ..errors import InputError, MissingFileError
 from .checkpoint import read_metadata
 from .errors import RunFolderError
 from .folder import RunFolder
@@ -61,7 +62,7 @@ def withhold_weights(folder: str | Path, *, retrain: str, move_to: str | Path, e
         The record written (or the one already there).
 
     Raises:
-        ValueError: an unfinished run (its checkpoint is needed to resume), or one without a
+        InputError: an unfinished run (its checkpoint is needed to resume), or one without a
             prediction record (without the weights nothing could check its accuracy again; the
             message gives the command that records it), an empty ``retrain``, an ``extra`` key
             that is one of the record's own, or a ``move_to`` that exists.
@@ -69,27 +70,27 @@ def withhold_weights(folder: str | Path, *, retrain: str, move_to: str | Path, e
     """
     folder, move_to = Path(folder), Path(move_to)
     if not retrain.strip():
-        raise ValueError("say how the withheld weights can be trained again (retrain=...): a run shipped without "
+        raise InputError("say how the withheld weights can be trained again (retrain=...): a run shipped without "
                          "its weights must name the command that makes them")
     clash = sorted(set(extra or {}) & set(_KEYS))
     if clash:
-        raise ValueError(f"extra keys {clash} are the record's own ({', '.join(_KEYS)}); name them otherwise")
+        raise InputError(f"extra keys {clash} are the record's own ({', '.join(_KEYS)}); name them otherwise")
     existing = read_withheld(folder)
     if existing is not None and not (folder / "checkpoints").exists():
         return existing
     run = RunFolder(folder, mode="read")
     if not run.finished:
-        raise ValueError(f"{folder} is not finished; only a finished run ships without its weights (an unfinished "
+        raise InputError(f"{folder} is not finished; only a finished run ships without its weights (an unfinished "
                          "one needs its checkpoint to resume)")
     last = run.checkpoint_path("last")
     if not last.is_file():
-        raise FileNotFoundError(f"{folder} holds no checkpoints/{last.name} to withhold")
+        raise MissingFileError(f"{folder} holds no checkpoints/{last.name} to withhold")
     if not (folder / PREDICTIONS_FILE).is_file():
-        raise ValueError(f"{folder} has no {PREDICTIONS_FILE}: record what its weights predict before withholding "
+        raise InputError(f"{folder} has no {PREDICTIONS_FILE}: record what its weights predict before withholding "
                          f"them (attncnn evaluate {folder} --data <its data set> --predictions "
                          f"{folder / PREDICTIONS_FILE})")
     if move_to.exists():
-        raise ValueError(f"{move_to} exists; the weights of {folder} go to a new folder (remove it or name another)")
+        raise InputError(f"{move_to} exists; the weights of {folder} go to a new folder (remove it or name another)")
     metadata = read_metadata(last)
     record = {"file": last.relative_to(folder).as_posix(), "bytes": last.stat().st_size, "sha256": _sha256(last),
               "weights_dtype": str(metadata.get("weights_dtype") or "float32"), "metadata": metadata,

@@ -14,6 +14,7 @@ import json
 import os
 import time
 
+from ..errors import InputError, MissingFileError
 from ..runs.config import TrainConfig
 from ..runs.options import key_value
 
@@ -75,7 +76,7 @@ def _kernel(args: argparse.Namespace, dtype):
         if not isinstance(conv, nn.Conv2d):
             named = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Conv2d)]
             if not named:
-                raise ValueError(f"checkpoint {args.conv_from} holds no Conv2d layer")
+                raise InputError(f"checkpoint {args.conv_from} holds no Conv2d layer")
             name, conv = named[0]
         # Validates the layer (odd square kernel, groups 1, zero padding) and reads its geometry.
         weight, bias, stride, dilation, padding = _conv_parts(conv, None, None, None, None, 2, nn.Conv2d)
@@ -83,7 +84,7 @@ def _kernel(args: argparse.Namespace, dtype):
                  "out-channels": (args.out_channels, weight.shape[0]), "dilation": (args.dilation, dilation)}
         for option, (value, actual) in given.items():
             if value is not None and value != actual:
-                raise ValueError(f"--{option} {value} contradicts the checkpoint's {name} ({actual}); leave it out")
+                raise InputError(f"--{option} {value} contradicts the checkpoint's {name} ({actual}); leave it out")
         # --stride and --padding may change how the checkpoint's kernel is applied: the description says so
         changed = [f"{option} {new!r} instead of its {own!r}" for option, new, own in
                    (("stride", args.stride, stride), ("padding", args.padding, padding)) if new not in (None, own)]
@@ -95,9 +96,9 @@ def _kernel(args: argparse.Namespace, dtype):
     c_in = 3 if args.in_channels is None else args.in_channels
     c_out = 16 if args.out_channels is None else args.out_channels
     if k < 1 or k % 2 == 0:
-        raise ValueError(f"--kernel must be odd and positive, got {k}")
+        raise InputError(f"--kernel must be odd and positive, got {k}")
     if c_in < 1 or c_out < 1:
-        raise ValueError(f"--in-channels and --out-channels must be positive, got {c_in}, {c_out}")
+        raise InputError(f"--in-channels and --out-channels must be positive, got {c_in}, {c_out}")
     gen = torch.Generator().manual_seed(args.seed)
     # PyTorch's default Conv2d scale: uniform in +-1/sqrt(fan_in), for weight and bias.
     bound = 1.0 / (c_in * k * k) ** 0.5
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     """Handler of ``attncnn theorem``; prints the result and returns the exit status (0).
 
     Raises:
-        ValueError: bad options (even kernel, contradicting a checkpoint, ...).
+        InputError: bad options (even kernel, contradicting a checkpoint, ...).
         attncnn.data.DataError, FileNotFoundError, OSError: the data or checkpoint cannot be read.
     """
     import torch
@@ -153,11 +154,11 @@ def run(args: argparse.Namespace) -> int:
     from .lemma2 import lemma2_bound
 
     if args.images < 1 or args.repeats < 1:
-        raise ValueError(f"--images and --repeats must be positive, got {args.images}, {args.repeats}")
+        raise InputError(f"--images and --repeats must be positive, got {args.images}, {args.repeats}")
     if args.model:
         return _run_model(args)
     if args.overrides or args.layer != 1:
-        raise ValueError("--set and --layer apply to --model only; add --model PRESET (e.g. quadratic-conv-mini)")
+        raise InputError("--set and --layer apply to --model only; add --model PRESET (e.g. quadratic-conv-mini)")
     args.dtype = args.dtype or "float64"
     dtype = getattr(torch, args.dtype)
     weight, bias, stride, dilation, padding, kernel_source = _kernel(args, dtype)
@@ -165,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     x, image_source = _images(args, c_in, dtype)
     pad = (k // 2) * dilation
     if padding == "valid" and min(x.shape[2:]) <= 2 * pad:
-        raise ValueError(f"'valid' padding needs images at least as large as the kernel extent {2 * pad + 1}")
+        raise InputError(f"'valid' padding needs images at least as large as the kernel extent {2 * pad + 1}")
 
     with torch.no_grad():
         start = time.perf_counter()
@@ -226,9 +227,9 @@ def _model(args: argparse.Namespace):
         settings = "".join(f", {k}={v!r}" for k, v in overrides.items())
         return build_model(spec, **overrides), f"preset {spec} at step 0 (seed {args.seed}{settings})"
     if args.overrides:
-        raise ValueError(f"--set changes a preset, but {spec!r} is not one; a checkpoint keeps its configuration")
+        raise InputError(f"--set changes a preset, but {spec!r} is not one; a checkpoint keeps its configuration")
     if not os.path.exists(spec):
-        raise FileNotFoundError(f"--model {spec!r} is neither a preset ({', '.join(list_presets())}) "
+        raise MissingFileError(f"--model {spec!r} is neither a preset ({', '.join(list_presets())}) "
                                 "nor a checkpoint or run folder")
     from ..runs import load_model
 
@@ -245,7 +246,7 @@ def _run_model(args: argparse.Namespace) -> int:
     given = [f"--{name}" for name in ("kernel", "dilation", "stride", "padding", "in_channels", "out_channels",
                                        "alpha", "conv_from") if getattr(args, name) is not None]
     if given:
-        raise ValueError(f"{', '.join(o.replace('_', '-') for o in given)}: these options describe a convolution "
+        raise InputError(f"{', '.join(o.replace('_', '-') for o in given)}: these options describe a convolution "
                          "to build; with --model the kernel comes from the network's layer: leave them out "
                          "(locality strength: --set locality_strength=...)")
     args.dtype = args.dtype or "float32"

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from ..layers import QuadraticAttention, kernel_shifts
 from ..layers.autocast_rules import score_dtype
 
@@ -72,28 +73,28 @@ def default_alpha(dtype: torch.dtype) -> float:
         alpha (a Python float, no unit: inverse squared token distance).
 
     Raises:
-        ValueError: ``dtype`` is not a floating dtype.
+        InputError: ``dtype`` is not a floating dtype.
     """
     if not dtype.is_floating_point:
-        raise ValueError(f"alpha is defined for floating dtypes, got {dtype}")
+        raise InputError(f"alpha is defined for floating dtypes, got {dtype}")
     return -math.log(torch.finfo(score_dtype(dtype)).tiny)
 
 
 def _check_geometry(kernel_size: int, dilation: int, stride: int) -> None:
     if kernel_size < 1 or kernel_size % 2 == 0:
-        raise ValueError(f"the kernel size must be odd and positive (its taps are centred on the query), "
+        raise InputError(f"the kernel size must be odd and positive (its taps are centred on the query), "
                          f"got {kernel_size}")
     if dilation < 1:
-        raise ValueError(f"the dilation must be a positive integer, got {dilation}")
+        raise InputError(f"the dilation must be a positive integer, got {dilation}")
     if stride < 1:
-        raise ValueError(f"the stride must be a positive integer, got {stride}")
+        raise InputError(f"the stride must be a positive integer, got {stride}")
 
 
 def _single(value, name: str, dims: int) -> int:
     """An int from an int or a tuple of equal ints (torch modules store tuples)."""
     if isinstance(value, (tuple, list)):
         if len(set(value)) != 1 or len(value) != dims:
-            raise ValueError(f"{name} must be the same along every axis, got {tuple(value)}")
+            raise InputError(f"{name} must be the same along every axis, got {tuple(value)}")
         value = value[0]
     return int(value)
 
@@ -149,7 +150,7 @@ class AttentionConv2d(nn.Module):
 
     def _to_grid(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 4 or x.shape[-1] != self.in_channels:
-            raise ValueError(f"{type(self).__name__} expects channels-last images (B, H, W, {self.in_channels}), "
+            raise InputError(f"{type(self).__name__} expects channels-last images (B, H, W, {self.in_channels}), "
                              f"got shape {tuple(x.shape)}")
         return x
 
@@ -175,13 +176,13 @@ class AttentionConv2d(nn.Module):
             ``conv2d(x, weight, bias, stride, padding=p or 0, dilation)`` (channels moved last).
 
         Raises:
-            ValueError: wrong shape, or a ``"valid"`` input smaller than the kernel's extent.
+            InputError: wrong shape, or a ``"valid"`` input smaller than the kernel's extent.
         """
         grid = self._to_grid(x)
         if self.padding == "same":
             grid = self._pad_grid(grid)
         elif min(grid.shape[3 - self.spatial_dims:3]) <= 2 * self.pad:
-            raise ValueError(f"'valid' padding needs inputs at least as large as the kernel extent {2 * self.pad + 1}, "
+            raise InputError(f"'valid' padding needs inputs at least as large as the kernel extent {2 * self.pad + 1}, "
                              f"got {tuple(x.shape)}")
         return self._from_grid(self._crop(self.attention(grid)))
 
@@ -194,16 +195,16 @@ def _conv_parts(conv, bias, stride, dilation, padding, dims: int, module_type: t
     """Unpack a conv module or a weight tensor into (weight, bias, stride, dilation, padding)."""
     if isinstance(conv, module_type):
         if bias is not None or stride is not None or dilation is not None:
-            raise ValueError(f"pass bias/stride/dilation only with a weight tensor; a {module_type.__name__} "
+            raise InputError(f"pass bias/stride/dilation only with a weight tensor; a {module_type.__name__} "
                              "carries its own")
         if conv.groups != 1:
-            raise ValueError(f"grouped convolutions are not covered by the construction (groups={conv.groups}); "
+            raise InputError(f"grouped convolutions are not covered by the construction (groups={conv.groups}); "
                              "build one layer per group")
         if conv.padding_mode != "zeros":
-            raise ValueError(f"only zero padding is exact (padding_mode={conv.padding_mode!r})")
+            raise InputError(f"only zero padding is exact (padding_mode={conv.padding_mode!r})")
         ks = conv.kernel_size
         if len(set(ks)) != 1:
-            raise ValueError(f"the kernel must be square, got {tuple(ks)}")
+            raise InputError(f"the kernel must be square, got {tuple(ks)}")
         stride = _single(conv.stride, "stride", dims)
         dilation = _single(conv.dilation, "dilation", dims)
         if isinstance(conv.padding, str):
@@ -212,20 +213,20 @@ def _conv_parts(conv, bias, stride, dilation, padding, dims: int, module_type: t
             p = _single(conv.padding, "padding", dims)
             reach = (ks[0] // 2) * dilation
             if p not in (0, reach):
-                raise ValueError(f"the convolution pads {p}; only 0 ('valid') and {reach} ('same') "
+                raise InputError(f"the convolution pads {p}; only 0 ('valid') and {reach} ('same') "
                                  "are expressible")
             own = "valid" if p == 0 else "same"
         if padding is not None and padding != own:
-            raise ValueError(f"padding={padding!r} contradicts the {module_type.__name__}'s own ({own!r}): the layer "
+            raise InputError(f"padding={padding!r} contradicts the {module_type.__name__}'s own ({own!r}): the layer "
                              "would compute another convolution; leave padding out, or pass the weight tensor")
         padding = own
         return conv.weight.detach(), None if conv.bias is None else conv.bias.detach(), stride, dilation, padding
     if not isinstance(conv, torch.Tensor):
-        raise ValueError(f"expected a {module_type.__name__} or a weight tensor, got {type(conv).__name__}")
+        raise InputError(f"expected a {module_type.__name__} or a weight tensor, got {type(conv).__name__}")
     if conv.dim() != dims + 2:
-        raise ValueError(f"the weight must be (C_out, C_in{', K' * dims}), got shape {tuple(conv.shape)}")
+        raise InputError(f"the weight must be (C_out, C_in{', K' * dims}), got shape {tuple(conv.shape)}")
     if len(set(conv.shape[2:])) != 1:
-        raise ValueError(f"the kernel must be square, got {tuple(conv.shape[2:])}")
+        raise InputError(f"the kernel must be square, got {tuple(conv.shape[2:])}")
     return (conv.detach(), None if bias is None else bias.detach(), 1 if stride is None else int(stride),
             1 if dilation is None else int(dilation), "same" if padding is None else padding)
 
@@ -239,10 +240,10 @@ def _build(weight_taps: torch.Tensor, bias: torch.Tensor | None, shifts: torch.T
     num_heads, c_out, c_in = weight_taps.shape
     dtype, device = weight_taps.dtype, weight_taps.device
     if not dtype.is_floating_point:
-        raise ValueError(f"the kernel must be a floating tensor, got {dtype}")
+        raise InputError(f"the kernel must be a floating tensor, got {dtype}")
     alpha = default_alpha(dtype) if alpha is None else float(alpha)
     if not alpha > 0 or not math.isfinite(alpha):
-        raise ValueError(f"alpha must be positive and finite, got {alpha}")
+        raise InputError(f"alpha must be positive and finite, got {alpha}")
     layer = QuadraticAttention(c_in, num_heads, head_dim=head_dim, out_dim=c_out).to(device=device, dtype=dtype)
     d_h = layer.head_dim
     with torch.no_grad():
@@ -292,9 +293,9 @@ def _exact_channels(channels: Sequence[int] | None, c_out: int, c_in: int, d_h: 
     else:
         exact = tuple(int(c) for c in channels)
         if len(set(exact)) != len(exact) or any(not 0 <= c < c_out for c in exact):
-            raise ValueError(f"channels must be distinct indices in [0, {c_out}), got {list(channels)}")
+            raise InputError(f"channels must be distinct indices in [0, {c_out}), got {list(channels)}")
         if len(exact) > d_h:
-            raise ValueError(f"heads of width head_dim={d_h}, narrower than C_in={c_in}, reproduce at most {d_h} "
+            raise InputError(f"heads of width head_dim={d_h}, narrower than C_in={c_in}, reproduce at most {d_h} "
                              f"output channels (Theorem 1: min(D_h, D_out)), {len(exact)} requested; "
                              f"head_dim >= {min(c_in, c_out)} reproduces all {c_out}")
     if len(exact) < c_out:
@@ -343,14 +344,14 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
         ``K^2 * (H'' W'')^2`` numbers for the attended (padded) grid ``H'' x W''``.
 
     Raises:
-        ValueError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
+        InputError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
             stride/dilation per axis, a Conv2d padding other than 0 or the kernel reach, a
             ``padding`` that contradicts the Conv2d's, an unknown ``padding`` string, non-positive
             alpha, or bad ``channels``.
     """
     weight, bias, stride, dilation, padding = _conv_parts(conv, bias, stride, dilation, padding, 2, nn.Conv2d)
     if padding not in PADDINGS:
-        raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+        raise InputError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
     c_out, c_in, k, _ = weight.shape
     _check_geometry(k, dilation, stride)
     taps = weight.permute(2, 3, 0, 1).reshape(k * k, c_out, c_in)       # tap u*K+v -> (C_out, C_in)

@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from .construct import PADDINGS, AttentionConv2d, _build, _check_geometry, _conv_parts, kernel_shifts
 
 __all__ = ["AttentionConv1d", "attention_from_conv1d"]
@@ -34,7 +35,7 @@ class AttentionConv1d(AttentionConv2d):
 
     def _to_grid(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 3 or x.shape[-1] != self.in_channels:
-            raise ValueError(f"{type(self).__name__} expects sequences (B, T, {self.in_channels}), "
+            raise InputError(f"{type(self).__name__} expects sequences (B, T, {self.in_channels}), "
                              f"got shape {tuple(x.shape)}")
         return x.unsqueeze(1)                          # (B, 1, T, C)
 
@@ -60,7 +61,7 @@ class AttentionConv1d(AttentionConv2d):
             with the channel axis moved last.
 
         Raises:
-            ValueError: wrong shape, or a ``"valid"`` input shorter than the kernel's extent.
+            InputError: wrong shape, or a ``"valid"`` input shorter than the kernel's extent.
         """
         return super().forward(x)
 
@@ -81,11 +82,11 @@ def attention_from_conv1d(conv: nn.Conv1d | torch.Tensor, *, alpha: float | None
         head ``v`` for tap ``v``, applied to ``(B, 1, T, C)``).
 
     Raises:
-        ValueError: as :func:`~attncnn.theory.construct.attention_from_conv2d`.
+        InputError: as :func:`~attncnn.theory.construct.attention_from_conv2d`.
     """
     weight, bias, stride, dilation, padding = _conv_parts(conv, bias, stride, dilation, padding, 1, nn.Conv1d)
     if padding not in PADDINGS:
-        raise ValueError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
+        raise InputError(f"padding must be one of {', '.join(PADDINGS)}, got {padding!r}")
     c_out, c_in, k = weight.shape
     _check_geometry(k, dilation, stride)
     taps = weight.permute(2, 0, 1)                     # tap v -> (C_out, C_in)

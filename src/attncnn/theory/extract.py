@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..errors import InputError
 from ..layers import PositionalAttention, QuadraticAttention
 from .construct import AttentionConv2d, kernel_shifts
 
@@ -248,10 +249,10 @@ def _unwrap(layer: AttentionConv2d | PositionalAttention,
     wrapper = layer if isinstance(layer, AttentionConv2d) else None
     attn = wrapper.attention if wrapper is not None else layer
     if not isinstance(attn, PositionalAttention):
-        raise ValueError(f"{type(attn).__name__} is not a position-only attention layer: its attention depends "
+        raise InputError(f"{type(attn).__name__} is not a position-only attention layer: its attention depends "
                          "on the input, so no single convolution describes it")
     if assignment not in ASSIGNMENTS:
-        raise ValueError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
+        raise InputError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {assignment!r}")
     return wrapper, attn
 
 
@@ -262,7 +263,7 @@ def _kernel_size_and_dilation(attn: PositionalAttention, wrapper: AttentionConv2
     if kernel_size is None:
         kernel_size = wrapper.kernel_size if wrapper is not None else math.isqrt(nh)
         if wrapper is None and (kernel_size ** 2 != nh or kernel_size % 2 == 0):
-            raise ValueError(f"{nh} heads do not fill an odd K x K grid; pass kernel_size")
+            raise InputError(f"{nh} heads do not fill an odd K x K grid; pass kernel_size")
     if dilation is None:
         dilation = wrapper.dilation if wrapper is not None else 1
     return kernel_size, dilation
@@ -278,7 +279,7 @@ def _probe_grid(attn: PositionalAttention, inputs: torch.Tensor | None, grid: tu
     if inputs is not None:
         expect = 4 if dims == 2 else 3
         if inputs.dim() != expect or inputs.shape[-1] != attn.dim:
-            raise ValueError(f"inputs must be channels-last with {attn.dim} channels and {expect} axes, "
+            raise InputError(f"inputs must be channels-last with {attn.dim} channels and {expect} axes, "
                              f"got {tuple(inputs.shape)}")
     if grid is None:
         if inputs is not None:
@@ -357,7 +358,7 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         ``bias (C_out,)`` and an :class:`ExtractionReport`.
 
     Raises:
-        ValueError: content-dependent attention, no valid kernel size, unknown ``assignment``,
+        InputError: content-dependent attention, no valid kernel size, unknown ``assignment``,
             or inputs of the wrong shape.
         ModuleNotFoundError: ``assignment="optimal"`` without SciPy installed.
     """

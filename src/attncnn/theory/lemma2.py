@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..errors import InputError
 from .construct import AttentionConv2d, kernel_shifts
 from .extract import folded_value_matrices
 
@@ -38,10 +39,10 @@ def lattice_theta_tail(alpha: float) -> float:
     """``theta(alpha) - 1 = 2 sum_{n >= 1} exp(-alpha n^2)`` (float64, summed until negligible).
 
     Raises:
-        ValueError: ``alpha <= 0`` (the sum diverges) or not finite.
+        InputError: ``alpha <= 0`` (the sum diverges) or not finite.
     """
     if not alpha > 0 or not math.isfinite(alpha):
-        raise ValueError(f"alpha must be positive and finite, got {alpha}")
+        raise InputError(f"alpha must be positive and finite, got {alpha}")
     total, n = 0.0, 1
     while True:
         term = math.exp(-alpha * n * n)
@@ -66,14 +67,14 @@ def off_target_mass(alpha: float, spatial_dims: int = 2) -> float:
         m in [0, 1).
 
     Raises:
-        ValueError: bad ``alpha`` or ``spatial_dims``.
+        InputError: bad ``alpha`` or ``spatial_dims``.
     """
     s = lattice_theta_tail(alpha)
     if spatial_dims == 2:
         return s * (2.0 + s) / (1.0 + s) ** 2
     if spatial_dims == 1:
         return s / (1.0 + s)
-    raise ValueError(f"spatial_dims must be 1 or 2, got {spatial_dims}")
+    raise InputError(f"spatial_dims must be 1 or 2, got {spatial_dims}")
 
 
 @dataclass
@@ -115,15 +116,15 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
         are 0), up to floating-point rounding.
 
     Raises:
-        ValueError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
+        InputError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
             is not its kernel shift (the bound says nothing then).
     """
     if x.shape[-1] != module.in_channels:
-        raise ValueError(f"expected {module.in_channels} input channels, got shape {tuple(x.shape)}")
+        raise InputError(f"expected {module.in_channels} input channels, got shape {tuple(x.shape)}")
     shifts = kernel_shifts(module.kernel_size, module.dilation, spatial_dims=module.spatial_dims)
     centers = module.attention.centers.detach()
     if centers.shape != shifts.shape or not torch.equal(centers.to(shifts), shifts):
-        raise ValueError("Lemma 2's bound holds for heads centred on their kernel shifts, as attention_from_conv2d "
+        raise InputError("Lemma 2's bound holds for heads centred on their kernel shifts, as attention_from_conv2d "
                          "builds them; this layer's centres have moved (e.g. trained): measure its error instead")
     alphas = module.alpha.detach().double().cpu().tolist()
     masses = [off_target_mass(a, module.spatial_dims) for a in alphas]

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ..errors import InputError
 from ..layers import PositionalAttention
 from .extract import ExtractedConv, conv_from_attention
 from .lemma2 import off_target_mass
@@ -69,19 +70,19 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
         both computed in ``images.dtype``.
 
     Raises:
-        ValueError: not an image transformer, ``layer`` out of range, or a layer whose attention
+        InputError: not an image transformer, ``layer`` out of range, or a layer whose attention
             depends on the content (content, learned + content, GPSA): no single convolution
             describes it; the message names the fix.
     """
     blocks = getattr(model, "blocks", None)
     if blocks is None or not hasattr(model, "tokens"):
-        raise ValueError(f"{type(model).__name__} is not an image transformer (no attention blocks); pass a "
+        raise InputError(f"{type(model).__name__} is not an image transformer (no attention blocks); pass a "
                          "preset or checkpoint of an attention model such as quadratic-conv-mini")
     if not 1 <= layer <= len(blocks):
-        raise ValueError(f"--layer must be between 1 and {len(blocks)}, got {layer}")
+        raise InputError(f"--layer must be between 1 and {len(blocks)}, got {layer}")
     attention = blocks[layer - 1].attention
     if not isinstance(attention, PositionalAttention):
-        raise ValueError(f"layer {layer} is {type(attention).__name__}: its attention depends on the content, so no "
+        raise InputError(f"layer {layer} is {type(attention).__name__}: its attention depends on the content, so no "
                          "single convolution describes it; use a position-only model (quadratic, "
                          "quadratic-generalized, learned), e.g. quadratic-conv-mini or learned-conv-mini")
     model = model.to(images.dtype).eval()

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from ..data import DataError, Dataset, DataShape, DeviceLoader, ImageSplit, class_balanced_subset, load_dataset
+from ..errors import InputError
 from ..models import preset_model_config
 from ..runs.config import TrainConfig
 from .distributed import Distributed, per_process_batch
@@ -47,7 +48,7 @@ def resolve_device(name: str, *, source: str | None = None) -> torch.device:
             ``"run X: config.json's device 'gpu'"`` for a stored one).
 
     Raises:
-        ValueError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
+        InputError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
             (``meta``, ``xla``, ...), CUDA or MPS requested where it is not available, or a GPU
             index this machine does not have; the message names ``source`` and the values to use.
     """
@@ -59,14 +60,14 @@ def resolve_device(name: str, *, source: str | None = None) -> torch.device:
     except (RuntimeError, TypeError, ValueError):      # torch's parser: "Expected one of cpu, cuda, ..."
         device = None
     if device is None or device.type not in _DEVICE_TYPES:
-        raise ValueError(f"{source}: not a device this program runs on; use --device {_device_choices()}")
+        raise InputError(f"{source}: not a device this program runs on; use --device {_device_choices()}")
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"{source}: CUDA is not available on this machine; use --device cpu")
+        raise InputError(f"{source}: CUDA is not available on this machine; use --device cpu")
     if device.type == "mps" and not _mps_available():
-        raise ValueError(f"{source}: MPS is not available on this machine; use --device cpu")
+        raise InputError(f"{source}: MPS is not available on this machine; use --device cpu")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
         count = torch.cuda.device_count()
-        raise ValueError(f"{source}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}; use one of them "
+        raise InputError(f"{source}: this machine has {count} GPU(s), cuda:0 to cuda:{count - 1}; use one of them "
                          "(or --device cuda)")
     return device
 
@@ -115,7 +116,7 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
 
     Raises:
         DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).
-        ValueError: ``train_subset`` or ``batch_size`` larger than the training set.
+        InputError: ``train_subset`` or ``batch_size`` larger than the training set.
     """
     def load():
         return load_dataset(config.data, data_dir=config.data_dir, download=config.download)
@@ -128,12 +129,12 @@ def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, Devic
     train_split = dataset.train
     if config.train_subset is not None:
         if config.train_subset > len(train_split.labels):
-            raise ValueError(f"--train-subset {config.train_subset} exceeds the {len(train_split.labels)} "
+            raise InputError(f"--train-subset {config.train_subset} exceeds the {len(train_split.labels)} "
                              "training images")
         idx = class_balanced_subset(train_split.labels, config.train_subset, config.seed)
         train_split = ImageSplit(train_split.images[idx], train_split.labels[idx])
     if config.batch_size > len(train_split.labels):
-        raise ValueError(f"batch size {config.batch_size} is larger than the {len(train_split.labels)} "
+        raise InputError(f"batch size {config.batch_size} is larger than the {len(train_split.labels)} "
                          "training images; lower --batch-size")
     shard = {"rank": dist.rank, "world_size": dist.world_size, "device": dist.device}
     train_loader = DeviceLoader(train_split, batch_size=per_process_batch(config.batch_size, dist.world_size),

@@ -57,6 +57,7 @@ import torch
 import torch.distributed as torch_dist
 from torch import nn
 
+from ..errors import InputError
 from ..runs.errors import RunFolderError
 
 __all__ = ["Launch", "Distributed", "launch_from_env", "rank_device", "per_process_batch", "process_group",
@@ -79,13 +80,13 @@ class Launch:
 def _env_int(environ: Mapping[str, str], name: str) -> int:
     raw = environ.get(name)
     if raw is None:
-        raise ValueError(f"WORLD_SIZE={environ['WORLD_SIZE']} is set but {name} is not; start distributed "
+        raise InputError(f"WORLD_SIZE={environ['WORLD_SIZE']} is set but {name} is not; start distributed "
                          "training with torchrun (it sets WORLD_SIZE, RANK and LOCAL_RANK), or unset WORLD_SIZE "
                          "for a single-process run")
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer; start distributed training "
+        raise InputError(f"environment variable {name}={raw!r} is not an integer; start distributed training "
                          "with torchrun, which sets it") from None
 
 
@@ -96,7 +97,7 @@ def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
     no process group is created, which is the same computation without the overhead.
 
     Raises:
-        ValueError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
+        InputError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
             range (the message names the variable).
     """
     environ = os.environ if environ is None else environ
@@ -104,12 +105,12 @@ def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
         return None
     world_size = _env_int(environ, "WORLD_SIZE")
     if world_size < 1:
-        raise ValueError(f"WORLD_SIZE must be at least 1, got {world_size}")
+        raise InputError(f"WORLD_SIZE must be at least 1, got {world_size}")
     if world_size == 1:
         return None
     rank, local_rank = _env_int(environ, "RANK"), _env_int(environ, "LOCAL_RANK")
     if not 0 <= rank < world_size or local_rank < 0:
-        raise ValueError(f"RANK={rank} / LOCAL_RANK={local_rank} do not fit WORLD_SIZE={world_size}; "
+        raise InputError(f"RANK={rank} / LOCAL_RANK={local_rank} do not fit WORLD_SIZE={world_size}; "
                          "start distributed training with torchrun")
     return Launch(rank=rank, local_rank=local_rank, world_size=world_size)
 
@@ -127,7 +128,7 @@ def rank_device(name: str, local_rank: int) -> torch.device:
     CUDA); ``"cpu"`` gives CPU (every process on the CPU, gloo backend).
 
     Raises:
-        ValueError: a single GPU named (``cuda:1``), CUDA requested but missing, fewer visible GPUs
+        InputError: a single GPU named (``cuda:1``), CUDA requested but missing, fewer visible GPUs
             than processes on the node, or a device type DDP is not set up for here.
     """
     if name == "cpu":
@@ -135,31 +136,31 @@ def rank_device(name: str, local_rank: int) -> torch.device:
     if name in ("auto", "cuda"):
         if not torch.cuda.is_available():
             if name == "cuda":
-                raise ValueError("device 'cuda' requested but CUDA is not available; use --device cpu")
+                raise InputError("device 'cuda' requested but CUDA is not available; use --device cpu")
             return torch.device("cpu")
         count = torch.cuda.device_count()
         if local_rank >= count:
-            raise ValueError(f"process LOCAL_RANK={local_rank} needs GPU {local_rank} but only {count} GPU(s) are "
+            raise InputError(f"process LOCAL_RANK={local_rank} needs GPU {local_rank} but only {count} GPU(s) are "
                              f"visible; start at most {count} processes per node (torchrun --nproc_per_node {count})")
         return torch.device("cuda", local_rank)
     device = torch.device(name)
     if device.type == "cuda":
-        raise ValueError(f"--device {name} names one GPU, but under torchrun each process uses cuda:LOCAL_RANK; pass "
+        raise InputError(f"--device {name} names one GPU, but under torchrun each process uses cuda:LOCAL_RANK; pass "
                          "--device cuda (or auto) and choose the GPUs with CUDA_VISIBLE_DEVICES")
-    raise ValueError(f"device {name!r} is not supported for distributed training; use cpu, cuda or auto")
+    raise InputError(f"device {name!r} is not supported for distributed training; use cpu, cuda or auto")
 
 
 def per_process_batch(global_batch: int, world_size: int) -> int:
     """``global_batch / world_size``: the examples each process trains on per step.
 
     Raises:
-        ValueError: ``global_batch`` not divisible by ``world_size`` (the message gives the nearest
+        InputError: ``global_batch`` not divisible by ``world_size`` (the message gives the nearest
             valid sizes).
     """
     if global_batch % world_size:
         lower = global_batch - global_batch % world_size
         valid = ", ".join(str(v) for v in (lower, lower + world_size) if v > 0)
-        raise ValueError(f"--batch-size {global_batch} is the global batch and must split evenly over the "
+        raise InputError(f"--batch-size {global_batch} is the global batch and must split evenly over the "
                          f"{world_size} processes; use a multiple of {world_size} (e.g. {valid}) or start a "
                          "number of processes that divides it")
     return global_batch // world_size
@@ -268,7 +269,7 @@ def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]
     warnings and errors of the ``attncnn`` logger, so the console shows each epoch once.
 
     Raises:
-        ValueError: an existing group whose size or rank differs from ``launch``.
+        InputError: an existing group whose size or rank differs from ``launch``.
     """
     owned = not torch_dist.is_initialized()
     if device.type == "cuda":
@@ -278,7 +279,7 @@ def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]
         kwargs = {"device_id": device} if device.type == "cuda" else {}
         torch_dist.init_process_group(backend=backend, rank=launch.rank, world_size=launch.world_size, **kwargs)
     elif (torch_dist.get_world_size(), torch_dist.get_rank()) != (launch.world_size, launch.rank):
-        raise ValueError(f"a process group of size {torch_dist.get_world_size()} (rank {torch_dist.get_rank()}) "
+        raise InputError(f"a process group of size {torch_dist.get_world_size()} (rank {torch_dist.get_rank()}) "
                          f"already exists, but the environment says WORLD_SIZE={launch.world_size}, "
                          f"RANK={launch.rank}")
     package_log = logging.getLogger("attncnn")

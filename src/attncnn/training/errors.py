@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..errors import AttncnnError
+
 __all__ = ["TrainingError", "NonFiniteLossError", "TrainingInterrupted"]
 
 
 
 
-class TrainingError(RuntimeError):
+class TrainingError(AttncnnError, RuntimeError):
     """A run cannot go on (non-finite loss, inconsistent resume); the message says why and what to do."""
 
 

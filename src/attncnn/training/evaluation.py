@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..data import DeviceLoader
+from ..errors import InputError
 from ..layers.autocast_rules import autocast
 from .distributed import Distributed
 
@@ -31,11 +32,11 @@ def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distribute
     """``dist`` (or the single-process one) after checking that ``loader`` is sharded over it.
 
     Raises:
-        ValueError: ``loader`` sharded over a different number of processes than ``dist``.
+        InputError: ``loader`` sharded over a different number of processes than ``dist``.
     """
     world = 1 if dist is None else dist.world_size
     if loader.world_size != world:
-        raise ValueError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
+        raise InputError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
                          "pass the Distributed object of the process group the loader was made for")
     return dist or Distributed()
 
@@ -57,12 +58,12 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
             one process only.
 
     Raises:
-        ValueError: ``loader`` sharded over a different number of processes than ``dist``, or
+        InputError: ``loader`` sharded over a different number of processes than ``dist``, or
             ``keep_predictions`` under DDP (each process sees only its shard).
     """
     dist = check_sharding(loader, dist)
     if keep_predictions and dist.enabled:
-        raise ValueError("keep_predictions needs the whole test set in one process; evaluate without torchrun")
+        raise InputError("keep_predictions needs the whole test set in one process; evaluate without torchrun")
     was_training = model.training
     model.eval()
     start = time.perf_counter()

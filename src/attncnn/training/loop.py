@@ -48,6 +48,7 @@ import torch
 from torch import nn
 
 from ..data import DeviceLoader
+from ..errors import InputError
 from ..runs import RunFolder, TrainConfig, load_checkpoint, resumable_config
 from ..runs.main_process_folder import MainProcessRunFolder
 from .components import deterministic_algorithms, fitted_to_images, make_loaders
@@ -88,10 +89,10 @@ def count_test_passes(epochs: int, eval_every: int) -> int:
     took 100 s to count its passes epoch by epoch.
 
     Raises:
-        ValueError: ``eval_every`` < 1 (no schedule).
+        InputError: ``eval_every`` < 1 (no schedule).
     """
     if eval_every < 1:
-        raise ValueError(f"eval_every must be >= 1, got {eval_every}")
+        raise InputError(f"eval_every must be >= 1, got {eval_every}")
     return -(-epochs // eval_every) if epochs > 0 else 0
 
 

@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError
+
 __all__ = ["warmup_cosine_multiplier", "LRSchedule"]
 
 _KINDS = ("cosine", "multistep", "constant")
@@ -47,9 +49,9 @@ def warmup_cosine_multiplier(step: float, total_steps: int, warmup_steps: int) -
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     if warmup_steps < 0:
-        raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
+        raise InputError(f"warmup_steps must be >= 0, got {warmup_steps}")
     if total_steps <= warmup_steps:
-        raise ValueError(f"total_steps ({total_steps}) must be larger than warmup_steps ({warmup_steps})")
+        raise InputError(f"total_steps ({total_steps}) must be larger than warmup_steps ({warmup_steps})")
     if step < warmup_steps:
         return step / warmup_steps
     progress = min(step, total_steps) - warmup_steps
@@ -83,7 +85,7 @@ class LRSchedule:
           ``lr = base_lr * gamma ** #{m : m <= epoch + 1}``: each decay lands one epoch earlier.
 
     Raises:
-        ValueError: ``epochs <= 0``, ``steps_per_epoch <= 0``, unknown ``kind``/``stepping``,
+        InputError: ``epochs <= 0``, ``steps_per_epoch <= 0``, unknown ``kind``/``stepping``,
             ``warmup_ratio`` outside ``[0, 1)``, negative ``base_lr``, ``gamma <= 0``, or
             ``stepping="epoch"`` cosine without positive ``num_train_examples``/``batch_size``.
     """
@@ -102,25 +104,25 @@ class LRSchedule:
     def __post_init__(self) -> None:
         object.__setattr__(self, "milestones", tuple(int(m) for m in self.milestones))
         if self.kind not in _KINDS:
-            raise ValueError(f"unknown LR schedule kind {self.kind!r}; choose one of {', '.join(_KINDS)}")
+            raise InputError(f"unknown LR schedule kind {self.kind!r}; choose one of {', '.join(_KINDS)}")
         if self.stepping not in _STEPPINGS:
-            raise ValueError(f"unknown LR stepping {self.stepping!r}; choose 'step' (update every batch) "
+            raise InputError(f"unknown LR stepping {self.stepping!r}; choose 'step' (update every batch) "
                              "or 'epoch' (reference: update once per epoch)")
         if not self.epochs > 0:
-            raise ValueError(f"epochs must be > 0, got {self.epochs}")
+            raise InputError(f"epochs must be > 0, got {self.epochs}")
         if not self.steps_per_epoch > 0:
-            raise ValueError(f"steps_per_epoch must be > 0, got {self.steps_per_epoch}")
+            raise InputError(f"steps_per_epoch must be > 0, got {self.steps_per_epoch}")
         if not (self.base_lr >= 0 and math.isfinite(self.base_lr)):
-            raise ValueError(f"base_lr must be a finite number >= 0, got {self.base_lr}")
+            raise InputError(f"base_lr must be a finite number >= 0, got {self.base_lr}")
         if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+            raise InputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not self.gamma > 0:
-            raise ValueError(f"gamma must be > 0, got {self.gamma}")
+            raise InputError(f"gamma must be > 0, got {self.gamma}")
         if self.kind == "cosine" and self.stepping == "epoch":
             for name in ("num_train_examples", "batch_size"):
                 value = getattr(self, name)
                 if value is None or value <= 0:
-                    raise ValueError(f"cosine schedule with stepping='epoch' needs a positive {name} "
+                    raise InputError(f"cosine schedule with stepping='epoch' needs a positive {name} "
                                      f"(reference T_max = epochs * (num_train_examples // batch_size + 1)), "
                                      f"got {value}")
 

@@ -2,7 +2,7 @@
 
 Registered by :mod:`attncnn.cli` (module ``attncnn.analysis.viewer.command``); the handler returns
 the exit status; the library it calls is imported only when the command runs. Errors are raised as
-ValueError/OSError/FileNotFoundError/DataError (the CLI turns them into one stderr line and exit 2).
+attncnn.AttncnnError and its subclasses (the CLI turns them into one stderr line and exit 2).
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ...errors import InputError, MissingFileError
 from ...perf.precision import running_at
 from ...runs.options import add_precision_option
 
@@ -48,10 +49,10 @@ def cmd_viewer(args: argparse.Namespace) -> int:
 
     indices = parse_indices(args.images)
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+        raise InputError(f"--batch-size must be >= 1, got {args.batch_size}")
     missing = [r for r in args.runs if not Path(r).exists()]
     if missing:
-        raise FileNotFoundError(f"no run folder or checkpoint at {', '.join(missing)}; pass the folder that "
+        raise MissingFileError(f"no run folder or checkpoint at {', '.join(missing)}; pass the folder that "
                                 "`attncnn train --out` wrote (or one of its .safetensors checkpoints)")
     with running_at(args.precision):
         out = write_viewer(args.runs, args.out, indices=indices, data=args.data, data_dir=args.data_dir,

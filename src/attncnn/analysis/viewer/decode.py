@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import InputError
 from .encoding import ENCODING_VERSION, blob_bytes
 
 __all__ = ["DISPLAY_KINDS", "ViewerData", "read_viewer", "page_maps"]
@@ -53,15 +54,15 @@ def read_viewer(page: str | os.PathLike) -> ViewerData:
     """Parse a page written by :func:`~.page.build_html` (a path, or the HTML text itself).
 
     Raises:
-        ValueError: not a viewer page, or an encoding version this code does not read.
+        InputError: not a viewer page, or an encoding version this code does not read.
     """
     text = page if isinstance(page, str) and page.lstrip().startswith("<") else Path(page).read_text(encoding="utf-8")
     found = _MANIFEST_RE.search(text)
     if found is None:
-        raise ValueError("not an attncnn viewer page (no manifest)")
+        raise InputError("not an attncnn viewer page (no manifest)")
     manifest = json.loads(found.group(1))
     if manifest.get("version") != ENCODING_VERSION:
-        raise ValueError(f"viewer encoding version {manifest.get('version')}; this attncnn reads {ENCODING_VERSION}")
+        raise InputError(f"viewer encoding version {manifest.get('version')}; this attncnn reads {ENCODING_VERSION}")
     texts = {int(m.group(1)): m.group(2) for m in _BLOB_RE.finditer(text)}
     return ViewerData(manifest, [blob_bytes(texts[i]) for i in range(len(manifest["blobs"]))])
 
@@ -88,7 +89,7 @@ def _decode(encoding: dict, arrays: dict[str, np.ndarray], height: int, width: i
         step = arrays[encoding["step"]].astype(np.float64)
         pairs = q[..., :height, None] + q[..., None, height:]                 # (N_h, N, H, W)
         return lo[..., None] + step[..., None] * pairs.reshape(*q.shape[:-1], height * width)
-    raise ValueError(f"unknown viewer encoding {kind!r}")
+    raise InputError(f"unknown viewer encoding {kind!r}")
 
 
 def _softmax(scores: np.ndarray) -> np.ndarray:
@@ -110,14 +111,14 @@ def page_maps(data: ViewerData, run: int, image: str, kind: str = "all", softmax
         Per layer ``(N_h, N, N)`` float64, queries on dim -2, keys on dim -1.
 
     Raises:
-        ValueError: unknown image, or a kind the run does not have.
+        InputError: unknown image, or a kind the run does not have.
     """
     info = data.manifest["runs"][run]
     entry = next((e for e in info["images"] if e["key"] == image), None)
     if entry is None:
-        raise ValueError(f"run {info['name']} has no image {image!r}; it has {[e['key'] for e in info['images']]}")
+        raise InputError(f"run {info['name']} has no image {image!r}; it has {[e['key'] for e in info['images']]}")
     if kind not in DISPLAY_KINDS or not info["kinds"].get(kind):
-        raise ValueError(f"run {info['name']} has no {kind!r} values")
+        raise InputError(f"run {info['name']} has no {kind!r} values")
     chosen = info["sets"][entry["set"]]
     maps = chosen["maps"]
     arrays = data.arrays(chosen["blob"])

@@ -26,6 +26,7 @@ from typing import Sequence
 import torch
 from torch import nn
 
+from ...errors import InputError
 from ...layers import GridAttention
 from ..maps import LayerMaps, attention_layers, attention_maps_by_kind
 from ..runs import ImageIndexError, Run, open_run, shareable_dataset, test_images
@@ -59,7 +60,7 @@ def _layer_kinds(layers: Sequence[GridAttention]) -> dict[str, bool]:
     """The page's value choices (``DISPLAY_KINDS``) this model has."""
     position_only = all(layer.position_only for layer in layers)
     if not position_only and any(layer.position_only for layer in layers):
-        raise ValueError("the viewer needs all layers position-only or all content-based; this model mixes them")
+        raise InputError("the viewer needs all layers position-only or all content-based; this model mixes them")
     positional = all(layer.has_positional_term for layer in layers)
     return {"all": True, "positional": positional, "content": not position_only}
 
@@ -94,7 +95,7 @@ def _predictions(model: nn.Module, images: torch.Tensor, classes: Sequence[str] 
 def _grid(maps: Sequence[LayerMaps]) -> tuple[int, int]:
     grids = {(m.height, m.width) for m in maps}
     if len(grids) != 1:
-        raise ValueError(f"the layers see different token grids {sorted(grids)}; the viewer needs one grid")
+        raise InputError(f"the layers see different token grids {sorted(grids)}; the viewer needs one grid")
     return grids.pop()
 
 
@@ -129,11 +130,11 @@ class _Sets:
 def _check_batches(images: torch.Tensor, raw: torch.Tensor, labels: Sequence[str],
                    average_images: torch.Tensor | None, average_raw: torch.Tensor | None) -> None:
     if not images.shape[0] == raw.shape[0] == len(labels):
-        raise ValueError(f"give one label and one raw image per image: {images.shape[0]} images, "
+        raise InputError(f"give one label and one raw image per image: {images.shape[0]} images, "
                          f"{raw.shape[0]} raw images, {len(labels)} labels")
     if (average_images is None) != (average_raw is None) or (
             average_images is not None and average_images.shape[0] != average_raw.shape[0]):
-        raise ValueError("average_images and average_raw must be given together, with the same number of images")
+        raise InputError("average_images and average_raw must be given together, with the same number of images")
 
 
 def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, labels: Sequence[str],
@@ -157,7 +158,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
         A :class:`RunExport`; its manifest has the maps' facts, :func:`export_run` adds the run's.
 
     Raises:
-        ValueError: no attention blocks (ResNet), layers that mix position-only and content
+        InputError: no attention blocks (ResNet), layers that mix position-only and content
             attention, layers on different token grids, or ``images``, ``raw`` and ``labels``
             (or the two average batches) of different lengths.
     """
@@ -233,7 +234,7 @@ def export_run(run: Run | str | os.PathLike, indices: Sequence[int], *, data: st
 
     Raises:
         FileNotFoundError: no run at the path.
-        ValueError: a ResNet run (no attention), ``average < 0``, no indices.
+        InputError: a ResNet run (no attention), ``average < 0``, no indices.
         attncnn.analysis.runs.ImageIndexError: an image index or ``average`` beyond the test split
             (a ValueError; the message gives the split's size).
         attncnn.data.DataError: the run's data set cannot be found (pass ``data``).
@@ -242,13 +243,13 @@ def export_run(run: Run | str | os.PathLike, indices: Sequence[int], *, data: st
         run = open_run(run)
     indices = list(dict.fromkeys(indices))           # "2,2" shows image 2 once
     if not indices:
-        raise ValueError("give at least one test image index (e.g. --images 2,3,19,56)")
+        raise InputError("give at least one test image index (e.g. --images 2,3,19,56)")
     if average < 0:
-        raise ValueError(f"--average must be >= 0 test images, got {average}")
+        raise InputError(f"--average must be >= 0 test images, got {average}")
     try:
         layers = attention_layers(run.model)
     except ValueError as err:
-        raise ValueError(f"{run.path}: {err}; pass runs of the quadratic, learned or content presets") from None
+        raise InputError(f"{run.path}: {err}; pass runs of the quadratic, learned or content presets") from None
     needs_average = average > 0 and not all(layer.position_only for layer in layers)
     wanted = list(indices) + (list(range(average)) if needs_average else [])
     try:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..._io import atomic_write_bytes
+from ...errors import InputError, MissingFileError, OutputError
 from ..runs import Run, label_runs, open_run
 from .encoding import ENCODING_VERSION, blob_text
 from .export import RunExport, export_run
@@ -77,11 +78,11 @@ def build_html(exports: Sequence[RunExport], *, title: str = "attncnn attention 
         set; it references nothing outside itself.
 
     Raises:
-        ValueError: no exports.
+        InputError: no exports.
         RuntimeError: the packaged template lacks its markers (a damaged installation).
     """
     if not exports:
-        raise ValueError("the viewer needs at least one run")
+        raise InputError("the viewer needs at least one run")
     runs, blobs_meta, blob_texts = [], [], []
     for export in exports:
         manifest = dict(export.manifest)
@@ -108,12 +109,12 @@ def _check_output(out: Path) -> None:
     """Fail before the (slow) export when ``out`` cannot be written."""
     folder = out.parent
     if out.is_dir():
-        raise IsADirectoryError(f"--out {out} is a folder; give a file name such as {out / 'viewer.html'}")
+        raise OutputError(f"--out {out} is a folder; give a file name such as {out / 'viewer.html'}")
     if not folder.is_dir():
-        raise FileNotFoundError(f"cannot write {out}: the folder {folder} does not exist; create it or choose "
+        raise MissingFileError(f"cannot write {out}: the folder {folder} does not exist; create it or choose "
                                 "another --out")
     if not os.access(folder, os.W_OK | os.X_OK):
-        raise PermissionError(f"cannot write {out}: the folder {folder} is not writable; choose another --out")
+        raise OutputError(f"cannot write {out}: the folder {folder} is not writable; choose another --out")
 
 
 def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike, *, indices: Sequence[int],
@@ -136,7 +137,7 @@ def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike
     Raises:
         FileNotFoundError, PermissionError, IsADirectoryError: ``out`` cannot be written (checked
             before the export), or a run does not exist.
-        ValueError, attncnn.data.DataError: see :func:`~.export.export_run`.
+        InputError, attncnn.data.DataError: see :func:`~.export.export_run`.
     """
     out = Path(out)
     _check_output(out)

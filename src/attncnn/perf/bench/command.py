@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from ...errors import InputError
 from ...runs.options import key_value
 
 __all__ = ["register", "parse_variants", "default_variants", "VARIANTS"]
@@ -19,12 +20,12 @@ def parse_variants(text: str) -> list[tuple[str, bool]]:
     """``"fp32,bf16+compile"`` -> ``[("fp32", False), ("bf16", True)]``.
 
     Raises:
-        ValueError: a name not in :data:`VARIANTS`.
+        InputError: a name not in :data:`VARIANTS`.
     """
     names = [v.strip() for v in text.split(",") if v.strip()]
     bad = [v for v in names if v not in VARIANTS]
     if bad or not names:
-        raise ValueError(f"unknown benchmark variant(s) {bad or text!r}; choose from {', '.join(VARIANTS)}")
+        raise InputError(f"unknown benchmark variant(s) {bad or text!r}; choose from {', '.join(VARIANTS)}")
     return [(v.split("+")[0], v.endswith("+compile")) for v in names]
 
 

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
+from ...errors import InputError
 from ...layers import attention_modules, dense_attention
 from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
@@ -127,10 +128,10 @@ def flops_per_image(model: torch.nn.Module, images: torch.Tensor, labels: torch.
     counted as it is.
 
     Raises:
-        ValueError: fewer than ``min(batch_size, 4)`` images.
+        InputError: fewer than ``min(batch_size, 4)`` images.
     """
     if batch_size < 1 or len(images) < min(batch_size, 4):
-        raise ValueError(f"counting a step of {batch_size} images needs at least {min(batch_size, 4)} "
+        raise InputError(f"counting a step of {batch_size} images needs at least {min(batch_size, 4)} "
                          f"of them, got {len(images)}")
     if batch_size <= 4:
         forward, train = count_training_flops(model, images[:batch_size], labels[:batch_size], dense)

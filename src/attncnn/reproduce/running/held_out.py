@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..._io import atomic_write_json
 from ...data import Dataset, DeviceLoader, ImageSplit, held_out_indices
+from ...errors import InputError
 from ...perf import resolve_device
 from ...perf.precision import machine_precision
 from ...runs import RunFolder, load_model
@@ -43,7 +44,7 @@ def _key(folder: Path, images: int) -> dict | None:
     meta = read_metadata(last)
     config = json.loads((folder / "config.json").read_text())
     if not config.get("train_subset"):
-        raise ValueError(f"run {folder} trained on the whole training set: no image is held out to validate on; "
+        raise InputError(f"run {folder} trained on the whole training set: no image is held out to validate on; "
                          "validate runs of a subset cell (--train-subset)")
     return {"epoch": int(meta["epoch"]), "images": images, "train_subset": int(config["train_subset"]),
             "seed": int(config["seed"]), "dataset_name": meta.get("dataset_name")}
@@ -76,7 +77,7 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
         "dataset_name", "precision"}``, or None for a run that has not finished.
 
     Raises:
-        ValueError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
+        InputError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
             ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
             set.
     """
@@ -92,10 +93,10 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     """Evaluate the run's ``last`` checkpoint on its held-out images and cache the result (errors:
     :func:`held_out_result`)."""
     if dataset is None:
-        raise ValueError(f"run {folder} has no held-out accuracy yet; give --data (the data set it trained on) to "
+        raise InputError(f"run {folder} has no held-out accuracy yet; give --data (the data set it trained on) to "
                          "measure it")
     if key["dataset_name"] and dataset.digest not in key["dataset_name"]:
-        raise ValueError(f"run {folder} trained on {key['dataset_name']}, not on {dataset.shareable_name}: its "
+        raise InputError(f"run {folder} trained on {key['dataset_name']}, not on {dataset.shareable_name}: its "
                          "held-out images would be other images; give --data the run's data set")
     device = resolve_device(device)
     idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ...errors import InputError
 from ...runs import RunFolder, TrainConfig
 from ..studies import Grid, Study, Suite
 
@@ -33,16 +34,16 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     """``"0,1,2"`` -> ``(0, 1, 2)``; None stays None (the suite's defaults).
 
     Raises:
-        ValueError: an entry that is not a non-negative integer, or a repeated seed.
+        InputError: an entry that is not a non-negative integer, or a repeated seed.
     """
     if text is None:
         return None
     try:
         seeds = tuple(int(s) for s in text.split(",") if s.strip())
     except ValueError:
-        raise ValueError(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
+        raise InputError(f"--seeds must be comma-separated integers like 0,1,2, got {text!r}") from None
     if not seeds or any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
-        raise ValueError(f"--seeds must list distinct integers >= 0, like 0,1,2; got {text!r}")
+        raise InputError(f"--seeds must list distinct integers >= 0, like 0,1,2; got {text!r}")
     return seeds
 
 
@@ -50,13 +51,13 @@ def select_presets(presets: tuple[str, ...], only: tuple[str, ...] | None, what:
     """``presets`` restricted to ``only`` (None: all), in their own order.
 
     Raises:
-        ValueError: a name in ``only`` that is not in ``presets`` (the message lists ``what``'s presets).
+        InputError: a name in ``only`` that is not in ``presets`` (the message lists ``what``'s presets).
     """
     if only is None:
         return presets
     unknown = [p for p in only if p not in presets]
     if unknown:
-        raise ValueError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(presets)}")
+        raise InputError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(presets)}")
     return tuple(p for p in presets if p in only)
 
 
@@ -97,7 +98,7 @@ def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
             trained to another length is named, not taken as finished or resumed to this one.
 
     Raises:
-        ValueError: a name in ``only`` that is not one of the suite's presets.
+        InputError: a name in ``only`` that is not one of the suite's presets.
     """
     presets = select_presets(suite.presets, only, f"suite {suite.name!r}")
     per_preset = {p: suite.seeds_of(p, seeds) for p in presets}
@@ -115,26 +116,26 @@ def job_state(job: Job) -> str:
     """``"finished"``, ``"interrupted"`` (a run folder without ``finished.json``) or ``"new"``.
 
     Raises:
-        ValueError: the folder holds a run of another preset or seed, or with other values of the
+        InputError: the folder holds a run of another preset or seed, or with other values of the
             job's ``overrides`` (the message names both).
     """
     folder = RunFolder(job.folder, mode="read") if (job.folder / "config.json").is_file() else None
     if folder is None:
         if job.folder.exists() and any(p.name != ".lock" for p in job.folder.iterdir()):
-            raise ValueError(f"{job.folder} exists but holds no config.json, so it is not a run of {job.label}; "
+            raise InputError(f"{job.folder} exists but holds no config.json, so it is not a run of {job.label}; "
                              "move it away or choose another --out")
         return "new"
     stored = folder.read_config()
     preset, seed = stored.get("preset", TrainConfig.preset), stored.get("seed", TrainConfig.seed)
     if (preset, seed) != (job.preset, job.seed):
-        raise ValueError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
+        raise InputError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
                          "move it away or choose another --out")
     for name, value in job.overrides:
         found = stored.get(name)
         if name == "model" and isinstance(found, dict):     # the options it sets; a run adds the path it measured
             found = {key: found.get(key) for key in value}
         if found != value:
-            raise ValueError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
+            raise InputError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
                              f"{name}={value!r} (another --epochs, --train-images or --passes?); move it away or "
                              "choose another --out")
     return "finished" if folder.finished else "interrupted"
@@ -172,16 +173,16 @@ def cell_options(fraction: float, *, train_images: int, passes: int, evaluations
     """Training options of one cell: ``train_subset``, ``epochs``, ``eval_every``, ``checkpoint_every``.
 
     Raises:
-        ValueError: the subset is empty, or the seen images (``passes * train_images``) are not a
+        InputError: the subset is empty, or the seen images (``passes * train_images``) are not a
             whole number of epochs of the subset (the message names a size that works).
     """
     subset = round(fraction * train_images)
     seen = passes * train_images
     if subset < 1 or subset > train_images:
-        raise ValueError(f"{cell_name(fraction)} of {train_images} training images is {subset} images; "
+        raise InputError(f"{cell_name(fraction)} of {train_images} training images is {subset} images; "
                          "choose fractions in (0, 1] and a larger --train-images")
     if seen % subset:
-        raise ValueError(f"{seen} seen images ({passes} passes of {train_images}) are not a whole number of epochs "
+        raise InputError(f"{seen} seen images ({passes} passes of {train_images}) are not a whole number of epochs "
                          f"of {subset} images ({cell_name(fraction)} of {train_images}); choose --train-images and "
                          "--passes so that they are (the defaults, 50,000 and 2, give 20, 8 and 2 epochs)")
     epochs = seen // subset
@@ -212,16 +213,16 @@ def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = No
         lr: the shared learning rate of ``Grid.lr_rows`` (None: the grid's).
 
     Raises:
-        ValueError: a row in ``only`` that is not in the grid, a cell that is not a whole number
+        InputError: a row in ``only`` that is not in the grid, a cell that is not a whole number
             of epochs (see :func:`cell_options`), ``passes`` < 1, a fraction outside (0, 1].
     """
     rows = select_presets(grid.presets, only, f"the {grid.name} grid")
     passes = grid.passes if passes is None else passes
     if passes < 1:
-        raise ValueError(f"--passes must be >= 1, got {passes}")
+        raise InputError(f"--passes must be >= 1, got {passes}")
     fractions = grid.fractions if fractions is None else tuple(sorted(set(fractions)))
     if not fractions or not all(0 < f <= 1 for f in fractions):
-        raise ValueError(f"--fractions must be fractions of the training set in (0, 1], like 0.1,1; got {fractions}")
+        raise InputError(f"--fractions must be fractions of the training set in (0, 1], like 0.1,1; got {fractions}")
     train_images = train_images or grid.train_images
     cells = {f: cell_options(f, train_images=train_images, passes=passes, evaluations=grid.evaluations)
              for f in fractions}
@@ -240,6 +241,6 @@ def plan_study(study: Study, out: str | Path, **options) -> list[Job]:
     ``passes``, ``fractions``, ``lr``).
 
     Raises:
-        ValueError: as :func:`plan` or :func:`plan_grid`.
+        InputError: as :func:`plan` or :func:`plan_grid`.
     """
     return plan_grid(study, out, **options) if isinstance(study, Grid) else plan(study, out, **options)

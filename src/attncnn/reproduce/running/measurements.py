@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from ...errors import InputError
 from ..studies import Grid
 from .jobs import GridJob, cell_name, cell_options, folder_name, plan_grid
 
@@ -34,21 +35,21 @@ def parse_rates(text: str) -> tuple[float, ...]:
     """``"2.5e-4,5e-4,1e-3"`` -> ``(0.00025, 0.0005, 0.001)``.
 
     Raises:
-        ValueError: an entry that is not a positive number, or a repeated rate.
+        InputError: an entry that is not a positive number, or a repeated rate.
     """
     try:
         rates = tuple(float(part) for part in text.split(",") if part.strip())
     except ValueError:
-        raise ValueError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
+        raise InputError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
             from None
     if not rates or any(r <= 0 for r in rates) or len(set(rates)) != len(rates):
-        raise ValueError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
+        raise InputError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
     return rates
 
 
 def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[str, ...]:
     if not rows:
-        raise ValueError(f"the {grid.name} grid has no {what}, so {option} does not apply to it; use it with "
+        raise InputError(f"the {grid.name} grid has no {what}, so {option} does not apply to it; use it with "
                          "efficiency-scarce")
     return rows
 
@@ -59,12 +60,12 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
     seed 0, for ``passes`` (None: the grid's), in ``<out>/calibrate/passes<P>``.
 
     Raises:
-        ValueError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
+        InputError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
             :func:`~attncnn.reproduce.running.jobs.plan_grid`).
     """
     rows = _rows(grid, grid.calibrate_rows, "calibration rows", "--calibrate")
     if grid.overfit is None:
-        raise ValueError(f"the {grid.name} grid declares no overfit criterion to judge its calibration by")
+        raise InputError(f"the {grid.name} grid declares no overfit criterion to judge its calibration by")
     passes = grid.passes if passes is None else passes
     return plan_grid(grid, Path(out) / "calibrate" / f"passes{passes}", seeds=(0,), only=rows,
                      train_images=train_images, passes=passes, fractions=(fraction or grid.fractions[0],), lr=lr)
@@ -77,13 +78,13 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
     named ``"10 % lr 0.0005"``.
 
     Raises:
-        ValueError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
+        InputError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
             number of epochs (see :func:`~attncnn.reproduce.running.jobs.cell_options`).
     """
     rows = _rows(grid, grid.sweep_rows, "learning-rate sweep rows", "--lr-sweep")
     passes = grid.passes if passes is None else passes
     if passes < 1:
-        raise ValueError(f"--passes must be >= 1, got {passes}")
+        raise InputError(f"--passes must be >= 1, got {passes}")
     fraction = fraction or grid.fractions[0]
     cell = cell_options(fraction, train_images=train_images or grid.train_images, passes=passes,
                         evaluations=grid.evaluations)

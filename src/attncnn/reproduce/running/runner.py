@@ -20,6 +20,7 @@ import torch
 
 from ..._io import atomic_write_text
 from ...data import DataShape, peek_dataset
+from ...errors import InputError
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
@@ -48,7 +49,7 @@ class TrainOptions:
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
 
     Raises:
-        ValueError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
+        InputError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
     """
 
     data: str = "cifar10"
@@ -64,7 +65,7 @@ class TrainOptions:
     def __post_init__(self) -> None:
         if self.epochs is not None and self.epochs > MAX_EPOCHS:
             digits = len(str(self.epochs))
-            raise ValueError(f"--epochs must be at most {MAX_EPOCHS:,} (10**12), got "
+            raise InputError(f"--epochs must be at most {MAX_EPOCHS:,} (10**12), got "
                              f"{self.epochs if digits <= 20 else f'a number of {digits} digits'}; "
                              "give the number of epochs to train")
 
@@ -80,7 +81,7 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     ``model`` options).
 
     Raises:
-        ValueError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
+        InputError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
     """
     own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
     return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
@@ -94,7 +95,7 @@ def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
     (:func:`~attncnn.perf.precision.machine_precision`).
 
     Raises:
-        ValueError: an option the preset rejects; RunFolderError: an interrupted job without a
+        InputError: an option the preset rejects; RunFolderError: an interrupted job without a
             readable ``config.json``.
     """
     if job_state(job) == "interrupted":
@@ -169,7 +170,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
             says that running the same command again continues the suite (``resume_hint``).
-        ValueError: a job folder that holds another run (see :func:`job_state`), bad options, a
+        InputError: a job folder that holds another run (see :func:`job_state`), bad options, a
             shipped run whose data set is not the one given.
         TrainingError, RunFolderError, DataError: from the job's training, naming the job.
     """
@@ -239,7 +240,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
 
     Raises:
         DataError: the options' data set is not there or has not the expected layout.
-        ValueError: an option the preset rejects; a network that cannot take the data set's images
+        InputError: an option the preset rejects; a network that cannot take the data set's images
             (:func:`~attncnn.runs.loading.check_images`, with its fix).
     """
     data = data or peek_dataset(options.data, data_dir=options.data_dir)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..._io import atomic_write_json
+from ...errors import InputError
 from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, is_data_name, load_checkpoint, write_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
@@ -70,10 +71,10 @@ def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, i
         lean: keep ``last`` alone, never ``best`` (a grid of many cells reports the last epoch).
 
     Raises:
-        ValueError: the job is not finished (its folder is needed to resume), or holds another run.
+        InputError: the job is not finished (its folder is needed to resume), or holds another run.
     """
     if job_state(job) != "finished":
-        raise ValueError(f"{job.label} is not finished; only finished runs are trimmed (the rest resume)")
+        raise InputError(f"{job.label} is not finished; only finished runs are trimmed (the rest resume)")
     before = folder_bytes(job.folder)
     folder = RunFolder(job.folder, mode="read")
     for entry in job.folder.iterdir():
@@ -171,14 +172,14 @@ def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Pa
         The files rewritten (atomically, through the project's own writers).
 
     Raises:
-        ValueError: the folder is not a finished run (its paths are still needed to resume; not
+        InputError: the folder is not a finished run (its paths are still needed to resume; not
             raised with ``unfinished`` for a folder with ``config.json``), or an absolute path would
             remain in one of its files (named, with the path); nothing is written then.
     """
     folder = Path(folder)
     run = RunFolder(folder, mode="read")
     if not (folder / "config.json").is_file() or not (run.finished or unfinished):
-        raise ValueError(f"{folder} is not a finished run folder (config.json and finished.json); only finished "
+        raise InputError(f"{folder} is not a finished run folder (config.json and finished.json); only finished "
                          "runs are shared, the others still need their paths to resume")
     config = run.read_config()
     checkpoints = {path: load_checkpoint(path) for path in sorted((folder / "checkpoints").glob("*.safetensors"))}
@@ -192,7 +193,7 @@ def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Pa
     for path, content in [*texts.items(), *metas.items()]:           # check everything, then write
         left = ABSOLUTE_PATH.findall(json.dumps(content))
         if left:
-            raise ValueError(f"{path} would still record the absolute path {left[0]!r}; remove it by hand "
+            raise InputError(f"{path} would still record the absolute path {left[0]!r}; remove it by hand "
                              "(nothing was written)")
     changed = []
     for path, content in texts.items():

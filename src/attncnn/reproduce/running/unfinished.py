@@ -34,6 +34,7 @@ import statistics
 from pathlib import Path
 from typing import Sequence
 
+from ...errors import InputError
 from ...runs import RunFolder, load_checkpoint
 from ...runs.checkpoint import read_metadata
 from .jobs import Job, job_state
@@ -74,19 +75,19 @@ def ship_unfinished(job: Job, *, keep_epochs: bool = False) -> tuple[int, int]:
     bytes before and after. Safe to run again.
 
     Raises:
-        ValueError: the job is finished (trim it instead) or was never started, or its newest
+        InputError: the job is finished (trim it instead) or was never started, or its newest
             checkpoint has no optimiser state (it could not be resumed).
         RunFolderError: a process is training the run now (its lock is held).
     """
     state = job_state(job)
     if state != "interrupted":
-        raise ValueError(f"{job.label} is {state}, not unfinished: only started, unfinished runs are shipped this way")
+        raise InputError(f"{job.label} is {state}, not unfinished: only started, unfinished runs are shipped this way")
     RunFolder.check_not_in_use(job.folder)
     before = folder_bytes(job.folder)
     folder = RunFolder(job.folder, mode="read")
     resume_from = folder.latest_checkpoint()
     if resume_from is not None and load_checkpoint(resume_from).optimizer_state is None:
-        raise ValueError(f"{resume_from} holds no optimiser state, so {job.label} cannot be resumed from it")
+        raise InputError(f"{resume_from} holds no optimiser state, so {job.label} cannot be resumed from it")
     for entry in job.folder.iterdir():
         if entry.is_dir() and entry.name != "checkpoints":
             shutil.rmtree(entry)
@@ -134,7 +135,7 @@ def run_progress(job: Job) -> dict | None:
         test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
 
     Raises:
-        ValueError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
     """
     if job_state(job) != "interrupted":
         return None

@@ -9,6 +9,7 @@ take any study: :mod:`attncnn.reproduce.running` and :mod:`attncnn.reproduce.rep
 
 from __future__ import annotations
 
+from ...errors import InputError
 from .claims import Claim, Criterion
 from .efficiency import EFFICIENCY
 from .efficiency_scarce import EFFICIENCY_SCARCE
@@ -35,14 +36,14 @@ def _lookup(table: dict, what: str, name: str):
     try:
         return table[name]
     except KeyError:
-        raise ValueError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
+        raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
 
 
 def get_study(name: str) -> Study:
     """Look a study up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     return _lookup(STUDIES, "study", name)
 
@@ -51,6 +52,6 @@ def get_suite(name: str) -> Suite:
     """Look a Table 1 suite up by name.
 
     Raises:
-        ValueError: unknown name (the message lists the valid ones).
+        InputError: unknown name (the message lists the valid ones).
     """
     return _lookup(SUITES, "suite", name)
