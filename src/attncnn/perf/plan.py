@@ -53,7 +53,7 @@ from .machine import machine_info
 from .paths import with_measured_paths
 from .precision import machine_precision, resolve_precision
 
-__all__ = ["make_plan", "resume_plan", "plan_device"]
+__all__ = ["make_plan", "resume_plan", "plan_device", "PlannedRun"]
 
 log = logging.getLogger(__name__)
 
@@ -72,20 +72,47 @@ def plan_device(device: str, *, source: str | None = None) -> torch.device:
 
 
 @dataclass(frozen=True)
-class _Trial:
+class PlannedRun:
     """A run as the timing functions (:func:`~attncnn.perf.paths.with_measured_paths`,
-    :func:`~attncnn.perf.compiling.with_compile_choice`) read it: the run-time choices made so far,
-    with the recipe's own fields (``preset``, ``epochs``, ``optimizer``, ...) read through from
-    ``recipe``; ``model`` is the recipe's model options with the attention paths chosen so far."""
+    :func:`~attncnn.perf.compiling.with_compile_choice`) read it while its plan is made: the
+    run-time choices made so far, with the recipe's own fields (``preset``, ``epochs``,
+    ``optimizer``, ...) read through from ``recipe``. Not stored anywhere.
+
+    Attributes:
+        recipe: the run's :class:`~attncnn.runs.TrainConfig`.
+        model: the recipe's model options with the attention paths chosen so far (``impl``, ``eval_impl``).
+        precision: ``"fp32"`` or ``"bf16"`` (resolved).
+        compile: True, False, or None (not decided yet).
+        deterministic, measure_paths, data_dir, download: as :class:`~attncnn.training.RunOptions`.
+    """
 
     recipe: TrainConfig
     model: dict
-    precision: str
-    compile: bool | None
-    deterministic: bool
-    measure_paths: bool
-    data_dir: str | None
-    download: bool
+    precision: str = "fp32"
+    compile: bool | None = None
+    deterministic: bool = False
+    measure_paths: bool = True
+    data_dir: str | None = None
+    download: bool = False
+
+    @classmethod
+    def of(cls, recipe: TrainConfig, options: RunOptions | None = None, *, precision: str = "fp32",
+           deterministic: bool | None = None) -> "PlannedRun":
+        """The run of ``recipe`` with the run-time ``options`` (default: none given) before anything
+        is measured: ``precision`` resolved, ``deterministic`` (None: the options')."""
+        options = options or RunOptions()
+        return cls(recipe, recipe.model | options.paths(), precision, options.compile,
+                   bool(options.deterministic if deterministic is None else deterministic), options.measure_paths,
+                   options.data_dir, options.download)
+
+    def replace(self, **changes) -> "PlannedRun":
+        """A copy with ``changes``: this run's own fields, or the recipe's (``epochs=5``)."""
+        own = {f.name for f in dataclasses.fields(self)}
+        recipe = {k: v for k, v in changes.items() if k not in own}
+        mine = {k: v for k, v in changes.items() if k in own}
+        if recipe:
+            mine["recipe"] = dataclasses.replace(self.recipe, **recipe)
+        return dataclasses.replace(self, **mine)
 
     def __getattr__(self, name: str):
         if name == "recipe":        # not set yet (a copy under construction): no recursion
@@ -143,15 +170,14 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
 def _planned(config: TrainConfig, options: RunOptions, device: torch.device, precision: str, deterministic: bool,
              *, new: bool) -> RunPlan:
     """The plan from choices made so far: attention paths and compile measured where left open."""
-    trial = _Trial(config, config.model | options.paths(), precision, options.compile, deterministic,
-                   options.measure_paths, options.data_dir, options.download)
-    trial = _measured(trial, device, new=new)
+    trial = _measured(PlannedRun.of(config, options, precision=precision, deterministic=deterministic), device,
+                      new=new)
     return RunPlan(device=device, precision=precision, compile=bool(trial.compile), deterministic=deterministic,
                    impl=trial.model.get("impl"), eval_impl=trial.model.get("eval_impl"), options=options,
                    machine=machine_info(device))
 
 
-def _measured(config: _Trial, device: torch.device, *, new: bool) -> _Trial:
+def _measured(config: PlannedRun, device: torch.device, *, new: bool) -> PlannedRun:
     """``config`` with the attention paths and the compile decision this machine takes where the
     options leave them open (nothing is measured under torchrun); ``new``: a new run, whose network
     the trainer fits to its images (:func:`~attncnn.training.components.fitted_to_images`)."""

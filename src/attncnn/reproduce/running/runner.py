@@ -15,7 +15,6 @@ import logging
 import os
 import shlex
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable
 
 import torch
@@ -25,7 +24,7 @@ from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, decide
-from ...perf.plan import for_images
+from ...perf.plan import PlannedRun, for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
 from ...runs.config import MAX_EPOCHS
@@ -263,8 +262,7 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precisi
     will = options.compile
     if will is False:
         return eager, 0.0, "eager"
-    shaped = SimpleNamespace(preset=config.preset, model=config.model, optimizer=config.optimizer,
-                             precision=precision, data_dir=options.data_dir)       # what a compile timing is keyed by
+    shaped = PlannedRun.of(config, options.run_options(), precision=precision)
     timing = cached_timing(shaped, config.batch_size, tuple(image_size), device)
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
