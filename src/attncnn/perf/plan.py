@@ -40,6 +40,7 @@ from pathlib import Path
 
 import torch
 
+from .._typecheck import check_options
 from ..models import preset_model_config
 from ..runs import TrainConfig
 from ..runs.loading import check_options_take_images, resumable_recipe
@@ -149,10 +150,12 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
             here as for a new run.
 
     Raises:
-        RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision.
+        RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision, or an
+            older ``config.json``'s machine field of the wrong type (named with the file).
     """
     options = options or RunOptions()
     stored, old = resumable_recipe(folder)            # ``old``: machine fields an older config.json stored
+    check_options(old, RunOptions, "training option", source=Path(folder) / "config.json")   # a hand-edited one
     last = last_segment(folder) or {}
     if options.data_dir is None and isinstance(old.get("data_dir"), str):
         options = dataclasses.replace(options, data_dir=old["data_dir"])
