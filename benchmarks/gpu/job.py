@@ -135,10 +135,10 @@ class RunSpec:
                 + (":filler" if self.filler else ""))
 
 
-def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | None = None):
+def _job(spec: RunSpec, root: Path, epochs: int | None = None):
     """The suite job of ``spec`` under ``root``, ``spec.epochs`` long (else ``epochs``, the job's
-    ``--epochs``, else the suite's length). ``compile_new`` is not the job's: compiling is a run-time
-    option of the worker (``TrainOptions.compile``), never part of a run's recipe."""
+    ``--epochs``, else the suite's length). Whether it compiles is no part of it: a run-time option
+    of the worker (``TrainOptions.compile``), never of a run's recipe."""
     from attncnn.reproduce import get_suite, plan
     if spec.preset not in get_suite(spec.suite).presets:
         return _carried_job(spec, root)
@@ -305,7 +305,7 @@ def _worker(args: argparse.Namespace) -> int:
     from attncnn.reproduce.running.runner import TrainOptions, train_jobs
     from attncnn.training import TrainingInterrupted
     spec = RunSpec.parse(args.run)
-    job = _job(spec, Path(args.root), args.compile, args.epochs)
+    job = _job(spec, Path(args.root), args.epochs)
     try:
         train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
                                        compile=True if args.compile else None),
@@ -355,7 +355,7 @@ def _measure(args: argparse.Namespace) -> int:
     """Time a new run for ``@fit`` (a child process of ``train``: its CUDA memory goes with it);
     prints :func:`measure_epoch`'s dictionary as the last line."""
     from attncnn.reproduce.running.runner import TrainOptions
-    job = _job(RunSpec.parse(args.run), Path(args.root), args.compile, args.epochs)
+    job = _job(RunSpec.parse(args.run), Path(args.root), args.epochs)
     options = TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
                            compile=True if args.compile else None)
     print(json.dumps(measure_epoch(job, options)), flush=True)
