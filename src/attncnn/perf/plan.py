@@ -172,7 +172,12 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
 
 def _planned(config: TrainConfig, options: RunOptions, device: torch.device, precision: str, deterministic: bool,
              *, new: bool) -> RunPlan:
-    """The plan from choices made so far: attention paths and compile measured where left open."""
+    """The plan from choices made so far: attention paths and compile measured where left open.
+
+    Raises:
+        ValueError: a given attention path the network's layers do not have (their own message).
+    """
+    preset_model_config(config.preset, **config.model, **options.paths())     # a path the layers lack: now
     trial = _measured(PlannedRun.of(config, options, precision=precision, deterministic=deterministic), device,
                       new=new)
     return RunPlan(device=device, precision=precision, compile=bool(trial.compile), deterministic=deterministic,
