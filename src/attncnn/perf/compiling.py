@@ -31,10 +31,11 @@ preset, model options (the measured attention path included), optimizer, per-pro
 size and precision, so the next run on this machine decides from them without measuring, by the same
 rule: for a given cache the choice is deterministic. An entry that is not three such timings
 (:func:`timing_problem`: an edited or damaged file) is dropped with a warning naming the file and
-measured again. The decision is written into the run's ``config.json`` (``compile: true/false``),
-so a resumed run keeps it. Runs with ``--deterministic`` or under torchrun never compile unless
-asked (``--compile``): their numbers must not depend on timing, and several processes would each
-time their own share of the machine.
+measured again. The decision goes into the run's plan and its ``machine.json`` segment, never its
+recipe (``config.json``): a resumed run decides again, from the same cache on the same machine.
+Runs with ``--deterministic`` or under torchrun never compile unless asked (``--compile``): their
+numbers must not depend on timing, and several processes would each time their own share of the
+machine.
 """
 
 from __future__ import annotations
