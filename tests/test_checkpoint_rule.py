@@ -16,7 +16,7 @@ from attncnn.cli import main
 from attncnn.perf import make_plan
 from attncnn.runs import load_model, resolve_config
 from attncnn.runs.loading import DEFAULT_CHECKPOINT, checkpoint_of
-from attncnn.training import train
+from attncnn.training import RunOptions, train
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +24,10 @@ def run(make_tiny_data, tmp_path_factory):
     """A finished 2-epoch demo run (width 16) whose ``best`` is epoch 1 and ``last`` epoch 2, as
     when a run's test accuracy peaks before its end."""
     root = tmp_path_factory.mktemp("rule")
-    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), data_dir=str(root / "cache"), epochs=2,
-                            batch_size=10, device="cpu", model={"dim": 16, "mlp_dim": 16})
+    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), epochs=2, batch_size=10,
+                            model={"dim": 16, "mlp_dim": 16})
     out = root / "run"
-    train(config, out, make_plan(config), progress=False)
+    train(config, out, make_plan(config, RunOptions(data_dir=str(root / "cache"), device="cpu")), progress=False)
     checkpoints = out / "checkpoints"
     shutil.copyfile(checkpoints / "epoch_0001.safetensors", checkpoints / "best.safetensors")
     return out

@@ -205,9 +205,11 @@ def test_presets_table_keeps_its_columns_for_the_longest_name(capsys):
      "--init-from: no checkpoint at /nonexistent/base.safetensors"),
     (["train", "--preset", "demo", "--set", "heads=3"], "unknown model option 'heads'"),
     (["train", "--preset", "demo", "--set", "num_heads=four"], "'num_heads' must be"),
-    (["train", "--preset", "quadratic-generalized-mini", "--set", "impl=separable"],
+    (["train", "--preset", "quadratic-generalized-mini", "--impl", "separable"],
      "quadratic-generalized attention has no impl 'separable'; choose one of auto, dense, folded"),
-    (["train", "--preset", "gpsa-mini", "--set", "impl=dense"], "gpsa attention has no impl 'dense'"),
+    (["train", "--preset", "gpsa-mini", "--impl", "dense"], "gpsa attention has no impl 'dense'"),
+    (["train", "--preset", "gpsa-mini", "--set", "impl=dense"], "--set impl=dense names how a machine runs the "
+                                                                 "model, not the recipe; pass --impl dense instead"),
     (["evaluate", "/nonexistent/run"], "no checkpoint"),
 ])
 def test_bad_arguments_give_one_clear_line(argv, match, capsys, tmp_path, monkeypatch):
@@ -365,22 +367,27 @@ def test_resume_refuses_options_it_would_ignore(tmp_path, tiny_dataset, capsys):
     capsys.readouterr()
     assert main(["train", "--resume", str(tmp_path / "run"), "--epochs", "5", "--lr", "0.5", "--no-progress"]) == 2
     err = capsys.readouterr().err
-    assert "--epochs" in err and "--lr" in err and "stored configuration" in err
+    assert "--epochs" in err and "--lr" in err and "stored recipe (config.json)" in err
 
 
 def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys):
-    # a run started on a GPU stores "device": "cuda"; on a CPU machine --resume --device cpu continues it
+    # an older run started on a GPU stored "device": "cuda" in its config.json: a resume runs where
+    # this command says (auto: this machine's), and config.json stays as it was
     assert _train(tmp_path, tiny_dataset) == 0
     run = tmp_path / "run"
-    config = json.loads((run / "config.json").read_text())
-    (run / "config.json").write_text(json.dumps({**config, "device": "cuda"}))
+    config = {**json.loads((run / "config.json").read_text()), "device": "cuda"}
+    (run / "config.json").write_text(json.dumps(config))
     for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
         (run / name).unlink()                        # as if stopped after epoch 1 (epoch_0001 stays)
     if not torch.cuda.is_available():
-        assert main(["train", "--resume", str(run), "--no-progress"]) == 2
+        assert main(["train", "--resume", str(run), "--device", "cuda", "--no-progress"]) == 2
         assert "CUDA is not available" in capsys.readouterr().err
-    assert main(["train", "--resume", str(run), "--device", "cpu", "--no-progress"]) == 0
-    assert json.loads((run / "config.json").read_text())["device"] == "cpu"
+    assert main(["train", "--resume", str(run), "--no-progress"]) == 0
+    assert json.loads((run / "config.json").read_text()) == config
+    segments = json.loads((run / "machine.json").read_text())["segments"]
+    assert [(s["epochs"], s["device"], s["ended"]) for s in segments] == [
+        ([1, 2], "cpu" if not torch.cuda.is_available() else "cuda", "finished"),
+        ([2, 2], "cpu" if not torch.cuda.is_available() else "cuda", "finished")]
     assert (run / "finished.json").is_file()
 
 
@@ -400,8 +407,6 @@ def test_a_run_shipped_with_its_data_sets_name_resumes_where_data_points(tmp_pat
     for other in ("other.zip", tiny_dataset.name.upper()):          # another file, or the name in another case
         assert main(["train", "--resume", str(run), "--data", str(tmp_path / other), "--no-progress"]) == 2
         assert "can only say where that data set is on this machine" in capsys.readouterr().err
-    assert main(["train", "--resume", str(run), "--data-dir", str(tmp_path), "--no-progress"]) == 2
-    assert "--data-dir with --resume needs --data" in capsys.readouterr().err
     assert json.loads((run / "config.json").read_text())["data"] == tiny_dataset.name    # refusals wrote nothing
     assert main(["train", "--resume", str(run), "--data", str(tiny_dataset), "--no-progress"]) == 0
     assert (run / "finished.json").is_file()
@@ -437,13 +442,14 @@ def test_resume_takes_the_precision_of_this_machine(tmp_path, tiny_dataset, caps
     assert main(["train", "--resume", str(run), "--precision", "fp32", "--no-progress"]) == 0
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(r["epoch"], r["precision"]) for r in records] == [(1, "bf16"), (2, "fp32")]
-    assert json.loads((run / "config.json").read_text())["precision"] == "bf16"      # the run's own
+    assert "precision" not in json.loads((run / "config.json").read_text())
+    assert [s["precision"] for s in json.loads((run / "machine.json").read_text())["segments"]] == ["bf16", "fp32"]
     capsys.readouterr()
     assert main(["train", "--resume", str(run), "--epochs", "3", "--no-progress"]) == 2
-    assert "only --device, --precision and --compile can" in capsys.readouterr().err
+    assert "only the run-time options can" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("device", [None, "cpu"])     # "cpu": another --device, so config.json is rewritten
+@pytest.mark.parametrize("device", [None, "cpu"])
 def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(device, tmp_path, tiny_dataset, monkeypatch):
     import torch
 
@@ -458,7 +464,8 @@ def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(device, tmp
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [(r["epoch"], r["compiled"]) for r in records] == [(1, False), (2, True)] and len(compiled) == 1
     config = json.loads((run / "config.json").read_text())
-    assert config["compile"] is False and config["device"] == (device or "auto")       # the run's own compile
+    assert "compile" not in config and "device" not in config                          # the recipe only
+    assert [s["compiled"] for s in json.loads((run / "machine.json").read_text())["segments"]] == [False, True]
 
 
 def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):

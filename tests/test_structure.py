@@ -59,7 +59,8 @@ def test_imports_follow_the_arrow(package):
 #: what the studies may take from training: running a training or an evaluation, its stop signal, and
 #: how many test passes a run makes (for time estimates; they read runs through attncnn.runs and make
 #: plans through attncnn.perf)
-REPRODUCE_USES_OF_TRAINING = {"train", "evaluate", "TrainingInterrupted", "TrainingError", "count_test_passes"}
+REPRODUCE_USES_OF_TRAINING = {"train", "evaluate", "TrainingInterrupted", "TrainingError", "count_test_passes",
+                              "RunOptions"}      # the run-time options a training is given, beside its recipe
 
 
 def _names_from(path: Path, package: str) -> set[str]:

@@ -135,20 +135,17 @@ class RunSpec:
                 + (":filler" if self.filler else ""))
 
 
-def _job(spec: RunSpec, root: Path, compile_new: bool = False, epochs: int | None = None):
+def _job(spec: RunSpec, root: Path, epochs: int | None = None):
     """The suite job of ``spec`` under ``root``, ``spec.epochs`` long (else ``epochs``, the job's
-    ``--epochs``, else the suite's length); a new run gets ``compile`` when asked (a resumed one
-    compiles through the worker's options: ``config.json`` keeps its own setting, each epoch record
-    says which trained it)."""
-    from attncnn.reproduce import Job, get_suite, job_state, plan
+    ``--epochs``, else the suite's length). Whether it compiles is no part of it: a run-time option
+    of the worker (``TrainOptions.compile``), never of a run's recipe."""
+    from attncnn.reproduce import get_suite, plan
     if spec.preset not in get_suite(spec.suite).presets:
         return _carried_job(spec, root)
     if spec.fit:
         raise ValueError(f"{spec.text}: a run of the job's own length is planned once sized (fitted_spec)")
     job = plan(get_suite(spec.suite), root / spec.suite, seeds=(spec.seed,), only=(spec.preset,),
                epochs=spec.epochs or epochs)[0]
-    if compile_new and job_state(job) == "new":
-        job = Job(job.preset, job.seed, job.folder, job.overrides + (("compile", True),), job.cell)
     return job
 
 
@@ -215,18 +212,18 @@ def measure_epoch(job, options) -> dict:
     from attncnn.training.step import training_step
     started = time.monotonic()
     config = job_config(job, options)
-    run_plan = make_plan(config)
-    config = run_plan.applied_to(config)
+    run_plan = make_plan(config, options.run_options())
     device = run_plan.device
-    dataset, train_loader, test_loader = make_loaders(config, Distributed(device=device))
+    dataset, train_loader, test_loader = make_loaders(config, Distributed(device=device), data_dir=options.data_dir)
     torch.manual_seed(config.seed)
-    model = build_model(config.preset, num_classes=dataset.num_classes, **config.model).to(device).train()
+    model = build_model(config.preset, num_classes=dataset.num_classes,
+                        **run_plan.model_options(config.model)).to(device).train()
     optimizer = make_optimizer(model, config)
-    net = torch.compile(model, dynamic=False) if config.compile else model
+    net = torch.compile(model, dynamic=False) if run_plan.compile else model
     _, (images, labels) = next(train_loader.batches(0))
 
     def train_step():
-        training_step(net, optimizer, images, labels, config.precision)
+        training_step(net, optimizer, images, labels, run_plan.precision)
 
     seconds(train_step, device)                         # the first step: compilation when compiled
     setup = time.monotonic() - started
@@ -236,14 +233,13 @@ def measure_epoch(job, options) -> dict:
 
     @torch.no_grad()
     def infer():
-        with autocast(config.precision, device):
+        with autocast(run_plan.precision, device):
             model(test_images)
 
     infer_s = time_median(infer, device, warmup=1, reps=3)
     return {"setup": setup, "step": step, "infer": infer_s, "steps": len(train_loader),
             "test_batches": len(test_loader), "epoch": len(train_loader) * step + len(test_loader) * infer_s,
-            "compile": bool(config.compile), "impl": config.model.get("impl"),
-            "eval_impl": config.model.get("eval_impl"), "device": str(device)}
+            "compile": run_plan.compile, "impl": run_plan.impl, "eval_impl": run_plan.eval_impl, "device": str(device)}
 
 
 def fitted_spec(spec: RunSpec, root: Path, seconds_left: float, measure, epochs: int | None = None) -> RunSpec:
@@ -309,7 +305,7 @@ def _worker(args: argparse.Namespace) -> int:
     from attncnn.reproduce.running.runner import TrainOptions, train_jobs
     from attncnn.training import TrainingInterrupted
     spec = RunSpec.parse(args.run)
-    job = _job(spec, Path(args.root), args.compile, args.epochs)
+    job = _job(spec, Path(args.root), args.epochs)
     try:
         train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
                                        compile=True if args.compile else None),
@@ -359,8 +355,9 @@ def _measure(args: argparse.Namespace) -> int:
     """Time a new run for ``@fit`` (a child process of ``train``: its CUDA memory goes with it);
     prints :func:`measure_epoch`'s dictionary as the last line."""
     from attncnn.reproduce.running.runner import TrainOptions
-    job = _job(RunSpec.parse(args.run), Path(args.root), args.compile, args.epochs)
-    options = TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset)
+    job = _job(RunSpec.parse(args.run), Path(args.root), args.epochs)
+    options = TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
+                           compile=True if args.compile else None)
     print(json.dumps(measure_epoch(job, options)), flush=True)
     return 0
 

@@ -69,17 +69,21 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train a preset (`attncnn presets` lists them; --preset demo trains a "
                                    "79 k-parameter model in minutes on a CPU) into a run folder and print its "
                                    "test accuracy. Options you do not pass take the preset's recipe.")
-    add_config_options(t)     # one flag per TrainConfig field, with the field's help
+    from .training.run_options import RunOptions
+
+    add_config_options(t)     # the recipe: one flag per TrainConfig field, with the field's help
     t.add_argument("--out", help="run folder (default: runs/<preset>)")
     t.add_argument("--resume", nargs="?", const=True, metavar="RUN",
-                   help="continue the run in --out (or RUN) from its last checkpoint, with its stored options "
-                        "except --device, --precision and --compile, which are this machine's (without "
-                        "--precision: the run's own, but fp32 for a bf16 run on a device without fast bf16; "
-                        "without --compile or --no-compile: the run's own), and --data / --data-dir, which say "
-                        "where the run's own data set (the same file name) is on this machine: a run shipped "
-                        "from another machine records only its name")
+                   help="continue the run in --out (or RUN) from its last checkpoint with its recipe (config.json) "
+                        "and this command's run-time options (without --precision: the run's own, but fp32 for a "
+                        "bf16 run on a device without fast bf16; without --deterministic or --no-deterministic: as "
+                        "it ran before); --data says where the run's own data set (the same file name) is on this "
+                        "machine: a run shipped from another machine records only its name")
     t.add_argument("--overwrite", action="store_true", help="replace an existing run folder")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    machine = t.add_argument_group("run-time options", "how this machine runs the run: never part of its recipe "
+                                   "(config.json); machine.json records them for each segment of the run")
+    add_config_options(machine, RunOptions)
 
     e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
     e.add_argument("path", metavar="RUN_OR_CHECKPOINT")
@@ -123,12 +127,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: TrainConfig fields that belong to the machine, not to the run: `train --resume` takes them
-_MACHINE_OPTIONS = ("device", "precision", "compile")
-#: where the run's data set is on this machine: `train --resume` takes them to point the run there
-_DATA_OPTIONS = ("data", "data_dir")
-
-
 def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> None:
     """``train --resume RUN --data PATH``: record where the run's own data set is on this machine
     (:func:`attncnn.runs.point_at_data`). Without ``--data``, a run whose data set is not here is
@@ -137,8 +135,8 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
     (:func:`attncnn.runs.await_pointed`), so no rank resumes with the old configuration.
 
     Raises:
-        InputError: ``--data`` names another data set (file name) than the run's; ``--data-dir``
-            without ``--data``; no ``--data`` for a run whose data set is not on this machine.
+        InputError: ``--data`` names another data set (file name) than the run's; no ``--data`` for
+            a run whose data set is not on this machine.
         RunFolderError: on a rank > 0, rank 0 did not rewrite ``config.json`` in time.
     """
     from .runs import RunFolder, await_pointed, point_at_data, same_data_file
@@ -147,9 +145,6 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
     if not isinstance(stored, str):
         return
     if "data" not in given:
-        if "data_dir" in given:
-            raise InputError("--data-dir with --resume needs --data too: the run's data set on this machine "
-                             f"(it was trained on {Path(stored).name})")
         # found here (a relative path is recorded absolute), or refused with the flag that fixes it
         (point_at_data if main else await_pointed)(out, None)
         return
@@ -157,17 +152,18 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
         raise InputError(f"{out} was trained on {Path(stored).name}; with --resume, --data can only say where that "
                          f"data set is on this machine, got {given['data']!r} (start a new run with --init-from "
                          "to train on another)")
-    (point_at_data if main else await_pointed)(out, given["data"], given.get("data_dir"))
+    (point_at_data if main else await_pointed)(out, given["data"])
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .analysis.metrics import epoch_metrics
     from .perf import make_plan, resume_plan
     from .runs import RunFolder, TrainConfig, checkpoint_of, resolve_config
-    from .training import train
+    from .training import RunOptions, train
     from .training.distributed import is_main_process
 
-    given = given_options(args)                  # only the options the user passed
+    given = given_options(args)                  # only the recipe's options the user passed
+    options = RunOptions(**given_options(args, RunOptions))     # this machine's: never in config.json
     if "preset" not in given and not args.resume:
         raise InputError("--preset is required: e.g. --preset demo (a 79 k-parameter model, 5 epochs, minutes on "
                          "a CPU); `attncnn presets` lists them all with their parameter counts")
@@ -179,24 +175,19 @@ def _cmd_train(args: argparse.Namespace) -> int:
     mode = "resume" if args.resume else ("overwrite" if args.overwrite else "new")
     config = None
     if mode == "resume":
-        # A resumed run uses its stored configuration; silently dropping a changed option would
-        # let a user believe e.g. --epochs took effect.
-        # --device, --precision and --compile are the machine's, not the run's: a run started on a
-        # GPU in bf16 may resume on a CPU without bf16 units, in fp32; one started eager may go on
-        # compiled where that pays (the same function up to rounding).
-        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig)
-                 if hasattr(args, f.name) and f.name not in _MACHINE_OPTIONS + _DATA_OPTIONS]
+        # A resumed run uses its stored recipe; silently dropping a changed option would let a
+        # user believe e.g. --epochs took effect. The run-time options are this machine's: a run
+        # started on a GPU in bf16 may resume on a CPU without bf16 units, in fp32.
+        flags = [flag_name(f) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name) and f.name != "data"]
         if flags:
-            raise InputError(f"--resume continues with the run's stored configuration; {', '.join(flags)} "
-                             "cannot change it (only --device, --precision and --compile can, and --data says "
-                             "where its data set is here). Drop them, or start a new run with --init-from on its "
-                             "checkpoint")
+            raise InputError(f"--resume continues with the run's stored recipe (config.json); {', '.join(flags)} "
+                             "cannot change it (only the run-time options can, and --data says where its data "
+                             "set is here). Drop them, or start a new run with --init-from on its checkpoint")
     if is_main_process():
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
     if mode == "resume":
         _point_resumed_run_at_data(out, given, main=is_main_process())
-        plan = resume_plan(out, device=given.get("device"), precision=given.get("precision"),
-                           compile=given.get("compile"))
+        plan = resume_plan(out, options)
     else:
         if "init_from" in given:                  # a run folder means its last checkpoint, as for every command
             try:
@@ -204,7 +195,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
             except FileNotFoundError as err:
                 raise MissingFileError(f"--init-from: {err}") from err
         config = resolve_config(preset, **given)  # rejects bad model options from their configuration alone
-        plan = make_plan(config)                  # this machine's device, precision, paths, compile
+        plan = make_plan(config, options)         # this machine's device, precision, paths, compile
     summary = train(config, out, plan, mode=mode, progress=not args.no_progress, epoch_metrics=epoch_metrics)
     if not is_main_process():
         return 0          # under torchrun, rank 0 reports for every process
@@ -222,7 +213,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     from .api.classifier import training_image_size
     from .data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
     from .perf import device_name, machine_precision, resolve_device
-    from .runs import PredictionRecord, checkpoint_of, load_model, write_predictions
+    from .runs import PredictionRecord, checkpoint_of, load_model, trained_precision, write_predictions
+    from .runs.loading import OLD_MACHINE_FIELDS
     from .training import evaluate
 
     device = resolve_device(args.device)
@@ -230,7 +222,8 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
     model, meta = load_model(checkpoint, device)
     stored = meta.get("config", {})
     spec = run_data(stored.get("data"), args.data, run=checkpoint)
-    dataset = load_dataset(spec, data_dir=args.data_dir or stored.get("data_dir"), download=args.download)
+    dataset = load_dataset(spec, data_dir=args.data_dir or meta.get(OLD_MACHINE_FIELDS, {}).get("data_dir"),
+                           download=args.download)
     classes = meta.get("classes")
     if classes is not None and len(classes) != dataset.num_classes:
         raise InputError(f"the model has {len(classes)} classes but {spec} has {dataset.num_classes}; "
@@ -249,7 +242,7 @@ def _cmd_evaluate(args: argparse.Namespace) -> int:
         indices = class_balanced_subset(test.labels, args.sample, seed=0)
         test = ImageSplit(test.images[indices], test.labels[indices])
     loader = DeviceLoader(test, batch_size=args.batch_size, device=device, train=False)
-    precision = machine_precision(stored.get("precision"), device, args.precision, what=str(args.path))
+    precision = machine_precision(trained_precision(checkpoint, meta), device, args.precision, what=str(args.path))
     result = evaluate(model, loader, precision=precision, keep_predictions=args.predictions is not None)
     out = {"path": str(args.path), "checkpoint": str(checkpoint), "dataset": dataset.source,
            "epoch": meta.get("epoch"), "precision": precision,

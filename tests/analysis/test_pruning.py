@@ -169,7 +169,7 @@ def test_the_finetune_of_a_bf16_run_uses_fp32_where_bf16_is_slow_unless_told(tin
         out = tmp_path / f"pruned-{expected}"
         assert main(["prune", str(source), "--finetune-epochs", "1", "--lr", "0", "--out", str(out), "--no-progress",
                      "--json", *given]) == 0
-        assert json.loads((out / "config.json").read_text())["precision"] == expected, given
+        assert json.loads((out / "machine.json").read_text())["segments"][0]["precision"] == expected, given
     capsys.readouterr()
     assert main(["prune", str(source), "--precision", "fp32"]) == 2                  # nothing runs: refused
     assert "--precision only apply to a fine-tune" in capsys.readouterr().err

@@ -16,8 +16,10 @@ import torch
 from attncnn.perf import make_plan, resume_plan
 from attncnn.perf import precision as run_precision
 from attncnn.perf.machine import cpu_name
-from attncnn.runs import load_checkpoint, resolve_config
-from attncnn.training import TrainingInterrupted, train
+from attncnn.runs import resolve_config
+from attncnn.runs.machine_file import MACHINE_FILE
+from attncnn.runs.machine_file import run_precision as run_precision_of
+from attncnn.training import RunOptions, TrainingInterrupted, train
 
 CPU = torch.device("cpu")
 
@@ -78,11 +80,12 @@ def _stop_after_first_epoch(model) -> dict:
 @pytest.fixture
 def interrupted_bf16_run(make_tiny_data, tmp_path):
     """A 2-epoch bf16 run stopped after epoch 1 (tiny: 30 images, width 16)."""
-    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), data_dir=str(tmp_path / "cache"), epochs=2,
-                            batch_size=10, device="cpu", precision="bf16", model={"dim": 16, "mlp_dim": 16})
+    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), epochs=2, batch_size=10,
+                            model={"dim": 16, "mlp_dim": 16})
+    options = RunOptions(data_dir=str(tmp_path / "cache"), device="cpu", precision="bf16")
     out = tmp_path / "run"
     with pytest.raises(TrainingInterrupted):
-        train(config, out, make_plan(config), progress=False, epoch_metrics=_stop_after_first_epoch)
+        train(config, out, make_plan(config, options), progress=False, epoch_metrics=_stop_after_first_epoch)
     return out
 
 
@@ -93,31 +96,32 @@ def _precisions(run) -> list[str]:
 def test_a_bf16_run_resumes_in_fp32_where_bf16_is_slow_and_records_it(interrupted_bf16_run, slow_bf16):
     train(None, interrupted_bf16_run, resume_plan(interrupted_bf16_run), mode="resume", progress=False)
     assert _precisions(interrupted_bf16_run) == ["bf16", "fp32"]
-    assert json.loads((interrupted_bf16_run / "config.json").read_text())["precision"] == "bf16"   # the run's own
-    last = load_checkpoint(interrupted_bf16_run / "checkpoints" / "last.safetensors")
-    assert last.metadata["config"]["precision"] == "fp32"           # what trained its weights last
+    segments = json.loads((interrupted_bf16_run / MACHINE_FILE).read_text())["segments"]
+    assert [(s["precision"], s["epochs"]) for s in segments] == [("bf16", [1, 1]), ("fp32", [2, 2])]
+    assert "precision" not in json.loads((interrupted_bf16_run / "config.json").read_text())
+    assert run_precision_of(interrupted_bf16_run) == "bf16"        # the run's own: its first segment's
 
 
 def test_a_resume_obeys_an_explicit_precision(interrupted_bf16_run, tmp_path, slow_bf16, monkeypatch):
     copy = tmp_path / "copy"
     shutil.copytree(interrupted_bf16_run, copy)
-    plan = resume_plan(interrupted_bf16_run, precision="bf16")
+    plan = resume_plan(interrupted_bf16_run, RunOptions(precision="bf16"))
     train(None, interrupted_bf16_run, plan, mode="resume", progress=False)
     assert _precisions(interrupted_bf16_run) == ["bf16", "bf16"]
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: True)
-    train(None, copy, resume_plan(copy, precision="fp32"), mode="resume", progress=False)
+    train(None, copy, resume_plan(copy, RunOptions(precision="fp32")), mode="resume", progress=False)
     assert _precisions(copy) == ["bf16", "fp32"]
 
 
-def test_a_new_run_stores_the_precision_its_plan_resolved(make_tiny_data, tmp_path, monkeypatch):
-    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), epochs=1, batch_size=10, precision="auto",
+def test_a_new_run_records_the_precision_its_plan_resolved(make_tiny_data, tmp_path, monkeypatch):
+    config = resolve_config("demo", data=str(make_tiny_data(10, 4)), epochs=1, batch_size=10,
                             model={"dim": 16, "mlp_dim": 16})
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: False)
     monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)     # the simulated CPU has no units at all
-    plan = make_plan(config)
+    plan = make_plan(config, RunOptions(precision="auto"))
     assert plan.precision == "fp32"                          # "auto" resolved for this machine, once
     train(config, tmp_path / "run", plan, progress=False)
-    assert json.loads((tmp_path / "run" / "config.json").read_text())["precision"] == "fp32"
+    assert json.loads((tmp_path / "run" / MACHINE_FILE).read_text())["segments"][0]["precision"] == "fp32"
     assert _precisions(tmp_path / "run") == ["fp32"]
 
 

@@ -94,3 +94,19 @@ def test_report_only_writes_the_report_despite_a_malformed_machine_file(make_tin
         warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
         assert sum(w.startswith(f"warning: {machine}: ") for w in warnings) == 1, warnings
         assert "error" not in capsys.readouterr().err and (out / "report.md").is_file()
+
+
+def test_the_reports_join_a_runs_segments_on_one_machine_and_skip_those_that_trained_no_epoch():
+    from attncnn.reproduce.running.machines import report_segments
+
+    cpu = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.13.0", "device": "cpu"}
+    gpu = {**cpu, "device": "cuda", "gpu": "NVIDIA H200"}
+    written = [{"epochs": [1, 2], "machine": cpu, "precision": "fp32", "compiled": False, "ended": "interrupted"},
+               {"epochs": [3, 2], "machine": cpu, "precision": "fp32", "compiled": False, "ended": "interrupted"},
+               {"epochs": [3, 5], "machine": cpu, "precision": "fp32", "compiled": False, "ended": "interrupted"},
+               {"epochs": [6, 9], "machine": gpu, "precision": "bf16", "compiled": True, "ended": "finished"}]
+    assert report_segments(written) == [
+        {"epochs": [1, 5], "machine": cpu, "precision": "fp32", "compiled": False},
+        {"epochs": [6, 9], "machine": gpu, "precision": "bf16", "compiled": True}]
+    shipped = [{"epochs": [1, 60], "machine": gpu}]                    # a file the runner wrote: as it was
+    assert report_segments(shipped) == [{"epochs": [1, 60], "machine": gpu, "precision": None}]

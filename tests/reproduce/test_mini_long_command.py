@@ -136,9 +136,9 @@ def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path)
     assert "| quadratic-mini | unfinished (epoch 1 of 2) |" in (tmp_path / "report.md").read_text()
 
 
-def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(make_tiny_data, tmp_path, caplog):
-    # the GPU half is simulated: a quadratic run stopped after its first epoch is rewritten to say it
-    # trained on CUDA with the dense path, as the lent H100 leaves it (config.json "device": "cuda")
+def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_chosen_here(make_tiny_data, tmp_path, caplog):
+    # the GPU half is simulated: a quadratic run stopped after its first epoch is rewritten as an
+    # older attncnn left it after a lent H100 (config.json "device": "cuda", the dense path in its model)
     data = make_tiny_data(40, 10, size=16)
     job = plan(get_suite("mini-long"), tmp_path, only=("quadratic-mini",), seeds=(0,), epochs=2)[0]
     with pytest.raises(TrainingInterrupted):
@@ -148,13 +148,13 @@ def test_a_run_started_on_a_gpu_resumes_on_this_cpu_with_a_path_measured_here(ma
     records = _records(job.folder)
     records[0]["machine"] = {"cpu": "Host CPU", "threads": 1, "torch": "2.11.0", "device": "cuda", "gpu": "Some GPU"}
     (job.folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    with caplog.at_level("INFO"):
-        assert main(["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "quadratic-mini",
-                     "--seeds", "0", "--out", str(tmp_path), "--no-progress", "--no-viewer"]) == 0
-    assert "resumed on another machine: device 'cuda' -> 'auto'" in caplog.text
-    stored = json.loads((job.folder / "config.json").read_text())
-    assert stored["device"] == "auto"
-    assert stored["model"]["impl"] in ("dense", "separable", "folded")      # measured and recorded
+    before = (job.folder / "config.json").read_text()
+    assert main(["reproduce", "mini-long", "--data", str(data), "--epochs", "2", "--only", "quadratic-mini",
+                 "--seeds", "0", "--out", str(tmp_path), "--no-progress", "--no-viewer"]) == 0
+    assert (job.folder / "config.json").read_text() == before               # read one way, never rewritten
+    resumed = json.loads((job.folder / "machine.json").read_text())["segments"][-1]
+    assert resumed["device"] == "cpu" and resumed["epochs"] == [2, 2] and resumed["ended"] == "finished"
+    assert set(resumed["attention_paths"]["train"]) <= {"dense", "separable", "folded"}     # chosen here
     assert [r["epoch"] for r in _records(job.folder)] == [1, 2] and (job.folder / "finished.json").is_file()
 
 
@@ -202,7 +202,8 @@ def test_an_unfinished_eager_run_resumes_compiled_when_asked(make_tiny_data, tmp
     assert main(args) == 0
     assert compiled == [{"dynamic": False}]
     assert [(r["epoch"], r["compiled"]) for r in _records(job.folder)] == [(1, False), (2, True)]
-    assert json.loads((job.folder / "config.json").read_text())["compile"] is False      # the run's own
+    assert "compile" not in json.loads((job.folder / "config.json").read_text())          # the recipe only
+    assert [s["compiled"] for s in json.loads((job.folder / "machine.json").read_text())["segments"]] == [False, True]
     assert main(["reproduce", "mini-long", "--out", str(tmp_path), "--ship", "--no-compile"]) == 2
     assert "--ship trains nothing" in capsys.readouterr().err
 

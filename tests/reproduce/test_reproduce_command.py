@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 
@@ -188,12 +187,14 @@ def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed
 
     from attncnn.perf import resolve_precision
     from attncnn.perf.compiling import CACHE_NAME, compile_cache_key
+    from attncnn.perf.plan import PlannedRun
     from attncnn.runs import resolve_config
+    from attncnn.training import RunOptions
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    config = resolve_config("resnet18-mini", data_dir=str(data_dir), epochs=2)
-    config = dataclasses.replace(config, precision=resolve_precision(config.precision, torch.device("cpu")))
+    config = PlannedRun.of(resolve_config("resnet18-mini", epochs=2), RunOptions(data_dir=str(data_dir)),
+                           precision=resolve_precision("auto", torch.device("cpu")))
     key = compile_cache_key(config, 100, (32, 32), torch.device("cpu"))
     (data_dir / CACHE_NAME).write_text(json.dumps({key: {"eager": 0.2, "compiled": 0.1, "warmup": 5.0}}))
     common = ["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(tmp_path / "m"),

@@ -58,9 +58,7 @@ def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path, monkeypatch):
     assert _config(folder) == {"preset": "quadratic-mini", "data": str(data.resolve()), "data_dir": None}
     assert point_at_data(folder, "elsewhere/cifar10-jpeg.zip") is False        # its data set is here now
     _shipped(tmp_path, "cifar10")
-    assert point_at_data(folder, "cifar10", "/data/cache") is True
-    assert _config(folder)["data_dir"] == "/data/cache"
-    assert point_at_data(folder, "cifar10", "/other/cache") is False           # a recorded cache stays
+    assert point_at_data(folder, "cifar10") is False     # a built-in name: the cache folder is a run-time option
 
 
 def test_whether_a_data_set_is_here(tmp_path):
@@ -72,7 +70,7 @@ def test_whether_a_data_set_is_here(tmp_path):
 
 def test_pointed_config_changes_only_where_the_data_set_is():
     config = {"preset": "demo", "data": "gone/set.zip", "data_dir": None, "epochs": 3}
-    assert pointed_config(config, "here/set.zip", "cache") == {**config, "data": "here/set.zip", "data_dir": "cache"}
+    assert pointed_config(config, "here/set.zip") == {**config, "data": "here/set.zip"}   # only "data" changes
     assert config["data"] == "gone/set.zip"                                    # the argument is not changed
     assert pointed_config({"preset": "demo"}, "here/set.zip") is None          # records no data set
     with pytest.raises(ValueError, match="trained on set.zip"):

@@ -17,7 +17,7 @@ from attncnn.models import count_parameters
 from attncnn.perf import make_plan
 from attncnn.runs import (PREDICTIONS_FILE, WITHHELD_FILE, RunFolderError, load_model, read_metadata, read_withheld,
                           resolve_config, withhold_weights)
-from attncnn.training import train
+from attncnn.training import RunOptions, train
 
 RETRAIN = "attncnn reproduce demo-suite --only demo --seeds 0"
 
@@ -27,10 +27,9 @@ def trained(make_tiny_data, tmp_path_factory):
     """A finished 1-epoch demo run (width 16) with its prediction record, and its data set."""
     root = tmp_path_factory.mktemp("withheld")
     data = make_tiny_data(10, 4)
-    config = resolve_config("demo", data=str(data), data_dir=str(root / "cache"), epochs=1, batch_size=10,
-                            device="cpu", model={"dim": 16, "mlp_dim": 16})
+    config = resolve_config("demo", data=str(data), epochs=1, batch_size=10, model={"dim": 16, "mlp_dim": 16})
     out = root / "run"
-    train(config, out, make_plan(config), progress=False)
+    train(config, out, make_plan(config, RunOptions(data_dir=str(root / "cache"), device="cpu")), progress=False)
     assert main(["evaluate", str(out), "--data", str(data), "--predictions", str(out / PREDICTIONS_FILE)]) == 0
     return out, data
 

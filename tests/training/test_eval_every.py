@@ -10,7 +10,7 @@ import pytest
 
 from attncnn.perf import make_plan
 from attncnn.runs import load_checkpoint, resolve_config
-from attncnn.training import count_test_passes, evaluates, train
+from attncnn.training import RunOptions, count_test_passes, evaluates, train
 
 
 @pytest.fixture(scope="module")
@@ -21,9 +21,10 @@ def tiny(make_tiny_data, tmp_path_factory) -> tuple[Path, Path]:
 
 def _run(tiny, out: Path, **overrides) -> list[dict]:
     data, cache = tiny
-    config = resolve_config("demo", data=str(data), data_dir=str(cache), batch_size=10, device="cpu",
-                            precision="fp32", checkpoint_every=0, model={"dim": 16, "mlp_dim": 16}, **overrides)
-    train(config, out, make_plan(config), progress=False)
+    config = resolve_config("demo", data=str(data), batch_size=10, checkpoint_every=0,
+                            model={"dim": 16, "mlp_dim": 16}, **overrides)
+    train(config, out, make_plan(config, RunOptions(data_dir=str(cache), device="cpu", precision="fp32")),
+          progress=False)
     return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 
 

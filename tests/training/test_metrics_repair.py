@@ -11,16 +11,16 @@ import pytest
 
 from attncnn.perf import make_plan, resume_plan
 from attncnn.runs import load_checkpoint, resolve_config
-from attncnn.training import saver, train
+from attncnn.training import RunOptions, saver, train
 
 
 def _train(data: Path, out: Path, die_after_saving: int | None = None, die_before_saving: int | None = None,
            monkeypatch=None) -> None:
     """A 3-epoch tiny run into ``out``, killed (SystemExit) right after ``last`` is saved at the end of
     epoch ``die_after_saving``, or right before it is saved at the end of ``die_before_saving``."""
-    config = resolve_config("demo", data=str(data), data_dir=str(out.parent / "cache"), epochs=3, batch_size=10,
-                            device="cpu", deterministic=True, checkpoint_every=1, model={"dim": 16, "mlp_dim": 16},
-                            precision="fp32")
+    config = resolve_config("demo", data=str(data), epochs=3, batch_size=10, checkpoint_every=1,
+                            model={"dim": 16, "mlp_dim": 16})
+    options = RunOptions(data_dir=str(out.parent / "cache"), device="cpu", deterministic=True, precision="fp32")
     real = saver.write_checkpoint
 
     def write(path, checkpoint):
@@ -34,7 +34,7 @@ def _train(data: Path, out: Path, die_after_saving: int | None = None, die_befor
     with monkeypatch.context() as m:
         m.setattr(saver, "write_checkpoint", write)
         with pytest.raises(SystemExit):
-            train(config, out, make_plan(config), progress=False)
+            train(config, out, make_plan(config, options), progress=False)
 
 
 def _lines(run: Path) -> list[dict]:

@@ -19,7 +19,7 @@ from attncnn.training.state import TrainState
 
 @pytest.fixture(scope="module")
 def setup(make_tiny_data):
-    config = resolve_config("demo", data=str(make_tiny_data(20, 6)), epochs=2, batch_size=10, device="cpu",
+    config = resolve_config("demo", data=str(make_tiny_data(20, 6)), epochs=2, batch_size=10,
                             model={"dim": 16, "mlp_dim": 16})
     dist = Distributed()
     dataset, train_loader, _ = make_loaders(config, dist)

@@ -3,10 +3,12 @@ full disks, and checkpoints whose stored configuration does not fit (all in-proc
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 from pathlib import Path
@@ -21,7 +23,10 @@ from attncnn.models import build_model
 from attncnn.perf import compiling as compile_choice
 from attncnn.perf import make_plan, resume_plan
 from attncnn.runs import RunFolderError, load_checkpoint, load_model, resolve_config, save_checkpoint
-from attncnn.training import LRSchedule, NonFiniteLossError, TrainingError, TrainingInterrupted, saver, state, train
+from attncnn.runs.config import MACHINE_FIELDS
+from attncnn.runs.machine_file import MACHINE_FILE
+from attncnn.training import (LRSchedule, NonFiniteLossError, RunOptions, TrainingError, TrainingInterrupted, saver,
+                              state, train)
 from attncnn.training import step as step_module
 
 CLASSES = ("cat", "dog", "frog")
@@ -45,18 +50,32 @@ def tiny(tmp_path_factory) -> tuple[Path, Path]:
     return root / "data", root / "cache"
 
 
+_RUN_TIME = {f.name for f in dataclasses.fields(RunOptions)}
+
+
 def _config(tiny, **overrides):
-    data, cache = tiny
-    values = dict(data=str(data), data_dir=str(cache), epochs=2, batch_size=10, device="cpu", deterministic=True,
-                  checkpoint_every=1, model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    """The recipe of the tests' runs, with ``overrides``."""
+    values = dict(data=str(tiny[0]), epochs=2, batch_size=10, checkpoint_every=1, model={"dim": 16, "mlp_dim": 16})
     values.update(overrides)
     return resolve_config("demo", **values)
 
 
+def _options(tiny, **overrides) -> RunOptions:
+    """The tests' run-time options: the CPU, fp32, deterministic, the tiny data's cache; ``overrides`` on top."""
+    return RunOptions(**{"data_dir": str(tiny[1]), "device": "cpu", "deterministic": True, "precision": "fp32",
+                         **overrides})
+
+
 def _train(tiny, out: Path, **overrides) -> dict:
-    """A fresh run of ``_config(tiny, **overrides)`` into ``out``, with its plan made as the CLI makes it."""
-    config = _config(tiny, **overrides)
-    return train(config, out, make_plan(config), progress=False)
+    """A fresh run into ``out`` of ``_config`` and ``_options`` with ``overrides`` (recipe options
+    and run-time ones, by name), its plan made as the CLI makes it."""
+    config = _config(tiny, **{k: v for k, v in overrides.items() if k not in _RUN_TIME})
+    options = _options(tiny, **{k: v for k, v in overrides.items() if k in _RUN_TIME})
+    return train(config, out, make_plan(config, options), progress=False)
+
+
+def _segments(run: Path) -> list[dict]:
+    return json.loads((run / MACHINE_FILE).read_text())["segments"]
 
 
 def _last(run: Path) -> Path:
@@ -127,36 +146,52 @@ def test_signal_finishes_the_step_saves_and_resumes_bit_identically(tiny, refere
     assert (out / "finished.json").exists()
 
 
-def test_an_interrupted_run_that_went_on_compiled_says_to_resume_with_compile(tiny, tmp_path, monkeypatch):
-    """config.json keeps the run's own compile (False); the resume command repeats ``--compile`` so
-    that the run goes on as it was going, and says nothing where nothing differs."""
+def test_the_resume_command_repeats_the_run_time_flags_given(tiny, tmp_path, monkeypatch):
+    """config.json holds no run-time option: the printed command repeats those the run was given,
+    and a resume's own are the ones its command gives (compile among them)."""
     out = tmp_path / "run"
     with monkeypatch.context() as m:
         _signal_at(m, epoch=0, step=2, signum=signal.SIGINT)
         with pytest.raises(TrainingInterrupted) as first:
             _train(tiny, out, compile=False)
-    assert str(first.value).endswith(f"Resume with: attncnn train --resume {out}")
+    flags = _options(tiny, compile=False).flags()
+    assert "--no-compile" in flags and "--deterministic" in flags and "--device" in flags
+    assert str(first.value).endswith(f"Resume with: {shlex.join(['attncnn', 'train', '--resume', str(out), *flags])}")
     monkeypatch.setattr(torch, "compile", lambda net, **options: net)     # the loop's choice, not inductor
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGINT)
         with pytest.raises(TrainingInterrupted) as second:
-            train(None, out, resume_plan(out, compile=True), mode="resume", progress=False)
+            train(None, out, resume_plan(out, RunOptions(compile=True)), mode="resume", progress=False)
     assert str(second.value).endswith(f"Resume with: attncnn train --resume {out} --compile")
-    assert json.loads((out / "config.json").read_text())["compile"] is False
+    assert not set(MACHINE_FIELDS) & set(json.loads((out / "config.json").read_text()))
     assert [r["compiled"] for r in _metrics(out)] == [True]         # epoch 1 was finished compiled
+    assert [(s["compiled"], s["deterministic"], s["ended"]) for s in _segments(out)] == [
+        (False, True, "interrupted"), (True, True, "interrupted")]   # deterministic: as the run ran
 
 
-def test_a_run_from_before_precision_existed_resumes_in_fp32(tiny, reference_run, tmp_path, monkeypatch):
+@pytest.mark.parametrize("precision", ["fp32", None])     # None: written before --precision existed
+def test_a_run_written_before_the_recipe_was_kept_apart_resumes_bit_identically(tiny, reference_run, tmp_path,
+                                                                                monkeypatch, precision):
+    """An older attncnn wrote the machine's options into config.json (and no machine.json): a resume
+    reads them one way (deterministic and fp32 as the run ran, without any flag) and rewrites nothing."""
     out = tmp_path / "run"
     with monkeypatch.context() as m:
         _signal_at(m, epoch=1, step=2, signum=signal.SIGTERM)
         with pytest.raises(TrainingInterrupted):
             _train(tiny, out)
     config = json.loads((out / "config.json").read_text())
-    del config["precision"], config["compile"]                  # as an older attncnn wrote it
-    (out / "config.json").write_text(json.dumps(config))
-    train(None, out, resume_plan(out), mode="resume", progress=False)
+    old = {**config, "device": "cpu", "compile": False, "deterministic": True, "measure_paths": True,
+           "data_dir": str(tiny[1]), "download": False, "model": {**config["model"], "impl": "dense"},
+           **({} if precision is None else {"precision": precision})}
+    (out / "config.json").write_text(json.dumps(old))
+    (out / MACHINE_FILE).unlink()
+    plan = resume_plan(out)
+    assert (plan.deterministic, plan.precision, plan.options.data_dir, plan.impl) == (True, "fp32", str(tiny[1]), None)
+    train(None, out, plan, mode="resume", progress=False)
     assert_same_files(_last(reference_run), _last(out))
+    assert_same_metrics(reference_run, out)
+    assert json.loads((out / "config.json").read_text()) == old          # read, never written back
+    assert [s["start"] for s in _segments(out)] == [{"epoch": 1, "step": 3}]
 
 
 def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
@@ -174,8 +209,8 @@ def test_bf16_runs_resume_bit_identically_too(tiny, tmp_path, monkeypatch):
     train(None, out, resume_plan(out), mode="resume", progress=False)
     assert_same_files(_last(reference), _last(out))
     assert_same_metrics(reference, out)
-    assert json.loads((out / "config.json").read_text())["precision"] == "bf16"
-    assert load_checkpoint(_last(out)).metadata["config"]["precision"] == "bf16"
+    assert [segment["precision"] for segment in _segments(out)] == ["bf16", "bf16"]
+    assert "precision" not in load_checkpoint(_last(out)).metadata["config"]
     fp32 = load_checkpoint(_last(reference))                   # bf16 really ran: not the fp32 weights
     assert not torch.equal(fp32.model_state["head.weight"], _fp32_weights(tiny, tmp_path)["head.weight"])
 
@@ -201,24 +236,29 @@ def _fp32_weights(tiny, tmp_path) -> dict:
     return load_checkpoint(_last(tmp_path / "fp32")).model_state
 
 
-def test_auto_precision_is_resolved_and_stored(tiny, tmp_path, monkeypatch):
+def test_auto_precision_is_resolved_and_recorded_in_machine_json_only(tiny, tmp_path, monkeypatch):
     from attncnn.perf import precision as run_precision
 
     for fast, expected in ((True, "bf16"), (False, "fp32")):
         monkeypatch.setattr(run_precision, "fast_bf16", lambda device, fast=fast: fast)
         out = tmp_path / expected
         _train(tiny, out, precision="auto", epochs=1)
-        assert json.loads((out / "config.json").read_text())["precision"] == expected
+        assert [segment["precision"] for segment in _segments(out)] == [expected]
+        assert [r["precision"] for r in _metrics(out)] == [expected]
+        assert not set(MACHINE_FIELDS) & set(json.loads((out / "config.json").read_text()))
 
 
-def test_a_run_records_the_attention_path_it_asked_for_and_the_one_it_took(tiny, reference_run, tmp_path):
+def test_the_attention_paths_a_run_took_go_to_machine_json_not_to_the_recipe_or_checkpoint(tiny, reference_run,
+                                                                                          tmp_path):
     out = tmp_path / "separable"
-    _train(tiny, out, epochs=1, model={"dim": 16, "mlp_dim": 16, "impl": "separable"})
-    assert json.loads((out / "config.json").read_text())["model"]["impl"] == "separable"
-    assert load_checkpoint(_last(out)).metadata["attention_paths"] == ["separable", "separable"]   # demo: 2 layers
-    assert load_model(out)[0].config.impl == "separable"
+    _train(tiny, out, epochs=1, impl="separable")
+    assert _segments(out)[0]["attention_paths"] == {"train": ["separable"] * 2, "test": ["separable"] * 2}
+    assert json.loads((out / "config.json").read_text())["model"] == {"dim": 16, "mlp_dim": 16}
+    meta = load_checkpoint(_last(out)).metadata
+    assert "attention_paths" not in meta and not {"impl", "eval_impl"} & set(meta["model_config"])
+    assert load_model(out)[0].config.impl == "auto"        # the layers' own rule on the device it lands on
     # impl "auto" on the demo's 8x8 tokens: 64 < 6 (8 + 8), the dense path
-    assert load_checkpoint(_last(reference_run)).metadata["attention_paths"] == ["dense", "dense"]
+    assert _segments(reference_run)[0]["attention_paths"]["train"] == ["dense", "dense"]
 
 
 def test_a_checkpoint_from_before_impl_existed_loads_as_auto():
@@ -334,7 +374,7 @@ def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, 
     config = _config(tiny, checkpoint_every_steps=every_steps)
     _poison(monkeypatch, at_call=STEPS + 2)
     with pytest.raises(NonFiniteLossError) as info:
-        train(config, out, make_plan(config), progress=False)
+        train(config, out, make_plan(config, _options(tiny)), progress=False)
     err = info.value
     lr = LRSchedule(base_lr=config.lr, epochs=2, steps_per_epoch=STEPS, warmup_ratio=config.warmup_ratio).lr_at(1, 1)
     assert (err.epoch, err.batch_index) == (1, 1) and math.isnan(err.loss) and err.lr == pytest.approx(lr)
@@ -482,17 +522,17 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
     for a, b in zip(plain, compiled):                   # inductor fuses and reorders: close, not equal
         assert b["train_loss"] == pytest.approx(a["train_loss"], rel=1e-3)
         assert b["test_loss"] == pytest.approx(a["test_loss"], rel=1e-3)
-    assert load_checkpoint(_last(out)).metadata["config"]["compile"] is True
+    assert [segment["compiled"] for segment in _segments(out)] == [True]
 
 
 @pytest.mark.slow
-def test_a_run_that_leaves_compile_unset_measures_it_and_stores_the_decision(tiny, tmp_path, monkeypatch):
+def test_a_run_that_leaves_compile_unset_measures_it_and_records_the_decision(tiny, tmp_path, monkeypatch):
     # measure this 12-step run
     monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (0.0, "test"))
     cache, out = tmp_path / "cache", tmp_path / "run"
     _train(tiny, out, deterministic=False, data_dir=str(cache))
     (timing,) = json.loads((cache / compile_choice.CACHE_NAME).read_text()).values()
     assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
-    decided = json.loads((out / "config.json").read_text())["compile"]
-    assert decided is compile_choice.pays_back(compile_choice.CompileTiming(**timing), 2 * 6)
-    assert load_checkpoint(_last(out)).metadata["config"]["compile"] is decided
+    (segment,) = _segments(out)
+    assert segment["compiled"] is compile_choice.pays_back(compile_choice.CompileTiming(**timing), 2 * 6)
+    assert "compile" not in json.loads((out / "config.json").read_text())

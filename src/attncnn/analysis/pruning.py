@@ -31,6 +31,7 @@ from ..errors import InputError
 from ..layers import QuadraticAttention
 from ..models import ImageTransformerConfig, count_parameters
 from ..runs import resolve_config
+from ..runs.config import recipe_from_dict, without_paths
 from .maps import attention_layers
 from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads
 
@@ -177,7 +178,7 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
         train_config = dict(meta["config"])
         train_config["model"] = {**(train_config.get("model") or {}), "layer_heads": config.heads()}
         meta["config"] = train_config
-    meta.update(arch="image-transformer", model_config=dataclasses.asdict(config), step_in_epoch=0,
+    meta.update(arch="image-transformer", model_config=without_paths(dataclasses.asdict(config)), step_in_epoch=0,
                 parameters=count_parameters(model),
                 pruning={"source": str(source), "source_epoch": source_metadata.get("epoch"),
                          "condition_number": condition_number, "min_eigenvalue": min_eigenvalue,
@@ -188,9 +189,10 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
 def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
     """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``).
 
-    It is the source run's stored configuration (``config.json`` / checkpoint ``config``) with
-    ``layer_heads`` added to the model options, ``init_from`` cleared, and ``overrides``
-    (``epochs``, ``lr``, ``batch_size``, ``data``, ``device``, ...; None means "keep") on top.
+    It is the source run's stored recipe (``config.json`` / checkpoint ``config``; an older one's
+    machine fields left out, :func:`~attncnn.runs.config.recipe_from_dict`) with ``layer_heads``
+    added to the model options, ``init_from`` cleared, and ``overrides`` (``epochs``, ``lr``,
+    ``batch_size``, ``data``, ...; None means "keep") on top.
 
     Returns:
         An ``attncnn.runs.TrainConfig``.
@@ -201,6 +203,7 @@ def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
     if not isinstance(source_config, dict) or "preset" not in source_config:
         raise InputError("the run stores no training configuration (config.json or the checkpoint's 'config'); "
                          "pruning can only fine-tune runs written by `attncnn train`")
+    source_config = recipe_from_dict(source_config)[0].to_dict()
     stored = {k: v for k, v in source_config.items() if k not in ("preset", "model", "init_from")}
     stored["data"] = run_data(stored.get("data"), overrides.get("data"))   # shipped runs store a name only
     model = {**(source_config.get("model") or {}), "layer_heads": list(layer_heads)}

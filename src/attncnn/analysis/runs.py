@@ -17,6 +17,7 @@ from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset, run_data
 from ..errors import InputError, MissingFileError
 from ..runs import RunFolder, load_model, read_withheld
 from ..runs.loading import DEFAULT_CHECKPOINT, build_checked, checkpoint_of
+from ..runs.config import without_paths
 
 __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
            "test_images", "parse_indices", "parse_query", "shareable_dataset"]
@@ -96,7 +97,9 @@ class Run:
         counts, FLOPs), never for what the trained weights compute."""
         if self.model is not None:
             return self.model
-        return build_checked(self.metadata["arch"], self.metadata["model_config"], source=str(self.path)).eval()
+        # an older checkpoint's attention paths are not used: the layers' own rule picks one here
+        return build_checked(self.metadata["arch"], without_paths(self.metadata["model_config"]),
+                             source=str(self.path)).eval()
 
 
 def open_run(path: str | Path, *, withheld: bool = False) -> Run:

@@ -17,12 +17,12 @@ from .pooling import SpaceToDepth, depth_to_space, space_to_depth
 from .position_only import PositionalAttention
 from .quadratic import QuadraticAttention
 from .registry import (ATTENTION_KINDS, ATTENTION_LAYERS, attention_class, attention_modules, build_attention,
-                       dense_attention, is_attention_layer, paths_for_device_)
+                       dense_attention, is_attention_layer)
 from .relative import axis_offsets, grid_positions, quadratic_features, relative_offsets
 
 __all__ = [
     "ATTENTION_KINDS", "ATTENTION_LAYERS", "attention_class", "build_attention", "is_attention_layer",
-    "attention_modules", "dense_attention", "paths_for_device_",
+    "attention_modules", "dense_attention",
     "GridAttention", "check_input_dtype", "PositionalAttention", "QueryKeyAttention", "ContentAttention",
     "QuadraticAttention", "LearnedRelativeAttention", "LearnedRelativeContentAttention", "GatedPositionalAttention",
     "SpaceToDepth", "space_to_depth", "depth_to_space",

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
-import torch
 from torch import nn
 
 from ..errors import InputError
@@ -23,7 +22,7 @@ from .learned_content import LearnedRelativeContentAttention
 from .quadratic import QuadraticAttention
 
 __all__ = ["ATTENTION_LAYERS", "ATTENTION_KINDS", "attention_class", "build_attention", "is_attention_layer",
-           "attention_modules", "dense_attention", "paths_for_device_"]
+           "attention_modules", "dense_attention"]
 
 _LAYER_CLASSES: tuple[type[GridAttention], ...] = (
     QuadraticAttention, LearnedRelativeAttention, LearnedRelativeContentAttention, ContentAttention,
@@ -73,45 +72,6 @@ def is_attention_layer(module: nn.Module) -> bool:
 def attention_modules(model: nn.Module) -> list[GridAttention]:
     """Every attention layer in ``model`` (module order; empty for a model without any)."""
     return [m for m in model.modules() if isinstance(m, GridAttention)]
-
-
-def paths_for_device_(model: nn.Module, device: torch.device | str) -> list[str]:
-    """Give back to the layers' own rule (``"auto"``) every recorded path of ``model``'s attention
-    layers that cannot run on ``device``, or runs there only as an unfused reference
-    (:meth:`GridAttention.path_unavailable <attncnn.layers.GridAttention.path_unavailable>`); in place.
-
-    A checkpoint records the paths its run measured fastest on the machine that trained it
-    (``model.impl``, ``model.eval_impl``). On another device some of them may not exist: a model
-    trained on CUDA with ``impl="flex"`` would run FlexAttention's unfused reference on a CPU, which
-    writes every score out and is slower than the explicit paths (``benchmarks/results/HISTORY.md``).
-    Every path computes the same output, so changing one changes speed only. ``impl`` is checked as
-    a training path (with its backward), ``eval_impl`` as a test pass; an ``eval_impl`` dropped
-    falls back to ``impl``.
-
-    Args:
-        model: any network (layers of other modules are left alone).
-        device: where the model will run.
-
-    Returns:
-        One line per path changed (empty when all run here), e.g. ``"blocks.0.attention: impl
-        'flex' -> 'auto' (FlexAttention has no backward on cpu; it trains on CUDA only (on cpu, ...))"``.
-    """
-    device = torch.device(device)
-    changed = []
-    for name, layer in model.named_modules():
-        if not isinstance(layer, GridAttention):
-            continue
-        if layer.impl != "auto":
-            why = layer.path_unavailable(layer.impl, device, backward=True)
-            if why is not None:
-                changed.append(f"{name or 'model'}: impl {layer.impl!r} -> 'auto' ({why})")
-                layer.impl = "auto"
-        if layer.eval_impl is not None:
-            why = layer.path_unavailable(layer.eval_impl, device, backward=False)
-            if why is not None:
-                changed.append(f"{name or 'model'}: eval_impl {layer.eval_impl!r} -> unset ({why})")
-                layer.eval_impl = None
-    return changed
 
 
 @contextlib.contextmanager

@@ -32,10 +32,11 @@ size and precision, so the next run on this machine decides from them without me
 rule: for a given cache the choice is deterministic. A timing taken while other work shares the CPU
 (:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. An entry
 that is not three such timings (:func:`timing_problem`: an edited or damaged file) is dropped with
-a warning naming the file and measured again. The decision is written into the run's
-``config.json`` (``compile: true/false``), so a resumed run keeps it. Runs with ``--deterministic``
-or under torchrun never compile unless asked (``--compile``): their numbers must not depend on
-timing, and several processes would each time their own share of the machine.
+a warning naming the file and measured again. The decision goes into the run's plan and its
+``machine.json`` segment, never its recipe (``config.json``): a resumed run decides again, from the
+same cache on the same machine. Runs with ``--deterministic`` or under torchrun never compile unless
+asked (``--compile``): their numbers must not depend on timing, and several processes would each
+time their own share of the machine.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
 __all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_key", "machine_info", "epoch_machine",
@@ -103,11 +104,7 @@ def epoch_machine(device: torch.device) -> dict:
     """What identifies the machine an epoch ran on (recorded in each epoch of a study's runs):
     CPU model name, torch threads, torch version, device, and the GPU's name on a GPU; a subset of
     :func:`machine_info`."""
-    info = machine_info(device)
-    out = {"cpu": info["cpu"], "threads": info["torch_threads"], "torch": info["torch"], "device": info["device"]}
-    if info.get("gpu"):
-        out["gpu"] = info["gpu"]
-    return out
+    return short_machine(machine_info(device))
 
 
 def cpu_load() -> float | None:

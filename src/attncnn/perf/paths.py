@@ -8,11 +8,12 @@ times every path of one of its layers, on its own batch size, grid, precision an
 pass has no backward, so the forward alone is timed too, in eval mode on the evaluation batch, and
 the run evaluates with its own fastest path where that differs (content attention: the fused
 kernel stores nothing for a gradient and wins there, while the written-out scores win in training).
-The choices are written into the run's configuration (``config.json``'s ``model.impl`` and
-``model.eval_impl``), so a resumed run keeps them, and cached in ``attention-paths.json`` in the
-run's ``--data-dir`` (default :func:`attncnn.data.default_data_dir`), keyed by CPU model and
+The choices go into the run's plan (never its recipe: the run's ``machine.json`` records the paths
+each layer took), and are cached in ``attention-paths.json`` in the run's ``--data-dir`` (default
+:func:`attncnn.data.default_data_dir`), keyed by CPU model and
 generation, thread count, torch version, device, precision, the layer's shape and the mode, so the
-next run on this machine reuses them without measuring: for a given cache the choice is deterministic. A cached
+next run on this machine, and a resumed one, reuses them without measuring: for a given cache the
+choice is deterministic. A cached
 entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
 dropped with a warning naming the file and measured again. A choice measured while other work
 shares the CPU (:func:`~attncnn.perf.machine.busy_reason`) serves its run but is not cached.
@@ -205,7 +206,8 @@ def with_measured_paths(config, dataset, batch: int, dist, steps: int | None = N
     stays as given: unset means the same path), or the network has no attention layers.
 
     Args:
-        config: the run's resolved :class:`~attncnn.runs.TrainConfig` (precision resolved).
+        config: the run as its plan is being made (:class:`~attncnn.perf.plan.PlannedRun`: the
+            recipe with the run-time choices so far, precision resolved).
         dataset: the loaded data set (its image size and test split). batch: images per step and process.
         dist: the run's :class:`~attncnn.training.distributed.Distributed`.
         steps: the run's training steps (None: unknown). With it, a run too short for timing to pay

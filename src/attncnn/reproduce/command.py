@@ -61,7 +61,7 @@ def register(subparsers) -> None:
     r.add_argument("--compile", action=argparse.BooleanOptionalAction,
                    help="torch.compile the training step of new runs and of resumed ones (a machine's choice: "
                         "each epoch record says whether a compiled step trained it); --no-compile never "
-                        "(default: a new run's measured choice, a resumed run's own)")
+                        "(default: this machine's measured choice, for a resumed run too)")
     r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
     r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
     r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")

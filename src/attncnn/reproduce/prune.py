@@ -22,8 +22,8 @@ from ..analysis.metrics import epoch_metrics
 from ..analysis.pruning import PRUNED_CHECKPOINT
 from ..errors import InputError
 from ..perf import machine_precision, make_plan, resolve_device
-from ..runs import PRECISIONS, RunFolder, RunFolderError, save_checkpoint
-from ..training import train
+from ..runs import PRECISIONS, RunFolder, RunFolderError, save_checkpoint, trained_precision
+from ..training import RunOptions, train
 
 __all__ = ["register", "cmd_prune", "finetune_pruned"]
 
@@ -121,19 +121,18 @@ def _stored_config(run) -> dict:
                      "checkpoint written by `attncnn train`")
 
 
-def _finetune_precision(stored: dict, args: argparse.Namespace, name: str) -> str:
-    """The fine-tune's precision on its device: ``--precision``, else the source run's, but fp32 for
-    a bf16 run where the device has no fast bf16 (a new run of the machine at hand).
+def _finetune_options(run, args: argparse.Namespace) -> RunOptions:
+    """The fine-tune's run-time options: ``--device`` (default auto), ``--data-dir``, and its precision
+    on that device: ``--precision``, else the source run's, but fp32 for a bf16 run where the device
+    has no fast bf16 (a new run of the machine at hand).
 
     Raises:
         InputError: a device that is not here, or a stored precision that is not one.
     """
-    if args.device:
-        device = resolve_device(args.device)
-    else:
-        device = resolve_device(stored.get("device", "auto"),
-                                source=f"{name}: its stored device {stored.get('device')!r} (--device overrides it)")
-    return machine_precision(stored.get("precision"), device, args.precision, what=name)
+    device = args.device or "auto"
+    precision = machine_precision(trained_precision(run.checkpoint, run.metadata), resolve_device(device),
+                                  args.precision, what=run.name)
+    return RunOptions(device=device, precision=precision, data_dir=args.data_dir)
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -153,8 +152,8 @@ def cmd_prune(args: argparse.Namespace) -> int:
         stored = _stored_config(run)
         config = finetune_config(stored, result.heads_after, epochs=args.finetune_epochs,
                                  lr=FINETUNE_LR if args.lr is None else args.lr, batch_size=args.batch_size,
-                                 data=args.data, data_dir=args.data_dir, device=args.device,
-                                 precision=_finetune_precision(stored, args, run.name))
+                                 data=args.data)
+        options = _finetune_options(run, args)
     out = {"run": run.name, "source_checkpoint": str(run.checkpoint), "epoch": run.metadata.get("epoch"),
            **result.to_dict(),
            "macs_per_image_before": macs_before, "macs_per_image_after": macs_per_image(run.model),
@@ -172,7 +171,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"fine-tuning into {out_path}: {config.epochs} epochs at lr {config.lr:g} "
                   f"(heads per layer {result.heads_after})", flush=True)
-        summary, kept = finetune_pruned(run.model, config, out_path, init_metadata=meta,
+        summary, kept = finetune_pruned(run.model, config, out_path, init_metadata=meta, options=options,
                                         mode="overwrite" if args.overwrite else "new",
                                         progress=not args.no_progress)
         out.update(out=str(out_path), pruned_checkpoint=str(kept), final=summary["final"], best=summary["best"])
@@ -215,7 +214,7 @@ def _out_of_reach(out: Path) -> None:
 
 
 def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata: dict, mode: str = "new",
-                    progress: bool = True) -> tuple[dict, Path]:
+                    progress: bool = True, options: RunOptions | None = None) -> tuple[dict, Path]:
     """Fine-tune a pruned model into a new run folder (the reference's ``quadratic-generalized-pruned``).
 
     The pruned weights are written to a temporary checkpoint that the run starts from
@@ -234,6 +233,7 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
         init_metadata: metadata for the pruned checkpoint (see :func:`pruned_metadata`).
         mode: ``"new"`` (refuse a non-empty folder) or ``"overwrite"``.
         progress: show the trainer's progress bar.
+        options: the run-time options (:class:`~attncnn.training.RunOptions`; default: none given).
 
     Returns:
         ``(training summary, path of the kept pruned checkpoint)``.
@@ -255,7 +255,7 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
         save_checkpoint(init, model=model, metadata=init_metadata)
         run_config = dataclasses.replace(config, init_from=str(init))
         try:
-            summary = train(run_config, out, make_plan(run_config), mode=mode, progress=progress,
+            summary = train(run_config, out, make_plan(run_config, options), mode=mode, progress=progress,
                             epoch_metrics=epoch_metrics)
         finally:
             _keep_in_run(out, init, kept)

@@ -22,13 +22,20 @@ from ..errors import InputError
 from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
 
-__all__ = ["PRECISIONS", "MAX_EPOCHS", "TrainConfig", "resolve_config", "config_from_dict", "option"]
+__all__ = ["PRECISIONS", "MAX_EPOCHS", "MACHINE_FIELDS", "PATH_OPTIONS", "TrainConfig", "resolve_config",
+           "config_from_dict", "recipe_from_dict", "without_paths", "option"]
 
 #: values of ``--precision``; ``auto`` is resolved to one of the others when a run starts
 PRECISIONS = ("auto", "fp32", "bf16")
 #: the most ``epochs`` a run takes: far past any run, and where the schedule's step counts and a dry
 #: run's estimate stay numbers (a float overflows near 1e308)
 MAX_EPOCHS = 10**12
+#: keys that configurations written before the recipe was kept apart from the machine stored beside
+#: the recipe: how one machine ran it (now :class:`attncnn.training.RunOptions`); read, never written
+MACHINE_FIELDS = ("device", "precision", "compile", "deterministic", "measure_paths", "data_dir", "download")
+#: model options that name an attention computation path: a machine's choice (``--impl``,
+#: ``--eval-impl``), never part of the recipe
+PATH_OPTIONS = ("impl", "eval_impl")
 
 
 def option(default=dataclasses.MISSING, *, help: str, factory=dataclasses.MISSING, **argparse_kwargs):
@@ -45,12 +52,16 @@ def option(default=dataclasses.MISSING, *, help: str, factory=dataclasses.MISSIN
 
 @dataclass
 class TrainConfig:
-    """Everything that determines a training run (written to ``config.json`` in the run folder).
+    """The recipe: everything that defines a training run (``config.json`` in the run folder), the
+    same on every machine that trains or resumes it. How a machine runs it (device, precision,
+    compile, deterministic, attention paths, data cache) is not here: see
+    :class:`attncnn.training.RunOptions`.
 
     Raises (on construction):
         InputError: unknown preset, model options the preset's network rejects (checked on its
-            configuration dataclass: no weights are allocated), or an out-of-range value; the
-            message names the option.
+            configuration dataclass: no weights are allocated), an attention path among the model
+            options (``impl``, ``eval_impl``: named with ``--impl`` / ``--eval-impl``), or an
+            out-of-range value; the message names the option.
     """
 
     preset: str = option("quadratic", help="model preset (see `attncnn presets`; e.g. demo, minutes on a CPU)")
@@ -58,9 +69,6 @@ class TrainConfig:
                          help="override a model option, e.g. --set num_heads=16 (repeatable)")
     data: str = option("cifar10", help="cifar10 (default), cifar100, or a folder/zip with train/<class>/ and "
                                        "test/<class>/")
-    data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
-                                             "~/.cache/attncnn)")
-    download: bool = option(False, help="download official archives if missing")
     epochs: int = option(300, help="training epochs")
     batch_size: int = option(100, help="global batch size (split over the processes under torchrun)")
     eval_batch_size: int = option(500, help="evaluation batch per process (sets memory use only)")
@@ -80,8 +88,6 @@ class TrainConfig:
     lr_stepping: str = option("step", choices=("step", "epoch"),
                               help="update the LR every batch (default) or once per epoch like the reference code")
     seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
-    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N; the one option --resume takes (a run "
-                                      "started on a GPU continues on a CPU)")
     train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
     eval_every: int = option(1, metavar="EPOCHS",
                              help="evaluate on the test set every N epochs and after the last (default 1: every "
@@ -92,27 +98,16 @@ class TrainConfig:
                                               "killed run loses at most N steps (0, the default: only at the end "
                                               "of each epoch)")
     keep_checkpoints: int = option(30, help="periodic checkpoints to keep (0: all)")
-    precision: str = option("auto", choices=PRECISIONS,
-                            help="fp32, bf16 (mixed precision: bfloat16 matrix products, fp32 weights, softmax, "
-                                 "LayerNorm and loss), or auto: bf16 where the device has bfloat16 units (CUDA "
-                                 "with bf16, a CPU with AVX512-BF16 or AMX), else fp32; a run stores the resolved "
-                                 "value")
-    compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
-                                             "--no-compile never; unset (the default): timed once per machine "
-                                             "and run shape (cached in the data folder) and turned on where it is "
-                                             "at least 1.1x faster and saves more than its measured warm-up over "
-                                             "the run; never with --deterministic or under torchrun; a run "
-                                             "stores the decision")
-    deterministic: bool = option(False, help="deterministic algorithms only (with --device cpu, runs and resumed "
-                                             "runs are bit-identical)")
-    measure_paths: bool = option(True, help="when the model options leave impl=auto, time the attention layers' "
-                                            "paths on this machine once (cached in the data folder) and train "
-                                            "with the fastest; never with --deterministic or under torchrun")
     init_from: str | None = option(None, metavar="CHECKPOINT",
                                    help="start from this checkpoint's weights (fine-tune: new optimiser and "
                                         "schedule); a run folder means its last checkpoint")
 
     def __post_init__(self) -> None:
+        for name in PATH_OPTIONS:
+            if name in self.model:
+                flag = "--" + name.replace("_", "-")
+                raise InputError(f"--set {name}={self.model[name]} names how a machine runs the model, not the "
+                                 f"recipe; pass {flag} {self.model[name]} instead")
         preset_model_config(self.preset, **self.model)   # names a bad preset or model option; builds nothing
         for name in ("epochs", "batch_size", "eval_batch_size", "eval_every"):
             if getattr(self, name) <= 0:
@@ -136,7 +131,7 @@ class TrainConfig:
             raise InputError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
         if any(m < 1 for m in self.milestones):
             raise InputError(f"milestones must be epochs >= 1, got {list(self.milestones)} (--milestones)")
-        for name in ("optimizer", "schedule", "lr_stepping", "precision"):
+        for name in ("optimizer", "schedule", "lr_stepping"):
             choices = _FIELDS[name].metadata["choices"]
             if getattr(self, name) not in choices:
                 raise InputError(f"{name} must be one of {', '.join(choices)}, got {getattr(self, name)!r}")
@@ -154,18 +149,54 @@ _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
 def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> TrainConfig:
-    """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint).
+    """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint): the
+    recipe of :func:`recipe_from_dict`, without the machine fields an older file stored.
+
+    Raises:
+        ValueError: as :func:`recipe_from_dict`.
+    """
+    return recipe_from_dict(values, source=source)[0]
+
+
+def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> tuple[TrainConfig, dict]:
+    """The recipe in ``values`` (a ``config.json`` or a checkpoint's ``"config"``), and the machine
+    fields that runs written before the recipe was kept apart stored beside it.
+
+    A one-way reader: :data:`MACHINE_FIELDS` and the model options :data:`PATH_OPTIONS` are taken
+    out and returned, unchecked, as a dict by the names of :class:`attncnn.training.RunOptions`'
+    fields (``impl``, ``eval_impl`` too); a resume reads some of them as its defaults
+    (:func:`attncnn.perf.resume_plan`). Nothing writes them back.
 
     Args:
         values: the options, by field name.
         source: the file they were read from (a run's ``config.json``): every error then starts with
             it, and says what to write there.
 
+    Returns:
+        ``(recipe, machine fields)``.
+
     Raises:
         InputError: unknown key or wrong type, naming the key, the expected type in words, the value
             and the fix (see :func:`attncnn._typecheck.check_options`); an out-of-range value or a
             model option the preset rejects (named), prefixed with ``source``.
     """
+    values = dict(values)
+    machine = {name: values.pop(name) for name in MACHINE_FIELDS if name in values}
+    if isinstance(values.get("model"), dict):
+        model = dict(values["model"])
+        machine.update({name: model.pop(name) for name in PATH_OPTIONS if name in model})
+        values["model"] = model
+    return _checked(values, source), machine
+
+
+def without_paths(model: dict) -> dict:
+    """Model options (a checkpoint's ``"model_config"``, a recipe's ``"model"``) without the attention
+    paths (:data:`PATH_OPTIONS`) that older checkpoints stored: a network loads with the fastest exact
+    path for the device it lands on (``impl="auto"``, the layers' own rule)."""
+    return {k: v for k, v in model.items() if k not in PATH_OPTIONS}
+
+
+def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig:
     check_options(values, TrainConfig, "training option", source=source)
     if source is not None:
         _check_model_options(values, source)
@@ -197,7 +228,8 @@ def resolve_config(preset: str, **overrides) -> TrainConfig:
     and every later command finds it again from any folder.
 
     Raises:
-        InputError: unknown preset or option (named in the message).
+        InputError: unknown preset or option (named in the message; a machine's option such as
+            ``device`` too: it belongs to :class:`attncnn.training.RunOptions`).
     """
     recipe = dict(get_preset(preset).train)
     recipe.update({k: v for k, v in overrides.items() if v is not None})
@@ -205,4 +237,4 @@ def resolve_config(preset: str, **overrides) -> TrainConfig:
     data = recipe.get("data")
     if isinstance(data, str) and not is_data_name(data) and Path(data.strip()).expanduser().exists():
         recipe["data"] = str(Path(data.strip()).expanduser().resolve())
-    return config_from_dict(recipe)
+    return _checked(recipe, None)

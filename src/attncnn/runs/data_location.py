@@ -52,19 +52,17 @@ def same_data_file(stored: str, data: str) -> bool:
     return Path(data).name == Path(stored).name
 
 
-def pointed_config(config: dict, data: str | None = None, data_dir: str | None = None, *,
-                   folder: str | Path | None = None) -> dict | None:
+def pointed_config(config: dict, data: str | None = None, *, folder: str | Path | None = None) -> dict | None:
     """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
     when it needs no change: its data set is here as recorded, as a built-in name or an absolute
-    path (a CIFAR-10/100 run that records a ``data_dir`` keeps it). A run whose data set is not here
-    gets ``data``, made absolute where it exists; one that recorded a relative path found here
-    (:func:`data_is_here`) gets that file's absolute path, so that it resumes on the same file from
-    any folder; a CIFAR-10/100 run without a ``data_dir`` gets ``data_dir``.
+    path. A run whose data set is not here gets ``data``, made absolute where it exists; one that
+    recorded a relative path found here (:func:`data_is_here`) gets that file's absolute path, so
+    that it resumes on the same file from any folder. Only ``"data"`` changes: the cache folder of
+    the official archives (``--data-dir``) is this machine's run-time option, never recorded.
 
     Args:
         config: the stored configuration (not changed).
         data: the data set given on this machine (``--data``); None: none was given.
-        data_dir: the cache folder given on this machine (``--data-dir``).
         folder: the run folder: named in messages, and where a relative recorded path is also
             looked for.
 
@@ -78,9 +76,7 @@ def pointed_config(config: dict, data: str | None = None, data_dir: str | None =
         return None
     who = "the run" if folder is None else str(folder)
     if is_data_name(stored):
-        if data_dir is None or config.get("data_dir") is not None:
-            return None
-        return {**config, "data_dir": data_dir}
+        return None
     found = locate_recorded_data(stored, folder)
     if found is not None:
         if data and Path(data).expanduser().resolve() != Path(found).resolve():
@@ -93,13 +89,10 @@ def pointed_config(config: dict, data: str | None = None, data_dir: str | None =
         raise InputError(f"{who} was trained on {Path(stored).name}, which is not here; pass --data with "
                          f"the path of {Path(stored).name} on this machine (got {data!r})")
     given = Path(data).expanduser()
-    pointed = {**config, "data": str(given.resolve()) if given.exists() else data}
-    if data_dir is not None:
-        pointed["data_dir"] = data_dir
-    return pointed
+    return {**config, "data": str(given.resolve()) if given.exists() else data}
 
 
-def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | None = None) -> bool:
+def point_at_data(folder: str | Path, data: str | None = None) -> bool:
     """Before resuming a run shipped from another machine: rewrite its ``config.json`` (atomically)
     as :func:`pointed_config` says. Returns True when it rewrote it; a run whose data set is here
     as recorded is left alone. Only the process that writes the run folder calls it (rank 0 under
@@ -109,7 +102,6 @@ def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | N
         folder: the unfinished run folder.
         data: the data set given on this machine (``--data``); None: the run's own must be here
             (a relative path found, the module's rule, is recorded absolute).
-        data_dir: the cache folder given on this machine (``--data-dir``).
 
     Raises:
         InputError: ``data`` has another file name than the run's own data set (the message
@@ -118,7 +110,7 @@ def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | N
         RunFolderError: ``folder`` holds no run configuration.
     """
     config = RunFolder(folder, mode="read").read_config()
-    pointed = pointed_config(config, data, data_dir, folder=folder)
+    pointed = pointed_config(config, data, folder=folder)
     if pointed is None:
         return False
     atomic_write_json(Path(folder) / "config.json", pointed)
@@ -126,7 +118,7 @@ def point_at_data(folder: str | Path, data: str | None = None, data_dir: str | N
     return True
 
 
-def await_pointed(folder: str | Path, data: str | None = None, data_dir: str | None = None, *,
+def await_pointed(folder: str | Path, data: str | None = None, *,
                   timeout: float = 120.0, poll: float = 0.1) -> None:
     """On a process that does not write the run folder (rank > 0 under ``torchrun``): return once
     ``config.json`` needs no pointing any more (:func:`pointed_config` is None), i.e. once rank 0's
@@ -134,7 +126,7 @@ def await_pointed(folder: str | Path, data: str | None = None, data_dir: str | N
     read whole each time (it is replaced atomically), so no process resumes with the old one.
 
     Args:
-        folder, data, data_dir: as given to :func:`point_at_data` on rank 0.
+        folder, data: as given to :func:`point_at_data` on rank 0.
         timeout: seconds to wait for rank 0.
         poll: seconds between reads.
 
@@ -145,7 +137,7 @@ def await_pointed(folder: str | Path, data: str | None = None, data_dir: str | N
             before it got there: its own message says why), or the folder holds no configuration.
     """
     deadline = time.monotonic() + timeout
-    while pointed_config(RunFolder(folder, mode="read").read_config(), data, data_dir, folder=folder) is not None:
+    while pointed_config(RunFolder(folder, mode="read").read_config(), data, folder=folder) is not None:
         if time.monotonic() > deadline:
             raise RunFolderError(f"{folder}: rank 0 did not record where the run's data set is on this machine "
                                  f"within {timeout:g} s; its own error message says why")

@@ -26,14 +26,16 @@ import torch
 from torch import nn
 
 from ..errors import InputError, MissingFileError
-from ..layers import dense_attention, paths_for_device_
+from ..layers import dense_attention
 from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
-from .config import TrainConfig, config_from_dict
+from .config import TrainConfig, recipe_from_dict, without_paths
 from .folder import RunFolder
+from .machine_file import run_precision
 from .withheld import read_withheld, withheld_message
 
-__all__ = ["load_model", "resumable_config", "check_weights", "check_images", "check_options_take_images", "file_specs",
+__all__ = ["OLD_MACHINE_FIELDS", "load_model", "trained_precision", "resumable_config", "resumable_recipe",
+           "check_weights", "check_images", "check_options_take_images", "file_specs",
            "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked", "specs_of"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
@@ -59,6 +61,11 @@ def file_specs(path: str | Path) -> Specs:
     return {name: (_DTYPES.get(dtype, dtype), tuple(shape)) for name, (dtype, shape) in tensor_specs(path).items()}
 
 log = logging.getLogger(__name__)
+
+#: the key of :func:`load_model`'s metadata that holds the machine fields an older checkpoint's
+#: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16", "device": "cuda"}``; absent
+#: for a checkpoint of today): read, e.g. as the run's precision, never written
+OLD_MACHINE_FIELDS = "old_machine_fields"
 
 
 def check_weights(path: str | Path, model: nn.Module, specs: Specs) -> None:
@@ -231,7 +238,10 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
 
 def _checked_metadata(path: Path, meta) -> dict:
-    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated."""
+    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated, read as a
+    checkpoint of today: the attention paths and the machine fields older checkpoints stored (in
+    ``model_config``, ``config`` and ``"attention_paths"``) left out (:func:`~attncnn.runs.config.recipe_from_dict`);
+    the machine fields of an older ``config`` under :data:`OLD_MACHINE_FIELDS`."""
     if not isinstance(meta, dict):
         raise InputError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
     for key, kind in (("arch", str), ("model_config", dict)):
@@ -239,13 +249,18 @@ def _checked_metadata(path: Path, meta) -> dict:
             raise InputError(f"checkpoint {path} has no {key!r} entry; it was not written by attncnn train")
         if not isinstance(meta[key], kind):
             raise InputError(f"checkpoint {path}: {key!r} must be a {kind.__name__}, got {meta[key]!r}")
+    meta = {k: v for k, v in meta.items() if k != "attention_paths"}
+    meta["model_config"] = without_paths(meta["model_config"])
     if "config" in meta:
         if not isinstance(meta["config"], dict):
             raise InputError(f"checkpoint {path}: 'config' must be a JSON object, got {meta['config']!r}")
         try:
-            config_from_dict(meta["config"])
+            recipe, old = recipe_from_dict(meta["config"])
         except ValueError as err:
             raise InputError(f"checkpoint {path}: invalid stored training configuration: {err}") from err
+        meta["config"] = recipe.to_dict()
+        if old:
+            meta[OLD_MACHINE_FIELDS] = old
     return meta
 
 
@@ -257,12 +272,13 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
 
     The stored configuration is validated (unknown keys and wrong types are named) and checked on
     the meta device against the file's tensors (:func:`build_checked`) before anything is
-    allocated; the weights are read after that. Attention paths recorded by the training machine
-    that cannot run (or run only unfused) on ``device`` are left to the layers' own rule
-    (:func:`attncnn.layers.paths_for_device_`, logged at INFO): the outputs are the same.
+    allocated; the weights are read after that. The network takes the fastest exact attention path
+    for ``device`` (``impl="auto"``, the layers' own rule): a checkpoint holds no path, and the
+    paths an older one recorded are not used.
 
     Returns:
-        ``(model in eval mode, checkpoint metadata)``.
+        ``(model in eval mode, checkpoint metadata)``: the metadata as :func:`_checked_metadata`
+        reads it (an older checkpoint's machine fields under :data:`OLD_MACHINE_FIELDS`).
 
     Raises:
         FileNotFoundError: no checkpoint at ``path``, or not the one asked for in a run folder.
@@ -285,17 +301,38 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
             raise
         raise InputError(f"checkpoint {path}: invalid stored model configuration: {err}") from err
     model.load_state_dict(load_checkpoint(path).model_state)
-    for change in paths_for_device_(model, device):   # paths measured on the training machine may not run here
-        log.info("checkpoint %s on %s: attention path %s", path, torch.device(device), change)
     return model.to(device).eval(), meta
 
 
+def trained_precision(checkpoint: str | Path, meta: dict) -> str | None:
+    """The precision the run of ``checkpoint`` trained at when it started (``"fp32"`` or ``"bf16"``):
+    its run folder's ``machine.json`` (for a checkpoint in ``<run>/checkpoints/``,
+    :func:`~attncnn.runs.machine_file.run_precision`), else the ``"precision"`` an older
+    checkpoint's configuration stored (``meta`` from :func:`load_model`), else None (not known:
+    callers run it in fp32, as runs from before ``--precision`` trained)."""
+    checkpoint = Path(checkpoint)
+    folder = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    found = run_precision(folder) if folder is not None else None
+    old = meta.get(OLD_MACHINE_FIELDS, {}).get("precision")
+    return found or (old if isinstance(old, str) else None)
+
+
 def resumable_config(path: str | Path) -> TrainConfig:
-    """The stored configuration of the run in folder ``path``, as a resume continues it: runs
-    written before ``--precision`` existed trained in fp32, and one without ``compile`` trained eager.
+    """The recipe of the run in folder ``path`` (:func:`resumable_recipe` without the machine fields).
 
     Raises:
         RunFolderError: no resumable run there. ValueError: an invalid stored configuration.
     """
-    return config_from_dict({"precision": "fp32", "compile": False, **RunFolder.resumable_config(path)},
-                            source=Path(path) / "config.json")
+    return resumable_recipe(path)[0]
+
+
+def resumable_recipe(path: str | Path) -> tuple[TrainConfig, dict]:
+    """The recipe of the run in folder ``path`` and the machine fields its ``config.json`` stored
+    beside it when written before the two were kept apart (``{}`` for a run of today; see
+    :func:`~attncnn.runs.config.recipe_from_dict`).
+
+    Raises:
+        RunFolderError: no resumable run there. ValueError: an invalid stored configuration (named
+            with the file).
+    """
+    return recipe_from_dict(RunFolder.resumable_config(path), source=Path(path) / "config.json")

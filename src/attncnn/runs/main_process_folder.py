@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable, Protocol, TypeVar
 
 from .folder import RunFolder
+from .machine_file import MACHINE_FILE, end_segment, start_segment
 
 T = TypeVar("T")
 
@@ -99,6 +100,22 @@ class MainProcessRunFolder:
         """On rank 0, delete the periodic checkpoints beyond the newest ``keep``
         (:meth:`RunFolder.prune_periodic`)."""
         self._dist.on_main(lambda: self._folder.prune_periodic(keep), "delete old periodic checkpoints")
+
+    def start_segment(self, segment: dict, machine: dict | None) -> None:
+        """On rank 0, append this process run's ``segment`` to ``machine.json``
+        (:func:`attncnn.runs.machine_file.start_segment`)."""
+        def main() -> None:
+            with self._folder.writing(self.path / MACHINE_FILE):
+                start_segment(self.path, segment, machine)
+        self._dist.on_main(main, f"write {MACHINE_FILE}")
+
+    def end_segment(self, last_epoch: int, ended: str) -> None:
+        """On rank 0, complete this process run's segment of ``machine.json``
+        (:func:`attncnn.runs.machine_file.end_segment`)."""
+        def main() -> None:
+            with self._folder.writing(self.path / MACHINE_FILE):
+                end_segment(self.path, last_epoch, ended)
+        self._dist.on_main(main, f"write {MACHINE_FILE}")
 
     def close(self) -> None:
         self._folder.close()

@@ -81,12 +81,14 @@ def default_text(field: dataclasses.Field) -> str:
     return f"default: the preset's recipe, else {_shown(value)}; see `attncnn presets --json`"
 
 
-def add_config_options(parser: argparse.ArgumentParser) -> None:
-    """Add one flag per :class:`TrainConfig` field to ``parser`` (destination = the field name); each
-    flag's help is the field's help, followed by its default (:func:`default_text`) unless the help
-    states it."""
-    hints = typing.get_type_hints(TrainConfig)
-    for field in dataclasses.fields(TrainConfig):
+def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+                       fields_of: type = TrainConfig) -> None:
+    """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`; e.g.
+    :class:`attncnn.training.RunOptions`, whose fields are declared with :func:`~attncnn.runs.config.option`
+    too) to ``parser`` or an argument group (destination = the field name); each flag's help is the
+    field's help, followed by its default (:func:`default_text`) unless the help states it."""
+    hints = typing.get_type_hints(fields_of)
+    for field in dataclasses.fields(fields_of):
         extra = {k: v for k, v in field.metadata.items() if k not in ("flag", "help")}
         text = field.metadata["help"]
         if "default" not in text or field.name in ("preset", "model"):   # else the help states it already
@@ -95,10 +97,10 @@ def add_config_options(parser: argparse.ArgumentParser) -> None:
                             **_argparse_settings(hints[field.name]), **extra)
 
 
-def given_options(args: argparse.Namespace) -> dict:
-    """The :class:`TrainConfig` fields the user passed on the command line, by field name
-    (``model`` as a dict)."""
-    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if hasattr(args, f.name)}
+def given_options(args: argparse.Namespace, fields_of: type = TrainConfig) -> dict:
+    """The fields of ``fields_of`` (default :class:`TrainConfig`) the user passed on the command
+    line, by field name (``model`` as a dict)."""
+    given = {f.name: getattr(args, f.name) for f in dataclasses.fields(fields_of) if hasattr(args, f.name)}
     if "model" in given:
         given["model"] = dict(given["model"])
     return given

@@ -2,8 +2,10 @@
 
 ``options`` (the ``train`` flags, built from :class:`attncnn.runs.TrainConfig`); ``components``
 (loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that survives a
-restart) with ``rng`` and ``init_from``; ``plan`` (:class:`RunPlan`: the device, precision, attention
-paths and compile decision a run takes, made beforehand by :func:`attncnn.perf.make_plan`);
+restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this machine
+runs a run, apart from its recipe) and ``plan`` (:class:`RunPlan`: those options resolved, the
+device, precision, attention paths and compile decision a run takes, made beforehand by
+:func:`attncnn.perf.make_plan`);
 ``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
 ``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
 :mod:`attncnn.runs`'; this package measures nothing (that is :mod:`attncnn.perf`).
@@ -16,10 +18,12 @@ from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
 from .evaluation import EvalResult, evaluate
 from .loop import count_test_passes, evaluates, train
 from .plan import RunPlan
+from .run_options import RunOptions
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunPlan", "LRSchedule", "warmup_cosine_multiplier",
+__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunOptions", "RunPlan", "LRSchedule",
+           "warmup_cosine_multiplier",
            "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",
            "make_optimizer", "train", "evaluates", "count_test_passes", "Distributed", "launch_from_env",
            "per_process_batch", "process_group"]

@@ -109,17 +109,19 @@ def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[No
         torch.use_deterministic_algorithms(was, warn_only=warn_only)
 
 
-def make_loaders(config: TrainConfig, dist: Distributed) -> tuple[Dataset, DeviceLoader, DeviceLoader]:
+def make_loaders(config: TrainConfig, dist: Distributed, *, data_dir: str | None = None,
+                 download: bool = False) -> tuple[Dataset, DeviceLoader, DeviceLoader]:
     """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global
     batch, each process trains on its share (the evaluation batch is per process: it only sets
-    memory use).
+    memory use). ``data_dir`` and ``download``: the run-time options of the official archives'
+    cache (:class:`~attncnn.training.RunOptions`; default: the usual cache folder, no download).
 
     Raises:
         DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).
         InputError: ``train_subset`` or ``batch_size`` larger than the training set.
     """
     def load():
-        return load_dataset(config.data, data_dir=config.data_dir, download=config.download)
+        return load_dataset(config.data, data_dir=data_dir, download=download)
 
     # Rank 0 first, so that a download or a first decoding (which fills the cache) happens once;
     # the other processes then read the files it left.

@@ -3,14 +3,16 @@
 How one run flows: the caller has made the run's :class:`~attncnn.training.RunPlan` (device,
 precision, attention paths, compile: :func:`attncnn.perf.make_plan` or
 :func:`attncnn.perf.resume_plan`), so nothing here measures or chooses for the machine.
-:func:`train` reads the configuration (a resumed run's own), applies the plan to it and, under
+:func:`train` reads the recipe (a resumed run's own ``config.json``, never rewritten) and, under
 torchrun, joins the process group; :func:`_train` builds the data loaders, builds the
-:class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums), opens
-the run folder and, on ``--resume``, restores the state from its last checkpoint; :func:`_loop`
-trains. Per step, in this order: learning rate, :func:`~attncnn.training.step.training_step`
-(forward under autocast in bf16, float32 loss, backward, optimizer step), running sums (on
-the device, no host sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar,
-then a stop request (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
+:class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums; the
+network with the plan's attention paths), opens the run folder (a new run writes ``config.json``)
+and, on ``--resume``, restores the state from its last checkpoint, then appends this process's
+segment to ``machine.json`` (device, precision, compile, paths); :func:`_loop` trains. Per step,
+in this order: learning rate, :func:`~attncnn.training.step.training_step` (forward under
+autocast in bf16, float32 loss, backward, optimizer step), running sums (on the device, no host
+sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request
+(SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
 the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
 The evaluation runs every ``eval_every`` epochs and after the last one; the other epochs' records
 have no ``test_*`` keys (readers of ``metrics.jsonl`` skip them for test curves).
@@ -53,7 +55,7 @@ from ..runs import RunFolder, TrainConfig, load_checkpoint, resumable_config
 from ..runs.main_process_folder import MainProcessRunFolder
 from .components import deterministic_algorithms, fitted_to_images, make_loaders
 from .distributed import Distributed, launch_from_env, per_process_batch, processes
-from .errors import NonFiniteLossError, TrainingError
+from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
 from .evaluation import evaluate
 from .init_from import load_weights
 from .plan import RunPlan
@@ -98,22 +100,22 @@ def count_test_passes(epochs: int, eval_every: int) -> int:
 
 def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mode: str = "new",
           progress: bool = True, epoch_metrics: EpochMetrics | None = None) -> dict:
-    """Train ``config`` into the run folder ``out_dir`` as ``plan`` says; returns the final summary.
+    """Train the recipe ``config`` into the run folder ``out_dir`` as ``plan`` says; returns the final summary.
 
     Args:
-        config: the resolved configuration (ignored on resume: the stored one is used).
+        config: the recipe (ignored on resume: the run's own ``config.json`` is used).
             ``config.batch_size`` is the global batch, whatever the number of processes.
         out_dir: run folder.
-        plan: how this machine trains it: device, precision, attention paths, compile
+        plan: how this machine trains it: device, precision, attention paths, compile, deterministic
             (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
             :func:`attncnn.perf.resume_plan` for a resumed one). Nothing is measured here. A new run
-            stores the planned choices in ``config.json``; a resumed run stores them only where the
-            plan changes its paths or device, and keeps its own precision and compile setting there
-            (each epoch record names the precision that trained it, ``"precision"``, and whether a
-            compiled step did, ``"compiled"``).
+            writes the recipe to ``config.json``, and nothing rewrites it afterwards; the plan goes to
+            ``machine.json``, one segment per call (:mod:`attncnn.runs.machine_file`), and each
+            epoch record names the precision that trained it (``"precision"``) and whether a
+            compiled step did (``"compiled"``).
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
-            (continue from the folder's last checkpoint with its stored configuration, also from
-            the middle of an epoch).
+            (continue from the folder's last checkpoint with its stored recipe, also from the
+            middle of an epoch).
         progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
         epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
             epoch's record. It must not draw random numbers (a resumed run would differ).
@@ -132,73 +134,83 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
             (ValueError also for a batch size that does not split evenly over the processes).
         NonFiniteLossError: NaN/Inf loss; nothing is written after it (the last checkpoint is good).
-        TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command.
+        TrainingInterrupted: SIGINT/SIGTERM; the message holds the ``--resume`` command, with the
+            run-time flags this call was given (``plan.options``).
     """
     launch = launch_from_env()
     if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
         RunFolder.check_not_in_use(out_dir)
-    stored = None
     if mode == "resume":
-        config = stored = resumable_config(out_dir)
+        config = resumable_config(out_dir)
     # Everything that can fail on bad input (device, data, model options) happens before the run
     # folder is created or overwritten, so a failed start leaves no half-made run behind.
     per_process_batch(config.batch_size, 1 if launch is None else launch.world_size)
-    run_config = plan.applied_to(config)
-    if stored is None:
-        record = run_config.to_dict()                     # a new run stores its plan's choices
-    elif plan.changes_stored(stored):             # config.json keeps the run's own precision and compile
-        record = {**run_config.to_dict(), "precision": stored.precision, "compile": stored.compile}
-    else:
-        record = None
-    # what a resume must repeat for the run to go on as now: config.json keeps the run's own compile
-    # (unset in runs written before the compile choice: they resume eager)
-    repeat = () if stored is None or bool(stored.compile) == bool(run_config.compile) else (
-        "--compile" if run_config.compile else "--no-compile",)
-    with deterministic_algorithms(config.deterministic, plan.device), processes(launch, plan.device) as dist:
-        return _train(run_config, out_dir, mode, progress and dist.is_main, dist, epoch_metrics, record, repeat)
+    with deterministic_algorithms(plan.deterministic, plan.device), processes(launch, plan.device) as dist:
+        return _train(config, out_dir, plan, mode, progress and dist.is_main, dist, epoch_metrics)
 
 
-def _train(config: TrainConfig, out_dir: str | Path, mode: str, progress: bool, dist: Distributed,
-           epoch_metrics: EpochMetrics | None, record: dict | None, repeat: tuple[str, ...] = ()) -> dict:
-    """Set up the data, the state and the run folder, then run :func:`_loop` and mark the run finished.
-    ``record`` is what ``config.json`` gets (None: it stays as it is); ``repeat``, the options an
-    interrupted run's resume command repeats."""
-    dataset, train_loader, test_loader = make_loaders(config, dist)
+def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, progress: bool, dist: Distributed,
+           epoch_metrics: EpochMetrics | None) -> dict:
+    """Set up the data, the state and the run folder (a new run's ``config.json``, this segment of
+    ``machine.json``), then run :func:`_loop` and mark the run finished."""
+    dataset, train_loader, test_loader = make_loaders(config, dist, data_dir=plan.options.data_dir,
+                                                      download=plan.options.download)
     if mode != "resume":
-        fitted = fitted_to_images(config, dataset)
-        if fitted is not config:            # config.json records the size the network is built for
-            config, record = fitted, {**record, "model": dict(fitted.model)}
+        config = fitted_to_images(config, dataset)      # config.json records the size the network is built for
     # A new run reads --init-from before its folder exists, so a mismatch leaves nothing behind;
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
-    state = TrainState.start(config, dataset, train_loader, dist,
-                             init_from=None if mode == "resume" else config.init_from, shaped_like=resume_from)
+    state = TrainState.start(config, dataset, train_loader, dist, shaped_like=resume_from,
+                             init_from=None if mode == "resume" else config.init_from, paths=plan.model_options({}))
     run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
     try:
-        saver = Saver(run, state, repeat)
+        saver = Saver(run, state, tuple(plan.options.flags()))
         if mode == "resume":
             _resume(state, saver)
-        if record is not None:
-            run.write_config(record)
+        else:
+            run.write_config(config.to_dict())
+        segment = _segment(state, plan, dataset)
+        run.start_segment(segment, plan.machine)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
-                 config.precision, ", compiled" if config.compile else "")
-        if "attention_paths" in state.about:
-            log.info("attention paths (training, per layer): %s", ", ".join(state.about["attention_paths"]))
+                 plan.precision, ", compiled" if plan.compile else "")
+        if "attention_paths" in segment:
+            log.info("attention paths (training, per layer): %s", ", ".join(segment["attention_paths"]["train"]))
         if dist.enabled:
             log.info("DDP over %d processes: global batch %d = %d examples per process and step, %d steps "
                      "per epoch", dist.world_size, config.batch_size, train_loader.batch_size, len(train_loader))
         try:
-            _loop(state, saver, train_loader, test_loader, progress, epoch_metrics)
+            _loop(state, saver, plan, train_loader, test_loader, progress, epoch_metrics)
         except NonFiniteLossError as err:
+            run.end_segment(state.epoch, "failed")       # every process found it at the same step
             saver.explain(err)
             raise
+        except TrainingInterrupted:
+            run.end_segment(state.epoch, "interrupted")  # agreed by every process
+            raise
+        run.end_segment(state.epoch, "finished")
         summary = {"preset": config.preset, "epochs": config.epochs, "parameters": state.about["parameters"],
                    "dataset": dataset.source, "final": state.record, "best": state.best}
         run.mark_finished(summary)
         return summary
     finally:
         run.close()
+
+
+def _segment(state: TrainState, plan: RunPlan, dataset) -> dict:
+    """This process's segment of ``machine.json`` as it starts (:mod:`attncnn.runs.machine_file`):
+    where it starts, how the plan runs it, and each attention layer's path in training and in test passes."""
+    segment = {"epochs": [state.epoch + 1, state.epoch], "start": {"epoch": state.epoch, "step": state.step},
+               "device": str(state.dist.device), "precision": plan.precision, "compiled": plan.compile,
+               "deterministic": plan.deterministic}
+    model = state.model
+    if hasattr(model, "attention_paths"):
+        size = dataset.train.images.shape[-2:]
+        was = model.training
+        segment["attention_paths"] = {"train": model.train().attention_paths(*size),
+                                      "test": model.eval().attention_paths(*size)}
+        model.train(was)
+    return segment
 
 
 def _resume(state: TrainState, saver: Saver) -> None:
@@ -228,14 +240,14 @@ def _same_start(dist: Distributed, position: int, run_path: Path) -> None:
                             "the same run folder (on several nodes, put it on a shared file system)")
 
 
-def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_loader: DeviceLoader, progress: bool,
-          epoch_metrics: EpochMetrics | None) -> None:
+def _loop(state: TrainState, saver: Saver, plan: RunPlan, train_loader: DeviceLoader, test_loader: DeviceLoader,
+          progress: bool, epoch_metrics: EpochMetrics | None) -> None:
     """Train from the state's position to the last epoch; see the module docstring for the order."""
     config, dist, steps, every = state.config, state.dist, len(train_loader), state.config.checkpoint_every_steps
     net = dist.wrap(state.model)   # DDP averages the gradients; state.model stays the plain module (saved weights)
     # static shapes: a ragged last batch compiles a second graph instead of turning every step dynamic
-    net = torch.compile(net, dynamic=False) if config.compile else net
-    warming = bool(config.compile)      # the first compiled step includes the compilation: log its cost
+    net = torch.compile(net, dynamic=False) if plan.compile else net
+    warming = plan.compile      # the first compiled step includes the compilation: log its cost
     with stop_on_signals() as stop:
         while state.epoch < config.epochs:
             epoch = state.epoch
@@ -245,7 +257,7 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                 for step, (images, labels) in train_loader.batches(epoch, start=state.step):
                     lr = state.schedule.set_lr(state.optimizer, epoch, step)
                     started = time.perf_counter() if warming else 0.0
-                    loss, logits = training_step(net, state.optimizer, images, labels, config.precision)
+                    loss, logits = training_step(net, state.optimizer, images, labels, plan.precision)
                     if warming:
                         warming = False
                         log.info("first compiled step %.1f s (compile warm-up included)", time.perf_counter() - started)
@@ -269,11 +281,11 @@ def _loop(state: TrainState, saver: Saver, train_loader: DeviceLoader, test_load
                 stats = meter.finish(state.sums, lr, dist)
             test, tested = {}, "not evaluated"
             if evaluates(epoch + 1, config.epochs, config.eval_every):
-                result = evaluate(state.model, test_loader, dist=dist, precision=config.precision)
+                result = evaluate(state.model, test_loader, dist=dist, precision=plan.precision)
                 test = {"test_loss": result.loss, "test_accuracy": result.accuracy, "eval_seconds": result.seconds}
                 tested = f"test loss {result.loss:.4f} acc {result.accuracy:.4f}"
-            record = {"epoch": epoch + 1, **stats, **test, "precision": config.precision,    # a resume may change
-                      "compiled": bool(config.compile),                                  # these two
+            record = {"epoch": epoch + 1, **stats, **test, "precision": plan.precision,    # a resume may change
+                      "compiled": bool(plan.compile),                                  # these two
                       **(epoch_metrics(state.model) if epoch_metrics else {})}
             saver.run.append_metrics(record)
             log.info("epoch %d/%d  lr %.4f  train loss %.4f acc %.4f  %s  %.1fs  %.0f img/s", epoch + 1,

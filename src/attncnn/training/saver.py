@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] = ()) -> str:
     """The shell command that continues the run in ``run_path`` (under torchrun when it ran there),
-    with ``options`` (e.g. ``--compile`` for a run that went on compiled; config.json keeps its own)."""
+    with ``options``: the run-time flags this run was given (e.g. ``--device cpu --compile``), which
+    the run's ``config.json`` does not hold."""
     command = shlex.join(["attncnn", "train", "--resume", str(run_path), *options])
     if not dist.enabled:
         return command
@@ -41,7 +42,7 @@ class Saver:
 
     def __init__(self, run: MainProcessRunFolder, state: TrainState, repeat: tuple[str, ...] = ()) -> None:
         self.run, self.state = run, state
-        #: options the resume command repeats (the machine options that differ from config.json)
+        #: options the resume command repeats (the run-time flags given: :meth:`RunOptions.flags`)
         self.repeat = tuple(repeat)
         #: ``(file, epoch, step)`` of the newest good ``last`` checkpoint, or None before the first
         self.last_good: tuple[Path, int, int] | None = None

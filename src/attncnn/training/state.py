@@ -25,7 +25,7 @@ from torch import nn
 from ..data import Dataset, DeviceLoader
 from ..models import count_parameters, preset_model_config
 from ..runs.checkpoint import Checkpoint
-from ..runs.config import TrainConfig
+from ..runs.config import TrainConfig, without_paths
 from ..runs.loading import build_checked, check_options_take_images, check_weights, specs_of
 from .components import make_optimizer, make_schedule
 from .distributed import Distributed
@@ -143,9 +143,12 @@ class TrainState:
 
     @classmethod
     def start(cls, config: TrainConfig, dataset: Dataset, train_loader: DeviceLoader, dist: Distributed, *,
-              init_from: str | None = None, shaped_like: Path | None = None) -> "TrainState":
+              init_from: str | None = None, shaped_like: Path | None = None,
+              paths: dict | None = None) -> "TrainState":
         """A fresh state: the network built once from ``config`` (seeded identically on every
-        process), with the weights of ``init_from`` if given, then each process's dropout stream.
+        process) with the attention ``paths`` of the run's plan (model options ``impl`` /
+        ``eval_impl``; None: the layers' own rule), with the weights of ``init_from`` if given,
+        then each process's dropout stream.
 
         Before any weight is allocated the network is checked on the meta device against
         ``init_from`` or ``shaped_like`` (the checkpoint a resume will load), against memory, and
@@ -157,7 +160,7 @@ class TrainState:
             CheckpointError, TrainingError: ``init_from`` unreadable or not fitting the model.
         """
         torch.manual_seed(config.seed)          # the same initial weights on every process
-        arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
+        arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model, **(paths or {}))
         source = f"preset {config.preset} with model options {config.model}"
         # images the network refuses (an absolute position embedding of another size) fail here,
         # before the run folder exists, not in the first step
@@ -175,8 +178,6 @@ class TrainState:
         # image_size: a trained network is only right on images of this size; the Python API refuses others
         about = {"classes": list(dataset.classes), "dataset": dataset.source, "dataset_name": dataset.shareable_name,
                  "image_size": list(dataset.train.images.shape[-2:]), "parameters": count_parameters(model)}
-        if hasattr(model, "attention_paths"):          # which computation path each attention layer trains with
-            about["attention_paths"] = model.attention_paths(*dataset.train.images.shape[-2:])
         return cls(config, model, make_optimizer(model, config), make_schedule(config, train_loader), dist, about)
 
     # -- the loop's bookkeeping ---------------------------------------------------------------
@@ -221,7 +222,8 @@ class TrainState:
         """The state as a checkpoint. A collective under DDP (random states and sums are gathered
         from every process): call it on every process; rank 0 writes the result."""
         extra = capture_rng(self.dist)
-        meta = {"arch": self.model.arch, "model_config": dataclasses.asdict(self.model.config),
+        # the network's hyperparameters without its attention paths: a machine's choice (machine.json)
+        meta = {"arch": self.model.arch, "model_config": without_paths(dataclasses.asdict(self.model.config)),
                 "config": self.config.to_dict(), "epoch": self.epoch, "step_in_epoch": self.step,
                 "metrics": self.record, "best": self.best, **self.about}
         if self.step:

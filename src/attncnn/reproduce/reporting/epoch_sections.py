@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..running.machines import machine_segments, read_machine_file, segments_text, shared_epochs
+from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text, shared_epochs
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
 from .results import RunResult
@@ -99,7 +99,7 @@ def centre_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list
 def _segments(result: RunResult) -> list[dict]:
     """Which epochs ran where: ``machine.json``'s segments, else (no file, none in it, or a malformed
     one: :func:`read_machine_file` warns) from the records."""
-    segments = (read_machine_file(result.job.folder) or {}).get("segments")
+    segments = report_segments((read_machine_file(result.job.folder) or {}).get("segments") or [])
     return segments or machine_segments(result.epoch_records)
 
 

@@ -15,7 +15,7 @@ from ...analysis.runs import shareable_dataset, test_count, test_images
 from ...layers import attention_modules
 from ...models import count_parameters, get_preset
 from ..running.jobs import Job
-from ..running.machines import machine_segments, read_machine_file, segments_text
+from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text
 from ..studies import Suite
 from .results import RunResult, mean_std
 
@@ -77,8 +77,9 @@ def _machine(result: RunResult) -> str:
         segments = machine_segments(result.epoch_records)
         known = any(segment["machine"] for segment in segments)
         return segments_text(segments) if known else "unknown (machine.json unreadable)"
-    if len(info.get("segments") or []) > 1:                # the run changed machine or precision mid-way
-        return segments_text(info["segments"])
+    segments = report_segments(info.get("segments") or [])
+    if len(segments) > 1:                                  # the run changed machine or precision mid-way
+        return segments_text(segments)
     return f"{info.get('cpu', '?')}, {info.get('torch_threads', '?')} threads, torch {info.get('torch', '?')}" + \
         (f", {info['gpu']}" if info.get("gpu") else "")
 

@@ -20,7 +20,7 @@ from ...data import Dataset, DeviceLoader, ImageSplit, held_out_indices
 from ...errors import InputError
 from ...perf import resolve_device
 from ...perf.precision import machine_precision
-from ...runs import RunFolder, load_model
+from ...runs import RunFolder, load_model, trained_precision
 from ...runs.checkpoint import read_metadata
 from ...training import evaluate
 
@@ -103,7 +103,8 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
     model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
     # the run's own precision, but fp32 for a bf16 run where bf16 is slow (same accuracy, many times faster there)
-    precision = machine_precision(meta.get("config", {}).get("precision"), device, what=f"run {folder}")
+    precision = machine_precision(trained_precision(RunFolder(folder, mode="read").checkpoint_path("last"), meta),
+                                  device, what=f"run {folder}")
     result = evaluate(model, DeviceLoader(split, batch_size=500, device=device, train=False), precision=precision)
     found = {**key, "accuracy": result.accuracy, "loss": result.loss, "examples": result.examples,
              "precision": precision}

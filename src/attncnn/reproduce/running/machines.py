@@ -20,32 +20,25 @@ writes into ``metrics.jsonl`` therefore carries
   ``torch.compile``d step trained the epoch.
 
 :func:`machine_segments` turns them into consecutive stretches of epochs per machine, precision and
-compile setting;
-the runner writes them into ``machine.json`` (``"segments"``) when a run finishes, and the report
-shows them; :func:`read_machine_file` reads that file back for the report, its structure checked.
+compile setting, for runs whose ``machine.json`` says none (the training loop writes one segment per
+process run there: :mod:`attncnn.runs.machine_file`, whose :func:`read_machine_file` is the one
+reader); :func:`report_segments` turns that file's segments into the report's.
 """
 
 from __future__ import annotations
 
-import json
-import logging
 import os
-from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 
 from ...perf.machine import MACHINE_KEY, epoch_machine
+from ...runs.machine_file import MACHINE_FILE, read_machine_file
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
            "epoch_machine", "recording_machine", "machine_segments", "segment_text", "segments_text", "machine_text",
-           "epochs_text", "shared_epochs", "read_machine_file"]
+           "epochs_text", "shared_epochs", "read_machine_file", "report_segments"]
 
-log = logging.getLogger(__name__)
-
-#: written into each run folder the runner finishes: the machine its timings come from, and its
-#: :func:`machine_segments` (``"segments"``)
-MACHINE_FILE = "machine.json"
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
 #: the key a GPU job adds: the job's runs training on the device when the epoch began
@@ -147,72 +140,20 @@ def shared_epochs(records: Sequence[dict]) -> list[int]:
     return shared
 
 
-#: (file, problem) that :func:`read_machine_file` has warned about in this process: a report reads
-#: each file twice (Table 1's run rows, the cost table), and one warning says it
-_WARNED: set[tuple[str, str]] = set()
-
-
-def read_machine_file(folder: str | Path) -> dict | None:
-    """The run's ``machine.json`` (:data:`MACHINE_FILE`, written by the runner when the run finished),
-    its structure checked: None when the folder has none (the machine was not recorded).
-
-    A file that cannot be read, is not JSON, or is not a machine record (not an object; a
-    ``"segments"`` that is not a list of ``{"epochs": [first, last], "machine": {...} or null}``; a
-    ``cpu``, ``torch`` or ``gpu`` that is not text, ``torch_threads`` not a whole number) does not
-    stop the report: it is one logged warning naming the file and the fix (once per file, problem
-    and process), and the reader gets ``{}``, a record that knows nothing, so that the report is still
-    written, with this run's machines taken from its epoch records (``metrics.jsonl``) where they
-    name one, else shown as unknown. The runner rewrites the file only when it finishes the run, so
-    the fix is to restore it (from git, where the run is committed) or delete it.
-
-    Raises nothing.
-    """
-    path = Path(folder) / MACHINE_FILE
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    except (OSError, UnicodeDecodeError) as err:
-        return _unreadable(path, f"cannot be read ({err})")
-    try:
-        info = json.loads(text)
-    except ValueError as err:
-        return _unreadable(path, f"is not JSON ({err})")
-    problem = _machine_file_problem(info)
-    return _unreadable(path, problem) if problem else info
-
-
-def _machine_file_problem(info) -> str | None:
-    """What makes ``info`` no machine record (see :func:`read_machine_file`), or None."""
-    if not isinstance(info, dict):
-        return f"holds a JSON {type(info).__name__}, not an object"
-    for key in ("cpu", "torch", "gpu"):
-        if info.get(key) is not None and not isinstance(info[key], str):
-            return f"its {key!r} is not text"
-    threads = info.get("torch_threads")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
-        return "its 'torch_threads' is not a whole number"
-    segments = info.get("segments")
-    if segments is None:
-        return None
-    if not isinstance(segments, list):
-        return "its 'segments' is not a list"
+def report_segments(segments: Sequence[dict]) -> list[dict]:
+    """``machine.json``'s segments as a report shows them: segments that finished no epoch left out,
+    and consecutive ones on the same machine, at the same precision and compile setting, joined (a
+    run resumed on the machine that started it is one stretch of epochs there, as
+    :func:`machine_segments` makes them from the epoch records)."""
+    out: list[dict] = []
     for segment in segments:
-        epochs = segment.get("epochs") if isinstance(segment, dict) else None
-        if (not isinstance(epochs, list) or len(epochs) != 2
-                or not all(isinstance(e, int) and not isinstance(e, bool) for e in epochs)):
-            return "its 'segments' are not all {\"epochs\": [first, last], \"machine\": ...}"
-        if "machine" not in segment or not isinstance(segment["machine"], (dict, type(None))):
-            return "a segment of its 'segments' names no machine object"
-        if not isinstance(segment.get("precision"), (str, type(None))):
-            return "a segment of its 'segments' has a precision that is not text"
-    return None
-
-
-def _unreadable(path: Path, problem: str) -> dict:
-    if (str(path), problem) not in _WARNED:
-        _WARNED.add((str(path), problem))
-        log.warning("warning: %s: %s; the report is written without it (each epoch's machine from metrics.jsonl "
-                    "where recorded, else unknown). Restore the file (from git, where the run is committed) or "
-                    "delete it: the runner writes it only when it finishes a run", path, problem)
-    return {}
+        first, last = segment["epochs"]
+        if last < first:
+            continue
+        same = out and all(out[-1].get(k) == segment.get(k) for k in ("machine", "precision", COMPILED_KEY))
+        if same and out[-1]["epochs"][1] == first - 1:
+            out[-1]["epochs"] = [out[-1]["epochs"][0], last]
+            continue
+        out.append({"epochs": [first, last], "machine": segment.get("machine"), "precision": segment.get("precision"),
+                    **({} if segment.get(COMPILED_KEY) is None else {COMPILED_KEY: segment[COMPILED_KEY]})})
+    return out

@@ -13,26 +13,26 @@ import copy
 import json
 import logging
 import shlex
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
-from ..._io import atomic_write_text
 from ...data import DataShape, peek_dataset
 from ...errors import InputError
 from ...models import build_model
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, pays_back
-from ...perf.machine import busy_cpu, cpu_load, machine_info
-from ...perf.plan import for_images
+from ...perf.machine import busy_cpu, cpu_load
+from ...perf.plan import PlannedRun, for_images
 from ...perf.precision import machine_precision, resolve_precision
-from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
+from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
 from ...runs.config import MAX_EPOCHS
-from ...training import TrainingInterrupted, count_test_passes, train
+from ...runs.machine_file import MACHINE_FILE, run_precision
+from ...training import RunOptions, TrainingInterrupted, count_test_passes, train
 from .jobs import Job, job_state
-from .machines import MACHINE_FILE, machine_segments, recording_machine
+from .machines import recording_machine
 
 log = logging.getLogger("attncnn.reproduce")
 
@@ -70,9 +70,14 @@ class TrainOptions:
                              "give the number of epochs to train")
 
     def overrides(self, seed: int) -> dict:
-        return {"seed": seed, "data": self.data, "data_dir": self.data_dir, "download": self.download or None,
-                "device": self.device, "precision": self.precision, "compile": self.compile, "epochs": self.epochs,
-                "train_subset": self.train_subset, "batch_size": self.batch_size}
+        """The recipe options of a job of ``seed`` (None: the preset's)."""
+        return {"seed": seed, "data": self.data, "epochs": self.epochs, "train_subset": self.train_subset,
+                "batch_size": self.batch_size}
+
+    def run_options(self) -> RunOptions:
+        """The run-time options every job trains with (:class:`~attncnn.training.RunOptions`)."""
+        return RunOptions(device=self.device, precision=self.precision, compile=self.compile, data_dir=self.data_dir,
+                          download=self.download)
 
 
 def job_config(job: Job, options: TrainOptions) -> TrainConfig:
@@ -99,9 +104,9 @@ def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
             readable ``config.json``.
     """
     if job_state(job) == "interrupted":
-        stored = RunFolder(job.folder, mode="read").read_config().get("precision", "fp32")
-        return machine_precision(stored, device, options.precision, what=job.label)
-    return resolve_precision(job_config(job, options).precision, device)
+        own = run_precision(job.folder) or resumable_recipe(job.folder)[1].get("precision")
+        return machine_precision(own, device, options.precision, what=job.label)
+    return resolve_precision(options.precision or "auto", device)
 
 
 def resume_command(job: Job, options: TrainOptions) -> str:
@@ -124,8 +129,7 @@ def train_command(job: Job, options: TrainOptions) -> str:
              "--out", str(job.folder)]
     given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
              **dict(job.overrides)}
-    compiled = given.pop("compile", None)                     # a job's own wins, as in job_config
-    compiled = options.compile if compiled is None else compiled
+    compiled = options.compile
     for key, value in given.pop("model", {}).items():        # a grid variant's model options
         words += ["--set", f"{key}={value!r}" if isinstance(value, str) and _literal(value) else f"{key}={value}"]
     for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
@@ -153,16 +157,16 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     """Train every job that is not finished, in order; returns each job's state before this call.
 
     Each epoch record names the machine that trained it and the load average
-    (:mod:`~attncnn.reproduce.running.machines`). Each job this call finishes gets ``machine.json``
-    (:func:`~attncnn.perf.bench.harness.machine_info`, plus ``"segments"``: which epochs ran where), so
+    (:mod:`~attncnn.reproduce.running.machines`); the training writes each job's ``machine.json``
+    (:mod:`attncnn.runs.machine_file`: a segment per process run, which epochs ran where and how), so
     the report can say where its timings come from. An interrupted run shipped from another machine
     is first pointed at this machine's data set
     (:func:`attncnn.runs.point_at_data`), and resumes with this machine's
-    plan (:func:`attncnn.perf.resume_plan`: device, attention path measured again on another machine
-    unless the study names it); an interrupted run resumes at ``options.precision`` when given, else
-    at its own precision, but fp32 for a bf16 run on a device without fast bf16 (each epoch record
-    names the precision that ran, and ``machine.json``'s segments split where it changed), and
-    compiled or eager as ``options.compile`` says, else as it started (each epoch record says which).
+    plan (:func:`attncnn.perf.resume_plan`: device, attention paths chosen again here); an interrupted
+    run resumes at ``options.precision`` when given, else at its own precision, but fp32 for a bf16
+    run on a device without fast bf16 (each epoch record names the precision that ran, and
+    ``machine.json``'s segments say it too), and compiled or eager as ``options.compile`` says, else
+    as this machine's rule decides (each epoch record says which).
     Once a job of this call has trained compiled, every later job starts with ``torch._dynamo.reset()``
     (the process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
     per-function cache limit.
@@ -187,11 +191,10 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                  "resuming" if mode == "resume" else "training", job.folder)
         config = None if mode == "resume" else job_config(job, options)
         if mode == "resume":
-            point_at_data(job.folder, options.data, options.data_dir)
-            plan = resume_plan(job.folder, device=options.device, precision=options.precision,
-                               compile=options.compile, keep_impl="impl" in dict(job.overrides).get("model", {}))
+            point_at_data(job.folder, options.data)
+            plan = resume_plan(job.folder, options.run_options())
         else:
-            plan = make_plan(config)
+            plan = make_plan(config, options.run_options())
         if compiled_before:
             # each run compiles a new network whose forward is the same code as the last run's: dynamo
             # keeps their graphs side by side and, past its per-function cache limit, stops compiling
@@ -204,12 +207,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
-        folder = RunFolder(job.folder, mode="read")
-        stored = folder.read_config()
-        compiled_before = compiled_before or bool(stored.get("compile"))
-        segments = machine_segments(folder.read_metrics(), precision=stored.get("precision"))
-        atomic_write_text(job.folder / MACHINE_FILE, json.dumps({**machine_info(device), "segments": segments},
-                                                                indent=1) + "\n")
+        compiled_before = compiled_before or bool(plan.compile)
     return states
 
 
@@ -245,7 +243,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     """
     data = data or peek_dataset(options.data, data_dir=options.data_dir)
     config = for_images(job_config(job, options), data, new=True)     # resumed or not, the network the run has
-    device = resolve_device(config.device)
+    device = resolve_device(options.device)
     precision = job_precision(job, options, device)
     measured = {} if measured is None else measured
     key = (job.preset, json.dumps(config.model, sort_keys=True), precision, data.image_shape, data.num_classes)
@@ -263,7 +261,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     train_images = min(config.train_subset or data.train, data.train)
     evaluation = data.test / config.batch_size * timing["infer_seconds"]
     evaluations = count_test_passes(config.epochs, config.eval_every)
-    step, warmup, note = _compiled_step(job, options, replace(config, precision=precision), device,
+    step, warmup, note = _compiled_step(job, options, config, precision, device,
                                         timing["step_seconds"], config.epochs * -(-train_images // config.batch_size),
                                         data.image_shape[1:])
     epoch = train_images / config.batch_size * step
@@ -271,20 +269,17 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
                     epoch * config.epochs + evaluation * evaluations + warmup, precision, note)
 
 
-def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, device: torch.device, eager: float,
-                   steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
+def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precision: str, device: torch.device,
+                   eager: float, steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
     """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
     takes ``eager`` seconds: compiled at this machine's cached compile measurement of the run's shape
-    (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, its own
-    setting if interrupted, or the trainer's rule when unset), else eager."""
+    (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, or the
+    trainer's rule when unset, for a resumed job too), else eager."""
     will = options.compile
-    if will is None and job_state(job) == "interrupted":      # its own setting (unset in older runs: eager)
-        will = bool(RunFolder(job.folder, mode="read").read_config().get("compile"))
-    elif will is None:
-        will = config.compile
-    if will is False or config.deterministic:
+    if will is False:
         return eager, 0.0, "eager"
-    timing = cached_timing(config, config.batch_size, tuple(image_size), device)
+    shaped = PlannedRun.of(config, options.run_options(), precision=precision)
+    timing = cached_timing(shaped, config.batch_size, tuple(image_size), device)
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
                             else "eager estimate; the run measures whether to compile when it starts")

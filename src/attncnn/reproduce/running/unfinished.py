@@ -22,8 +22,8 @@ file go, and the local paths the run records are replaced by file names
 ``attncnn reproduce <suite> --data <data set>`` resumes it: :func:`attncnn.runs.point_at_data`
 first tells the shipped configuration where its data set is on this machine (the file name must
 match), and
-:func:`attncnn.perf.resume_plan` gives it this machine's device and, on another machine, measures its
-attention path here.
+:func:`attncnn.perf.resume_plan` gives it this machine's device and chooses its attention paths here
+(from this machine's cache, or measured).
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""How this machine runs a run: :class:`RunOptions`, the run-time options of ``attncnn train``,
+``evaluate`` and ``reproduce``, kept apart from the recipe (:class:`~attncnn.runs.TrainConfig`).
+
+A run folder's ``config.json`` is the recipe: what the experiment is, the same on every machine
+that trains or resumes it. Where it runs (device), at which numeric precision, compiled or not,
+deterministically or not, through which attention computation path, and where the official
+archives are cached are this machine's choices: they are given here, resolved by
+:func:`attncnn.perf.make_plan` / :func:`attncnn.perf.resume_plan` into a
+:class:`~attncnn.training.RunPlan`, and recorded per segment of the run in ``machine.json``
+(:mod:`attncnn.runs.machine_file`), never in ``config.json`` or a checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from ..errors import InputError
+from ..runs.config import PRECISIONS, option
+
+__all__ = ["RunOptions"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The run-time options of one process run (a segment) of a training run. None means "not
+    given": the rule below decides.
+
+    Attributes:
+        device: ``"auto"`` (default: CUDA when available, else the CPU), ``"cpu"``, ``"cuda"``,
+            ``"cuda:N"``. A resumed run takes this command's, whatever machine started it.
+        precision: ``"fp32"``, ``"bf16"`` (mixed precision) or ``"auto"`` (bf16 where the device has
+            fast bfloat16 units, else fp32). None (default): ``auto`` for a new run; a resumed run
+            keeps the precision its first segment trained at (``machine.json``; a run from before
+            ``machine.json`` existed: its ``config.json``'s ``"precision"``), but fp32 where bf16 is
+            slow (:func:`attncnn.perf.machine_precision`).
+        compile: compile the training step (True), never (False), or None (default): measured on
+            this machine and turned on where it pays back (:mod:`attncnn.perf.compiling`); off with
+            ``deterministic`` or under torchrun.
+        deterministic: deterministic algorithms only (with the CPU, runs and resumes are
+            bit-identical); None (default): off for a new run, and for a resumed one as its last
+            segment ran (``machine.json``, else its old ``config.json``'s ``"deterministic"``).
+        impl: the attention layers' training path (``"auto"``: the layers' own rule, the fastest
+            exact path for the device); None (default): measured here or read from this machine's
+            cache where ``measure_paths`` holds, else ``"auto"``.
+        eval_impl: the path of test passes; None (default): measured like ``impl`` where that is
+            measured, else the training path.
+        measure_paths: time the attention paths where ``impl`` is not given (default True); never
+            with ``deterministic`` or under torchrun.
+        data_dir: cache folder of the official archives and of measured choices (default None:
+            ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``).
+        download: download official archives if missing (default False).
+
+    Raises:
+        ValueError (on construction): a precision not in :data:`~attncnn.runs.config.PRECISIONS`.
+    """
+
+    device: str = option("auto", help="auto (default), cpu, cuda, cuda:N: this machine's device (a run started on "
+                                      "a GPU may resume on a CPU)")
+    precision: str | None = option(None, choices=PRECISIONS,
+                                   help="fp32, bf16 (mixed precision: bfloat16 matrix products, fp32 weights, "
+                                        "softmax, LayerNorm and loss), or auto: bf16 where the device has bfloat16 "
+                                        "units (CUDA with bf16, a CPU with AVX512-BF16 or AMX), else fp32 (default: "
+                                        "auto; a resumed run: its own, fp32 where bf16 is slow)")
+    compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
+                                             "--no-compile never; unset (the default): timed once per machine "
+                                             "and run shape (cached in the data folder) and turned on where it is "
+                                             "at least 1.1x faster and saves more than its measured warm-up over "
+                                             "the run; never with --deterministic or under torchrun")
+    deterministic: bool | None = option(None, help="deterministic algorithms only (with --device cpu, runs and "
+                                                   "resumed runs are bit-identical; default: off, a resumed run as "
+                                                   "its last segment ran)")
+    impl: str | None = option(None, metavar="PATH",
+                              help="attention computation path of training (auto: the layers' own rule; default: "
+                                   "measured on this machine, or auto with --deterministic)")
+    eval_impl: str | None = option(None, metavar="PATH",
+                                   help="attention computation path of test passes (default: measured with the "
+                                        "training path, else the training path)")
+    measure_paths: bool = option(True, help="where --impl is not given, time the attention layers' paths on this "
+                                            "machine once (cached in the data folder) and train with the fastest; "
+                                            "never with --deterministic or under torchrun")
+    data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
+                                             "~/.cache/attncnn)")
+    download: bool = option(False, help="download official archives if missing")
+
+    def __post_init__(self) -> None:
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r} (--precision)")
+
+    def paths(self) -> dict:
+        """The attention paths given, as model options (``{"impl": ..., "eval_impl": ...}``, only those given)."""
+        return {k: v for k, v in (("impl", self.impl), ("eval_impl", self.eval_impl)) if v is not None}
+
+    def flags(self) -> list[str]:
+        """The command-line flags that give these options where they differ from the defaults (what
+        an interrupted run's ``--resume`` command repeats; ``--download`` left out: the data is there)."""
+        words: list[str] = []
+        for field in dataclasses.fields(self):
+            value, default = getattr(self, field.name), field.default
+            if value == default or field.name == "download":
+                continue
+            flag = "--" + field.name.replace("_", "-")
+            if isinstance(value, bool):
+                words.append(flag if value else f"--no-{field.name.replace('_', '-')}")
+            else:
+                words += [flag, str(value)]
+        return words
