@@ -16,7 +16,9 @@ from attncnn.perf import machine
 from attncnn.perf.compiling import CompileTiming, with_compile_choice
 from attncnn.perf.paths import CACHE_NAME as PATHS_CACHE
 from attncnn.perf.paths import choose_impl
+from attncnn.perf.plan import PlannedRun
 from attncnn.runs import resolve_config
+from attncnn.training import RunOptions
 
 CPU = torch.device("cpu")
 
@@ -72,8 +74,8 @@ def test_a_compile_choice_measured_on_a_busy_cpu_is_used_and_not_cached(load, tm
     monkeypatch.setattr(compile_choice, "time_compile",
                         lambda *a, **k: probes.append(1) or CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
     monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (1.0, "test"))
-    config = resolve_config("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
-                            epochs=2)
+    config = PlannedRun.of(resolve_config("demo", model={"dim": 16, "mlp_dim": 16}, epochs=2),
+                           RunOptions(data_dir=str(tmp_path)), precision="fp32")
     load(3.0)
     with caplog.at_level(logging.INFO, logger="attncnn.perf.compiling"):
         assert with_compile_choice(config, *_parts()).compile is True       # this run takes the measured choice

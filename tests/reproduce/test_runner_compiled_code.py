@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import torch
 
@@ -18,12 +19,12 @@ def test_the_suite_resets_dynamo_between_runs_after_a_compiled_one(tmp_path, mon
     def fake_train(config, folder, plan_, *, mode, progress, epoch_metrics):
         events.append("train")
         folder.mkdir(parents=True)
-        compiled = len([e for e in events if e == "train"]) == 2     # the second run compiles, the first does not
-        (folder / "config.json").write_text(json.dumps({"precision": "fp32", "compile": compiled}))
+        (folder / "config.json").write_text(json.dumps({"preset": "resnet18-mini"}))
         (folder / "finished.json").write_text("{}")
 
+    plans = iter([False, True, False, False])                       # the second run compiles, the others do not
     monkeypatch.setattr(runner, "train", fake_train)
-    monkeypatch.setattr(runner, "make_plan", lambda config: None)
+    monkeypatch.setattr(runner, "make_plan", lambda config, options: SimpleNamespace(compile=next(plans)))
     monkeypatch.setattr(torch._dynamo, "reset", lambda: events.append("reset"))
     jobs = plan(get_suite("mini-long"), tmp_path, only=("resnet18-mini",), seeds=(0, 1, 2, 3), epochs=1)
     runner.train_jobs(jobs, runner.TrainOptions(data=str(tmp_path / "unused"), epochs=1), progress=False)

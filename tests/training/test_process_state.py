@@ -11,7 +11,7 @@ import torch
 
 from attncnn.perf import host_memory, make_plan
 from attncnn.runs import resolve_config
-from attncnn.training import RunPlan, TrainingError, train
+from attncnn.training import RunOptions, RunPlan, TrainingError, train
 from attncnn.training.components import deterministic_algorithms
 
 CUDA = torch.device("cuda")        # a device object only: nothing here runs on it
@@ -56,9 +56,9 @@ def test_the_cpu_needs_no_cublas_workspace(monkeypatch):
 
 def test_train_refuses_before_its_run_folder_exists(monkeypatch, tmp_path):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
-    config = resolve_config("demo", deterministic=True, data=str(tmp_path / "no-data"))
+    config = resolve_config("demo", data=str(tmp_path / "no-data"))
     with pytest.raises(TrainingError, match="CUBLAS_WORKSPACE_CONFIG=:4096:8"):
-        train(config, tmp_path / "run", RunPlan(device=CUDA, precision="fp32"), progress=False)
+        train(config, tmp_path / "run", RunPlan(device=CUDA, precision="fp32", deterministic=True), progress=False)
     assert not (tmp_path / "run").exists() and "CUBLAS_WORKSPACE_CONFIG" not in os.environ
 
 
@@ -67,5 +67,5 @@ def test_planning_leaves_the_heap_policy_alone(monkeypatch):
     monkeypatch.setattr(host_memory, "_state", {})          # as in a fresh process: nothing set yet
     monkeypatch.setattr(host_memory, "reuse_freed_memory", lambda: calls.append(1) or "heap")
     monkeypatch.setattr(host_memory, "_set_heap_policy", lambda: calls.append(2) or "heap")
-    plan = make_plan(resolve_config("demo", device="cpu", compile=False, measure_paths=False))
+    plan = make_plan(resolve_config("demo"), RunOptions(device="cpu", compile=False, measure_paths=False))
     assert plan.device.type == "cpu" and calls == []
