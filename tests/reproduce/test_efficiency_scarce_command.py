@@ -110,7 +110,7 @@ def test_a_measurement_cut_off_mid_cell_is_shipped_and_resumes_from_a_copy(make_
     assert "resnet18-mini 50 % seed 0: not finished yet" in printed
     assert not deit.folder.exists()                                 # --ship trains nothing
     kept = {p.relative_to(resnet.folder).as_posix() for p in resnet.folder.rglob("*") if p.is_file()}
-    assert kept == {"config.json", "metrics.jsonl", "checkpoints/last.safetensors"}
+    assert kept == {"config.json", "metrics.jsonl", "machine.json", "checkpoints/last.safetensors"}
     last = load_checkpoint(resnet.folder / "checkpoints" / "last.safetensors")
     assert last.optimizer_state and last.metadata["epoch"] == 1
     for path in resnet.folder.rglob("*.json*"):       # nothing says where the data set was here
@@ -143,7 +143,7 @@ def test_a_grid_cell_cut_off_is_shipped(make_tiny_data, tmp_path, capsys):
     assert main([*common, "--ship"]) == 0
     assert f"unfinished resnet18-mini 100 % seed 0: {job.folder} ready to commit" in capsys.readouterr().out
     assert (out / "report.md").is_file()               # the finished cell is reported
-    assert {p.name for p in job.folder.iterdir()} == {"config.json", "metrics.jsonl", "checkpoints"}
+    assert {p.name for p in job.folder.iterdir()} == {"config.json", "metrics.jsonl", "machine.json", "checkpoints"}
     assert load_checkpoint(job.folder / "checkpoints" / "last.safetensors").optimizer_state
     assert main([*common, "--ship", "--dry-run"]) != 0
     assert "--ship trains nothing and writes the folder for committing; leave out --dry-run" in capsys.readouterr().err

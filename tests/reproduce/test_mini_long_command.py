@@ -75,7 +75,7 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
     assert main(args + ["--out", str(tmp_path / "here"), "--ship"]) == 0
     assert "ready for `git add" in capsys.readouterr().out
     kept = {p.relative_to(job.folder).as_posix() for p in job.folder.rglob("*") if p.is_file()}
-    assert kept == {"config.json", "metrics.jsonl", "checkpoints/last.safetensors"}
+    assert kept == {"config.json", "metrics.jsonl", "machine.json", "checkpoints/last.safetensors"}
     last = load_checkpoint(job.folder / "checkpoints" / "last.safetensors")
     assert last.optimizer_state and last.metadata["epoch"] == 1
     for path in job.folder.rglob("*"):                 # nothing says where the data set was here
@@ -85,8 +85,9 @@ def test_an_unfinished_run_is_shipped_and_resumes_elsewhere(make_tiny_data, tmp_
     # a fresh clone on another machine: the same command continues the run where it stopped
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "here", clone)
-    monkeypatch.setattr("attncnn.perf.machine.machine_info",
-                        lambda device: {"cpu": "Other CPU", "torch_threads": 3, "torch": "9.9", "device": "cpu"})
+    other = {"cpu": "Other CPU", "torch_threads": 3, "torch": "9.9", "device": "cpu"}
+    monkeypatch.setattr("attncnn.perf.machine.machine_info", lambda device: other)      # the epoch records
+    monkeypatch.setattr("attncnn.perf.plan.machine_info", lambda device: other)         # the plan: machine.json
     assert main(args + ["--out", str(clone)]) == 0
     folder = clone / "resnet18-mini" / "seed0"
     records = _records(folder)
