@@ -44,7 +44,9 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     folder's default ACL): written files are the user's to share, as with any other program.
 
     Raises:
-        attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it).
+        attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it),
+            or the block failed with an OSError, e.g. a full disk (the message names ``dest``; the
+            errno is kept).
     """
     dest = Path(dest)
     folder = dest.parent
@@ -57,9 +59,15 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
         if tmp.stat().st_mode & 0o7777 != mode:
             os.chmod(tmp, mode)
         os.replace(tmp, dest)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(err, OSError) and not isinstance(err, OutputError):
+            # a full disk or a vanished folder mid-write is the user's to fix: one line naming the
+            # file (an OutputError keeps the errno, so a run folder's own message still tells ENOSPC)
+            raise OutputError(err.errno, f"cannot write {dest}: {err.strerror or err}; free some space or "
+                                         "choose another output folder (the previous file, if any, is intact)",
+                              str(dest)) from err
         raise
 
 

@@ -162,3 +162,22 @@ def test_a_writer_that_replaces_the_temporary_file_still_gets_the_umask_mode(tmp
         os.close(fd)
         os.replace(private, tmp)
     assert _mode(tmp_path / "file") == umask
+
+
+def test_a_full_disk_outside_a_run_folder_is_a_user_error_naming_the_file(tmp_path, monkeypatch):
+    # figures, reports and --predictions are written through the same atomic path: a full disk there
+    # is one line from the command line (an AttncnnError), with the errno a run folder's message reads
+    from attncnn import AttncnnError
+    from attncnn._io import atomic_write_text
+
+    dest = tmp_path / "report.md"
+    dest.write_text("old")
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full)
+    with pytest.raises(AttncnnError, match=rf"cannot write {dest}: No space left on device; free some space") as err:
+        atomic_write_text(dest, "new")
+    assert isinstance(err.value, OSError) and err.value.errno == errno.ENOSPC
+    assert dest.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["report.md"]
