@@ -12,23 +12,12 @@ from attncnn.models import build_model
 from attncnn.perf import compiling as compile_choice
 from attncnn.perf.compiling import (CACHE_NAME, CompileTiming, compile_cache_key, pays_back, time_compile,
                                     with_compile_choice)
-from attncnn.perf.plan import PlannedRun
 from attncnn.runs import resolve_config
 from attncnn.training import make_optimizer
+from planned_runs import planned
 
 CPU = torch.device("cpu")
 SMALL = {"dim": 16, "mlp_dim": 16}
-
-def _planned(preset, **values):
-    """The run of ``preset`` with these recipe options and run-time choices, as the plan hands it to
-    the timing functions (:class:`attncnn.perf.plan.PlannedRun`)."""
-    run = {k: values.pop(k) for k in ("precision", "compile", "deterministic", "measure_paths", "data_dir")
-           if k in values}
-    model = dict(values.pop("model", {}))
-    paths = {k: model.pop(k) for k in ("impl", "eval_impl") if k in model}
-    recipe = resolve_config(preset, model=model, **values)
-    return PlannedRun(recipe, recipe.model | paths, **run)
-
 
 
 @pytest.mark.parametrize("timing,steps,expected", [
@@ -78,7 +67,7 @@ def _parts(*, steps_per_epoch=1000):
 def _config(tmp_path, **overrides):
     values = dict(data_dir=str(tmp_path), model=dict(SMALL), precision="fp32", epochs=2)
     values.update(overrides)
-    return _planned("demo", **values)
+    return planned("demo", **values)
 
 
 @pytest.fixture
@@ -200,7 +189,7 @@ def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):
 def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network():
     torch.manual_seed(0)
     model = build_model("demo", 3, **SMALL).train()
-    config = _planned("demo", model=dict(SMALL), precision="fp32")
+    config = planned("demo", model=dict(SMALL), precision="fp32")
     images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 0])
     from torch._dynamo.utils import counters
     graphs = counters["stats"]["unique_graphs"]
@@ -255,12 +244,12 @@ def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(tmp_p
     """The dry run of a suite knows no run's attention path yet: of the cached measurements that
     differ from its shape only in the path, it takes the fastest eager one; any other shape, preset
     or machine is not it, and entries of presets whose paths this one lacks do not trip it."""
-    config = _planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32")
+    config = planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32")
 
     def key(preset_config, model, batch=100):
         return compile_cache_key(preset_config, batch, (32, 32), CPU, model=model)
 
-    other = _planned("quadratic-mini", data_dir=str(tmp_path), precision="fp32")
+    other = planned("quadratic-mini", data_dir=str(tmp_path), precision="fp32")
     entries = {
         key(config, {"impl": "explicit-onehot"}): {"eager": 1.4, "compiled": 1.2, "warmup": 20.0},
         key(config, {"impl": "explicit-half", "eval_impl": "sdpa"}): {"eager": 1.9, "compiled": 1.3, "warmup": 25.0},
@@ -275,5 +264,5 @@ def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(tmp_p
     assert compile_choice.cached_timing(config.replace(precision="bf16"), 100, (32, 32), CPU) is None
     assert compile_choice.cached_timing(other, 100, (32, 32), CPU) == CompileTiming(0.3, 0.28, 24.0)
     # another model option is another shape
-    wider = _planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32", model={"dim": 32})
+    wider = planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32", model={"dim": 32})
     assert compile_choice.cached_timing(wider, 100, (32, 32), CPU) is None

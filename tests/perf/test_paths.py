@@ -13,21 +13,9 @@ from attncnn.models import preset_model_config
 from attncnn.perf import paths as path_choice
 from attncnn.perf.paths import CACHE_NAME, choose_impl, with_measured_paths
 from attncnn.perf.timing import paths_restored, run_impl, time_impls
-from attncnn.perf.plan import PlannedRun
-from attncnn.runs import resolve_config
+from planned_runs import planned
 
 CPU = torch.device("cpu")
-
-def _planned(preset, **values):
-    """The run of ``preset`` with these recipe options and run-time choices, as the plan hands it to
-    the timing functions (:class:`attncnn.perf.plan.PlannedRun`)."""
-    run = {k: values.pop(k) for k in ("precision", "compile", "deterministic", "measure_paths", "data_dir")
-           if k in values}
-    model = dict(values.pop("model", {}))
-    paths = {k: model.pop(k) for k in ("impl", "eval_impl") if k in model}
-    recipe = resolve_config(preset, model=model, **values)
-    return PlannedRun(recipe, recipe.model | paths, **run)
-
 
 
 def _model_config(**overrides):
@@ -162,7 +150,7 @@ def test_a_runs_steps_and_test_passes_decide_whether_its_paths_are_timed(tmp_pat
     monkeypatch.setattr(path_choice, "_working_paths", lambda *a, **k: dict(FIRST_CALL))
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         timed.append(backward) or {"dense": 0.1, "separable": 0.3, "folded": 0.2})
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
                             epochs=2, eval_batch_size=4)
     dataset, dist = _run_parts(tmp_path)
     dataset.test = SimpleNamespace(labels=torch.zeros(12, dtype=torch.int64))     # 3 test batches of 4
@@ -193,7 +181,7 @@ def _run_parts(tmp_path):
 ])
 def test_which_runs_measure(tmp_path, monkeypatch, change, measured):
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.1, "separable": 0.2})
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
     config = config.replace(**change)
     dataset, dist = _run_parts(tmp_path)
     out = with_measured_paths(config, dataset, 4, dist)
@@ -209,7 +197,7 @@ def test_which_runs_measure(tmp_path, monkeypatch, change, measured):
 def test_a_run_evaluates_with_its_fastest_test_pass_path(tmp_path, monkeypatch, eval_timings, expected):
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         {"dense": 0.1, "separable": 0.2} if backward else eval_timings)
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
     dataset, dist = _run_parts(tmp_path)
     assert with_measured_paths(config, dataset, 4, dist).model == expected
 
@@ -218,7 +206,7 @@ def test_a_test_pass_is_timed_on_the_batch_it_runs(tmp_path, monkeypatch):
     batches = []
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         batches.append((backward, x.shape[0])) or {"dense": 0.1, "separable": 0.2})
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32",
                             eval_batch_size=50)
     dataset, dist = _run_parts(tmp_path)
     with_measured_paths(config, dataset, 4, dist)                                   # no test set given: 50
@@ -230,7 +218,7 @@ def test_a_test_pass_is_timed_on_the_batch_it_runs(tmp_path, monkeypatch):
 def test_a_test_pass_path_the_user_names_is_kept(tmp_path, monkeypatch):
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         {"dense": 0.1, "separable": 0.2} if backward else {"dense": 0.2, "separable": 0.1})
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16, "eval_impl": "dense"},
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16, "eval_impl": "dense"},
                             precision="fp32")
     dataset, dist = _run_parts(tmp_path)
     assert with_measured_paths(config, dataset, 4, dist).model == {"dim": 16, "mlp_dim": 16, "eval_impl": "dense",
@@ -239,9 +227,9 @@ def test_a_test_pass_path_the_user_names_is_kept(tmp_path, monkeypatch):
 
 def test_networks_without_attention_and_multi_process_runs_keep_their_configuration(tmp_path):
     dataset, dist = _run_parts(tmp_path)
-    resnet = _planned("resnet18-mini", data_dir=str(tmp_path))
+    resnet = planned("resnet18-mini", data_dir=str(tmp_path))
     assert with_measured_paths(resnet, dataset, 4, dist) is resnet
-    config = _planned("demo", data_dir=str(tmp_path))
+    config = planned("demo", data_dir=str(tmp_path))
     assert with_measured_paths(config, dataset, 4, SimpleNamespace(enabled=True, device=CPU)) is config
 
 
@@ -251,7 +239,7 @@ def test_a_cached_path_that_does_not_exist_is_dropped_with_a_warning_and_measure
     refuse training with advice about an option the user never set."""
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, backward=True, **kw:
                         {"dense": 0.1, "separable": 0.2} if backward else {"dense": 0.2, "separable": 0.1})
-    config = _planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
+    config = planned("demo", data_dir=str(tmp_path), model={"dim": 16, "mlp_dim": 16}, precision="fp32")
     dataset, dist = _run_parts(tmp_path)
     model_config = preset_model_config("demo", 3, **config.model)[1]
     grid, paths = (32 // model_config.pooling,) * 2, ("dense", "separable", "folded")
