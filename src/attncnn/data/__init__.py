@@ -19,6 +19,7 @@ from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
 from .cache import cache_file, forget_cached_dataset, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
 from .folder import IMAGE_EXTENSIONS, is_zip, peek_image_folder, read_image_folder
+from .jpeg import describe_jpeg, jpeg_encoding
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
 from .subset import class_balanced_subset, held_out_indices
 
@@ -38,11 +39,17 @@ CIFAR_SIZES = (50_000, 10_000)
 
 
 def _describe(path: Path, kind: str, classes: tuple[str, ...], train: ImageSplit) -> str:
+    """The data set's line in logs and checkpoints: where it is and, for JPEG files, how they were
+    encoded (read from a file, :mod:`attncnn.data.jpeg`). The CIFAR-10 notes keep their opening words,
+    which :mod:`attncnn.api.classifier` looks for to know a model's image size."""
     source = f"image {kind} {path}"
-    if classes == CIFAR10_CLASSES and tuple(train.images.shape[2:]) == (32, 32):
-        lossy = path.name.lower().find("jpeg") >= 0 or path.name.lower().find("jpg") >= 0
-        source += (" (CIFAR-10 JPEG mirror; pixels differ slightly from the official binaries)" if lossy
-                   else " (CIFAR-10 classes)")
+    size = tuple(train.images.shape[2:])
+    encoding = jpeg_encoding(path)
+    if classes == CIFAR10_CLASSES and size == (32, 32):
+        source += (f" (CIFAR-10 JPEG mirror; {describe_jpeg(encoding, size)}: pixels differ from the official "
+                   "binaries)" if encoding is not None else " (CIFAR-10 classes)")
+    elif encoding is not None:
+        source += f" ({describe_jpeg(encoding, size)})"
     return source
 
 

@@ -18,6 +18,7 @@ import torch
 
 from ..._io import atomic_write_text
 from ...analysis.runs import shareable_dataset
+from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import get_preset
 from ..running.jobs import Job, row_of
 from ..running.unfinished import progress_text, run_progress
@@ -49,7 +50,7 @@ def write_report(study: Study, out: str | Path, jobs: Sequence[Job], results: di
     """
     out = Path(out)
     if isinstance(study, Grid):
-        before, after, report, later = _grid_report(study, jobs, results, command=command)
+        before, after, report, later = _grid_report(study, jobs, results, command=command, data=data)
     else:
         before, after, report, later = _suite_report(study, out, jobs, results, command=command, data=data,
                                                      data_dir=data_dir)
@@ -59,6 +60,26 @@ def write_report(study: Study, out: str | Path, jobs: Sequence[Job], results: di
     atomic_write_text(out / "report.json", json.dumps(report, indent=1, default=str) + "\n")
     atomic_write_text(out / "report.md", "\n".join(md) + "\n")
     return out / "report.md"
+
+
+def rows_dataset(rows: Sequence[dict]) -> str | None:
+    """The data set the finished rows of a table trained on (the first named; None: no row finished)."""
+    return next((row["dataset"] for row in rows if row.get("dataset")), None)
+
+
+def data_line(dataset: str | None, data: str | None) -> str:
+    """A report's sentence naming its data set (``dataset``: :func:`~attncnn.analysis.runs.shareable_dataset`)
+    and, where the report was written with the data file at hand (``data``, a path of the same file
+    name), how its JPEG files were encoded (:mod:`attncnn.data.jpeg`): a JPEG copy of CIFAR-10 is not
+    the official binaries, and its accuracies are not theirs."""
+    if dataset is None:
+        return "Data: none finished yet."
+    line = f"Data: {dataset}"
+    if data is not None and Path(dataset.split(" (")[0]).name == Path(data).name and Path(data).exists():
+        encoding = jpeg_encoding(data)
+        if encoding is not None:
+            line += f", stored as {describe_jpeg(encoding)}: accuracies on it are not those on the original images"
+    return line + "."
 
 
 def _claim_line(claim: dict) -> str:
@@ -84,8 +105,9 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
             furthest = max(started, key=lambda p: p["epochs_done"])
             row["unfinished"] = f"epoch {furthest['epochs_done']} of {furthest['epochs']}"
     md = [f"# Reproduction suite `{suite.name}`", "", suite.description + ".", "",
-          f"Report written by `{command}` with torch {torch.__version__}, Python {platform.python_version()}; "
-          "each run's own machine is in the per-run table.", "", "## Table 1", "", markdown_table(rows),
+          f"{data_line(rows_dataset(rows), data)} Report written by `{command}` with torch {torch.__version__}, "
+          f"Python {platform.python_version()}; each run's own machine is in the per-run table.", "", "## Table 1", "",
+          markdown_table(rows),
           CONVENTIONS, "",
           "Runs not finished yet: " + (", ".join(f"{label} ({progress_text(progress[label])})" if label in progress
                                                 else label for label in missing) if missing else "none") + ".", "",
@@ -107,7 +129,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
 
 
 def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
-                 command: str) -> tuple[list[str], list[str], dict, dict]:
+                 command: str, data: str | None = None) -> tuple[list[str], list[str], dict, dict]:
     """A grid's Markdown before and after its figures, and its ``report.json`` entries before them
     (none after)."""
     rows, cells = grid_rows(jobs, results), list(dict.fromkeys(job.cell for job in jobs))
@@ -116,7 +138,7 @@ def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
                or j.seed not in [r.job.seed for r in results[(row_of(j), j.cell)]]]
     dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
     md = [f"# Sample-efficiency grid `{grid.name}`", "", grid.description + ".", "",
-          f"Data: {dataset}. Report written by `{command}` with torch {torch.__version__}, Python "
+          f"{data_line(dataset, data)} Report written by `{command}` with torch {torch.__version__}, Python "
           f"{platform.python_version()}.", "", "## Test accuracy (%) per training-set size", "",
           *table_lines(rows, cells, grid.recipe), "",
           "Cells not finished yet: " + (", ".join(missing) if missing else "none") + ".", "",
