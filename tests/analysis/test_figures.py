@@ -92,3 +92,20 @@ def test_figures_are_written_and_non_empty(tmp_path):
         quadratic_layers_figure(build_model("learned", num_layers=1, dim=16, mlp_dim=16))
     with pytest.raises(ValueError, match="outside"):
         attention_grid_figure(position_maps(quad), (16, 0))
+
+
+def _legend_labels(fig) -> list[str]:
+    return [text.get_text() for legend in fig.legends for text in legend.get_texts()]
+
+
+def test_the_centre_figures_legend_says_what_each_marker_is():
+    torch.manual_seed(0)
+    quad = build_model("quadratic", num_layers=2, dim=16, mlp_dim=16)
+    labels = _legend_labels(quadratic_layers_figure(quad))
+    assert "head's centre" in labels and "query pixel" in labels
+    assert not any(label.startswith("degenerate") for label in labels)     # no cross drawn, none explained
+    layer = next(m for m in quad.modules() if hasattr(m, "spreads"))
+    with torch.no_grad():
+        layer.spreads[0] = 0.0                    # a head of uniform attention: degenerate, drawn with a cross
+    for fig in (quadratic_layers_figure(quad), quadratic_epochs_figure([(0, quad)], layer=1)):
+        assert any(label.startswith("degenerate head (condition > 1000") for label in _legend_labels(fig))

@@ -35,7 +35,7 @@ from .._io import atomic_path, make_folders
 from ..errors import InputError
 from ..layers import QuadraticAttention
 from .maps import LayerMaps, attention_layers
-from .metrics import degenerate_heads, quadratic_head_parameters
+from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, degenerate_heads, quadratic_head_parameters
 
 __all__ = ["mass_threshold", "gaussian_window", "draw_quadratic_layer", "quadratic_layers_figure",
            "quadratic_epochs_figure", "attention_grid_figure", "accuracy_figure", "layer_curves_figure", "save_figure",
@@ -171,12 +171,20 @@ def _panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
     return math.ceil(count / cols), cols
 
 
-def _legend(fig: Figure, num_heads: int) -> None:
+def _legend(fig: Figure, num_heads: int, degenerate: bool = False) -> None:
+    """Heads by colour, the contours' masses, and what the markers are: a dot at a head's centre,
+    a cross at a degenerate head's (``degenerate``: some head drawn is), the query's black square."""
     from matplotlib.lines import Line2D
 
     colors = head_colors(num_heads)
     handles = [Line2D([], [], color=colors[h], lw=2, label=f"head {h + 1}") for h in range(num_heads)]
     handles += [Line2D([], [], color="0.3", ls=style, label=f"{int(mass * 100)} % mass") for mass, style in MASSES]
+    handles.append(Line2D([], [], color="0.3", marker=".", ls="none", ms=6, label="head's centre"))
+    if degenerate:
+        handles.append(Line2D([], [], color="0.3", marker="x", ls="none", ms=5,
+                              label=f"degenerate head (condition > {DEFAULT_CONDITION_NUMBER:g} or "
+                                    f"eigenvalues < {DEFAULT_MIN_EIGENVALUE:g})"))
+    handles.append(Line2D([], [], color="black", marker="s", ls="none", ms=5, label="query pixel"))
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)
 
 
@@ -204,7 +212,8 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
                              title=f"Layer {i + 1}", degenerate=degenerate)
     for ax in list(axes.flat)[len(layers):]:
         ax.set_visible(False)
-    _legend(fig, max(layer.num_heads for layer in layers))     # a pruned model's layers differ
+    _legend(fig, max(layer.num_heads for layer in layers),      # a pruned model's layers differ
+            degenerate=any(bool(_degenerate(layer).any()) for layer in layers))
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -243,7 +252,7 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
                              title=f"epoch {epoch}", degenerate=degenerate)
     for ax in list(axes.flat)[len(params):]:
         ax.set_visible(False)
-    _legend(fig, len(params[0][1]["center"]))
+    _legend(fig, len(params[0][1]["center"]), degenerate=any(bool(d.any()) for _, _, d in params))
     fig.suptitle(title or f"Layer {layer} during training", fontsize=10)
     return fig
 
