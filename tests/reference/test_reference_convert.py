@@ -21,9 +21,11 @@ from attncnn.runs import CheckpointError, load_checkpoint
 KINDS = ["quadratic", "quadratic-generalized", "learned", "content"]
 
 
-def save_reference(folder, cfg, state, *, epoch=41, accuracy=0.8125, name="final.checkpoint", config=True):
+def save_reference(folder, cfg, state, *, epoch=41, accuracy=0.8125, name="final.checkpoint", config=True,
+                   legacy=False):
     folder.mkdir(parents=True, exist_ok=True)
-    torch.save({"epoch": epoch, "test_accuracy": accuracy, "model_state_dict": state}, folder / name)
+    torch.save({"epoch": epoch, "test_accuracy": accuracy, "model_state_dict": state}, folder / name,
+               _use_new_zipfile_serialization=not legacy)
     if config:
         (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return folder / name
@@ -123,14 +125,16 @@ def test_the_run_folder_records_where_its_weights_came_from(tmp_path):
     assert tuple(meta["classes"]) == attncnn.data.CIFAR10_CLASSES
 
 
-def test_data_parallel_names_and_gpu_saved_tensors_load(tmp_path, monkeypatch):
+@pytest.mark.parametrize("legacy", [False, True], ids=["zip", "legacy-pickle"])
+def test_data_parallel_names_and_gpu_saved_tensors_load(tmp_path, monkeypatch, legacy):
     cfg = reference_config("quadratic")
     state = reference_state(cfg)
     wrapped = {"module." + k: v for k, v in state.items()}
     # torch.save records each storage's device; a file written on a GPU names "cuda:0", which a
     # CPU-only torch.load refuses unless map_location moves it: write such a file here
     monkeypatch.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
-    path = save_reference(tmp_path / "ref", cfg, wrapped)
+    # (the reference's 2019 PyTorch wrote the legacy pickle format, today's the zip one)
+    path = save_reference(tmp_path / "ref", cfg, wrapped, legacy=legacy)
     monkeypatch.undo()
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="CUDA"):

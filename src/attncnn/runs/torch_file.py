@@ -37,6 +37,13 @@ def read_torch_file(path: str | os.PathLike[str]) -> Any:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(f"no file at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+    with open(path, "rb") as f:
+        head = f.read(4)
+    # torch.save writes a zip archive (PyTorch >= 1.6) or, in the legacy format, a pickle whose
+    # first opcode is PROTO (0x80); anything else is another kind of file, whatever torch.load says
+    if not (head.startswith(b"PK\x03\x04") or head[:1] == b"\x80"):
+        raise CheckpointError(f"{path} is not a readable PyTorch file (it does not start as torch.save's zip "
+                              f"archive or pickle does, but with {head!r}); check that it is the checkpoint")
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
