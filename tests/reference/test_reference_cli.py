@@ -20,7 +20,8 @@ def reference_run(tmp_path):
     cfg = reference_config("quadratic", layers=1, heads=4, dim=8, mlp=6)
     folder = tmp_path / "reference"
     folder.mkdir()
-    torch.save({"epoch": 9, "test_accuracy": 0.25, "model_state_dict": reference_state(cfg)}, folder / "final.checkpoint")
+    torch.save({"epoch": 9, "test_accuracy": 0.25, "model_state_dict": reference_state(cfg)},
+               folder / "final.checkpoint")
     (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return folder / "final.checkpoint"
 
