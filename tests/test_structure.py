@@ -26,6 +26,7 @@ ALLOWED = {
     "analysis": {"perf", "runs", "layers", "models", "data", "theory"},
     "reproduce": {"training", "perf", "runs", "layers", "models", "data", "theory", "analysis"},
     "api": {"perf", "runs", "layers", "models", "data", "analysis"},
+    "reference": {"runs", "models", "layers"},
 }
 MAX_FUNCTION_LINES = 80
 MAX_FILE_LINES = 450

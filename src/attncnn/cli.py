@@ -25,6 +25,7 @@ from .perf.bench import command as bench_command
 from .perf.precision import PRECISIONS
 from .reproduce import command as reproduce_command
 from .reproduce import prune as prune_command
+from .reference import cli_commands as reference_command
 from .runs.options import add_config_options, flag_name, given_options
 from .theory import command as theory_command
 
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     viewer_command.register(sub)
     bench_command.register(sub)
     reproduce_command.register(sub)
+    reference_command.register(sub)
     return parser
 
 

@@ -1,0 +1,20 @@
+"""Checkpoints of the reference code (epfml/attention-cnn at 9ffaa30) in and out.
+
+:func:`convert_reference` turns a reference ``*.checkpoint`` (and its ``config.yaml``) into an
+attncnn run folder that every command and :func:`attncnn.load_model` read;
+:func:`export_reference` writes an attncnn network as a reference checkpoint and ``config.yaml``.
+The kinds both sides have: the isotropic and full-covariance Gaussian ("quadratic") models, learned
+relative position-only attention, and plain content attention (:data:`REFERENCE_KINDS`); the
+tensor names: :mod:`attncnn.reference.weights`; the hyperparameters: :mod:`attncnn.reference.recipe`.
+
+This package reads runs, models and layers; nothing in attncnn below the command line imports it.
+"""
+
+from .config import REFERENCE_DEFAULTS, infer_from_tensors, read_reference_config, resolve_reference_config
+from .convert import PROVENANCE_FILE, convert_reference, read_reference_checkpoint, reference_kinds
+from .export import export_reference
+from .kinds import REFERENCE_KINDS, ReferenceKind
+
+__all__ = ["convert_reference", "export_reference", "read_reference_checkpoint", "read_reference_config",
+           "resolve_reference_config", "infer_from_tensors", "reference_kinds", "REFERENCE_KINDS", "ReferenceKind",
+           "REFERENCE_DEFAULTS", "PROVENANCE_FILE"]

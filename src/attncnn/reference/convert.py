@@ -1,0 +1,204 @@
+"""Reference checkpoints in (:func:`convert_reference`) and ours out (:func:`export_reference`).
+
+The reference's ``train.py`` saves ``{"epoch", "test_accuracy", "model_state_dict"}`` with
+``torch.save`` (``store_checkpoint``: ``best.checkpoint``, ``final.checkpoint``, ``NNNN.checkpoint``)
+and its hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
+``weights_only``: tensors and plain values only) and writes an ordinary attncnn run folder that
+every command reads: ``config.json`` (the recipe), ``checkpoints/last.safetensors``,
+``finished.json`` and ``reference.json`` (where the weights came from).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import logging
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+import torch
+
+from .._io import atomic_write_json
+from ..errors import InputError, OutputError
+from ..models import build_model_from_config, count_parameters
+from ..runs import Checkpoint, RunFolder, write_checkpoint
+from ..runs.config import without_paths
+from ..runs.torch_file import read_torch_file
+from .config import read_reference_config, resolve_reference_config
+from .kinds import REFERENCE_KINDS
+from .recipe import CIFAR10_CLASSES, model_options, recipe_from_reference
+from .weights import to_ours
+
+__all__ = ["convert_reference", "PROVENANCE_FILE", "read_reference_checkpoint", "reference_kinds"]
+
+log = logging.getLogger(__name__)
+
+#: the file of a converted run folder that says where its weights came from
+PROVENANCE_FILE = "reference.json"
+_MODULE = "module."
+
+
+def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int | None, float | None]:
+    """``(model_state_dict, epoch, test_accuracy)`` of a reference checkpoint, tensors on the CPU,
+    without the ``module.`` prefix a ``torch.nn.DataParallel`` model gives every name.
+
+    Raises:
+        MissingFileError, CheckpointError: as :func:`attncnn.runs.torch_file.read_torch_file`.
+        InputError: a file that is not a reference checkpoint (named: what it holds instead).
+    """
+    payload = read_torch_file(path)
+    if not isinstance(payload, dict) or not isinstance(payload.get("model_state_dict"), dict):
+        what = f"a dict with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else \
+            f"a {type(payload).__name__}"
+        raise InputError(f"{path} is not a reference checkpoint: it holds {what}, not the "
+                         "{'epoch', 'test_accuracy', 'model_state_dict'} that the reference's train.py saves")
+    state = payload["model_state_dict"]
+    bad = [str(k) for k, v in state.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+    if bad:
+        raise InputError(f"{path}: model_state_dict entries {bad[:5]} are not named tensors; it is not a model's "
+                         "state_dict")
+    if state and all(k.startswith(_MODULE) for k in state):
+        state = {k[len(_MODULE):]: v for k, v in state.items()}
+    epoch, accuracy = payload.get("epoch"), payload.get("test_accuracy")
+    if isinstance(accuracy, torch.Tensor) and accuracy.numel() == 1:
+        accuracy = accuracy.item()
+    epoch = int(epoch) if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+    accuracy = float(accuracy) if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool) else None
+    return state, epoch, accuracy
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _given_config(checkpoint: Path, config) -> tuple[dict | None, str | None]:
+    if config is not None:
+        return read_reference_config(config)
+    beside = checkpoint.parent / "config.yaml"
+    return read_reference_config(beside) if beside.is_file() else (None, None)
+
+
+def _network(state: dict, options: dict, entry, heads: list[int]) -> torch.nn.Module:
+    """Our network with the reference tensors, checked name by name and shape by shape."""
+    with torch.device("meta"):
+        model = build_model_from_config("image-transformer", dict(options))
+    ours = to_ours(state, entry, heads, options["dim"])
+    expected = model.state_dict()
+    wrong = [f"{name}: {tuple(ours[name].shape)} in the file, {tuple(t.shape)} here" for name, t in expected.items()
+             if name in ours and tuple(ours[name].shape) != tuple(t.shape)]
+    if wrong or set(ours) != set(expected):
+        missing = sorted(set(expected) - set(ours))
+        raise InputError("the checkpoint's tensors do not fit the network its configuration describes: "
+                         + "; ".join(wrong[:4] + ([f"no tensor for {', '.join(missing[:4])}"] if missing else []))
+                         + "; give the config.yaml of the run that wrote this checkpoint")
+    dtype = expected["embed.weight"].dtype
+    model.load_state_dict({k: v.to(dtype).contiguous() for k, v in ours.items()}, assign=True)
+    return model.eval()
+
+
+def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                      config: str | os.PathLike[str] | dict | None = None, data: str | None = None,
+                      overwrite: bool = False) -> Path:
+    """Convert a reference checkpoint into an attncnn run folder.
+
+    Args:
+        checkpoint: a reference ``*.checkpoint`` file (``torch.save`` of ``{"epoch", "test_accuracy",
+            "model_state_dict"}``), saved on any device, with or without ``DataParallel``'s ``module.``.
+        out: the run folder to write; it must not exist (or be empty) unless ``overwrite``.
+        config: the run's ``config.yaml`` (a path) or its values (a dict); default: ``config.yaml``
+            beside ``checkpoint`` if there is one, else the sizes are inferred from the tensors.
+        data: the data set the recipe records (default: the configuration's CIFAR-10 / CIFAR-100).
+        overwrite: replace an existing ``out``.
+
+    Returns:
+        ``out``: ``config.json``, ``checkpoints/last.safetensors`` (the reference's weights under
+        our names; its ``epoch`` + 1 as our count of finished epochs), ``finished.json`` and
+        :data:`PROVENANCE_FILE` (source file, its sha256, the epoch and test accuracy stored in it,
+        the configuration used and which values were inferred).
+
+    Raises:
+        MissingFileError: no checkpoint or configuration file there.
+        CheckpointError: an unreadable file, or one holding more than tensors and plain values.
+        InputError: not a reference checkpoint, tensors that disagree with the configuration, a value
+            neither gives (named), or a kind attncnn does not have (named).
+        OutputError, RunFolderError: ``out`` exists or cannot be written. Nothing is left behind on any error.
+    """
+    checkpoint, out = Path(checkpoint), Path(out)
+    _check_out(out, overwrite)
+    state, epoch, accuracy = read_reference_checkpoint(checkpoint)
+    given, source = _given_config(checkpoint, config)
+    ref_config, entry, heads, inferred = resolve_reference_config(state, given)
+    num_classes = state["classifier.weight"].shape[0]
+    options = model_options(ref_config, entry, heads, num_classes)
+    recipe = recipe_from_reference(ref_config if given is not None else None, entry, options, data)
+    model = _network(state, options, entry, heads)
+    known = given is not None
+    provenance = {"source": str(checkpoint.resolve()), "sha256": _sha256(checkpoint), "epoch": epoch,
+                  "test_accuracy": accuracy, "config_source": source, "config": ref_config if known else None,
+                  "inferred": inferred if known else ["every size, from the tensors' shapes"], "kind": entry.kind}
+    finished = None if epoch is None else epoch + 1
+    meta = {"arch": model.arch, "model_config": without_paths(dataclasses.asdict(model.config)),
+            "config": recipe.to_dict(), "epoch": finished, "step_in_epoch": 0,
+            "metrics": {"epoch": finished, "test_accuracy": accuracy}, "parameters": count_parameters(model),
+            "image_size": [32, 32] if recipe.data in ("cifar10", "cifar100") else None, "reference": provenance}
+    if recipe.data == "cifar10" and num_classes == 10:
+        meta["classes"] = list(CIFAR10_CLASSES)
+    summary = {"preset": recipe.preset, "epochs": recipe.epochs, "parameters": meta["parameters"],
+               "dataset": recipe.data, "final": meta["metrics"], "converted_from": provenance["source"]}
+    with _new_folder(out, overwrite) as tmp:
+        folder = RunFolder(tmp, mode="new")
+        try:
+            folder.write_config(recipe.to_dict())
+            with folder.writing(folder.checkpoint_path("last")):
+                write_checkpoint(folder.checkpoint_path("last"), Checkpoint(model.state_dict(), None, {}, meta))
+            with folder.writing(tmp / PROVENANCE_FILE):
+                atomic_write_json(tmp / PROVENANCE_FILE, provenance)
+            folder.mark_finished(summary)
+        finally:
+            folder.close()
+    log.info("converted %s (reference %s, epoch %s) into %s", checkpoint, entry.kind, epoch, out)
+    return out
+
+
+def _check_out(out: Path, overwrite: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out} exists and is not a folder; choose another output folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise OutputError(f"{out} already exists and is not empty; choose another output folder or overwrite it "
+                          "(--overwrite)")
+
+
+@contextlib.contextmanager
+def _new_folder(out: Path, overwrite: bool):
+    """A temporary folder beside ``out``, renamed to ``out`` when the block succeeds and removed
+    (with everything in it) when it fails: no half-written run folder is ever at ``out``."""
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = parent / f".{out.name}.converting-{secrets.token_hex(4)}"
+        tmp.mkdir(0o777)             # the umask applies, as to any folder a command creates
+    except OSError as err:
+        raise OutputError(f"cannot create a folder in {parent} ({err.strerror or err}); choose a writable output "
+                          "folder") from err
+    try:
+        yield tmp
+        _check_out(out, overwrite)
+        if out.is_dir():
+            shutil.rmtree(out) if overwrite else out.rmdir()
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def reference_kinds() -> list[str]:
+    """Our attention kinds that reference checkpoints convert to and from."""
+    return [entry.kind for entry in REFERENCE_KINDS]
+

@@ -1,0 +1,218 @@
+"""The table of attention kinds the reference code has, and how each one's weights map to ours.
+
+The reference's ``BertImage`` (epfml/attention-cnn at 9ffaa30, ``models/transformer.py`` and
+``models/bert.py``) chooses each layer's attention with three flags of its ``config.yaml``:
+``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian`` picks one
+spread per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
+``use_attention_data`` adds content scores) and neither (``BertSelfAttention``, plain content
+attention over the flattened grid). One :class:`ReferenceKind` per kind says which flags select it,
+which of our attention kinds computes the same function, and how the tensors of one layer's
+attention are named on each side. Adding a kind is one more entry of :data:`REFERENCE_KINDS`.
+
+Names below are relative to a layer: ours under ``blocks.{i}.attention.``, the reference's under
+``encoder.layer.{i}.attention.self.``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from ..errors import InputError
+
+__all__ = ["ReferenceKind", "REFERENCE_KINDS", "PENDING_KINDS", "kind_of_flags", "FLAG_KEYS"]
+
+#: the reference configuration keys that choose a layer's attention
+FLAG_KEYS = ("use_gaussian_attention", "attention_isotropic_gaussian", "use_learned_2d_encoding", "use_attention_data")
+
+Tensors = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class ReferenceKind:
+    """How one reference attention kind maps to one of ours.
+
+    Attributes:
+        kind: our attention kind (``attncnn.layers.ATTENTION_KINDS``).
+        preset: our preset a converted run names (its recipe's ``preset``; the model options
+            written beside it make the network exact).
+        flags: values of :data:`FLAG_KEYS` that select this kind in the reference (keys left out
+            do not matter for it).
+        renames: ``(our name, reference name)`` of the layer tensors copied as they are.
+        heads_tensor: the reference tensor whose first dimension is the layer's head count, or None
+            when the shapes do not tell it (plain content attention: ``D x D`` maps for any count).
+        to_ours: extra work on the way in: ``(reference attention tensors, our layer tensors, heads,
+            dim) -> None``, filling what ``renames`` does not (None: nothing).
+        to_reference: the same on the way out: ``(our block tensors, reference layer tensors) -> None``,
+            our block's tensors relative to ``blocks.{i}.`` and the reference's to ``encoder.layer.{i}.``.
+        options: our model options for a reference configuration (``ref -> dict``), beyond the
+            sizes every kind shares.
+        reference_values: the reverse: reference configuration values for our model configuration.
+        extra_buffers: reference buffers its ``state_dict`` holds for this kind, for our model
+            configuration (``config -> {name: tensor}``), written on the way out and checked on the way in.
+    """
+
+    kind: str
+    preset: str
+    flags: dict
+    renames: tuple[tuple[str, str], ...]
+    heads_tensor: str | None
+    options: Callable[[dict], dict] = field(default=lambda ref: {})
+    reference_values: Callable[[object], dict] = field(default=lambda config: {})
+    to_ours: Callable | None = None
+    to_reference: Callable | None = None
+    extra_buffers: Callable[[object], Tensors] = field(default=lambda config: {})
+
+
+_VALUE = (("value.weight", "value.weight"), ("value.bias", "value.bias"))
+
+
+def _gaussian_options(ref: dict) -> dict:
+    return {"center_init_std": float(ref["gaussian_init_mu_std"]),
+            "spread_init_std": float(ref["gaussian_init_sigma_std"])}
+
+
+def _gaussian_values(config) -> dict:
+    return {"gaussian_init_mu_std": config.center_init_std, "gaussian_init_sigma_std": config.spread_init_std}
+
+
+def _gaussian(kind: str, isotropic: bool) -> ReferenceKind:
+    # Centres and spreads copy as they are: the reference's shift delta = key - query has component
+    # 0 along dim 1 of its (B, H, W, D) grid, the image rows, as ours; its Sigma^-1 = S S^T as ours,
+    # and its isotropic score -s^2/2 |delta - Delta|^2 is ours with alpha = s^2/2.
+    return ReferenceKind(
+        kind=kind, preset=kind,
+        flags={"use_gaussian_attention": True, "use_learned_2d_encoding": False,
+               "attention_isotropic_gaussian": isotropic},
+        renames=(("centers", "attention_centers"), ("spreads", "attention_spreads")) + _VALUE,
+        heads_tensor="attention_centers", options=_gaussian_options, reference_values=_gaussian_values)
+
+
+def _relative_indices(size: int) -> torch.Tensor:
+    """The reference's ``relative_indices`` buffer: ``[i, j] = j - i + size - 1``, ``(size, size)`` int64."""
+    idx = torch.arange(size)
+    return idx[None, :] - idx[:, None] + (size - 1)
+
+
+def _learned_options(ref: dict) -> dict:
+    width = int(ref["position_encoding_size"])
+    return {"max_size": int(ref["max_position_embeddings"]),
+            "table_dim": None if width in (-1, int(ref["hidden_size"])) else width}
+
+
+def _learned_values(config) -> dict:
+    return {"max_position_embeddings": config.max_size,
+            "position_encoding_size": -1 if config.table_dim in (None, config.dim) else config.table_dim}
+
+
+def _learned_buffers(config) -> Tensors:
+    return {"relative_indices": _relative_indices(config.max_size)}
+
+
+#: The learned encoding names its axes the other way round: the reference's ``row_embeddings`` and
+#: ``head_keys_row`` score the shift along dim 2 of its (B, H, W, D) grid (image columns), its
+#: ``col_*`` the shift along dim 1 (rows); ours name the axis they score. Tables of
+#: ``2 * max_position_embeddings - 1`` rows, row ``d + M - 1`` for shift ``d = key - query`` on
+#: both sides, so with ``max_size = M`` they copy row for row.
+LEARNED_RENAMES = (("row_embeddings.weight", "col_embeddings.weight"),
+                   ("col_embeddings.weight", "row_embeddings.weight"),
+                   ("head_keys_row.weight", "head_keys_col.weight"),
+                   ("head_keys_col.weight", "head_keys_row.weight"))
+
+
+def _content_in(ref: Tensors, ours: Tensors, heads: int, dim: int) -> None:
+    """BertSelfAttention projects values (``self.value``: D -> D) before the mix and has no map
+    after it but ``attention.output.dense``: ours holds the projection in ``value_in`` and an
+    identity ``value``. With one head ours has no ``value_in`` (heads as wide as the model): then
+    the projection goes after the mix, which gives the same output since each row of
+    probabilities sums to 1."""
+    weight, bias = ref["value.weight"], ref["value.bias"]
+    if heads == 1:
+        ours["value.weight"], ours["value.bias"] = weight, bias
+        return
+    ours["value_in.weight"], ours["value_in.bias"] = weight, bias
+    ours["value.weight"] = torch.eye(dim, dtype=weight.dtype)
+    ours["value.bias"] = torch.zeros(dim, dtype=bias.dtype)
+
+
+def _content_out(block: Tensors, ref: Tensors) -> None:
+    """The way back: ``value_in`` -> ``self.value``; our ``value`` folded into the output map
+    (``W_out W_val``, ``W_out b_val + b_out``: exact, bit for bit, for the identity a conversion
+    wrote; otherwise computed in float64 and rounded once)."""
+    if "attention.value_in.weight" not in block:          # one head: the projection is `value`
+        ref["attention.self.value.weight"] = block["attention.value.weight"]
+        ref["attention.self.value.bias"] = block["attention.value.bias"]
+        return
+    ref["attention.self.value.weight"] = block["attention.value_in.weight"]
+    ref["attention.self.value.bias"] = block["attention.value_in.bias"]
+    w_val, b_val = block["attention.value.weight"], block["attention.value.bias"]
+    w_out, b_out = block["attn_out.weight"], block["attn_out.bias"]
+    if torch.equal(w_val, torch.eye(w_val.shape[0], dtype=w_val.dtype)) and not b_val.any():
+        return
+    dtype = w_out.dtype
+    ref["attention.output.dense.weight"] = (w_out.double() @ w_val.double()).to(dtype)
+    ref["attention.output.dense.bias"] = (w_out.double() @ b_val.double() + b_out.double()).to(dtype)
+
+
+def _content_options(ref: dict) -> dict:
+    dim, heads = int(ref["hidden_size"]), int(ref["num_attention_heads"])
+    if dim % heads:
+        raise InputError(f"plain content attention needs hidden_size divisible by num_attention_heads (the "
+                         f"reference's BertSelfAttention refuses it too), got {dim} and {heads}")
+    # "content" is not a preset: the recipe names the paper's preset with attention=content
+    return {"attention": "content", "head_dim": None if heads == 1 else dim // heads}
+
+
+def _content_values(config) -> dict:
+    width = config.head_dim or config.dim
+    if width * config.num_heads != config.dim:
+        raise InputError(f"the reference's content attention splits the width over the heads (head_dim = D / N_h "
+                         f"= {config.dim} / {config.num_heads}), but this model has head_dim={config.head_dim}")
+    return {}
+
+
+REFERENCE_KINDS: tuple[ReferenceKind, ...] = (
+    _gaussian("quadratic", isotropic=True),
+    _gaussian("quadratic-generalized", isotropic=False),
+    ReferenceKind(
+        kind="learned", preset="learned",
+        flags={"use_gaussian_attention": False, "use_learned_2d_encoding": True, "use_attention_data": False},
+        renames=LEARNED_RENAMES + _VALUE, heads_tensor="head_keys_row.weight",
+        options=_learned_options, reference_values=_learned_values, extra_buffers=_learned_buffers),
+    ReferenceKind(
+        kind="content", preset="quadratic",
+        flags={"use_gaussian_attention": False, "use_learned_2d_encoding": False},
+        renames=tuple((f"{m}.{p}", f"{m}.{p}") for m in ("query", "key") for p in ("weight", "bias")),
+        heads_tensor=None, options=_content_options, reference_values=_content_values,
+        to_ours=_content_in, to_reference=_content_out),
+)
+
+#: Reference kinds without an entry yet: flags -> (what the reference computes, our kind that will take it).
+PENDING_KINDS: tuple[tuple[dict, str, str], ...] = (
+    ({"use_gaussian_attention": False, "use_learned_2d_encoding": True, "use_attention_data": True},
+     "learned + content attention scoring w_row.e_row + w_col.e_col + q.k/sqrt(D) (Learned2DRelativeSelfAttention "
+     "with use_attention_data)", "learned-content-9ffaa"),
+)
+
+
+def kind_of_flags(flags: dict) -> ReferenceKind:
+    """The entry whose ``flags`` the reference configuration ``flags`` (all of :data:`FLAG_KEYS`) has.
+
+    Raises:
+        InputError: both Gaussian and learned attention (the reference refuses it too), or a kind
+            without an entry (the message names the attention kind it needs).
+    """
+    if flags["use_gaussian_attention"] and flags["use_learned_2d_encoding"]:
+        raise InputError("the configuration sets both use_gaussian_attention and use_learned_2d_encoding, which the "
+                         "reference's BertAttention refuses; set one of them")
+    for entry in REFERENCE_KINDS:
+        if all(bool(flags[k]) == v for k, v in entry.flags.items()):
+            return entry
+    for wanted, what, kind in PENDING_KINDS:
+        if all(bool(flags[k]) == v for k, v in wanted.items()):
+            raise InputError(f"this reference checkpoint is {what}; converting it needs the attention kind {kind!r}, "
+                             f"which this attncnn does not have. Our 'learned-content' kind is another function "
+                             "((q.k + q.r)/sqrt(D_h)), so it cannot take these weights")
+    raise InputError(f"no attention kind of attncnn matches the reference flags {flags}")
