@@ -105,23 +105,31 @@ class LearnedContent9ffaaAttention(ContentAttention):
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
-        """Content switched off, the positional term local (Lemma 2 in the learned encoding).
+        """The content term the same for every key (so that it cancels in the softmax), the
+        positional term local (Lemma 2 in the learned encoding).
 
-        The query map becomes 0 (weight and bias), so ``q_h . k_h = 0`` for every pair and the
-        content term vanishes (it is learned from there: the keys keep their random values, so the
-        query map receives gradients). The tables and head keys are set as
-        :meth:`LearnedRelativeAttention.local_init_ <attncnn.layers.LearnedRelativeAttention.local_init_>`
-        sets them: columns 0-2 of both tables ``(d^2, d, 1)``, the others 0; head keys ``(-alpha,
-        2 alpha Delta_a, -alpha Delta_a^2)`` on those columns. The score is then exactly
-        ``-alpha |delta - Delta_h|^2``.
+        The query weight becomes 0 and head h's query bias the first unit vector ``e_0``, and the
+        key weight's row of that coordinate 0 in every head: then ``q_h . k_h = b_key[h, 0]`` for
+        every key. (A zero query would cancel the content term too, but the key map would get no
+        gradient at the first step; this way every parameter learns from the start.) The tables
+        and head keys are set as :meth:`LearnedRelativeAttention.local_init_
+        <attncnn.layers.LearnedRelativeAttention.local_init_>` sets them: columns 0-2 of both
+        tables ``(d^2, d, 1)``, the others 0; head keys ``(-alpha, 2 alpha Delta_a, -alpha
+        Delta_a^2)`` on those columns. The score is then ``-alpha |delta - Delta_h|^2`` plus a
+        constant per head.
 
         Raises:
-            InputError: tables narrower than 3 columns.
+            InputError: tables narrower than 3 columns, or a layer without query bias.
         """
         _check_table_width(self.table_dim)
+        if self.query.bias is None:
+            raise InputError("the local init writes the query bias, and this layer has none: build it with "
+                             "qk_bias=True")
+        nh, dh = self.num_heads, self.head_dim
         self.query.weight.zero_()
-        if self.query.bias is not None:
-            self.query.bias.zero_()
+        self.query.bias.zero_()
+        self.query.bias.view(nh, dh)[:, 0] = 1.0
+        self.key.weight.view(nh, dh, self.dim)[:, 0] = 0.0
         for axis, (table, keys) in enumerate(((self.row_embeddings, self.head_keys_row),
                                               (self.col_embeddings, self.head_keys_col))):
             table.weight.zero_()
