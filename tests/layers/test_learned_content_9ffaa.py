@@ -115,7 +115,7 @@ def test_the_parameters_are_the_reference_layers_under_our_names():
         assert count_parameters(build_model("learned-content")) == 29_601_882 - 6 * (2 * 31 * 200 + 2 * 9 * 400)
 
 
-def test_grids_beyond_the_tables_and_narrow_tables_for_a_local_init_are_refused():
+def test_grids_beyond_the_tables_narrow_tables_for_a_local_init_and_the_bilinear_form_are_refused():
     layer = _layer(max_size=3)
     with pytest.raises(ValueError, match="grid width 4 exceeds the learned table's max_size 3"):
         layer(torch.randn(1, 2, 4, 6, dtype=torch.float64))
@@ -123,6 +123,8 @@ def test_grids_beyond_the_tables_and_narrow_tables_for_a_local_init_are_refused(
         local_init_(_layer(heads=9, table_dim=2), alpha=1.0)
     with pytest.raises(ValueError, match="set table_dim >= 3"):
         build_model(f"{KIND}-mini", init="conv", table_dim=2)
+    with pytest.raises(ValueError, match="has no bilinear path"):
+        layer.bilinear_scores(torch.randn(1, 2, 2, 6, dtype=torch.float64))
 
 
 def test_the_local_init_makes_content_the_same_for_every_key_and_leaves_the_gaussian_score():

@@ -210,6 +210,15 @@ class LearnedContent9ffaaAttention(ContentAttention):
                                beta=beta, alpha=self.content_scale)
         return scores.view(b, nh, n, n)
 
+    def bilinear_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Not available: the base class's bilinear form scales by ``sqrt(D_h)`` and folds only a
+        positional term read by the queries, and this layer's is read by per-head key vectors.
+
+        Raises:
+            InputError: always (this kind has no bilinear path).
+        """
+        raise InputError(f"{self.kind} attention has no bilinear path; choose one of {', '.join(self.impls)}")
+
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer.
 
