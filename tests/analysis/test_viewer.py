@@ -209,6 +209,25 @@ def test_plain_content_model_has_no_positional_values():
     assert (np.abs(page_maps(data, 0, "a", "all")[0] - truth) <= truth * np.expm1(2 * e)[..., None] + 1e-7).all()
 
 
+def test_the_9ffaa_content_form_exports_both_score_terms():
+    """learned-content-9ffaa's positional term (w.r, the same for every image) is shown beside its content term."""
+    torch.manual_seed(0)
+    model = build_model("learned-content-9ffaa", num_layers=1, num_heads=2, dim=8, mlp_dim=8, pooling=8).eval()
+    raw = torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8)
+    export = export_model(model, raw[:1].float() / 255, raw[:1], labels=["a"], average_images=raw.float() / 255,
+                          average_raw=raw)
+    export.manifest.update(name="9ffaa", preset=None, attention="learned-content-9ffaa", epoch=None, accuracy=None)
+    data = read_viewer(build_html([export]))
+    assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": True, "content": True}
+    images = raw[:1].float() / 255
+    for kind in ("content", "positional"):
+        truth = attention_maps(model, images, kind=kind)[0].values.double().numpy()[0]
+        _assert_within(page_maps(data, 0, "a", kind, softmax=False)[0], truth, _row_bound(data, 0, "a", kind, 0))
+    truth = attention_maps(model, images)[0].values.double().numpy()[0]
+    e = _row_bound(data, 0, "a", "content", 0) + _row_bound(data, 0, "a", "positional", 0) + 1e-6
+    assert (np.abs(page_maps(data, 0, "a", "all")[0] - truth) <= truth * np.expm1(2 * e)[..., None] + 1e-7).all()
+
+
 def test_images_beyond_the_test_split_raise_a_typed_error(runs):
     with pytest.raises(ImageIndexError) as beyond:
         export_run(runs["content"], [0, 99, 120], average=2)

@@ -9,8 +9,9 @@ import math
 import pytest
 import torch
 
-from attncnn.layers import (ATTENTION_KINDS, ContentAttention, GatedPositionalAttention, LearnedRelativeAttention,
-                            LearnedRelativeContentAttention, QuadraticAttention, build_attention)
+from attncnn.layers import (ATTENTION_KINDS, ContentAttention, GatedPositionalAttention, LearnedContent9ffaaAttention,
+                            LearnedRelativeAttention, LearnedRelativeContentAttention, QuadraticAttention,
+                            build_attention)
 
 H, W, D, NH = 3, 4, 8, 3   # a small non-square grid
 
@@ -94,6 +95,13 @@ def _naive_probs_cpu(layer, x):
                         (a, c), (e, f) = _pos(qi_), _pos(ki_)
                         s += float(q[bi, qi_, h, :half] @ layer.row_embeddings.weight[e - a + m - 1])
                         s += float(q[bi, qi_, h, half:] @ layer.col_embeddings.weight[f - c + m - 1])
+                    if isinstance(layer, LearnedContent9ffaaAttention):   # q.k / sqrt(D) + w_row.e_row + w_col.e_col
+                        m = layer.max_size
+                        (a, c), (e, f) = _pos(qi_), _pos(ki_)
+                        row.append(s / math.sqrt(layer.dim)
+                                   + float(layer.head_keys_row.weight[h] @ layer.row_embeddings.weight[e - a + m - 1])
+                                   + float(layer.head_keys_col.weight[h] @ layer.col_embeddings.weight[f - c + m - 1]))
+                        continue
                     row.append(s / math.sqrt(dh))
                 rows.append(row)
             out[bi, h] = _naive_softmax(rows)
@@ -185,7 +193,8 @@ def test_fast_path_equals_explicit_path(kind, head_dim, device):
 
 def _naive_terms(layer, x):
     """(content, positional or None), each (B, N_h, N, N), pair by pair in float64: content
-    q_h . k_h / sqrt(D_h) and positional (q_h[:D_h/2] . e_row(k_r - q_r) + q_h[D_h/2:] . e_col(k_c - q_c)) / sqrt(D_h).
+    q_h . k_h / sqrt(D_h) and positional (q_h[:D_h/2] . e_row(k_r - q_r) + q_h[D_h/2:] . e_col(k_c - q_c)) / sqrt(D_h);
+    learned-content-9ffaa: q_h . k_h / sqrt(D) and w_row . e_row(k_r - q_r) + w_col . e_col(k_c - q_c).
     Computed on the CPU, returned on ``x``'s device."""
     content, positional = _naive_terms_cpu(*_on_cpu(layer, x))
     return content.to(x.device), None if positional is None else positional.to(x.device)
@@ -199,20 +208,26 @@ def _naive_terms_cpu(layer, x):
     content = torch.empty(b * nh, n, n, dtype=torch.float64)
     positional = torch.empty(b * nh, n, n, dtype=torch.float64)
     learned = isinstance(layer, LearnedRelativeContentAttention)
+    keyed = isinstance(layer, LearnedContent9ffaaAttention)     # w.r, content over sqrt(D)
     for g in range(b * nh):
         for i in range(n):
             for j in range(n):
-                content[g, i, j] = q[g][i] @ k[g][j] / math.sqrt(dh)
+                content[g, i, j] = q[g][i] @ k[g][j] / math.sqrt(layer.dim if keyed else dh)
+                if keyed:
+                    (qr, qc), (kr, kc), m, h = _pos(i), _pos(j), layer.max_size, g % nh
+                    e_row = layer.row_embeddings.weight[kr - qr + m - 1]
+                    e_col = layer.col_embeddings.weight[kc - qc + m - 1]
+                    positional[g, i, j] = layer.head_keys_row.weight[h] @ e_row + layer.head_keys_col.weight[h] @ e_col
                 if learned:
                     (qr, qc), (kr, kc), m, half = _pos(i), _pos(j), layer.max_size, dh // 2
                     e_row = layer.row_embeddings.weight[kr - qr + m - 1]
                     e_col = layer.col_embeddings.weight[kc - qc + m - 1]
                     positional[g, i, j] = (q[g][i][:half] @ e_row + q[g][i][half:] @ e_col) / math.sqrt(dh)
     shape = (b, nh, n, n)
-    return content.reshape(shape), positional.reshape(shape) if learned else None
+    return content.reshape(shape), positional.reshape(shape) if learned or keyed else None
 
 
-@pytest.mark.parametrize("kind", ["content", "learned-content"])
+@pytest.mark.parametrize("kind", ["content", "learned-content", "learned-content-9ffaa"])
 @pytest.mark.parametrize("head_dim", [None, 6])
 def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim, device):
     layer = _make(kind, device, head_dim=head_dim).double()
@@ -224,7 +239,7 @@ def test_score_terms_equal_naive_formula_and_add_up_to_the_scores(kind, head_dim
         q, _ = layer.queries_keys(x)
         direct = layer.positional_term(q, H, W)
     torch.testing.assert_close(content, expected_content, rtol=1e-12, atol=1e-12)
-    assert layer.has_positional_term == (positional is not None) == (kind == "learned-content")
+    assert layer.has_positional_term == (positional is not None) == kind.startswith("learned-content")
     if positional is None:
         assert direct is None
         torch.testing.assert_close(scores, content, rtol=1e-12, atol=1e-12)

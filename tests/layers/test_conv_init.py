@@ -16,7 +16,7 @@ from attncnn.layers import (ContentAttention, GatedPositionalAttention, LearnedR
                             LearnedRelativeContentAttention, build_attention, conv_initialize_, conv_kernel_size,
                             conv_value_init_, kernel_shifts, local_init_, relative_offsets)
 
-KINDS = ["quadratic", "quadratic-generalized", "learned", "learned-content", "gpsa"]
+KINDS = ["quadratic", "quadratic-generalized", "learned", "learned-content", "learned-content-9ffaa", "gpsa"]
 ALPHA_EXACT = -math.log(torch.finfo(torch.float64).tiny)       # 708.4: one-hot in float64 (theory.default_alpha)
 
 
@@ -117,7 +117,8 @@ def test_every_parameter_still_learns_after_the_init(kind, device):
         assert layer.row_embeddings.weight.grad[:, 3:].abs().sum() > 0
 
 
-@pytest.mark.parametrize("kind", ["quadratic", "quadratic-generalized", "learned", "learned-content"])
+@pytest.mark.parametrize("kind", ["quadratic", "quadratic-generalized", "learned", "learned-content",
+                                  "learned-content-9ffaa"])
 @pytest.mark.parametrize("dilation", [1, 2])
 def test_conv_initialised_layer_equals_conv2d(kind, dilation, device):
     """Large alpha (one-hot in float64): zero-pad the tokens, attend, crop == conv2d(padding=(K//2) d)."""

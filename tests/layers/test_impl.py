@@ -15,6 +15,7 @@ IMPLS = {"quadratic": ("auto", "dense", "separable", "folded"), "quadratic-gener
          "learned": ("auto", "dense", "separable", "folded"),
          "learned-content": ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear",
                              "explicit-onehot", "sdpa-onehot", "flex"),
+         "learned-content-9ffaa": ("auto", "explicit", "explicit-half", "sdpa"),
          "content": ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear"),
          "gpsa": ("auto", "explicit", "explicit-half", "sdpa")}
 

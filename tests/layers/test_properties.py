@@ -12,11 +12,11 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from attncnn.layers import ATTENTION_KINDS, QuadraticAttention, build_attention
+from attncnn.layers import ATTENTION_KINDS, ATTENTION_LAYERS, QuadraticAttention, build_attention
 
 SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DTYPES = st.sampled_from([torch.float32, torch.float64])
-POSITIONAL = [k for k in ATTENTION_KINDS if k not in ("content", "learned-content", "gpsa")]   # position-only
+POSITIONAL = [k for k in ATTENTION_KINDS if ATTENTION_LAYERS[k].position_only]
 
 
 def _tol(dtype: torch.dtype) -> float:

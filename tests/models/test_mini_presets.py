@@ -23,6 +23,8 @@ MINI_COUNTS = {
     "learned-mini": transformer(2 * TABLE_ROWS * D + 2 * D * HEADS),   # 64-d tables + head keys per axis
     # q and k (D -> 9 x 64 with bias) and 32-d tables per axis (half the head width each)
     "learned-content-mini": transformer(2 * (D * HEADS * D + HEADS * D) + 2 * TABLE_ROWS * (D // 2)),
+    # q and k as above, 64-d tables and head keys per axis (the reference's 9ffaa30 form)
+    "learned-content-9ffaa-mini": transformer(2 * (D * HEADS * D + HEADS * D) + 2 * TABLE_ROWS * D + 2 * D * HEADS),
 }
 
 
@@ -50,6 +52,9 @@ def test_hand_counts_agree_with_the_paper_scale_formula():
     quadratic = (12 * d + d) + (d * 10 + 10) + 6 * (block + HEADS * d * d + d + 27)
     with torch.device("meta"):             # counted, never allocated
         assert quadratic == 12_086_844 == count_parameters(build_model("quadratic"))
+        # learned + content, 9ffaa30 form: q and k (D -> 9 D, with bias), 400-d tables and head keys per axis
+        keyed = quadratic - 6 * 27 + 6 * (2 * (d * HEADS * d + HEADS * d) + 2 * TABLE_ROWS * d + 2 * d * HEADS)
+        assert keyed == 29_601_882 == count_parameters(build_model("learned-content-9ffaa"))
         assert resnet((64, 128, 256, 512)) == 11_173_962 == count_parameters(build_model("resnet18"))
 
 

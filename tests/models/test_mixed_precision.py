@@ -10,7 +10,7 @@ import torch
 from attncnn.models import build_model
 
 
-@pytest.mark.parametrize("attention", ["quadratic", "learned", "learned-content"])
+@pytest.mark.parametrize("attention", ["quadratic", "learned", "learned-content", "learned-content-9ffaa"])
 def test_layernorm_and_the_residual_stream_stay_float32_under_bf16_autocast(attention, device):
     torch.manual_seed(0)
     model = build_model("demo", attention=attention, dim=16, mlp_dim=16, max_size=8).to(device)

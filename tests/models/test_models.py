@@ -16,6 +16,8 @@ PAPER_COUNTS = {
     "quadratic-generalized": 12_087_006,
     "learned": 12_278_682,
     "learned-content": 29_484_282,
+    # the reference repository's content form at 9ffaa30: 400-wide tables and per-head key vectors
+    "learned-content-9ffaa": 29_601_882,
     "many-heads": 18_806_970,
 }
 
@@ -26,7 +28,8 @@ def test_exact_parameter_counts(name, count):
 
 
 def test_list_presets_has_paper_runs_demo_and_the_cpu_scale_suite():
-    mini = {f"{name}-mini" for name in ("quadratic", "quadratic-generalized", "learned", "learned-content", "resnet18")}
+    mini = {f"{name}-mini" for name in ("quadratic", "quadratic-generalized", "learned", "learned-content",
+                                        "learned-content-9ffaa", "resnet18")}
     # conv-initialised attention (tests/models/test_conv_init_models.py)
     conv_init = {"gpsa", "gpsa-mini", "quadratic-conv", "learned-conv", "quadratic-conv-mini", "learned-conv-mini"}
     convit = {"deit-mini", "convit-mini"}           # ConViT's comparison (tests/models/test_convit_presets.py)

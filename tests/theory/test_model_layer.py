@@ -73,7 +73,8 @@ def test_configured_alpha_is_a_blurred_convolution_within_lemma_2(test_images):
     assert check.conv.report.errors["relative"]["interior"] > 0.1
 
 
-@pytest.mark.parametrize("preset", ["gpsa-mini", "learned-content-mini", "quadratic-mini"])
+@pytest.mark.parametrize("preset", ["gpsa-mini", "learned-content-mini", "learned-content-9ffaa-mini",
+                                    "quadratic-mini"])
 def test_content_layers_and_random_init(test_images, preset):
     torch.manual_seed(0)
     model = build_model(preset)

@@ -1,5 +1,14 @@
-"""Content + learned relative attention, the paper's "SA learned emb. + content" (Table 1;
-reference ``Learned2DRelativeSelfAttention`` with content).
+"""Content + learned relative attention in the q.r form, the paper's "SA learned emb. + content"
+(Table 1, 29.5 M parameters).
+
+Score: ``(q . k + q . r_delta) / sqrt(D_h)`` (paper eq. 8, terms 1-2), with r_delta = [e_row(delta_1);
+e_col(delta_2)] from two tables of width ``D_h/2`` and no per-head key vectors. At the paper's size
+(6 layers, width 400, 9 heads) the network has 29,484,282 parameters, the count that matches
+Table 1's 29.5 M. The reference repository (epfml/attention-cnn at 9ffaa30) does not contain this
+form: its ``Learned2DRelativeSelfAttention`` with content scores ``w . r_delta + q . k / sqrt(D)``
+with 400-wide tables and per-head key vectors (29,601,882 parameters), the kind
+``learned-content-9ffaa`` (:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in a
+fork of it.
 
 A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
@@ -54,11 +63,13 @@ def _axis_onehot(height: int, width: int, device: torch.device, dtype: torch.dty
 
 
 class LearnedRelativeContentAttention(ContentAttention):
-    """Content + learned relative attention, the paper's "SA learned emb. + content" (29.5 M).
+    """Content + learned relative attention in the q.r form, the paper's "SA learned emb. + content"
+    (Table 1's 29.5 M; the reference repository's 9ffaa30 form is ``learned-content-9ffaa``).
 
-    Score of head h (paper eq. 8, terms 1-2, in the reference code's later form with the q.r term):
+    Score of head h (paper eq. 8, terms 1-2):
     ``A = (q_h . k_h + q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``,
-    with tables of width ``D_h/2`` per axis and no per-head key vectors.
+    with tables of width ``D_h/2`` per axis and no per-head key vectors; ``row`` is the shift along
+    image rows (delta_1 = key row - query row), ``col`` along columns.
 
     Args:
         dim, num_heads, head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.ContentAttention`.
@@ -163,8 +174,8 @@ class LearnedRelativeContentAttention(ContentAttention):
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
 
-        Paper eq. 8, term 2, in the reference code's later form (r_delta = [e_row(delta_1); e_col(delta_2)],
-        no separate key map for positions).
+        Paper eq. 8, term 2, with r_delta = [e_row(delta_1); e_col(delta_2)] and no separate key map
+        for positions (the q.r form; the module docstring says where it comes from).
 
         Args:
             q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.

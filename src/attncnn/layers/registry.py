@@ -19,14 +19,15 @@ from .content import ContentAttention
 from .gpsa import GatedPositionalAttention
 from .learned import LearnedRelativeAttention
 from .learned_content import LearnedRelativeContentAttention
+from .learned_content_9ffaa import LearnedContent9ffaaAttention
 from .quadratic import QuadraticAttention
 
 __all__ = ["ATTENTION_LAYERS", "ATTENTION_KINDS", "attention_class", "build_attention", "is_attention_layer",
            "attention_modules", "dense_attention"]
 
 _LAYER_CLASSES: tuple[type[GridAttention], ...] = (
-    QuadraticAttention, LearnedRelativeAttention, LearnedRelativeContentAttention, ContentAttention,
-    GatedPositionalAttention,
+    QuadraticAttention, LearnedRelativeAttention, LearnedRelativeContentAttention, LearnedContent9ffaaAttention,
+    ContentAttention, GatedPositionalAttention,
 )
 
 #: kind name -> layer class (a class may serve several kinds, told apart by its kind_kwargs)

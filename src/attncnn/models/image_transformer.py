@@ -74,7 +74,7 @@ class ImageTransformerConfig:
     attn_dropout: float = 0.1           #: dropout on attention probabilities
     layer_norm_eps: float = 1e-12
     max_size: int = 16                  #: learned tables: largest token-grid side
-    table_dim: int | None = None        #: learned position-only tables: width per axis (None: D)
+    table_dim: int | None = None        #: learned, learned-content-9ffaa tables: width per axis (None: D)
     center_init_std: float = 2.0        #: quadratic: std of initial centres, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
     #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning

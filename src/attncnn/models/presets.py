@@ -65,6 +65,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
     Preset("learned-content", "SA learned emb. + content-based att. (q.k + q.r, 200-d tables)",
            "image-transformer", {"attention": "learned-content"}, _PAPER_RECIPE,
            {"accuracy": 0.871, "params": "29.5 M", "note": "accuracy recalled, unconfirmed"}),
+    Preset("learned-content-9ffaa", "SA learned emb. + content in the reference repository's form at 9ffaa30 "
+           "(w.r + q.k/sqrt(D), 400-d tables, per-head key vectors; 29.6 M)",
+           "image-transformer", {"attention": "learned-content-9ffaa"}, _PAPER_RECIPE,
+           {"accuracy": None, "params": "-", "note": "Table 1's row (29.5 M) counts the q.r form: learned-content"}),
     Preset("many-heads", "SA quadratic emb. with 16 heads (runs/many-heads)", "image-transformer",
            {"attention": "quadratic", "num_heads": 16}, _PAPER_RECIPE,
            {"accuracy": None, "params": "-"}),
@@ -102,6 +106,9 @@ PRESETS.update({p.name: p for p in [
     Preset("learned-content-mini", "CPU-scale learned + content attention (width 64, 6 epochs; the slowest mini "
            "model to train: its maps are computed per image)",
            "image-transformer", {**_MINI_MODEL, "attention": "learned-content"}, _MINI_RECIPE, _MINI_NOTE),
+    Preset("learned-content-9ffaa-mini", "CPU-scale learned + content attention in the reference repository's "
+           "9ffaa30 form (w.r + q.k/sqrt(D), 64-d tables; width 64, 6 epochs)",
+           "image-transformer", {**_MINI_MODEL, "attention": "learned-content-9ffaa"}, _MINI_RECIPE, _MINI_NOTE),
     Preset("resnet18-mini", "CPU-scale CIFAR ResNet18: widths 11/22/44/88 (332 k parameters), 6 epochs, "
            "cosine like the attention models", "resnet", {"widths": [11, 22, 44, 88]}, _MINI_RECIPE, _MINI_NOTE),
 ]})
