@@ -14,6 +14,10 @@ Facts used (names, shapes, conventions; no code of the reference):
 * learned: ``row_embeddings``/``col_embeddings`` ``(2M-1, E)``, ``head_keys_row``/``head_keys_col``
   ``(N_h, E)``, ``value``, buffer ``relative_indices (M, M)`` int64 ``[i, j] = j - i + M - 1``; its
   ``row_*`` score the shift along the grid's dim 2 (columns), its ``col_*`` along dim 1 (rows).
+* learned + content (the same layer with ``use_attention_data``): the learned tensors and
+  ``query``/``key`` ``(N_h*D, D)`` with bias, head h's coordinates ``h*D .. (h+1)*D - 1``; score
+  ``head_keys_row . row_emb(column shift) + head_keys_col . col_emb(row shift) + q_h.k_h / sqrt(D)``
+  (the positional part unscaled, no ``attention_mask``), softmax over every key, per image.
 * content (``BertSelfAttention`` on the flattened grid): ``query``/``key``/``value`` ``(D, D)``,
   heads of width ``D / N_h``, scores ``q.k / sqrt(D / N_h) + attention_mask``, no map after the
   mix but ``attention.output.dense``.
@@ -28,9 +32,11 @@ import torch
 
 def reference_config(kind: str, *, layers=2, heads=4, dim=8, mlp=6, pooling=2, max_position=16, width=-1,
                      dataset="Cifar10", **extra) -> dict:
-    """A reference config.yaml's values for ``kind`` (quadratic, quadratic-generalized, learned, content)."""
+    """A reference config.yaml's values for ``kind`` (quadratic, quadratic-generalized, learned,
+    learned-content-9ffaa, content)."""
     flags = {"quadratic": (True, True, False), "quadratic-generalized": (True, False, False),
-             "learned": (False, False, True), "content": (False, False, False)}[kind]
+             "learned": (False, False, True), "learned-content-9ffaa": (False, False, True),
+             "content": (False, False, False)}[kind]
     return {"dataset": dataset, "model": "bert", "optimizer": "SGD", "optimizer_cosine_lr": True,
             "optimizer_warmup_ratio": 0.05, "optimizer_decay_at_epochs": [80, 150, 250],
             "optimizer_decay_with_factor": 10.0, "optimizer_learning_rate": 0.1, "optimizer_momentum": 0.9,
@@ -39,7 +45,8 @@ def reference_config(kind: str, *, layers=2, heads=4, dim=8, mlp=6, pooling=2, m
             "num_attention_heads": heads, "intermediate_size": mlp, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
             "attention_probs_dropout_prob": 0.1, "max_position_embeddings": max_position, "layer_norm_eps": 1e-12,
             "use_gaussian_attention": flags[0], "attention_isotropic_gaussian": flags[1],
-            "use_learned_2d_encoding": flags[2], "use_attention_data": False, "gaussian_init_sigma_std": 0.01,
+            "use_learned_2d_encoding": flags[2], "use_attention_data": kind == "learned-content-9ffaa",
+            "gaussian_init_sigma_std": 0.01,
             "gaussian_init_mu_std": 2.0, "attention_gaussian_blur_trick": False, "pooling_concatenate_size": pooling,
             "pooling_use_resnet": False, "num_keep_checkpoints": 30, "prune_degenerated_heads": False, **extra}
 
@@ -69,6 +76,9 @@ def reference_state(cfg: dict, classes: int = 10, seed: int = 0) -> dict[str, to
             for axis in ("row", "col"):
                 state[s + f"{axis}_embeddings.weight"] = rnd(2 * m - 1, e, scale=1.0)
                 state[s + f"head_keys_{axis}.weight"] = rnd(heads, e)
+            if cfg["use_attention_data"]:
+                for name in ("query", "key"):
+                    state[s + f"{name}.weight"], state[s + f"{name}.bias"] = rnd(heads * d, d), rnd(heads * d)
             state[s + "value.weight"], state[s + "value.bias"] = rnd(d, heads * d), rnd(d)
         else:
             for name in ("query", "key", "value"):
@@ -117,9 +127,19 @@ def _attention(state: dict, s: str, cfg: dict, x: torch.Tensor, h: int, w: int) 
     b, n, dim = x.shape
     heads = cfg["num_attention_heads"]
     if cfg["use_gaussian_attention"] or cfg["use_learned_2d_encoding"]:
-        probs = torch.softmax(_positional_scores(state, s, cfg, h, w), -1)           # (N_h, N, N)
-        heads = probs.shape[0]
-        mixed = torch.einsum("hqk,bkd->bqhd", probs, x).reshape(b, n, heads * dim)
+        scores = _positional_scores(state, s, cfg, h, w)                             # (N_h, N, N)
+        heads = scores.shape[0]
+        if cfg["use_learned_2d_encoding"] and cfg["use_attention_data"]:
+            def project(name):                                                       # (B, N_h, N, D)
+                y = x @ state[s + f"{name}.weight"].T + state[s + f"{name}.bias"]
+                return y.reshape(b, n, heads, dim).transpose(1, 2)
+
+            content = project("query") @ project("key").transpose(-1, -2) / math.sqrt(dim)
+            probs = torch.softmax(scores[None] + content, -1)                        # (B, N_h, N, N)
+            mixed = torch.einsum("bhqk,bkd->bqhd", probs, x).reshape(b, n, heads * dim)
+        else:
+            probs = torch.softmax(scores, -1)
+            mixed = torch.einsum("hqk,bkd->bqhd", probs, x).reshape(b, n, heads * dim)
         return mixed @ state[s + "value.weight"].T + state[s + "value.bias"]
     width = dim // heads
 

@@ -18,7 +18,8 @@ from attncnn.errors import AttncnnError, InputError
 from attncnn.reference import PROVENANCE_FILE, convert_reference, export_reference
 from attncnn.runs import CheckpointError, load_checkpoint
 
-KINDS = ["quadratic", "quadratic-generalized", "learned", "content"]
+KINDS = ["quadratic", "quadratic-generalized", "learned", "learned-content-9ffaa", "content"]
+LEARNED = ["learned", "learned-content-9ffaa"]
 
 
 def save_reference(folder, cfg, state, *, epoch=41, accuracy=0.8125, name="final.checkpoint", config=True,
@@ -39,8 +40,11 @@ def converted_logits(run, images):
 @pytest.mark.parametrize("kind", KINDS)
 def test_the_converted_network_computes_the_reference_formulas(tmp_path, kind):
     # non-default sizes come along: 3 layers, width 12, 3 heads, MLP 10, 7 classes, a 16x12 token grid
-    cfg = reference_config(kind, layers=3, heads=3, dim=12, mlp=10, width=5 if kind == "learned" else -1,
-                           dataset="/data/custom")
+    # (the reference's code runs square grids only; its formula is written for any), learned tables
+    # 5 wide for M = 17
+    learned = kind in LEARNED
+    cfg = reference_config(kind, layers=3, heads=3, dim=12, mlp=10, width=5 if learned else -1,
+                           max_position=17 if learned else 16, dataset="/data/custom")
     state = reference_state(cfg, classes=7)
     run = convert_reference(save_reference(tmp_path / "ref", cfg, state), tmp_path / "run", data="cifar10")
     images = torch.randn(2, 3, 32, 24, dtype=torch.float64)
@@ -49,20 +53,26 @@ def test_the_converted_network_computes_the_reference_formulas(tmp_path, kind):
     net = attncnn.load_model(run).network
     assert (net.config.num_layers, net.config.dim, net.config.num_heads, net.config.mlp_dim,
             net.config.num_classes, net.config.attention) == (3, 12, 3, 10, 7, kind)
+    if learned:
+        assert (net.config.max_size, net.config.table_dim) == (17, 5)
+        recipe = json.loads((run / "config.json").read_text())
+        assert (recipe["preset"], recipe["model"]["table_dim"], recipe["model"]["max_size"]) == (kind, 5, 17)
 
 
-def test_without_the_axis_swap_the_learned_model_is_another_function(tmp_path, monkeypatch):
-    cfg = reference_config("learned", layers=1, heads=2, dim=8)
+@pytest.mark.parametrize("kind", LEARNED)
+def test_without_the_axis_swap_the_learned_model_is_another_function(tmp_path, monkeypatch, kind):
+    cfg = reference_config(kind, layers=1, heads=2, dim=8)
     state = reference_state(cfg)
     images = torch.randn(2, 3, 32, 24, dtype=torch.float64)
     expected = reference_forward(state, cfg, images)
     path = save_reference(tmp_path / "ref", cfg, state)
     swapped = convert_reference(path, tmp_path / "swapped")
     torch.testing.assert_close(converted_logits(swapped, images), expected, rtol=1e-10, atol=1e-10)
-    learned = next(e for e in kinds.REFERENCE_KINDS if e.kind == "learned")
+    learned = next(e for e in kinds.REFERENCE_KINDS if e.kind == kind)
+    assert learned.renames[:len(kinds.LEARNED_RENAMES)] == kinds.LEARNED_RENAMES
     unswapped = tuple((ours, ours) for ours, _ in kinds.LEARNED_RENAMES) + learned.renames[len(kinds.LEARNED_RENAMES):]
     monkeypatch.setattr(kinds, "REFERENCE_KINDS", tuple(
-        dataclasses.replace(e, renames=unswapped) if e.kind == "learned" else e for e in kinds.REFERENCE_KINDS))
+        dataclasses.replace(e, renames=unswapped) if e.kind == kind else e for e in kinds.REFERENCE_KINDS))
     wrong = converted_logits(convert_reference(path, tmp_path / "unswapped"), images)
     assert (wrong - expected).abs().max() > 1e-3
 
@@ -87,17 +97,19 @@ def test_export_then_convert_gives_every_tensor_back(tmp_path, kind):
     assert all(torch.equal(first.model_state[k], second.model_state[k]) for k in first.model_state)
 
 
-def test_an_exported_network_of_ours_converts_back_to_identical_weights(tmp_path):
+@pytest.mark.parametrize("preset, extra", [("quadratic-generalized", {}),
+                                           ("learned-content-9ffaa", {"max_size": 10, "table_dim": 5})])
+def test_an_exported_network_of_ours_converts_back_to_identical_weights(tmp_path, preset, extra):
     # a network that did not come from the reference: content attention whose value map is not the
     # identity is folded into the output map on the way out (exact function, not identical weights),
-    # so the round trip is checked on a Gaussian model, whose names alone change
+    # so the round trip is checked on kinds whose names alone change
     from attncnn.models import build_model
     from attncnn.runs import Checkpoint, TrainConfig, write_checkpoint
 
     torch.manual_seed(3)
-    model = build_model("quadratic-generalized", num_layers=2, dim=8, mlp_dim=6, num_heads=4)
-    recipe = TrainConfig(preset="quadratic-generalized",
-                         model={"num_layers": 2, "dim": 8, "mlp_dim": 6, "num_heads": 4})
+    sizes = {"num_layers": 2, "dim": 8, "mlp_dim": 6, "num_heads": 4, **extra}
+    model = build_model(preset, **sizes)
+    recipe = TrainConfig(preset=preset, model=sizes)
     meta = {"arch": model.arch, "model_config": dataclasses.asdict(model.config), "config": recipe.to_dict(),
             "epoch": 5, "metrics": {"test_accuracy": 0.5}}
     write_checkpoint(tmp_path / "ours.safetensors", Checkpoint(model.state_dict(), None, {}, meta))
@@ -106,6 +118,7 @@ def test_an_exported_network_of_ours_converts_back_to_identical_weights(tmp_path
     assert set(back.model_state) == set(model.state_dict())
     assert all(torch.equal(back.model_state[k], v) for k, v in model.state_dict().items())
     assert back.metadata["epoch"] == 5 and back.metadata["config"]["epochs"] == 300
+    assert all(back.metadata["model_config"][k] == v for k, v in sizes.items())
 
 
 def test_the_run_folder_records_where_its_weights_came_from(tmp_path):
@@ -145,8 +158,9 @@ def test_data_parallel_names_and_gpu_saved_tensors_load(tmp_path, monkeypatch, l
                                rtol=1e-10, atol=1e-10)
 
 
-def test_sizes_come_from_the_tensors_without_a_config(tmp_path):
-    cfg = reference_config("learned", layers=3, heads=5, dim=10, mlp=7, max_position=9, pooling=1)
+@pytest.mark.parametrize("kind", LEARNED)
+def test_sizes_come_from_the_tensors_without_a_config(tmp_path, kind):
+    cfg = reference_config(kind, layers=3, heads=5, dim=10, mlp=7, max_position=9, pooling=1, width=6)
     state = reference_state(cfg, classes=100)
     run = convert_reference(save_reference(tmp_path / "ref", cfg, state, config=False), tmp_path / "run")
     images = torch.randn(1, 3, 8, 8, dtype=torch.float64)
@@ -154,6 +168,8 @@ def test_sizes_come_from_the_tensors_without_a_config(tmp_path):
                                rtol=1e-10, atol=1e-10)
     recipe = json.loads((run / "config.json").read_text())
     assert recipe["data"] == "cifar100" and recipe["model"]["max_size"] == 9 and recipe["model"]["pooling"] == 1
+    assert (recipe["preset"], recipe["model"]["attention"], recipe["model"]["table_dim"]) == (kind, kind, 6)
+    assert attncnn.load_model(run).network.config.num_heads == 5
     assert json.loads((run / PROVENANCE_FILE).read_text())["config"] is None
 
 
@@ -197,13 +213,13 @@ def test_bad_inputs_are_refused_and_leave_nothing(tmp_path):
     content = reference_config("content")
     _refused(tmp_path, save_reference(tmp_path / "c", content, reference_state(content), config=False),
              "head count of plain content attention")
-    learned_content = {**reference_config("learned"), "use_attention_data": True}
-    lc_state = reference_state(reference_config("learned"))
-    for i in range(2):
-        for m in ("query", "key"):
-            lc_state[f"encoder.layer.{i}.attention.self.{m}.weight"] = torch.zeros(4 * 8, 8)
-            lc_state[f"encoder.layer.{i}.attention.self.{m}.bias"] = torch.zeros(4 * 8)
-    _refused(tmp_path, save_reference(tmp_path / "lc", learned_content, lc_state), "learned-content-9ffaa")
+    # learned + content tensors under a learned-only configuration (and the reverse) name the flag
+    learned_content = reference_config("learned-content-9ffaa")
+    lc_state = reference_state(learned_content)
+    _refused(tmp_path, save_reference(tmp_path / "lc", learned_content, lc_state),
+             "use_attention_data=False but", config={**learned_content, "use_attention_data": False})
+    _refused(tmp_path, save_reference(tmp_path / "l", learned_content, reference_state(reference_config("learned"))),
+             "use_attention_data=True but")
     with pytest.raises(CheckpointError):
         convert_reference(truncated, tmp_path / "run")
     with pytest.raises(InputError):

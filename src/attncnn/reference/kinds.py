@@ -4,8 +4,9 @@ The reference's ``BertImage`` (epfml/attention-cnn at 9ffaa30, ``models/transfor
 ``models/bert.py``) chooses each layer's attention with three flags of its ``config.yaml``:
 ``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian`` picks one
 spread per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
-``use_attention_data`` adds content scores) and neither (``BertSelfAttention``, plain content
-attention over the flattened grid). One :class:`ReferenceKind` per kind says which flags select it,
+``use_attention_data`` adds content scores ``q.k / sqrt(D)``: our ``learned-content-9ffaa``) and
+neither (``BertSelfAttention``, plain content attention over the flattened grid): five kinds, all
+of them here. One :class:`ReferenceKind` per kind says which flags select it,
 which of our attention kinds computes the same function, and how the tensors of one layer's
 attention are named on each side. Adding a kind is one more entry of :data:`REFERENCE_KINDS`.
 
@@ -22,7 +23,7 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["ReferenceKind", "REFERENCE_KINDS", "PENDING_KINDS", "kind_of_flags", "FLAG_KEYS"]
+__all__ = ["ReferenceKind", "REFERENCE_KINDS", "kind_of_flags", "FLAG_KEYS"]
 
 #: the reference configuration keys that choose a layer's attention
 FLAG_KEYS = ("use_gaussian_attention", "attention_isotropic_gaussian", "use_learned_2d_encoding", "use_attention_data")
@@ -120,6 +121,9 @@ LEARNED_RENAMES = (("row_embeddings.weight", "col_embeddings.weight"),
                    ("col_embeddings.weight", "row_embeddings.weight"),
                    ("head_keys_row.weight", "head_keys_col.weight"),
                    ("head_keys_col.weight", "head_keys_row.weight"))
+#: query and key maps, ``D -> N_h D_h`` with bias, head-major on both sides (head h's coordinates
+#: ``h D_h .. (h + 1) D_h - 1``), so they copy as they are
+_QUERY_KEY = tuple((f"{m}.{p}", f"{m}.{p}") for m in ("query", "key") for p in ("weight", "bias"))
 
 
 def _content_in(ref: Tensors, ours: Tensors, heads: int, dim: int) -> None:
@@ -181,19 +185,19 @@ REFERENCE_KINDS: tuple[ReferenceKind, ...] = (
         flags={"use_gaussian_attention": False, "use_learned_2d_encoding": True, "use_attention_data": False},
         renames=LEARNED_RENAMES + _VALUE, heads_tensor="head_keys_row.weight",
         options=_learned_options, reference_values=_learned_values, extra_buffers=_learned_buffers),
+    # Learned2DRelativeSelfAttention with use_attention_data: the learned tables as above (the same
+    # swap, the same relative_indices buffer) and query/key maps D -> N_h D with heads as wide as
+    # the model; both score w_row.e_row + w_col.e_col + q.k / sqrt(D), softmax over every key
+    ReferenceKind(
+        kind="learned-content-9ffaa", preset="learned-content-9ffaa",
+        flags={"use_gaussian_attention": False, "use_learned_2d_encoding": True, "use_attention_data": True},
+        renames=LEARNED_RENAMES + _QUERY_KEY + _VALUE, heads_tensor="head_keys_row.weight",
+        options=_learned_options, reference_values=_learned_values, extra_buffers=_learned_buffers),
     ReferenceKind(
         kind="content", preset="quadratic",
         flags={"use_gaussian_attention": False, "use_learned_2d_encoding": False},
-        renames=tuple((f"{m}.{p}", f"{m}.{p}") for m in ("query", "key") for p in ("weight", "bias")),
-        heads_tensor=None, options=_content_options, reference_values=_content_values,
+        renames=_QUERY_KEY, heads_tensor=None, options=_content_options, reference_values=_content_values,
         to_ours=_content_in, to_reference=_content_out),
-)
-
-#: Reference kinds without an entry yet: flags -> (what the reference computes, our kind that will take it).
-PENDING_KINDS: tuple[tuple[dict, str, str], ...] = (
-    ({"use_gaussian_attention": False, "use_learned_2d_encoding": True, "use_attention_data": True},
-     "learned + content attention scoring w_row.e_row + w_col.e_col + q.k/sqrt(D) (Learned2DRelativeSelfAttention "
-     "with use_attention_data)", "learned-content-9ffaa"),
 )
 
 
@@ -201,8 +205,7 @@ def kind_of_flags(flags: dict) -> ReferenceKind:
     """The entry whose ``flags`` the reference configuration ``flags`` (all of :data:`FLAG_KEYS`) has.
 
     Raises:
-        InputError: both Gaussian and learned attention (the reference refuses it too), or a kind
-            without an entry (the message names the attention kind it needs).
+        InputError: both Gaussian and learned attention (the reference refuses it too).
     """
     if flags["use_gaussian_attention"] and flags["use_learned_2d_encoding"]:
         raise InputError("the configuration sets both use_gaussian_attention and use_learned_2d_encoding, which the "
@@ -210,9 +213,4 @@ def kind_of_flags(flags: dict) -> ReferenceKind:
     for entry in REFERENCE_KINDS:
         if all(bool(flags[k]) == v for k, v in entry.flags.items()):
             return entry
-    for wanted, what, kind in PENDING_KINDS:
-        if all(bool(flags[k]) == v for k, v in wanted.items()):
-            raise InputError(f"this reference checkpoint is {what}; converting it needs the attention kind {kind!r}, "
-                             f"which this attncnn does not have. Our 'learned-content' kind is another function "
-                             "((q.k + q.r)/sqrt(D_h)), so it cannot take these weights")
     raise InputError(f"no attention kind of attncnn matches the reference flags {flags}")
