@@ -29,7 +29,7 @@ from reference_style import reference_style_model
 
 from attncnn._io import atomic_write_text
 from attncnn.models import build_model
-from attncnn.perf.bench.command import parse_variants
+from attncnn.perf.bench.presets import parse_variants
 from attncnn.perf.bench.harness import bench_preset_isolated, matmul_peak
 from attncnn.perf.machine import machine_info
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from attncnn import cli
+from attncnn.cli import presets as presets_command
 from attncnn.training import TrainingInterrupted
 
 
@@ -23,13 +24,13 @@ def _presets_raising(exc):
 
 
 def test_main_lets_ctrl_c_through(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_cmd_presets", _presets_raising(KeyboardInterrupt()))
+    monkeypatch.setattr(presets_command, "handle", _presets_raising(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         cli.main(["presets"])
 
 
 def test_console_turns_ctrl_c_into_one_line_and_130(monkeypatch, capsys):
-    monkeypatch.setattr(cli, "_cmd_presets", _presets_raising(KeyboardInterrupt()))
+    monkeypatch.setattr(presets_command, "handle", _presets_raising(KeyboardInterrupt()))
     assert cli.console_main(["presets"]) == 130
     assert capsys.readouterr().err == "attncnn: interrupted\n"
 
@@ -41,7 +42,7 @@ def _stopped_training(signum, tmp_path):
 
 
 def test_ctrl_c_saved_by_training_still_stops_an_in_process_caller(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cli, "_cmd_presets", _presets_raising(_stopped_training(signal.SIGINT, tmp_path)))
+    monkeypatch.setattr(presets_command, "handle", _presets_raising(_stopped_training(signal.SIGINT, tmp_path)))
     with pytest.raises(KeyboardInterrupt):
         cli.main(["presets"])
     assert f"Resume with: attncnn train --resume {tmp_path}" in capsys.readouterr().err
@@ -52,7 +53,7 @@ def test_ctrl_c_saved_by_training_still_stops_an_in_process_caller(monkeypatch, 
 
 
 def test_sigterm_saved_by_training_is_status_143(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cli, "_cmd_presets", _presets_raising(_stopped_training(signal.SIGTERM, tmp_path)))
+    monkeypatch.setattr(presets_command, "handle", _presets_raising(_stopped_training(signal.SIGTERM, tmp_path)))
     assert cli.main(["presets"]) == 143
     assert "Resume with:" in capsys.readouterr().err
 
@@ -61,7 +62,7 @@ def test_the_executable_is_console_main():
     import tomllib
     pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
     assert pyproject["project"]["scripts"]["attncnn"] == "attncnn.cli:console_main"
-    main_module = (Path(cli.__file__).parent / "__main__.py").read_text(encoding="utf-8")
+    main_module = (Path(cli.__file__).parents[1] / "__main__.py").read_text(encoding="utf-8")
     assert "sys.exit(console_main())" in main_module
 
 
@@ -69,11 +70,12 @@ def test_ctrl_c_in_main_stops_a_pytest_run(tmp_path):
     suite = tmp_path / "test_suite.py"
     suite.write_text(textwrap.dedent("""
         from attncnn import cli
+        from attncnn.cli import presets as presets_command
 
         def test_first(monkeypatch):
             def handler(args):
                 raise KeyboardInterrupt       # what Ctrl-C does during the command
-            monkeypatch.setattr(cli, "_cmd_presets", handler)
+            monkeypatch.setattr(presets_command, "handle", handler)
             assert cli.main(["presets"]) == 0
 
         def test_second():

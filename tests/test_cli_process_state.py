@@ -9,6 +9,8 @@ import os
 import pytest
 
 from attncnn import cli
+from attncnn.cli import presets as presets_command
+from attncnn.cli import train as train_command
 from attncnn.perf import host_memory
 
 
@@ -24,8 +26,8 @@ def seen(monkeypatch):
         record["heap at handler"] = list(record["heap"])
         return 0
 
-    monkeypatch.setattr(cli, "_cmd_train", handler)
-    monkeypatch.setattr(cli, "_cmd_presets", handler)
+    monkeypatch.setattr(train_command, "handle", handler)
+    monkeypatch.setattr(presets_command, "handle", handler)
     return record
 
 

@@ -12,9 +12,10 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "attncnn"
 PY_FILES = sorted(SRC.rglob("*.py"))
 
 # cli -> api/reproduce -> analysis/theory -> perf -> training -> runs -> models -> layers: what each
-# package may import from attncnn (api, the way in from Python, sits beside the command line: nothing
-# imports it). perf sits above training because it times the real training step to make the plan the
-# loop takes; training imports nothing from perf. Reading a run goes through runs, never training.
+# package may import from attncnn. The command line (cli) sits at the top: it may import every package
+# and none imports it. api, the way in from Python, sits just below it: only cli imports it. perf sits
+# above training because it times the real training step to make the plan the loop takes; training
+# imports nothing from perf. Reading a run goes through runs, never training.
 ALLOWED = {
     "layers": set(),
     "models": {"layers"},
@@ -25,9 +26,12 @@ ALLOWED = {
     "theory": {"perf", "runs", "layers", "models", "data"},
     "analysis": {"perf", "runs", "layers", "models", "data", "theory"},
     "reproduce": {"training", "perf", "runs", "layers", "models", "data", "theory", "analysis"},
-    "api": {"perf", "runs", "layers", "models", "data", "analysis"},
+    "api": {"perf", "training", "runs", "layers", "models", "data", "analysis"},
     "reference": {"runs", "models", "layers"},
+    "cli": {"api", "reference", "reproduce", "analysis", "theory", "perf", "training", "runs", "models", "layers", "data"},
 }
+#: the one module outside the packages that may import the command line: ``python -m attncnn``
+RUNS_THE_COMMAND_LINE = {"__main__.py"}
 MAX_FUNCTION_LINES = 80
 MAX_FILE_LINES = 450
 # declarative argparse registration may be longer (one line per flag)
@@ -55,6 +59,44 @@ def test_imports_follow_the_arrow(package):
     for path in sorted((SRC / package).rglob("*.py")):
         wrong = {p for p in _package_imports(path) if (SRC / p).is_dir() and p != package} - ALLOWED[package]
         assert not wrong, f"{path.relative_to(SRC)} imports {sorted(wrong)}"
+
+
+def test_only_the_command_line_parses_arguments():
+    # the library takes plain values: argument parsing (argparse, sys.argv) lives in attncnn/cli alone
+    found = []
+    for path in PY_FILES:
+        if path.relative_to(SRC).parts[0] == "cli":
+            continue
+        found += [f"{path.relative_to(SRC)}:{line}" for line in _argument_parsing(path.read_text())]
+    assert not found
+
+
+def _argument_parsing(source: str) -> list[str]:
+    """``"<line> imports argparse"`` / ``"<line> reads sys.argv"`` for each in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "argparse" for a in node.names) or (
+                isinstance(node, ast.ImportFrom) and node.module == "argparse"):
+            found.append(f"{node.lineno} imports argparse")
+        if isinstance(node, ast.Attribute) and node.attr == "argv" and isinstance(node.value, ast.Name) \
+                and node.value.id == "sys":
+            found.append(f"{node.lineno} reads sys.argv")
+    return found
+
+
+def test_nothing_in_the_library_imports_the_command_line():
+    importers = [str(path.relative_to(SRC)) for path in PY_FILES
+                 if path.relative_to(SRC).parts[0] != "cli" and "cli" in _package_imports(path)]
+    assert set(importers) == RUNS_THE_COMMAND_LINE
+
+
+def test_the_parsing_checker_sees_argparse_and_argv():
+    # guards the two tests above against passing because their checkers found nothing
+    assert _argument_parsing("import argparse\nimport sys\nx = sys.argv[1:]\n") == ["1 imports argparse",
+                                                                                     "3 reads sys.argv"]
+    assert _argument_parsing("from argparse import Namespace\n") == ["1 imports argparse"]
+    assert _argument_parsing((SRC / "cli" / "_parsing.py").read_text())
+    assert "cli" in _package_imports(SRC / "__main__.py")
 
 
 #: what the studies may take from training: running a training or an evaluation, its stop signal, and

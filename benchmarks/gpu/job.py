@@ -331,7 +331,7 @@ def record_predictions(folder: Path, data: str, device: str) -> str:
     GPU that other runs share, say) is reported, not raised: the run is finished either way, and
     ``attncnn evaluate`` can record it later wherever its weights are.
     """
-    from attncnn.cli import main as cli
+    from attncnn.api.evaluation import evaluate_run
     from attncnn.runs import PREDICTIONS_FILE, read_metadata, read_predictions
     path = folder / PREDICTIONS_FILE
     last = folder / "checkpoints" / "last.safetensors"
@@ -342,11 +342,10 @@ def record_predictions(folder: Path, data: str, device: str) -> str:
         pass                            # a damaged record (written again), or no checkpoint (evaluate says so)
     started = time.monotonic()
     try:
-        code = cli(["evaluate", str(folder), "--data", data, "--predictions", str(path), "--device", device])
+        evaluate_run(folder, data=data, predictions=path, device=device)
     except Exception as err:    # noqa: BLE001 - the trained run must come back whatever went wrong here
-        code = f"{type(err).__name__}: {err}"
-    if code != 0:
-        return f"{folder}: no prediction record ({code}); record it where its weights are: attncnn evaluate"
+        return (f"{folder}: no prediction record ({type(err).__name__}: {err}); record it where its weights are: "
+                "attncnn evaluate")
     return (f"{folder}: prediction record of {read_predictions(path).test_accuracy:.4f} accuracy written "
             f"in {time.monotonic() - started:.0f} s")
 

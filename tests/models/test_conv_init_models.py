@@ -148,7 +148,7 @@ def test_bad_options_name_the_field_and_the_fix(options, match):
 
 def test_set_options_from_the_command_line_are_typed_and_checked():
     from attncnn.runs import resolve_config
-    from attncnn.runs.options import key_value
+    from attncnn.cli._parsing import key_value
 
     given = dict(key_value(s) for s in ["init=conv", "locality_strength=2", "conv_kernel_size=None",
                                          "conv_dilation=2", "value_init=conv", "freeze_gate=True",

@@ -115,7 +115,7 @@ def test_paper_flops_of_a_resnet_are_its_plain_macs():
 
 def test_the_report_covers_every_run_folder_of_a_study_run_in_parts_lowest_seed_first(tmp_path):
     from attncnn.reproduce import STUDIES
-    from attncnn.reproduce.command import _whole_study
+    from attncnn.reproduce.orchestration import _whole_study
 
     out = tmp_path / "mini"
     for seed in (0, 3):                      # seed 0 (a default) and seed 3 trained by earlier calls

@@ -12,7 +12,7 @@ from attncnn.cli import build_parser, main
 from attncnn.models import ImageTransformer
 from attncnn.runs import TrainConfig, resolve_config
 from attncnn.runs.config import MACHINE_FIELDS
-from attncnn.runs.options import add_config_options, flag_name, given_options
+from attncnn.cli._parsing import add_config_options, flag_name, given_options
 from attncnn.training import RunOptions
 
 

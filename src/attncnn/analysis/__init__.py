@@ -6,7 +6,8 @@
 * :mod:`.figures`: the paper's figures (matplotlib, Agg);
 * :mod:`.report`: Table 1 for trained runs;
 * :mod:`.viewer`: the offline interactive page (``attncnn viewer``);
-* :mod:`.command`: the ``plot``, ``inspect`` and ``report`` subcommands.
+* :mod:`.plotting`, :mod:`.inspection`: the figures and metrics of runs that ``attncnn plot`` and
+  ``attncnn inspect`` write (the command line is :mod:`attncnn.cli`).
 """
 
 from __future__ import annotations

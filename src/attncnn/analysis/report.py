@@ -24,13 +24,14 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from ..errors import InputError
 from ..layers import attention_modules, dense_attention
 from ..models import build_model, count_parameters, get_preset
 from ..perf.bench.harness import time_steps
 from .runs import Run, shareable_dataset
 
-__all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "markdown_table",
-           "text_table"]
+__all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "preset_row", "report_rows",
+           "markdown_table", "text_table"]
 
 
 @torch.no_grad()
@@ -205,6 +206,27 @@ _HEADER = ["run", "model", "test acc. (last)", "best* (epoch)", "params", "GMAC/
 FOOTNOTE = ("*best: the highest test accuracy over epochs, i.e. selected on the test set as in the reference "
             "code. GMAC/img: multiply-accumulates of one forward pass (matrix products, convolutions, "
             "attention; FlopCounterMode FLOPs / 2). img/s measured on this machine.")
+
+
+def report_rows(paths: Sequence[str], presets: Sequence[str] = (), *, speed: bool = True, batch_size: int = 32,
+                image_size: int = 32, precision: str = "fp32") -> list[dict]:
+    """Table 1 rows (``attncnn report``): :func:`run_row` of each run folder or checkpoint in
+    ``paths`` (labelled ``"<preset> seed <seed>"``, made distinct), then :func:`preset_row` of each
+    untrained preset in ``presets``; ``speed``: measure images/s (batches of ``batch_size``
+    ``image_size``-pixel images) with forward passes in ``precision``.
+
+    Raises:
+        InputError: neither runs nor presets. MissingFileError: a run that is not there.
+    """
+    from ..perf.precision import running_at
+    from .runs import label_runs, open_run
+
+    if not paths and not presets:
+        raise InputError("give at least one RUN or --preset NAME")
+    kwargs = {"speed": speed, "batch_size": batch_size, "image_size": image_size}
+    with running_at(precision):
+        rows = [run_row(run, **kwargs) for run in label_runs([open_run(path) for path in paths])]
+        return rows + [preset_row(name, **kwargs) for name in presets]
 
 
 def markdown_table(rows: Sequence[dict]) -> str:

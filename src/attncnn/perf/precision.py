@@ -1,6 +1,6 @@
 """Numeric precision of a run: ``fp32``, or ``bf16`` mixed precision (autocast); the values of
 ``--precision`` and how ``auto`` is resolved on a device (the analysis commands' flag is
-:func:`attncnn.runs.options.add_precision_option`).
+:func:`attncnn.cli._parsing.add_precision_option`).
 
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
 parameters, the optimizer state, the attention scores and softmax (the layers compute them in

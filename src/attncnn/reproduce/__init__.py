@@ -11,15 +11,19 @@
 * :mod:`.reporting`: the finished runs' numbers, the generic evaluation of the declared claims,
   one report writer (report.md / report.json, shaped as a Table 1 suite's or a grid's) and one
   figure writer.
-* :mod:`.command`: the ``attncnn reproduce`` command line; :mod:`.prune`: ``attncnn prune``.
+* :mod:`.request`: what one ``attncnn reproduce`` call does, as plain values, and the one table of
+  which options each kind of call takes; :mod:`.orchestration`: :func:`run_study`, the call run;
+  :mod:`.prune`: pruning and fine-tuning (``attncnn prune``).
 
 Adding a study: a module in :mod:`.studies` declaring it, and its entry in
 :data:`~.studies.STUDIES`. The package sits above ``analysis`` and ``training`` and below the
-command line.
+command line (:mod:`attncnn.cli`), which turns its flags into a :class:`StudyRequest`.
 """
 
+from .orchestration import run_study
+from .request import StudyRequest
 from .running.jobs import Job, job_state, plan, plan_grid, plan_study
 from .studies import GRIDS, STUDIES, SUITES, Claim, Criterion, Grid, Suite, get_study, get_suite
 
 __all__ = ["STUDIES", "SUITES", "GRIDS", "Suite", "Grid", "Claim", "Criterion", "Job", "get_study", "get_suite",
-           "plan", "plan_grid", "plan_study", "job_state"]
+           "plan", "plan_grid", "plan_study", "job_state", "StudyRequest", "run_study"]

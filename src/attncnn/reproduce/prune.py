@@ -1,101 +1,62 @@
-"""``attncnn prune``: remove the degenerate heads of a quadratic run and, if asked, fine-tune the rest.
+"""Remove the degenerate heads of a quadratic run and, if asked, fine-tune the rest (``attncnn prune``).
 
 The paper's pruning experiment (the reference's ``runs/quadratic-generalized-pruned``):
 which heads are degenerate and the pruned network come from :mod:`attncnn.analysis.pruning`; the
 fine-tune is a new training run that starts from the pruned weights, so it lives here, above both
-the analysis and the training. Registered by :mod:`attncnn.cli`; the handler returns the exit status.
+the analysis and the training.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import logging
+import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from torch import nn
 
-from ..analysis.metrics import epoch_metrics
+from ..analysis.metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, epoch_metrics
 from ..analysis.pruning import PRUNED_CHECKPOINT
 from ..errors import InputError
 from ..perf import machine_precision, make_plan, resolve_device
-from ..runs import PRECISIONS, RunFolder, RunFolderError, save_checkpoint, trained_precision
+from ..runs import RunFolder, RunFolderError, save_checkpoint, trained_precision
 from ..training import RunOptions, train
 
-__all__ = ["register", "cmd_prune", "finetune_pruned"]
+__all__ = ["prune_run", "finetune_pruned"]
 
 log = logging.getLogger(__name__)
 
 
-def register(subparsers) -> None:
-    """Add the ``prune`` subcommand."""
-    pr = subparsers.add_parser(
-        "prune", help="remove degenerate quadratic heads; report counts; optionally save or fine-tune",
-        description="Removes the degenerate heads of a quadratic run (the reference code's rule: isotropic s^2 < min "
-                    "eigenvalue; full covariance: condition number of Sigma^-1 above the limit or largest "
-                    "eigenvalue below the minimum) and reports the per-layer counts and parameters before/after. "
-                    "With --finetune-epochs N it fine-tunes the pruned model into a new run folder like the "
-                    "paper's quadratic-generalized-pruned run (the run's own recipe with a fresh optimiser and a "
-                    "restarted warm-up + cosine schedule; paper: 100 epochs at lr 0.01). Without it, --out saves "
-                    "the pruned model as a checkpoint file that evaluate, inspect and plot read.")
-    pr.add_argument("run", metavar="RUN", help="run folder or checkpoint file")
-    pr.add_argument("--condition-number", type=float, default=1000.0,
-                    help="prune full-covariance heads above this condition number (default 1000, the reference "
-                         "code; the paper's text says 1e5)")
-    pr.add_argument("--min-eigenvalue", type=float, default=1e-5,
-                    help="prune heads whose largest eigenvalue of Sigma^-1 is below this (default 1e-5)")
-    pr.add_argument("--json", action="store_true", help="print JSON")
-    pr.add_argument("--finetune-epochs", type=int, default=0, metavar="N",
-                    help="fine-tune the pruned model for N epochs into a new run folder (default 0: only report; "
-                         "the paper fine-tunes for 100)")
-    pr.add_argument("--out", metavar="PATH",
-                    help="with --finetune-epochs N: the new run folder (default: RUN-pruned); without: write the "
-                         "pruned model to this .safetensors checkpoint file")
-    pr.add_argument("--overwrite", action="store_true", help="replace an existing --out folder or file")
-    pr.add_argument("--lr", type=float,
-                    help="peak learning rate of the fine-tune (default 0.01, 10x below the paper's 0.1)")
-    pr.add_argument("--batch-size", type=int, help="fine-tune batch (default: the run's)")
-    pr.add_argument("--data", help="fine-tune data set (default: the run's)")
-    pr.add_argument("--data-dir", help="cache folder for official archives (default: the run's)")
-    pr.add_argument("--device", help="fine-tune device: auto, cpu, cuda, cuda:N (default: the run's)")
-    pr.add_argument("--precision", choices=PRECISIONS,
-                    help="fine-tune precision (default: the run's, but fp32 for a bf16 run on a device without fast "
-                         "bf16, a CPU without AVX512-BF16 or AMX; auto: the device's choice)")
-    pr.add_argument("--no-progress", action="store_true", help="no progress bar while fine-tuning")
-    pr.set_defaults(handler=cmd_prune)
-
-
-#: prune options that only apply to a fine-tune (--finetune-epochs N > 0)
-_FINETUNE_OPTIONS = ("lr", "batch_size", "data", "data_dir", "device", "precision")
-
-
-def _pruned_out(args: argparse.Namespace, run) -> Path | None:
+def _pruned_out(run, out: str | os.PathLike[str] | None, finetune_epochs: int, overwrite: bool,
+                finetune_only: dict) -> Path | None:
     """Where the pruned model goes: a run folder when fine-tuning, a checkpoint file otherwise.
 
     Raises:
-        InputError: an --out that does not fit the mode, or one that would replace the source run.
+        InputError: fine-tune options (``finetune_only``, by option name) without a fine-tune, an
+            ``out`` that does not fit the mode, or one that would replace the source run.
     """
-    if args.finetune_epochs < 0:
-        raise InputError(f"--finetune-epochs must be >= 0, got {args.finetune_epochs}")
-    if args.finetune_epochs == 0:
-        given = [f"--{name.replace('_', '-')}" for name in _FINETUNE_OPTIONS if getattr(args, name) is not None]
+    if finetune_epochs < 0:
+        raise InputError(f"--finetune-epochs must be >= 0, got {finetune_epochs}")
+    if finetune_epochs == 0:
+        given = [f"--{name.replace('_', '-')}" for name, value in finetune_only.items() if value is not None]
         if given:
             raise InputError(f"{', '.join(given)} only apply to a fine-tune; add --finetune-epochs N "
                              f"(the paper uses 100) or drop them")
-        if args.out is None:
+        if out is None:
             return None
-        out = Path(args.out)
+        out = Path(out)
         if out.suffix != ".safetensors":
             raise InputError(f"without --finetune-epochs, --out names the pruned checkpoint file and must end in "
                              f".safetensors, got {out}; add --finetune-epochs N to fine-tune into a run folder")
-        if out.exists() and not args.overwrite:
+        if out.exists() and not overwrite:
             raise InputError(f"{out} already exists; use --overwrite to replace it or choose another --out")
         return out
-    if args.out is not None:
-        out = Path(args.out)
+    if out is not None:
+        out = Path(out)
         if out.suffix == ".safetensors":
             raise InputError(f"with --finetune-epochs, --out names the new run folder, got the file name {out}; "
                              "drop the .safetensors suffix")
@@ -103,7 +64,7 @@ def _pruned_out(args: argparse.Namespace, run) -> Path | None:
         source = run.folder.path if run.folder is not None else run.path.with_suffix("")
         out = source.parent / f"{source.name}-pruned"
     if run.folder is not None:
-        # --overwrite would empty the folder the weights came from.
+        # overwriting would empty the folder the weights came from.
         src, dst = run.folder.path.resolve(), out.resolve()
         if dst == src or dst in src.parents:
             raise InputError(f"--out {out} would replace the source run {run.folder.path}; choose another folder")
@@ -121,76 +82,94 @@ def _stored_config(run) -> dict:
                      "checkpoint written by `attncnn train`")
 
 
-def _finetune_options(run, args: argparse.Namespace) -> RunOptions:
-    """The fine-tune's run-time options: ``--device`` (default auto), ``--data-dir``, and its precision
-    on that device: ``--precision``, else the source run's, but fp32 for a bf16 run where the device
+def _finetune_options(run, device: str | None, precision: str | None, data_dir: str | None) -> RunOptions:
+    """The fine-tune's run-time options: ``device`` (default auto), ``data_dir``, and its precision
+    on that device: ``precision``, else the source run's, but fp32 for a bf16 run where the device
     has no fast bf16 (a new run of the machine at hand).
 
     Raises:
         InputError: a device that is not here, or a stored precision that is not one.
     """
-    device = args.device or "auto"
-    precision = machine_precision(trained_precision(run.checkpoint, run.metadata), resolve_device(device),
-                                  args.precision, what=run.name)
-    return RunOptions(device=device, precision=precision, data_dir=args.data_dir)
+    device = device or "auto"
+    chosen = machine_precision(trained_precision(run.checkpoint, run.metadata), resolve_device(device), precision,
+                               what=run.name)
+    return RunOptions(device=device, precision=chosen, data_dir=data_dir)
 
 
-def cmd_prune(args: argparse.Namespace) -> int:
+def prune_run(path: str | os.PathLike[str], *, condition_number: float = DEFAULT_CONDITION_NUMBER,
+              min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE, finetune_epochs: int = 0,
+              out: str | os.PathLike[str] | None = None, overwrite: bool = False, lr: float | None = None,
+              batch_size: int | None = None, data: str | None = None, data_dir: str | None = None,
+              device: str | None = None, precision: str | None = None, progress: bool = True,
+              say: Callable[[str], None] | None = None) -> dict:
+    """Prune the degenerate heads of a quadratic run (the reference code's rule,
+    :func:`~attncnn.analysis.pruning.prune_degenerate_heads`); with ``finetune_epochs`` > 0
+    fine-tune the pruned network into a new run folder (:func:`finetune_pruned`), else save it to
+    ``out`` (a ``.safetensors`` file) if given.
+
+    Args:
+        path: the run folder or checkpoint.
+        condition_number, min_eigenvalue: the degenerate-head thresholds.
+        finetune_epochs: epochs of the fine-tune (0: none; the paper uses 100).
+        out: the fine-tune's run folder (default ``<run>-pruned``), or without a fine-tune the
+            pruned checkpoint file.
+        overwrite: replace an existing ``out``.
+        lr, batch_size, data, data_dir, device, precision: the fine-tune's (default: lr
+            :data:`~attncnn.analysis.pruning.FINETUNE_LR`, the rest the run's own); refused without
+            a fine-tune.
+        progress: the fine-tune's progress bar.
+        say: called with the pruning's text summary, and before a fine-tune with the line that
+            announces it (the command line prints them).
+
+    Returns:
+        The counts (``pruned_per_layer``, heads and parameters before and after, MACs per image),
+        ``checkpoint`` where one was saved, and after a fine-tune ``out``, ``pruned_checkpoint``,
+        ``final`` and ``best``.
+
+    Raises:
+        InputError: options that do not fit (see :func:`_pruned_out`), a run without a stored recipe
+            to fine-tune. Anything :func:`finetune_pruned` raises.
+    """
     from ..analysis.pruning import FINETUNE_LR, finetune_config, prune_degenerate_heads, pruned_metadata
     from ..analysis.report import macs_per_image
     from ..analysis.runs import open_run
 
-    run = open_run(args.run)
-    out_path = _pruned_out(args, run)
-    finetune = args.finetune_epochs > 0
+    run = open_run(path)
+    out_path = _pruned_out(run, out, finetune_epochs, overwrite, dict(
+        lr=lr, batch_size=batch_size, data=data, data_dir=data_dir, device=device, precision=precision))
     macs_before = macs_per_image(run.model)
-    result = prune_degenerate_heads(run.model, condition_number=args.condition_number,
-                                    min_eigenvalue=args.min_eigenvalue)
-    config = None
-    if finetune:
+    result = prune_degenerate_heads(run.model, condition_number=condition_number, min_eigenvalue=min_eigenvalue)
+    if finetune_epochs > 0:
         # Resolved (and so checked) before anything is written: bad options leave no files behind.
-        stored = _stored_config(run)
-        config = finetune_config(stored, result.heads_after, epochs=args.finetune_epochs,
-                                 lr=FINETUNE_LR if args.lr is None else args.lr, batch_size=args.batch_size,
-                                 data=args.data)
-        options = _finetune_options(run, args)
-    out = {"run": run.name, "source_checkpoint": str(run.checkpoint), "epoch": run.metadata.get("epoch"),
-           **result.to_dict(),
-           "macs_per_image_before": macs_before, "macs_per_image_after": macs_per_image(run.model),
-           "condition_number": args.condition_number, "min_eigenvalue": args.min_eigenvalue}
-    meta = None
-    if out_path is not None:
-        meta = pruned_metadata(run.model, result, run.metadata, source=str(args.run),
-                               condition_number=args.condition_number, min_eigenvalue=args.min_eigenvalue)
-    if out_path is not None and not finetune:
+        config = finetune_config(_stored_config(run), result.heads_after, epochs=finetune_epochs,
+                                 lr=FINETUNE_LR if lr is None else lr, batch_size=batch_size, data=data)
+        options = _finetune_options(run, device, precision, data_dir)
+    summary = {"run": run.name, "source_checkpoint": str(run.checkpoint), "epoch": run.metadata.get("epoch"),
+               **result.to_dict(), "macs_per_image_before": macs_before,
+               "macs_per_image_after": macs_per_image(run.model), "condition_number": condition_number,
+               "min_eigenvalue": min_eigenvalue}
+    meta = None if out_path is None else pruned_metadata(
+        run.model, result, run.metadata, source=str(path), condition_number=condition_number,
+        min_eigenvalue=min_eigenvalue)
+    if out_path is not None and finetune_epochs == 0:
         save_checkpoint(out_path, model=run.model, metadata=meta)
-        out["checkpoint"] = str(out_path)
-    if not args.json:
-        print(_prune_text(out, result, args))
-    if finetune:
-        if not args.json:
-            print(f"fine-tuning into {out_path}: {config.epochs} epochs at lr {config.lr:g} "
-                  f"(heads per layer {result.heads_after})", flush=True)
-        summary, kept = finetune_pruned(run.model, config, out_path, init_metadata=meta, options=options,
-                                        mode="overwrite" if args.overwrite else "new",
-                                        progress=not args.no_progress)
-        out.update(out=str(out_path), pruned_checkpoint=str(kept), final=summary["final"], best=summary["best"])
-        if not args.json:
-            final = summary["final"]
-            print(f"run folder: {out_path} (pruned starting weights: {kept})")
-            if final:
-                print(f"test accuracy: {final['test_accuracy']:.4f}  (test loss {final['test_loss']:.4f}, "
-                      f"epoch {final['epoch']}, best {summary['best']['accuracy']:.4f} at epoch "
-                      f"{summary['best']['epoch']})")
-    if args.json:
-        print(json.dumps(out, indent=2))
-    return 0
+        summary["checkpoint"] = str(out_path)
+    say = say or (lambda text: None)
+    say(_prune_text(summary, result))
+    if finetune_epochs > 0:
+        say(f"fine-tuning into {out_path}: {config.epochs} epochs at lr {config.lr:g} "
+            f"(heads per layer {result.heads_after})")
+        trained, kept = finetune_pruned(run.model, config, out_path, init_metadata=meta, options=options,
+                                        mode="overwrite" if overwrite else "new", progress=progress)
+        summary.update(out=str(out_path), pruned_checkpoint=str(kept), final=trained["final"], best=trained["best"])
+    return summary
 
 
-def _prune_text(out: dict, result, args: argparse.Namespace) -> str:
+def _prune_text(out: dict, result) -> str:
+    """The pruning's summary in a few lines."""
     total = sum(out["pruned_per_layer"])
     lines = [f"{out['run']} (epoch {out['epoch']}): {total} of {sum(result.heads_before)} heads degenerate "
-             f"(condition number > {args.condition_number:g} or largest eigenvalue < {args.min_eigenvalue:g})",
+             f"(condition number > {out['condition_number']:g} or largest eigenvalue < {out['min_eigenvalue']:g})",
              f"pruned per layer: {out['pruned_per_layer']}  (heads {result.heads_before} -> {result.heads_after})",
              f"checkpoint: {out['source_checkpoint']}"]
     for i, heads in enumerate(result.pruned):

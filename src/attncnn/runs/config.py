@@ -2,7 +2,7 @@
 
 Every option is declared once, here: the field's type and default, and its command-line help in
 ``metadata`` (:func:`option`); ``attncnn train``'s flags are built from these fields
-(:mod:`attncnn.runs.options`). Defaults are the paper's recipe (reference ``runs/*.sh`` and ``train.py``): SGD with
+(:mod:`attncnn.cli._parsing`). Defaults are the paper's recipe (reference ``runs/*.sh`` and ``train.py``): SGD with
 lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centres and spreads), batch 100,
 300 epochs, 5 % linear warm-up then cosine decay updated every batch. ``lr_stepping="epoch"``
 reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).

@@ -8,7 +8,8 @@
 * :func:`layer_as_conv`: one layer of an image transformer (e.g. a conv-initialised model at step 0)
   against its closest convolution on the layer's real input;
 * :func:`off_target_mass` / :func:`lemma2_bound`: Lemma 2 for finite alpha;
-* ``attncnn theorem``: the command (:mod:`attncnn.theory.command`).
+* :func:`check_theorem` / :func:`check_model_layer`: both measured on real images, as ``attncnn
+  theorem`` prints them (:mod:`attncnn.theory.checks`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .extract import (
     interior_mask,
     output_errors,
 )
+from .checks import check_model_layer, check_theorem
 from .lemma2 import Lemma2Bound, lattice_theta_tail, lemma2_bound, off_target_mass
 from .model_layer import LayerCheck, layer_as_conv
 
@@ -34,4 +36,5 @@ __all__ = [
     "attention_from_conv1d", "default_alpha", "kernel_shifts", "conv_from_attention", "ExtractedConv",
     "ExtractionReport", "HeadReport", "folded_value_matrices", "folded_bias", "interior_mask", "output_errors",
     "Lemma2Bound", "lattice_theta_tail", "off_target_mass", "lemma2_bound", "LayerCheck", "layer_as_conv",
+    "check_theorem", "check_model_layer",
 ]

@@ -11,7 +11,7 @@ One idea per module:
 * :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
   and writing it atomically;
 * :mod:`.decode`: reading a page back and :func:`page_maps`, the page's computation in numpy;
-* :mod:`.command`: the ``attncnn viewer`` subcommand.
+* the ``attncnn viewer`` command: :mod:`attncnn.cli.viewer`.
 
 The names below load their module on first use, so the command registers without importing the
 training code.

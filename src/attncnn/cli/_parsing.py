@@ -1,5 +1,6 @@
-"""``attncnn train``'s flags, built from the fields of :class:`TrainConfig` (declared once there),
-and the command-line helpers other commands share (``KEY=VALUE`` values, ``--precision``).
+"""What the commands of :mod:`attncnn.cli` share: the parser class (every option's default shown in
+``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig` (declared once
+there), ``KEY=VALUE`` values, ``--precision``, and quiet logs for machine-readable output.
 
 Each field ``name`` becomes ``--name`` (underscores as dashes) with the field's help; booleans
 also get ``--no-name``; lists take several values; the ``model`` dict is given as repeated
@@ -12,14 +13,44 @@ from __future__ import annotations
 
 import argparse
 import ast
+import contextlib
 import dataclasses
+import logging
 import types
 import typing
 
 from ..models import get_preset, list_presets
-from .config import PRECISIONS, TrainConfig
+from ..runs.config import PRECISIONS, TrainConfig
 
-__all__ = ["add_config_options", "given_options", "flag_name", "key_value", "add_precision_option", "default_text"]
+__all__ = ["Parser", "DefaultsHelpFormatter", "add_config_options", "given_options", "flag_name", "key_value",
+           "add_precision_option", "default_text", "quiet_logs"]
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """``--help`` that states each option's default: ``(default: X)`` is added to the help of every
+    option that has one and does not state it already (flags that are off by default say nothing)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None or default is False
+                or default is argparse.SUPPRESS or isinstance(action, argparse._HelpAction)):
+            return text
+        return f"{text} (default: %(default)s)".strip()
+
+
+class Parser(argparse.ArgumentParser):
+    """The parser of ``attncnn`` and every subcommand: defaults shown in ``--help``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", DefaultsHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def add_argument(self, *args, **kwargs) -> argparse.Action:
+        action = super().add_argument(*args, **kwargs)
+        if action.help is None and action.option_strings and action.default not in (None, False, argparse.SUPPRESS):
+            action.help = "(default: %(default)s)"      # argparse prints no line for an option without help
+        return action
 
 
 def key_value(text: str) -> tuple[str, object]:
@@ -84,7 +115,7 @@ def default_text(field: dataclasses.Field) -> str:
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        fields_of: type = TrainConfig) -> None:
     """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`; e.g.
-    :class:`attncnn.training.RunOptions`, whose fields are declared with :func:`~attncnn.runs.config.option`
+    :class:`attncnn.training.RunOptions`, whose fields are declared with :func:`attncnn.runs.config.option`
     too) to ``parser`` or an argument group (destination = the field name); each flag's help is the
     field's help, followed by its default (:func:`default_text`) unless the help states it."""
     hints = typing.get_type_hints(fields_of)
@@ -112,3 +143,17 @@ def add_precision_option(parser: argparse.ArgumentParser, default: str = "fp32")
     parser.add_argument("--precision", choices=PRECISIONS, default=default,
                         help=f"precision of the model's forward passes (default {default}: maps and metrics are "
                              "measurements; bf16 or auto to see them as a bf16 run computes them)")
+
+
+@contextlib.contextmanager
+def quiet_logs(quiet: bool):
+    """Keep the package's INFO lines (which the command line sends to stderr) out of machine-readable
+    output (``--json``)."""
+    logger = logging.getLogger("attncnn")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

@@ -32,7 +32,7 @@ def register(sub) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from . import PROVENANCE_FILE, convert_reference
+    from ..reference import PROVENANCE_FILE, convert_reference
 
     out = convert_reference(args.checkpoint, args.out, config=args.config, data=args.data, overwrite=args.overwrite)
     print(f"run folder: {out}")
@@ -41,7 +41,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from . import export_reference
+    from ..reference import export_reference
 
     out = export_reference(args.run, args.out, checkpoint=args.checkpoint, overwrite=args.overwrite)
     print(f"reference checkpoint: {out}")

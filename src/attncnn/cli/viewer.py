@@ -1,25 +1,20 @@
-"""``attncnn viewer``: the paper's interactive website as one offline HTML file (epfml.github.io/attention-cnn).
-
-Registered by :mod:`attncnn.cli` (module ``attncnn.analysis.viewer.command``); the handler returns
-the exit status; the library it calls is imported only when the command runs. Errors are raised as
-attncnn.AttncnnError and its subclasses (the CLI turns them into one stderr line and exit 2).
-"""
+"""``attncnn viewer``: the paper's interactive website as one offline HTML file
+(:func:`attncnn.analysis.viewer.page.write_viewer`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ...errors import InputError, MissingFileError
-from ...perf.precision import running_at
-from ...runs.options import add_precision_option
+from ..errors import InputError, MissingFileError
+from ._parsing import add_precision_option
 
-__all__ = ["register", "cmd_viewer"]
+__all__ = ["register", "handle"]
 
 
-def register(subparsers) -> None:
-    """Add the ``viewer`` subcommand."""
-    v = subparsers.add_parser(
+def register(sub) -> None:
+    """Add ``viewer``."""
+    v = sub.add_parser(
         "viewer", help="one self-contained offline HTML page to explore the attention maps of runs",
         description="Write one HTML file (no network needed, data embedded and compressed) in which you pick a "
                     "run and a test image or the batch average, click a query token on the image, and see every "
@@ -39,13 +34,14 @@ def register(subparsers) -> None:
     v.add_argument("--data-dir", help="cache folder for official archives (default: each run's)")
     v.add_argument("--batch-size", type=int, default=50, help="images per forward pass (default 50)")
     add_precision_option(v)
-    v.set_defaults(handler=cmd_viewer)
+    v.set_defaults(handler=handle)
 
 
-def cmd_viewer(args: argparse.Namespace) -> int:
-    """Write the page; returns the exit status."""
-    from ..runs import parse_indices
-    from .page import write_viewer
+def handle(args: argparse.Namespace) -> int:
+    """Run ``attncnn viewer``: write the page; returns the exit status."""
+    from ..analysis.runs import parse_indices
+    from ..analysis.viewer.page import write_viewer
+    from ..perf.precision import running_at
 
     indices = parse_indices(args.images)
     if args.batch_size < 1:

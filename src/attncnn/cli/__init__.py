@@ -1,0 +1,119 @@
+"""Command line: ``attncnn <command>``. Thin: parses arguments, calls the library.
+
+One module per command in this package (:data:`COMMANDS`), each with ``register(sub)``: it adds its
+parser(s) to the subparsers ``sub`` with ``set_defaults(handler=fn)``, where ``fn(args)`` runs the
+command and returns the exit status, importing the library it calls only then (``attncnn --help``
+stays quick). The parser pieces they share are in :mod:`._parsing`. Nothing in the library imports
+this package: it sits at the top of the import arrow.
+
+User errors (:class:`attncnn.AttncnnError`) become one line on stderr and exit status 2; any other
+exception keeps its traceback (exit status 1). A training run stopped
+by SIGINT / SIGTERM saves a resumable checkpoint, prints the ``--resume`` command on stderr and
+exits with 130 / 143. Called in-process, :func:`main` lets Ctrl-C through as KeyboardInterrupt
+(so that a test suite calling it stops); the executable, :func:`console_main`, makes it 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import shlex
+import signal
+import sys
+
+from ..errors import AttncnnError
+from ._parsing import DefaultsHelpFormatter, Parser
+
+__all__ = ["main", "console_main", "build_parser", "DefaultsHelpFormatter", "COMMANDS"]
+
+log = logging.getLogger("attncnn")
+
+#: the modules of this package that each add a command (or a few), in the order ``attncnn --help``
+#: lists them. Adding a command: a module with ``register(sub)`` here, and its name in this list.
+COMMANDS = ("train", "evaluate", "presets", "theorem", "plot", "inspect", "report", "prune", "viewer", "bench",
+            "reproduce", "reference")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``attncnn`` with every command of :data:`COMMANDS`."""
+    parser = Parser(prog="attncnn", description=(
+        "Self-attention as convolution (Cordonnier, Loukas & Jaggi, ICLR 2020): train, evaluate, inspect."))
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+    for name in COMMANDS:
+        importlib.import_module(f"{__name__}.{name}").register(sub)
+    return parser
+
+
+#: the commands that run models here: the process-wide settings of :func:`_process_setup` are theirs
+_MODEL_COMMANDS = ("train", "evaluate", "bench", "reproduce", "prune")
+
+
+def _process_setup(args: argparse.Namespace) -> None:
+    """The process-wide state the library leaves to its caller, set once before the command runs.
+
+    cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when CUDA first uses it, so a deterministic run's value is
+    set before anything touches CUDA: for ``train --deterministic``, and for ``train --resume``, whose
+    stored recipe may be deterministic (the value only fixes cuBLAS's workspace: 8 buffers of 4 MiB;
+    the library checks it, :func:`attncnn.training.components.deterministic_algorithms`). On the
+    CPU, glibc keeps freed memory for reuse (:mod:`attncnn.perf.host_memory`): the large tensors of
+    a step no longer page-fault in every step. An environment already set wins.
+    """
+    if args.command == "train" and (getattr(args, "deterministic", False) or args.resume):
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if args.command in _MODEL_COMMANDS:
+        from ..perf import resolve_device
+        from ..perf.host_memory import reuse_freed_memory
+
+        if resolve_device(getattr(args, "device", None) or "auto").type == "cpu":
+            reuse_freed_memory()
+
+
+class _ReportedInterrupt(KeyboardInterrupt):
+    """Ctrl-C whose consequence (the saved checkpoint, the ``--resume`` command) is already printed."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``attncnn`` command given by ``argv`` in this process; returns the exit status.
+
+    Errors a user can fix (:class:`attncnn.AttncnnError` and its subclasses) become one line on stderr,
+    ``attncnn <command>: error: <message>``, and status 2; SIGTERM during training, status 143 after the
+    ``--resume`` line. Any other exception is a bug: it propagates with its traceback
+    (:func:`console_main` then exits with Python's status 1).
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C (SIGINT), also when training turned it into a saved checkpoint
+            (the ``--resume`` line is printed first). It is not turned into a status here so that
+            an in-process caller stops too: a test suite calling ``main`` must end on Ctrl-C, not
+            record one failed test and go on. :func:`console_main` turns it into status 130.
+    """
+    argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
+    args = build_parser().parse_args(argv)
+    args.command_line = shlex.join(["attncnn", *argv])      # what a command says to run again (reproduce)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    from ..training import TrainingInterrupted
+
+    try:
+        _process_setup(args)
+        return args.handler(args)
+    except TrainingInterrupted as err:
+        print(f"attncnn {args.command}: {err}", file=sys.stderr)
+        if err.signum == signal.SIGINT:
+            raise _ReportedInterrupt() from err
+        return err.exit_status
+    except AttncnnError as err:       # a user error; any other exception is a bug and keeps its traceback
+        print(f"attncnn {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+def console_main(argv: list[str] | None = None) -> int:
+    """The ``attncnn`` executable: :func:`main`, with Ctrl-C as one line and exit status 130
+    (the shell's convention for SIGINT) instead of a traceback."""
+    try:
+        return main(argv)
+    except KeyboardInterrupt as err:
+        if not isinstance(err, _ReportedInterrupt):
+            print("attncnn: interrupted", file=sys.stderr)
+        return 128 + signal.SIGINT
+

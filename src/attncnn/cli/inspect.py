@@ -1,0 +1,46 @@
+"""``attncnn inspect``: per-layer and per-head attention metrics of a run
+(:func:`attncnn.analysis.inspection.inspect_run`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ._parsing import add_precision_option, quiet_logs
+
+__all__ = ["register", "handle"]
+
+
+def register(sub) -> None:
+    """Add ``inspect``."""
+    i = sub.add_parser("inspect", help="per-layer and per-head attention metrics of a run",
+                              description="Mean attention distance, peak probability and entropy per head "
+                                          "(from hooked real activations), quadratic centres/spreads and "
+                                          "degenerate heads, and each layer's distance to a KxK grid of shifts.")
+    i.add_argument("run", metavar="RUN", help="run folder or checkpoint file")
+    i.add_argument("--json", action="store_true", help="print one JSON object")
+    i.add_argument("--images", type=int, default=100,
+                   help="test images for models whose attention depends on the input (default 100)")
+    i.add_argument("--margin", type=int, default=0,
+                   help="average only over queries at least this many tokens from the border (default 0: all)")
+    i.add_argument("--condition-number", type=float, default=1000.0,
+                   help="degenerate-head threshold (default: the reference code's)")
+    i.add_argument("--min-eigenvalue", type=float, default=1e-5,
+                   help="degenerate-head threshold (default: the reference code's)")
+    i.add_argument("--data")
+    i.add_argument("--data-dir")
+    add_precision_option(i)
+    i.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run ``attncnn inspect``; prints a table or one JSON object and returns the exit status."""
+    from ..analysis.inspect_text import inspect_text
+    from ..analysis.inspection import inspect_run
+
+    with quiet_logs(args.json):
+        result = inspect_run(args.run, images=args.images, margin=args.margin,
+                             condition_number=args.condition_number, min_eigenvalue=args.min_eigenvalue,
+                             data=args.data, data_dir=args.data_dir, precision=args.precision)
+    print(json.dumps(result, indent=2) if args.json else inspect_text(result))
+    return 0

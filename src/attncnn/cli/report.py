@@ -1,0 +1,54 @@
+"""``attncnn report``: Table 1 (accuracy, parameters, MACs, images/s) of runs beside the paper's
+(:func:`attncnn.analysis.report.report_rows`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from ..errors import InputError
+from ._parsing import add_precision_option, quiet_logs
+
+__all__ = ["register", "handle"]
+
+
+def register(sub) -> None:
+    """Add ``report``."""
+    r = sub.add_parser("report", help="Table 1: accuracy, parameters, MACs, images/s beside the paper",
+                              description="One row per run: last and best test accuracy (best = selected on the "
+                                          "test set, as the reference), parameters, multiply-accumulates per "
+                                          "image, training and inference images/s on this machine, epochs, "
+                                          "dataset, and the paper's Table 1 numbers.")
+    r.add_argument("runs", nargs="*", metavar="RUN", help="run folders or checkpoint files")
+    r.add_argument("--preset", action="append", default=[], metavar="NAME",
+                   help="also add an untrained preset's row (sizes only; repeatable)")
+    r.add_argument("--json", action="store_true", help="print JSON")
+    r.add_argument("--markdown", action="store_true", help="print a Markdown table")
+    r.add_argument("--no-speed", action="store_true", help="skip the images/s measurements")
+    r.add_argument("--batch-size", type=int, default=32, help="batch for the images/s measurements")
+    r.add_argument("--image-size", type=int, default=32)
+    r.add_argument("--out", help="also write the table to this file (.json, .md or text)")
+    add_precision_option(r)
+    r.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run ``attncnn report``; prints the table (and writes ``--out``), returns the exit status."""
+    from .._io import atomic_write_text
+    from ..analysis.report import markdown_table, report_rows, text_table
+
+    if args.json and args.markdown:
+        raise InputError("--json and --markdown exclude each other")
+    with quiet_logs(args.json):
+        rows = report_rows(args.runs, args.preset, speed=not args.no_speed, batch_size=args.batch_size,
+                           image_size=args.image_size, precision=args.precision)
+    if args.json:
+        text = json.dumps(rows, indent=2) + "\n"
+    elif args.markdown:
+        text = markdown_table(rows)
+    else:
+        text = text_table(rows)
+    if args.out:
+        atomic_write_text(args.out, text)
+    print(text, end="")
+    return 0

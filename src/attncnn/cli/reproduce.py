@@ -1,0 +1,131 @@
+"""``attncnn reproduce STUDY``: train a study (resumable), then write its report, figures and viewer
+page; or only estimate (``--dry-run``), only report (``--report-only``), or ship its folder for
+committing (``--ship``); a grid's ``--calibrate`` and ``--lr-sweep`` measure its seen images per cell
+and its shared rate. Which options each of these takes is declared once, in
+:data:`attncnn.reproduce.request.RULES`; this module turns the flags into a
+:class:`~attncnn.reproduce.request.StudyRequest` and calls :func:`attncnn.reproduce.orchestration.run_study`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from ..reproduce.orchestration import VIEWER_AVERAGE, VIEWER_IMAGES
+from ..reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS, STUDIES, SUITES
+from ..runs.config import PRECISIONS
+
+__all__ = ["register", "handle"]
+
+
+def register(sub) -> None:
+    """Add ``reproduce``."""
+    r = sub.add_parser(
+        "reproduce", help="train a Table 1 suite (resumable) and write its report, figures and viewer page",
+        description="Train every model of a suite in sequence into <out>/<preset>/seed<N> (ordinary run folders "
+                    "with periodic checkpoints), skipping finished runs and resuming interrupted ones, then write "
+                    "<out>/report.md (Table 1 beside the paper's, per-seed results, the paper's claims measured), "
+                    "<out>/figures/ (Figs. 2-6, per-layer distances) and <out>/viewer.html. Stop it at any time "
+                    "(Ctrl-C): the same command continues. Suites: " +
+                    "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()) +
+                    "".join(f"; {g.name}: {g.description} ({', '.join(g.presets)})" for g in GRIDS.values()) +
+                    ": the grids write <out>/report.md (accuracy per model and training-set size, ConViT's claims "
+                    "measured) and <out>/figures/. Without an option of the 'what this call does' group it trains "
+                    "what is left, then reports.")
+    r.add_argument("suite", choices=sorted(STUDIES))
+    r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
+                                   "test images: default each run's own")
+    r.add_argument("--data-dir", help="cache folder for official archives")
+    r.add_argument("--download", action="store_true", help="download official archives if missing")
+    r.add_argument("--out", help="suite folder (default: results/<suite>)")
+    r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
+                                   "mini suite's quadratic and learned models, mini-long's quadratic, learned "
+                                   "and resnet18 models, 0,1 for the efficiency grid's 10 %% cells)")
+    r.add_argument("--only", help="comma-separated presets of the suite (rows of a grid, or of its --calibrate or "
+                                  "--lr-sweep) to train (the report still covers every finished run under --out, "
+                                  "so a suite run in parts keeps one report)")
+    r.add_argument("--device", default="auto", help="auto (default), cpu, cuda, cuda:N")
+    r.add_argument("--precision", choices=PRECISIONS,
+                   help="training precision of new runs and of resumed ones (default: the preset's, auto, for a new "
+                        "run; a resumed run's own, but fp32 for a bf16 run on a device without fast bf16)")
+    r.add_argument("--compile", action=argparse.BooleanOptionalAction,
+                   help="torch.compile the training step of new runs and of resumed ones (a machine's choice: "
+                        "each epoch record says whether a compiled step trained it); --no-compile never "
+                        "(default: this machine's measured choice, for a resumed run too)")
+    r.add_argument("--epochs", type=int, help="override every model's epochs (smoke runs; the report shows it)")
+    r.add_argument("--train-subset", type=int, metavar="N", help="train on N images (smoke runs)")
+    r.add_argument("--batch-size", type=int, help="override every model's batch size (smoke runs on tiny data)")
+    efficiency, scarce = EFFICIENCY, EFFICIENCY_SCARCE          # the grids whose defaults the help names
+    r.add_argument("--train-images", type=int, metavar="N",
+                   help=f"{efficiency.name}: size of the full training set, the 100 %% cell (default "
+                        f"{efficiency.train_images:,}, CIFAR-10's)")
+    r.add_argument("--passes", type=int, help=f"grids: seen images per cell in full training sets "
+                                              f"(default {efficiency.name} {efficiency.passes}, {scarce.name} "
+                                              f"{scarce.passes})")
+    r.add_argument("--fractions", metavar="F,G,...",
+                   help=f"grids: the training-set fractions of the cells (default {efficiency.name} "
+                        f"{','.join(f'{f:g}' for f in efficiency.fractions)}, {scarce.name} "
+                        f"{','.join(f'{f:g}' for f in scarce.fractions)}; e.g. 0.1,0.25,1 adds the 25 %% cell); "
+                        "--calibrate and --lr-sweep train the smallest")
+    r.add_argument("--lr", type=float, metavar="RATE",
+                   help=f"{scarce.name}: the learning rate shared by its content models "
+                        f"({', '.join(scarce.lr_rows)}; default {scarce.lr:g})")
+    r.add_argument("--calibrate", action="store_true",
+                   help=f"{scarce.name}: train {' and '.join(scarce.calibrate_rows)} on the 10 %% cell "
+                        "(seed 0) for --passes into <out>/calibrate/passes<P>/ and print their train - test gap "
+                        "beside the criterion (>= 15 points)")
+    r.add_argument("--lr-sweep", metavar="R,S,...",
+                   help=f"{scarce.name}: train {' and '.join(scarce.sweep_rows)} on the 10 %% cell (seed "
+                        "0) at each rate (e.g. 2.5e-4,5e-4,1e-3) into <out>/lr-sweep/ and report the best rate for "
+                        "both")
+    does = r.add_argument_group("what this call does", "one of them at most; none: train what is left, then "
+                                "report (--trim: and trim what has finished)")
+    does.add_argument("--dry-run", action="store_true",
+                   help="print each job's train command and its time estimated from a short measurement here")
+    does.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
+    r.add_argument("--trim", action="store_true",
+                   help="before reporting, trim finished run folders for committing (see "
+                        "attncnn.reproduce.running.ship)")
+    does.add_argument("--ship", action="store_true",
+                   help="train nothing; prepare --out for `git add` when work stops: finished runs trimmed as with "
+                        "--trim, each unfinished run reduced to its config, metrics and newest resumable checkpoint "
+                        "(optimiser state included), then the report of what has finished. The same command "
+                        "without --ship resumes the unfinished runs, also from a fresh clone (give --data)")
+    r.add_argument("--without-weights", metavar="PRESET,...",
+                   help="with --trim or --ship: ship the finished runs of these presets without their weights (too "
+                        "large for the clone): their records stay (config, metrics, prediction record, attention per "
+                        "layer measured now), and weights-withheld.json says what the weights were and how to train "
+                        "them again; every command that needs them says so")
+    r.add_argument("--weights-to", metavar="DIR",
+                   help="with --without-weights: where the withheld weights go, as <DIR>/<preset>/seed<N>/checkpoints "
+                        "(default: withheld-weights/<suite> in the working directory, ignored by git in a clone)")
+    r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
+    r.add_argument("--viewer-images", default=",".join(map(str, VIEWER_IMAGES)), metavar="I,J,...",
+                   help="test images of the viewer page (default %(default)s; each costs a content model 3-5 MB "
+                        "of page at width 64, position-only models nothing; the paper's site shows 2,3,19,56)")
+    r.add_argument("--viewer-average", type=int, default=VIEWER_AVERAGE, metavar="N",
+                   help="test images averaged in the viewer page's 'average' entry of content models (default "
+                        "%(default)s: none, ~8 MB at width 64 for 100; paper Fig. 6's average is in figures/)")
+    r.add_argument("--formats", default="png", help="figure formats, comma-separated (default png)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars")
+    r.set_defaults(handler=handle)
+
+
+def handle(args: argparse.Namespace) -> int:
+    """Run ``attncnn reproduce``; returns the exit status."""
+    from ..reproduce.orchestration import run_study
+    from ..reproduce.request import StudyRequest, one_of
+
+    action = one_of([name for name in ("dry-run", "report-only", "ship") if getattr(args, name.replace("-", "_"))],
+                    "action")
+    measurement = one_of([name for name, given in (("calibrate", args.calibrate), ("lr-sweep", args.lr_sweep))
+                          if given], "measurement")
+    run_study(StudyRequest(
+        study=args.suite, action=action or "train", measurement=measurement, rates=args.lr_sweep, out=args.out,
+        data=args.data, data_dir=args.data_dir, download=args.download, device=args.device, precision=args.precision,
+        compile=args.compile, epochs=args.epochs, train_subset=args.train_subset, batch_size=args.batch_size,
+        seeds=args.seeds, only=args.only, train_images=args.train_images, passes=args.passes,
+        fractions=args.fractions, lr=args.lr, trim=args.trim, without_weights=args.without_weights,
+        weights_to=args.weights_to, viewer=not args.no_viewer, viewer_images=args.viewer_images,
+        viewer_average=args.viewer_average, formats=args.formats, progress=not args.no_progress,
+        command=getattr(args, "command_line", None)))
+    return 0
