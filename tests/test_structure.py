@@ -28,7 +28,8 @@ ALLOWED = {
     "reproduce": {"training", "perf", "runs", "layers", "models", "data", "theory", "analysis"},
     "api": {"perf", "training", "runs", "layers", "models", "data", "analysis"},
     "reference": {"runs", "models", "layers"},
-    "cli": {"api", "reference", "reproduce", "analysis", "theory", "perf", "training", "runs", "models", "layers", "data"},
+    "cli": {"api", "reference", "reproduce", "analysis", "theory", "perf", "training", "runs", "models", "layers",
+            "data"},
 }
 #: the one module outside the packages that may import the command line: ``python -m attncnn``
 RUNS_THE_COMMAND_LINE = {"__main__.py"}
