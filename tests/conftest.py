@@ -226,3 +226,12 @@ def _never_the_user_cache(data_cache_dir, tmp_path_factory):
         patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
         patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("choices-cache")))
         yield
+
+
+@pytest.fixture
+def choices_cache(tmp_path, monkeypatch) -> Path:
+    """This test's own cache of measured choices (``$ATTNCNN_CACHE_DIR`` in a temporary folder):
+    the path of its file, which does not exist yet."""
+    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "choices"))
+    from attncnn.perf.cache import cache_file
+    return cache_file()

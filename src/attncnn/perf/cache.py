@@ -141,7 +141,7 @@ def read_records(choice: str, check: Check, path: Path | None = None) -> list[di
         if problem is None:
             good.append(record)
         else:
-            _report(path, f"ignoring the cached {choice} record of {json.dumps(record['run'], sort_keys=True)}: "
+            _report(path, f"ignoring a cached {choice} record of {json.dumps(record['run'], sort_keys=True)}: "
                           f"{problem}; it is measured again and replaced")
     return good
 

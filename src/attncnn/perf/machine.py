@@ -22,7 +22,8 @@ import torch
 from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_record", "machine_info", "epoch_machine",
+__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_record", "machine_info",
+           "epoch_machine",
            "MACHINE_KEY", "cpu_load", "busy_cpu", "busy_reason"]
 
 #: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
