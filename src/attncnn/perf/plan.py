@@ -47,16 +47,16 @@ import torch
 from .._typecheck import check_options
 from ..models import preset_model_config
 from ..runs import TrainConfig
-from ..runs.loading import resumable_recipe
+from ..runs.loading import check_options_take_images, resumable_recipe
 from ..runs.machine_file import last_segment, run_precision
 from ..training import RunOptions, RunPlan
-from ..training.components import resolve_device
+from ..training.components import fitted_to_images, resolve_device
 from ..training.distributed import launch_from_env, rank_device
 from .choosing import RunChooser
 from .machine import machine_info
 from .precision import machine_precision, resolve_precision
 
-__all__ = ["make_plan", "resume_plan", "plan_device"]
+__all__ = ["make_plan", "resume_plan", "plan_device", "for_images"]
 
 log = logging.getLogger(__name__)
 
@@ -139,3 +139,21 @@ def _planned(config: TrainConfig, options: RunOptions, device: torch.device, pre
     return RunPlan(device=device, precision=precision, compile=None if compile else bool(options.compile),
                    deterministic=deterministic, impl=options.impl, eval_impl=options.eval_impl, options=options,
                    machine=machine_info(device), choose=chooser)
+
+
+def for_images(config: TrainConfig, data) -> TrainConfig:
+    """``config`` as the trainer builds a new run's network for ``data``'s images (a
+    :class:`~attncnn.data.Dataset` or its :class:`~attncnn.data.DataShape`;
+    :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
+    network refuses fail with its own message and fix. Not used by the plans (they load no data):
+    it stays here for the estimates made before a run exists (``attncnn reproduce --dry-run``,
+    whose run shape must be the one the trainer records in the compile cache).
+
+    Raises:
+        ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).
+    """
+    config = fitted_to_images(config, data)
+    source = f"preset {config.preset} with model options {config.model}"
+    check_options_take_images(*preset_model_config(config.preset, data.num_classes, **config.model),
+                              data.image_shape, source)
+    return config

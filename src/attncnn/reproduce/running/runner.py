@@ -25,14 +25,12 @@ from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, pays_back
 from ...perf.machine import busy_cpu, cpu_load
+from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
-from ...models import preset_model_config
 from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
-from ...runs.loading import check_options_take_images
 from ...runs.config import MAX_EPOCHS
 from ...runs.machine_file import MACHINE_FILE, run_precision
 from ...training import RunOptions, TrainingInterrupted, count_test_passes, train
-from ...training.components import fitted_to_images
 from .jobs import Job, job_state
 from .machines import recording_machine
 
@@ -245,7 +243,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
             (:func:`~attncnn.runs.loading.check_images`, with its fix).
     """
     data = data or peek_dataset(options.data, data_dir=options.data_dir)
-    config = _for_images(job_config(job, options), data)     # resumed or not, the network the run has
+    config = for_images(job_config(job, options), data)     # resumed or not, the network the run has
     device = resolve_device(options.device)
     precision = job_precision(job, options, device)
     measured = {} if measured is None else measured
@@ -291,17 +289,3 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precisi
     return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
             f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
 
-
-def _for_images(config: TrainConfig, data: DataShape) -> TrainConfig:
-    """``config`` as the trainer builds a new run's network for ``data``'s images
-    (:func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
-    network refuses fail here with its own message and fix rather than inside a timing.
-
-    Raises:
-        ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).
-    """
-    config = fitted_to_images(config, data)
-    source = f"preset {config.preset} with model options {config.model}"
-    check_options_take_images(*preset_model_config(config.preset, data.num_classes, **config.model),
-                              data.image_shape, source)
-    return config
