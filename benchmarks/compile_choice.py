@@ -43,8 +43,9 @@ def measure(preset: str, reps: int, cache: Path) -> dict:
     arch, model_config = preset_model_config(preset, 10)
     model = {}
     if hasattr(model_config, "attention"):
-        impl, _ = choose_impl(model_config, batch=100, image_size=(32, 32), precision=precision,
-                              device=torch.device("cpu"), cache_dir=cache)
+        os.environ["ATTNCNN_CACHE_DIR"] = str(cache)          # a fresh measurement, not this machine's cache
+        impl = choose_impl(model_config, batch=100, image_size=(32, 32), precision=precision,
+                           device=torch.device("cpu"))[0]
         model = {"impl": impl}
     torch.manual_seed(0)
     net = build_model(preset, 10, **model).train()

@@ -3,9 +3,10 @@
 Why: a change to how a run is planned (reading the recipe, choosing paths and compiling, loading the
 data) must not make a user wait longer before training starts. Each round starts ``attncnn train``
 once per checkout, alternating, and reads the time at which the run logs its ``preset ...`` line:
-the loop's first step follows it directly (``training/loop.py``). Every start gets a fresh data
-cache folder, so each pays what a first run on a new machine pays (decoding, path timing, the
-compile probe), unless ``--warm`` gives every start of a checkout the same folder.
+the loop's first step follows it directly (``training/loop.py``). Every start gets a fresh cache
+folder (``$ATTNCNN_DATA_DIR`` and ``$ATTNCNN_CACHE_DIR``), so each pays what a first run on a new
+machine pays (decoding, path timing, the compile probe), unless ``--warm`` gives every start of a
+checkout the same folder.
 
     python benchmarks/first_step.py --src OLD/src --src NEW/src --rounds 3 --out benchmarks/results/x.md
 
@@ -45,7 +46,9 @@ def tiny_images(root: Path, per_class: int = 40) -> Path:
 def time_to_first_step(src: Path, data: Path, cache: Path, out: Path, extra: list[str]) -> float:
     """Seconds from starting ``python -m attncnn train --preset demo`` with ``src`` first on the path
     to its :data:`MARKER` line on stderr (the process is stopped there)."""
-    env = {**os.environ, "PYTHONPATH": str(src), "ATTNCNN_DATA_DIR": str(cache)}
+    # the data cache and the cache of measured choices (a checkout that keeps them in the data
+    # folder ignores the second)
+    env = {**os.environ, "PYTHONPATH": str(src), "ATTNCNN_DATA_DIR": str(cache), "ATTNCNN_CACHE_DIR": str(cache)}
     cmd = [sys.executable, "-m", "attncnn", "train", "--preset", "demo", "--data", str(data), "--epochs", "2",
            "--out", str(out), "--no-progress", *extra]
     start = time.perf_counter()

@@ -41,9 +41,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 import tempfile
 from collections import defaultdict
+from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -133,9 +135,9 @@ def _path(preset: str, impl: str, batch_size: int, precision: str, device: torch
         return None
     if impl != "measured":
         return impl
-    with tempfile.TemporaryDirectory() as cache:            # a fresh measurement, not a cached one
+    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"ATTNCNN_CACHE_DIR": cache}):
         return choose_impl(config, batch=batch_size, image_size=(32, 32), precision=precision,
-                           device=device, cache_dir=cache)[0]
+                           device=device)[0]                 # a fresh measurement, not a cached one
 
 
 def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto",

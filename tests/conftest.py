@@ -213,12 +213,25 @@ def _an_idle_cpu_for_measured_choices():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _never_the_user_cache(data_cache_dir):
-    """Tests never write decoded data into ~/.cache: the default data folder is the session's.
+def _never_the_user_cache(data_cache_dir, tmp_path_factory):
+    """Tests never write into ~/.cache: the default data folder is the session's, and so is the
+    cache of measured choices (``$ATTNCNN_CACHE_DIR``, :func:`attncnn.perf.cache.cache_dir`: a
+    fresh folder per session, so no test takes a choice this machine's own runs measured, and no
+    test's timing, taken beside the rest of the suite, reaches them).
 
     Session-scoped, so that it is in force before any fixture of any scope runs: a module-scoped
     fixture that trains a tiny run (tests/test_cli.py, tests/reproduce/) is set up before the
     function-scoped fixtures of its first test, and used to decode into ~/.cache/attncnn."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
+        patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("choices-cache")))
         yield
+
+
+@pytest.fixture
+def choices_cache(tmp_path, monkeypatch) -> Path:
+    """This test's own cache of measured choices (``$ATTNCNN_CACHE_DIR`` in a temporary folder):
+    the path of its file, which does not exist yet."""
+    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "choices"))
+    from attncnn.perf.cache import cache_file
+    return cache_file()

@@ -190,8 +190,9 @@ def fit_epochs(seconds: float, setup: float, epoch: float, most: int, share: flo
 
 
 def measure_epoch(job, options) -> dict:
-    """Time the new run ``job`` as its worker will train it here: its plan (attention paths measured
-    or read from the machine's cache, where the worker will find them; ``compile`` as planned), then
+    """Time the new run ``job`` as its worker will train it here: its plan and its chooser's choices
+    on the run's network (attention paths measured or read from the machine's cache, where the
+    worker will find them; ``compile`` as the worker will decide it), then
     on one real batch the first training step (compilation included), the median step after it, and
     the test pass's forward at the evaluation batch (eager, as the trainer evaluates).
 
@@ -207,7 +208,8 @@ def measure_epoch(job, options) -> dict:
     from attncnn.perf.plan import make_plan
     from attncnn.perf.timing import seconds, time_median
     from attncnn.reproduce.running.runner import job_config
-    from attncnn.training import Distributed
+    from attncnn.training import Distributed, RunParts, count_test_passes
+    from attncnn.training.choices import use_paths
     from attncnn.training.components import make_loaders, make_optimizer
     from attncnn.training.step import training_step
     started = time.monotonic()
@@ -219,6 +221,14 @@ def measure_epoch(job, options) -> dict:
     model = build_model(config.preset, num_classes=dataset.num_classes,
                         **run_plan.model_options(config.model)).to(device).train()
     optimizer = make_optimizer(model, config)
+    if run_plan.choose is not None:         # as the trainer decides: on this network and optimizer
+        parts = RunParts(model=model, optimizer=optimizer, config=config, device=device, precision=run_plan.precision,
+                         batch=train_loader.batch_size, image_shape=tuple(dataset.train.images.shape[1:]),
+                         num_classes=dataset.num_classes, steps=config.epochs * len(train_loader),
+                         eval_batch=max(min(test_loader.batch_size, len(dataset.test.labels)), 1),
+                         test_batches=len(test_loader), test_passes=count_test_passes(config.epochs, config.eval_every))
+        run_plan = run_plan.decided(run_plan.choose(parts))
+        use_paths(model, run_plan.impl, run_plan.eval_impl)
     net = torch.compile(model, dynamic=False) if run_plan.compile else model
     _, (images, labels) = next(train_loader.batches(0))
 

@@ -135,13 +135,12 @@ def test_bench_command_json(capsys):
     assert out["machine"]["torch"] == torch.__version__
 
 
-def test_bench_command_times_the_path_it_is_given(capsys, monkeypatch, tmp_path):
+def test_bench_command_times_the_path_it_is_given(capsys, monkeypatch, choices_cache):
     from attncnn.perf import paths as path_choice
 
     # this machine's cached choice for demo (the benchmark's own process reads the cache in
-    # $ATTNCNN_DATA_DIR) is dense, in training and in the test pass: a benchmark that measured
+    # $ATTNCNN_CACHE_DIR) is dense, in training and in the test pass: a benchmark that measured
     # instead of taking --set impl=folded would time dense
-    monkeypatch.setenv("ATTNCNN_DATA_DIR", str(tmp_path))
     monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.1, "separable": 0.2,
                                                                            "folded": 0.3})
     config = preset_model_config("demo", 10)[1]

@@ -1,23 +1,24 @@
-"""Whether a run compiles: measured on its own training step, only where it can pay back, cached, recorded."""
+"""Whether a run compiles: measured on its own model and optimizer, only where it can pay back,
+cached as typed records, recorded."""
 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 from attncnn.models import build_model
 from attncnn.perf import compiling as compile_choice
-from attncnn.perf.compiling import (CACHE_NAME, CompileTiming, compile_cache_key, pays_back, time_compile,
-                                    with_compile_choice)
+from attncnn.perf.cache import FORMAT
+from attncnn.perf.compiling import CompileTiming, choose_compile, compile_run, pays_back, time_compile
+from attncnn.perf.machine import machine_record
 from attncnn.runs import resolve_config
 from attncnn.training import make_optimizer
-from planned_runs import planned
 
 CPU = torch.device("cpu")
 SMALL = {"dim": 16, "mlp_dim": 16}
+TIMING = {"eager": 0.4, "compiled": 0.2, "warmup": 20.0}
 
 
 @pytest.mark.parametrize("timing,steps,expected", [
@@ -32,14 +33,27 @@ def test_compiling_is_chosen_only_where_it_pays_back(timing, steps, expected):
     assert pays_back(timing, steps) is expected
 
 
+def _record(run, value, machine=None) -> dict:
+    return {"choice": "compile", "machine": machine or machine_record(CPU), "run": run, "value": value,
+            "measured": "2026-11-29"}
+
+
+def _write(cache, records) -> None:
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"format": FORMAT, "records": records}))
+
+
+def _records(cache) -> list[dict]:
+    return json.loads(cache.read_text())["records"]
+
+
 def test_the_warm_up_floor_is_this_machines_shortest_recorded_compilation(monkeypatch):
-    from attncnn.perf.machine import machine_key
-    here = machine_key(CPU)
-    cache = {f"{here} | demo a": {"eager": 1, "compiled": 0.5, "warmup": 12.0},
-             f"{here} | demo b": {"eager": 1, "compiled": 0.5, "warmup": 7.5},
-             "another machine | demo a": {"eager": 1, "compiled": 0.5, "warmup": 0.1}}
+    here = json.loads(json.dumps(machine_record(CPU)))
+    records = [_record({"preset": "a"}, {"eager": 1, "compiled": 0.5, "warmup": 12.0}, here),
+               _record({"preset": "b"}, {"eager": 1, "compiled": 0.5, "warmup": 7.5}, here),
+               _record({"preset": "a"}, {"eager": 1, "compiled": 0.5, "warmup": 0.1}, {**here, "cpu": "another"})]
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("nothing is compiled when a record exists"))
-    assert compile_choice.warmup_floor(CPU, cache) == (7.5, "the shortest compilation recorded on this machine")
+    assert compile_choice.warmup_floor(CPU, records) == (7.5, "the shortest compilation recorded on this machine")
 
 
 def test_without_a_record_the_floor_is_a_one_operation_compilation_timed_once(monkeypatch):
@@ -51,93 +65,63 @@ def test_without_a_record_the_floor_is_a_one_operation_compilation_timed_once(mo
 
     monkeypatch.setattr(torch, "compile", fake_compile)
     monkeypatch.setattr(compile_choice, "_FIRST_COMPILE", {})
-    seconds, source = compile_choice.warmup_floor(CPU, {"another machine | x": {"warmup": 0.1}})
+    other = _record({}, {"warmup": 0.1}, {**machine_record(CPU), "cpu": "another"})
+    seconds, source = compile_choice.warmup_floor(CPU, [json.loads(json.dumps(other))])
     assert seconds > 0 and source == "a one-operation compilation, measured now"
     assert compile_choice.warmup_floor(CPU, None) == (seconds, source)     # once per process and device
     assert compiled == [{"dynamic": False}]
 
 
-def _parts(*, steps_per_epoch=1000):
-    dataset = SimpleNamespace(num_classes=3, train=SimpleNamespace(images=torch.zeros(1, 3, 32, 32, dtype=torch.uint8)))
-    loader = type("Loader", (), {"batch_size": 4, "__len__": lambda self: steps_per_epoch})()
-    dist = SimpleNamespace(enabled=False, device=CPU)
-    return dataset, loader, dist
+def _run(**overrides):
+    """``(model, optimizer, config, choose_compile's keywords)`` of a small demo run of 2 x 1,000 steps."""
+    config = resolve_config("demo", model=dict(SMALL), epochs=2)
+    torch.manual_seed(0)
+    model = build_model("demo", 3, **SMALL)
+    kw = dict(model_options=dict(SMALL), image_shape=(3, 32, 32), num_classes=3, batch=4, precision="fp32",
+              device=CPU, steps=2000)
+    kw.update(overrides)
+    return model, make_optimizer(model, config), config, kw
 
 
-def _config(tmp_path, **overrides):
-    values = dict(data_dir=str(tmp_path), model=dict(SMALL), precision="fp32", epochs=2)
-    values.update(overrides)
-    return planned("demo", **values)
-
-
-@pytest.fixture
-def timed(monkeypatch) -> list:
-    """The calls of the probe (which would fail here: a test asserts there were none)."""
+def test_a_measurement_on_the_runs_own_objects_is_cached_and_then_decides_by_the_run_length(choices_cache,
+                                                                                           monkeypatch):
     calls = []
+    model, optimizer, config, kw = _run()
 
-    def record(*args, **kwargs):
-        calls.append(kwargs)
-        raise RuntimeError("this run must not be measured")
-
-    monkeypatch.setattr(compile_choice, "time_compile", record)
-    return calls
-
-
-@pytest.mark.parametrize("change,expected", [
-    ({"compile": True}, True),                # given: kept, nothing measured
-    ({"compile": False}, False),
-    ({"deterministic": True}, False),         # unset, but a deterministic run never compiles unasked
-])
-def test_runs_that_are_not_measured(tmp_path, timed, change, expected):
-    config = _config(tmp_path, **change)
-    assert with_compile_choice(config, *_parts()).compile is expected
-    assert timed == []
-
-
-def test_runs_under_torchrun_do_not_compile_unasked(tmp_path, timed):
-    dataset, loader, _ = _parts()
-    assert with_compile_choice(_config(tmp_path), dataset, loader, SimpleNamespace(enabled=True, device=CPU)).compile \
-        is False
-    assert timed == []
-
-
-def test_a_measurement_is_cached_and_then_decides_by_the_run_length(tmp_path, monkeypatch):
-    calls = []
-
-    def fake(model, optimizer, images, labels, **kw):
-        calls.append((tuple(images.shape), kw["precision"], type(optimizer).__name__, model.training))
-        return CompileTiming(eager=0.4, compiled=0.2, warmup=20.0)
+    def fake(net, opt, images, labels, **probe):
+        calls.append((net is model, opt is optimizer, tuple(images.shape), int(labels.max()) < 3, probe["precision"],
+                      net.training, probe["steps"]))
+        return CompileTiming(**TIMING)
 
     monkeypatch.setattr(compile_choice, "time_compile", fake)
-    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (1.0, "test"))
-    dataset, loader, dist = _parts()
-    config = _config(tmp_path)                   # 2 epochs of 1,000 steps: 800 s eager, saves 400 s, costs 20
-    assert with_compile_choice(config, dataset, loader, dist).compile is True
-    assert calls == [((4, 3, 32, 32), "fp32", "SGD", True)]
-    cache = json.loads((tmp_path / CACHE_NAME).read_text())
-    key = compile_cache_key(config, 4, (32, 32), CPU)
-    assert cache == {key: {"eager": 0.4, "compiled": 0.2, "warmup": 20.0}}
-    assert "demo model=" in key and "optimizer=sgd" in key and "batch=4 fp32" in key
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, records: (1.0, "test"))
+    model.eval()                                # the probe trains in train mode; the mode comes back
+    assert choose_compile(model, optimizer, config, **kw) is True      # 800 s eager, saves 400 s, costs 20
+    assert calls == [(True, True, (4, 3, 32, 32), True, "fp32", True, 2000)] and not model.training
+    (record,) = _records(choices_cache)
+    assert record["run"] == {"preset": "demo", "model": SMALL, "optimizer": "sgd", "image": [32, 32], "batch": 4,
+                             "precision": "fp32"}
+    assert record["run"] == compile_run(config, SMALL, batch=4, image_size=(32, 32), precision="fp32")
+    assert record["value"] == TIMING and record["machine"] == json.loads(json.dumps(machine_record(CPU)))
     for _ in range(2):                                           # from the cache: the same answer, no timing
-        assert with_compile_choice(config, dataset, loader, dist).compile is True
+        assert choose_compile(model, optimizer, config, **kw) is True
     # the same shape in a run of 100 steps: saves 20 s, no more than the warm-up: off, from the same cache
-    short = config.replace(epochs=1)
-    assert with_compile_choice(short, *_parts(steps_per_epoch=100)).compile is False
+    assert choose_compile(model, optimizer, config, **{**kw, "steps": 100}) is False
     # 200 steps save 40 s > 20 s: on, from the same cache (no minimum run length)
-    assert with_compile_choice(short, *_parts(steps_per_epoch=200)).compile is True
+    assert choose_compile(model, optimizer, config, **{**kw, "steps": 200}) is True
     assert len(calls) == 1
-    # another model option is another key: measured again
-    with_compile_choice(_config(tmp_path, model={**SMALL, "impl": "dense"}), dataset, loader, dist)
-    assert len(calls) == 2 and len(json.loads((tmp_path / CACHE_NAME).read_text())) == 2
+    # another model option (the attention path taken) is another record: measured again
+    choose_compile(model, optimizer, config, **{**kw, "model_options": {**SMALL, "impl": "dense"}})
+    assert len(calls) == 2 and len(_records(choices_cache)) == 2
 
 
-def test_a_run_shorter_than_the_floor_is_timed_eager_only_and_not_cached(tmp_path, monkeypatch, caplog):
+def test_a_run_shorter_than_the_floor_is_timed_eager_only_and_not_cached(choices_cache, monkeypatch, caplog):
     """The real probe on a tiny network: a few eager steps, far under the warm-up floor, so no compilation."""
-    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, cache: (30.0, "a test's floor"))
-    dataset, loader, dist = _parts(steps_per_epoch=3)
+    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, records: (30.0, "a test's floor"))
+    model, optimizer, config, kw = _run(steps=6)
     with caplog.at_level("INFO"):
-        assert with_compile_choice(_config(tmp_path), dataset, loader, dist).compile is False
-    assert not (tmp_path / CACHE_NAME).exists()
+        assert choose_compile(model, optimizer, config, **kw) is False
+    assert not choices_cache.exists()
     assert ("less than timing a compilation would: 30.0 s to compile, a test's floor, and up to 9 more steps"
             in caplog.text)
 
@@ -173,27 +157,28 @@ def test_the_probe_stops_where_the_rest_of_it_would_outlast_the_run(monkeypatch)
         time_compile(model, optimizer, images, labels, steps=9, **probe)
 
 
-def test_a_compiler_failure_means_training_eager(tmp_path, monkeypatch, caplog):
+def test_a_compiler_failure_means_training_eager(choices_cache, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("no C++ compiler found\nmore")
 
     monkeypatch.setattr(compile_choice, "time_compile", broken)
+    model, optimizer, config, kw = _run()
     with caplog.at_level("WARNING"):
-        assert with_compile_choice(_config(tmp_path), *_parts()).compile is False
+        assert choose_compile(model, optimizer, config, **kw) is False
     assert "torch.compile failed on this machine, training without it (RuntimeError: no C++ compiler found)" \
         in caplog.text
-    assert not (tmp_path / CACHE_NAME).exists()
+    assert not choices_cache.exists()
 
 
 @pytest.mark.slow
 def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network():
     torch.manual_seed(0)
     model = build_model("demo", 3, **SMALL).train()
-    config = planned("demo", model=dict(SMALL), precision="fp32")
     images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 0])
     from torch._dynamo.utils import counters
     graphs = counters["stats"]["unique_graphs"]
-    timing = time_compile(model, make_optimizer(model, config), images, labels, precision="fp32", reps=1)
+    timing = time_compile(model, make_optimizer(model, resolve_config("demo")), images, labels, precision="fp32",
+                          reps=1)
     assert timing.eager > 0 and timing.compiled > 0 and timing.warmup > 0
     # the first compiled step traced the network (no timing bound: a busy machine slows any step)
     assert counters["stats"]["unique_graphs"] > graphs
@@ -208,61 +193,78 @@ def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network()
     ({"eager": 0.4, "compiled": 0.0, "warmup": 20.0}, "'compiled' must be a positive number"),     # a ratio's divisor
     ([0.4, 0.2, 20.0], "a timing must be an object of eager, compiled, warmup seconds"),
 ])
-def test_a_bad_cached_timing_is_dropped_with_one_warning_and_measured_again(tmp_path, monkeypatch, caplog,
+def test_a_bad_cached_timing_is_dropped_with_one_warning_and_measured_again(choices_cache, monkeypatch, caplog,
                                                                            entry, problem):
     calls = []
-    monkeypatch.setattr(compile_choice, "time_compile",
-                        lambda *a, **kw: calls.append(1) or CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
-    config = _config(tmp_path)
-    key = compile_cache_key(config, 4, (32, 32), CPU)
-    other = "another machine | demo"
-    (tmp_path / CACHE_NAME).write_text(json.dumps({key: entry, other: {"eager": 1, "compiled": 2, "warmup": 3}}))
+    monkeypatch.setattr(compile_choice, "time_compile", lambda *a, **kw: calls.append(1) or CompileTiming(**TIMING))
+    model, optimizer, config, kw = _run()
+    run = compile_run(config, SMALL, batch=4, image_size=(32, 32), precision="fp32")
+    other = _record({**run, "batch": 8}, {"eager": 1, "compiled": 2, "warmup": 3})
+    _write(choices_cache, [_record(run, entry), other])
     with caplog.at_level("WARNING"):
         for _ in range(2):                                      # the second run reads the repaired cache
-            assert with_compile_choice(config, *_parts()).compile is True
+            assert choose_compile(model, optimizer, config, **kw) is True
     assert len(calls) == 1
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and str(tmp_path / CACHE_NAME) in warnings[0] and problem in warnings[0], warnings
-    assert json.loads((tmp_path / CACHE_NAME).read_text()) == {               # the good entries kept
-        key: {"eager": 0.4, "compiled": 0.2, "warmup": 20.0}, other: {"eager": 1, "compiled": 2, "warmup": 3}}
+    assert len(warnings) == 1 and str(choices_cache) in warnings[0] and problem in warnings[0], warnings
+    assert [(r["run"]["batch"], r["value"]) for r in _records(choices_cache)] == [(8, other["value"]), (4, TIMING)]
 
 
-@pytest.mark.parametrize("text", ["{not json", "[1, 2]", "\xff\xfe"])
-def test_a_corrupt_cache_file_is_named_in_a_warning_and_rewritten(tmp_path, monkeypatch, caplog, text):
-    monkeypatch.setattr(compile_choice, "time_compile",
-                        lambda *a, **kw: CompileTiming(eager=0.4, compiled=0.2, warmup=20.0))
-    (tmp_path / CACHE_NAME).write_bytes(text.encode("latin-1"))
+@pytest.mark.parametrize("text,problem", [
+    ("{not json", "unreadable (JSONDecodeError"),
+    ("[1, 2]", "it holds a JSON list, not format 1's"),
+    ("\xff\xfe", "unreadable ("),
+    ('{"a | b": {"eager": 1}}', "it holds format None, not format 1's"),        # an old keyed file's layout
+    ('{"format": 2, "records": []}', "it holds format 2, not format 1's"),
+])
+def test_a_corrupt_cache_file_is_named_in_a_warning_and_rewritten(choices_cache, monkeypatch, caplog, text, problem):
+    monkeypatch.setattr(compile_choice, "time_compile", lambda *a, **kw: CompileTiming(**TIMING))
+    choices_cache.parent.mkdir(parents=True)
+    choices_cache.write_bytes(text.encode("latin-1"))
+    model, optimizer, config, kw = _run()
     with caplog.at_level("WARNING"):
-        assert with_compile_choice(_config(tmp_path), *_parts()).compile is True
+        assert choose_compile(model, optimizer, config, **kw) is True
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
-    assert len(warnings) == 1 and warnings[0].startswith(f"{tmp_path / CACHE_NAME}: ignoring the speed-measurement "
+    assert len(warnings) == 1 and warnings[0].startswith(f"{choices_cache}: ignoring the speed-measurement "
                                                          "cache"), warnings
-    assert len(json.loads((tmp_path / CACHE_NAME).read_text())) == 1
+    assert problem in warnings[0]
+    assert len(_records(choices_cache)) == 1
 
 
-def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(tmp_path):
+def test_a_cache_that_cannot_be_written_is_logged_not_raised(tmp_path, monkeypatch, caplog):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "file" / "below"))       # a folder under a file
+    monkeypatch.setattr(compile_choice, "time_compile", lambda *a, **kw: CompileTiming(**TIMING))
+    model, optimizer, config, kw = _run()
+    with caplog.at_level("WARNING"):
+        assert choose_compile(model, optimizer, config, **kw) is True
+    assert any(r.getMessage().startswith("could not cache a speed measurement in ") for r in caplog.records)
+
+
+def test_an_estimate_finds_this_machines_measurement_whatever_path_it_took(choices_cache):
     """The dry run of a suite knows no run's attention path yet: of the cached measurements that
     differ from its shape only in the path, it takes the fastest eager one; any other shape, preset
-    or machine is not it, and entries of presets whose paths this one lacks do not trip it."""
-    config = planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32")
+    or machine is not it."""
+    config = resolve_config("learned-content-mini")
+    other = resolve_config("quadratic-mini")
 
-    def key(preset_config, model, batch=100):
-        return compile_cache_key(preset_config, batch, (32, 32), CPU, model=model)
+    def run(recipe, model, batch=100):
+        return compile_run(recipe, {**recipe.model, **model}, batch=batch, image_size=(32, 32), precision="fp32")
 
-    other = planned("quadratic-mini", data_dir=str(tmp_path), precision="fp32")
-    entries = {
-        key(config, {"impl": "explicit-onehot"}): {"eager": 1.4, "compiled": 1.2, "warmup": 20.0},
-        key(config, {"impl": "explicit-half", "eval_impl": "sdpa"}): {"eager": 1.9, "compiled": 1.3, "warmup": 25.0},
-        key(config, {"impl": "sdpa"}, batch=50): {"eager": 0.5, "compiled": 0.4, "warmup": 20.0},
-        key(other, {"impl": "folded"}): {"eager": 0.3, "compiled": 0.28, "warmup": 24.0},
-    }
-    here = key(config, {"impl": "sdpa"})
-    entries["another machine" + here[here.index(" | "):]] = {"eager": 0.1, "compiled": 0.05, "warmup": 9.0}
-    (tmp_path / CACHE_NAME).write_text(json.dumps(entries))
-    assert compile_choice.cached_timing(config, 100, (32, 32), CPU) == CompileTiming(1.4, 1.2, 20.0)
-    assert compile_choice.cached_timing(config, 64, (32, 32), CPU) is None
-    assert compile_choice.cached_timing(config.replace(precision="bf16"), 100, (32, 32), CPU) is None
-    assert compile_choice.cached_timing(other, 100, (32, 32), CPU) == CompileTiming(0.3, 0.28, 24.0)
+    here = run(config, {"impl": "sdpa"})
+    _write(choices_cache, [
+        _record(run(config, {"impl": "explicit-onehot"}), {"eager": 1.4, "compiled": 1.2, "warmup": 20.0}),
+        _record(run(config, {"impl": "explicit-half", "eval_impl": "sdpa"}),
+                {"eager": 1.9, "compiled": 1.3, "warmup": 25.0}),
+        _record(run(config, {"impl": "sdpa"}, batch=50), {"eager": 0.5, "compiled": 0.4, "warmup": 20.0}),
+        _record(run(other, {"impl": "folded"}), {"eager": 0.3, "compiled": 0.28, "warmup": 24.0}),
+        _record(here, {"eager": 0.1, "compiled": 0.05, "warmup": 9.0}, {**machine_record(CPU), "cpu": "another"}),
+    ])
+    estimate = dict(batch=100, image_size=(32, 32), precision="fp32", device=CPU)
+    assert compile_choice.cached_timing(config, **estimate) == CompileTiming(1.4, 1.2, 20.0)
+    assert compile_choice.cached_timing(config, **{**estimate, "batch": 64}) is None
+    assert compile_choice.cached_timing(config, **{**estimate, "precision": "bf16"}) is None
+    assert compile_choice.cached_timing(other, **estimate) == CompileTiming(0.3, 0.28, 24.0)
     # another model option is another shape
-    wider = planned("learned-content-mini", data_dir=str(tmp_path), precision="fp32", model={"dim": 32})
-    assert compile_choice.cached_timing(wider, 100, (32, 32), CPU) is None
+    wider = resolve_config("learned-content-mini", model={"dim": 32})
+    assert compile_choice.cached_timing(wider, **estimate) is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import pytest
@@ -10,32 +9,25 @@ import torch
 
 from attncnn.perf import make_plan, resume_plan
 from attncnn.perf import plan as plan_module
+from attncnn.perf.choosing import RunChooser
 from attncnn.runs import resolve_config
 from attncnn.runs.machine_file import MACHINE_FILE
-from attncnn.training import RunOptions, RunPlan
+from attncnn.training import Choices, RunOptions, RunPlan
 
 HERE = {"cpu": "This CPU", "torch_threads": 2, "torch": "2.13.0", "device": "cpu"}
 GPU = {"cpu": "Host CPU", "threads": 1, "torch": "2.11.0", "device": "cuda", "gpu": "Some GPU"}
 
 
 @pytest.fixture
-def measured(monkeypatch):
-    """Record path measurements instead of running them (they need a data set and seconds of timing)."""
-    calls = []
-
-    def fake_paths(config, dataset, batch, dist, steps=None):
-        calls.append(dict(config.model))
-        assert steps == config.epochs * 5                   # the run's steps: epochs x the loader's length
-        return dataclasses.replace(config, model={**config.model, "impl": "folded", "eval_impl": "dense"})
-
-    loader = type("L", (), {"batch_size": 4, "__len__": lambda self: 5})()
-    monkeypatch.setattr(plan_module, "make_loaders", lambda config, dist, **data: (None, loader, None))
-    monkeypatch.setattr(plan_module, "for_images", lambda config, dataset, new: config)   # no data set here
-    monkeypatch.setattr(plan_module, "with_measured_paths", fake_paths)
-    monkeypatch.setattr(plan_module, "with_compile_choice",
-                        lambda config, *a: dataclasses.replace(config, compile=bool(config.compile)))
+def here(monkeypatch):
+    """This machine as the plan records it, fixed; a plan must neither load data nor build a model."""
     monkeypatch.setattr(plan_module, "machine_info", lambda device: dict(HERE))
-    return calls
+    monkeypatch.setattr("attncnn.data.load_dataset", lambda *a, **k: pytest.fail("a plan loads no data"))
+    monkeypatch.setattr("attncnn.models.build_model", lambda *a, **k: pytest.fail("a plan builds no model"))
+
+
+#: the chooser of a plan that leaves the paths and compile open
+EVERYTHING = RunChooser(paths=True, eval_path=True, compile=True, given={})
 
 
 def _run(tmp_path, config: dict, segments: list[dict] | None = None):
@@ -58,26 +50,27 @@ def _segment(**values) -> dict:
     return {"epochs": [1, 1], "machine": GPU, **values}
 
 
-def test_a_resumed_run_chooses_its_paths_and_device_here_and_changes_nothing_stored(tmp_path, measured):
+def test_a_resumed_run_leaves_its_paths_to_be_chosen_here_and_changes_nothing_stored(tmp_path, here):
     folder = _run(tmp_path, STARTED_ON_GPU)
     before = (folder / "config.json").read_text()
     plan = resume_plan(folder)
-    assert measured == [{"dim": 72}]                        # the stored paths are not used, the rest kept
-    assert (plan.impl, plan.eval_impl) == ("folded", "dense")
+    assert (plan.impl, plan.eval_impl, plan.compile, plan.choose) == (None, None, None, EVERYTHING)   # not the stored
     assert plan.device == torch.device("cpu") and plan.precision == "fp32" and plan.machine == HERE
     assert (folder / "config.json").read_text() == before and not (folder / MACHINE_FILE).exists()
 
 
-def test_a_resume_takes_the_paths_it_is_given_and_measures_nothing(tmp_path, measured):
+def test_a_resume_takes_the_paths_it_is_given_and_chooses_only_the_rest(tmp_path, here):
     folder = _run(tmp_path, STARTED_ON_GPU)
     plan = resume_plan(folder, RunOptions(device="cpu", impl="dense"))
-    assert measured == [] and (plan.impl, plan.eval_impl) == ("dense", None)
+    assert (plan.impl, plan.eval_impl) == ("dense", None)
+    assert plan.choose == RunChooser(paths=False, eval_path=False, compile=True, given={"impl": "dense"})
     deterministic = resume_plan(folder, RunOptions(deterministic=True))
-    assert measured == [] and (deterministic.impl, deterministic.deterministic) == (None, True)
+    assert (deterministic.impl, deterministic.deterministic, deterministic.compile) == (None, True, False)
+    assert deterministic.choose is None                      # a deterministic run measures nothing
 
 
 @pytest.mark.parametrize("run", ["old", "new"])
-def test_a_resumed_bf16_run_keeps_bf16_only_where_it_is_fast(tmp_path, measured, monkeypatch, run):
+def test_a_resumed_bf16_run_keeps_bf16_only_where_it_is_fast(tmp_path, here, monkeypatch, run):
     if run == "old":                                       # the precision in config.json
         folder = _run(tmp_path, {**STARTED_ON_GPU, "precision": "bf16"})
     else:                                                  # its first segment's; a later fp32 one does not change it
@@ -90,7 +83,7 @@ def test_a_resumed_bf16_run_keeps_bf16_only_where_it_is_fast(tmp_path, measured,
 
 
 @pytest.mark.parametrize("given", [None, True, False])
-def test_a_resumed_run_is_deterministic_as_it_ran_unless_told(tmp_path, measured, given):
+def test_a_resumed_run_is_deterministic_as_it_ran_unless_told(tmp_path, here, given):
     old = _run(tmp_path / "old", {**STARTED_ON_GPU, "deterministic": True})
     new = _run(tmp_path / "new", {"preset": "quadratic-mini"}, [_segment(deterministic=False),
                                                                  _segment(deterministic=True)])
@@ -101,31 +94,64 @@ def test_a_resumed_run_is_deterministic_as_it_ran_unless_told(tmp_path, measured
 
 
 @pytest.mark.parametrize("given", [None, True, False])
-def test_a_resumed_run_compiles_as_asked_else_as_this_machine_decides(tmp_path, measured, given):
+def test_a_resumed_run_compiles_as_asked_else_as_this_machine_decides(tmp_path, here, given):
     folder = _run(tmp_path, {**STARTED_ON_GPU, "compile": True})      # an older run's setting is not used
-    assert resume_plan(folder, RunOptions(compile=given)).compile is bool(given)
+    plan = resume_plan(folder, RunOptions(compile=given))
+    assert plan.compile is given and plan.choose.compile is (given is None)
 
 
-def test_an_older_runs_cache_folder_is_a_resumes_default(tmp_path, measured):
+def test_an_older_runs_cache_folder_is_a_resumes_default(tmp_path, here):
     folder = _run(tmp_path, {**STARTED_ON_GPU, "data_dir": "/data/cache"})
     assert resume_plan(folder).options.data_dir == "/data/cache"
     assert resume_plan(folder, RunOptions(data_dir="here")).options.data_dir == "here"
 
 
-def test_a_new_run_with_every_choice_given_measures_nothing(monkeypatch):
-    monkeypatch.setattr(plan_module, "make_loaders", lambda *a, **k: pytest.fail("nothing to measure: no data needed"))
-    monkeypatch.setattr(plan_module, "machine_info", lambda device: dict(HERE))
+def test_a_new_run_with_every_choice_given_has_nothing_to_choose(here):
     options = RunOptions(device="cpu", precision="fp32", compile=False, impl="dense")
     plan = make_plan(resolve_config("demo"), options)
     assert plan == RunPlan(device=torch.device("cpu"), precision="fp32", compile=False, impl="dense",
                            options=options, machine=HERE)
 
 
-def test_a_new_run_takes_the_measured_paths_and_the_resolved_precision(measured, monkeypatch):
+@pytest.mark.parametrize("options,chooser", [
+    (RunOptions(), EVERYTHING),
+    (RunOptions(eval_impl="dense"),
+     RunChooser(paths=True, eval_path=False, compile=True, given={"eval_impl": "dense"})),
+    (RunOptions(measure_paths=False), RunChooser(paths=False, eval_path=False, compile=True, given={})),
+    (RunOptions(compile=True), RunChooser(paths=True, eval_path=True, compile=False, given={})),
+    (RunOptions(measure_paths=False, compile=False), None),
+    (RunOptions(deterministic=True), None),
+])
+def test_a_new_run_leaves_to_its_chooser_exactly_what_the_options_leave_open(here, options, chooser):
+    plan = make_plan(resolve_config("quadratic-mini"), options)
+    assert plan.choose == chooser and plan.compile is (None if chooser and chooser.compile else bool(options.compile))
+
+
+def test_under_torchrun_nothing_is_left_to_measure(here, monkeypatch):
+    monkeypatch.setattr(plan_module, "launch_from_env", lambda: object())
+    monkeypatch.setattr(plan_module, "plan_device", lambda device: torch.device("cpu"))
+    plan = make_plan(resolve_config("quadratic-mini"), RunOptions())
+    assert (plan.choose, plan.compile, plan.impl) == (None, False, None)
+
+
+def test_a_given_path_the_layers_lack_is_refused_by_the_plan(here):
+    with pytest.raises(ValueError, match="has no impl 'sdpa'"):
+        make_plan(resolve_config("quadratic-mini"), RunOptions(impl="sdpa"))
+
+
+def test_a_new_run_takes_the_resolved_precision(here, monkeypatch):
     monkeypatch.setattr("attncnn.perf.precision.fast_bf16", lambda device: False)
     plan = make_plan(resolve_config("quadratic-mini"), RunOptions(device="cpu", precision="auto"))
-    assert (plan.precision, plan.impl, plan.eval_impl, plan.compile) == ("fp32", "folded", "dense", False)
-    assert measured == [{}]
+    assert (plan.precision, plan.impl, plan.eval_impl, plan.compile) == ("fp32", None, None, None)
+
+
+def test_a_plans_choices_are_taken_whole():
+    plan = RunPlan(device=torch.device("cpu"), precision="fp32", compile=None, eval_impl="sdpa", choose=EVERYTHING)
+    assert plan.decided() == RunPlan(device=torch.device("cpu"), precision="fp32", eval_impl="sdpa")
+    decided = plan.decided(Choices(impl="explicit", compile=True))
+    assert (decided.impl, decided.eval_impl, decided.compile, decided.choose) == ("explicit", "sdpa", True, None)
+    both = plan.decided(Choices(impl="explicit", eval_impl="bilinear", compile=False))
+    assert (both.impl, both.eval_impl, both.compile) == ("explicit", "bilinear", False)
 
 
 def test_a_plan_refuses_an_unresolved_precision():

@@ -182,21 +182,22 @@ def test_dry_run_prints_commands_and_estimates(tmp_path, capsys):
     assert not any(tmp_path.iterdir())                     # a dry run writes nothing
 
 
-def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed_up(tmp_path, capsys):
+def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed_up(tmp_path, capsys, choices_cache):
     import torch
 
     from attncnn.perf import resolve_precision
-    from attncnn.perf.compiling import CACHE_NAME, compile_cache_key
-    from attncnn.perf.plan import PlannedRun
+    from attncnn.perf.compiling import CHOICE, compile_run, timing_problem
+    from attncnn.perf.cache import write_record
+    from attncnn.perf.machine import machine_record
     from attncnn.runs import resolve_config
-    from attncnn.training import RunOptions
 
     data_dir = tmp_path / "data"
     data_dir.mkdir()
-    config = PlannedRun.of(resolve_config("resnet18-mini", epochs=2), RunOptions(data_dir=str(data_dir)),
-                           precision=resolve_precision("auto", torch.device("cpu")))
-    key = compile_cache_key(config, 100, (32, 32), torch.device("cpu"))
-    (data_dir / CACHE_NAME).write_text(json.dumps({key: {"eager": 0.2, "compiled": 0.1, "warmup": 5.0}}))
+    config = resolve_config("resnet18-mini", epochs=2)
+    run = compile_run(config, config.model, batch=100, image_size=(32, 32),
+                      precision=resolve_precision("auto", torch.device("cpu")))
+    write_record(CHOICE, machine_record(torch.device("cpu")), run, {"eager": 0.2, "compiled": 0.1, "warmup": 5.0},
+                 timing_problem)
     common = ["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(tmp_path / "m"),
               "--epochs", "2", "--data-dir", str(data_dir)]
     lines = {}
@@ -207,7 +208,7 @@ def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed
     assert lines[()].endswith("compiled: 2.00x eager and 5 s of warm-up, as measured here)")
     assert lines[("--compile",)].endswith("compiled: 2.00x eager and 5 s of warm-up, as measured here)")
     assert lines[("--no-compile",)].endswith("; eager)")
-    (data_dir / CACHE_NAME).unlink()
+    choices_cache.unlink()
     assert main([*common, "--compile"]) == 0
     assert "compiled, estimated eager: no compile measurement of this run's shape here" in capsys.readouterr().out
     assert not (tmp_path / "m").exists()

@@ -1,18 +1,23 @@
-"""Whether a run compiles its model (``--compile`` not given): measured on the device it will run
-on, cached, and chosen wherever the compilation pays for itself within the run.
+"""Whether a run compiles its model (``--compile`` not given): measured on the run's own model and
+optimizer on the device it trains on, cached, and chosen wherever the compilation pays for itself
+within the run.
 
 ``torch.compile`` fuses the elementwise work around the matrix products (softmax, the positional
 term, LayerNorm, GELU), which is most of what content attention's ``(B, N_h, N, N)`` scores and a
 small ResNet spend their time on, but it costs a warm-up (tracing and code generation, seconds to
 minutes) and on some models it gains little or nothing (docs/speed.md). So a run whose options
-leave ``compile`` unset times its own training step, on a throw-away copy of its network with its
-batch, precision, optimizer and device (:func:`time_compile`): eager first, then the compiled step
-(its first call is the warm-up) in three alternated rounds. The run compiles (:func:`pays_back`)
-when compiled is at least :data:`MIN_SPEEDUP` times faster (a margin for what a
-probe of a few steps cannot see: inside the trainer a compiled model can gain less than its probe
-said; benchmarks/results/HISTORY.md) and the seconds it saves over the run's steps exceed the
-measured warm-up. There is no fixed minimum run length: a 3-minute GPU run whose compilation
-takes 30 s and saves 70 compiles.
+leave ``compile`` unset times its own training step inside the training call, on its real network
+and optimizer (their state put back afterwards by :class:`attncnn.perf.choosing.RunChooser`) with
+random inputs of its batch's shape, at its precision (:func:`time_compile`): eager first, then the
+compiled step (``torch.compile(model, dynamic=False)``, as the loop compiles; its first call is the
+warm-up) in three alternated rounds. The run compiles (:func:`pays_back`) when compiled is at least
+:data:`MIN_SPEEDUP` times faster (a margin for what a probe of a few steps cannot see: inside the
+trainer a compiled model can gain less than its probe said; benchmarks/results/HISTORY.md) and the
+seconds it saves over the run's steps exceed the measured warm-up. There is no fixed minimum run
+length: a 3-minute GPU run whose compilation takes 30 s and saves 70 compiles. Nothing resets
+dynamo: where compiling wins, the loop's own ``torch.compile`` of the same module finds the probe's
+compiled code in dynamo's cache, so the warm-up is not paid twice; a caller's own compiled
+functions are left alone.
 
 The probe's compilation is itself a warm-up, wasted when the answer is "eager". It is skipped,
 after the probe's first step or after its eager timing, where the rest of the probe would take
@@ -25,12 +30,12 @@ one). Then no compilation could pay back within the run, since even a compiled s
 no time saves at most the run's eager time; so a smoke run of a few steps of a large model does not
 spend a minute timing a compiler it cannot use.
 
-The three timings are cached in ``compile-choice.json`` in the run's data folder (default
-:func:`attncnn.data.default_data_dir`), keyed by machine (:func:`~attncnn.perf.machine.machine_key`),
-preset, model options (the measured attention path included), optimizer, per-process batch, image
-size and precision, so the next run on this machine decides from them without measuring, by the same
+The three timings are cached as typed ``"compile"`` records (:mod:`attncnn.perf.cache`) keyed by
+the machine (:func:`~attncnn.perf.machine.machine_record`) and the run (:func:`compile_run`:
+preset, model options with the attention paths taken, optimizer, per-process batch, image size,
+precision), so the next run on this machine decides from them without measuring, by the same
 rule: for a given cache the choice is deterministic. A timing taken while other work shares the CPU
-(:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. An entry
+(:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. A record
 that is not three such timings (:func:`timing_problem`: an edited or damaged file) is dropped with
 a warning naming the file and measured again. The decision goes into the run's plan and its
 ``machine.json`` segment, never its recipe (``config.json``): a resumed run decides again, from the
@@ -42,28 +47,25 @@ time their own share of the machine.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import math
 import statistics
-from pathlib import Path
 
 import torch
 
-from ..data import default_data_dir
-from ..models import build_model
-from ..training.components import make_optimizer
+from ..runs import TrainConfig
 from ..training.step import training_step
-from .cache import read_cache, write_cache
-from .machine import busy_reason, machine_key
+from .cache import find_record, read_records, typed, write_record
+from .machine import busy_reason, machine_record
 from .timing import seconds, time_alternated
 
-__all__ = ["CACHE_NAME", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "warmup_floor",
-           "compile_cache_key", "timing_problem", "with_compile_choice", "cached_timing"]
+__all__ = ["CHOICE", "MIN_SPEEDUP", "CompileTiming", "probe_steps", "time_compile", "pays_back", "warmup_floor",
+           "compile_run", "timing_problem", "choose_compile", "cached_timing"]
 
 log = logging.getLogger(__name__)
 
-CACHE_NAME = "compile-choice.json"
+#: the ``choice`` of this module's cache records
+CHOICE = "compile"
 #: compiled must be at least this much faster than eager, per step, to be chosen
 MIN_SPEEDUP = 1.10
 
@@ -104,16 +106,16 @@ def pays_back(timing: CompileTiming, steps: int, *, min_speedup: float = MIN_SPE
 _FIRST_COMPILE: dict[str, float] = {}
 
 
-def warmup_floor(device: torch.device, cache: dict | None = None) -> tuple[float, str]:
+def warmup_floor(device: torch.device, records: list[dict] | None = None) -> tuple[float, str]:
     """The shortest warm-up a compilation shows on this machine, in seconds, and where it comes from.
 
     Args:
         device: where the run trains.
-        cache: the entries of ``compile-choice.json`` (:func:`with_compile_choice` reads it), or None.
+        records: the cache's ``"compile"`` records (:func:`~attncnn.perf.cache.read_records`), or None.
 
     Returns:
-        ``(seconds, source)``: the smallest ``warmup`` recorded in ``cache`` under this machine's
-        key (:func:`~attncnn.perf.machine.machine_key`), any run shape; with none recorded, the
+        ``(seconds, source)``: the smallest ``warmup`` among ``records`` of this machine
+        (:func:`~attncnn.perf.machine.machine_record`), any run shape; with none recorded, the
         first call of ``torch.compile`` on a one-operation function on ``device``, measured once per
         process and device (tracing, code generation and a compiler run: work every compiled
         training step also does).
@@ -121,8 +123,8 @@ def warmup_floor(device: torch.device, cache: dict | None = None) -> tuple[float
     Raises:
         whatever ``torch.compile`` raises on this machine (e.g. no C++ compiler for inductor on a CPU).
     """
-    prefix = machine_key(device) + " | "
-    recorded = [v["warmup"] for k, v in (cache or {}).items() if k.startswith(prefix)]
+    here = typed(machine_record(device))
+    recorded = [r["value"]["warmup"] for r in records or () if r["machine"] == here]
     if recorded:
         return min(recorded), "the shortest compilation recorded on this machine"
     name = str(device)
@@ -143,8 +145,10 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
                  labels: torch.Tensor, *, precision: str, min_run_seconds: float = 0.0, steps: int | None = None,
                  reps: int = 3) -> CompileTiming:
     """Time training steps of ``model`` eager and compiled (``torch.compile(model, dynamic=False)``,
-    as the trainer compiles), alternated, on one batch. The model's weights change (the optimizer
-    steps): give it a copy.
+    as the trainer compiles), alternated, on one batch. The model's weights, buffers, gradients and
+    the optimizer's state change (the optimizer steps): give it a copy, or put them back afterwards
+    (:class:`~attncnn.perf.choosing.RunChooser`). The compiled code stays in dynamo's cache (no
+    reset): the trainer's own compilation of the same module reuses it.
 
     Args:
         model: the network in training mode, on the batch's device. optimizer: over its parameters.
@@ -185,25 +189,21 @@ def time_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, image
     # the compilation is the probe's longest step (44 s for the demo on a 2-core CPU): say what the wait is
     log.info("compile: compiling the training step to time it%s...", f" (at least {min_run_seconds:.0f} s here)"
              if min_run_seconds >= 1 else "")
-    try:
-        warmup = step(compiled_model)
-        step(compiled_model)
-        # alternated: a busy machine slows both alike
-        timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0,
-                                what="the training step eager and compiled")
-    finally:
-        del compiled_model
-        torch._dynamo.reset()                       # drop the probe's compiled code and the network it holds
+    warmup = step(compiled_model)
+    step(compiled_model)
+    # alternated: a busy machine slows both alike
+    timed = time_alternated({"eager": call(model), "compiled": call(compiled_model)}, device, reps=reps, warmup=0,
+                            what="the training step eager and compiled")
     return CompileTiming(eager=timed["eager"], compiled=timed["compiled"], warmup=warmup)
 
 
 _TIMED = ("eager", "compiled", "warmup")
 
 
-def timing_problem(key: str, value) -> str | None:
-    """What is wrong with a cached entry of ``compile-choice.json`` (None: nothing): it must be an
-    object whose ``eager``, ``compiled`` and ``warmup`` are finite seconds, the first two above 0
-    (the speed-up is their ratio), as :func:`with_compile_choice` writes it."""
+def timing_problem(run: dict, value) -> str | None:
+    """What is wrong with a cached compile record (None: nothing): its value must be an object
+    whose ``eager``, ``compiled`` and ``warmup`` are finite seconds, the first two above 0 (the
+    speed-up is their ratio), as :func:`choose_compile` writes it."""
     if not isinstance(value, dict):
         return f"a timing must be an object of {', '.join(_TIMED)} seconds, got {value!r}"
     for name in _TIMED:
@@ -216,101 +216,90 @@ def timing_problem(key: str, value) -> str | None:
     return None
 
 
-def compile_cache_key(config, batch: int, image_size: tuple[int, int], device: torch.device,
-                      model: dict | None = None) -> str:
-    """The cache key of a compile measurement: the machine, then what a step's cost depends on
-    (``model``: these model options instead of ``config.model``)."""
-    model = json.dumps(config.model if model is None else model, sort_keys=True, default=str)
-    return (f"{machine_key(device)} | {config.preset} model={model} optimizer={config.optimizer} "
-            f"image={image_size[0]}x{image_size[1]} batch={batch} {config.precision}")
+def compile_run(config: TrainConfig, model: dict, *, batch: int, image_size: tuple[int, int], precision: str) -> dict:
+    """The typed ``run`` field of a compile record: what a training step's cost depends on,
+    ``{"preset", "model", "optimizer", "image", "batch", "precision"}`` (``model``: the model
+    options the network is built with, its attention paths included; ``batch``: per process)."""
+    return typed({"preset": config.preset, "model": model, "optimizer": config.optimizer,
+                  "image": list(image_size), "batch": batch, "precision": precision})
 
 
-def cached_timing(config, batch: int, image_size: tuple[int, int], device: torch.device) -> CompileTiming | None:
+_PATHS = ("impl", "eval_impl")
+
+
+def cached_timing(config: TrainConfig, *, batch: int, image_size: tuple[int, int], precision: str,
+                  device: torch.device) -> CompileTiming | None:
     """This machine's cached compile measurement of a run shaped like ``config``, whatever attention
-    path it measured, or None: for estimates made before a run has chosen its path (the dry run of
-    ``attncnn reproduce``). Among entries that differ only in the path, the fastest eager step is
+    paths it took, or None: for estimates made before a run has chosen its paths (the dry run of
+    ``attncnn reproduce``). Among records that differ only in the paths, the fastest eager step is
     taken (the path a run measures and keeps is its fastest)."""
-    path = (Path(config.data_dir) if config.data_dir is not None else default_data_dir()) / CACHE_NAME
-    cache = read_cache(path, timing_problem)
-    paths = ("impl", "eval_impl")
-    wanted = {k: v for k, v in config.model.items() if k not in paths}
+    here = typed(machine_record(device))
+    wanted = compile_run(config, {k: v for k, v in config.model.items() if k not in _PATHS}, batch=batch,
+                         image_size=image_size, precision=precision)
     found = []
-    for key, value in cache.items():
-        chosen = {k: v for k, v in _model_of(key).items() if k in paths}
-        if key == compile_cache_key(config, batch, image_size, device, model={**wanted, **chosen}):
-            found.append(CompileTiming(**{k: value[k] for k in _TIMED}))
+    for record in read_records(CHOICE, timing_problem):
+        run = record["run"]
+        if record["machine"] != here or not isinstance(run.get("model"), dict):
+            continue
+        if {**run, "model": {k: v for k, v in run["model"].items() if k not in _PATHS}} == wanted:
+            found.append(CompileTiming(**{k: record["value"][k] for k in _TIMED}))
     return min(found, key=lambda t: t.eager) if found else None
 
 
-def _model_of(key: str) -> dict:
-    """The model options recorded in a cache key (``{}`` where the key holds none that parse)."""
-    start, end = key.find(" model="), key.find(" optimizer=")
-    try:
-        model = json.loads(key[start + len(" model="):end]) if 0 <= start < end else {}
-    except ValueError:
-        return {}
-    return model if isinstance(model, dict) else {}
-
-
-def with_compile_choice(config, dataset, train_loader, dist):
-    """``config`` with ``compile`` decided (True or False) when it is None ("not given"): measured
-    and cached as the module docstring says. A ``compile`` already given is returned unchanged.
+def choose_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, config: TrainConfig, *,
+                   model_options: dict, image_shape: tuple[int, int, int], num_classes: int, batch: int,
+                   precision: str, device: torch.device, steps: int) -> bool:
+    """Whether the run compiles: from this machine's cached timing of its shape, else measured
+    (:func:`time_compile`) on ``model`` and ``optimizer`` themselves with random images of
+    ``(batch, *image_shape)`` and labels below ``num_classes``, and cached (module docstring).
+    The model and optimizer are changed by the probe: the caller puts their state back.
 
     Args:
-        config: the run's :class:`~attncnn.runs.TrainConfig` (precision resolved, attention path chosen).
-        dataset: the loaded data set (classes, image size). train_loader: the run's training loader
-            (per-process batch, steps per epoch). dist: the run's :class:`~attncnn.training.distributed.Distributed`.
+        config: the run's recipe (preset, optimizer). model_options: the options the network is
+            built with, attention paths included (:func:`compile_run`). steps: the training steps
+            the decision is for (:func:`pays_back`).
+
+    Returns:
+        True to compile. A compiler that fails here means False, with a warning.
     """
-    if config.compile is not None:
-        return config
-    if config.deterministic or dist.enabled:
-        return dataclasses.replace(config, compile=False)
-    batch, steps = train_loader.batch_size, config.epochs * len(train_loader)
-    image_size = tuple(dataset.train.images.shape[-2:])
-    path = Path(config.data_dir) if config.data_dir is not None else default_data_dir()
-    path = path / CACHE_NAME
-    key = compile_cache_key(config, batch, image_size, dist.device)
-    cache = read_cache(path, timing_problem)
-    cached = cache.get(key)
+    image_size = tuple(image_shape[1:])
+    machine = machine_record(device)
+    run = compile_run(config, model_options, batch=batch, image_size=image_size, precision=precision)
+    cached = find_record(CHOICE, machine, run, timing_problem)
     if cached is not None:
         timing = CompileTiming(**{k: cached[k] for k in _TIMED})
         source = "cached for this machine and run shape"
     else:
-        busy = busy_reason(dist.device)         # sampled before the probe's own threads load the CPU
+        busy = busy_reason(device)         # sampled before the probe's own threads load the CPU
         try:
-            floor = warmup_floor(dist.device, cache)
-            timing = _measure(config, dataset, batch, image_size, steps, dist.device, floor[0])
+            floor = warmup_floor(device, read_records(CHOICE, timing_problem))
+            images = torch.randn(batch, *image_shape, device=device)
+            labels = torch.randint(0, num_classes, (batch,), device=device)
+            was = model.training
+            model.train()
+            try:
+                timing = time_compile(model, optimizer, images, labels, precision=precision,
+                                      min_run_seconds=floor[0], steps=steps)
+            finally:
+                model.train(was)
         except Exception as err:        # noqa: BLE001 - any compiler failure means: train eager
             log.warning("torch.compile failed on this machine, training without it (%s: %s)",
                         type(err).__name__, str(err).splitlines()[0] if str(err) else "")
-            return dataclasses.replace(config, compile=False)
+            return False
         if timing.compiled is None:
             log.info("compile: off (the run's %d steps take about %.1f s eager here, less than timing a compilation "
                      "would: %.1f s to compile, %s, and up to %d more steps; --compile compiles anyway)", steps,
                      timing.eager * steps, *floor, 2 + probe_steps())
-            return dataclasses.replace(config, compile=False)
+            return False
         if busy is None:
-            write_cache(path, key, dataclasses.asdict(timing), timing_problem)
+            write_record(CHOICE, machine, run, dataclasses.asdict(timing), timing_problem)
         else:
             log.info("compile: measured while %s: the choice serves this run and is not cached (the next run "
                      "measures again)", busy)
-        source = "measured on this run's network and batch"
+        source = "measured on this run's network and optimizer"
     decision = pays_back(timing, steps)
     _log(decision, timing, steps, source)
-    return dataclasses.replace(config, compile=decision)
-
-
-def _measure(config, dataset, batch: int, image_size: tuple[int, int], steps: int, device: torch.device,
-             floor: float) -> CompileTiming:
-    """:func:`time_compile` on a throw-away copy of the run's network, stopping early when the run
-    is shorter, eager, than ``floor`` seconds and the probe's further steps."""
-    torch.manual_seed(0)                # the probe's weights and batch; the run seeds itself afterwards
-    model = build_model(config.preset, dataset.num_classes, **config.model).to(device).train()
-    optimizer = make_optimizer(model, config)
-    images = torch.randn(batch, dataset.train.images.shape[1], *image_size, device=device)
-    labels = torch.randint(0, dataset.num_classes, (batch,), device=device)
-    return time_compile(model, optimizer, images, labels, precision=config.precision, min_run_seconds=floor,
-                        steps=steps)
+    return decision
 
 
 def _log(decision: bool, timing: CompileTiming, steps: int, source: str) -> None:

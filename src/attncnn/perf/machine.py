@@ -2,9 +2,9 @@
 
 :func:`machine_info` is the description every report and benchmark writes (CPU and GPU names,
 cores, threads, library versions, date); :func:`epoch_machine` the part each epoch record of a
-study keeps; :func:`machine_key` the part a timing depends on, which keys the caches of measured
-choices (:mod:`attncnn.perf.cache`): CPU model and generation (family, model, stepping and the
-instruction-set flags that change kernels), threads, torch version, device type.
+study keeps; :func:`machine_record` the part a timing depends on, the typed ``machine`` field of
+every cached choice (:mod:`attncnn.perf.cache`): CPU model and generation (family, model, stepping
+and the instruction-set flags that change kernels), GPU, threads, torch version, device type.
 :func:`resolve_device` turns ``--device`` into a :class:`torch.device`. :func:`cpu_load`,
 :func:`busy_cpu` and :func:`busy_reason` say whether other work shares the CPU, which slows every
 timing taken meanwhile.
@@ -22,7 +22,8 @@ import torch
 from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_key", "machine_info", "epoch_machine",
+__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_record", "machine_info",
+           "epoch_machine",
            "MACHINE_KEY", "cpu_load", "busy_cpu", "busy_reason"]
 
 #: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
@@ -77,16 +78,16 @@ def device_name(device: torch.device) -> str:
     return f"{device.type}: {name}"
 
 
-def machine_key(device: torch.device) -> str:
-    """CPU model and generation (or GPU name), threads, torch version and device type: what a timing
-    depends on. The CPU's generation and instruction-set flags are part of it (:func:`cpu_signature`):
-    a marketing name such as "AMD EPYC" covers CPUs with and without AVX-512 or bfloat16 units."""
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        signature = cpu_signature()
-        name = f"{cpu_name()} ({signature})" if signature else cpu_name()
-    return f"{name} | threads={torch.get_num_threads()} | torch {torch.__version__} | {device.type}"
+def machine_record(device: torch.device) -> dict:
+    """What a timing on ``device`` depends on, as the typed ``machine`` field of a cached choice
+    (:mod:`attncnn.perf.cache`): ``{"cpu", "cpu_signature", "gpu", "threads", "torch", "device"}``.
+    The CPU's generation and instruction-set flags are part of it (:func:`cpu_signature`): a
+    marketing name such as "AMD EPYC" covers CPUs with and without AVX-512 or bfloat16 units.
+    ``gpu`` is the GPU's name on CUDA, else None; ``device`` the device type (``"cpu"``, ``"cuda"``)."""
+    device = torch.device(device)
+    return {"cpu": cpu_name(), "cpu_signature": cpu_signature(),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "threads": torch.get_num_threads(), "torch": torch.__version__, "device": device.type}
 
 
 def machine_info(device: torch.device) -> dict:

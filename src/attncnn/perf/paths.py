@@ -1,29 +1,33 @@
-"""Which computation path (``impl``) a run's attention layers take: measured on this machine, cached.
+"""Which computation path (``impl``) a run's attention layers take: measured on this machine, on
+one of the run's own layers, cached.
 
 Every path of a layer computes the same output up to rounding (tests check each pair), but which
 is fastest depends on the machine (CPUs of one family disagree; ``benchmarks/paths.py`` compares
-them, docs/speed.md has the figures). So a run whose model options leave ``impl="auto"``
-times every path of one of its layers, on its own batch size, grid, precision and device
-(:func:`attncnn.perf.timing.time_impls`, a few seconds), and trains with the fastest. A test
-pass has no backward, so the forward alone is timed too, in eval mode on the evaluation batch, and
-the run evaluates with its own fastest path where that differs (content attention: the fused
-kernel stores nothing for a gradient and wins there, while the written-out scores win in training).
-The choices go into the run's plan (never its recipe: the run's ``machine.json`` records the paths
-each layer took), and are cached in ``attention-paths.json`` in the run's ``--data-dir`` (default
-:func:`attncnn.data.default_data_dir`), keyed by CPU model and
-generation, thread count, torch version, device, precision, the layer's shape and the mode, so the
-next run on this machine, and a resumed one, reuses them without measuring: for a given cache the
-choice is deterministic. A cached
-entry naming a path the layer does not have (:func:`path_problem`: an edited or damaged file) is
-dropped with a warning naming the file and measured again. A choice measured while other work
-shares the CPU (:func:`~attncnn.perf.machine.busy_reason`) serves its run but is not cached.
+them, docs/speed.md has the figures). So a run whose options leave ``impl`` open times every path
+of one of its network's attention layers (the first; :func:`run_paths`), on random inputs of its
+own batch, grid, precision and device (:func:`attncnn.perf.timing.time_impls`, a few seconds), and
+trains with the fastest. A test pass has no backward, so the forward alone is timed too, in eval
+mode without gradients on the evaluation batch, and the run evaluates with its own fastest path
+where that differs (content attention: the fused kernel stores nothing for a gradient and wins
+there, while the written-out scores win in training). This runs inside the training call, on the
+real layer, whose state the caller puts back (:class:`attncnn.perf.choosing.RunChooser`). The
+choices go into the run's plan (never its recipe: the run's ``machine.json`` records the paths
+each layer took), and are cached as typed ``"attention-path"`` records (:mod:`attncnn.perf.cache`)
+keyed by the machine (:func:`~attncnn.perf.machine.machine_record`) and the run
+(:func:`path_run`: the layer's kind, shape and dropout, the grid, batch, precision, mode and the
+paths compared), so the next run on this machine, and a resumed one, reuses them without
+measuring: for a given cache the choice is deterministic. A cached record naming a path it did not
+compare (:func:`path_problem`: an edited or damaged file) is dropped with a warning naming the file
+and measured again. A choice measured while other work shares the CPU
+(:func:`~attncnn.perf.machine.busy_reason`) serves its run but is not cached.
 
 A run too short for the timing to pay back does not time: each path runs once anyway (to find the
 paths that run at all), and when even the run's every call of the layer on the slowest of them would
 take less than timing :data:`REPS` more calls of each (:func:`timing_pays`), the path fastest in that
 one call is taken, and not cached (a smoke run of two steps spent most of its time timing paths).
 
-Runs with ``--deterministic`` never measure (their numbers must not depend on timing); they keep
+Runs with ``--deterministic`` and runs under torchrun never measure (their numbers must not depend
+on timing; several processes would each time their own share of the machine); they keep
 ``"auto"``, the layers' own rule.
 
 Whether to compile is decided afterwards, on the whole training step of the run's network with
@@ -33,67 +37,58 @@ layer timed alone would not say what it gains.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import math
-import os
-import re
-from pathlib import Path
 from typing import NamedTuple
 
 import torch
+from torch import nn
 
-from ..data import default_data_dir
-from ..layers import ATTENTION_LAYERS, build_attention
-from ..models import preset_model_config
-from ..training import count_test_passes
-from .cache import read_cache, write_cache
-from .machine import busy_reason, machine_key
+from ..layers import ATTENTION_LAYERS, attention_modules, build_attention
+from ..layers.base import GridAttention
+from .cache import find_record, write_record
+from .machine import busy_reason, machine_record
 from .timing import paths_restored, run_impl, seconds, time_impls
 
-__all__ = ["CACHE_NAME", "REPS", "PathChoice", "path_cache_key", "path_problem", "timing_pays", "choose_impl",
-           "with_measured_paths"]
+__all__ = ["CHOICE", "REPS", "PathChoice", "path_run", "path_problem", "timing_pays", "choose_path", "run_paths",
+           "choose_impl"]
 
 log = logging.getLogger(__name__)
 
-CACHE_NAME = "attention-paths.json"
+#: the ``choice`` of this module's cache records
+CHOICE = "attention-path"
 #: timed calls of each path, alternated across paths: paths within a few per cent of each other (dense
 #: and folded on some CPUs) were ordered by noise with 3
 REPS = 7
 #: every computation path some attention layer has ("auto" is a rule, never a measured choice)
 _KNOWN_PATHS = frozenset(i for kind, cls in ATTENTION_LAYERS.items() for i in cls.impls_of(kind)) - {"auto"}
-_COMPARED = re.compile(r" paths=(\S+)")
 
 
-def path_cache_key(model_config, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
-                   impls: tuple[str, ...] = ()) -> str:
-    """The cache key of a measurement: machine (CPU model or GPU name, threads, torch), the
-    layer's kind, shape, dropout, grid, per-process batch, precision, and the paths compared (so
-    that a choice made before a new path existed is measured again, not reused)."""
-    c = model_config
-    shape = (f"{c.attention} dim={c.dim} heads={c.num_heads} head_dim={c.head_dim} attn_drop={c.attn_dropout} "
-             f"grid={grid[0]}x{grid[1]} batch={batch} {precision}")
-    if impls:
-        shape += f" paths={','.join(impls)}"
-    return f"{machine_key(device)} | {shape}"
+def path_run(layer: GridAttention, *, batch: int, grid: tuple[int, int], precision: str, mode: str,
+             paths: tuple[str, ...]) -> dict:
+    """The typed ``run`` field of a path record: ``{"kind", "dim", "heads", "head_dim",
+    "attn_dropout", "grid", "batch", "precision", "mode", "paths"}`` (``paths``: those compared,
+    so that a choice made before a path existed is measured again, not reused)."""
+    return {"kind": layer.kind, "dim": layer.dim, "heads": layer.num_heads, "head_dim": layer.head_dim,
+            "attn_dropout": float(layer.attn_drop.p), "grid": list(grid), "batch": batch, "precision": precision,
+            "mode": mode, "paths": list(paths)}
 
 
-def path_problem(key: str, value) -> str | None:
-    """What is wrong with a cached entry of ``attention-paths.json`` (None: nothing): its value must
-    name a path of some attention layer and, where its key lists the paths compared
-    (:func:`path_cache_key`), one of those."""
+def path_problem(run: dict, value) -> str | None:
+    """What is wrong with a cached path record (None: nothing): its value must name one of the
+    paths its ``run`` says were compared, each a path of some attention layer."""
     if not isinstance(value, str):
         return f"an attention path's name was expected, got {value!r}"
-    compared = _COMPARED.search(key)
-    allowed = _KNOWN_PATHS if compared is None else set(compared.group(1).split(",")) & _KNOWN_PATHS
+    compared = run.get("paths")
+    allowed = set(compared) & _KNOWN_PATHS if isinstance(compared, list) and all(
+        isinstance(p, str) for p in compared) else set()
     if value not in allowed:
         return (f"it names the attention path {value!r}, which is not one of "
-                f"{', '.join(sorted(allowed)) or 'the paths attncnn has'}")
+                f"{', '.join(sorted(allowed)) or 'the paths it compared'}")
     return None
 
 
 class PathChoice(NamedTuple):
-    """What :func:`choose_impl` chose and how."""
+    """What :func:`choose_path` chose and how."""
 
     impl: str
     #: seconds per path: the median of :data:`REPS` timed calls ("measured"), or the first call each
@@ -110,24 +105,24 @@ def timing_pays(first_call: dict[str, float], uses: int, reps: int = REPS) -> bo
     return uses * max(first_call.values()) >= reps * sum(first_call.values())
 
 
-def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
-                cache_dir: str | os.PathLike[str] | None = None,
+def choose_path(layer: GridAttention, *, batch: int, grid: tuple[int, int], precision: str, device: torch.device,
                 mode: str = "train", uses: int | None = None) -> PathChoice:
-    """The fastest path of ``model_config``'s attention layers for this run, from the cache or measured.
+    """The fastest path of ``layer`` for this run, from the cache or timed on ``layer`` itself.
 
     Args:
-        model_config: an :class:`~attncnn.models.ImageTransformerConfig` (``impl`` is ignored).
-        batch: images per step (``mode="eval"``: per test batch) and process. image_size: ``(H, W)`` of the images.
+        layer: an attention layer on ``device`` (a run's own: its paths come back afterwards, its
+            mode too; its gradients are dropped, and random numbers drawn: the caller keeps what it
+            needs, as :class:`~attncnn.perf.choosing.RunChooser` does).
+        batch: inputs per call (``mode="eval"``: per test batch). grid: ``(H, W)`` of the layer's token grid.
         precision: ``"fp32"`` or ``"bf16"`` (resolved). device: where the run trains.
-        cache_dir: folder of the cache file (default: the data cache folder, :func:`attncnn.data.default_data_dir`).
         mode: ``"train"`` times forward + backward in training mode; ``"eval"`` the forward alone in
-            eval mode without gradients (a test pass), cached under its own key.
+            eval mode without gradients (a test pass), cached as its own record.
         uses: how often the run calls such a layer in this mode (steps x layers; None: unknown, so
             many that timing pays). Where timing cannot pay back (:func:`timing_pays`), the path
             fastest in the first call each path gets is chosen and not cached.
 
     Raises:
-        ValueError: a ``mode`` other than those two.
+        ValueError: a ``mode`` other than those two. The first path's error when no path runs.
 
     Returns:
         a :class:`PathChoice`: the path, the seconds per path, and how it was chosen ("cached",
@@ -135,36 +130,33 @@ def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precis
     """
     if mode not in ("train", "eval"):
         raise ValueError(f"mode must be 'train' or 'eval', got {mode!r}")
-    p = model_config.pooling
-    grid = (image_size[0] // p, image_size[1] // p)
-    torch.manual_seed(0)            # the weights of the probe layer; the run seeds itself afterwards
-    layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
-                            **model_config.attention_kwargs()).train(mode == "train")
-    # paths that cannot run here (a kernel of another device) are not candidates, nor in the cache key
+    device = torch.device(device)
+    # paths that cannot run here (a kernel of another device) are not candidates, nor in the record
     impls = tuple(i for i in layer.impls if i != "auto"
-                  and layer.path_unavailable(i, torch.device(device), backward=mode == "train") is None)
+                  and layer.path_unavailable(i, device, backward=mode == "train") is None)
     if len(impls) == 1:
         return PathChoice(impls[0], None, "the only path")
-    path = Path(cache_dir) if cache_dir is not None else default_data_dir()
-    path = path / CACHE_NAME
-    key = path_cache_key(model_config, batch, grid, precision, device, impls)
-    if mode == "eval":
-        key += " | test pass"           # training's keys stay as they were: their cached choices still hold
-    cached = read_cache(path, path_problem).get(key)
+    machine = machine_record(device)
+    run = path_run(layer, batch=batch, grid=grid, precision=precision, mode=mode, paths=impls)
+    cached = find_record(CHOICE, machine, run, path_problem)
     if cached in impls:
         return PathChoice(cached, None, "cached")
     busy = busy_reason(device)              # sampled before the timing's own threads load the CPU
-    layer = layer.to(device)
-    x = torch.randn(batch, *grid, model_config.dim, device=device)
-    dtype = torch.bfloat16 if precision == "bf16" else None
-    first_call = _working_paths(layer, x, impls, dtype, backward=mode == "train")
-    if uses is not None and not timing_pays(first_call, uses):
-        return PathChoice(min(first_call, key=first_call.get), first_call, "one call each")
-    timings = time_impls(layer, x, autocast_dtype=dtype, reps=REPS, impls=tuple(first_call),
-                         backward=mode == "train", warmup=0)      # _working_paths ran each once: first touch done
+    was = layer.training
+    layer.train(mode == "train")
+    try:
+        x = torch.randn(batch, *grid, layer.dim, device=device)
+        dtype = torch.bfloat16 if precision == "bf16" else None
+        first_call = _working_paths(layer, x, impls, dtype, backward=mode == "train")
+        if uses is not None and not timing_pays(first_call, uses):
+            return PathChoice(min(first_call, key=first_call.get), first_call, "one call each")
+        timings = time_impls(layer, x, autocast_dtype=dtype, reps=REPS, impls=tuple(first_call),
+                             backward=mode == "train", warmup=0)      # _working_paths ran each once: first touch done
+    finally:
+        layer.train(was)
     best = min(timings, key=timings.get)
     if busy is None:
-        write_cache(path, key, best, path_problem)
+        write_record(CHOICE, machine, run, best, path_problem)
     else:
         log.info("attention path (%s) measured while %s: the choice serves this run and is not cached (the next "
                  "run measures again)", "test pass" if mode == "eval" else "training", busy)
@@ -198,46 +190,54 @@ def _working_paths(layer, x: torch.Tensor, impls: tuple[str, ...], dtype: torch.
     return working
 
 
-def with_measured_paths(config, dataset, batch: int, dist, steps: int | None = None) -> object:
-    """``config`` with ``model.impl`` set to the fastest training path here and ``model.eval_impl``
-    to the fastest test-pass path where that is another one (:func:`choose_impl`), or unchanged:
-    when ``measure_paths`` is off, the run is ``deterministic``, several processes train (each would
-    time its own share of the machine), the model options name an ``impl`` (then ``eval_impl``
-    stays as given: unset means the same path), or the network has no attention layers.
+def run_paths(model: nn.Module, *, image_size: tuple[int, int], batch: int, eval_batch: int | None, precision: str,
+              device: torch.device, steps: int | None = None, test_calls: int | None = None) -> tuple[str, str | None]:
+    """The training path and, where ``eval_batch`` is given, the test-pass path of a run of
+    ``model`` (:func:`choose_path` on its first attention layer); ``(None, None)`` for a network
+    without attention layers. The test-pass path is None where it is the training path.
 
     Args:
-        config: the run as its plan is being made (:class:`~attncnn.perf.plan.PlannedRun`: the
-            recipe with the run-time choices so far, precision resolved).
-        dataset: the loaded data set (its image size and test split). batch: images per step and process.
-        dist: the run's :class:`~attncnn.training.distributed.Distributed`.
-        steps: the run's training steps (None: unknown). With it, a run too short for timing to pay
-            back chooses from one call of each path (:func:`choose_impl`'s ``uses``: steps x layers
-            in training; test batches x test passes x layers for the test pass).
+        model: the run's network (its first attention layer is timed; the caller restores its state).
+        image_size: ``(H, W)`` of the images; the layer's grid is that over the model's pooling width.
+        batch: training images per step. eval_batch: images per test batch (None: the test-pass
+            path is not chosen).
+        steps: the run's training steps; test_calls: its test batches over all its test passes
+            (None: unknown). Times the layer count, they are :func:`choose_path`'s ``uses``.
     """
-    if not config.measure_paths or config.deterministic or dist.enabled or "impl" in config.model:
-        return config
-    arch, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
-    if not hasattr(model_config, "attention"):
-        return config
-    common = dict(image_size=tuple(dataset.train.images.shape[-2:]), precision=config.precision,
-                  device=dist.device, cache_dir=config.data_dir)
-    layers = getattr(model_config, "num_layers", None)
-    uses = None if steps is None or layers is None else steps * layers
-    choice = choose_impl(model_config, batch=batch, uses=uses, **common)
+    layers = attention_modules(model)
+    if not layers:
+        return None, None
+    pooling = getattr(getattr(model, "config", None), "pooling", 1)
+    grid = (image_size[0] // pooling, image_size[1] // pooling)
+    common = dict(grid=grid, precision=precision, device=device)
+    uses = None if steps is None else steps * len(layers)
+    choice = choose_path(layers[0], batch=batch, uses=uses, **common)
     _log_choice("training", choice, "forward + backward", uses)
-    model = {**config.model, "impl": choice.impl}
-    if "eval_impl" not in config.model:
-        # the batch a test pass runs: the evaluation batch, or the whole test set when smaller
-        test = getattr(dataset, "test", None)
-        eval_batch = max(config.eval_batch_size if test is None else min(config.eval_batch_size, len(test.labels)), 1)
-        batches = None if test is None else math.ceil(len(test.labels) / eval_batch)
-        eval_uses = (None if batches is None or uses is None
-                     else count_test_passes(config.epochs, config.eval_every) * batches * layers)
-        eval_choice = choose_impl(model_config, batch=eval_batch, mode="eval", uses=eval_uses, **common)
-        _log_choice("test pass", eval_choice, "forward", eval_uses)
-        if eval_choice.impl != choice.impl:
-            model["eval_impl"] = eval_choice.impl
-    return dataclasses.replace(config, model=model)
+    if eval_batch is None:
+        return choice.impl, None
+    eval_uses = None if test_calls is None else test_calls * len(layers)
+    eval_choice = choose_path(layers[0], batch=eval_batch, mode="eval", uses=eval_uses, **common)
+    _log_choice("test pass", eval_choice, "forward", eval_uses)
+    return choice.impl, (eval_choice.impl if eval_choice.impl != choice.impl else None)
+
+
+def choose_impl(model_config, *, batch: int, image_size: tuple[int, int], precision: str, device: torch.device,
+                mode: str = "train", uses: int | None = None) -> PathChoice:
+    """:func:`choose_path` on a layer built from ``model_config`` (an
+    :class:`~attncnn.models.ImageTransformerConfig`; ``impl`` ignored) with seeded weights, for
+    callers that have no run's network: ``attncnn bench`` (the paths a run would take here) and the
+    benchmark scripts. The caller's random state is left as it was.
+
+    Raises:
+        ValueError: a ``mode`` other than ``"train"`` and ``"eval"``.
+    """
+    p = model_config.pooling
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        layer = build_attention(model_config.attention, model_config.dim, model_config.num_heads,
+                                **model_config.attention_kwargs()).to(device)
+        return choose_path(layer, batch=batch, grid=(image_size[0] // p, image_size[1] // p), precision=precision,
+                           device=device, mode=mode, uses=uses)
 
 
 def _log_choice(what: str, choice: PathChoice, timed: str, uses: int | None) -> None:
@@ -247,7 +247,8 @@ def _log_choice(what: str, choice: PathChoice, timed: str, uses: int | None) -> 
         return
     times = ", ".join(f"{k} {1e3 * v:.1f} ms" for k, v in choice.timings.items())
     if choice.how == "measured":
-        log.info("attention path (%s) %s, measured on one layer (%s): %s", what, choice.impl, timed, times)
+        log.info("attention path (%s) %s, measured on one layer of the run's network (%s): %s", what, choice.impl,
+                 timed, times)
     else:
         log.info("attention path (%s) %s, the fastest in one call each (%s: %s): the run's %d calls of "
                  "the layer take less than timing %d more of each would; not cached", what, choice.impl, timed,

@@ -4,11 +4,13 @@
 (loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that survives a
 restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this machine
 runs a run, apart from its recipe) and ``plan`` (:class:`RunPlan`: those options resolved, the
-device, precision, attention paths and compile decision a run takes, made beforehand by
-:func:`attncnn.perf.make_plan`);
+device, precision, attention paths and compile decision a run takes, made by
+:func:`attncnn.perf.make_plan`, with a chooser for what is measured) and ``choices`` (the loop's
+call of that chooser on its real objects, :class:`RunParts` in, :class:`Choices` out);
 ``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
 ``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
-:mod:`attncnn.runs`'; this package measures nothing (that is :mod:`attncnn.perf`).
+:mod:`attncnn.runs`'; this package measures nothing itself (that is :mod:`attncnn.perf`, whose
+chooser it calls).
 """
 
 from ..runs.config import TrainConfig, config_from_dict, resolve_config
@@ -17,12 +19,13 @@ from .distributed import Distributed, launch_from_env, per_process_batch, proces
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
 from .evaluation import EvalResult, evaluate
 from .loop import count_test_passes, evaluates, train
-from .plan import RunPlan
+from .plan import Choices, RunParts, RunPlan
 from .run_options import RunOptions
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunOptions", "RunPlan", "LRSchedule",
+__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
+           "LRSchedule",
            "warmup_cosine_multiplier",
            "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",
            "make_optimizer", "train", "evaluates", "count_test_passes", "Distributed", "launch_from_env",

@@ -1,14 +1,16 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
 How one run flows: the caller has made the run's :class:`~attncnn.training.RunPlan` (device,
-precision, attention paths, compile: :func:`attncnn.perf.make_plan` or
-:func:`attncnn.perf.resume_plan`), so nothing here measures or chooses for the machine.
-:func:`train` reads the recipe (a resumed run's own ``config.json``, never rewritten) and, under
-torchrun, joins the process group; :func:`_train` builds the data loaders, builds the
-:class:`~attncnn.training.state.TrainState` (model, optimizer, schedule, position, sums; the
-network with the plan's attention paths), opens the run folder (a new run writes ``config.json``)
-and, on ``--resume``, restores the state from its last checkpoint, then appends this process's
-segment to ``machine.json`` (device, precision, compile, paths); :func:`_loop` trains. Per step,
+precision, deterministic, and what it gives of the attention paths and compile:
+:func:`attncnn.perf.make_plan` or :func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe
+(a resumed run's own ``config.json``, never rewritten) and, under torchrun, joins the process
+group; :func:`_train` builds the data loaders, builds the :class:`~attncnn.training.state.TrainState`
+(model, optimizer, schedule, position, sums; the network with the plan's attention paths), opens
+the run folder (a new run writes ``config.json``) and, on ``--resume``, restores the state from its
+last checkpoint; then the plan's chooser, where it has one, decides what the plan left open on
+those real objects, putting their state back (:func:`~attncnn.training.choices.choose_on`;
+nothing here measures: the chooser is :mod:`attncnn.perf`'s), and this process's segment is
+appended to ``machine.json`` (device, precision, compile, paths as decided); :func:`_loop` trains. Per step,
 in this order: learning rate, :func:`~attncnn.training.step.training_step` (forward under
 autocast in bf16, float32 loss, backward, optimizer step), running sums (on the device, no host
 sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request
@@ -53,6 +55,7 @@ from ..data import DeviceLoader
 from ..errors import InputError
 from ..runs import RunFolder, TrainConfig, load_checkpoint, resumable_config
 from ..runs.main_process_folder import MainProcessRunFolder
+from .choices import choose_on
 from .components import deterministic_algorithms, fitted_to_images, make_loaders
 from .distributed import Distributed, launch_from_env, per_process_batch, processes
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
@@ -108,8 +111,10 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
         out_dir: run folder.
         plan: how this machine trains it: device, precision, attention paths, compile, deterministic
             (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
-            :func:`attncnn.perf.resume_plan` for a resumed one). Nothing is measured here. A new run
-            writes the recipe to ``config.json``, and nothing rewrites it afterwards; the plan goes to
+            :func:`attncnn.perf.resume_plan` for a resumed one). What it leaves open is decided by its
+            chooser (``plan.choose``) on this run's model, optimizer and batch shapes before the first
+            step, their state put back. A new run
+            writes the recipe to ``config.json``, and nothing rewrites it afterwards; the decided plan goes to
             ``machine.json``, one segment per call (:mod:`attncnn.runs.machine_file`), and each
             epoch record names the precision that trained it (``"precision"``) and whether a
             compiled step did (``"compiled"``).
@@ -126,7 +131,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     destroys the group at the end, also after an error. Only rank 0 writes ``out_dir``; every
     process returns the same summary. ``out_dir`` must be visible to all of them.
 
-    The process's compiled code (``torch.compile``) is left as it was: a caller that trains many
+    The process's compiled code (``torch.compile``) is left as it was (a caller's own compiled
+    functions stay compiled; nothing here or in the chooser resets dynamo): a caller that trains many
     compiled runs in one process calls ``torch._dynamo.reset()`` between them, as ``attncnn
     reproduce`` does, or dynamo stops compiling past its per-function cache limit.
 
@@ -169,6 +175,8 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
             _resume(state, saver)
         else:
             run.write_config(config.to_dict())
+        # the choices left open, on the real objects (state put back), before the segment records them
+        plan = choose_on(plan, state, dataset, train_loader, test_loader)
         segment = _segment(state, plan, dataset)
         run.start_segment(segment, plan.machine)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,

@@ -1,24 +1,89 @@
-"""What a run takes from the machine at hand: :class:`RunPlan`.
+"""What a run takes from the machine at hand: :class:`RunPlan`, and the hand-over of the choices
+left open in it (:class:`RunParts`, :class:`Choices`, :data:`Chooser`).
 
 A recipe (:class:`~attncnn.runs.TrainConfig`, a run folder's ``config.json``) says what to train;
 the plan says how this machine trains it: the device, the precision of this machine's segment of
 the run, the attention paths, whether to compile and to run deterministically. It is
-:class:`~attncnn.training.RunOptions` resolved for this machine, before training, by
-:func:`attncnn.perf.make_plan` (a new run) or :func:`attncnn.perf.resume_plan` (a run continued,
-perhaps on another machine); the loop (:func:`attncnn.training.train`) takes the plan as it is,
-measures nothing, records it in ``machine.json`` and never in ``config.json``. A plan written by
-hand works too (tests do that).
+:class:`~attncnn.training.RunOptions` resolved for this machine by :func:`attncnn.perf.make_plan`
+(a new run) or :func:`attncnn.perf.resume_plan` (a run continued, perhaps on another machine),
+which decide what needs no data and no network (device, precision, deterministic). What is
+measured on the run's own network (the attention paths, whether a compiled step pays back) is left
+to the plan's :attr:`RunPlan.choose`: the loop (:func:`attncnn.training.train`) calls it once,
+after it has built the real model, optimizer and loaders and before the first step, with those
+objects (:class:`RunParts`), and trains with the :class:`Choices` it returns. This package only
+calls it (the import arrow keeps :mod:`attncnn.perf` above :mod:`attncnn.training`). The decided
+plan goes to ``machine.json``, never to ``config.json``. A plan written by hand works too (tests
+do that): without a chooser, an open ``compile`` (None) means eager and open paths the layers' own
+rule.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
+from torch import nn
 
+from ..runs.config import TrainConfig
 from .run_options import RunOptions
 
-__all__ = ["RunPlan"]
+__all__ = ["RunPlan", "RunParts", "Choices", "Chooser"]
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """The real objects of a run as its chooser gets them, before the first step (:attr:`RunPlan.choose`).
+
+    The chooser may run them (a timing trains and evaluates) but must leave them as it found them:
+    weights, buffers, optimizer state, gradients, random states, and the loaders it is not given.
+
+    Attributes:
+        model: the plain network (not a DDP or compiled wrapper) on ``device``, with the plan's
+            attention paths (the layers' own rule where the plan leaves them open).
+        optimizer: its optimizer, in the state the first step will find (empty for a new run, the
+            checkpoint's for a resumed one).
+        config: the run's recipe (a new run's fitted to its images).
+        device: this process's device. precision: ``"fp32"`` or ``"bf16"``.
+        batch: training images per step and process. image_shape: ``(C, H, W)`` of the images.
+        num_classes: classes of the data set (labels are ``0 .. num_classes - 1``).
+        steps: training steps this segment takes (a resumed run: those left).
+        eval_batch: images per test batch (the whole test set where it is smaller).
+        test_batches: test batches of one test pass. test_passes: test passes this segment makes.
+        distributed: several processes train (under torchrun): nothing is measured.
+    """
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    config: TrainConfig
+    device: torch.device
+    precision: str
+    batch: int
+    image_shape: tuple[int, int, int]
+    num_classes: int
+    steps: int
+    eval_batch: int
+    test_batches: int
+    test_passes: int
+    distributed: bool = False
+
+
+@dataclass(frozen=True)
+class Choices:
+    """What a chooser decided; None: not decided by it (the plan's value holds).
+
+    Attributes:
+        impl: the attention path of training. eval_impl: that of test passes (only where it
+            differs from ``impl``). compile: compile the training step.
+    """
+
+    impl: str | None = None
+    eval_impl: str | None = None
+    compile: bool | None = None
+
+
+#: ``chooser(parts) -> Choices``: what a plan leaves open, decided on the run's real objects
+Chooser = Callable[[RunParts], Choices]
 
 
 @dataclass(frozen=True)
@@ -29,14 +94,18 @@ class RunPlan:
         device: where this process trains (under torchrun: its own GPU, ``cuda:LOCAL_RANK``).
         precision: ``"fp32"`` or ``"bf16"``, this segment's (each epoch record names the one that
             trained it, ``machine.json`` each segment's).
-        compile: compile the model (``torch.compile(dynamic=False)``; default False).
+        compile: compile the model (``torch.compile(dynamic=False)``; default False); None: left to
+            :attr:`choose` (eager without one).
         deterministic: deterministic algorithms only (default False).
-        impl: the attention path to train with (None, the default: the layers' own rule, ``"auto"``).
+        impl: the attention path to train with (None, the default: the layers' own rule, ``"auto"``,
+            unless :attr:`choose` decides it).
         eval_impl: the attention path of test passes (None: the training path).
         options: the run-time options this plan was made from (default: none given): where the data
             cache is, and the flags an interrupted run's ``--resume`` command repeats.
         machine: the machine, as ``machine.json`` records it (:func:`attncnn.perf.machine_info`);
             None (default): not recorded.
+        choose: what decides the choices left open on the run's real objects (:data:`Chooser`,
+            e.g. :class:`attncnn.perf.choosing.RunChooser`); None (default): nothing to decide.
 
     Raises:
         ValueError (on construction): a precision other than fp32 or bf16.
@@ -44,12 +113,13 @@ class RunPlan:
 
     device: torch.device
     precision: str
-    compile: bool = False
+    compile: bool | None = False
     deterministic: bool = False
     impl: str | None = None
     eval_impl: str | None = None
     options: RunOptions = field(default_factory=RunOptions)
     machine: dict | None = None
+    choose: Chooser | None = None
 
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
@@ -59,3 +129,13 @@ class RunPlan:
         """The recipe's model options ``model`` with this plan's attention paths: what the network is built with."""
         paths = {k: v for k, v in (("impl", self.impl), ("eval_impl", self.eval_impl)) if v is not None}
         return {**model, **paths}
+
+    def decided(self, choices: Choices | None = None) -> "RunPlan":
+        """This plan with ``choices`` taken (their None fields leave the plan's values), nothing
+        left open: ``compile`` True or False, no chooser."""
+        choices = choices or Choices()
+        paths = {"impl": self.impl, "eval_impl": self.eval_impl}
+        if choices.impl is not None:
+            paths = {"impl": choices.impl, "eval_impl": choices.eval_impl or self.eval_impl}
+        compile = self.compile if choices.compile is None else choices.compile
+        return replace(self, **paths, compile=bool(compile), choose=None)

@@ -35,8 +35,8 @@ class RunOptions:
             ``machine.json`` existed: its ``config.json``'s ``"precision"``), but fp32 where bf16 is
             slow (:func:`attncnn.perf.machine_precision`).
         compile: compile the training step (True), never (False), or None (default): measured on
-            this machine and turned on where it pays back (:mod:`attncnn.perf.compiling`); off with
-            ``deterministic`` or under torchrun.
+            this machine, on the run's own network before its first step, and turned on where it
+            pays back (:mod:`attncnn.perf.compiling`); off with ``deterministic`` or under torchrun.
         deterministic: deterministic algorithms only (with the CPU, runs and resumes are
             bit-identical); None (default): off for a new run, and for a resumed one as its last
             segment ran (``machine.json``, else its old ``config.json``'s ``"deterministic"``).
@@ -47,8 +47,9 @@ class RunOptions:
             measured, else the training path.
         measure_paths: time the attention paths where ``impl`` is not given (default True); never
             with ``deterministic`` or under torchrun.
-        data_dir: cache folder of the official archives and of measured choices (default None:
-            ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``).
+        data_dir: cache folder of the official archives and decoded images (default None:
+            ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``). Measured choices are cached apart, in
+            :func:`attncnn.perf.cache.cache_dir`.
         download: download official archives if missing (default False).
 
     Raises:
@@ -64,7 +65,8 @@ class RunOptions:
                                         "auto; a resumed run: its own, fp32 where bf16 is slow)")
     compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
                                              "--no-compile never; unset (the default): timed once per machine "
-                                             "and run shape (cached in the data folder) and turned on where it is "
+                                             "and run shape (cached in $ATTNCNN_CACHE_DIR, default "
+                                             "~/.cache/attncnn) and turned on where it is "
                                              "at least 1.1x faster and saves more than its measured warm-up over "
                                              "the run; never with --deterministic or under torchrun")
     deterministic: bool | None = option(None, help="deterministic algorithms only (with --device cpu, runs and "
@@ -77,7 +79,8 @@ class RunOptions:
                                    help="attention computation path of test passes (default: measured with the "
                                         "training path, else the training path)")
     measure_paths: bool = option(True, help="where --impl is not given, time the attention layers' paths on this "
-                                            "machine once (cached in the data folder) and train with the fastest; "
+                                            "machine once (cached with the compile timings) and train with the "
+                                            "fastest; "
                                             "never with --deterministic or under torchrun")
     data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
                                              "~/.cache/attncnn)")

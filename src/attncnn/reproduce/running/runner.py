@@ -25,7 +25,7 @@ from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
 from ...perf.compiling import cached_timing, pays_back
 from ...perf.machine import busy_cpu, cpu_load
-from ...perf.plan import PlannedRun, for_images
+from ...perf.plan import for_images
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
 from ...runs.config import MAX_EPOCHS
@@ -167,8 +167,9 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     run on a device without fast bf16 (each epoch record names the precision that ran, and
     ``machine.json``'s segments say it too), and compiled or eager as ``options.compile`` says, else
     as this machine's rule decides (each epoch record says which).
-    Once a job of this call has trained compiled, every later job starts with ``torch._dynamo.reset()``
-    (the process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
+    Once a job of this call may have compiled (``--compile``, or the run's own compile probe where
+    ``compile`` is left to it), every later job starts with ``torch._dynamo.reset()`` (the
+    process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
     per-function cache limit.
 
     Raises:
@@ -207,7 +208,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
-        compiled_before = compiled_before or bool(plan.compile)
+        compiled_before = compiled_before or plan.compile is not False     # None: its probe may have compiled
     return states
 
 
@@ -242,7 +243,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
             (:func:`~attncnn.runs.loading.check_images`, with its fix).
     """
     data = data or peek_dataset(options.data, data_dir=options.data_dir)
-    config = for_images(job_config(job, options), data, new=True)     # resumed or not, the network the run has
+    config = for_images(job_config(job, options), data)     # resumed or not, the network the run has
     device = resolve_device(options.device)
     precision = job_precision(job, options, device)
     measured = {} if measured is None else measured
@@ -278,8 +279,8 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precisi
     will = options.compile
     if will is False:
         return eager, 0.0, "eager"
-    shaped = PlannedRun.of(config, options.run_options(), precision=precision)
-    timing = cached_timing(shaped, config.batch_size, tuple(image_size), device)
+    timing = cached_timing(config, batch=config.batch_size, image_size=tuple(image_size), precision=precision,
+                           device=device)
     if timing is None or timing.compiled is None:
         return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
                             else "eager estimate; the run measures whether to compile when it starts")
@@ -287,3 +288,4 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precisi
         return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
     return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
             f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
+
