@@ -97,3 +97,13 @@ def test_without_data_it_reads_the_training_default_not_a_test_variable(capsys, 
         main(["theorem", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
     assert "cifar10 (default, as for train)" in help_text and "ATTNCNN_TEST_CIFAR10" not in help_text
+
+
+def test_without_data_random_images_need_no_download(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTNCNN_DATA_DIR", str(tmp_path / "empty"))      # no archive anywhere
+    rc, out, err = _run(capsys, "--images", "2", "--json")
+    assert rc == 0, err
+    r = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+    assert r["images"].startswith("2 random images (32, 32)") and r["input_shape"] == [2, 32, 32, 3]
+    assert r["relative_error"]["all"] <= 1e-10
+    assert not (tmp_path / "empty").exists()                            # nothing was downloaded or cached

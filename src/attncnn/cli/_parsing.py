@@ -18,12 +18,13 @@ import dataclasses
 import logging
 import types
 import typing
+from pathlib import Path
 
 from ..models import get_preset, list_presets
 from ..runs.config import PRECISIONS, TrainConfig
 
 __all__ = ["Parser", "DefaultsHelpFormatter", "add_config_options", "given_options", "flag_name", "key_value",
-           "add_precision_option", "default_text", "quiet_logs"]
+           "add_precision_option", "default_text", "quiet_logs", "run_or_model", "RUN_HELP"]
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -157,3 +158,29 @@ def quiet_logs(quiet: bool):
         yield
     finally:
         logger.setLevel(level)
+
+
+#: the help of a ``RUN`` argument read by :func:`run_or_model`
+RUN_HELP = "run folder, checkpoint file, or a trained model's name (quadratic-mini: its shipped run folder)"
+
+
+def run_or_model(text: str) -> str:
+    """A ``RUN`` argument (argparse ``type``): a run folder or checkpoint file as given, or, where no
+    such path exists and ``text`` is a preset's name (``quadratic``, ``quadratic-mini``), the run
+    folder of that trained model, as :func:`attncnn.pretrained` finds it (seed 0). Anything else is
+    returned as given, so the command's own "no run folder or checkpoint" message names it.
+
+    Raises:
+        argparse.ArgumentTypeError: a preset's name with no trained model found (the message says
+            where it looked and the ways to get one).
+    """
+    if Path(text).exists() or text not in list_presets():
+        return text
+    from ..api.pretrained import pretrained_path
+    from ..errors import AttncnnError
+
+    try:
+        return str(pretrained_path(text))
+    except (AttncnnError, FileNotFoundError) as err:
+        raise argparse.ArgumentTypeError(f"no run folder or checkpoint at {text!r}, and no trained model of that "
+                                         f"name: {err}") from None

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..runs.config import PRECISIONS
+from ._parsing import run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -14,7 +15,8 @@ __all__ = ["register", "handle"]
 def register(sub) -> None:
     """Add ``evaluate``."""
     e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
-    e.add_argument("path", metavar="RUN_OR_CHECKPOINT")
+    e.add_argument("path", metavar="RUN_OR_CHECKPOINT", type=run_or_model,
+                   help="run folder, checkpoint file, or a trained model's name (quadratic-mini)")
     e.add_argument("--checkpoint", metavar="NAME",
                    help="which checkpoint of a run folder: last (default: the final weights, the epoch the "
                         "reports quote), best (the epoch of highest test accuracy), epoch_0010, ...")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._parsing import add_precision_option, quiet_logs
+from ._parsing import RUN_HELP, add_precision_option, quiet_logs, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -17,7 +17,7 @@ def register(sub) -> None:
                               description="Mean attention distance, peak probability and entropy per head "
                                           "(from hooked real activations), quadratic centres/spreads and "
                                           "degenerate heads, and each layer's distance to a KxK grid of shifts.")
-    i.add_argument("run", metavar="RUN", help="run folder or checkpoint file")
+    i.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
     i.add_argument("--json", action="store_true", help="print one JSON object")
     i.add_argument("--images", type=int, default=100,
                    help="test images for models whose attention depends on the input (default 100)")

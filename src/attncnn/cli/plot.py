@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ..analysis.plotting import FIGURES
+from ._parsing import RUN_HELP, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -19,7 +20,7 @@ def register(sub) -> None:
                     "checkpoints, Fig. 3); learned position-only models: 'maps' (layers x heads, Fig. 5); "
                     "content models: 'maps' for one test image and 'average' over N test images (Fig. 6); "
                     "and 'accuracy' (test accuracy vs epoch of all runs on one plot, Fig. 2).")
-    p.add_argument("runs", nargs="+", metavar="RUN", help="run folder or checkpoint file")
+    p.add_argument("runs", nargs="+", metavar="RUN", type=run_or_model, help=RUN_HELP)
     p.add_argument("--out", default="figures", help="output folder (default: figures)")
     p.add_argument("--figures", default="all",
                    help=f"comma-separated subset of {', '.join(FIGURES)} (default: all that apply)")

@@ -7,6 +7,7 @@ import argparse
 import json
 
 from ..runs.config import PRECISIONS
+from ._parsing import RUN_HELP, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -22,7 +23,7 @@ def register(sub) -> None:
                     "paper's quadratic-generalized-pruned run (the run's own recipe with a fresh optimiser and a "
                     "restarted warm-up + cosine schedule; paper: 100 epochs at lr 0.01). Without it, --out saves "
                     "the pruned model as a checkpoint file that evaluate, inspect and plot read.")
-    pr.add_argument("run", metavar="RUN", help="run folder or checkpoint file")
+    pr.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
     pr.add_argument("--condition-number", type=float, default=1000.0,
                     help="prune full-covariance heads above this condition number (default 1000, the reference "
                          "code; the paper's text says 1e5)")

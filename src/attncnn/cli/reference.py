@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from ._parsing import RUN_HELP, run_or_model
+
 __all__ = ["register"]
 
 
@@ -24,7 +26,7 @@ def register(sub) -> None:
     e = sub.add_parser("export-reference", help="write a run's network as a reference (epfml/attention-cnn) checkpoint",
                        description="Write a run folder's network (or a checkpoint file's) as the reference code's "
                                    "checkpoint format, with its config.yaml beside the file.")
-    e.add_argument("run", metavar="RUN", help="a run folder or an attncnn checkpoint file")
+    e.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
     e.add_argument("--out", required=True, metavar="CHECKPOINT", help="the reference checkpoint to write")
     e.add_argument("--checkpoint", metavar="NAME", help="which checkpoint of a run folder (default: last)")
     e.add_argument("--overwrite", action="store_true", help="replace an existing CHECKPOINT and config.yaml")

@@ -7,7 +7,7 @@ import argparse
 import json
 
 from ..errors import InputError
-from ._parsing import add_precision_option, quiet_logs
+from ._parsing import RUN_HELP, add_precision_option, quiet_logs, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -19,7 +19,7 @@ def register(sub) -> None:
                                           "test set, as the reference), parameters, multiply-accumulates per "
                                           "image, training and inference images/s on this machine, epochs, "
                                           "dataset, and the paper's Table 1 numbers.")
-    r.add_argument("runs", nargs="*", metavar="RUN", help="run folders or checkpoint files")
+    r.add_argument("runs", nargs="*", metavar="RUN", type=run_or_model, help=RUN_HELP)
     r.add_argument("--preset", action="append", default=[], metavar="NAME",
                    help="also add an untrained preset's row (sizes only; repeatable)")
     r.add_argument("--json", action="store_true", help="print JSON")

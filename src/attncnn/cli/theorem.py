@@ -13,9 +13,8 @@ import argparse
 import json
 
 from ..errors import InputError
-from ..runs.config import TrainConfig
 from ..theory.checks import DTYPES
-from ._parsing import key_value
+from ._parsing import key_value, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -38,12 +37,13 @@ def register(sub) -> None:
                    "87.3 for float32, 708.4 for float64)")
     p.add_argument("--dtype", choices=DTYPES, help="float64 (default) or float32 (default with --model)")
     p.add_argument("--images", type=int, default=100, help="number of test images (default 100)")
-    p.add_argument("--data", help=f"data set of the test images: {TrainConfig.data} (default, as for train), "
-                                  "cifar100, or a folder/zip as for train")
+    p.add_argument("--data", help="data set of the test images, as for train (cifar10, cifar100, a folder or zip); "
+                                  "default: random standard-normal 32x32 images, which need no download")
     p.add_argument("--data-dir",
                    help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or ~/.cache/attncnn)")
-    p.add_argument("--conv-from", metavar="CHECKPOINT",
-                   help="use the first convolution (model.conv1) of a trained checkpoint, e.g. a ResNet18")
+    p.add_argument("--conv-from", metavar="CHECKPOINT", type=run_or_model,
+                   help="use the first convolution (model.conv1) of a trained checkpoint, e.g. a ResNet18 (a run "
+                        "folder, a checkpoint file, or a trained model's name: resnet18-mini)")
     p.add_argument("--model", metavar="PRESET_OR_RUN",
                    help="check a layer of this network instead of building one: a preset (built at step 0, e.g. "
                         "quadratic-conv-mini) or a checkpoint / run folder")

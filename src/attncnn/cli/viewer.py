@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError, MissingFileError
-from ._parsing import add_precision_option
+from ._parsing import RUN_HELP, add_precision_option, run_or_model
 
 __all__ = ["register", "handle"]
 
@@ -21,7 +21,7 @@ def register(sub) -> None:
                     "layer x head attention map for it: probabilities, positional (q.r) or content (q.k) scores, "
                     "with or without softmax; quadratic runs also show each head's centre of attention and its "
                     "50%/90% ellipses. Open it in a current Chromium, Firefox or Safari.")
-    v.add_argument("runs", nargs="+", metavar="RUN", help="run folder or checkpoint file (several: one page)")
+    v.add_argument("runs", nargs="+", metavar="RUN", type=run_or_model, help=RUN_HELP + " (several: one page)")
     v.add_argument("--images", default="2,3,19,56",
                    help="comma-separated test image indices, counted from 0 (default: 2,3,19,56 as on the "
                         "paper's website)")

@@ -8,7 +8,6 @@ import os
 import time
 
 from ..errors import InputError, MissingFileError
-from ..runs.config import TrainConfig
 
 __all__ = ["DTYPES", "check_theorem", "check_model_layer"]
 
@@ -69,13 +68,24 @@ def _kernel(kernel, dilation, stride, padding, in_channels, out_channels, conv_f
             padding or "same", f"random (seed {seed})")
 
 
-def _images(data: str | None, data_dir: str | None, count: int, c_in: int, dtype):
-    """Normalised test images ``(N, C_in, H, W)`` and a description of their source."""
+#: the size of the random images used where no data set is named: CIFAR's, which the presets are built for
+RANDOM_IMAGE_SIZE = (32, 32)
+
+
+def _images(data: str | None, data_dir: str | None, count: int, c_in: int, dtype, seed: int = 0):
+    """Normalised test images ``(N, C_in, H, W)`` and a description of their source: those of the
+    data set ``data``, or with none named, standard-normal images of :data:`RANDOM_IMAGE_SIZE` drawn
+    with ``seed`` (Theorem 1 is an identity for every input, so no download is needed to check it)."""
     import torch
 
     from ..data import CIFAR_MEAN, CIFAR_STD, load_dataset
 
-    dataset = load_dataset(data or TrainConfig.data, data_dir=data_dir)
+    if data is None:
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(count, c_in, *RANDOM_IMAGE_SIZE, generator=gen, dtype=torch.float64)
+        return x.to(dtype), (f"{count} random images {RANDOM_IMAGE_SIZE} (standard normal, seed {seed}; "
+                             "--data for real ones)")
+    dataset = load_dataset(data, data_dir=data_dir)
     raw = dataset.test.images[:count]
     x = torch.as_tensor(raw).to(torch.float64) / 255.0
     if x.shape[1] == 3:
@@ -111,8 +121,9 @@ def check_theorem(*, kernel: int | None = None, dilation: int | None = None, str
             the options may not contradict; ``stride`` and ``padding`` may change how it applies).
         alpha: sharpness of every head (default: exactly one-hot in ``dtype``).
         dtype: ``"float64"`` or ``"float32"``.
-        images: test images of ``data`` (default CIFAR-10), normalised; image channels repeated
-            cyclically to fill ``in_channels``.
+        images: how many test images of ``data`` (a data set as for training), normalised, image
+            channels repeated cyclically to fill ``in_channels``; ``data`` None (default): that many
+            standard-normal 32 x 32 images drawn with ``seed``.
         repeats: timing repetitions; the best is reported.
 
     Returns:
@@ -137,7 +148,7 @@ def check_theorem(*, kernel: int | None = None, dilation: int | None = None, str
     weight, bias, stride, dilation, padding, kernel_source = _kernel(
         kernel, dilation, stride, padding, in_channels, out_channels, conv_from, seed, getattr(torch, dtype))
     c_out, c_in, k, _ = weight.shape
-    x, image_source = _images(data, data_dir, images, c_in, getattr(torch, dtype))
+    x, image_source = _images(data, data_dir, images, c_in, getattr(torch, dtype), seed)
     pad = (k // 2) * dilation
     if padding == "valid" and min(x.shape[2:]) <= 2 * pad:
         raise InputError(f"'valid' padding needs images at least as large as the kernel extent {2 * pad + 1}")
@@ -216,7 +227,7 @@ def check_model_layer(model: str, *, layer: int = 1, overrides: dict | None = No
         raise InputError(f"--images must be positive, got {images}")
     network, model_source = _model(model, dict(overrides or {}), seed)
     in_chans = getattr(getattr(network, "config", None), "in_chans", 3)
-    x, image_source = _images(data, data_dir, images, in_chans, getattr(torch, dtype))
+    x, image_source = _images(data, data_dir, images, in_chans, getattr(torch, dtype), seed)
     check = layer_as_conv(network, x, layer=layer)
     report = check.conv.report
     return {
