@@ -213,12 +213,14 @@ def _an_idle_cpu_for_measured_choices():
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _never_the_user_cache(data_cache_dir):
-    """Tests never write decoded data into ~/.cache: the default data folder is the session's.
+def _never_the_user_cache(data_cache_dir, tmp_path_factory):
+    """Tests never write decoded data into ~/.cache: the default data folder is the session's; nor
+    read or write the user's cache of downloaded models ($ATTNCNN_CACHE_DIR: an empty folder).
 
     Session-scoped, so that it is in force before any fixture of any scope runs: a module-scoped
     fixture that trains a tiny run (tests/test_cli.py, tests/reproduce/) is set up before the
     function-scoped fixtures of its first test, and used to decode into ~/.cache/attncnn."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
+        patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
         yield

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from .analysis import command as analysis_command
 from .analysis.viewer import command as viewer_command
+from .api import download_command
 from .errors import AttncnnError, InputError, MissingFileError
 from .perf.bench import command as bench_command
 from .perf.precision import PRECISIONS
@@ -124,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     viewer_command.register(sub)
     bench_command.register(sub)
     reproduce_command.register(sub)
+    download_command.register(sub)
     return parser
 
 
