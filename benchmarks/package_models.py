@@ -29,6 +29,7 @@ import datetime
 import hashlib
 import json
 import shutil
+import struct
 import sys
 import tempfile
 from pathlib import Path
@@ -82,6 +83,21 @@ def _finished(run: Path, dtype: str) -> dict:
                                  "attncnn.pretrained(preset) or any command that takes a run folder"}}
 
 
+def _canonical_header(path: Path) -> None:
+    """Put the ``__metadata__`` entries of a safetensors file in name order: the library writes them
+    in an order that changes from one run to the next, so the same weights would give other bytes
+    each time. Same length, same contents (the digests do not depend on the order)."""
+    with open(path, "r+b") as f:
+        size = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(size).decode("utf-8"))
+        header["__metadata__"] = dict(sorted(header["__metadata__"].items()))
+        text = json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        if len(text) > size:
+            raise RuntimeError(f"{path}: the reordered header is longer than the original ({len(text)} > {size})")
+        f.seek(8)
+        f.write(text + b" " * (size - len(text)))
+
+
 def write_packaged(results: Path, out: Path, dtypes: dict[str, str] | None = None) -> list[Path]:
     """Write the packaged mini models from ``results`` into ``out`` (a fresh folder per model);
     returns their run folders."""
@@ -102,6 +118,7 @@ def write_packaged(results: Path, out: Path, dtypes: dict[str, str] | None = Non
         write_checkpoint(target / "checkpoints" / "last.safetensors",
                          Checkpoint(model_state=rounded_state(source.model_state, dtype), optimizer_state=None,
                                     metadata=source.metadata))
+        _canonical_header(target / "checkpoints" / "last.safetensors")
         folders.append(target)
     return folders
 
