@@ -112,6 +112,7 @@ def test_the_cache_folder_rule(monkeypatch, tmp_path):
     assert not (tmp_path / "mine").exists()                 # the rule creates nothing
 
 
+@pytest.mark.slow
 def test_over_http_the_files_are_checked_and_pretrained_finds_the_model(cache, fake, server):
     source, manifest = fake
     folder = attncnn.download("tiny", server.url + "/", manifest=manifest)

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, MissingFileError
+from ..errors import AttncnnError, InputError, MissingFileError
 from ..models.presets import PRESETS
 from ..runs import read_withheld, withheld_message
 from .classifier import Classifier, load_model
@@ -223,7 +223,11 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
 def _ways(name: str) -> str:
     """The three ways to get a trained model (the end of every not-found message), naming the
     download of ``name`` where it is one."""
-    preset, names = Path(name).name, downloadable()
+    preset = Path(name).name
+    try:
+        names = downloadable()
+    except AttncnnError:                # the manifest gone from a source tree: say the rest anyway
+        names = []
     fetch = (f"`attncnn download {preset} --from URL_OR_FOLDER`" if preset in names
              else f"`attncnn download NAME --from URL_OR_FOLDER` (NAME: {', '.join(names)})")
     packaged = ", ".join(packaged_names()) or "none in this installation"
