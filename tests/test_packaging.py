@@ -25,6 +25,9 @@ pytestmark = pytest.mark.slow
 
 
 def _run(*command, cwd: Path | None = None, timeout: int = 600, env: dict | None = None) -> str:
+    """Run ``command``; without ``env``, in this environment less PYTHONPATH (which would put a
+    checkout's src/ before the installed package)."""
+    env = env if env is not None else {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     done = subprocess.run([str(c) for c in command], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env=env)
     assert done.returncode == 0, f"{' '.join(map(str, command))} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -113,7 +116,7 @@ def test_it_installs_into_a_fresh_environment_and_runs(kind, dist, tmp_path, mak
 
 def _outside_a_clone(tmp_path: Path) -> dict:
     """The environment of a user without a clone: no results folder named, an empty user cache."""
-    env = {k: v for k, v in os.environ.items() if k != "ATTNCNN_RESULTS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("ATTNCNN_RESULTS", "PYTHONPATH")}
     return {**env, "ATTNCNN_CACHE_DIR": str(tmp_path / "user-cache")}
 
 

@@ -147,9 +147,12 @@ def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float) -> Non
             h.update(block)
             out.write(block)
             size += len(block)
-    if size != spec["bytes"]:
-        raise DownloadError(f"{where}: got {'more than ' if size > spec['bytes'] else ''}{size:,} bytes, the "
-                            f"manifest records {spec['bytes']:,} (a cut transfer or another file)")
+    if size > spec["bytes"]:
+        raise DownloadError(f"{where}: got more than the {spec['bytes']:,} bytes the manifest records (another "
+                            "file or another version of the model); it was not kept")
+    if size < spec["bytes"]:
+        raise DownloadError(f"{where}: got {size:,} bytes, the manifest records {spec['bytes']:,} (a cut transfer "
+                            "or another file); it was not kept")
     if h.hexdigest() != spec["sha256"]:
         raise DownloadError(f"{where}: sha256 {h.hexdigest()} differs from the manifest's {spec['sha256']} (a "
                             "corrupt copy or another version of the model); it was not kept")
