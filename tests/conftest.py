@@ -214,17 +214,18 @@ def _an_idle_cpu_for_measured_choices():
 
 @pytest.fixture(scope="session", autouse=True)
 def _never_the_user_cache(data_cache_dir, tmp_path_factory):
-    """Tests never write into ~/.cache: the default data folder is the session's, and so is the
-    cache of measured choices (``$ATTNCNN_CACHE_DIR``, :func:`attncnn.perf.cache.cache_dir`: a
-    fresh folder per session, so no test takes a choice this machine's own runs measured, and no
-    test's timing, taken beside the rest of the suite, reaches them).
+    """Tests never touch ~/.cache: the default data folder is the session's, and so is the user
+    cache (``$ATTNCNN_CACHE_DIR``, :func:`attncnn._cache_dir.user_cache_dir`) of measured choices and
+    downloaded models: a fresh folder per session, so no test takes a choice this machine's own runs
+    measured or a model the user downloaded, and no test's timing, taken beside the rest of the
+    suite, reaches them.
 
     Session-scoped, so that it is in force before any fixture of any scope runs: a module-scoped
     fixture that trains a tiny run (tests/test_cli.py, tests/reproduce/) is set up before the
     function-scoped fixtures of its first test, and used to decode into ~/.cache/attncnn."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
-        patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("choices-cache")))
+        patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
         yield
 
 

@@ -150,7 +150,7 @@ def test_train_needs_a_preset(tmp_path, capsys, monkeypatch):
 
 
 SUBCOMMANDS = ("train", "evaluate", "presets", "plot", "inspect", "report", "prune", "viewer", "theorem", "bench",
-               "reproduce")
+               "reproduce", "download")
 
 
 @pytest.mark.parametrize("command", SUBCOMMANDS)

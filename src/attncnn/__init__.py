@@ -1,13 +1,14 @@
 """attncnn: self-attention as convolution, after Cordonnier, Loukas & Jaggi (ICLR 2020).
 
-From Python, three lines give a trained model's attention maps (the models ship in the repository's
-``results/`` folder)::
+From Python, three lines give a trained model's attention maps (the five 60-epoch mini models come
+with the package; a clone's ``results/`` holds every model; :func:`download` fetches the width-400
+ones into the user cache)::
 
     import attncnn
     model = attncnn.pretrained("learned-mini")          # a Classifier: model(images in [0, 1]) -> logits
     maps = attncnn.attention_maps(model)                # per layer: probs (1, 9, 256, 256)
 
-Public entry points: :func:`pretrained`, :func:`load_model`, :func:`attention_maps`
+Public entry points: :func:`pretrained`, :func:`download`, :func:`load_model`, :func:`attention_maps`
 (:mod:`attncnn.api`); :func:`build_model`, :func:`list_presets`, :func:`count_parameters`
 (:mod:`attncnn.models`). Layers in :mod:`attncnn.layers`, networks in :mod:`attncnn.models`, data in
 :mod:`attncnn.data`, training in :mod:`attncnn.training`, Theorem 1 in :mod:`attncnn.theory`,
@@ -15,10 +16,10 @@ figures and metrics in :mod:`attncnn.analysis`. Every error a user can fix is an
 :class:`AttncnnError` (:mod:`attncnn.errors`).
 """
 
-from .api import Classifier, LayerAttention, attention_maps, list_pretrained, load_model, pretrained
+from .api import Classifier, LayerAttention, attention_maps, download, list_pretrained, load_model, pretrained
 from .errors import AttncnnError
 from .models import build_model, count_parameters, list_presets
 
 __version__ = "0.1.0"
-__all__ = ["pretrained", "load_model", "attention_maps", "list_pretrained", "Classifier", "LayerAttention",
+__all__ = ["pretrained", "download", "load_model", "attention_maps", "list_pretrained", "Classifier", "LayerAttention",
            "build_model", "list_presets", "count_parameters", "AttncnnError", "__version__"]

@@ -17,6 +17,7 @@ from attncnn.analysis import attention_layers
 from attncnn.analysis import attention_maps as analysis_maps
 from attncnn.analysis import position_maps
 from attncnn.data import CIFAR_MEAN, CIFAR_STD
+from attncnn.api import PACKAGED_MODELS, pretrained_path
 from attncnn.runs import load_model as load_network
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
@@ -163,22 +164,34 @@ def test_pretrained_lists_what_it_has_and_names_where_it_looked(tmp_path, monkey
         attncnn.pretrained("quadratic-mini", seed=7)
     message = str(err.value)
     assert str(RESULTS / "mini" / "quadratic-mini" / "seed7") in message and "quadratic-mini seed 2" in message
-    with pytest.raises(FileNotFoundError, match="clone the repository and pass root=.*ATTNCNN_RESULTS"):
+    with pytest.raises(FileNotFoundError) as err:                # root= is the only place looked in
         attncnn.pretrained("quadratic-mini", root=tmp_path)
+    message = str(err.value)                                        # ... and the three ways to get a model
+    assert message.startswith(f"no trained model 'quadratic-mini' seed 0: looked in {tmp_path / 'quadratic-mini'}")
+    assert ("No trained model is there. A trained model comes one of three ways: with the installed package (the "
+            "60-epoch mini models: learned-content-mini, learned-mini, quadratic-generalized-mini, quadratic-mini, "
+            "resnet18-mini); from a clone of the repository") in message
+    assert "root='<clone>/results' or set ATTNCNN_RESULTS=<clone>/results" in message
+    assert "`attncnn download NAME --from URL_OR_FOLDER` (NAME: learned, quadratic, " in message
     with pytest.raises(ValueError, match="a preset such as 'quadratic-mini'"):
         attncnn.pretrained("../mini/quadratic-mini")
-    # a results folder elsewhere, named by the environment variable
+    # a results folder elsewhere, named by the environment variable, instead of the clone's; the
+    # packaged models are still there, and the results folder wins even with a shorter run
     shutil.copytree(RESULTS / "mini" / "resnet18-mini" / "seed0", tmp_path / "mini" / "resnet18-mini" / "seed0")
     monkeypatch.setenv("ATTNCNN_RESULTS", str(tmp_path))
-    assert attncnn.list_pretrained() == [("resnet18-mini", 0)]
+    packaged = [("learned-content-mini", 0), ("learned-mini", 0), ("quadratic-generalized-mini", 0),
+                ("quadratic-mini", 0), ("resnet18-mini", 0), ("mini-long/resnet18-mini", 0)]
+    assert attncnn.list_pretrained() == packaged
     assert attncnn.pretrained("resnet18-mini").source.is_relative_to(tmp_path)
+    assert pretrained_path("quadratic-mini") == PACKAGED_MODELS / "mini-long" / "quadratic-mini" / "seed0"
     # an unfinished run (shipped with its resumable checkpoint to be continued) is not offered
     unfinished = tmp_path / "mini-long" / "resnet18-mini" / "seed0"
     shutil.copytree(RESULTS / "mini" / "resnet18-mini" / "seed0", unfinished)
     (unfinished / "finished.json").unlink()
-    assert attncnn.list_pretrained() == [("resnet18-mini", 0)]
-    with pytest.raises(FileNotFoundError, match="no trained model 'mini-long/resnet18-mini'"):
-        attncnn.pretrained("mini-long/resnet18-mini")
+    assert attncnn.list_pretrained() == packaged
+    assert pretrained_path("mini-long/resnet18-mini") == PACKAGED_MODELS / "mini-long" / "resnet18-mini" / "seed0"
+    with pytest.raises(FileNotFoundError, match="no trained model 'mini/resnet18-mini' seed 3"):
+        attncnn.pretrained("mini/resnet18-mini", seed=3)
 
 
 @shipped
@@ -194,14 +207,17 @@ def test_a_missing_model_is_answered_with_what_is_there_and_how_to_get_it(tmp_pa
     text = message("resnet18")
     assert "Closest there: resnet18-mini (seed 0)." in text
     assert "'resnet18' is a preset none of whose finished runs is there" in text
-    assert "attncnn train --preset resnet18`" in text and "clone the repository" not in text
+    assert "attncnn train --preset resnet18`" in text and "No trained model is there" not in text
+    assert text.endswith("`attncnn download resnet18 --from URL_OR_FOLDER` from a copy of a clone's results/ folder, "
+                         "local or served over http(s).")
     # another seed of a model that is there: its seeds, no training advice
     text = message("resnet18-mini", seed=4)
     assert "'resnet18-mini' is there with seed 0." in text and "is a preset" not in text
     # a misspelling: the near name, and nothing about presets (it is none)
     text = message("resnet18-mimi")
     assert "Closest there: resnet18-mini (seed 0)." in text and "is a preset" not in text
-    assert text.endswith("Found there: resnet18-mini seed 0.")
+    assert "Found there: resnet18-mini seed 0. A trained model comes one of three ways" in text
+    assert "`attncnn download NAME --from URL_OR_FOLDER` (NAME: learned, quadratic" in text
     # a network trained only inside a study's folders: those runs first
     for cell in ("10pct", "100pct"):
         shutil.copytree(RESULTS / "efficiency-scarce" / "deit-mini" / cell / "seed0",

@@ -2,7 +2,9 @@
 attention maps. The functions and classes below are re-exported at the top level
 (``attncnn.pretrained``, ...).
 
-* :func:`pretrained`: a model this project trained, by name, from the repository's ``results/``;
+* :func:`pretrained`: a model this project trained, by name: from a clone's ``results/``, the
+  models fetched with :func:`download`, or the mini models that come with the package;
+* :func:`download`: fetch a width-400 model into the user cache, each file checked by sha256;
 * :func:`load_model`: a model from any run folder or checkpoint;
 * :class:`Classifier`: what both return, the network with its input normalisation and class names;
 * :func:`attention_maps`: per-layer probabilities and score terms from real activations.
@@ -14,7 +16,10 @@ package of attncnn imports it (the top-level ``attncnn`` re-exports it).
 
 from .attention import LayerAttention, attention_maps
 from .classifier import Classifier, load_model
-from .pretrained import RESULTS_ENV, list_pretrained, pretrained, pretrained_path, results_folders
+from .downloads import DownloadError, download, downloadable, downloads_folder
+from .pretrained import (PACKAGED_MODELS, RESULTS_ENV, list_pretrained, model_folders, pretrained, pretrained_path,
+                         results_folders)
 
 __all__ = ["Classifier", "load_model", "pretrained", "pretrained_path", "list_pretrained", "results_folders",
-           "RESULTS_ENV", "LayerAttention", "attention_maps"]
+           "model_folders", "RESULTS_ENV", "PACKAGED_MODELS", "download", "downloadable", "downloads_folder",
+           "DownloadError", "LayerAttention", "attention_maps"]

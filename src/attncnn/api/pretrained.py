@@ -1,17 +1,26 @@
-"""The trained models the repository ships in ``results/``, by name: :func:`pretrained`.
+"""The trained models of this project, by name: :func:`pretrained`.
 
 ``results/<suite>/...`` holds ordinary run folders, one per trained model and seed
 (``results/mini/quadratic-mini/seed0``, ``results/efficiency/gpsa-mini/10pct/seed1``). A preset's
 name alone means its longest finished run among the suites (``"quadratic-mini"``: the 60-epoch
 run of ``results/mini-long`` rather than the 6-epoch one of ``results/mini``; ``"quadratic"``: the
-paper-width run of ``results/paper-long``); a path under ``results/`` names one run exactly. They are
-committed to the repository, not packed into the installed package (an installed wheel has no
-``results/``), so :func:`pretrained` looks for them, in this order:
+paper-width run of ``results/paper-long``); a path under ``results/`` names one run exactly.
 
-1. the folder passed as ``root``;
-2. else the folder named by the environment variable ``ATTNCNN_RESULTS``;
-3. else ``results/`` of the source checkout this package runs from (an editable install of a
-   clone), then ``results/`` in the working directory.
+A model comes one of three ways, and :func:`pretrained` looks for it in this order:
+
+1. a results folder: the folder passed as ``root`` (then the only place looked in); else the
+   folder named by the environment variable ``ATTNCNN_RESULTS``; else ``results/`` of the source
+   checkout this package runs from (an editable install of a clone), then ``results/`` in the
+   working directory;
+2. where none of those holds it: the models fetched with ``attncnn download NAME --from ...``
+   (:func:`attncnn.download`) into ``<user cache>/models/`` (:func:`attncnn._cache_dir.user_cache_dir`:
+   ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``), then the
+   five 60-epoch mini models that come with the installed package (``attncnn/pretrained_models/``:
+   seed 0 of ``results/mini-long`` with bfloat16 weights, made from ``results/`` by
+   ``benchmarks/package_models.py``).
+
+Both places of step 2 are laid out like ``results/`` (``mini-long/quadratic-mini/seed0/``), so a
+name means the same run wherever it is found; a clone's own ``results/`` wins over them.
 """
 
 from __future__ import annotations
@@ -25,15 +34,19 @@ from pathlib import Path
 
 import torch
 
-from ..errors import InputError, MissingFileError
+from ..errors import AttncnnError, InputError, MissingFileError
 from ..models.presets import PRESETS
 from ..runs import read_withheld, withheld_message
 from .classifier import Classifier, load_model
+from .downloads import downloadable, downloads_folder
 
-__all__ = ["RESULTS_ENV", "pretrained", "pretrained_path", "list_pretrained", "results_folders"]
+__all__ = ["RESULTS_ENV", "PACKAGED_MODELS", "pretrained", "pretrained_path", "list_pretrained", "results_folders",
+           "model_folders"]
 
 #: environment variable naming a results folder (a clone's ``results/``)
 RESULTS_ENV = "ATTNCNN_RESULTS"
+#: the trained models that come with the installed package, laid out like ``results/``
+PACKAGED_MODELS = Path(__file__).resolve().parents[1] / "pretrained_models"
 _SEED = re.compile(r"seed(\d+)$")
 
 log = logging.getLogger(__name__)
@@ -54,6 +67,26 @@ def results_folders(root: str | os.PathLike | None = None) -> list[Path]:
     found = [checkout / "results"] if (checkout / "src" / "attncnn").is_dir() else []
     cwd = Path.cwd() / "results"
     return found + ([cwd] if all(cwd.resolve() != f.resolve() for f in found) else [])
+
+
+def model_folders(root: str | os.PathLike | None = None) -> list[list[Path]]:
+    """Every folder trained models are looked for in, as groups in order of precedence: the results
+    folders (:func:`results_folders`), then the models fetched into the user cache
+    (:func:`attncnn.api.downloads.downloads_folder`) and those that come with the package
+    (:data:`PACKAGED_MODELS`). A name is taken from the first group that holds a finished run of
+    it, so a clone's ``results/`` wins over a packaged copy; within a group, its longest run.
+
+    Args:
+        root: a folder given by the caller; when set, the only place looked in.
+    """
+    if root is not None:
+        return [results_folders(root)]
+    return [results_folders(), [downloads_folder(), PACKAGED_MODELS]]
+
+
+def packaged_names() -> list[str]:
+    """The presets whose trained model comes with the installed package (``"quadratic-mini"``, ...)."""
+    return sorted({p.parent.name for p in PACKAGED_MODELS.glob("*/*/seed0") if _has_checkpoint(p)})
 
 
 def _has_checkpoint(folder: Path) -> bool:
@@ -93,26 +126,39 @@ def _longest(folders: list[Path]) -> Path | None:
     return max(found, key=_epochs) if found else None
 
 
+def _choose(name: str, seed: int, groups: list[list[Path]]) -> tuple[Path | None, list[Path]]:
+    """``(the run name and seed mean, the folders of its group)``: the longest finished run of the
+    first group of :func:`model_folders` that has one; ``(None, every folder looked at)`` if none."""
+    looked = []
+    for roots in groups:
+        candidates = _candidates(name, seed, roots)
+        chosen = _longest(candidates)
+        if chosen is not None:
+            return chosen, candidates
+        looked += candidates
+    return None, looked
+
+
 def list_pretrained(root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
-    """The ``(name, seed)`` of every trained model found (see :func:`results_folders`).
+    """The ``(name, seed)`` of every trained model found (see :func:`model_folders`).
 
     Names are what :func:`pretrained` takes: the preset alone for the run a preset's name means
     (its longest finished run, e.g. ``("quadratic-mini", 0)`` for ``results/mini-long``), the path
     under ``results/`` otherwise (``("mini/quadratic-mini", 0)``, ``("efficiency/gpsa-mini/10pct", 1)``).
     """
-    roots = results_folders(root)
+    groups = model_folders(root)
     found = set()
-    for base in roots:
+    for base in (base for roots in groups for base in roots):
         if not base.is_dir():
             continue
         for config in base.rglob("config.json"):
             folder = config.parent
             match = _SEED.fullmatch(folder.name)
-            if match is None or not _has_checkpoint(folder):
-                continue
-            seed, name = int(match.group(1)), folder.parent.relative_to(base).as_posix()
-            preset = folder.parent.name
-            if name.count("/") == 1 and _longest(_candidates(preset, seed, roots)) == folder:
+            name = folder.parent.relative_to(base).as_posix()
+            if match is None or name.startswith(".") or not _has_checkpoint(folder):
+                continue                                # ".download-*": a download not finished yet
+            seed, preset = int(match.group(1)), folder.parent.name
+            if name.count("/") == 1 and _choose(preset, seed, groups)[0] == folder:
                 name = preset
             found.add((name, seed))
     return sorted(found, key=lambda item: ("/" in item[0], item))      # the presets' own runs first
@@ -127,9 +173,7 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
         FileNotFoundError: no such trained model; the message names every folder looked in,
             what was found there, and how to point at a clone's ``results/``.
     """
-    roots = results_folders(root)
-    candidates = _candidates(name, seed, roots)
-    chosen = _longest(candidates)
+    chosen, candidates = _choose(name, seed, model_folders(root))
     if chosen is not None:
         others = [f for f in candidates if f != chosen and _has_checkpoint(f)]
         if others:
@@ -143,18 +187,14 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
     """What :func:`pretrained_path` says of a model it cannot find: where it looked, then what helps
     most: a run of it shipped without its weights (:mod:`attncnn.runs.withheld`: how to train it
     again), the seeds and the names close to ``name`` that are there, how to train a preset none of
-    whose runs is there, or, where no trained model is found at all, how to point at a clone's
-    ``results/``."""
+    whose runs is there; last, the three ways to get a trained model (:func:`_ways`)."""
     sentences = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
     for folder in candidates:           # trained, but shipped without its weights: say so first
         record = read_withheld(folder) if (folder / "finished.json").is_file() else None
         if record is not None:
             sentences.append(withheld_message(folder, record) + ".")
     if not available:
-        sentences.append(f"No trained model is there. The trained models are committed to the repository's results/ "
-                         f"folder and do not come with an installed package: clone the repository and pass "
-                         f"root='<clone>/results' or set {RESULTS_ENV}=<clone>/results.")
-        return " ".join(sentences)
+        return " ".join(sentences + ["No trained model is there.", _ways(name)])
     names = sorted({n for n, _ in available})
     seeds = sorted(s for n, s in available if n == name)
     if seeds:
@@ -177,7 +217,25 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
     listing = ", ".join(f"{n} seed {s}" for n, s in available[:12])
     more = f", ... ({len(available)} in all: attncnn.list_pretrained())" if len(available) > 12 else ""
     sentences.append(f"Found there: {listing}{more}.")
-    return " ".join(sentences)
+    return " ".join(sentences + [_ways(name)])
+
+
+def _ways(name: str) -> str:
+    """The three ways to get a trained model (the end of every not-found message), naming the
+    download of ``name`` where it is one."""
+    preset = Path(name).name
+    try:
+        names = downloadable()
+    except AttncnnError:                # the manifest gone from a source tree: say the rest anyway
+        names = []
+    fetch = (f"`attncnn download {preset} --from URL_OR_FOLDER`" if preset in names
+             else f"`attncnn download NAME --from URL_OR_FOLDER` (NAME: {', '.join(names)})")
+    packaged = ", ".join(packaged_names()) or "none in this installation"
+    return (f"A trained model comes one of three ways: with the installed package (the 60-epoch mini models: "
+            f"{packaged}); from a clone of the repository, whose results/ folder holds every model (run from the "
+            f"clone, or pass root='<clone>/results' or set {RESULTS_ENV}=<clone>/results); or fetched on request "
+            f"into {downloads_folder()} with {fetch} from a copy of a clone's results/ folder, local or served "
+            f"over http(s).")
 
 
 def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = None,
@@ -190,9 +248,12 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
             ``"resnet18-mini"`` likewise; the choice is logged when several runs exist); or a path
             under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"`` (6 epochs) or
             ``"efficiency/gpsa-mini/10pct"`` (:func:`list_pretrained` lists them).
+            From an installed package without a clone, the five 60-epoch mini models come with
+            it (seed 0, bfloat16 weights); the width-400 ones after :func:`attncnn.download`.
         seed: which seed's run.
-        root: a results folder to look in instead of the default places (see the module's
-            description; ``$ATTNCNN_RESULTS`` sets it too).
+        root: a results folder to look in instead of every other place (see the module's
+            description; ``$ATTNCNN_RESULTS`` replaces the clone's ``results/`` but keeps the
+            downloaded and packaged models).
         device, dtype: as :func:`load_model`.
 
     Returns:
@@ -200,7 +261,8 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
         ``model.network``; :func:`attncnn.attention_maps` takes it as it is).
 
     Raises:
-        FileNotFoundError: the model is not there (the message names where it looked and the fix).
+        FileNotFoundError: the model is not there (the message names where it looked, what is
+            there, and the three ways to get a model: packaged, a clone's ``results/``, ``attncnn download``).
         InputError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

@@ -33,7 +33,7 @@ log = logging.getLogger("attncnn")
 #: the modules of this package that each add a command (or a few), in the order ``attncnn --help``
 #: lists them. Adding a command: a module with ``register(sub)`` here, and its name in this list.
 COMMANDS = ("train", "evaluate", "presets", "theorem", "plot", "inspect", "report", "prune", "viewer", "bench",
-            "reproduce", "reference")
+            "reproduce", "reference", "download")
 
 
 def build_parser() -> argparse.ArgumentParser:

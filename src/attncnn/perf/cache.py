@@ -32,10 +32,10 @@ from __future__ import annotations
 import datetime
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Callable
 
+from .._cache_dir import user_cache_dir
 from .._io import atomic_write_text
 
 __all__ = ["CACHE_NAME", "FORMAT", "cache_dir", "cache_file", "typed", "read_records", "find_record",
@@ -62,13 +62,9 @@ def _report(path: Path, problem: str) -> None:
 
 
 def cache_dir() -> Path:
-    """The folder of measured choices: ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``,
-    else ``~/.cache/attncnn`` (empty variables count as unset)."""
-    own = os.environ.get("ATTNCNN_CACHE_DIR")
-    if own:
-        return Path(own).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "attncnn"
+    """The folder of measured choices: the user cache folder (:func:`attncnn._cache_dir.user_cache_dir`:
+    ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``)."""
+    return user_cache_dir()
 
 
 def cache_file() -> Path:

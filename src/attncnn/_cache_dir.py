@@ -1,0 +1,28 @@
+"""The one rule for attncnn's per-user cache folder: :func:`user_cache_dir`.
+
+Everything attncnn keeps for a user outside run folders and data folders (models fetched with
+``attncnn download``, measurements of this machine) lives under this folder, so that one variable
+moves or clears all of it. This module imports nothing from attncnn, so every package may use it.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CACHE_ENV", "user_cache_dir"]
+
+#: environment variable naming the cache folder
+CACHE_ENV = "ATTNCNN_CACHE_DIR"
+
+
+def user_cache_dir() -> Path:
+    """``$ATTNCNN_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/attncnn`` (the XDG base directory
+    convention), else ``~/.cache/attncnn``. Only the path: nothing is created."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return Path(xdg).expanduser() / "attncnn"
+    return Path.home() / ".cache" / "attncnn"

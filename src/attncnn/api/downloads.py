@@ -1,0 +1,239 @@
+"""Trained models fetched on request into the user cache: :func:`download` (``attncnn download``).
+
+The five 60-epoch mini models come with the package; the width-400 models of ``results/paper-long``
+(24 MB each in bfloat16) do not. ``attncnn download NAME --from SOURCE`` copies one of them into
+``<user cache>/models/`` (:func:`downloads_folder`), where :func:`attncnn.pretrained` finds it.
+
+The source is a copy of a clone's ``results/`` folder, laid out as ``results/`` is:
+
+* a local folder (e.g. ``<clone>/results``, or a copy on a shared disk), or
+* an ``http://`` or ``https://`` address under which the same paths are served (e.g. any static
+  file server started in ``<clone>/results``, or the raw-file address of that folder in a hosted
+  copy of the repository).
+
+For ``quadratic``, the files are ``SOURCE/paper-long/quadratic/seed0/`` + ``config.json``,
+``finished.json``, ``machine.json``, ``predictions.json`` and ``checkpoints/last.safetensors``.
+Every file's size and sha256 are recorded in a manifest shipped with the package
+(``attncnn/pretrained_models/downloads.json``, written from ``results/`` by
+``benchmarks/package_models.py``). Files are first written into a temporary folder in the cache
+(``.download-*``) and checked against the manifest; only a complete, matching set is moved into
+place (one rename), so a failed, interrupted or wrong download leaves nothing in the cache. Nothing
+is ever downloaded unless :func:`download` is called: loading a model never reaches the network.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import logging
+import os
+import secrets
+import shutil
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from .._cache_dir import user_cache_dir
+from .._io import make_folders
+from ..errors import AttncnnError, InputError, MissingFileError, OutputError
+
+__all__ = ["DOWNLOADS_MANIFEST", "DownloadError", "download", "downloadable", "downloads_folder", "read_manifest"]
+
+log = logging.getLogger(__name__)
+
+#: the manifest of the models :func:`download` fetches (name -> run folder under results/, files, sha256)
+DOWNLOADS_MANIFEST = Path(__file__).resolve().parents[1] / "pretrained_models" / "downloads.json"
+_BLOCK = 1 << 20
+
+
+class DownloadError(AttncnnError, OSError):
+    """A download failed (unreachable source, missing file, cut transfer) or a file did not match
+    its recorded size and sha256; nothing was put in the cache."""
+
+
+def downloads_folder() -> Path:
+    """Where downloaded models go: ``<user cache>/models`` (:func:`attncnn._cache_dir.user_cache_dir`:
+    ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``), laid out
+    like ``results/``. Only the path: nothing is created."""
+    return user_cache_dir() / "models"
+
+
+def read_manifest(path: str | os.PathLike | None = None) -> dict:
+    """The models of a download manifest: ``{name: {"path": "paper-long/quadratic/seed0",
+    "files": {"config.json": {"bytes": int, "sha256": hex}, ...}, ...}}``.
+
+    Args:
+        path: a manifest file of the same format (default :data:`DOWNLOADS_MANIFEST`, the package's).
+
+    Raises:
+        MissingFileError: no such file. InputError: not a manifest (the message names the file).
+    """
+    path = Path(path) if path is not None else DOWNLOADS_MANIFEST
+    try:
+        models = json.loads(path.read_text())["models"]
+    except FileNotFoundError as err:
+        raise MissingFileError(f"no download manifest at {path}") from err
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise InputError(f"{path} is not a download manifest: {err}") from err
+    for name, entry in models.items():
+        ok = (isinstance(entry, dict) and isinstance(entry.get("path"), str) and isinstance(entry.get("files"), dict)
+              and all(isinstance(f, dict) and isinstance(f.get("bytes"), int) and isinstance(f.get("sha256"), str)
+                      for f in entry["files"].values()))
+        parts = Path(entry.get("path", "") if isinstance(entry, dict) else "").parts
+        if not ok or not parts or Path(entry["path"]).is_absolute() or ".." in parts or any(
+                Path(f).is_absolute() or ".." in Path(f).parts for f in entry["files"]):
+            raise InputError(f"{path}: entry {name!r} is not a model (a relative 'path' and 'files' with 'bytes' "
+                             "and 'sha256' each)")
+    return models
+
+
+def downloadable(manifest: str | os.PathLike | None = None) -> list[str]:
+    """The names :func:`download` takes (``["learned", "quadratic", ...]``), sorted."""
+    return sorted(read_manifest(manifest))
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(_BLOCK), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _complete(folder: Path, files: dict) -> bool:
+    """Whether ``folder`` holds every file of ``files`` with its recorded size and sha256."""
+    return all((folder / rel).is_file() and (folder / rel).stat().st_size == spec["bytes"]
+               and _sha256(folder / rel) == spec["sha256"] for rel, spec in files.items())
+
+
+def _is_url(source: str) -> bool:
+    return urllib.parse.urlsplit(source).scheme.lower() in ("http", "https")
+
+
+def _open(source: str, rel: str, timeout: float):
+    """A binary stream of the file ``rel`` (``paper-long/quadratic/seed0/config.json``) of ``source``."""
+    if _is_url(source):
+        url = source.rstrip("/") + "/" + urllib.parse.quote(rel)
+        try:
+            return urllib.request.urlopen(url, timeout=timeout)     # noqa: S310 (http(s) only: checked above)
+        except urllib.error.HTTPError as err:
+            raise DownloadError(f"{url}: HTTP {err.code} {err.reason}; the source must serve a copy of a clone's "
+                                f"results/ folder, with this file at {rel}") from err
+        except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
+            raise DownloadError(f"cannot download {url}: {getattr(err, 'reason', err)}; check the address and the "
+                                "network") from err
+    path = Path(source).expanduser() / rel
+    try:
+        return open(path, "rb")
+    except FileNotFoundError as err:
+        raise MissingFileError(f"no {path}: the source folder must be laid out like a clone's results/ folder "
+                               f"(this file at {rel})") from err
+
+
+def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float) -> None:
+    """Copy ``rel`` of ``source`` to ``dest``, refusing it unless its size and sha256 are ``spec``'s."""
+    h, size, where = hashlib.sha256(), 0, f"{source.rstrip('/')}/{rel}"
+    stream = _open(source, rel, timeout)
+    with stream, open(dest, "wb") as out:          # a failed write is an OSError: download() names the cache
+        while size <= spec["bytes"]:                # one byte more than recorded is enough to refuse it
+            try:
+                block = stream.read(min(_BLOCK, spec["bytes"] + 1 - size))
+            except (http.client.HTTPException, OSError) as err:
+                raise DownloadError(f"the transfer of {where} failed after {size:,} bytes: {err}") from err
+            if not block:
+                break
+            h.update(block)
+            out.write(block)
+            size += len(block)
+    if size > spec["bytes"]:
+        raise DownloadError(f"{where}: got more than the {spec['bytes']:,} bytes the manifest records (another "
+                            "file or another version of the model); it was not kept")
+    if size < spec["bytes"]:
+        raise DownloadError(f"{where}: got {size:,} bytes, the manifest records {spec['bytes']:,} (a cut transfer "
+                            "or another file); it was not kept")
+    if h.hexdigest() != spec["sha256"]:
+        raise DownloadError(f"{where}: sha256 {h.hexdigest()} differs from the manifest's {spec['sha256']} (a "
+                            "corrupt copy or another version of the model); it was not kept")
+
+
+def _move_into_place(staging: Path, target: Path, files: dict) -> None:
+    """Rename the checked ``staging`` folder to ``target``; a ``target`` that is not complete (an
+    older or damaged copy) is replaced, a complete one (another process's download) kept."""
+    make_folders(target.parent)
+    if target.exists():
+        if _complete(target, files):
+            return
+        old = target.with_name(f".old-{secrets.token_hex(6)}")
+        os.rename(target, old)
+        shutil.rmtree(old, ignore_errors=True)
+    os.rename(staging, target)
+
+
+def _model(name: str, models: dict, manifest) -> tuple[str, dict]:
+    """The manifest entry ``name`` means: its key, or its path with or without ``/seed<N>``."""
+    for key, entry in models.items():
+        if name in (key, entry["path"], entry["path"].rsplit("/", 1)[0]):
+            return key, entry
+    where = "" if manifest is None else f" in {manifest}"
+    raise InputError(f"no downloadable model {name!r}{where}; the names are {', '.join(sorted(models))} (the "
+                     "60-epoch mini models come with the package: attncnn.pretrained('quadratic-mini'))")
+
+
+def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLike | None = None,
+             timeout: float = 60.0) -> Path:
+    """Copy a trained model into the user cache from ``source``, checking every file's sha256.
+
+    Args:
+        name: a model of the manifest (:func:`downloadable`: ``"quadratic"``,
+            ``"quadratic-generalized"``, ``"learned"``, ``"resnet18"``, the width-400 runs of
+            ``results/paper-long``), or its path there (``"paper-long/quadratic"``).
+        source: an ``http(s)://`` address or a local folder laid out like a clone's ``results/``
+            (see the module's description).
+        manifest: a manifest file of the same format, for models hosted elsewhere (default: the
+            package's, :data:`DOWNLOADS_MANIFEST`).
+        timeout: seconds to wait for the server on each connection or read.
+
+    Returns:
+        The model's run folder in the cache (``<cache>/models/paper-long/quadratic/seed0``), which
+        :func:`attncnn.pretrained` then finds by name. A model already there and complete is not
+        fetched again.
+
+    Raises:
+        InputError: an unknown name (the message lists the names) or a source of another kind.
+        MissingFileError: a source folder that does not exist or lacks a file.
+        DownloadError: an unreachable server, an HTTP error, a cut transfer, or a file whose size or
+            sha256 is not the manifest's; nothing is left in the cache.
+        OutputError: the cache folder is not writable.
+    """
+    models = read_manifest(manifest)
+    key, entry = _model(name, models, manifest)
+    source = os.fspath(source)
+    if "://" in source and not _is_url(source):
+        raise InputError(f"source {source!r}: give an http:// or https:// address or a local folder")
+    if not _is_url(source) and not Path(source).expanduser().is_dir():
+        raise MissingFileError(f"no folder {source}; give a folder laid out like a clone's results/ or an "
+                               "http(s):// address")
+    files, root = entry["files"], downloads_folder()
+    target = root / entry["path"]
+    if target.is_dir() and _complete(target, files):
+        log.info("%s is already in %s", key, target)
+        return target
+    staging = make_folders(root) / f".download-{secrets.token_hex(6)}"
+    try:
+        staging.mkdir()               # mode from the umask, as any folder the user makes
+        for rel, spec in files.items():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            log.info("%s: %s (%s bytes)", key, rel, f"{spec['bytes']:,}")
+            _fetch(source, f"{entry['path']}/{rel}", staging / rel, spec, timeout)
+        _move_into_place(staging, target, files)
+    except OSError as err:
+        if isinstance(err, AttncnnError):
+            raise
+        raise OutputError(f"cannot write the model into {root}: {err.strerror or err}; set ATTNCNN_CACHE_DIR to "
+                          "a writable folder") from err
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    log.info("%s: %d files checked and stored in %s", key, len(files), target)
+    return target

@@ -1,0 +1,38 @@
+"""``attncnn download NAME --from URL_OR_FOLDER``: fetch a width-400 trained model into the user cache.
+
+The handler calls :func:`attncnn.api.downloads.download`, imported only when the command runs; its
+user errors (:class:`attncnn.AttncnnError`) become one line and exit status 2 in :mod:`attncnn.cli`.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["register"]
+
+
+def register(subparsers) -> None:
+    """Add the ``download`` subcommand."""
+    d = subparsers.add_parser(
+        "download", help="fetch a width-400 trained model into the user cache, each file checked by sha256",
+        description="Copy a trained model that does not come with the package (the width-400 runs of "
+                    "results/paper-long: quadratic, quadratic-generalized, learned, resnet18) into the user cache "
+                    "($ATTNCNN_CACHE_DIR, else $XDG_CACHE_HOME/attncnn, else ~/.cache/attncnn), where "
+                    "attncnn.pretrained(NAME) finds it. Every file is checked against the size and sha256 the "
+                    "package records, and moved into place only when all of them match: a failed or wrong download "
+                    "leaves nothing behind.")
+    d.add_argument("name", metavar="NAME", help="the model: quadratic, quadratic-generalized, learned or resnet18")
+    d.add_argument("--from", dest="source", required=True, metavar="URL_OR_FOLDER",
+                   help="a copy of a clone's results/ folder: a local folder, or an http(s) address serving the "
+                        "same paths (the files of NAME are at paper-long/NAME/seed0/... under it)")
+    d.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server on each read")
+    d.set_defaults(handler=_download)
+
+
+def _download(args: argparse.Namespace) -> int:
+    """Fetch the model and print where it is; returns the exit status."""
+    from ..api.downloads import download
+
+    folder = download(args.name, args.source, timeout=args.timeout)
+    print(f"{args.name}: {folder} (load it with attncnn.pretrained({args.name!r}))")
+    return 0
