@@ -36,7 +36,7 @@ def test_a_trained_models_name_means_its_run_folder(results, tmp_path, monkeypat
 
 def test_a_preset_without_a_trained_model_says_where_it_looked(results):
     with pytest.raises(argparse.ArgumentTypeError, match="no trained model of that name"):
-        run_or_model("quadratic-mini")
+        run_or_model("learned-content")          # a preset no results folder, cache or package holds
 
 
 def test_theorem_takes_the_name_of_a_trained_resnet(results, capsys):
