@@ -78,9 +78,8 @@ def test_bad_options_exit_2(capsys, cifar10_path, data_cache_dir, argv, message)
     assert err.startswith("attncnn theorem: error:") and message in err
 
 
-def test_without_data_it_reads_the_training_default_not_a_test_variable(capsys, monkeypatch, tmp_path):
+def test_without_data_it_loads_no_data_set_not_even_a_test_variable(capsys, monkeypatch, tmp_path):
     import attncnn.data
-    from attncnn.runs import TrainConfig
 
     asked = []
 
@@ -90,13 +89,16 @@ def test_without_data_it_reads_the_training_default_not_a_test_variable(capsys, 
 
     monkeypatch.setenv("ATTNCNN_TEST_CIFAR10", str(tmp_path / "tests-only.zip"))
     monkeypatch.setattr(attncnn.data, "load_dataset", load_dataset)
-    rc, _, err = _run(capsys, "--images", "1")
-    assert rc == 2 and asked == [TrainConfig.data] == ["cifar10"]
-    assert "stop after choosing cifar10" in err
+    rc, out, err = _run(capsys, "--images", "1")
+    assert rc == 0 and asked == [], err
+    assert "1 random images (32, 32)" in out
+    rc, _, err = _run(capsys, "--images", "1", "--data", "cifar10")      # named: loaded
+    assert rc == 2 and asked == ["cifar10"] and "stop after choosing cifar10" in err
     with pytest.raises(SystemExit):
         main(["theorem", "--help"])
     help_text = " ".join(capsys.readouterr().out.split())
-    assert "cifar10 (default, as for train)" in help_text and "ATTNCNN_TEST_CIFAR10" not in help_text
+    help_text = help_text.replace("- ", "-")                      # argparse may wrap at a hyphen
+    assert "default: random standard-normal 32x32 images" in help_text and "ATTNCNN_TEST_CIFAR10" not in help_text
 
 
 def test_without_data_random_images_need_no_download(capsys, tmp_path, monkeypatch):
