@@ -71,7 +71,7 @@ def test_a_reports_data_line_names_the_encoding_of_the_file_at_hand(tmp_path):
 
 
 @pytest.mark.slow
-def test_the_shared_cifar10_copy_is_quality_75_with_420(cifar10_path, tmp_path):
+def test_the_shared_cifar10_copy_is_quality_75_with_420(cifar10_path, data_cache_dir):
     assert jpeg_encoding(cifar10_path) == JpegEncoding(75, "4:2:0")
-    ds = load_dataset(cifar10_path, data_dir=tmp_path)
+    ds = load_dataset(cifar10_path, data_dir=data_cache_dir)          # the session's decoded copy
     assert "(CIFAR-10 JPEG mirror; JPEG quality 75 with 4:2:0 chroma subsampling (colour stored at 16x16)" in ds.source
