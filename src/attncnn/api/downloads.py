@@ -1,7 +1,7 @@
 """Trained models fetched on request into the user cache: :func:`download` (``attncnn download``).
 
 The five 60-epoch mini models come with the package; the width-400 models of ``results/paper-long``
-(24 MB each in bfloat16) do not. ``attncnn download NAME --from SOURCE`` copies one of them into
+(too large for the wheel) do not. ``attncnn download NAME --from SOURCE`` copies one of them into
 ``<user cache>/models/`` (:func:`downloads_folder`), where :func:`attncnn.pretrained` finds it.
 
 The source is a copy of a clone's ``results/`` folder, laid out as ``results/`` is:
