@@ -10,19 +10,25 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["CACHE_ENV", "user_cache_dir"]
+__all__ = ["CACHE_ENV", "user_cache_dir", "xdg_cache_folder"]
 
 #: environment variable naming the cache folder
 CACHE_ENV = "ATTNCNN_CACHE_DIR"
 
 
-def user_cache_dir() -> Path:
-    """``$ATTNCNN_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/attncnn`` (the XDG base directory
-    convention), else ``~/.cache/attncnn``. Only the path: nothing is created."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
+def xdg_cache_folder() -> Path:
+    """``$XDG_CACHE_HOME/attncnn`` (the XDG base directory convention), else ``~/.cache/attncnn``:
+    where attncnn's caches go when no variable of its own names a folder (also the data folder's
+    default, :func:`attncnn.data.default_data_dir`). Only the path: nothing is created."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     if xdg:
         return Path(xdg).expanduser() / "attncnn"
     return Path.home() / ".cache" / "attncnn"
+
+
+def user_cache_dir() -> Path:
+    """``$ATTNCNN_CACHE_DIR`` if set, else :func:`xdg_cache_folder`. Only the path: nothing is created."""
+    env = os.environ.get(CACHE_ENV)
+    if env:
+        return Path(env).expanduser()
+    return xdg_cache_folder()

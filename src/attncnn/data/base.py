@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .._cache_dir import xdg_cache_folder
 from ..errors import AttncnnError, InputError
 
 __all__ = ["ImageSplit", "Dataset", "DataShape", "DataError", "default_data_dir"]
@@ -125,12 +126,10 @@ class DataShape:
 def default_data_dir() -> Path:
     """Folder for downloaded archives and decoded caches.
 
-    ``$ATTNCNN_DATA_DIR`` if set, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``.
+    ``$ATTNCNN_DATA_DIR`` if set, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``
+    (:func:`attncnn._cache_dir.xdg_cache_folder`).
     """
     env = os.environ.get("ATTNCNN_DATA_DIR")
     if env:
         return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "attncnn"
-    return Path.home() / ".cache" / "attncnn"
+    return xdg_cache_folder()

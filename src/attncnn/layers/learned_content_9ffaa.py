@@ -38,19 +38,10 @@ from torch import nn
 from ..errors import InputError
 from .conv_init import axis_coefficients, table_features
 from .content import ContentAttention
+from .learned import _INIT_COLUMNS, _check_table_width      # the same (d^2, d, 1) columns as `learned`
 from .relative import table_rows
 
 __all__ = ["LearnedContent9ffaaAttention"]
-
-#: the first table columns a convolutional init writes (d^2, d, 1) into
-_INIT_COLUMNS = 3
-
-
-def _check_table_width(width: int) -> None:
-    if width < _INIT_COLUMNS:
-        raise InputError(f"init='conv' writes (d^2, d, 1) into 3 columns of the learned tables, but their width "
-                         f"is {width}; set table_dim >= 3")
-
 
 class LearnedContent9ffaaAttention(ContentAttention):
     """Content + learned relative attention as the reference repository at 9ffaa30 computes it.
