@@ -17,7 +17,8 @@ GRID_NAMES = ", ".join(GRIDS)
 def test_every_rule_names_options_of_a_request():
     names = {f.name for f in dataclasses.fields(StudyRequest)}
     assert {name for rule in RULES for name in rule.options} <= names
-    assert {rule.context for rule in RULES} == {"action", "shape", "measurement", "trims", "shared_rate"}
+    assert {rule.context for rule in RULES} == {"action", "shape", "measurement", "trims", "shared_rate",
+                                                "withholds"}
 
 
 def test_actions_and_measurements_exclude_each_other_named_by_what_the_last_does():
@@ -49,6 +50,16 @@ def test_actions_and_measurements_exclude_each_other_named_by_what_the_last_does
     (StudyRequest("mini", action="report-only", without_weights="quadratic-mini"),
      "--without-weights ships finished runs without their weights: give it with --trim or --ship"),
     (StudyRequest("mini", action="dry-run", epochs=0), "--epochs must be >= 1, got 0"),
+    (StudyRequest("mini", trim=True, weights_to="elsewhere"),
+     "--weights-to is where --without-weights moves the weights it withholds, and this call withholds none; "
+     "give --without-weights PRESET,... with it, or leave out --weights-to"),
+    (StudyRequest("mini", action="ship", weights_to="elsewhere"), "this call withholds none"),
+    (StudyRequest("efficiency-scarce", measurement="calibrate", action="ship", without_weights="convit-mini"),
+     "--without-weights withholds the weights of the efficiency-scarce grid's own runs, and --calibrate's runs are "
+     "not among them (--ship ships them whole); leave out --without-weights, or give it in a call without "
+     "--calibrate"),
+    (StudyRequest("efficiency-scarce", measurement="lr-sweep", rates="1e-3", action="ship",
+                  without_weights="convit-mini", weights_to="elsewhere"), "--lr-sweep's runs are not among them"),
 ])
 def test_an_option_the_call_would_ignore_is_refused_with_the_reason(request_, message):
     with pytest.raises(InputError) as err:
@@ -64,6 +75,17 @@ def test_an_option_the_call_would_ignore_is_refused_with_the_reason(request_, me
     StudyRequest("efficiency-scarce", measurement="calibrate", lr=1e-3, action="ship"),
     StudyRequest("efficiency-scarce", measurement="lr-sweep", rates="1e-3,2e-3", action="report-only"),
     StudyRequest("efficiency-scarce", lr=1e-3, seeds="0,1", trim=True),
+    StudyRequest("mini", action="ship", without_weights="quadratic-mini", weights_to="elsewhere"),
+    StudyRequest("efficiency", action="ship", without_weights="gpsa-mini", weights_to="elsewhere"),
 ])
 def test_the_same_options_are_taken_where_they_apply(request_):
     assert check_request(request_) is STUDIES[request_.study]
+
+
+def test_the_command_refuses_an_ignored_weights_to_with_status_2_before_anything_runs(tmp_path, capsys):
+    from attncnn.cli import main
+
+    out = tmp_path / "mini"
+    assert main(["reproduce", "mini", "--ship", "--out", str(out), "--weights-to", str(tmp_path / "w")]) == 2
+    assert "this call withholds none" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "w").exists()

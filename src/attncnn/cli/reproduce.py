@@ -91,13 +91,15 @@ def register(sub) -> None:
                         "(optimiser state included), then the report of what has finished. The same command "
                         "without --ship resumes the unfinished runs, also from a fresh clone (give --data)")
     r.add_argument("--without-weights", metavar="PRESET,...",
-                   help="with --trim or --ship: ship the finished runs of these presets without their weights (too "
+                   help="with --trim or --ship (not with --calibrate or --lr-sweep, whose runs ship whole): ship the "
+                        "finished runs of these presets without their weights (too "
                         "large for the clone): their records stay (config, metrics, prediction record, attention per "
                         "layer measured now), and weights-withheld.json says what the weights were and how to train "
                         "them again; every command that needs them says so")
     r.add_argument("--weights-to", metavar="DIR",
-                   help="with --without-weights: where the withheld weights go, as <DIR>/<preset>/seed<N>/checkpoints "
-                        "(default: withheld-weights/<suite> in the working directory, ignored by git in a clone)")
+                   help="with --without-weights only: where the withheld weights go, as "
+                        "<DIR>/<preset>/seed<N>/checkpoints (default: withheld-weights/<suite> in the working "
+                        "directory, ignored by git in a clone)")
     r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
     r.add_argument("--viewer-images", default=",".join(map(str, VIEWER_IMAGES)), metavar="I,J,...",
                    help="test images of the viewer page (default %(default)s; each costs a content model 3-5 MB "

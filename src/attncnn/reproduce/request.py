@@ -86,8 +86,9 @@ def flag_of(name: str, value=True) -> str:
 class Rule:
     """Options that only some calls take: ``options`` are taken where the call's ``context``
     (``action``, ``shape``: suite or grid, ``measurement``, ``trims``: whether the call trims,
-    ``shared_rate``: whether the grid has one) is one of ``takes``; elsewhere they are refused with
-    ``why`` (formatted with ``flags``, ``belongs``, ``study``, ``grids`` and the context's values)."""
+    ``shared_rate``: whether the grid has one, ``withholds``: whether the call gives ``--without-weights``) is
+    one of ``takes``; elsewhere they are refused with ``why`` (formatted with ``flags``, ``belongs``,
+    ``study``, ``grids``, ``does``: what the action does, and the context's values)."""
 
     options: tuple[str, ...]
     context: str
@@ -117,6 +118,14 @@ RULES = (
     Rule(("without_weights",), "trims", (True,),
          "--without-weights ships finished runs without their weights: give it with --trim or --ship (and without "
          "--dry-run)"),
+    # a measurement's runs (<out>/calibrate/, <out>/lr-sweep/) are not the study's: --ship ships them whole
+    Rule(("without_weights",), "measurement", (None,),
+         "--without-weights withholds the weights of the {study} grid's own runs, and --{measurement}'s runs are "
+         "not among them (--ship ships them whole); leave out --without-weights, or give it in a call without "
+         "--{measurement}"),
+    Rule(("weights_to",), "withholds", (True,),
+         "--weights-to is where --without-weights moves the weights it withholds, and this call withholds none; "
+         "give --without-weights PRESET,... with it, or leave out --weights-to"),
 )
 
 
@@ -143,7 +152,8 @@ def check_request(request: StudyRequest) -> Study:
     study = STUDIES[request.study]
     grid = isinstance(study, Grid)
     context = {"action": request.action, "shape": "grid" if grid else "suite", "measurement": request.measurement,
-               "trims": request.trim or request.action == "ship", "shared_rate": grid and bool(study.lr_rows)}
+               "trims": request.trim or request.action == "ship", "shared_rate": grid and bool(study.lr_rows),
+               "withholds": bool(request.without_weights)}
     given = _given(request)
     for rule in RULES:
         refused = [name for name in rule.options if name in given]
@@ -151,7 +161,8 @@ def check_request(request: StudyRequest) -> Study:
             flags = [flag_of(name, given[name]) for name in refused]
             raise InputError(rule.why.format(
                 flags=", ".join(flags), belongs="belongs" if len(flags) == 1 else "belong", study=study.name,
-                grids=", ".join(GRIDS), action=request.action, does=ACTIONS[request.action]))
+                grids=", ".join(GRIDS), action=request.action, does=ACTIONS[request.action],
+                measurement=request.measurement))
     _check_values(request)
     return study
 
