@@ -337,6 +337,9 @@ def test_sigkill_mid_epoch_then_resume_is_bit_identical(tmp_path, tiny_dataset, 
     assert resumed.returncode == 0, resumed.stderr
     assert f"epoch 2 after step {step}" in resumed.stderr     # logs go to stderr
     _assert_same_run(reference_process_run(), run)
+    segments = json.loads((run / "machine.json").read_text())["segments"]     # the killed one closed by the resume
+    assert [(s["epochs"], s["start"], s["ended"]) for s in segments] == [
+        ([1, 1], {"epoch": 0, "step": 0}, "crashed"), ([2, 2], {"epoch": 1, "step": step}, "finished")]
 
 
 @pytest.mark.slow

@@ -12,7 +12,12 @@ process finishes, is interrupted or fails. Each write replaces the file atomical
                    "machine": {"cpu", "threads", "torch", "device", "gpu"},
                    "device": "cuda:0", "precision": "bf16", "compiled": true, "deterministic": false,
                    "attention_paths": {"train": [...per layer], "test": [...]},   # attention networks only
-                   "ended": "running" | "finished" | "interrupted" | "failed"}, ...]}
+                   "ended": "running" | "finished" | "interrupted" | "failed" | "crashed"}, ...]}
+
+A segment stays ``"running"`` while its process trains. A process that stops without completing it
+(killed by SIGKILL or the out-of-memory killer, a power cut, an error the loop does not record)
+leaves it ``"running"``; the next process that resumes the run closes it as ``"crashed"``
+(:func:`start_segment`), so that no two segments of the file are ``"running"``.
 
 Files written before the training loop wrote it (by ``attncnn reproduce`` when it finished a run)
 have the same top level and segments of ``epochs``, ``machine``, ``precision`` and ``compiled``
@@ -52,11 +57,21 @@ def start_segment(folder: str | Path, segment: dict, machine: dict | None) -> No
     :func:`attncnn.perf.machine_info` record, or None: not known) as the file's top level and the
     segment's ``"machine"``. A damaged file (:func:`read_machine_file` warns) is started afresh.
 
+    A newest segment still ``"running"`` is one whose process died without ending it (the caller
+    holds the folder's lock, so no live process trains there): it is closed as ``"crashed"``, its
+    last epoch the epochs ``segment`` starts from (``segment["start"]["epoch"]``, what the newest
+    checkpoint kept; none where that checkpoint is older than the segment). Epochs it trained after
+    its last checkpoint were lost with it, and are trained again by the new segment.
+
     Raises:
         OSError: the file cannot be written.
     """
     info = read_machine_file(folder) or {}
     segments = list(info.get("segments") or [])
+    if segments and segments[-1].get("ended") == "running":
+        first = segments[-1]["epochs"][0]
+        kept = (segment.get("start") or {}).get("epoch", segment["epochs"][0] - 1)
+        segments[-1] = {**segments[-1], "epochs": [first, max(first - 1, kept)], "ended": "crashed"}
     segments.append({**segment, "machine": None if machine is None else short_machine(machine), "ended": "running"})
     _write(folder, {**(machine or {k: v for k, v in info.items() if k != "segments"}), "segments": segments})
 
