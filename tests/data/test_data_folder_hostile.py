@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import stat
 import struct
@@ -81,6 +82,72 @@ def test_a_dangling_class_folder_link_is_refused_naming_it(fake_images, tmp_path
     (root / "test" / "dog").symlink_to(tmp_path / "nowhere", target_is_directory=True)
     with pytest.raises(DataError, match=r"test/dog is a symbolic link to .*nowhere, which does not exist"):
         load_dataset(root, data_dir=tmp_path / "cache")
+
+
+def _symlink(link, target):
+    try:
+        link.symlink_to(target, target_is_directory=True)
+    except (OSError, NotImplementedError) as err:          # Windows without the privilege, some file systems
+        pytest.skip(f"symbolic links are not available here ({err})")
+
+
+def test_a_test_class_folder_that_is_a_training_class_folder_is_refused_naming_both(fake_images, tmp_path):
+    root = fake_images().write_folder(tmp_path / "imgs")
+    shutil.rmtree(root / "test" / "bee")
+    _symlink(root / "test" / "bee", root / "train" / "bee")
+    message = re.escape(f"{root / 'test' / 'bee'} is the same folder as {root / 'train' / 'bee'} "
+                        f"({os.path.realpath(root / 'train' / 'bee')}): its test images would also be training "
+                        "images; give it the class's own held-out test images instead of a link to that folder")
+    for read in (load_dataset, peek_dataset):
+        with pytest.raises(DataError, match=f"^{message}$"):
+            read(root, data_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()                # refused before anything is decoded or cached
+
+
+def test_class_folders_of_both_splits_linked_to_one_folder_elsewhere_are_refused(fake_images, tmp_path):
+    root = fake_images().write_folder(tmp_path / "imgs", prefix="wrapped/")
+    shared = tmp_path / "cats"
+    shutil.move(root / "wrapped" / "train" / "cat", shared)
+    shutil.rmtree(root / "wrapped" / "test" / "cat")
+    for split in ("train", "test"):
+        _symlink(root / "wrapped" / split / "cat", shared)
+    with pytest.raises(DataError, match=rf"wrapped/test/cat is the same folder as .*wrapped/train/cat "
+                                        rf"\({re.escape(str(shared))}\)"):
+        load_dataset(root, data_dir=tmp_path / "cache")
+    with pytest.raises(DataError, match="wrapped/test/cat is the same folder"):
+        data_folder.read_image_folder(root)
+
+
+def test_a_test_split_that_is_the_training_split_is_refused(fake_images, tmp_path):
+    root = fake_images().write_folder(tmp_path / "imgs")
+    shutil.rmtree(root / "test")
+    _symlink(root / "test", "train")                        # relative, as `ln -s train test` makes it
+    with pytest.raises(DataError, match="^" + re.escape(f"{root / 'test'} is the same folder as {root / 'train'} "
+                                                      f"({os.path.realpath(root / 'train')}): every test image "
+                                                      "would be a training image")):
+        load_dataset(root, data_dir=tmp_path / "cache")
+
+
+def test_a_cached_copy_of_overlapping_splits_is_refused_too(fake_images, tmp_path, monkeypatch):
+    """A decoded copy written before the check (by an older attncnn) is not served."""
+    root = fake_images().write_folder(tmp_path / "imgs")
+    shutil.rmtree(root / "test" / "ant")
+    _symlink(root / "test" / "ant", root / "train" / "ant")
+    cache = tmp_path / "cache"
+    with monkeypatch.context() as m:                        # as an attncnn without the check decoded it
+        m.setattr(data_folder, "check_splits_apart", lambda *args, **kwargs: None)
+        m.setattr(data, "check_splits_apart", lambda *args, **kwargs: None)
+        load_dataset(root, data_dir=cache)
+    assert cache_file(cache, root).is_file()
+    with pytest.raises(DataError, match="test/ant is the same folder as"):
+        load_dataset(root, data_dir=cache)
+
+
+def test_separate_class_folders_with_the_same_names_are_read(fake_images, tmp_path):
+    fake = fake_images()
+    root = fake.write_folder(tmp_path / "imgs")
+    data_folder.check_splits_apart(root)
+    fake.assert_loaded(load_dataset(root, data_dir=tmp_path / "cache"))
 
 
 def test_an_unlistable_class_folder_is_refused_naming_it(fake_images, tmp_path, monkeypatch):

@@ -18,7 +18,7 @@ from .._recorded_data import is_data_name, locate_recorded_data, not_here_messag
 from .base import DataError, Dataset, DataShape, ImageSplit, default_data_dir
 from .cache import cache_file, forget_cached_dataset, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
-from .folder import IMAGE_EXTENSIONS, is_zip, peek_image_folder, read_image_folder
+from .folder import IMAGE_EXTENSIONS, check_splits_apart, is_zip, peek_image_folder, read_image_folder
 from .jpeg import describe_jpeg, jpeg_encoding
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
 from .subset import class_balanced_subset, held_out_indices
@@ -55,6 +55,7 @@ def _describe(path: Path, kind: str, classes: tuple[str, ...], train: ImageSplit
 
 def _load_images(path: Path, data_dir: Path) -> Dataset:
     kind = "zip" if is_zip(path) else "folder"
+    check_splits_apart(path)            # before the cache too: a copy decoded by an older attncnn is refused
     try:
         cached_at = cache_file(data_dir, path)
     except OSError as err:

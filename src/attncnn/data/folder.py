@@ -16,6 +16,13 @@ would be, and a link that leads back to a folder containing it (a loop) are refu
 so a member stored as a link (``zip -y``) has nothing to lead to inside the zip: one below
 ``train/`` or ``test/`` is refused, with the fix (re-create the zip so that it holds the files).
 
+Test images apart from training images. A folder whose ``test/`` is its ``train/`` (a link to it),
+or a test class folder that is a training class folder (a link to it, or a link to the same folder
+elsewhere), would test on training images: both are refused with :class:`DataError` naming both
+folders. Folders are compared by identity (device and inode, which also sees bind mounts), not by
+content: a copy of training images under ``test/``, or a linked image file, is not detected (hashing
+every image would cost more than reading the data set).
+
 Sizes. An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is
 read, whatever size a zip declares for it, and at most that many bytes (plus one) are ever read or
 inflated; an image with more pixels than Pillow's ``PIL.Image.MAX_IMAGE_PIXELS`` (a decompression
@@ -40,7 +47,7 @@ from PIL import Image
 from .base import DataError, ImageSplit
 
 __all__ = ["IMAGE_EXTENSIONS", "MAX_IMAGE_BYTES", "read_image_folder", "peek_image_folder", "is_zip",
-           "folder_files"]
+           "folder_files", "check_splits_apart"]
 
 logger = logging.getLogger(__name__)
 
@@ -245,7 +252,8 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
 
     Raises:
         DataError: no train/ or test/, a split without images, class folders that differ between the
-            splits, fewer than two classes, a refused symbolic link (module docstring), an image
+            splits, fewer than two classes, a refused symbolic link or a test folder that is a
+            training folder (module docstring), an image
             file larger than :data:`MAX_IMAGE_BYTES`, an unreadable image, or images of different
             sizes (the message names the file, folder or zip member).
     """
@@ -312,10 +320,62 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
         if c not in train_files:
             raise DataError(f"{path}: class folder {root}train/{c}/ is missing or has no images, but "
                             f"{root}test/{c}/ exists; both splits need the same class folders")
+    if zf is None:
+        check_splits_apart(path, root)
     if len(classes) < 2:
         raise DataError(f"{path} has a single class, {root}train/{classes[0]}/; a classifier needs at least two: "
                         f"add a folder of images for each other class under both {root}train/ and {root}test/")
     return classes, train_files, test_files
+
+
+def check_splits_apart(path: str | os.PathLike[str], root: str | None = None) -> None:
+    """Refuse an image folder whose test split, or one of its test class folders, is the same
+    folder as its training split or one of its class folders (module docstring): a few ``stat``
+    calls, no listing of the images, so that a decoded copy in the cache is checked too.
+
+    Args:
+        path: the data set's folder (a zip has no links: nothing is checked).
+        root: where ``train/`` and ``test/`` are under ``path`` (``""`` or ``"<wrapper>/"``);
+            default: ``path`` itself, else its one folder that holds a ``train/``.
+
+    Raises:
+        DataError: naming both folders, the real one they are, and the fix.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        return
+    if root is None:
+        tops = [] if (path / "train").is_dir() else [
+            entry.name for entry in os.scandir(path)
+            if entry.is_dir() and not entry.name.startswith(".") and entry.name != "__MACOSX"]
+        root = f"{tops[0]}/" if len(tops) == 1 else ""
+    train, test = path / root / "train", path / root / "test"
+    if not (train.is_dir() and test.is_dir()):
+        return                                  # no layout: the loader says what is missing
+
+    def ident(folder: Path | str) -> tuple[int, int]:
+        st = os.stat(folder)
+        return st.st_dev, st.st_ino
+
+    def classes(split: Path) -> dict[tuple[int, int], Path]:
+        with os.scandir(split) as entries:
+            return {ident(entry.path): split / entry.name for entry in entries
+                    if not entry.name.startswith(".") and entry.is_dir()}
+
+    try:
+        same_split = ident(train) == ident(test)
+        trained, tested = classes(train), classes(test)
+    except OSError as err:
+        raise DataError(f"cannot read the folders of {path / root} ({err}); make them readable") from err
+    if same_split:
+        raise DataError(f"{test} is the same folder as {train} ({os.path.realpath(test)}): every test image would be "
+                        "a training image, and the test accuracy would measure memorisation; give test/ its own "
+                        "held-out images instead of a link to train/")
+    for key, folder in sorted(tested.items(), key=lambda item: item[1].name):
+        if key in trained:
+            raise DataError(f"{folder} is the same folder as {trained[key]} ({os.path.realpath(folder)}): its test "
+                            "images would also be training images; give it the class's own held-out test images "
+                            "instead of a link to that folder")
 
 
 def _reader(path: Path, zf: zipfile.ZipFile | None) -> tuple[Callable[[str], bytes], Callable[[str], str]]:
