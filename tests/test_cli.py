@@ -427,12 +427,26 @@ def test_evaluate_runs_a_bf16_run_in_fp32_where_bf16_is_slow_unless_told(tmp_pat
                                                                           monkeypatch):
     assert _train(tmp_path, tiny_dataset, "--precision", "bf16") == 0
     run = tmp_path / "run"
-    for fast, given, expected in ((False, [], "fp32"), (False, ["--precision", "bf16"], "bf16"),
-                                  (True, [], "bf16"), (True, ["--precision", "fp32"], "fp32")):
+    slow = "the run's machine.json says bf16; fp32 here, where bf16 is slow (--precision bf16 keeps it)"
+    cases = ((False, [], "fp32", slow), (False, ["--precision", "bf16"], "bf16", "--precision"),
+             (True, [], "bf16", "the run's machine.json"), (True, ["--precision", "fp32"], "fp32", "--precision"),
+             (True, ["--precision", "auto"], "bf16", "--precision auto: the device's choice"))
+    for fast, given, expected, source in cases:
         _as_cpu_with_bf16_units(monkeypatch, fast)
         capsys.readouterr()
         assert main(["evaluate", str(run), "--json", *given]) == 0
-        assert json.loads(capsys.readouterr().out)["precision"] == expected, (fast, given)
+        result = json.loads(capsys.readouterr().out)
+        assert (result["precision"], result["precision_from"]) == (expected, source), (fast, given)
+    # a checkpoint copied out of its run folder: how the run trained is not known, and the result says so
+    copy = tmp_path / "elsewhere" / "model.safetensors"
+    copy.parent.mkdir()
+    shutil.copyfile(run / "checkpoints" / "last.safetensors", copy)
+    outside = "no run folder: fp32 (give --precision bf16 for a run that trained in bf16)"
+    assert main(["evaluate", str(copy), "--predictions", str(tmp_path / "p.json")]) == 0
+    assert f"\nprecision: fp32 ({outside})\n" in capsys.readouterr().out
+    assert json.loads((tmp_path / "p.json").read_text())["precision_from"] == outside
+    assert main(["evaluate", str(copy), "--json", "--precision", "bf16"]) == 0
+    assert json.loads(capsys.readouterr().out)["precision_from"] == "--precision"
 
 
 def test_resume_takes_the_precision_of_this_machine(tmp_path, tiny_dataset, capsys, monkeypatch):

@@ -24,17 +24,21 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
         download: download official archives if missing.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
         batch_size: images per forward pass.
-        precision: ``fp32``, ``bf16`` or ``auto``; default the run's own, but fp32 for a bf16 run on a
-            device without fast bf16.
+        precision: ``fp32``, ``bf16`` or ``auto``; default the run's own (its ``machine.json``, or an
+            older checkpoint's configuration), but fp32 for a bf16 run on a device without fast
+            bf16, and fp32 where the run's precision is not known (a checkpoint outside its run
+            folder, a run from before ``--precision``).
         sample: evaluate a fixed, class-balanced sample of this many test images (seed 0) instead
             of all of them.
         predictions: also write the top-1 class of each evaluated image to this JSON file
             (:func:`attncnn.runs.write_predictions`).
 
     Returns:
-        ``{"path", "checkpoint", "dataset", "epoch", "precision", "test_accuracy" (fraction in
-        [0, 1]), "test_loss" (mean cross-entropy, nats), "examples", "seconds"}``, plus ``"sample"``
-        and ``"predictions"`` when given.
+        ``{"path", "checkpoint", "dataset", "epoch", "precision", "precision_from" (where the
+        precision came from, in words: ``"--precision"``, ``"the run's machine.json"``, ``"no run
+        folder: fp32 ..."``; :func:`_chosen_precision`), "test_accuracy" (fraction in [0, 1]),
+        "test_loss" (mean cross-entropy, nats), "examples", "seconds"}``, plus ``"sample"`` and
+        ``"predictions"`` when given.
 
     Raises:
         InputError: the data set has another number of classes or image size than the network
@@ -45,8 +49,8 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
     import torch
 
     from ..data import DeviceLoader, ImageSplit, class_balanced_subset, load_dataset, run_data
-    from ..perf import device_name, machine_precision, resolve_device
-    from ..runs import PredictionRecord, checkpoint_of, load_model, trained_precision, write_predictions
+    from ..perf import device_name, resolve_device
+    from ..runs import PredictionRecord, checkpoint_of, load_model, write_predictions
     from ..runs.loading import OLD_MACHINE_FIELDS
     from ..training import evaluate
 
@@ -65,10 +69,10 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
         indices = class_balanced_subset(test.labels, sample, seed=0)
         test = ImageSplit(test.images[indices], test.labels[indices])
     loader = DeviceLoader(test, batch_size=batch_size, device=device, train=False)
-    precision = machine_precision(trained_precision(checkpoint, meta), device, precision, what=str(path))
+    precision, precision_from = _chosen_precision(checkpoint, meta, device, precision, str(path))
     result = evaluate(model, loader, precision=precision, keep_predictions=predictions is not None)
     out = {"path": str(path), "checkpoint": str(checkpoint), "dataset": dataset.source,
-           "epoch": meta.get("epoch"), "precision": precision,
+           "epoch": meta.get("epoch"), "precision": precision, "precision_from": precision_from,
            "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,
            "seconds": round(result.seconds, 3)}
     if sample is not None:
@@ -78,9 +82,34 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
             checkpoint=checkpoint.name, epoch=meta.get("epoch"), dataset=dataset.shareable_name, precision=precision,
             torch=torch.__version__, test_accuracy=result.accuracy,
             indices=None if indices is None else indices.tolist(), predictions=result.predictions.tolist(),
-            device=device_name(device)))
+            device=device_name(device), precision_from=precision_from))
         out["predictions"] = str(predictions)
     return out
+
+
+def _chosen_precision(checkpoint, meta: dict, device, requested: str | None, what: str) -> tuple[str, str]:
+    """``(precision, where it came from)`` for evaluating ``checkpoint`` on ``device``
+    (:func:`attncnn.perf.machine_precision`), the second in words for the printed result and the
+    records: ``"--precision"``; ``"the run's machine.json"`` (or an older checkpoint's
+    configuration), with the reason where a bf16 run runs in fp32 here; or why the run's precision
+    is not known (``"no run folder: fp32 ..."``, a checkpoint copied out of its run folder).
+
+    Raises:
+        InputError: a bad ``requested`` or stored precision.
+    """
+    from ..perf import machine_precision
+    from ..runs.loading import precision_source
+
+    stored, where = precision_source(checkpoint, meta)
+    precision = machine_precision(stored, device, requested, what=what)
+    if requested is not None:
+        return precision, "--precision" if requested == precision else f"--precision {requested}: the device's choice"
+    if stored is None:
+        return precision, f"{where}: fp32 (give --precision bf16 for a run that trained in bf16)"
+    if stored != precision:
+        return precision, (f"{where} says {stored}; {precision} here, where {stored} is slow (--precision {stored} "
+                           "keeps it)")
+    return precision, where
 
 
 def _check_fits(meta: dict, dataset, spec: str, checkpoint) -> None:

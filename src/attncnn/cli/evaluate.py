@@ -29,9 +29,10 @@ def register(sub) -> None:
     e.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N")
     e.add_argument("--batch-size", type=int, default=500, help="images per forward pass")
     e.add_argument("--precision", choices=PRECISIONS,
-                   help="default: the run's own (fp32 for runs from before --precision existed), but fp32 for a "
-                        "bf16 run on a device without fast bf16 (a CPU without AVX512-BF16 or AMX); auto: the "
-                        "device's choice")
+                   help="default: the run's own (its machine.json), but fp32 for a bf16 run on a device without "
+                        "fast bf16 (a CPU without AVX512-BF16 or AMX), and fp32 where it is not known (a checkpoint "
+                        "outside its run folder, a run from before --precision existed); auto: the device's choice. "
+                        "The result names the precision and where it came from")
     e.add_argument("--sample", type=int, metavar="N",
                    help="evaluate a fixed sample of N test images, as equally many of each class as possible "
                         "(the same images every time: seed 0), instead of all of them")
@@ -57,6 +58,7 @@ def handle(args: argparse.Namespace) -> int:
     print(f"test accuracy: {out['test_accuracy']:.4f}  test loss: {out['test_loss']:.4f}  "
           f"({out['examples']} {sampled}images of {out['dataset']}, epoch {out['epoch']}, {out['precision']})")
     print(f"checkpoint: {out['checkpoint']}")
+    print(f"precision: {out['precision']} ({out['precision_from']})")
     if args.predictions is not None:
         print(f"predictions: {args.predictions}")
     return 0

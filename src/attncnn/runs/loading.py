@@ -34,8 +34,8 @@ from .folder import RunFolder
 from .machine_file import run_precision
 from .withheld import read_withheld, withheld_message
 
-__all__ = ["OLD_MACHINE_FIELDS", "load_model", "trained_precision", "resumable_config", "resumable_recipe",
-           "check_weights", "check_images", "check_options_take_images", "file_specs",
+__all__ = ["OLD_MACHINE_FIELDS", "load_model", "trained_precision", "precision_source", "resumable_config",
+           "resumable_recipe", "check_weights", "check_images", "check_options_take_images", "file_specs",
            "checkpoint_of", "DEFAULT_CHECKPOINT", "build_checked", "specs_of"]
 
 #: safetensors dtype names (file headers) -> torch dtypes
@@ -310,11 +310,23 @@ def trained_precision(checkpoint: str | Path, meta: dict) -> str | None:
     :func:`~attncnn.runs.machine_file.run_precision`), else the ``"precision"`` an older
     checkpoint's configuration stored (``meta`` from :func:`load_model`), else None (not known:
     callers run it in fp32, as runs from before ``--precision`` trained)."""
+    return precision_source(checkpoint, meta)[0]
+
+
+def precision_source(checkpoint: str | Path, meta: dict) -> tuple[str | None, str]:
+    """:func:`trained_precision` and where it was found, in words for a user: ``"the run's
+    machine.json"``, ``"the checkpoint's configuration"`` (an older run's), or why it is not known
+    (``"no run folder"``: a checkpoint outside ``<run>/checkpoints/``; ``"<run folder> records
+    none"``: a run from before ``--precision``, or its ``machine.json`` gone)."""
     checkpoint = Path(checkpoint)
     folder = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
     found = run_precision(folder) if folder is not None else None
+    if found is not None:
+        return found, "the run's machine.json"
     old = meta.get(OLD_MACHINE_FIELDS, {}).get("precision")
-    return found or (old if isinstance(old, str) else None)
+    if isinstance(old, str):
+        return old, "the checkpoint's configuration"
+    return None, "no run folder" if folder is None else f"{folder} records none"
 
 
 def resumable_config(path: str | Path) -> TrainConfig:

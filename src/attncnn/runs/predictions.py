@@ -12,8 +12,10 @@ disagreements, where rounding on another machine flips a few images in a thousan
 The file (JSON): ``checkpoint`` (its file name), ``epoch``, ``dataset`` (the data set's shareable
 name, no path), ``precision``, ``torch``, ``test_accuracy``, ``indices`` (the test images
 evaluated, in order; ``null`` for the whole split), ``predictions`` (one class index per image) and
-``device`` (where it was evaluated, e.g. ``"cuda: NVIDIA H200"`` or ``"cpu: AMD EPYC"``; absent from
-records written before it was kept, read as None).
+``device`` (where it was evaluated, e.g. ``"cuda: NVIDIA H200"`` or ``"cpu: AMD EPYC"``) and
+``precision_from`` (where the precision came from, in words: ``"the run's machine.json"``,
+``"--precision"``, ``"no run folder: fp32 ..."``); the last two are absent from records written
+before they were kept, read as None.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class PredictionRecord:
     indices: list[int] | None
     predictions: list[int]
     device: str | None = None
+    precision_from: str | None = None
 
     def __post_init__(self) -> None:
         if self.indices is not None and len(self.indices) != len(self.predictions):
@@ -72,8 +75,9 @@ def write_predictions(path: str | os.PathLike[str], record: PredictionRecord) ->
     """Write ``record`` to ``path`` as JSON (atomically: a failed write leaves the old file)."""
     fields = asdict(record)
     body = {k: v for k, v in fields.items() if k not in ("indices", "predictions")}
-    if body["device"] is None:
-        del body["device"]              # not known: left out, as in records written before it was kept
+    for optional in ("device", "precision_from"):
+        if body[optional] is None:
+            del body[optional]          # not known: left out, as in records written before it was kept
     # the lists on one line each: 10,000 entries a line apiece would make a 60,000-line file
     text = json.dumps(body, indent=1)[:-2] + ",\n"
     text += f' "indices": {json.dumps(fields["indices"], separators=(",", ":"))},\n'
@@ -91,7 +95,7 @@ def read_predictions(path: str | os.PathLike[str]) -> PredictionRecord:
     path = Path(path)
     try:
         data = json.loads(path.read_text())
-        optional = {"device"}
+        optional = {"device", "precision_from"}
         return PredictionRecord(**{name: data[name] for name in PredictionRecord.__dataclass_fields__
                                    if name not in optional or name in data})
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
