@@ -2,8 +2,9 @@
 
     python benchmarks/compile_choice.py [--presets quadratic-mini,...] [--reps 5] [--out benchmarks/results]
 
-For each preset: the attention path a run would measure and take here (``path_choice.choose_impl``,
-in a temporary cache), then the trainer's own probe (``compile_choice.time_compile``: training
+For each preset: the attention path a run would measure and take here (``attncnn.perf.paths.choose_impl``
+on a layer built from the preset, in a temporary cache; a run itself times its own first layer through
+``attncnn.perf.choosing.RunChooser``), then the trainer's own probe (``attncnn.perf.compiling.time_compile``: training
 steps of the network at batch 100 on random 32 x 32 images, ``--precision auto``, eager and
 ``torch.compile``d, alternated, ``--reps`` timed steps each after the warm-up), and the decision
 ``attncnn train`` takes from those timings for the preset's recipe on CIFAR-10 (its epochs x 500

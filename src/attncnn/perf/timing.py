@@ -117,7 +117,7 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
         warmup: untimed calls of each path first (0 when the caller has just run each, as
-            :func:`attncnn.perf.paths.choose_impl` does to find the paths that run at all).
+            :func:`attncnn.perf.paths.choose_path` does to find the paths that run at all).
 
     Returns:
         ``{impl: seconds}``.
