@@ -423,6 +423,7 @@ def _as_cpu_with_bf16_units(monkeypatch, fast: bool) -> None:
     monkeypatch.setattr(run_precision, "fast_bf16", lambda device: fast)
 
 
+@pytest.mark.slow      # bf16 test passes on a CPU without bf16 units: about 40 s
 def test_evaluate_runs_a_bf16_run_in_fp32_where_bf16_is_slow_unless_told(tmp_path, tiny_dataset, capsys,
                                                                           monkeypatch):
     assert _train(tmp_path, tiny_dataset, "--precision", "bf16") == 0
