@@ -28,7 +28,8 @@ Off CUDA, inductor skips CUDA graphs and the ``reduce-overhead`` rows compile wh
 Timing: ``--warmup`` steps after the exactness steps below (compiled rows: their compilation and,
 with CUDA graphs, their recording; ``warmup_s`` is all of them, the exactness steps' included), then
 ``--steps`` steps, the learning rate changed each step as the trainer's schedule does, the device
-synchronised only before and after them. The row's dynamo counters (graphs compiled, graph breaks)
+synchronised only before and after them. The row's dynamo counters (graphs compiled, graph breaks,
+graphs inductor left out of CUDA graphs: a mutated input, say, which the row's note and log tell)
 are read after the warm-up and after the timed steps: a timed step that recompiled shows as
 ``recompiled_in_timing`` above 0.
 
@@ -42,7 +43,9 @@ within one bf16 unit (``2**-8``) of the quantity's scale is inside bf16's resolu
 is (``E`` can be small by cancellation). So the weights' bound is ``max(2 E_w, 2**-8 U)`` with ``U``
 the largest change of a weight over the 3 steps (the float32 weights carry bf16's error only in
 their updates), and the losses' ``max(2 E_l, 2**-8 L)`` with ``L`` the largest of the 3 losses.
-Differences are of the largest element; ``param_scale`` is the largest weight.
+Differences are of the largest element; ``param_scale`` is the largest weight. With ``--precision
+fp32`` (a trial) the eager step is its own reference, ``E`` is 0 and only the bf16 unit is left: a
+bound far too loose for fp32, whose differences show as they are.
 """
 
 from __future__ import annotations
@@ -141,7 +144,8 @@ def _sync(device) -> None:
 
 def _counters() -> dict:
     from torch._dynamo.utils import counters
-    return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values())}
+    return {"graphs": counters["stats"]["unique_graphs"], "breaks": sum(counters["graph_break"].values()),
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"]}
 
 
 def three_steps(step, exact: list) -> tuple[list[float], float, float]:
@@ -206,11 +210,15 @@ def run_row(args: argparse.Namespace) -> dict:
     _sync(device)
     timed = time.perf_counter() - started
     after = _counters()
-    note = "cudagraphs skipped off CUDA" if device.type != "cuda" and args.row not in ("eager", "compile") else ""
+    graphed = args.row not in ("eager", "compile")
+    note = "cudagraphs skipped off CUDA" if device.type != "cuda" and graphed else (
+        f"{after['cudagraph_skips']} graph(s) not CUDA-graphed: the log in the json says why"
+        if graphed and after["cudagraph_skips"] else "")
     return {"preset": args.preset, "row": args.row, "paths": paths, "device": str(device),
             "images_per_s": args.batch_size * args.steps / timed, "step_ms": 1e3 * timed / args.steps,
             "first_step_s": first, "warmup_s": warmup, "graphs": after["graphs"], "graph_breaks": after["breaks"],
-            "recompiled_in_timing": after["graphs"] - warmed["graphs"], "note": note,
+            "recompiled_in_timing": after["graphs"] - warmed["graphs"], "cudagraph_skips": after["cudagraph_skips"],
+            "note": note,
             "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
             **judged(weights, losses, eager, fp32, start)}
 

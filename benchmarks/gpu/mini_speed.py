@@ -91,7 +91,8 @@ def run_row(preset: str, row: str, args: argparse.Namespace, limit: float, why: 
             tail = [line for line in output.strip().splitlines() if line.strip()][-1:]
             return {"preset": preset, "row": row, "seconds": seconds,
                     "error": " / ".join(tail) or f"exit {proc.returncode}"}
-        return {**json.loads(result.read_text()), "seconds": seconds}
+        # the row's log (inductor's warnings: a graph left out of CUDA graphs says why there)
+        return {**json.loads(result.read_text()), "seconds": seconds, "log_tail": output[-3000:]}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
