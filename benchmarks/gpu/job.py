@@ -37,6 +37,9 @@ training is stopped
 is not there yet, or an unfinished one that the pack carries further, replaces what is there; a
 finished run there is never replaced (the message says so).
 
+``--compile``, ``--compile-mode`` and ``--fused-optimizer`` are passed to every run's process (and
+to an ``@fit`` timing) as the run-time options of the same names (:class:`attncnn.training.RunOptions`).
+
 ``pack-data`` (here) packs the CIFAR-10 zip for the trip (59 MiB -> 18 MiB; ``train`` rebuilds it).
 
 Example (the device tool's command; ``.gpu/`` is ignored by git and carried; docs/development.md
@@ -220,7 +223,7 @@ def measure_epoch(job, options) -> dict:
     torch.manual_seed(config.seed)
     model = build_model(config.preset, num_classes=dataset.num_classes,
                         **run_plan.model_options(config.model)).to(device).train()
-    optimizer = make_optimizer(model, config)
+    optimizer = make_optimizer(model, config, fused=run_plan.fused_optimizer)
     if run_plan.choose is not None:         # as the trainer decides: on this network and optimizer
         parts = RunParts(model=model, optimizer=optimizer, config=config, device=device, precision=run_plan.precision,
                          batch=train_loader.batch_size, image_shape=tuple(dataset.train.images.shape[1:]),
@@ -229,10 +232,13 @@ def measure_epoch(job, options) -> dict:
                          test_batches=len(test_loader), test_passes=count_test_passes(config.epochs, config.eval_every))
         run_plan = run_plan.decided(run_plan.choose(parts))
         use_paths(model, run_plan.impl, run_plan.eval_impl)
-    net = torch.compile(model, dynamic=False) if run_plan.compile else model
+    net = torch.compile(model, dynamic=False, mode=run_plan.compile_mode) if run_plan.compile else model
+    graphs = run_plan.compile and run_plan.compile_mode == "reduce-overhead"
     _, (images, labels) = next(train_loader.batches(0))
 
     def train_step():
+        if graphs:                                      # as the loop marks each step of CUDA graphs
+            torch.compiler.cudagraph_mark_step_begin()
         training_step(net, optimizer, images, labels, run_plan.precision)
 
     seconds(train_step, device)                         # the first step: compilation when compiled
@@ -312,14 +318,12 @@ def sharing_metrics(epoch_metrics, root: Path):
 def _worker(args: argparse.Namespace) -> int:
     """Train one run (a child process of ``train``)."""
     from attncnn.analysis.metrics import epoch_metrics
-    from attncnn.reproduce.running.runner import TrainOptions, train_jobs
+    from attncnn.reproduce.running.runner import train_jobs
     from attncnn.training import TrainingInterrupted
     spec = RunSpec.parse(args.run)
     job = _job(spec, Path(args.root), args.epochs)
     try:
-        train_jobs([job], TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
-                                       compile=True if args.compile else None),
-                   progress=False,
+        train_jobs([job], _train_options(args), progress=False,
                    epoch_metrics=sharing_metrics(epoch_metrics, Path(args.root)))
     except TrainingInterrupted as err:
         print(f"{spec.relative}: stopped, resumable from {err.checkpoint}", flush=True)
@@ -360,14 +364,19 @@ def record_predictions(folder: Path, data: str, device: str) -> str:
             f"in {time.monotonic() - started:.0f} s")
 
 
+def _train_options(args: argparse.Namespace):
+    """The run-time options of a worker's or a timing's run, from the job's flags."""
+    from attncnn.reproduce.running.runner import TrainOptions
+    return TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
+                        compile=True if args.compile else None, compile_mode=args.compile_mode,
+                        fused_optimizer=args.fused_optimizer)
+
+
 def _measure(args: argparse.Namespace) -> int:
     """Time a new run for ``@fit`` (a child process of ``train``: its CUDA memory goes with it);
     prints :func:`measure_epoch`'s dictionary as the last line."""
-    from attncnn.reproduce.running.runner import TrainOptions
     job = _job(RunSpec.parse(args.run), Path(args.root), args.epochs)
-    options = TrainOptions(data=args.data, device=args.device, train_subset=args.train_subset,
-                           compile=True if args.compile else None)
-    print(json.dumps(measure_epoch(job, options)), flush=True)
+    print(json.dumps(measure_epoch(job, _train_options(args))), flush=True)
     return 0
 
 
@@ -409,9 +418,13 @@ def _kill_group(process: subprocess.Popen) -> None:
 
 
 def _run_flags(args: argparse.Namespace) -> list[str]:
-    """The job's options that every run's process takes (compile, smoke-run length and subset)."""
-    return (["--compile"] if args.compile else []) + (["--epochs", str(args.epochs)] if args.epochs else []) + (
-        ["--train-subset", str(args.train_subset)] if args.train_subset else [])
+    """The job's options that every run's process takes (compile and its mode, the optimizer's
+    kernel, smoke-run length and subset)."""
+    return ((["--compile"] if args.compile else [])
+            + (["--compile-mode", args.compile_mode] if args.compile_mode != "default" else [])
+            + (["--fused-optimizer"] if args.fused_optimizer else [])
+            + (["--epochs", str(args.epochs)] if args.epochs else [])
+            + (["--train-subset", str(args.train_subset)] if args.train_subset else []))
 
 
 def _epochs_done(folder: Path) -> int:
@@ -792,6 +805,14 @@ def unpack(folder: str | Path, into: str | Path) -> list[str]:
     return done
 
 
+def _kernel_options(parser: argparse.ArgumentParser) -> None:
+    """``--compile-mode`` and ``--fused-optimizer``: the runs' run-time options of the same names
+    (:class:`attncnn.training.RunOptions`; reduce-overhead compiles without --compile, on CUDA only)."""
+    parser.add_argument("--compile-mode", choices=("default", "reduce-overhead"), default="default",
+                        help="torch.compile mode of the runs' steps (reduce-overhead: CUDA graphs; implies --compile)")
+    parser.add_argument("--fused-optimizer", action="store_true", help="the optimizer's fused kernel in every run")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -807,6 +828,7 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--pack-to", required=True, help="folder of the files to bring back ($OUT)")
     t.add_argument("--device", default="cuda")
     t.add_argument("--compile", action="store_true", help="torch.compile the runs' training steps (new and resumed)")
+    _kernel_options(t)
     t.add_argument("--epochs", type=int, help="smoke runs: epochs instead of the suite's")
     t.add_argument("--train-subset", type=int, metavar="N", help="smoke runs: train on N images")
     t.add_argument("--max-mib", type=float, default=MAX_BYTES / 2**20, help="largest pack (default: %(default)s)")
@@ -817,6 +839,7 @@ def main(argv: list[str] | None = None) -> int:
         w.add_argument("--data", required=True)
         w.add_argument("--device", default="cuda")
         w.add_argument("--compile", action="store_true")
+        _kernel_options(w)
         w.add_argument("--epochs", type=int)
         w.add_argument("--train-subset", type=int)
     d = sub.add_parser("pack-data", help=f"pack an image zip for the trip (here; train takes the *{DATA_SUFFIX})")

@@ -119,6 +119,24 @@ def test_a_new_runs_epoch_is_timed_as_its_worker_trains_it(tmp_path, make_tiny_d
     assert not planned.folder.exists()           # timing leaves no run behind
 
 
+@pytest.mark.parametrize("flags", [[], ["--compile-mode", "reduce-overhead", "--fused-optimizer"]])
+def test_the_jobs_compile_mode_and_optimizer_kernel_reach_every_runs_options(monkeypatch, flags):
+    """``train --compile-mode ... --fused-optimizer`` hands both to each worker's command line, and
+    the worker trains with them as run-time options (none of them without the flags)."""
+    seen = []
+    monkeypatch.setattr(job, "_train", lambda args: seen.append(args) or 0)
+    monkeypatch.setattr(job, "_worker", lambda args: seen.append(args) or 0)
+    assert job.main(["train", "mini-long/quadratic-mini/0", "--data", "d", "--budget", "9", "--pack-to", "o",
+                     "--device", "cuda", *flags]) == 0
+    passed = job._run_flags(seen[0])
+    assert passed == flags
+    assert job.main(["worker", "mini-long/quadratic-mini/0", "--root", "r", "--data", "d", *passed]) == 0
+    options = job._train_options(seen[1]).run_options()
+    assert (options.compile_mode, options.fused_optimizer, options.compile) == (
+        ("reduce-overhead", True, None) if flags else ("default", False, None))
+    assert options.flags() == ["--device", "cuda", *flags]          # what a --resume command repeats
+
+
 def test_a_timing_that_runs_past_the_time_left_is_stopped_with_its_workers(tmp_path, monkeypatch,
                                                                            assert_process_ends):
     """The @fit timing child (here a script that starts a worker and sleeps) is stopped at the job's
@@ -131,7 +149,8 @@ def test_a_timing_that_runs_past_the_time_left_is_stopped_with_its_workers(tmp_p
                      f"pathlib.Path({str(worker_pid)!r}).write_text(str(w.pid))\n"
                      "print('compiling', flush=True)\ntime.sleep(60)\n")
     monkeypatch.setattr(job, "__file__", str(stall))
-    args = SimpleNamespace(data="unused", device="cpu", compile=False, epochs=None, train_subset=None)
+    args = SimpleNamespace(data="unused", device="cpu", compile=False, compile_mode="default", fused_optimizer=False,
+                           epochs=None, train_subset=None)
     log = tmp_path / "fit.log"
     with pytest.raises(RuntimeError, match=r"timing paper-long/learned-content/seed0 took more than 3 s, the job's "
                                            r"time left; stopped: compiling"):
@@ -378,7 +397,8 @@ def test_a_run_folder_that_is_no_suite_run_is_carried_on_with_its_own_configurat
     assert sorted(p.name for p in back.iterdir()) == ["epoch_0001.safetensors", "pruned.safetensors"]
 
     args = SimpleNamespace(run=job.RunSpec("mini-long", "quadratic-mini-finetune", 0).text, root=str(root),
-                           compile=False, epochs=None, data=data, device="cpu", train_subset=None)
+                           compile=False, compile_mode="default", fused_optimizer=False, epochs=None, data=data,
+                           device="cpu", train_subset=None)
     assert job._worker(args) == 0                    # the worker of a job, here on the CPU
     assert job_state(carried_job) == "finished"
     assert [r["epoch"] for r in map(json.loads, (folder / "metrics.jsonl").read_text().splitlines())] == [1, 2]

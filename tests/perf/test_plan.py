@@ -164,3 +164,53 @@ def test_the_flags_a_resume_repeats_are_the_run_time_options_given():
     assert RunOptions(device="cpu", compile=False, deterministic=True, impl="dense", download=True,
                       measure_paths=False).flags() == ["--device", "cpu", "--no-compile", "--deterministic",
                                                        "--impl", "dense", "--no-measure-paths"]
+
+
+def test_the_compile_mode_and_optimizer_kernel_flags_come_back_as_the_options_given():
+    """What a resume command repeats parses back into the same options (the train command's own flags)."""
+    import argparse
+
+    from attncnn.cli._parsing import add_config_options, given_options
+    options = RunOptions(device="cuda", compile_mode="reduce-overhead", fused_optimizer=True)
+    assert options.flags() == ["--device", "cuda", "--compile-mode", "reduce-overhead", "--fused-optimizer"]
+    parser = argparse.ArgumentParser()
+    add_config_options(parser, RunOptions)
+    assert RunOptions(**given_options(parser.parse_args(options.flags()), RunOptions)) == options
+    with pytest.raises(ValueError, match="compile_mode must be one of default, reduce-overhead, got 'max-autotune'"):
+        RunOptions(compile_mode="max-autotune")
+
+
+@pytest.fixture
+def on_cuda(here, monkeypatch):
+    """A plan made as on a CUDA machine (the device is only named: nothing runs on it)."""
+    monkeypatch.setattr(plan_module, "plan_device", lambda device: torch.device("cuda"))
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+def test_cuda_graphs_compile_without_the_probe_and_keep_the_optimizer_kernel_asked(tmp_path, on_cuda, resumed):
+    options = RunOptions(precision="fp32", compile_mode="reduce-overhead", fused_optimizer=True)
+    plan = (resume_plan(_run(tmp_path, STARTED_ON_GPU), options) if resumed
+            else make_plan(resolve_config("quadratic-mini"), options))
+    assert (plan.compile, plan.compile_mode, plan.fused_optimizer) == (True, "reduce-overhead", True)
+    assert plan.choose == RunChooser(paths=True, eval_path=True, compile=False, given={})    # paths only
+    assert plan.decided().compile is True
+    default = make_plan(resolve_config("quadratic-mini"), RunOptions(precision="fp32"))
+    assert (default.compile, default.compile_mode, default.fused_optimizer) == (None, "default", False)
+
+
+@pytest.mark.parametrize("resumed", [False, True])
+@pytest.mark.parametrize("options,message", [
+    (RunOptions(device="cpu", compile_mode="reduce-overhead"),
+     "--compile-mode reduce-overhead replays CUDA graphs, which only CUDA has, but this run trains on cpu; drop "
+     "--compile-mode (or train with --device cuda on a GPU)"),
+    (RunOptions(device="cpu", compile_mode="reduce-overhead", compile=False),
+     "--compile-mode reduce-overhead compiles the training step, but --no-compile says not to; drop one of them"),
+])
+def test_cuda_graphs_are_refused_off_cuda_and_without_compiling(tmp_path, here, resumed, options, message):
+    from attncnn.errors import InputError
+    with pytest.raises(InputError) as info:
+        if resumed:
+            resume_plan(_run(tmp_path, STARTED_ON_GPU), options)
+        else:
+            make_plan(resolve_config("quadratic-mini"), options)
+    assert str(info.value) == message

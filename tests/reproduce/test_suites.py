@@ -73,6 +73,8 @@ def test_train_command_is_the_equivalent_train_call(tmp_path):
     text = train_command(job, TrainOptions(data="my data.zip", epochs=1))
     assert text == (f"attncnn train --preset learned-mini --seed 2 --data 'my data.zip' --out {job.folder} "
                     "--epochs 1")
+    kernels = TrainOptions(data="d", device="cuda", compile_mode="reduce-overhead", fused_optimizer=True)
+    assert train_command(job, kernels).endswith("--device cuda --compile-mode reduce-overhead --fused-optimizer")
 
 
 @pytest.mark.parametrize("preset,paper", [("quadratic", "6.2"), ("learned", "6.2"), ("learned-content", "15.0"),

@@ -30,18 +30,20 @@ one). Then no compilation could pay back within the run, since even a compiled s
 no time saves at most the run's eager time; so a smoke run of a few steps of a large model does not
 spend a minute timing a compiler it cannot use.
 
-The three timings are cached as typed ``"compile"`` records (:mod:`attncnn.perf.cache`) keyed by
-the machine (:func:`~attncnn.perf.machine.machine_record`) and the run (:func:`compile_run`:
-preset, model options with the attention paths taken, optimizer, per-process batch, image size,
-precision), so the next run on this machine decides from them without measuring, by the same
-rule: for a given cache the choice is deterministic. A timing taken while other work shares the CPU
-(:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is not cached. A record
-that is not three such timings (:func:`timing_problem`: an edited or damaged file) is dropped with
-a warning naming the file and measured again. The decision goes into the run's plan and its
-``machine.json`` segment, never its recipe (``config.json``): a resumed run decides again, from the
-same cache on the same machine. Runs with ``--deterministic`` or under torchrun never compile unless
-asked (``--compile``): their numbers must not depend on timing, and several processes would each
-time their own share of the machine.
+The three timings are cached as typed ``"compile"`` records (:mod:`attncnn.perf.cache`) keyed by the
+machine (:func:`~attncnn.perf.machine.machine_record`) and the run (:func:`compile_run`: preset,
+model options with the attention paths taken, optimizer and its fused kernel where taken,
+per-process batch, image size, precision), so the next run on this machine decides from them without
+measuring, by the same rule: for a given cache the choice is deterministic. A timing taken while
+other work shares the CPU (:func:`~attncnn.perf.machine.busy_reason`) decides this run only and is
+not cached. A record that is not three such timings (:func:`timing_problem`: an edited or damaged
+file) is dropped with a warning naming the file and measured again. The decision goes into the run's
+plan and its ``machine.json`` segment, never its recipe (``config.json``): a resumed run decides
+again, from the same cache on the same machine. Runs with ``--deterministic`` or under torchrun
+never compile unless asked (``--compile``): their numbers must not depend on timing, and several
+processes would each time their own share of the machine. The probe times ``torch.compile``'s
+default mode only: ``--compile-mode reduce-overhead`` (CUDA graphs) compiles without asking it
+(:mod:`attncnn.perf.plan`).
 """
 
 from __future__ import annotations
@@ -216,12 +218,16 @@ def timing_problem(run: dict, value) -> str | None:
     return None
 
 
-def compile_run(config: TrainConfig, model: dict, *, batch: int, image_size: tuple[int, int], precision: str) -> dict:
+def compile_run(config: TrainConfig, model: dict, *, batch: int, image_size: tuple[int, int], precision: str,
+                fused_optimizer: bool = False) -> dict:
     """The typed ``run`` field of a compile record: what a training step's cost depends on,
     ``{"preset", "model", "optimizer", "image", "batch", "precision"}`` (``model``: the model
-    options the network is built with, its attention paths included; ``batch``: per process)."""
+    options the network is built with, its attention paths included; ``batch``: per process), and
+    ``"fused_optimizer": true`` for a run whose optimizer takes its fused kernel (absent otherwise,
+    so that the records of the foreach kernels written before that option existed still serve)."""
     return typed({"preset": config.preset, "model": model, "optimizer": config.optimizer,
-                  "image": list(image_size), "batch": batch, "precision": precision})
+                  "image": list(image_size), "batch": batch, "precision": precision,
+                  **({"fused_optimizer": True} if fused_optimizer else {})})
 
 
 _PATHS = ("impl", "eval_impl")
@@ -264,7 +270,9 @@ def choose_compile(model: torch.nn.Module, optimizer: torch.optim.Optimizer, con
     """
     image_size = tuple(image_shape[1:])
     machine = machine_record(device)
-    run = compile_run(config, model_options, batch=batch, image_size=image_size, precision=precision)
+    fused = any(group.get("fused") for group in optimizer.param_groups)       # --fused-optimizer
+    run = compile_run(config, model_options, batch=batch, image_size=image_size, precision=precision,
+                      fused_optimizer=fused)
     cached = find_record(CHOICE, machine, run, timing_problem)
     if cached is not None:
         timing = CompileTiming(**{k: cached[k] for k in _TIMED})

@@ -26,7 +26,12 @@ plan in ``machine.json``):
   cached choice), whatever another machine chose;
 * compile: where ``--compile`` is not given, the chooser decides whether a compiled step pays back
   its warm-up within the run, measured or cached (:mod:`attncnn.perf.compiling`), for a resumed run
-  too.
+  too. ``--compile-mode reduce-overhead`` (CUDA graphs) compiles without that probe: the probe times
+  the default mode, whose answer says nothing of a step whose cost is its kernel launches, and a
+  run asks for CUDA graphs to train compiled. It is refused off CUDA (CUDA graphs are CUDA's) and
+  with ``--no-compile`` (:func:`check_compile_mode`); like every option here it is this segment's
+  (a resumed run compiles as its own command says);
+* the optimizer's kernel: ``--fused-optimizer`` or not, as given (no measurement).
 
 Compiled and eager steps, and every attention path, compute the same function up to rounding;
 bit-identical continuation is promised only on one machine, deterministic, with the same paths
@@ -45,6 +50,7 @@ from pathlib import Path
 import torch
 
 from .._typecheck import check_options
+from ..errors import InputError
 from ..models import preset_model_config
 from ..runs import TrainConfig
 from ..runs.loading import check_options_take_images, resumable_recipe
@@ -56,7 +62,7 @@ from .choosing import RunChooser
 from .machine import machine_info
 from .precision import machine_precision, resolve_precision
 
-__all__ = ["make_plan", "resume_plan", "plan_device", "for_images"]
+__all__ = ["make_plan", "resume_plan", "plan_device", "for_images", "check_compile_mode"]
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +88,11 @@ def make_plan(config: TrainConfig, options: RunOptions | None = None) -> RunPlan
     Raises:
         ValueError: a bad ``device`` or ``precision``, or a given attention path the network's
             layers do not have (their own message).
+        InputError: a compile mode this device or ``compile`` option cannot take (:func:`check_compile_mode`).
     """
     options = options or RunOptions()
     device = plan_device(options.device)
+    check_compile_mode(options, device)
     precision = resolve_precision(options.precision or "auto", device)
     return _planned(config, options, device, precision, bool(options.deterministic))
 
@@ -104,6 +112,7 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     Raises:
         RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision, or an
             older ``config.json``'s machine field of the wrong type (named with the file).
+        InputError: a compile mode this device or ``compile`` option cannot take (:func:`check_compile_mode`).
     """
     options = options or RunOptions()
     stored, old = resumable_recipe(folder)            # ``old``: machine fields an older config.json stored
@@ -112,6 +121,7 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     if options.data_dir is None and isinstance(old.get("data_dir"), str):
         options = dataclasses.replace(options, data_dir=old["data_dir"])
     here = plan_device(options.device)
+    check_compile_mode(options, here)
     own = run_precision(folder) or old.get("precision")
     precision = machine_precision(own, here, options.precision, what=f"run {folder}")
     deterministic = options.deterministic
@@ -120,6 +130,24 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
         if deterministic:
             log.info("%s: resumed deterministic, as it ran before (--no-deterministic to change)", folder)
     return _planned(stored, options, here, precision, deterministic)
+
+
+def check_compile_mode(options: RunOptions, device: torch.device) -> None:
+    """Refuse a ``compile_mode`` the run cannot take: ``"reduce-overhead"`` replays CUDA graphs, so
+    it needs a CUDA ``device`` (the one resolved from ``--device``) and a compiled step.
+
+    Raises:
+        InputError: ``"reduce-overhead"`` with ``compile`` False, or on a device other than CUDA;
+            the message names the fix.
+    """
+    if options.compile_mode != "reduce-overhead":
+        return
+    if options.compile is False:
+        raise InputError("--compile-mode reduce-overhead compiles the training step, but --no-compile says not to; "
+                         "drop one of them")
+    if device.type != "cuda":
+        raise InputError(f"--compile-mode reduce-overhead replays CUDA graphs, which only CUDA has, but this run "
+                         f"trains on {device}; drop --compile-mode (or train with --device cuda on a GPU)")
 
 
 def _planned(config: TrainConfig, options: RunOptions, device: torch.device, precision: str,
@@ -133,10 +161,12 @@ def _planned(config: TrainConfig, options: RunOptions, device: torch.device, pre
     preset_model_config(config.preset, **config.model, **options.paths())     # a path the layers lack: now
     measures = launch_from_env() is None and not deterministic
     paths = measures and options.measure_paths and options.impl is None
-    compile = measures and options.compile is None
+    graphs = options.compile_mode == "reduce-overhead"        # compiles, unprobed (module docstring)
+    compile = measures and options.compile is None and not graphs
     chooser = (RunChooser(paths=paths, eval_path=paths and options.eval_impl is None, compile=compile,
                           given=options.paths()) if paths or compile else None)
-    return RunPlan(device=device, precision=precision, compile=None if compile else bool(options.compile),
+    return RunPlan(device=device, precision=precision, compile=None if compile else bool(options.compile or graphs),
+                   compile_mode=options.compile_mode, fused_optimizer=options.fused_optimizer,
                    deterministic=deterministic, impl=options.impl, eval_impl=options.eval_impl, options=options,
                    machine=machine_info(device), choose=chooser)
 

@@ -10,7 +10,10 @@ process finishes, is interrupted or fails. Each write replaces the file atomical
      "segments": [{"epochs": [first, last],        # epochs this segment finished (last < first: none)
                    "start": {"epoch": 3, "step": 40},   # where it started: epochs done, steps into the next
                    "machine": {"cpu", "threads", "torch", "device", "gpu"},
-                   "device": "cuda:0", "precision": "bf16", "compiled": true, "deterministic": false,
+                   "device": "cuda:0", "precision": "bf16", "compiled": true,
+                   "compile_mode": "default",           # compiled segments only: or "reduce-overhead"
+                   "fused_optimizer": false,            # the optimizer's fused kernel, or its foreach ones
+                   "deterministic": false,
                    "attention_paths": {"train": [...per layer], "test": [...]},   # attention networks only
                    "ended": "running" | "finished" | "interrupted" | "failed" | "crashed"}, ...]}
 

@@ -168,21 +168,28 @@ def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> Train
     return dataclasses.replace(config, model={**config.model, "image_size": height})
 
 
-def make_optimizer(model: nn.Module, config: TrainConfig) -> torch.optim.Optimizer:
+def make_optimizer(model: nn.Module, config: TrainConfig, *, fused: bool = False) -> torch.optim.Optimizer:
     """``config.optimizer`` (SGD, the paper's, or AdamW, ConViT's) with two groups: weight decay on
     everything except the model's ``no_weight_decay()`` names (Gaussian centres and spreads, as the
-    reference optimiser in ``train.py``; by the same rule GPSA's positional vectors ``v_pos`` and gates)."""
+    reference optimiser in ``train.py``; by the same rule GPSA's positional vectors ``v_pos`` and gates).
+
+    ``fused``: the optimizer's fused kernel (``fused=True``, one kernel over all parameters of a
+    device and dtype; CPU and CUDA) instead of torch's default choice, the ``foreach`` kernels on
+    CUDA and CPU alike. The same update up to float32 rounding; a run-time option
+    (:class:`~attncnn.training.RunOptions`), never the recipe's. Without it the optimizer is built
+    exactly as before the option existed (its state dict's ``fused`` stays None)."""
     skip = getattr(model, "no_weight_decay", lambda: set())()
     decay = [p for n, p in model.named_parameters() if n not in skip]
     no_decay = [p for n, p in model.named_parameters() if n in skip]
     groups = [{"params": decay, "weight_decay": config.weight_decay}]
     if no_decay:
         groups.append({"params": no_decay, "weight_decay": 0.0})
+    kernel = {"fused": True} if fused else {}
     if config.optimizer == "adamw":
         # Adam's per-parameter step sizes are what ConViT trains GPSA's gates with; under SGD at
         # the paper's learning rate they barely move (README, sample-efficiency results).
-        return torch.optim.AdamW(groups, lr=config.lr)
-    return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum)
+        return torch.optim.AdamW(groups, lr=config.lr, **kernel)
+    return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, **kernel)
 
 
 def make_schedule(config: TrainConfig, train_loader: DeviceLoader) -> LRSchedule:

@@ -10,9 +10,11 @@ the run folder (a new run writes ``config.json``) and, on ``--resume``, restores
 last checkpoint; then the plan's chooser, where it has one, decides what the plan left open on
 those real objects, putting their state back (:func:`~attncnn.training.choices.choose_on`;
 nothing here measures: the chooser is :mod:`attncnn.perf`'s), and this process's segment is
-appended to ``machine.json`` (device, precision, compile, paths as decided); :func:`_loop` trains. Per step,
-in this order: learning rate, :func:`~attncnn.training.step.training_step` (forward under
-autocast in bf16, float32 loss, backward, optimizer step), running sums (on the device, no host
+appended to ``machine.json`` (device, precision, compile and its mode, the optimizer's kernel,
+paths as decided); :func:`_loop` trains. Per step, in this order: learning rate, with CUDA graphs
+(``compile_mode="reduce-overhead"``) the mark of a new step,
+:func:`~attncnn.training.step.training_step` (forward under autocast in bf16, float32 loss,
+backward, optimizer step), running sums (on the device, no host
 sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request
 (SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
 the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
@@ -167,7 +169,8 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
     # a resume checks the model against the checkpoint it will load before allocating it.
     resume_from = RunFolder(out_dir, mode="read").latest_checkpoint() if mode == "resume" else None
     state = TrainState.start(config, dataset, train_loader, dist, shaped_like=resume_from,
-                             init_from=None if mode == "resume" else config.init_from, paths=plan.model_options({}))
+                             init_from=None if mode == "resume" else config.init_from, paths=plan.model_options({}),
+                             fused_optimizer=plan.fused_optimizer)
     run = MainProcessRunFolder.open(out_dir, mode, dist)     # rank 0 writes, every rank reads
     try:
         saver = Saver(run, state, tuple(plan.options.flags()))
@@ -181,7 +184,8 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
         run.start_segment(segment, plan.machine)
         log.info("preset %s: %s parameters, %d classes, data %s, device %s, precision %s%s", config.preset,
                  f"{state.about['parameters']:,}", dataset.num_classes, dataset.source, dist.device,
-                 plan.precision, ", compiled" if plan.compile else "")
+                 plan.precision, (f", compiled ({plan.compile_mode} mode)" if plan.compile else "")
+                 + (", fused optimizer" if plan.fused_optimizer else ""))
         if "attention_paths" in segment:
             log.info("attention paths (training, per layer): %s", ", ".join(segment["attention_paths"]["train"]))
         if dist.enabled:
@@ -207,10 +211,12 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
 
 def _segment(state: TrainState, plan: RunPlan, dataset) -> dict:
     """This process's segment of ``machine.json`` as it starts (:mod:`attncnn.runs.machine_file`):
-    where it starts, how the plan runs it, and each attention layer's path in training and in test passes."""
+    where it starts, how the plan runs it (a compiled one with its ``compile_mode``), and each
+    attention layer's path in training and in test passes."""
     segment = {"epochs": [state.epoch + 1, state.epoch], "start": {"epoch": state.epoch, "step": state.step},
                "device": str(state.dist.device), "precision": plan.precision, "compiled": plan.compile,
-               "deterministic": plan.deterministic}
+               **({"compile_mode": plan.compile_mode} if plan.compile else {}),
+               "fused_optimizer": plan.fused_optimizer, "deterministic": plan.deterministic}
     model = state.model
     if hasattr(model, "attention_paths"):
         size = dataset.train.images.shape[-2:]
@@ -254,8 +260,11 @@ def _loop(state: TrainState, saver: Saver, plan: RunPlan, train_loader: DeviceLo
     config, dist, steps, every = state.config, state.dist, len(train_loader), state.config.checkpoint_every_steps
     net = dist.wrap(state.model)   # DDP averages the gradients; state.model stays the plain module (saved weights)
     # static shapes: a ragged last batch compiles a second graph instead of turning every step dynamic
-    net = torch.compile(net, dynamic=False) if plan.compile else net
+    net = torch.compile(net, dynamic=False, mode=plan.compile_mode) if plan.compile else net
     warming = plan.compile      # the first compiled step includes the compilation: log its cost
+    # CUDA graphs replay into the same memory: each step is marked, so its outputs may overwrite the
+    # last one's (nothing below keeps a step's loss or logits past the next step's start)
+    graphs = plan.compile and plan.compile_mode == "reduce-overhead"
     with stop_on_signals() as stop:
         while state.epoch < config.epochs:
             epoch = state.epoch
@@ -265,6 +274,8 @@ def _loop(state: TrainState, saver: Saver, plan: RunPlan, train_loader: DeviceLo
                 for step, (images, labels) in train_loader.batches(epoch, start=state.step):
                     lr = state.schedule.set_lr(state.optimizer, epoch, step)
                     started = time.perf_counter() if warming else 0.0
+                    if graphs:
+                        torch.compiler.cudagraph_mark_step_begin()
                     loss, logits = training_step(net, state.optimizer, images, labels, plan.precision)
                     if warming:
                         warming = False

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ..runs.config import TrainConfig
-from .run_options import RunOptions
+from .run_options import COMPILE_MODES, RunOptions
 
 __all__ = ["RunPlan", "RunParts", "Choices", "Chooser"]
 
@@ -96,6 +96,11 @@ class RunPlan:
             trained it, ``machine.json`` each segment's).
         compile: compile the model (``torch.compile(dynamic=False)``; default False); None: left to
             :attr:`choose` (eager without one).
+        compile_mode: the ``torch.compile`` mode of a compiled model, one of
+            :data:`~attncnn.training.run_options.COMPILE_MODES` (default ``"default"``);
+            ``"reduce-overhead"`` (CUDA graphs) only with ``compile`` True, on CUDA
+            (:func:`attncnn.perf.make_plan` refuses it elsewhere).
+        fused_optimizer: the optimizer's fused kernel instead of its foreach ones (default False).
         deterministic: deterministic algorithms only (default False).
         impl: the attention path to train with (None, the default: the layers' own rule, ``"auto"``,
             unless :attr:`choose` decides it).
@@ -108,12 +113,15 @@ class RunPlan:
             e.g. :class:`attncnn.perf.choosing.RunChooser`); None (default): nothing to decide.
 
     Raises:
-        ValueError (on construction): a precision other than fp32 or bf16.
+        ValueError (on construction): a precision other than fp32 or bf16, a compile mode not in
+            ``COMPILE_MODES``.
     """
 
     device: torch.device
     precision: str
     compile: bool | None = False
+    compile_mode: str = "default"
+    fused_optimizer: bool = False
     deterministic: bool = False
     impl: str | None = None
     eval_impl: str | None = None
@@ -124,6 +132,8 @@ class RunPlan:
     def __post_init__(self) -> None:
         if self.precision not in ("fp32", "bf16"):
             raise ValueError(f"a plan's precision is 'fp32' or 'bf16' (resolve 'auto' first), got {self.precision!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"a plan's compile_mode is one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
 
     def model_options(self, model: dict) -> dict:
         """The recipe's model options ``model`` with this plan's attention paths: what the network is built with."""

@@ -18,7 +18,11 @@ from dataclasses import dataclass
 from ..errors import InputError
 from ..runs.config import PRECISIONS, option
 
-__all__ = ["RunOptions"]
+__all__ = ["RunOptions", "COMPILE_MODES"]
+
+#: the ``torch.compile`` modes a run may compile its step in: ``"default"`` (inductor's fused kernels)
+#: and ``"reduce-overhead"`` (the same kernels replayed as CUDA graphs: one launch per graph, CUDA only)
+COMPILE_MODES = ("default", "reduce-overhead")
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,15 @@ class RunOptions:
         compile: compile the training step (True), never (False), or None (default): measured on
             this machine, on the run's own network before its first step, and turned on where it
             pays back (:mod:`attncnn.perf.compiling`); off with ``deterministic`` or under torchrun.
+            ``compile_mode="reduce-overhead"`` compiles without that measurement.
+        compile_mode: how a compiled step is compiled, one of :data:`COMPILE_MODES`: ``"default"``
+            (``torch.compile``'s default mode), or ``"reduce-overhead"``: CUDA graphs, for small
+            models whose step is bound by kernel launches; CUDA only, and it implies ``compile``
+            (refused with ``compile=False``, :func:`attncnn.perf.make_plan`). The loop then marks
+            each step's start (``torch.compiler.cudagraph_mark_step_begin``).
+        fused_optimizer: update the weights with the optimizer's fused kernel (``fused=True``: one
+            kernel for all parameters) instead of its default ``foreach`` kernels (default False);
+            the recipe (learning rate, momentum, weight decay) is the same, the rounding may differ.
         deterministic: deterministic algorithms only (with the CPU, runs and resumes are
             bit-identical); None (default): off for a new run, and for a resumed one as its last
             segment ran (``machine.json``, else its old ``config.json``'s ``"deterministic"``).
@@ -53,7 +66,8 @@ class RunOptions:
         download: download official archives if missing (default False).
 
     Raises:
-        ValueError (on construction): a precision not in :data:`~attncnn.runs.config.PRECISIONS`.
+        ValueError (on construction): a precision not in :data:`~attncnn.runs.config.PRECISIONS`, a
+            compile mode not in :data:`COMPILE_MODES`.
     """
 
     device: str = option("auto", help="auto (default), cpu, cuda, cuda:N: this machine's device (a run started on "
@@ -69,6 +83,13 @@ class RunOptions:
                                              "~/.cache/attncnn) and turned on where it is "
                                              "at least 1.1x faster and saves more than its measured warm-up over "
                                              "the run; never with --deterministic or under torchrun")
+    compile_mode: str = option("default", choices=COMPILE_MODES,
+                               help="how --compile compiles the step: default (torch.compile's default mode), or "
+                                    "reduce-overhead (CUDA graphs: one launch per graph, for small models that are "
+                                    "bound by kernel launches; CUDA only, implies --compile without timing it)")
+    fused_optimizer: bool = option(False, help="update the weights with the optimizer's fused kernel (one kernel "
+                                               "for all parameters) instead of its foreach kernels; the same "
+                                               "recipe, rounded differently")
     deterministic: bool | None = option(None, help="deterministic algorithms only (with --device cpu, runs and "
                                                    "resumed runs are bit-identical; default: off, a resumed run as "
                                                    "its last segment ran)")
@@ -89,6 +110,9 @@ class RunOptions:
     def __post_init__(self) -> None:
         if self.precision is not None and self.precision not in PRECISIONS:
             raise InputError(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r} (--precision)")
+        if self.compile_mode not in COMPILE_MODES:
+            raise InputError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r} "
+                             "(--compile-mode)")
 
     def paths(self) -> dict:
         """The attention paths given, as model options (``{"impl": ..., "eval_impl": ...}``, only those given)."""

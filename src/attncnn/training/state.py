@@ -36,6 +36,9 @@ from .schedule import LRSchedule
 
 __all__ = ["RunningSums", "TrainState", "position_text"]
 
+#: an optimizer param group's keys that choose its kernel, not its update (a run-time option)
+_KERNEL_KEYS = ("foreach", "fused")
+
 
 @dataclass
 class RunningSums:
@@ -144,11 +147,12 @@ class TrainState:
     @classmethod
     def start(cls, config: TrainConfig, dataset: Dataset, train_loader: DeviceLoader, dist: Distributed, *,
               init_from: str | None = None, shaped_like: Path | None = None,
-              paths: dict | None = None) -> "TrainState":
+              paths: dict | None = None, fused_optimizer: bool = False) -> "TrainState":
         """A fresh state: the network built once from ``config`` (seeded identically on every
         process) with the attention ``paths`` of the run's plan (model options ``impl`` /
         ``eval_impl``; None: the layers' own rule), with the weights of ``init_from`` if given,
-        then each process's dropout stream.
+        then each process's dropout stream; its optimizer on the fused kernel where
+        ``fused_optimizer`` says (:func:`~attncnn.training.components.make_optimizer`).
 
         Before any weight is allocated the network is checked on the meta device against
         ``init_from`` or ``shaped_like`` (the checkpoint a resume will load), against memory, and
@@ -178,7 +182,8 @@ class TrainState:
         # image_size: a trained network is only right on images of this size; the Python API refuses others
         about = {"classes": list(dataset.classes), "dataset": dataset.source, "dataset_name": dataset.shareable_name,
                  "image_size": list(dataset.train.images.shape[-2:]), "parameters": count_parameters(model)}
-        return cls(config, model, make_optimizer(model, config), make_schedule(config, train_loader), dist, about)
+        return cls(config, model, make_optimizer(model, config, fused=fused_optimizer),
+                   make_schedule(config, train_loader), dist, about)
 
     # -- the loop's bookkeeping ---------------------------------------------------------------
 
@@ -244,7 +249,12 @@ class TrainState:
                                 "exactly; start a new run")
         self.epoch, self.step = self._position(ckpt.metadata, path)
         self.model.load_state_dict(ckpt.model_state)
-        self.optimizer.load_state_dict(ckpt.optimizer_state)
+        # the kernel (fused or foreach) is this segment's choice: the stored param groups would bring the
+        # writer's back (and place AdamW's step counts for it), so they are loaded with this optimizer's
+        stored = ckpt.optimizer_state
+        kernels = [{k: group[k] for k in _KERNEL_KEYS if k in group} for group in self.optimizer.param_groups]
+        self.optimizer.load_state_dict({**stored, "param_groups": [
+            {**group, **kernel} for group, kernel in zip(stored["param_groups"], kernels)]})
         restore_rng(self.dist, ckpt.extra_tensors, self.config.seed, self.epoch, self.step)
         self.best = dict(ckpt.metadata.get("best", self.best))
         self.record = dict(ckpt.metadata.get("metrics") or {})

@@ -47,6 +47,8 @@ class TrainOptions:
 
     ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
+    ``compile_mode`` and ``fused_optimizer`` are :class:`~attncnn.training.RunOptions`' (the GPU job,
+    ``benchmarks/gpu/job.py``, gives them; ``attncnn reproduce`` has no flags of them).
 
     Raises:
         InputError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
@@ -58,6 +60,8 @@ class TrainOptions:
     device: str = "auto"
     precision: str | None = None
     compile: bool | None = None
+    compile_mode: str = "default"
+    fused_optimizer: bool = False
     epochs: int | None = None
     train_subset: int | None = None
     batch_size: int | None = None
@@ -76,7 +80,8 @@ class TrainOptions:
 
     def run_options(self) -> RunOptions:
         """The run-time options every job trains with (:class:`~attncnn.training.RunOptions`)."""
-        return RunOptions(device=self.device, precision=self.precision, compile=self.compile, data_dir=self.data_dir,
+        return RunOptions(device=self.device, precision=self.precision, compile=self.compile,
+                          compile_mode=self.compile_mode, fused_optimizer=self.fused_optimizer, data_dir=self.data_dir,
                           download=self.download)
 
 
@@ -116,11 +121,17 @@ def resume_command(job: Job, options: TrainOptions) -> str:
                         ("--precision", options.precision)):
         if value is not None:
             words += [flag, value]
-    return shlex.join(words + _compile_flag(options.compile))
+    return shlex.join(words + _compile_flag(options.compile) + _kernel_flags(options))
 
 
 def _compile_flag(value: bool | None) -> list[str]:
     return [] if value is None else ["--compile" if value else "--no-compile"]
+
+
+def _kernel_flags(options: TrainOptions) -> list[str]:
+    """``--compile-mode`` and ``--fused-optimizer`` where ``options`` differ from the defaults."""
+    return ((["--compile-mode", options.compile_mode] if options.compile_mode != "default" else [])
+            + (["--fused-optimizer"] if options.fused_optimizer else []))
 
 
 def train_command(job: Job, options: TrainOptions) -> str:
@@ -140,7 +151,7 @@ def train_command(job: Job, options: TrainOptions) -> str:
             words += [flag, str(value)]
     if options.download:
         words.append("--download")
-    return shlex.join(words + _compile_flag(compiled))
+    return shlex.join(words + _compile_flag(compiled) + _kernel_flags(options))
 
 
 def _literal(text: str) -> bool:
