@@ -64,6 +64,20 @@ def test_a_run_with_its_own_length_is_planned_with_that_schedule(tmp_path):
     assert dict(job._job(job.RunSpec.parse("paper-long/learned-content/0"), tmp_path).overrides)["epochs"] == 60
 
 
+def test_the_300_epoch_runs_travel_as_fillers_that_train_until_the_deadline(tmp_path):
+    """mini-300's six runs cannot finish in one job: each is a filler, resumed job after job. With no
+    primary beside them, no filler is stopped before the deadline (nothing is projected late)."""
+    specs = [job.RunSpec.parse(f"mini-300/{preset}/{seed}:filler") for seed in (0, 1, 2)
+             for preset in ("quadratic-mini", "learned-mini")]
+    for spec in specs:
+        planned = job._job(spec, tmp_path)
+        assert spec.filler and dict(planned.overrides) == {"epochs": 300, "checkpoint_every": 50}
+        assert planned.folder == tmp_path / "mini-300" / spec.preset / f"seed{spec.seed}"
+    fillers = [_run(True, 10_000.0) for _ in specs]
+    assert job.to_stop(fillers, now=540.0, deadline=545.0) == []
+    assert [r for r, why in job.to_stop(fillers, now=546.0, deadline=545.0)] == fillers
+
+
 def test_a_run_as_long_as_the_job_fits_is_parsed_and_never_planned_unsized(tmp_path):
     spec = job.RunSpec.parse("paper-long/learned-content/0@fit")
     assert spec == job.RunSpec("paper-long", "learned-content", 0, epochs="fit") and spec.fit

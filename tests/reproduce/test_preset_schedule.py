@@ -22,7 +22,7 @@ def _shortened(name: str, preset: str, epochs: int, suite_epochs: int | None = N
                                preset_overrides={**suite.preset_overrides, preset: (("epochs", epochs),)})
 
 
-@pytest.mark.parametrize("name", ["mini-long", "paper-long"])
+@pytest.mark.parametrize("name", ["mini-long", "mini-300", "paper-long"])
 def test_every_run_of_a_long_suite_decays_to_zero_by_its_last_step(name, tmp_path):
     """Widths 64 and 400 compare at equal epochs and schedules: the ResNet's own multistep schedule
     (first decay at epoch 80 of 300) would keep 0.1 through all 60 epochs."""

@@ -64,8 +64,14 @@ def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence
     return fig
 
 
+#: a column of :func:`centres_over_epochs_figure`: an epoch of the run drawn, or ``(name, epoch)`` of another
+Column = int | tuple[str, int]
+
+
 def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]],
-                               drawn: Sequence[int], *, title: str | None = None) -> Figure:
+                               drawn: Sequence[Column], *, title: str | None = None,
+                               others: dict[str, dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]]] | None = None,
+                               notes: dict[Column, str] | None = None) -> Figure:
     """Rows: layers; columns: the ``drawn`` epochs. Each panel: the layer's heads at that epoch as
     50 % / 90 % attention-mass contours (as :func:`~attncnn.analysis.figures.draw_quadratic_layer`)
     and, as a thin line in each head's colour, the path of its centre from the first logged epoch.
@@ -73,33 +79,45 @@ def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
     Args:
         layers: ``{layer: [(epoch, centres (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
             (e.g. :func:`attncnn.reproduce.reporting.epochs.quadratic_heads` of every record).
-        drawn: the epochs that get a column (those a layer lacks stay empty).
+        drawn: the columns, in order: an epoch of ``layers``, or ``(name, epoch)``, an epoch of the run
+            ``others[name]`` (e.g. another suite's run of the same model, set beside the epoch it is
+            compared with); a column a layer lacks stays empty.
         title: figure title.
+        others: name -> another run's snapshots, as ``layers``.
+        notes: column (as in ``drawn``) -> a line added to the titles of its panels (e.g. the
+            learning rate there, to tell the end of a schedule from its middle).
 
     Raises:
-        InputError: no layer or no epoch to draw.
+        InputError: no layer or no epoch to draw, or a column names a run ``others`` lacks.
     """
     if not layers or not drawn:
         raise InputError("no centres to draw: the run logged no quadratic centres per epoch")
-    every = np.concatenate([c for snaps in layers.values() for _, c, _ in snaps])
+    runs = {None: layers, **(others or {})}
+    unknown = [c for c in drawn if isinstance(c, tuple) and c[0] not in runs]
+    if unknown:
+        raise InputError(f"columns {unknown} name runs not given (others: {sorted(others or {})})")
+    every = np.concatenate([c for run in runs.values() for snaps in run.values() for _, c, _ in snaps])
     radius = _window_radius(every)
     fig = Figure(figsize=(2.5 * len(drawn), 2.5 * len(layers) + 0.6), layout="constrained")
     axes = fig.subplots(len(layers), len(drawn), squeeze=False)
     num_heads = 1
-    for row, (layer, snaps) in enumerate(sorted(layers.items())):
-        by_epoch = {epoch: (centers, invs) for epoch, centers, invs in snaps}
-        epochs = [epoch for epoch, _, _ in snaps]
-        for col, epoch in enumerate(drawn):
+    for row, layer in enumerate(sorted(layers)):
+        for col, column in enumerate(drawn):
+            name, epoch = column if isinstance(column, tuple) else (None, column)
+            snaps = runs[name].get(layer, ())
+            by_epoch = {e: (centers, invs) for e, centers, invs in snaps}
             ax = axes[row, col]
             if epoch not in by_epoch:
                 ax.set_visible(False)
                 continue
             centers, invs = by_epoch[epoch]
             num_heads = max(num_heads, len(centers))
-            path = np.stack([by_epoch[e][0] for e in epochs if e <= epoch])         # (epochs so far, N_h, 2)
+            path = np.stack([c for e, c, _ in snaps if e <= epoch])         # (epochs so far, N_h, 2)
             for h, color in enumerate(head_colors(len(centers))):
                 ax.plot(path[:, h, 1], path[:, h, 0], color=color, lw=0.7, alpha=0.6)
-            draw_quadratic_layer(ax, centers, invs, radius=radius, title=f"layer {layer}, epoch {epoch}")
+            label = f"layer {layer}, {name + ' ' if name else ''}epoch {epoch}"
+            note = (notes or {}).get(column)
+            draw_quadratic_layer(ax, centers, invs, radius=radius, title=label + (f"\n{note}" if note else ""))
     _legend(fig, num_heads)
     if title:
         fig.suptitle(title, fontsize=10)

@@ -39,7 +39,8 @@ def register(sub) -> None:
     r.add_argument("--out", help="suite folder (default: results/<suite>)")
     r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
                                    "mini suite's quadratic and learned models, mini-long's quadratic, learned "
-                                   "and resnet18 models, 0,1 for the efficiency grid's 10 %% cells)")
+                                   "and resnet18 models, every mini-300 model, 0,1 for the efficiency grid's "
+                                   "10 %% cells)")
     r.add_argument("--only", help="comma-separated presets of the suite (rows of a grid, or of its --calibrate or "
                                   "--lr-sweep) to train (the report still covers every finished run under --out, "
                                   "so a suite run in parts keeps one report)")

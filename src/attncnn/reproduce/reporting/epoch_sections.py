@@ -1,9 +1,10 @@
-"""The report sections of a suite followed over epochs (``mini-long``): whether each layer has
-settled on a grid at the chosen epochs, the cost and machines of every run, and Table 1 beside a
-shorter suite's.
+"""The report sections of a suite followed over epochs (``mini-long``, ``mini-300``): whether each
+layer has settled on a grid at the chosen epochs, that answer per run in words beside the baseline
+suite's (:mod:`.settling`), the cost and machines of every run, and Table 1 beside the baseline
+suite's (``mini-long`` beside the 6-epoch ``mini``, ``mini-300`` beside ``mini-long``).
 
 Everything is read from the run folders (``metrics.jsonl``, ``machine.json``) and, for the
-comparison, from the shorter suite's ``report.json``; nothing is trained or timed here.
+comparison, from the baseline suite's ``report.json``; nothing is trained or timed here.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Sequence
 
 import numpy as np
 
+from ..running.jobs import Job
 from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text, shared_epochs
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
-from .results import RunResult
+from .results import RunResult, epoch_records
+from .settling import Run, compare_settling, run_settling, settling_lines
 
 __all__ = ["SHARP_ALPHA", "settled_lines", "centre_rows", "centre_lines", "run_costs", "cost_lines", "baseline_rows",
            "baseline_lines", "epoch_sections"]
@@ -175,21 +178,39 @@ def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
     return lines
 
 
-def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict],
-                   results: dict[str, list[RunResult]]) -> tuple[list[str], dict]:
-    """The Markdown lines and the ``report.json`` entry of a suite with ``settle_epochs``."""
+def _settling_runs(suite: Suite, results: dict[str, list[RunResult]], unfinished: Sequence[Job]) -> list[Run]:
+    """The finished runs and the started, unfinished ``unfinished`` jobs (their records so far, their
+    planned epochs), in the suite's order of presets, then seed."""
+    runs = [(preset, r.job.seed, r.epoch_records, None) for preset, found in results.items() for r in found]
+    runs += [(job.preset, job.seed, epoch_records(job), dict(job.overrides).get("epochs")) for job in unfinished]
+    order = {preset: n for n, preset in enumerate(suite.presets)}
+    return sorted(runs, key=lambda run: (order.get(run[0], len(order)), run[1]))
+
+
+def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[str, list[RunResult]],
+                   unfinished: Sequence[Job] = ()) -> tuple[list[str], dict]:
+    """The Markdown lines and the ``report.json`` entry of a suite with ``settle_epochs``; the
+    started, ``unfinished`` jobs join the answer of whether a layer settled with their epochs so far
+    (:mod:`.settling`), not the table of finished runs."""
     table = settled_table(results, suite.settle_epochs, suite.settled_below)
     costs = run_costs(results)
     centres = centre_rows(results)
-    md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
-          *settled_lines(table, suite.settled_below), "", "## Where the centres went (last epoch of each run)", "",
-          *centre_lines(centres), "",
-          "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
-    entry = {"settled_below": suite.settled_below, "settle_epochs": list(suite.settle_epochs), "settled": table,
-             "centres": centres, "costs": costs}
+    baseline = None
     if suite.baseline:
         path = out.parent / suite.baseline / "report.json"
         baseline = json.loads(path.read_text()) if path.is_file() else None
+    runs = run_settling(_settling_runs(suite, results, unfinished), suite.settle_epochs, suite.settled_below)
+    comparison = compare_settling(runs, baseline, suite.settled_below) if baseline else None
+    md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
+          *settled_lines(table, suite.settled_below), "",
+          *settling_lines(runs, suite.settle_epochs, suite.settled_below, comparison, suite.baseline), "",
+          "## Where the centres went (last epoch of each run)", "", *centre_lines(centres), "",
+          "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
+    entry = {"settled_below": suite.settled_below, "settle_epochs": list(suite.settle_epochs), "settled": table,
+             "settling": runs, "centres": centres, "costs": costs}
+    if comparison is not None:
+        entry["settling_beside_baseline"] = comparison
+    if suite.baseline:
         beside = baseline_rows(rows, baseline)
         note = (f"`{suite.baseline}`: from ../{suite.baseline}/report.json; each suite's cosine schedule ends at its "
                 "own last epoch, so an epoch-6 accuracy of a 60-epoch run is not the 6-epoch result." if baseline else

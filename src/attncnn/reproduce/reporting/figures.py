@@ -13,9 +13,12 @@ A Table 1 suite's, from its trained models (the paper's Figs. 2-6):
 
 A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
 Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
-``metrics.jsonl`` logged every epoch (layers 1-4 at the first epoch, the suite's ``settle_epochs``
-and the last) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the
-grid distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
+``metrics.jsonl`` logged every epoch (every layer, as in Fig. 4, at the first epoch, the suite's
+``settle_epochs`` and the last, each with its learning rate; beside them, the last epoch of the
+suite's ``baseline`` run of the same model and seed where its folder is beside this suite's, e.g.
+``mini-long``'s epoch 60, the end of its schedule, beside ``mini-300``'s epoch 60, the middle of its
+own) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the grid
+distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
 
 A sample-efficiency grid's, from its cells' logs:
 
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Sequence
 
@@ -41,7 +45,7 @@ from ...analysis.figures import (accuracy_figure, attention_grid_figure, layer_c
                                  quadratic_layers_figure, save_figure)
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
-from ...runs import load_model
+from ...runs import RunFolder, load_model
 from ..running.jobs import Job, row_of
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
@@ -53,8 +57,6 @@ __all__ = ["draw_figures", "suite_figures", "grid_figures", "EVOLUTION_LAYERS"]
 
 #: layers drawn across epochs (paper Fig. 3): the first, where the grid forms, and a deeper one
 EVOLUTION_LAYERS = (1, 4)
-#: layers drawn across epochs from metrics.jsonl in a suite followed over epochs (the paper shows layer 4)
-LOGGED_EVOLUTION_LAYERS = (1, 2, 3, 4)
 
 
 def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], key: str) -> None:
@@ -154,21 +156,65 @@ def _figure_kind(result: RunResult) -> str | None:
     return None
 
 
+def _logged_layers(records: Sequence[dict]) -> dict[int, list]:
+    """``{layer: [(epoch, centres, Sigma^-1), ...]}`` of every layer whose centres and spreads the
+    records log (layers 1, 2, ... while the last record has them)."""
+    layers, layer = {}, 1
+    while records and quadratic_heads(records[-1], layer) is not None:
+        layers[layer] = [(r["epoch"], *heads) for r in records if (heads := quadratic_heads(r, layer)) is not None]
+        layer += 1
+    return layers
+
+
+def _lr_note(record: dict, end: bool) -> str:
+    lr = f"lr {record['lr']:.2g}" if isinstance(record.get("lr"), (int, float)) else ""
+    return ", ".join(filter(None, [lr, "end of its schedule" if end else ""]))
+
+
+def _baseline_run(result: RunResult, suite: Suite) -> tuple[str, list[dict], int] | None:
+    """The same model and seed in the suite's baseline (``<suite folder>/../<baseline>/<preset>/seed<N>``):
+    ``(baseline name, its epoch records, its planned epochs)``; None where it is not beside or logs
+    no epoch."""
+    if not suite.baseline:
+        return None
+    folder = result.job.folder.parent.parent.parent / suite.baseline / result.job.preset / result.job.folder.name
+    if not (folder / "config.json").is_file():
+        return None
+    run = RunFolder(folder, mode="read")
+    records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int)]
+    return (suite.baseline, records, run.read_config().get("epochs")) if records else None
+
+
 def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, written: dict[str, Path]) -> None:
-    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints)."""
+    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints): every layer at the first
+    epoch, the settle epochs and the last, and beside them the last epoch of the baseline suite's run of
+    the same model and seed where it is beside this suite's folder (another schedule's end)."""
     preset, records = result.job.preset, result.epoch_records
-    layers = {}
-    for layer in LOGGED_EVOLUTION_LAYERS:
-        snaps = [(r["epoch"], *heads) for r in records if (heads := quadratic_heads(r, layer)) is not None]
-        if snaps:
-            layers[layer] = snaps
+    layers = _logged_layers(records)
     if not layers:
         log.warning("%s: metrics.jsonl logs no centres and spreads per epoch, so no Fig. 3", result.run.path)
         return
-    drawn = evolution_epochs([r["epoch"] for r in records], suite.settle_epochs)
-    fig = centres_over_epochs_figure(layers, drawn, title=f"{preset} seed {result.job.seed}: layers "
-                                     f"{min(layers)}-{max(layers)} over the epochs\n(50 % solid, 90 % dotted mass; "
-                                     "thin lines: each centre's path)")
+    drawn: list = evolution_epochs([r["epoch"] for r in records], suite.settle_epochs)
+    by_epoch = {r["epoch"]: r for r in records}
+    notes = {epoch: _lr_note(by_epoch[epoch], epoch == records[-1]["epoch"]) for epoch in drawn}
+    others, beside = {}, ""
+    found = _baseline_run(result, suite)
+    theirs = _logged_layers(found[1]) if found else {}
+    if theirs:
+        name, their_records, planned = found
+        last = their_records[-1]
+        column = (name, last["epoch"])
+        others[name] = theirs
+        drawn.insert(sum(1 for e in drawn if e <= last["epoch"]), column)
+        notes[column] = _lr_note(last, last["epoch"] == planned)
+        beside = (f"'{name} epoch {last['epoch']}': the {name} run of this model and seed "
+                  + ("at the end of its schedule" if last["epoch"] == planned else f"(unfinished, of {planned})"))
+    lines = [f"{preset} seed {result.job.seed}: every layer over the epochs of {suite.name}", beside,
+             "(50 % solid, 90 % dotted mass; thin lines: each centre's path; lr: the learning rate at that "
+             "epoch's end)"]
+    # wrapped to the figure's width (2.5 inches a column): a title wider than three columns was cut
+    title = "\n".join(textwrap.fill(line, width=max(45, 32 * len(drawn))) for line in lines if line)
+    fig = centres_over_epochs_figure(layers, drawn, others=others, notes=notes, title=title)
     _figure(fig, out / f"fig3-{preset}-layers-epochs", formats, written, f"fig3 {preset}")
 
 

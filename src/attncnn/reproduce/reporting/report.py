@@ -120,7 +120,8 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
               "missing": missing, "unfinished": progress}
     later = {"presets": {p: get_preset(p).description for p in suite.presets}}
     if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
-        lines, later["epoch_study"] = epoch_sections(suite, out, rows, results)
+        started = [j for j in planned if j.label in progress]          # unfinished, with epochs so far
+        lines, later["epoch_study"] = epoch_sections(suite, out, rows, results, started)
         md += ["", *lines]
     after = ["", "## Use the trained models", "",
              "Each model folder is an ordinary run folder: `attncnn evaluate <folder> --data <data set>`, "

@@ -1,0 +1,195 @@
+"""The answer of a suite followed over epochs, in words computed from its runs: for each model and
+seed, at which of the suite's epochs a layer had settled on a grid (grid distance below the suite's
+``settled_below`` tokens), which of them the run did not reach, and, beside the same model and seed
+of a baseline suite (``Suite.baseline``, e.g. ``mini-300`` beside ``mini-long``), whether the other
+length changed that: at the baseline's last judged epoch (the end of its schedule, mid-schedule in
+a longer suite) and at each suite's end. An unfinished run is judged at the epochs it has reached so
+far (between the short GPU jobs of ``mini-300`` every run is unfinished).
+
+Nothing here is hard-coded about any suite: the epochs, the criterion and the baseline's judgement
+(its ``report.json``'s ``epoch_study.settled`` rows, judged again by this suite's criterion) are
+read from the suite and the run folders.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from .epochs import layer_values, settled_rows
+
+__all__ = ["Run", "run_settling", "compare_settling", "settling_lines"]
+
+
+def _layers(row: dict) -> list[int]:
+    return [n for n, ok in enumerate(row["settled"], start=1) if ok]
+
+
+def _words(layers: Sequence[int]) -> str:
+    if not layers:
+        return "none"
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
+
+
+def _series(epochs: Sequence[int], last: str = "and") -> str:
+    items = [str(e) for e in epochs]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
+#: one run for :func:`run_settling`: ``(preset, seed, its epoch records, its planned epochs when it is
+#: unfinished, None when it has finished)``
+Run = tuple[str, int, Sequence[dict], int | None]
+
+
+def run_settling(runs: Sequence[Run], epochs: Sequence[int], threshold: float) -> list[dict]:
+    """Per run that logs grid distances: ``preset``, ``seed``, ``finished``, ``planned`` (an unfinished
+    run's epochs, None for a finished one), ``last_epoch`` (its end, or its latest epoch so far),
+    ``judged`` (the epochs of ``epochs`` it has, and its last: ``{"epoch", "grid_distance" (per
+    layer, tokens), "settled" (per layer), "layers" (the settled ones, 1-based)}`` in epoch order),
+    ``not_reached`` (the epochs of ``epochs`` after its last) and ``lowest`` (``{"distance" (tokens),
+    "layer", "epoch"}``: the smallest finite grid distance of any judged epoch, None without one)."""
+    found = []
+    for preset, seed, records, planned in runs:
+        records = [r for r in records if isinstance(r.get("epoch"), int)]
+        if not records or not any(layer_values(r, "grid_distance") for r in records):
+            continue
+        last = records[-1]["epoch"]
+        judged = settled_rows(records, sorted({*epochs, last}), threshold)
+        candidates = [(d, layer, row["epoch"]) for row in judged
+                      for layer, d in enumerate(row["grid_distance"], start=1) if math.isfinite(d)]
+        lowest = min(candidates, default=None)
+        found.append({"preset": preset, "seed": seed, "finished": planned is None, "planned": planned,
+                      "last_epoch": last,
+                      "judged": [{"epoch": r["epoch"], "grid_distance": r["grid_distance"], "settled": r["settled"],
+                                  "layers": _layers(r)} for r in judged],
+                      "not_reached": [e for e in epochs if e > last],
+                      "lowest": None if lowest is None else {"distance": lowest[0], "layer": lowest[1],
+                                                             "epoch": lowest[2]}})
+    return found
+
+
+def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: float) -> list[dict]:
+    """Each run of :func:`run_settling` beside the same model and seed in ``baseline`` (a suite's
+    ``report.json``; its ``epoch_study.settled`` rows judged again with ``threshold``), at the
+    baseline run's last judged epoch and at this run's end: ``{"preset", "seed", "epoch": the
+    baseline's last judged epoch, "there": its settled layers (1-based), "baseline_is_end": whether
+    that epoch is the baseline run's length, "here_at": this run's settled layers at that epoch
+    (None: not reached or not logged), "end": this run's last epoch, "here_end": its settled layers
+    there (None: not logged), "finished": whether this run has ended there, "changed": whether either
+    differs from ``there``; None where this run
+    has not reached that epoch (a shorter run compares nothing)}``. Runs the baseline lacks are left out.
+
+    Raises:
+        KeyError: a settled row of ``baseline`` without its preset, seed, epoch or grid distances.
+    """
+    rows = ((baseline or {}).get("epoch_study") or {}).get("settled") or []
+    lengths = {row["preset"]: row.get("epochs") for row in (baseline or {}).get("rows", [])}
+    out = []
+    for run in runs:
+        theirs = [r for r in rows if (r["preset"], r["seed"]) == (run["preset"], run["seed"])]
+        if not theirs:
+            continue
+        last = max(theirs, key=lambda r: r["epoch"])
+        there = [n for n, d in enumerate(last["grid_distance"], start=1)
+                 if isinstance(d, (int, float)) and math.isfinite(d) and d < threshold]
+        here = {row["epoch"]: row["layers"] for row in run["judged"]}
+        at, end = here.get(last["epoch"]), here.get(run["last_epoch"])
+        out.append({"preset": run["preset"], "seed": run["seed"], "finished": run["finished"],
+                    "epoch": last["epoch"], "there": there,
+                    "baseline_is_end": lengths.get(run["preset"]) == last["epoch"], "here_at": at,
+                    "end": run["last_epoch"], "here_end": end,
+                    "changed": None if at is None else any(layers is not None and layers != there
+                                                           for layers in (at, end))})
+    return out
+
+
+def _run_line(run: dict, epochs: Sequence[int]) -> str:
+    name = f"`{run['preset']}` seed {run['seed']}"
+    judged = [row for row in run["judged"] if row["epoch"] in epochs]
+    settled = [row for row in judged if row["layers"]]
+    parts = []
+    if settled:
+        parts.append(f"settled at epoch{'s' if len(settled) > 1 else ''} "
+                     + _series([f"{row['epoch']} ({_words(row['layers'])})" for row in settled]))
+        if len(settled) < len(judged):
+            parts.append("no layer at " + _series([row["epoch"] for row in judged if not row["layers"]]))
+    elif judged:
+        parts.append(f"no layer settled at epoch{'s' if len(judged) > 1 else ''} "
+                     f"{_series([row['epoch'] for row in judged], 'or')}")
+    if run["not_reached"]:
+        parts.append(f"epoch{'s' if len(run['not_reached']) > 1 else ''} {_series(run['not_reached'])} not reached"
+                     + ("" if run["finished"] else " yet"))
+    end = next((row for row in run["judged"] if row["epoch"] == run["last_epoch"]), None)
+    if run["last_epoch"] not in epochs and end is not None:
+        parts.append(f"at its {'end' if run['finished'] else 'latest epoch'}, epoch {end['epoch']}: "
+                     + ("no layer settled" if not end["layers"] else f"{_words(end['layers'])} settled"))
+    low = run["lowest"]
+    length = (f"{run['last_epoch']} epoch{'s' if run['last_epoch'] != 1 else ''}" if run["finished"]
+              else f"unfinished: epoch {run['last_epoch']} of {run['planned']} so far")
+    text = f"- {name} ({length}): " + "; ".join(parts)
+    if low is not None:
+        text += f" (lowest grid distance: {low['distance']:.2f} tokens, layer {low['layer']}, epoch {low['epoch']})"
+    return text + "."
+
+
+def _answer(runs: Sequence[dict], epochs: Sequence[int], threshold: float) -> str:
+    target = max(epochs)
+    reached = [r for r in runs if r["last_epoch"] >= target]
+    if not runs:
+        return "**Not answered yet**: no run logs grid distances yet."
+    if not reached:
+        return (f"**Not answered yet**: no run has reached epoch {target}, the last judged one (the furthest is at "
+                f"epoch {max(r['last_epoch'] for r in runs)}).")
+    at_target = [(r, row) for r in reached
+                 if (row := next((j for j in r["judged"] if j["epoch"] == target), None)) is not None]
+    ever = [r for r in reached if any(row["layers"] for row in r["judged"] if row["epoch"] in epochs)]
+    settled = [(r, row) for r, row in at_target if row["layers"]]
+    text = (f"**By epoch {target}, by the criterion (grid distance below {threshold:g} tokens): "
+            + ("yes" if settled else "no") + f"**: a layer settled in {len(settled)} of the {len(reached)} runs "
+            f"that reached epoch {target}")
+    text += ": " + "; ".join(f"`{r['preset']}` seed {r['seed']} ({_words(row['layers'])})" for r, row in settled) \
+        if settled else ""
+    if len(ever) > len(settled):
+        text += f" ({len(ever) - len(settled)} more had a settled layer at an earlier judged epoch)"
+    if len(runs) > len(reached):
+        more = len(runs) - len(reached)
+        text += f"; {more} more {'has' if more == 1 else 'have'} not reached it yet"
+    return text + "."
+
+
+def _compare_line(c: dict) -> str:
+    def state(layers):
+        return "not reached" if layers is None else _words(layers)
+
+    end = " (the end of its schedule)" if c["baseline_is_end"] else ""
+    text = f"at epoch {c['epoch']}{end}: {state(c['here_at'])} here, {_words(c['there'])} there"
+    if c["end"] != c["epoch"]:
+        where = "at this run's end" if c["finished"] else "at its latest epoch so far"
+        text += f"; {where}, epoch {c['end']}: {state(c['here_end'])}"
+    if c["changed"] is None:
+        return f"- `{c['preset']}` seed {c['seed']}: {text}: nothing to compare yet."
+    verdict = "the length changed it" if c["changed"] else "the length changed nothing"
+    return f"- `{c['preset']}` seed {c['seed']}: {text}: {verdict}."
+
+
+def settling_lines(runs: Sequence[dict], epochs: Sequence[int], threshold: float, comparison: Sequence[dict] | None,
+                   baseline: str | None) -> list[str]:
+    """Markdown: the answer, each run's line, and (``comparison`` of :func:`compare_settling`,
+    None where the suite has no ``baseline`` or its report is not beside) each run beside ``baseline``'s."""
+    lines = [_answer(runs, epochs, threshold), "", *(_run_line(r, epochs) for r in runs)]
+    if baseline is None:
+        return lines
+    if comparison is None:
+        return lines + ["", f"No `{baseline}` report beside this folder (../{baseline}/report.json), so the length "
+                            "comparison is not made."]
+    if not comparison:
+        return lines + ["", f"No run here has a counterpart judged in `{baseline}`'s report, so the length "
+                            "comparison is not made."]
+    compared = [c for c in comparison if c["changed"] is not None]
+    changed = [c for c in compared if c["changed"]]
+    epochs_there = _series(sorted({c["epoch"] for c in comparison}), "or")
+    summary = (f"the length changed the settled layers in {len(changed)} of the {len(compared)} runs that reached "
+               f"epoch {epochs_there}" if compared else f"no run here has reached epoch {epochs_there} yet")
+    lines += ["", f"Against `{baseline}` (its report's grid distances, judged by the same criterion; settled layers "
+                  f"listed, \"none\" when no layer settled): {summary}.", ""]
+    return lines + [_compare_line(c) for c in comparison]
