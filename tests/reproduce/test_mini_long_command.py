@@ -201,7 +201,7 @@ def test_an_unfinished_eager_run_resumes_compiled_when_asked(make_tiny_data, tmp
     assert main([*args, "--dry-run", "--batch-size", "10"]) == 0
     assert f"resumed with: attncnn train --resume {job.folder} --compile\n" in capsys.readouterr().out
     assert main(args) == 0
-    assert compiled == [{"dynamic": False}]
+    assert compiled == [{"dynamic": False, "mode": "default"}]
     assert [(r["epoch"], r["compiled"]) for r in _records(job.folder)] == [(1, False), (2, True)]
     assert "compile" not in json.loads((job.folder / "config.json").read_text())          # the recipe only
     assert [s["compiled"] for s in json.loads((job.folder / "machine.json").read_text())["segments"]] == [False, True]
