@@ -17,7 +17,7 @@ from attncnn.reproduce import STUDIES, Job, get_suite, plan
 from attncnn.reproduce.reporting import figures
 from attncnn.reproduce.reporting.epoch_sections import epoch_sections
 from attncnn.reproduce.reporting.results import RunResult
-from attncnn.reproduce.reporting.settling import compare_settling, run_settling
+from attncnn.reproduce.reporting.settling import compare_settling, run_settling, settling_lines
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 from attncnn.reproduce.studies.table1 import TABLE1_CLAIMS
 from attncnn.training.schedule import LRSchedule, warmup_cosine_multiplier
@@ -273,3 +273,12 @@ def test_a_one_epoch_smoke_run_reports_every_section_and_the_epochs_not_reached(
     report = json.loads((out / "report.json").read_text())
     assert report["figures"]["fig3 quadratic-mini"] == "figures/fig3-quadratic-mini-layers-epochs.png"
     assert [r["last_epoch"] for r in report["epoch_study"]["settling"]] == [1]
+
+
+def test_a_distance_just_above_the_criterion_is_not_printed_as_the_criterion():
+    # 0.504 tokens is not settled (below 0.5 is); two decimals would print it as 0.50
+    records = [{"epoch": e, "attn/layer1/grid_distance": d} for e, d in ((1, 0.9), (2, 0.504))]
+    runs = run_settling([("learned", 0, records, None)], (1, 2), 0.5)
+    line = settling_lines(runs, (1, 2), 0.5, None, None)[2]
+    assert line == ("- `learned` seed 0 (2 epochs): no layer settled at epochs 1 or 2 (lowest grid distance: "
+                    "0.504 tokens, layer 1, epoch 2).")

@@ -36,6 +36,9 @@ def test_report_has_every_row_and_the_papers_numbers(suite):
         assert row["seeds"] == [0] and row["epochs"] == 1 and 0 <= row["accuracy_mean"] <= 1
         assert row["accuracy_std"] is None and row["paper_flops"] > 0 and row["macs"] > 0
     assert rows["quadratic-mini"]["parameters"] == 349_164 - 7 * 65      # 3 classes instead of 10
+    # the precision column reads each run's machine.json (the recipe does not hold it)
+    trained = json.loads((out / "quadratic-mini" / "seed0" / "machine.json").read_text())["segments"][0]["precision"]
+    assert trained in ("fp32", "bf16") and {row["precision"] for row in rows.values()} == {trained}
     assert rows["learned-content-mini"]["paper"]["accuracy"] == 0.871
     assert report["missing"] == []
     text = (out / "report.md").read_text()

@@ -103,7 +103,13 @@ def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: flo
     return out
 
 
-def _run_line(run: dict, epochs: Sequence[int]) -> str:
+def _tokens(distance: float, threshold: float) -> str:
+    """A grid distance in tokens, with a third decimal where two would print the criterion itself
+    (0.504 shown as 0.50 would read as "settled" beside "below 0.5")."""
+    return f"{distance:.2f}" if f"{distance:.2f}" != f"{threshold:.2f}" else f"{distance:.3f}"
+
+
+def _run_line(run: dict, epochs: Sequence[int], threshold: float) -> str:
     name = f"`{run['preset']}` seed {run['seed']}"
     judged = [row for row in run["judged"] if row["epoch"] in epochs]
     settled = [row for row in judged if row["layers"]]
@@ -128,7 +134,8 @@ def _run_line(run: dict, epochs: Sequence[int]) -> str:
               else f"unfinished: epoch {run['last_epoch']} of {run['planned']} so far")
     text = f"- {name} ({length}): " + "; ".join(parts)
     if low is not None:
-        text += f" (lowest grid distance: {low['distance']:.2f} tokens, layer {low['layer']}, epoch {low['epoch']})"
+        text += (f" (lowest grid distance: {_tokens(low['distance'], threshold)} tokens, layer {low['layer']}, "
+                 f"epoch {low['epoch']})")
     return text + "."
 
 
@@ -176,7 +183,7 @@ def settling_lines(runs: Sequence[dict], epochs: Sequence[int], threshold: float
                    baseline: str | None) -> list[str]:
     """Markdown: the answer, each run's line, and (``comparison`` of :func:`compare_settling`,
     None where the suite has no ``baseline`` or its report is not beside) each run beside ``baseline``'s."""
-    lines = [_answer(runs, epochs, threshold), "", *(_run_line(r, epochs) for r in runs)]
+    lines = [_answer(runs, epochs, threshold), "", *(_run_line(r, epochs, threshold) for r in runs)]
     if baseline is None:
         return lines
     if comparison is None:

@@ -14,6 +14,8 @@ from ...analysis.report import PAPER_FLOPS, macs_per_image, paper_flops_per_imag
 from ...analysis.runs import shareable_dataset, test_count, test_images
 from ...layers import attention_modules
 from ...models import count_parameters, get_preset
+from ...runs.loading import OLD_MACHINE_FIELDS
+from ...runs.machine_file import run_precision
 from ..running.jobs import Job
 from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text
 from ..studies import Suite
@@ -118,15 +120,22 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
                "epochs": None, "parameters": None, "macs": None, "paper_flops": None, "train_hours": None,
                "images_per_second": None, "precision": None, "dataset": None}
         if done:
-            model, config = done[0].run.network(), done[0].run.metadata.get("config", {})   # counts only
+            model = done[0].run.network()      # counts only
             row["accuracy_mean"], row["accuracy_std"] = mean_std(row["accuracies"])
             row.update(epochs=len(done[0].epoch_records), parameters=count_parameters(model),
                        macs=macs_per_image(model), paper_flops=paper_flops_per_image(model),
                        train_hours=statistics.fmean(r.train_seconds for r in done) / 3600,
                        images_per_second=statistics.fmean(r.images_per_second for r in done),
-                       precision=config.get("precision"), dataset=shareable_dataset(done[0].run.metadata))
+                       precision=_precision(done[0]), dataset=shareable_dataset(done[0].run.metadata))
         rows.append(row)
     return rows
+
+
+def _precision(result: RunResult) -> str | None:
+    """The precision the run trained at when it started: its ``machine.json``'s first segment, else
+    what an older run's configuration stored (the recipe no longer holds it), else None."""
+    old = result.run.metadata.get(OLD_MACHINE_FIELDS) or {}
+    return run_precision(result.job.folder) or old.get("precision")
 
 
 def _accuracy_cell(row: dict) -> str:
