@@ -58,7 +58,6 @@ import hashlib
 import io
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
@@ -68,6 +67,8 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from row_process import kill_group
 
 #: the device machine returns at most 8 files of at most 16 MiB, 64 MiB in all: parts of 15 MiB,
 #: at most 60 MiB of them, leave room for pack.json and the job's log
@@ -396,25 +397,17 @@ def _measure_in_child(spec: RunSpec, root: Path, args: argparse.Namespace, log: 
     try:
         stdout, stderr = child.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        _kill_group(child)
+        kill_group(child)
         stdout, stderr = child.communicate()
         log.write_text(stdout + stderr)
         raise RuntimeError(f"timing {spec.relative} took more than {timeout:.0f} s, the job's time left; stopped: "
                            f"{(stdout + stderr)[-1500:]}") from None
     finally:
-        _kill_group(child)
+        kill_group(child)
     log.write_text(stdout + stderr)
     if child.returncode != 0:
         raise RuntimeError(f"timing {spec.relative} failed: {(stdout + stderr)[-1500:]}")
     return json.loads(stdout.strip().splitlines()[-1])
-
-
-def _kill_group(process: subprocess.Popen) -> None:
-    """SIGKILL to the process group that ``process`` leads (nothing where it is gone)."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _run_flags(args: argparse.Namespace) -> list[str]:

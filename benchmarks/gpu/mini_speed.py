@@ -38,12 +38,12 @@ import argparse
 import datetime
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from row_process import run_limited
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -74,33 +74,17 @@ def run_row(preset: str, row: str, args: argparse.Namespace, limit: float, why: 
                    ["--layers", str(args.layers)] if args.layers else [])
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [str(ROOT / "src")] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])}
-        start = time.monotonic()
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
-                                start_new_session=True)
-        try:
-            output, _ = proc.communicate(timeout=limit)
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            proc.communicate()
-            return {"preset": preset, "row": row, "seconds": time.monotonic() - start,
-                    "error": f"stopped after {time.monotonic() - start:.0f} s ({why})"}
-        finally:
-            _kill_group(proc)
-        seconds = time.monotonic() - start
-        if proc.returncode != 0 or not result.is_file():
+        done = run_limited(cmd, env, ROOT, limit, merge_stderr=True)
+        if done.stopped:
+            return {"preset": preset, "row": row, "seconds": done.seconds,
+                    "error": f"stopped after {done.seconds:.0f} s ({why})"}
+        output, seconds = done.stdout, done.seconds
+        if done.returncode != 0 or not result.is_file():
             tail = [line for line in output.strip().splitlines() if line.strip()][-1:]
             return {"preset": preset, "row": row, "seconds": seconds,
-                    "error": " / ".join(tail) or f"exit {proc.returncode}"}
+                    "error": " / ".join(tail) or f"exit {done.returncode}"}
         # the row's log (inductor's warnings: a graph left out of CUDA graphs says why there)
         return {**json.loads(result.read_text()), "seconds": seconds, "log_tail": output[-3000:]}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the process group that ``proc`` leads (nothing where it is gone)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _mib(value) -> str:

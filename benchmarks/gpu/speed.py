@@ -29,12 +29,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from row_process import run_limited
 
 ROOT = Path(__file__).resolve().parents[2]
 #: seconds a row is assumed to take, for the budget (process start, paths, FLOP count, timing)
@@ -108,35 +108,17 @@ def run_row(row: Row, args: argparse.Namespace, limit: float | None = None, why:
     ``limit``: seconds after which the row is stopped (SIGKILL to its whole process group: the
     compiler's workers too), its error saying after how long and ``why`` (e.g. "the row limit")."""
     cmd, env = command(row, args)
-    start = time.monotonic()
-    # a session of its own, so that a stop reaches the compile workers the bench starts
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            start_new_session=True)
-    try:
-        stdout, stderr = proc.communicate(timeout=limit)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        proc.communicate()
-        seconds = time.monotonic() - start
-        return {"row": row.__dict__, "seconds": seconds,
-                "error": f"stopped after {seconds:.0f} s{f' ({why})' if why else ''}"}
-    finally:
-        _kill_group(proc)           # workers the bench left behind (it has returned, or was stopped above)
-    seconds = time.monotonic() - start
-    if proc.returncode != 0:
-        tail = (stderr or stdout).strip().splitlines()[-1:]     # the exception's own line
-        return {"row": row.__dict__, "seconds": seconds, "error": " / ".join(tail) or f"exit {proc.returncode}"}
+    done = run_limited(cmd, env, ROOT, limit)
+    if done.stopped:
+        return {"row": row.__dict__, "seconds": done.seconds,
+                "error": f"stopped after {done.seconds:.0f} s{f' ({why})' if why else ''}"}
+    stdout, seconds = done.stdout, done.seconds
+    if done.returncode != 0:
+        tail = (done.stderr or stdout).strip().splitlines()[-1:]     # the exception's own line
+        return {"row": row.__dict__, "seconds": seconds, "error": " / ".join(tail) or f"exit {done.returncode}"}
     report = json.loads(stdout)
     (result,) = report["results"]
     return {"row": row.__dict__, "seconds": seconds, "machine": report["machine"], **result}
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL to the process group that ``proc`` leads (nothing where it is gone)."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def row_limit(row: Row, args: argparse.Namespace, left: float) -> tuple[float, str]:
