@@ -20,6 +20,7 @@ from .cache import cache_file, forget_cached_dataset, read_cache, write_cache
 from .cifar import CIFAR10_CLASSES, VARIANTS, load_cifar
 from .folder import IMAGE_EXTENSIONS, check_splits_apart, is_zip, peek_image_folder, read_image_folder
 from .jpeg import describe_jpeg, jpeg_encoding
+from .cutmix import apply_cutmix, draw_boxes
 from .loader import CIFAR_MEAN, CIFAR_STD, DeviceLoader, random_crop_flip
 from .subset import class_balanced_subset, held_out_indices
 

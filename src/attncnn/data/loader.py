@@ -7,7 +7,9 @@ and per batch does one ``index_select``, one batched random crop + horizontal fl
 Augmentation follows the reference CIFAR recipe (torchvision ``RandomCrop(32, padding=4)``,
 ``RandomHorizontalFlip()``, then ``Normalize(mean, std)``): the uint8 image is padded with zeros
 (black) *before* normalisation, a window of the original size is cut at a uniformly random offset,
-and it is mirrored left-right with probability 1/2.
+and it is mirrored left-right with probability 1/2. CutMix (:mod:`.cutmix`), off unless asked
+for, mixes a batch after its crop and flip, before normalisation; the batch's labels are then
+``(B, classes)`` float32 targets instead of class indices.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch.nn.functional as F
 
 from ..errors import InputError
 from .base import ImageSplit
+from .cutmix import apply_cutmix, check_cutmix, draw_boxes
 
 __all__ = ["CIFAR_MEAN", "CIFAR_STD", "DeviceLoader", "random_crop_flip", "epoch_generator"]
 
@@ -85,12 +88,21 @@ class DeviceLoader:
             steps) and rank ``r`` takes ``perm[r::world_size]``. In evaluation nothing is dropped:
             rank ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
         dtype: floating dtype of the yielded images.
+        cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; 0, the
+            default: never). With it above 0 every training batch's labels are ``(B, num_classes)``
+            float32 targets (one-hot for a batch left unmixed), so that a step's loss has one form.
+        cutmix_alpha: CutMix's Beta parameter.
+        num_classes: the number of classes; needed with ``cutmix`` (the width of the targets).
+
+    Raises:
+        InputError: a bad batch size, rank, padding, mean/std, dtype or CutMix setting (named).
     """
 
     def __init__(self, split: ImageSplit, *, batch_size: int, device: str | torch.device = "cpu", train: bool,
                  seed: int = 0, mean: Sequence[float] = CIFAR_MEAN, std: Sequence[float] = CIFAR_STD,
                  crop_padding: int = 4, flip: bool = True, drop_last: bool = False, rank: int = 0,
-                 world_size: int = 1, dtype: torch.dtype = torch.float32) -> None:
+                 world_size: int = 1, dtype: torch.dtype = torch.float32, cutmix: float = 0.0,
+                 cutmix_alpha: float = 1.0, num_classes: int | None = None) -> None:
         if batch_size < 1:
             raise InputError(f"batch_size must be at least 1, got {batch_size}")
         if world_size < 1 or not 0 <= rank < world_size:
@@ -107,6 +119,9 @@ class DeviceLoader:
             raise InputError(f"std must be positive, got {tuple(std)}")
         if not dtype.is_floating_point:
             raise InputError(f"dtype must be a floating type, got {dtype}")
+        check_cutmix(cutmix, cutmix_alpha)
+        if cutmix > 0 and not (isinstance(num_classes, int) and num_classes >= 2):
+            raise InputError(f"CutMix needs the number of classes (num_classes >= 2), got {num_classes!r}")
         self.device = torch.device(device)
         self.images = images.to(self.device)
         self.labels = labels.to(device=self.device, dtype=torch.long)
@@ -119,6 +134,9 @@ class DeviceLoader:
         self.rank = int(rank)
         self.world_size = int(world_size)
         self.dtype = dtype
+        self.cutmix = float(cutmix)
+        self.cutmix_alpha = float(cutmix_alpha)
+        self.num_classes = num_classes
         self._mean = torch.tensor(mean, dtype=dtype, device=self.device).view(1, -1, 1, 1)
         self._std = torch.tensor(std, dtype=dtype, device=self.device).view(1, -1, 1, 1)
         self.epoch = 0
@@ -189,9 +207,16 @@ class DeviceLoader:
         order, offsets, flips = self._plan()
         bs = self.batch_size
         augment = self.train and (self.crop_padding > 0 or self.flip)
+        boxes = None
+        if self.train and self.cutmix > 0:
+            _, _, h, w = self.images.shape
+            boxes = draw_boxes(self.seed, self.epoch, len(self), h, w, self.cutmix, self.cutmix_alpha).to(self.device)
         for i in range(start_step, len(self)):
             idx = order[i * bs:(i + 1) * bs]
             x = self.images.index_select(0, idx)
+            y = self.labels.index_select(0, idx)
             if augment:
                 x = random_crop_flip(x, offsets.index_select(0, idx), flips.index_select(0, idx), self.crop_padding)
-            yield self._normalise(x), self.labels.index_select(0, idx)
+            if boxes is not None:
+                x, y = apply_cutmix(x, y, boxes[i], self.num_classes)
+            yield self._normalise(x), y

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .._recorded_data import is_data_name
 from .._typecheck import check_options
+from ..data.cutmix import check_cutmix
 from ..errors import InputError
 from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
@@ -87,6 +88,13 @@ class TrainConfig:
     gamma: float = option(0.1, help="multistep schedule: LR factor at each milestone")
     lr_stepping: str = option("step", choices=("step", "epoch"),
                               help="update the LR every batch (default) or once per epoch like the reference code")
+    cutmix: float = option(0.0, metavar="P",
+                           help="CutMix (Yun et al. 2019): the probability that a training batch is mixed, one "
+                                "box pasted from another image of the batch and the labels mixed by area (0, the "
+                                "paper's and every preset's: off; the CutMix paper's CIFAR runs use 0.5)")
+    cutmix_alpha: float = option(1.0, metavar="ALPHA",
+                                 help="CutMix's Beta(alpha, alpha) parameter of the mixed fraction (1.0: uniform)")
+    label_smoothing: float = option(0.0, help="label smoothing of the training loss (0, the paper's: none)")
     seed: int = option(42, help="seed of the weights, the data order, augmentation and dropout")
     train_subset: int | None = option(None, help="train on a seeded class-balanced subset of N images")
     eval_every: int = option(1, metavar="EPOCHS",
@@ -122,6 +130,9 @@ class TrainConfig:
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise InputError(f"{name} must be a finite number >= 0, got {getattr(self, name)} "
                                  f"(--{name.replace('_', '-')})")
+        check_cutmix(self.cutmix, self.cutmix_alpha)
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise InputError(f"label_smoothing must be in [0, 1), got {self.label_smoothing} (--label-smoothing)")
         if not 0 <= self.momentum < 1:
             raise InputError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
         # the schedule's own checks, here so that they fail before the data is loaded

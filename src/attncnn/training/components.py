@@ -140,7 +140,8 @@ def make_loaders(config: TrainConfig, dist: Distributed, *, data_dir: str | None
                          "training images; lower --batch-size")
     shard = {"rank": dist.rank, "world_size": dist.world_size, "device": dist.device}
     train_loader = DeviceLoader(train_split, batch_size=per_process_batch(config.batch_size, dist.world_size),
-                                train=True, seed=config.seed, **shard)
+                                train=True, seed=config.seed, cutmix=config.cutmix, cutmix_alpha=config.cutmix_alpha,
+                                num_classes=dataset.num_classes, **shard)
     test_loader = DeviceLoader(dataset.test, batch_size=config.eval_batch_size, train=False, **shard)
     return dataset, train_loader, test_loader
 

@@ -276,7 +276,8 @@ def _loop(state: TrainState, saver: Saver, plan: RunPlan, train_loader: DeviceLo
                     started = time.perf_counter() if warming else 0.0
                     if graphs:
                         torch.compiler.cudagraph_mark_step_begin()
-                    loss, logits = training_step(net, state.optimizer, images, labels, plan.precision)
+                    loss, logits = training_step(net, state.optimizer, images, labels, plan.precision,
+                                                 label_smoothing=config.label_smoothing)
                     if warming:
                         warming = False
                         log.info("first compiled step %.1f s (compile warm-up included)", time.perf_counter() - started)

@@ -67,13 +67,16 @@ class RunningSums:
                    zero(torch.float32))
 
     def add(self, step: int, loss: torch.Tensor, logits: torch.Tensor, labels: torch.Tensor) -> None:
-        """Account for batch ``step`` (0-based) with its mean ``loss``; device operations only."""
+        """Account for batch ``step`` (0-based) with its mean ``loss``; device operations only.
+        ``labels``: ``(B,)`` class indices, or ``(B, classes)`` targets (CutMix), whose largest
+        weight counts as the class to predict."""
         first = torch.logical_and(torch.logical_not(torch.isfinite(loss)), self.first_bad < 0)
         self.first_bad = torch.where(first, step, self.first_bad)
         self.bad_loss = torch.where(first, loss.float(), self.bad_loss)
-        self.loss_sum += loss.double() * labels.numel()
-        self.correct += (logits.argmax(dim=-1) == labels).sum()
-        self.count += labels.numel()
+        classes = labels.argmax(dim=-1) if labels.dim() == 2 else labels
+        self.loss_sum += loss.double() * classes.numel()
+        self.correct += (logits.argmax(dim=-1) == classes).sum()
+        self.count += classes.numel()
 
     def totals(self, dist: Distributed) -> tuple[torch.Tensor, torch.Tensor, int]:
         """``(loss_sum float64, correct int64, count)`` summed over the processes (one all-reduce

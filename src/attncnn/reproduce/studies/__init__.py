@@ -16,18 +16,19 @@ from .efficiency_scarce import EFFICIENCY_SCARCE
 from .mini import MINI
 from .mini_long import MINI_LONG
 from .mini_300 import MINI_300
+from .locality_mini import LOCALITY_MINI
 from .paper import PAPER
 from .paper_long import PAPER_LONG
 from .shapes import Grid, ModelOptions, Suite, Variant
 
 __all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Variant", "ModelOptions",
-           "Claim", "Criterion", "MINI", "MINI_LONG", "MINI_300", "PAPER_LONG", "PAPER", "EFFICIENCY",
+           "Claim", "Criterion", "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY",
            "EFFICIENCY_SCARCE"]
 
 Study = Suite | Grid
 
 #: every study by name, in the order the help text lists them
-STUDIES: dict[str, Study] = {s.name: s for s in (MINI, MINI_LONG, MINI_300, PAPER_LONG, PAPER, EFFICIENCY,
+STUDIES: dict[str, Study] = {s.name: s for s in (MINI, MINI_LONG, MINI_300, LOCALITY_MINI, PAPER_LONG, PAPER, EFFICIENCY,
                                                  EFFICIENCY_SCARCE)}
 #: the Table 1 suites among them
 SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance(s, Suite)}
