@@ -10,6 +10,7 @@ from __future__ import annotations
 from .base import GridAttention, check_input_dtype
 from .content import ContentAttention, QueryKeyAttention
 from .conv_init import conv_initialize_, conv_kernel_size, conv_value_init_, kernel_shifts, local_init_
+from .mimetic_init import MIMETIC_QK, MIMETIC_VO, mimetic_factors, mimetic_init_
 from .gpsa import GatedPositionalAttention, gpsa_features
 from .learned import LearnedRelativeAttention
 from .learned_content import LearnedRelativeContentAttention
@@ -30,4 +31,5 @@ __all__ = [
     "SpaceToDepth", "space_to_depth", "depth_to_space",
     "grid_positions", "relative_offsets", "quadratic_features", "axis_offsets", "gpsa_features",
     "kernel_shifts", "conv_kernel_size", "local_init_", "conv_value_init_", "conv_initialize_",
+    "mimetic_init_", "mimetic_factors", "MIMETIC_QK", "MIMETIC_VO",
 ]

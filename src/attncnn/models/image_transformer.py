@@ -28,14 +28,16 @@ from torch import nn
 
 from ..errors import InputError
 from ..layers import (ATTENTION_LAYERS, GridAttention, attention_class, build_attention, check_input_dtype,
-                      conv_kernel_size, conv_value_init_, local_init_, space_to_depth)
+                      conv_kernel_size, conv_value_init_, local_init_, mimetic_init_, space_to_depth)
 
 __all__ = ["ImageTransformerConfig", "TransformerBlock", "ImageTransformer"]
 
 log = logging.getLogger(__name__)
 
-#: Values of ``ImageTransformerConfig.init`` and ``value_init``.
-INITS = ("random", "conv")
+#: Values of ``ImageTransformerConfig.init``.
+INITS = ("random", "conv", "mimetic")
+#: Values of ``ImageTransformerConfig.value_init``.
+VALUE_INITS = ("random", "conv")
 #: Values of ``ImageTransformerConfig.pos_embed``.
 POS_EMBEDS = ("none", "learned")
 
@@ -84,6 +86,8 @@ class ImageTransformerConfig:
     #: on the h-th shift of a K x K kernel (row-major taps, as attncnn.theory), positional score
     #: -locality_strength * |delta - Delta_h|^2 (ConViT's local init). Layers whose head count is
     #: not K^2 (a pruned model's layer_heads) keep the random init: their weights come from a checkpoint.
+    #: "mimetic" (content kinds whose heads together are as wide as the model): W_q W_k^T near
+    #: +0.7 I and W_v W_o near -0.4 I (Trockman & Kolter 2023; attncnn.layers.mimetic_init_).
     init: str = "random"
     #: alpha of init="conv", in 1/tokens^2. 1.0 is ConViT's default locality strength, whose score
     #: alpha * (-|delta|^2 + 2 Delta.delta) is this project's -alpha |delta - Delta|^2 up to a constant,
@@ -143,9 +147,11 @@ class ImageTransformerConfig:
         if self.pos_embed == "learned" and (self.image_size < 1 or self.image_size % self.pooling):
             raise InputError(f"pos_embed='learned' needs image_size divisible by the pooling width {self.pooling}, "
                              f"got {self.image_size}; set image_size to the side of the training images")
-        for name in ("init", "value_init"):
-            if getattr(self, name) not in INITS:
-                raise InputError(f"{name} must be one of {', '.join(INITS)}, got {getattr(self, name)!r}")
+        for name, values in (("init", INITS), ("value_init", VALUE_INITS)):
+            if getattr(self, name) not in values:
+                raise InputError(f"{name} must be one of {', '.join(values)}, got {getattr(self, name)!r}")
+        if self.init == "mimetic":
+            self._check_mimetic()
         if not (isinstance(self.locality_strength, (int, float)) and 0 < self.locality_strength < math.inf):
             raise InputError(f"locality_strength must be a positive finite number (alpha, 1/tokens^2; ConViT: 1.0), "
                              f"got {self.locality_strength!r}")
@@ -160,6 +166,19 @@ class ImageTransformerConfig:
                              f"got head_dim={self.head_dim}; set head_dim=None or value_init='random'")
         if self.init == "conv" and ATTENTION_LAYERS[self.attention].has_positional_term:
             conv_kernel_size(self.num_heads, self.conv_kernel_size)     # K^2 == num_heads, K odd (names the fix)
+
+    def _check_mimetic(self) -> None:
+        """``init="mimetic"`` needs queries and keys and a ``D x D`` value product (:func:`mimetic_init_`)."""
+        if not hasattr(ATTENTION_LAYERS[self.attention], "queries_keys"):
+            raise InputError(f"init='mimetic' sets queries and keys; {self.attention} attention has none: choose a "
+                             "content kind (content, learned-content, gpsa) or another init")
+        head_dim = self.dim if self.head_dim is None else self.head_dim
+        if any(heads * head_dim != self.dim for heads in self.heads()):
+            raise InputError(f"init='mimetic' needs num_heads x head_dim = dim (W_v W_o is D x D), got "
+                             f"{self.num_heads} x {head_dim} vs dim {self.dim}; set head_dim={self.dim // self.num_heads}"
+                             if self.dim % self.num_heads == 0 else
+                             f"init='mimetic' needs num_heads x head_dim = dim, and dim {self.dim} is no multiple "
+                             f"of num_heads {self.num_heads}")
 
     def _checked_layer_heads(self, value) -> list[int]:
         """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""
@@ -238,6 +257,9 @@ class ImageTransformer(nn.Module):
             nn.init.trunc_normal_(self.pos_embed, std=0.02, a=-2.0, b=2.0)
         if config.init == "conv":
             self._conv_init()
+        elif config.init == "mimetic":
+            for block in self.blocks:
+                mimetic_init_(block.attention)
 
     def _conv_init(self) -> None:
         """``init="conv"``: every layer with K^2 heads starts on the kernel's shifts (and, with
