@@ -18,8 +18,9 @@ from attncnn.reproduce.running.measurements import parse_rates, plan_calibration
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 from attncnn.reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS
 
-ROWS = ("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini", "quadratic-conv-mini")
-CONTENT = ("deit-mini", "convit-mini", "convit-mini-random")
+ROWS = ("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini", "quadratic-conv-mini",
+        "deit-mini-mimetic")
+CONTENT = ("deit-mini", "convit-mini", "convit-mini-random", "deit-mini-mimetic")
 
 
 def test_the_scarce_grid_trains_its_rows_smallest_cell_first_with_a_second_seed_there(tmp_path):
@@ -27,13 +28,13 @@ def test_the_scarce_grid_trains_its_rows_smallest_cell_first_with_a_second_seed_
     jobs = plan_grid(EFFICIENCY_SCARCE, tmp_path)
     assert [(j.row, j.seed, j.cell) for j in jobs] == (
         [(r, 0, "10 %") for r in ROWS] + [(r, 0, "100 %") for r in ROWS] + [(r, 1, "10 %") for r in ROWS])
-    assert [j.preset for j in jobs[:6]] == ["resnet18-mini", "deit-mini", "convit-mini", "convit-mini",
-                                            "quadratic-mini", "quadratic-conv-mini"]
+    assert [j.preset for j in jobs[:7]] == ["resnet18-mini", "deit-mini", "convit-mini", "convit-mini",
+                                            "quadratic-mini", "quadratic-conv-mini", "deit-mini"]
     assert jobs[3].folder == tmp_path / "convit-mini-random" / "10pct" / "seed0"
     assert jobs[3].label == "convit-mini-random 10 % seed 0"
     # the 25 % cell is optional: --fractions adds it, between the others
     cells = [j.cell for j in plan_grid(EFFICIENCY_SCARCE, tmp_path, seeds=(0,), fractions=(1.0, 0.1, 0.25))]
-    assert cells == ["10 %"] * 6 + ["25 %"] * 6 + ["100 %"] * 6
+    assert cells == ["10 %"] * 7 + ["25 %"] * 7 + ["100 %"] * 7
     with pytest.raises(ValueError, match="not in the efficiency-scarce grid"):
         plan_grid(EFFICIENCY_SCARCE, tmp_path, only=("gpsa-mini",))
 
@@ -43,7 +44,8 @@ def test_rows_set_their_model_options_and_the_shared_rate_and_config_json_record
     for row, job in jobs.items():
         overrides = dict(job.overrides)
         assert overrides.get("lr") == (1e-3 if row in CONTENT else None), row
-        assert overrides.get("model") == ({"init": "random"} if row == "convit-mini-random" else None), row
+        assert overrides.get("model") == {"convit-mini-random": {"init": "random"},
+                                          "deit-mini-mimetic": {"init": "mimetic"}}.get(row), row
         assert (overrides["train_subset"], overrides["epochs"]) == (5_000, 10 * EFFICIENCY_SCARCE.passes)
     random = job_config(jobs["convit-mini-random"], TrainOptions())
     assert (random.preset, random.model, random.optimizer, random.lr) == ("convit-mini", {"init": "random"},
@@ -131,7 +133,7 @@ def _claims(jobs):
 def test_claims_are_judged_from_the_records_and_missing_cells_are_not_measured_yet(tmp_path):
     jobs = plan_grid(EFFICIENCY_SCARCE, tmp_path, train_images=1_000)
     empty = _claims(jobs)
-    assert [c["verdict"] for c in empty.values()] == ["not measured yet"] * 4
+    assert [c["verdict"] for c in empty.values()] == ["not measured yet"] * 5
     assert all(line.endswith("| not finished yet | | |") for line in gap_lines(EFFICIENCY_SCARCE, jobs)[6:])
     for job in jobs:
         if (job.row, job.cell) in CELLS:
@@ -151,12 +153,23 @@ def test_claims_are_judged_from_the_records_and_missing_cells_are_not_measured_y
     # (c) convit-mini's first layer 0.8 / 0.9 >= 0.5, its last 0.3 / 0.2 < 0.5 in both cells
     assert claims["(c)"]["verdict"] == "holds"
     assert "convit-mini 10 %: L1 0.80, L2 0.70, L3 0.30" in claims["(c)"]["values"]
+    # (d) mimetic init has no finished cell yet; conv init's and local init's gains are there already
+    assert claims["(d)"]["verdict"] == "not measured yet"
+    assert "convit-mini - convit-mini-random 10 %: first +10.00 / last +3.00" in claims["(d)"]["values"]
+    for job in jobs:
+        if job.row == "deit-mini-mimetic" and job.seed == 0:       # 10 %: +5 first; 100 %: +2 first
+            _write(job, _epochs(*((0.25, 0.52, 0.70) if job.cell == "10 %" else (0.42, 0.77, 0.80))))
+    claims = _claims(jobs)
+    assert claims["(d)"]["verdict"] == "holds"
+    assert "deit-mini-mimetic - deit-mini 10 %: first +5.00 / last +2.00" in claims["(d)"]["values"]
+    assert "deit-mini-mimetic - deit-mini 100 %: first +2.00 / last -1.00" in claims["(d)"]["values"]
     # the last cell: quadratic-mini starts better than its conv-initialised twin on 100 %: (b) fails
     _write(next(j for j in jobs if (j.row, j.cell) == ("quadratic-mini", "100 %")), _epochs(0.40, 0.72, 0.75))
     assert _claims(jobs)["(b)"]["verdict"] == "fails"
     lines = gap_lines(EFFICIENCY_SCARCE, jobs)
     assert "| resnet18-mini 10 % seed 0 | 90.00 | 60.00 | +30.00 |" in lines
-    assert sum("not finished yet" not in line for line in lines[6:]) == 12      # both seeds of every 10 % row
+    # both seeds of every 10 % row, but deit-mini-mimetic seed 1 (not written)
+    assert sum("not finished yet" not in line for line in lines[6:]) == 13
 
 
 def test_a_failing_condition_fails_a_claim_before_every_cell_is_in(tmp_path):
