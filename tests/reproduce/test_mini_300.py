@@ -166,7 +166,7 @@ def test_a_smoke_run_shorter_than_every_judged_epoch_says_not_reached(tmp_path):
             in text)
     assert ("- `quadratic-mini` seed 0 (2 epochs): epochs 6, 20, 60, 150 and 300 not reached; at its end, epoch 2: "
             "no layer settled (lowest grid distance: 0.80 tokens, layer 1, epoch 2).") in text
-    assert "No `mini-long` report beside this folder (../mini-long/report.json), so the length comparison" in text
+    assert "No `mini-long` report beside this folder (../mini-long/report.json), so the comparison with it" in text
     assert "settling_beside_baseline" not in entry
     # beside mini-long's report: a run that has not reached its epoch 60 compares nothing yet
     _mini_long_report(tmp_path)

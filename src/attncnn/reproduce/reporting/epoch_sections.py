@@ -200,10 +200,11 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[
         path = out.parent / suite.baseline / "report.json"
         baseline = json.loads(path.read_text()) if path.is_file() else None
     runs = run_settling(_settling_runs(suite, results, unfinished), suite.settle_epochs, suite.settled_below)
-    comparison = compare_settling(runs, baseline, suite.settled_below) if baseline else None
+    comparison = compare_settling(runs, baseline, suite.settled_below, suite.compare_at) if baseline else None
     md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
           *settled_lines(table, suite.settled_below), "",
-          *settling_lines(runs, suite.settle_epochs, suite.settled_below, comparison, suite.baseline), "",
+          *settling_lines(runs, suite.settle_epochs, suite.settled_below, comparison, suite.baseline, suite.differs),
+          "",
           "## Where the centres went (last epoch of each run)", "", *centre_lines(centres), "",
           "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
     entry = {"settled_below": suite.settled_below, "settle_epochs": list(suite.settle_epochs), "settled": table,

@@ -68,7 +68,8 @@ def run_settling(runs: Sequence[Run], epochs: Sequence[int], threshold: float) -
     return found
 
 
-def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: float) -> list[dict]:
+def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: float,
+                     at: Sequence[int] = ()) -> list[dict]:
     """Each run of :func:`run_settling` beside the same model and seed in ``baseline`` (a suite's
     ``report.json``; its ``epoch_study.settled`` rows judged again with ``threshold``), at the
     baseline run's last judged epoch and at this run's end: ``{"preset", "seed", "epoch": the
@@ -78,6 +79,10 @@ def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: flo
     there (None: not logged), "finished": whether this run has ended there, "changed": whether either
     differs from ``there``; None where this run
     has not reached that epoch (a shorter run compares nothing)}``. Runs the baseline lacks are left out.
+
+    With ``at`` (epochs), one such entry per run and epoch of ``at`` that the baseline judged,
+    instead: the two runs at the same epoch (``"end"`` is that epoch, ``"here_end"`` is
+    ``"here_at"``), for suites that differ from their baseline by something other than length.
 
     Raises:
         KeyError: a settled row of ``baseline`` without its preset, seed, epoch or grid distances.
@@ -89,17 +94,21 @@ def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: flo
         theirs = [r for r in rows if (r["preset"], r["seed"]) == (run["preset"], run["seed"])]
         if not theirs:
             continue
-        last = max(theirs, key=lambda r: r["epoch"])
-        there = [n for n, d in enumerate(last["grid_distance"], start=1)
-                 if isinstance(d, (int, float)) and math.isfinite(d) and d < threshold]
         here = {row["epoch"]: row["layers"] for row in run["judged"]}
-        at, end = here.get(last["epoch"]), here.get(run["last_epoch"])
-        out.append({"preset": run["preset"], "seed": run["seed"], "finished": run["finished"],
-                    "epoch": last["epoch"], "there": there,
-                    "baseline_is_end": lengths.get(run["preset"]) == last["epoch"], "here_at": at,
-                    "end": run["last_epoch"], "here_end": end,
-                    "changed": None if at is None else any(layers is not None and layers != there
-                                                           for layers in (at, end))})
+        if at:
+            pairs = [(row, row["epoch"]) for e in at for row in theirs if row["epoch"] == e]
+        else:
+            pairs = [(max(theirs, key=lambda r: r["epoch"]), run["last_epoch"])]
+        for row, end_epoch in pairs:
+            there = [n for n, d in enumerate(row["grid_distance"], start=1)
+                     if isinstance(d, (int, float)) and math.isfinite(d) and d < threshold]
+            same, end = here.get(row["epoch"]), here.get(end_epoch)
+            out.append({"preset": run["preset"], "seed": run["seed"], "finished": run["finished"],
+                        "epoch": row["epoch"], "there": there,
+                        "baseline_is_end": lengths.get(run["preset"]) == row["epoch"], "here_at": same,
+                        "end": end_epoch, "here_end": end,
+                        "changed": None if same is None else any(layers is not None and layers != there
+                                                                 for layers in (same, end))})
     return out
 
 
@@ -164,7 +173,7 @@ def _answer(runs: Sequence[dict], epochs: Sequence[int], threshold: float) -> st
     return text + "."
 
 
-def _compare_line(c: dict) -> str:
+def _compare_line(c: dict, differs: str) -> str:
     def state(layers):
         return "not reached" if layers is None else _words(layers)
 
@@ -175,28 +184,31 @@ def _compare_line(c: dict) -> str:
         text += f"; {where}, epoch {c['end']}: {state(c['here_end'])}"
     if c["changed"] is None:
         return f"- `{c['preset']}` seed {c['seed']}: {text}: nothing to compare yet."
-    verdict = "the length changed it" if c["changed"] else "the length changed nothing"
+    verdict = f"{differs} changed it" if c["changed"] else f"{differs} changed nothing"
     return f"- `{c['preset']}` seed {c['seed']}: {text}: {verdict}."
 
 
 def settling_lines(runs: Sequence[dict], epochs: Sequence[int], threshold: float, comparison: Sequence[dict] | None,
-                   baseline: str | None) -> list[str]:
+                   baseline: str | None, differs: str = "the length") -> list[str]:
     """Markdown: the answer, each run's line, and (``comparison`` of :func:`compare_settling`,
-    None where the suite has no ``baseline`` or its report is not beside) each run beside ``baseline``'s."""
+    None where the suite has no ``baseline`` or its report is not beside) each run beside ``baseline``'s;
+    ``differs`` names what the suite changes from it (:attr:`~attncnn.reproduce.studies.Suite.differs`)."""
     lines = [_answer(runs, epochs, threshold), "", *(_run_line(r, epochs, threshold) for r in runs)]
     if baseline is None:
         return lines
     if comparison is None:
-        return lines + ["", f"No `{baseline}` report beside this folder (../{baseline}/report.json), so the length "
-                            "comparison is not made."]
+        return lines + ["", f"No `{baseline}` report beside this folder (../{baseline}/report.json), so the "
+                            "comparison with it is not made."]
     if not comparison:
-        return lines + ["", f"No run here has a counterpart judged in `{baseline}`'s report, so the length "
-                            "comparison is not made."]
+        return lines + ["", f"No run here has a counterpart judged in `{baseline}`'s report, so the comparison "
+                            "with it is not made."]
     compared = [c for c in comparison if c["changed"] is not None]
     changed = [c for c in compared if c["changed"]]
     epochs_there = _series(sorted({c["epoch"] for c in comparison}), "or")
-    summary = (f"the length changed the settled layers in {len(changed)} of the {len(compared)} runs that reached "
-               f"epoch {epochs_there}" if compared else f"no run here has reached epoch {epochs_there} yet")
+    pairs = len({(c["preset"], c["seed"]) for c in comparison}) < len(comparison)     # several epochs a run
+    counted = "comparisons (run and epoch) made so far" if pairs else f"runs that reached epoch {epochs_there}"
+    summary = (f"{differs} changed the settled layers in {len(changed)} of the {len(compared)} {counted}"
+               if compared else f"no run here has reached epoch {epochs_there} yet")
     lines += ["", f"Against `{baseline}` (its report's grid distances, judged by the same criterion; settled layers "
                   f"listed, \"none\" when no layer settled): {summary}.", ""]
-    return lines + [_compare_line(c) for c in comparison]
+    return lines + [_compare_line(c, differs) for c in comparison]

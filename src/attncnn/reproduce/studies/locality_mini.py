@@ -30,5 +30,7 @@ LOCALITY_MINI = Suite(
     overrides=(("epochs", 60), ("checkpoint_every", 10), ("cutmix", 0.5), ("cutmix_alpha", 1.0)),
     settle_epochs=(6, 20, 60),
     baseline="mini-long",
+    differs="CutMix",
+    compare_at=(6, 20, 60),
     claims=TABLE1_CLAIMS,
 )

@@ -54,6 +54,12 @@ class Suite:
             tokens (default :data:`SETTLED_BELOW`, half a token).
         baseline: another suite whose ``report.json`` beside this suite's folder gives the accuracy to
             show beside this one's (``mini-long``: ``"mini"``, the 6-epoch runs).
+        differs: what this suite changes from ``baseline``, as the report words it ("the length":
+            ``mini-300`` is ``mini-long`` trained longer; "CutMix": ``locality-mini`` is ``mini-long``
+            with CutMix on).
+        compare_at: the epochs at which each run is set beside the baseline's same model and seed
+            (those of them the baseline judged); empty (the default): at the baseline's last judged
+            epoch and at this run's end, which is what a comparison of lengths needs.
         claims: the paper's claims the report measures; their rows are the paper's names of the
             presets (``paper_names``' values).
     """
@@ -72,6 +78,8 @@ class Suite:
     settle_epochs: tuple[int, ...] = ()
     settled_below: float = SETTLED_BELOW
     baseline: str | None = None
+    differs: str = "the length"
+    compare_at: tuple[int, ...] = ()
     claims: tuple[Claim, ...] = ()
 
     @property
