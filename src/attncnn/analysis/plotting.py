@@ -124,7 +124,7 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
     from ..runs import load_model
     from .figures import attention_grid_figure, quadratic_epochs_figure, quadratic_layers_figure, save_figure
     from .maps import attention_layers, attention_maps, default_grid_size, position_maps
-    from .runs import parse_query, test_images
+    from .runs import default_query, parse_query, test_images
 
     try:
         layers = attention_layers(run.model)
@@ -151,14 +151,14 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
     want_maps = "maps" in wanted and (not quadratic or not every)
     if position_only and want_maps:
         maps = position_maps(run.model)
-        at = parse_query(query) if query else tuple(s // 2 for s in (maps[0].height, maps[0].width))
+        at = parse_query(query) if query else default_query(maps[0].height, maps[0].width)
         fig = attention_grid_figure(maps, at, zoom=zoom, title=f"{run.name}: attention probabilities, query {at}")
         written += save_figure(fig, f"{stem}-maps", formats)
     elif not position_only and ({"maps", "average"} & wanted):
         images, raw = test_images(run, [image], data=data, data_dir=data_dir)
         # the middle token of these images' grid (the data set's size, not necessarily the model's default)
         rows, cols = (default_grid_size(run.model, side)[0] for side in images.shape[-2:])
-        at = parse_query(query) if query else (rows // 2, cols // 2)
+        at = parse_query(query) if query else default_query(rows, cols)
         if "maps" in wanted:
             fig = attention_grid_figure(attention_maps(run.model, images), at, image=raw[0], zoom=zoom,
                                         title=f"{run.name}: test image {image}, query {at}")
