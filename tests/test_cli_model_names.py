@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import shutil
 from pathlib import Path
 
@@ -32,6 +34,37 @@ def test_a_trained_models_name_means_its_run_folder(results, tmp_path, monkeypat
     assert run_or_model("resnet18-mini") == "resnet18-mini"
     # neither a path nor a preset: as given, for the command's own message
     assert run_or_model("no-such-thing") == "no-such-thing"
+
+
+def test_a_folder_here_that_has_a_trained_models_name_wins_and_says_so(results, tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "resnet18-mini").mkdir()
+    with caplog.at_level(logging.INFO, logger="attncnn"):
+        assert run_or_model("resnet18-mini") == "resnet18-mini"
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1
+    assert said[0].startswith(f"resnet18-mini: using the path {tmp_path / 'resnet18-mini'} here, not the trained "
+                              f"model of that name ({results / 'mini' / 'resnet18-mini' / 'seed0'})")
+    caplog.clear()
+    (tmp_path / "quadratic-mini").mkdir()     # a preset's name, but no trained model of it there: nothing shadowed
+    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(importlib.import_module("attncnn.api.pretrained"), "PACKAGED_MODELS", tmp_path / "none")
+    with caplog.at_level(logging.INFO, logger="attncnn"):
+        assert run_or_model("quadratic-mini") == "quadratic-mini"
+    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("name, meant", [("resnet18-mimi", "resnet18-mini"), ("quadratc-mini", "quadratic-mini")])
+def test_a_misspelt_model_name_is_answered_with_the_closest(results, capsys, name, meant):
+    with pytest.raises(argparse.ArgumentTypeError, match=rf"no run folder or checkpoint at '{name}', and no trained "
+                                                         rf"model of that name; did you mean {meant}\b"):
+        run_or_model(name)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", name])
+    assert stop.value.code == 2 and f"did you mean {meant}" in capsys.readouterr().err
+    # a path, or a name close to none: left to the command's own message
+    assert run_or_model("runs/quadratc-mini") == "runs/quadratc-mini"
+    assert run_or_model("my-run") == "my-run"
 
 
 def test_a_preset_without_a_trained_model_says_where_it_looked(results):

@@ -19,7 +19,7 @@ import pytest
 
 from attncnn.analysis.maps import attention_maps
 from attncnn.analysis.metrics import quadratic_head_parameters
-from attncnn.analysis.runs import open_run
+from attncnn.analysis.runs import default_query, open_run
 from attncnn.analysis.runs import test_images as load_test_images
 from attncnn.analysis.viewer import page_maps, read_viewer, write_viewer
 
@@ -125,8 +125,9 @@ def test_content_run_query_kinds_softmax_and_images(browser, page_file, runs, ar
     w = grid[1]
     viewer = Viewer(browser, page_file)
     page = viewer.page
-    assert viewer.state()["query"] == [4, 5] and viewer.state()["image"] == "0"
-    _matches(viewer.shown(), page_maps(data, 0, "0", "all", True), 4 * w + 5)
+    centre = default_query(*grid)                         # as `attncnn plot` takes it
+    assert viewer.state()["query"] == list(centre) and viewer.state()["image"] == "0"
+    _matches(viewer.shown(), page_maps(data, 0, "0", "all", True), centre[0] * w + centre[1])
     before = viewer.shown()
 
     # a click on the image picks the query token under the pointer
@@ -179,15 +180,16 @@ def test_quadratic_run_maps_and_centres_view(browser, page_file, runs, artifacts
     assert viewer.state()["run"] == 1
     assert page.locator("#kind-select option[value=content]").is_disabled()
     assert not page.locator("#kind-select option[value=positional]").is_disabled()
-    _matches(viewer.shown(), page_maps(data, 1, "0", "all", True), 4 * w + 5)
+    row, col = default_query(*grid)                       # another run: its own grid's centre
+    _matches(viewer.shown(), page_maps(data, 1, "0", "all", True), row * w + col)
 
     # keyboard: the arrow keys move the query
     page.locator("#image-canvas").focus()
     viewer.after(lambda: page.keyboard.press("ArrowLeft"))
-    assert viewer.state()["query"] == [4, 4]
-    _matches(viewer.shown(), page_maps(data, 1, "0", "all", True), 4 * w + 4)
+    assert viewer.state()["query"] == [row, col - 1]
+    _matches(viewer.shown(), page_maps(data, 1, "0", "all", True), row * w + col - 1)
     viewer.after(lambda: page.uncheck("#softmax"))
-    _matches(viewer.shown(), page_maps(data, 1, "0", "all", False), 4 * w + 4)
+    _matches(viewer.shown(), page_maps(data, 1, "0", "all", False), row * w + col - 1)
 
     viewer.after(lambda: page.select_option("#view-select", "centres"))
     assert page.locator("#centres-view").is_visible() and not page.locator("#maps-view").is_visible()

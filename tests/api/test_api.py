@@ -163,11 +163,13 @@ def test_pretrained_lists_what_it_has_and_names_where_it_looked(tmp_path, monkey
     with pytest.raises(FileNotFoundError) as err:
         attncnn.pretrained("quadratic-mini", seed=7)
     message = str(err.value)
-    assert str(RESULTS / "mini" / "quadratic-mini" / "seed7") in message and "quadratic-mini seed 2" in message
+    assert f"Looked for <suite>/quadratic-mini/seed7 and quadratic-mini/seed7 in {RESULTS}, " in message
+    assert "'quadratic-mini' is there with seeds 0, 1, 2." in message and "quadratic-mini seed 2" in message
     with pytest.raises(FileNotFoundError) as err:                # root= is the only place looked in
         attncnn.pretrained("quadratic-mini", root=tmp_path)
     message = str(err.value)                                        # ... and the three ways to get a model
-    assert message.startswith(f"no trained model 'quadratic-mini' seed 0: looked in {tmp_path / 'quadratic-mini'}")
+    assert message.startswith("no trained model 'quadratic-mini' seed 0. Looked for <suite>/quadratic-mini/seed0 "
+                              f"and quadratic-mini/seed0 in {tmp_path}. No trained model is there.")
     assert ("No trained model is there. A trained model comes one of three ways: with the installed package (the "
             "60-epoch mini models: learned-content-mini, learned-mini, quadratic-generalized-mini, quadratic-mini, "
             "resnet18-mini); from a clone of the repository") in message

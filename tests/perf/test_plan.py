@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -214,3 +215,37 @@ def test_cuda_graphs_are_refused_off_cuda_and_without_compiling(tmp_path, here, 
         else:
             make_plan(resolve_config("quadratic-mini"), options)
     assert str(info.value) == message
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "attncnn.perf.plan" and r.levelno == logging.WARNING]
+
+
+def test_a_resume_names_the_unknown_values_it_passes_over(tmp_path, here, caplog):
+    # an older config.json edited to "fp8" and "warp" resumed without a word about either
+    old = {"preset": "quadratic-mini", "precision": "fp8", "model": {"impl": "warp", "eval_impl": "dense"}}
+    folder = _run(tmp_path / "a", old, [_segment(precision="fp32")])
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.plan"):
+        assert resume_plan(folder).precision == "fp32"
+    assert _warnings(caplog) == [f"{folder / 'config.json'} stores values attncnn does not know, ignored: precision "
+                                 "'fp8' (resuming in fp32); impl 'warp' (this machine chooses the path; --impl "
+                                 "names one)"]
+    caplog.clear()
+    folder = _run(tmp_path / "b", {"preset": "quadratic-mini", "precision": "fp8"})     # no machine.json: asked
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.plan"):
+        assert resume_plan(folder, RunOptions(precision="fp32")).precision == "fp32"
+    assert _warnings(caplog) == [f"{folder / 'config.json'} stores values attncnn does not know, ignored: precision "
+                                 "'fp8' (resuming in fp32)"]
+    caplog.clear()
+    folder = _run(tmp_path / "c", {"preset": "quadratic-mini"}, [_segment(precision="fp64")])
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.plan"):
+        assert resume_plan(folder).precision == "fp32"
+    assert _warnings(caplog) == [f"{folder / MACHINE_FILE} records precision 'fp64', which attncnn does not know: "
+                                 "ignored, resuming in fp32"]
+
+
+def test_known_values_an_older_run_stored_are_passed_over_in_silence(tmp_path, here, caplog):
+    folder = _run(tmp_path, {**STARTED_ON_GPU, "precision": "fp32"})        # separable / dense: known paths
+    with caplog.at_level(logging.INFO, logger="attncnn.perf.plan"):
+        resume_plan(folder)
+    assert _warnings(caplog) == []

@@ -99,6 +99,9 @@ def test_without_data_it_loads_no_data_set_not_even_a_test_variable(capsys, monk
     help_text = " ".join(capsys.readouterr().out.split())
     help_text = help_text.replace("- ", "-")                      # argparse may wrap at a hyphen
     assert "default: random standard-normal 32x32 images" in help_text and "ATTNCNN_TEST_CIFAR10" not in help_text
+    # the description said "on real images" above a default of random ones
+    assert "on real images" not in help_text and "seeded random ones by default (no download)" in help_text
+    assert "--images IMAGES number of images, random or of --data (default 100)" in help_text
 
 
 def test_without_data_random_images_need_no_download(capsys, tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Without a terminal, a long epoch reports its progress in a few log lines (no bar), a short one in none."""
+"""Without a terminal, a long epoch or test pass reports its progress in a few log lines (no bar), a short one
+in none."""
 
 from __future__ import annotations
 
@@ -6,8 +7,11 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+import torch
 
-from attncnn.training import progress
+from attncnn.data import DeviceLoader, ImageSplit
+from attncnn.training import evaluate, progress
+from attncnn.training import progress as progress_module
 from attncnn.training.progress import EpochMeter
 
 SYNC = 25           # the loop shows its progress where it syncs: every SYNC_EVERY steps and at the last
@@ -68,3 +72,60 @@ def test_a_resumed_epoch_counts_from_where_it_resumed(monkeypatch, caplog):
 def test_no_lines_with_a_terminal_or_without_progress(monkeypatch, caplog):
     assert _epoch(monkeypatch, caplog, 0.25, terminal=True)[0] == []
     assert _epoch(monkeypatch, caplog, 0.25, enabled=False)[0] == []
+
+
+# -- a test pass (attncnn evaluate) reports its progress the same way -------------------------------
+
+class _SecondPerBatch(torch.nn.Module):
+    """A classifier whose every forward pass takes one (simulated) second."""
+
+    def __init__(self, now: list[float]):
+        super().__init__()
+        self.now, self.fc = now, torch.nn.Linear(3 * 4 * 4, 10)
+
+    def forward(self, x):
+        self.now[0] += 1.0
+        return self.fc(x.flatten(1))
+
+
+def _test_pass(monkeypatch, caplog, batches: int, *, progress: bool = True, terminal: bool = False):
+    now = [100.0]
+    monkeypatch.setattr(progress_module.time, "perf_counter", lambda: now[0])
+    monkeypatch.setattr(progress_module, "sys", SimpleNamespace(stderr=SimpleNamespace(isatty=lambda: terminal)))
+    generator = torch.Generator().manual_seed(0)
+    split = ImageSplit(torch.randint(0, 256, (batches * 5, 3, 4, 4), dtype=torch.uint8, generator=generator),
+                       torch.randint(0, 10, (batches * 5,), generator=generator))
+    loader = DeviceLoader(split, batch_size=5, train=False)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="attncnn.training.progress"):
+        result = evaluate(_SecondPerBatch(now), loader, progress=progress)
+    return [r.getMessage() for r in caplog.records if r.name == "attncnn.training.progress"], result
+
+
+def test_a_long_test_pass_logs_about_every_tenth_with_its_accuracy_so_far(monkeypatch, caplog):
+    # attncnn evaluate printed nothing for minutes after "loaded decoded images"
+    lines, result = _test_pass(monkeypatch, caplog, 200)           # 200 s
+    assert [line.split()[2] for line in lines] == [f"{b}/200" for b in range(20, 200, 20)]
+    assert lines[0].startswith("test  batch 20/200 (10 %)  100 images  accuracy so far 0.")
+    assert lines[0].endswith("  5 img/s") and result.examples == 1000
+
+
+def test_a_short_test_pass_and_a_pass_without_progress_log_nothing(monkeypatch, caplog):
+    assert _test_pass(monkeypatch, caplog, 25)[0] == []                      # 25 s: under half a minute
+    assert _test_pass(monkeypatch, caplog, 200, progress=False)[0] == []     # the test passes inside training
+    assert _test_pass(monkeypatch, caplog, 200, terminal=True)[0] == []      # a terminal gets the bar instead
+
+
+def test_the_evaluate_command_asks_for_progress_unless_told_not_to(monkeypatch, capsys):
+    from attncnn.cli import main
+
+    asked = []
+
+    def evaluate_run(path, **options):
+        asked.append(options["progress"])
+        return {"test_accuracy": 0.5, "test_loss": 1.0, "examples": 10, "dataset": "d", "epoch": 1,
+                "precision": "fp32", "precision_from": "--precision", "checkpoint": path}
+
+    monkeypatch.setattr("attncnn.api.evaluation.evaluate_run", evaluate_run)
+    assert main(["evaluate", "some/run"]) == 0 and main(["evaluate", "some/run", "--no-progress"]) == 0
+    assert asked == [True, False]

@@ -107,6 +107,9 @@ def plot_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[st
     if "accuracy" in wanted:
         if curves:
             written += save_figure(accuracy_figure(curves), Path(out) / "accuracy", kinds)
+        elif any(_packaged(run) for run in runs):
+            log.warning("skipping 'accuracy': it draws each run's epoch records (metrics.jsonl), which the models "
+                        "that come with the package do not carry (a clone's results/ has them)")
         else:
             log.warning("no run has logged test accuracies; skipping 'accuracy'")
     if not written:
@@ -121,7 +124,7 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
     from ..runs import load_model
     from .figures import attention_grid_figure, quadratic_epochs_figure, quadratic_layers_figure, save_figure
     from .maps import attention_layers, attention_maps, default_grid_size, position_maps
-    from .runs import parse_query, test_images
+    from .runs import default_query, parse_query, test_images
 
     try:
         layers = attention_layers(run.model)
@@ -140,21 +143,22 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
             raise InputError(f"--layer {chosen} does not exist: {run.name} has layers 1..{len(layers)}")
         snapshots = [(e, load_model(p)[0]) for e, p in run.periodic_checkpoints()]
         if not snapshots:
-            log.warning("%s: no periodic checkpoints (train with --checkpoint-every); skipping 'evolution'", run.name)
+            log.warning("%s: skipping 'evolution': it draws a run's periodic checkpoints, and %s", run.name,
+                        _why_no_periodic_checkpoints(run))
         else:
             fig = quadratic_epochs_figure(snapshots, chosen, title=f"{run.name}: layer {chosen}")
             written += save_figure(fig, f"{stem}-layer{chosen}-evolution", formats)
     want_maps = "maps" in wanted and (not quadratic or not every)
     if position_only and want_maps:
         maps = position_maps(run.model)
-        at = parse_query(query) if query else tuple(s // 2 for s in (maps[0].height, maps[0].width))
+        at = parse_query(query) if query else default_query(maps[0].height, maps[0].width)
         fig = attention_grid_figure(maps, at, zoom=zoom, title=f"{run.name}: attention probabilities, query {at}")
         written += save_figure(fig, f"{stem}-maps", formats)
     elif not position_only and ({"maps", "average"} & wanted):
         images, raw = test_images(run, [image], data=data, data_dir=data_dir)
         # the middle token of these images' grid (the data set's size, not necessarily the model's default)
         rows, cols = (default_grid_size(run.model, side)[0] for side in images.shape[-2:])
-        at = parse_query(query) if query else (rows // 2, cols // 2)
+        at = parse_query(query) if query else default_query(rows, cols)
         if "maps" in wanted:
             fig = attention_grid_figure(attention_maps(run.model, images), at, image=raw[0], zoom=zoom,
                                         title=f"{run.name}: test image {image}, query {at}")
@@ -166,6 +170,30 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
                                         title=f"{run.name}: average over {count} test images, query {at}")
             written += save_figure(fig, f"{stem}-maps-average{count}", formats)
     return written
+
+
+def _packaged(run) -> bool:
+    """A model that comes with the installed package: its ``finished.json`` says where it was made
+    from (``"packaged"``; benchmarks/package_models.py writes it) and it keeps its final weights only."""
+    import json
+
+    if run.folder is None:
+        return False
+    try:
+        summary = json.loads((run.folder.path / "finished.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(summary, dict) and "packaged" in summary
+
+
+def _why_no_periodic_checkpoints(run) -> str:
+    """Why ``run`` has no periodic checkpoints, with what gives them, in words that fit the run."""
+    if run.folder is None:
+        return "a checkpoint file alone has none (give its run folder)"
+    if _packaged(run):
+        return "a model that comes with the package keeps only its final weights"
+    return ("this run folder keeps none (the shipped runs keep their final weights only; a run of your own keeps "
+            "them when trained with --checkpoint-every)")
 
 
 def available_images(run, wanted: int, *, data: str | None = None, data_dir: str | None = None) -> int:

@@ -20,7 +20,7 @@ from ..runs.loading import DEFAULT_CHECKPOINT, build_checked, checkpoint_of
 from ..runs.config import without_paths
 
 __all__ = ["Run", "ImageIndexError", "open_run", "run_label", "unique_labels", "label_runs", "test_count",
-           "test_images", "parse_indices", "parse_query", "shareable_dataset"]
+           "test_images", "parse_indices", "default_query", "parse_query", "shareable_dataset"]
 
 
 class ImageIndexError(InputError):
@@ -202,6 +202,13 @@ def parse_indices(text: str) -> list[int]:
     if not values or any(v < 0 for v in values):
         raise InputError(f"expected non-negative image indices, got {text!r}")
     return values
+
+
+def default_query(height: int, width: int) -> tuple[int, int]:
+    """The query token figures and the viewer page show unless told otherwise: the centre of an
+    ``height x width`` token grid, ``(height // 2, width // 2)`` as (row, column), as the paper's
+    Fig. 5 takes it (``page.js`` computes the same for the viewer page)."""
+    return height // 2, width // 2
 
 
 def parse_query(text: str) -> tuple[int, int]:

@@ -176,9 +176,10 @@ class Classifier(nn.Module):
             ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            InputError: another rank or channel count, an integer type other than uint8, float
-                values that are not finite or outside ``[0, 1]`` (already normalised, or 0..255
-                stored as float),
+            InputError: another rank or channel count, an integer type other than uint8, a NumPy
+                array of another dtype than float or uint8 (object, text: the message says how to
+                convert it), float values that are not finite or outside ``[0, 1]`` (already
+                normalised, or 0..255 stored as float),
                 images of another size than the training size without ``resize`` (the message
                 names both sizes and the fix), or ``resize`` where the training size is unknown
                 or an unknown mode.
@@ -191,6 +192,11 @@ class Classifier(nn.Module):
         after every check of :meth:`preprocess` (whose errors it raises); ``mode`` from
         :meth:`_resize_mode`. Allocates no float copy: only the range checks' temporaries (a byte per
         value for the finiteness test)."""
+        if isinstance(images, np.ndarray) and images.dtype != np.uint8 and images.dtype.kind != "f":
+            # torch converts neither object nor text arrays (a TypeError of its own): say what to pass
+            raise InputError(f"images must be float in [0, 1] or uint8 in 0..255, got a NumPy array of dtype "
+                             f"{images.dtype}; convert it first: np.asarray(images, dtype=np.float32) for values in "
+                             "[0, 1], dtype=np.uint8 for 0..255 (np.stack(list_of_images) for an array of arrays)")
         x = torch.as_tensor(images) if isinstance(images, np.ndarray) else images
         if not isinstance(x, torch.Tensor):
             raise InputError(f"images must be a tensor or NumPy array (B, C, H, W), got {type(images).__name__}")

@@ -12,7 +12,7 @@ __all__ = ["evaluate_run"]
 def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None, data: str | None = None,
                  data_dir: str | None = None, download: bool = False, device: str = "auto", batch_size: int = 500,
                  precision: str | None = None, sample: int | None = None,
-                 predictions: str | os.PathLike[str] | None = None) -> dict:
+                 predictions: str | os.PathLike[str] | None = None, progress: bool = True) -> dict:
     """Evaluate a trained network on the test images of its data set (``attncnn evaluate``).
 
     Args:
@@ -32,6 +32,8 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
             of all of them.
         predictions: also write the top-1 class of each evaluated image to this JSON file
             (:func:`attncnn.runs.write_predictions`).
+        progress: show the pass's progress as ``attncnn train`` shows an epoch's: a bar on a
+            terminal, else an INFO line about every tenth of a pass of half a minute or more.
 
     Returns:
         ``{"path", "checkpoint", "dataset", "epoch", "precision", "precision_from" (where the
@@ -70,7 +72,7 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
         test = ImageSplit(test.images[indices], test.labels[indices])
     loader = DeviceLoader(test, batch_size=batch_size, device=device, train=False)
     precision, precision_from = _chosen_precision(checkpoint, meta, device, precision, str(path))
-    result = evaluate(model, loader, precision=precision, keep_predictions=predictions is not None)
+    result = evaluate(model, loader, precision=precision, keep_predictions=predictions is not None, progress=progress)
     out = {"path": str(path), "checkpoint": str(checkpoint), "dataset": dataset.source,
            "epoch": meta.get("epoch"), "precision": precision, "precision_from": precision_from,
            "test_accuracy": result.accuracy, "test_loss": result.loss, "examples": result.examples,

@@ -173,28 +173,48 @@ def pretrained_path(name: str, seed: int = 0, *, root: str | os.PathLike | None 
         FileNotFoundError: no such trained model; the message names every folder looked in,
             what was found there, and how to point at a clone's ``results/``.
     """
-    chosen, candidates = _choose(name, seed, model_folders(root))
+    groups = model_folders(root)
+    chosen, candidates = _choose(name, seed, groups)
     if chosen is not None:
         others = [f for f in candidates if f != chosen and _has_checkpoint(f)]
         if others:
             log.info("%s seed %d: the %d-epoch run %s (also trained: %s)", name, seed, _epochs(chosen), chosen,
                      ", ".join(f"{f} ({_epochs(f)} epochs)" for f in others))
+        if root is None and not any(chosen.is_relative_to(base) for base in groups[0]):
+            _say_unusable_results_env(name, chosen)
         return chosen
-    raise MissingFileError(_not_found(name, seed, candidates, list_pretrained(root)))
+    raise MissingFileError(_not_found(name, seed, [base for bases in groups for base in bases], candidates,
+                                      list_pretrained(root)))
 
 
-def _not_found(name: str, seed: int, candidates: list[Path], available: list[tuple[str, int]]) -> str:
-    """What :func:`pretrained_path` says of a model it cannot find: where it looked, then what helps
-    most: a run of it shipped without its weights (:mod:`attncnn.runs.withheld`: how to train it
-    again), the seeds and the names close to ``name`` that are there, how to train a preset none of
-    whose runs is there; last, the three ways to get a trained model (:func:`_ways`)."""
-    sentences = [f"no trained model {name!r} seed {seed}: looked in {', '.join(str(c) for c in candidates)}."]
+def _say_unusable_results_env(name: str, chosen: Path) -> None:
+    """One warning where :data:`RESULTS_ENV` names no folder and ``name`` was found elsewhere (the
+    user cache, the package): a user who pointed it at their own results gets another model."""
+    env = os.environ.get(RESULTS_ENV)
+    if not env or Path(env).expanduser().is_dir():
+        return
+    what = "is a file, not a folder" if Path(env).expanduser().exists() else "does not exist"
+    log.warning("%s=%s %s; loaded %s from %s instead (set %s to a results folder, or unset it)", RESULTS_ENV, env,
+                what, name, chosen, RESULTS_ENV)
+
+
+def _not_found(name: str, seed: int, roots: list[Path], candidates: list[Path],
+               available: list[tuple[str, int]]) -> str:
+    """What :func:`pretrained_path` says of a model it cannot find: what helps most first (a run of
+    it shipped without its weights, :mod:`attncnn.runs.withheld`: how to train it again; the seeds
+    and the names close to ``name`` that are there; how to train a preset none of whose runs is
+    there), then where it looked (``roots``, once each), what is there, and last the three ways to
+    get a trained model (:func:`_ways`)."""
+    sentences = [f"no trained model {name!r} seed {seed}."]
     for folder in candidates:           # trained, but shipped without its weights: say so first
         record = read_withheld(folder) if (folder / "finished.json").is_file() else None
         if record is not None:
             sentences.append(withheld_message(folder, record) + ".")
+    within = (f"<suite>/{name}/seed{seed} and {name}/seed{seed}" if len(Path(name).parts) == 1
+              else f"{name}/seed{seed}")
+    looked = f"Looked for {within} in {', '.join(str(r) for r in dict.fromkeys(roots))}."
     if not available:
-        return " ".join(sentences + ["No trained model is there.", _ways(name)])
+        return " ".join(sentences + [looked, "No trained model is there.", _ways(name)])
     names = sorted({n for n, _ in available})
     seeds = sorted(s for n, s in available if n == name)
     if seeds:
@@ -216,7 +236,7 @@ def _not_found(name: str, seed: int, candidates: list[Path], available: list[tup
                              f"attncnn.load_model(<run folder>).")
     listing = ", ".join(f"{n} seed {s}" for n, s in available[:12])
     more = f", ... ({len(available)} in all: attncnn.list_pretrained())" if len(available) > 12 else ""
-    sentences.append(f"Found there: {listing}{more}.")
+    sentences += [looked, f"Found there: {listing}{more}."]
     return " ".join(sentences + [_ways(name)])
 
 

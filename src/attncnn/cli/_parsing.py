@@ -15,6 +15,7 @@ import argparse
 import ast
 import contextlib
 import dataclasses
+import difflib
 import logging
 import types
 import typing
@@ -25,6 +26,8 @@ from ..runs.config import PRECISIONS, TrainConfig
 
 __all__ = ["Parser", "DefaultsHelpFormatter", "add_config_options", "given_options", "flag_name", "key_value",
            "add_precision_option", "default_text", "quiet_logs", "run_or_model", "RUN_HELP"]
+
+log = logging.getLogger(__name__)
 
 
 class DefaultsHelpFormatter(argparse.HelpFormatter):
@@ -167,20 +170,48 @@ RUN_HELP = "run folder, checkpoint file, or a trained model's name (quadratic-mi
 def run_or_model(text: str) -> str:
     """A ``RUN`` argument (argparse ``type``): a run folder or checkpoint file as given, or, where no
     such path exists and ``text`` is a preset's name (``quadratic``, ``quadratic-mini``), the run
-    folder of that trained model, as :func:`attncnn.pretrained` finds it (seed 0). Anything else is
-    returned as given, so the command's own "no run folder or checkpoint" message names it.
+    folder of that trained model, as :func:`attncnn.pretrained` finds it (seed 0). A path that
+    exists wins over a trained model of the same name, with one warning naming both. Anything else
+    is returned as given, so the command's own "no run folder or checkpoint" message names it,
+    except a bare name close to a preset's (a misspelt model name), which is refused here.
 
     Raises:
         argparse.ArgumentTypeError: a preset's name with no trained model found (the message says
-            where it looked and the ways to get one).
+            where it looked and the ways to get one); a bare name that is no path and no preset but
+            close to one (the message names the closest).
     """
-    if Path(text).exists() or text not in list_presets():
-        return text
     from ..api.pretrained import pretrained_path
     from ..errors import AttncnnError
 
+    presets = list_presets()
+    if Path(text).exists():
+        if text in presets:
+            _say_path_wins(text, pretrained_path)
+        return text
+    if text not in presets:
+        close = difflib.get_close_matches(text, presets, n=3) if _bare_name(text) else []
+        if close:
+            raise argparse.ArgumentTypeError(f"no run folder or checkpoint at {text!r}, and no trained model of that "
+                                             f"name; did you mean {' or '.join(close)}?")
+        return text
     try:
         return str(pretrained_path(text))
     except (AttncnnError, FileNotFoundError) as err:
         raise argparse.ArgumentTypeError(f"no run folder or checkpoint at {text!r}, and no trained model of that "
                                          f"name: {err}") from None
+
+
+def _bare_name(text: str) -> bool:
+    """``text`` reads as a model's name, not a path (no folder in it, not a checkpoint file)."""
+    return len(Path(text).parts) == 1 and not text.endswith(".safetensors") and not text.startswith(".")
+
+
+def _say_path_wins(text: str, find) -> None:
+    """Warn that the path ``text`` here is used although a trained model has that name too."""
+    try:
+        model = find(text)
+    except (FileNotFoundError, ValueError):
+        return                                  # no trained model of that name: nothing is shadowed
+    log.warning(
+        "%s: using the path %s here, not the trained model of that name (%s); name that one by its path, or run "
+        "from another folder", text, Path(text).resolve(), model)

@@ -40,6 +40,9 @@ def register(sub) -> None:
                    help="also write the top-1 class predicted for each evaluated image to FILE (JSON; beside a "
                         "run: its folder's predictions.json, which checks of the run compare a --sample with)")
     e.add_argument("--json", action="store_true", help="print one JSON object")
+    e.add_argument("--no-progress", action="store_true",
+                   help="no progress bar (without a terminal: no progress lines, which a pass of half a minute or "
+                        "more writes about every tenth of the test set)")
 
     e.set_defaults(handler=handle)
 
@@ -50,7 +53,8 @@ def handle(args: argparse.Namespace) -> int:
 
     out = evaluate_run(args.path, checkpoint=args.checkpoint, data=args.data, data_dir=args.data_dir,
                        download=args.download, device=args.device, batch_size=args.batch_size,
-                       precision=args.precision, sample=args.sample, predictions=args.predictions)
+                       precision=args.precision, sample=args.sample, predictions=args.predictions,
+                       progress=not args.no_progress)
     if args.json:
         print(json.dumps(out))
         return 0

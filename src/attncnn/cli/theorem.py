@@ -1,6 +1,7 @@
 """``attncnn theorem``: build the attention layer of Theorem 1 and check it against the convolution.
 
-Runs both on real images (CIFAR-10 test images by default) and prints the max absolute and relative
+Runs both on the same images (by default 100 standard-normal random images drawn with a fixed seed,
+which need no download; ``--data`` for a data set's test images) and prints the max absolute and relative
 errors (interior, border, all), the Lemma 2 bound for the alpha used, and timings. With ``--model``
 (a preset such as ``quadratic-conv-mini``, or a checkpoint) it checks one layer of that network
 instead: the convolution closest to it, per head, and the output error on the layer's real input
@@ -24,7 +25,8 @@ def register(sub) -> None:
     p = sub.add_parser(
         "theorem", help="build the self-attention layer equal to a convolution and measure the difference",
         description="Theorem 1 of Cordonnier et al. (2020) as code: a K*K-head quadratic self-attention layer "
-                    "built to equal a KxK convolution, run against torch.nn.functional.conv2d on real images.")
+                    "built to equal a KxK convolution, run against torch.nn.functional.conv2d on the same images: "
+                    "seeded random ones by default (no download), a data set's test images with --data.")
     p.add_argument("--kernel", type=int, help="odd kernel size K (default 3; with --conv-from: the checkpoint's)")
     p.add_argument("--dilation", type=int, help="dilation (default 1)")
     p.add_argument("--stride", type=int, help="stride (default 1)")
@@ -36,7 +38,7 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, help="sharpness of every head (default: exactly one-hot in --dtype, "
                    "87.3 for float32, 708.4 for float64)")
     p.add_argument("--dtype", choices=DTYPES, help="float64 (default) or float32 (default with --model)")
-    p.add_argument("--images", type=int, default=100, help="number of test images (default 100)")
+    p.add_argument("--images", type=int, default=100, help="number of images, random or of --data (default 100)")
     p.add_argument("--data", help="data set of the test images, as for train (cifar10, cifar100, a folder or zip); "
                                   "default: random standard-normal 32x32 images, which need no download")
     p.add_argument("--data-dir",

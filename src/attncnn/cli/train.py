@@ -97,6 +97,8 @@ def handle(args: argparse.Namespace) -> int:
                              "set is here). Drop them, or start a new run with --init-from on its checkpoint")
     if is_main_process():
         RunFolder.check_not_in_use(out)           # before the plan's measurements: another process trains there
+        if mode == "new":
+            RunFolder.check_new(out)              # a repeated command: refused before anything is loaded
     if mode == "resume":
         _point_resumed_run_at_data(out, given, main=is_main_process())
         plan = resume_plan(out, options)

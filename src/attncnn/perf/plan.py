@@ -54,12 +54,14 @@ from ..errors import InputError
 from ..models import preset_model_config
 from ..runs import TrainConfig
 from ..runs.loading import check_options_take_images, resumable_recipe
-from ..runs.machine_file import last_segment, run_precision
+from ..runs.config import PATH_OPTIONS, PRECISIONS
+from ..runs.machine_file import MACHINE_FILE, last_segment, recorded_precision, run_precision
 from ..training import RunOptions, RunPlan
 from ..training.components import fitted_to_images, resolve_device
 from ..training.distributed import launch_from_env, rank_device
 from .choosing import RunChooser
 from .machine import machine_info
+from .paths import _KNOWN_PATHS
 from .precision import machine_precision, resolve_precision
 
 __all__ = ["make_plan", "resume_plan", "plan_device", "for_images", "check_compile_mode"]
@@ -124,12 +126,33 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     check_compile_mode(options, here)
     own = run_precision(folder) or old.get("precision")
     precision = machine_precision(own, here, options.precision, what=f"run {folder}")
+    _say_unknown_values(folder, old, precision)
     deterministic = options.deterministic
     if deterministic is None:
         deterministic = bool(last.get("deterministic", old.get("deterministic", False)))
         if deterministic:
             log.info("%s: resumed deterministic, as it ran before (--no-deterministic to change)", folder)
     return _planned(stored, options, here, precision, deterministic)
+
+
+def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
+    """One warning per file naming the values a resume passes over because attncnn does not know them:
+    a precision in ``machine.json`` or in an older ``config.json`` (``old``: its machine fields), an
+    attention path in the latter (a hand-edited ``"fp8"`` or ``"warp"``). Known paths an older
+    ``config.json`` stored are passed over by design (this machine chooses its paths) and not named."""
+    recorded = recorded_precision(folder)
+    if recorded is not None and recorded not in ("fp32", "bf16"):
+        log.warning("%s records precision %r, which attncnn does not know: ignored, resuming in %s",
+                    Path(folder) / MACHINE_FILE, recorded, precision)
+    unknown = []
+    if old.get("precision") is not None and old["precision"] not in PRECISIONS:
+        unknown.append(f"precision {old['precision']!r} (resuming in {precision})")
+    for key in PATH_OPTIONS:
+        if old.get(key) is not None and old[key] not in _KNOWN_PATHS | {"auto"}:
+            unknown.append(f"{key} {old[key]!r} (this machine chooses the path; --{key.replace('_', '-')} names one)")
+    if unknown:
+        log.warning("%s stores values attncnn does not know, ignored: %s", Path(folder) / "config.json",
+                    "; ".join(unknown))
 
 
 def check_compile_mode(options: RunOptions, device: torch.device) -> None:

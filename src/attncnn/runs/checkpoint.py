@@ -19,7 +19,9 @@ both digests, so a flipped bit on disk or in a copy, in the weights or in what i
 (the epoch, the step inside it, the recipe, the optimiser's hyper-parameters), is an error naming
 the file, not a silently different run. Two digests rather than one so that files written before
 the header digest existed keep their tensor check: they load with a note that their metadata is
-not covered (and files from before either digest with a warning that nothing is checked).
+not covered (and files from before either digest with a warning that nothing is checked), each
+said once per file and process; :func:`attncnn.runs.checkpoint_upgrade.add_header_digest` re-saves
+such a file with both digests, its tensors byte for byte as they were.
 """
 
 from __future__ import annotations
@@ -305,11 +307,13 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
     stored = (header.get("__metadata__") or {}).get("digest")
     if stored is None:
-        log.warning("%s has no content digest (written by an older attncnn): its integrity is not checked", path)
+        _note_once(path, logging.WARNING, "%s has no content digest (written by an older attncnn): its integrity is "
+                   "not checked")
     elif "header_digest" not in header["__metadata__"]:
-        # INFO, not WARNING: every shipped run predates the header digest, and its tensors are checked.
-        log.info("%s was written before checkpoints covered their metadata: its tensors are checked against "
-                 "their digest, its metadata (epoch, step, recipe) is not", path)
+        # INFO, not WARNING: the tensors are checked; only what is read beside them is not.
+        _note_once(path, logging.INFO, "%s was written before checkpoints covered their metadata: its tensors are "
+                   "checked against their digest, its metadata (epoch, step, recipe) is not; "
+                   "attncnn.runs.checkpoint_upgrade.add_header_digest(path) re-saves it with both")
     if stored is not None:
         view = memoryview(raw)
         try:
@@ -327,6 +331,20 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
     except (SafetensorError, RuntimeError, ValueError) as err:
         raise CheckpointError(f"cannot read checkpoint {path}: {err}") from err
     return {name: t.to(device) for name, t in tensors.items()}
+
+
+#: the older files :func:`_note_once` has spoken of in this process (resolved paths): a command that
+#: reads a run's checkpoints several times (a plot of every periodic checkpoint, an export that loads
+#: the weights and then reads the metadata) says it once per file
+_NOTED: set[str] = set()
+
+
+def _note_once(path: Path, level: int, message: str) -> None:
+    """Log ``message % path`` at ``level`` the first time this process reads the file at ``path``."""
+    key = os.path.realpath(path)
+    if key not in _NOTED:
+        _NOTED.add(key)
+        log.log(level, message, path)
 
 
 def _check_header_digest(path: Path, header: dict) -> None:

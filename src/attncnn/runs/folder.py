@@ -88,9 +88,7 @@ class RunFolder:
         if mode == "resume":
             _check_resumable(p)
         elif mode == "new":
-            if p.is_dir() and any(entry.name != LOCK_FILE for entry in p.iterdir()):
-                raise RunFolderError(f"run folder {p} already exists and is not empty; use --resume to continue "
-                                     "it, --overwrite to replace it, or choose another output folder")
+            self.check_new(p)
         elif mode == "overwrite" and p.is_dir():
             resolved, cwd = p.resolve(), Path.cwd().resolve()
             if resolved == Path.home().resolve() or resolved == cwd or resolved in cwd.parents:
@@ -379,6 +377,22 @@ class RunFolder:
             RunLock.probe(Path(path))
         except OSError:
             pass        # an unreadable folder gets its own clear error when it is opened
+
+    @staticmethod
+    def check_new(path: str | os.PathLike[str]) -> None:
+        """Refuse to start a new run in ``path`` when it holds anything but a lock file: what
+        ``mode="new"`` checks, for a caller to run before it loads data for a run it could not write.
+
+        Raises:
+            RunFolderError: the folder exists and is not empty (the message names ``--resume``,
+                ``--overwrite`` and another folder); a file at ``path``.
+        """
+        p = Path(path)
+        if p.exists() and not p.is_dir():
+            raise RunFolderError(f"run folder {p} exists but is not a folder; choose another output path")
+        if p.is_dir() and any(entry.name != LOCK_FILE for entry in p.iterdir()):
+            raise RunFolderError(f"run folder {p} already exists and is not empty; use --resume to continue "
+                                 "it, --overwrite to replace it, or choose another output folder")
 
     @staticmethod
     def resumable_config(path: str | os.PathLike[str]) -> dict:

@@ -31,7 +31,7 @@ from ..models import build_model_from_config
 from .checkpoint import load_checkpoint, read_metadata, tensor_specs
 from .config import TrainConfig, recipe_from_dict, without_paths
 from .folder import RunFolder
-from .machine_file import run_precision
+from .machine_file import MACHINE_FILE, recorded_precision, run_precision
 from .withheld import read_withheld, withheld_message
 
 __all__ = ["OLD_MACHINE_FIELDS", "load_model", "trained_precision", "precision_source", "resumable_config",
@@ -317,7 +317,8 @@ def precision_source(checkpoint: str | Path, meta: dict) -> tuple[str | None, st
     """:func:`trained_precision` and where it was found, in words for a user: ``"the run's
     machine.json"``, ``"the checkpoint's configuration"`` (an older run's), or why it is not known
     (``"no run folder"``: a checkpoint outside ``<run>/checkpoints/``; ``"<run folder> records
-    none"``: a run from before ``--precision``, or its ``machine.json`` gone)."""
+    none"``: a run from before ``--precision``, or its ``machine.json`` gone; ``"<run
+    folder>/machine.json records precision 'fp64', which attncnn does not know"``)."""
     checkpoint = Path(checkpoint)
     folder = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
     found = run_precision(folder) if folder is not None else None
@@ -326,7 +327,12 @@ def precision_source(checkpoint: str | Path, meta: dict) -> tuple[str | None, st
     old = meta.get(OLD_MACHINE_FIELDS, {}).get("precision")
     if isinstance(old, str):
         return old, "the checkpoint's configuration"
-    return None, "no run folder" if folder is None else f"{folder} records none"
+    if folder is None:
+        return None, "no run folder"
+    unknown = recorded_precision(folder)
+    if unknown is not None:             # e.g. "fp64" in a hand-edited file: not "none", and not used
+        return None, f"{folder / MACHINE_FILE} records precision {unknown!r}, which attncnn does not know"
+    return None, f"{folder} records none"
 
 
 def resumable_config(path: str | Path) -> TrainConfig:

@@ -37,7 +37,7 @@ from pathlib import Path
 from .._io import atomic_write_text
 
 __all__ = ["MACHINE_FILE", "short_machine", "read_machine_file", "start_segment", "end_segment", "run_precision",
-           "last_segment"]
+           "recorded_precision", "last_segment"]
 
 log = logging.getLogger(__name__)
 
@@ -107,11 +107,17 @@ def last_segment(folder: str | Path) -> dict | None:
 
 def run_precision(folder: str | Path) -> str | None:
     """The precision the run trained at when it started (its first segment's, ``"fp32"`` or
-    ``"bf16"``), or None where ``machine.json`` does not say (no file, or one written before
-    segments recorded it)."""
-    segments = (read_machine_file(folder) or {}).get("segments") or []
-    precision = segments[0].get("precision") if segments else None
+    ``"bf16"``), or None where ``machine.json`` does not say (no file, one written before
+    segments recorded it, or a value attncnn does not know: :func:`recorded_precision` gives it)."""
+    precision = recorded_precision(folder)
     return precision if precision in ("fp32", "bf16") else None
+
+
+def recorded_precision(folder: str | Path) -> str | None:
+    """The precision the first segment of the run's ``machine.json`` records, as written (``"fp64"``
+    from a hand-edited file too), or None where it records none."""
+    segments = (read_machine_file(folder) or {}).get("segments") or []
+    return segments[0].get("precision") if segments else None
 
 
 #: (file, problem) that :func:`read_machine_file` has warned about in this process: a report reads

@@ -1,6 +1,7 @@
 """Theorem 1 measured, as ``attncnn theorem`` prints it: the attention layer built to equal a
 convolution (:func:`check_theorem`), or one layer of a network against its closest convolution
-(:func:`check_model_layer`), each run on real images against :func:`torch.nn.functional.conv2d`."""
+(:func:`check_model_layer`), each run against :func:`torch.nn.functional.conv2d` on the same images:
+seeded standard-normal ones unless a data set is named."""
 
 from __future__ import annotations
 
@@ -112,7 +113,8 @@ def check_theorem(*, kernel: int | None = None, dilation: int | None = None, str
                   data_dir: str | None = None, conv_from: str | None = None, seed: int = 0,
                   repeats: int = 3) -> dict:
     """Build the ``K*K``-head quadratic attention layer equal to a ``KxK`` convolution (paper
-    Theorem 1, :func:`~attncnn.theory.attention_from_conv2d`) and run both on real test images.
+    Theorem 1, :func:`~attncnn.theory.attention_from_conv2d`) and run both on the same images
+    (seeded random ones unless ``data`` names a data set).
 
     Args:
         kernel, dilation, stride, padding, in_channels, out_channels: the convolution (defaults

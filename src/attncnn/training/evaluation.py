@@ -13,6 +13,7 @@ from ..data import DeviceLoader
 from ..errors import InputError
 from ..layers.autocast_rules import autocast
 from .distributed import Distributed
+from .progress import Progress
 
 __all__ = ["EvalResult", "evaluate", "check_sharding"]
 
@@ -43,7 +44,7 @@ def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distribute
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None = None,
-             precision: str = "fp32", keep_predictions: bool = False) -> EvalResult:
+             precision: str = "fp32", keep_predictions: bool = False, progress: bool = False) -> EvalResult:
     """Mean cross-entropy and top-1 accuracy over every example of ``loader`` (model in eval mode).
 
     Args:
@@ -56,6 +57,10 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
             the whole set. ``EvalResult.seconds`` is this process's time.
         keep_predictions: also return each example's top-1 class (``EvalResult.predictions``);
             one process only.
+        progress: show the pass's progress as training shows an epoch's
+            (:class:`~attncnn.training.progress.Progress`: a bar on a terminal, else a line about
+            every tenth of a pass that takes half a minute or more, with the accuracy so far: one
+            host sync per line). Off for the test passes inside training, whose epoch line follows.
 
     Raises:
         InputError: ``loader`` sharded over a different number of processes than ``dist``, or
@@ -72,15 +77,20 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
     correct = torch.zeros((), device=device, dtype=torch.int64)
     count = 0
     kept = []
-    for x, y in loader:
-        with autocast(precision, device):
-            logits = model(x)
-        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
-        predicted = logits.argmax(dim=-1)
-        correct += (predicted == y).sum()
-        count += y.numel()
-        if keep_predictions:
-            kept.append(predicted.to("cpu", torch.int64))
+    total = len(loader)
+    with Progress(total, desc="test", enabled=progress and dist.is_main) as shown:
+        for batch, (x, y) in enumerate(loader, start=1):
+            with autocast(precision, device):
+                logits = model(x)
+            loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
+            predicted = logits.argmax(dim=-1)
+            correct += (predicted == y).sum()
+            count += y.numel()
+            if keep_predictions:
+                kept.append(predicted.to("cpu", torch.int64))
+            shown.show(batch, lambda seconds: {"img_s": f"{count / seconds:.0f}"},
+                       lambda seconds: f"test  batch {batch}/{total} ({100 * batch // total} %)  {count:,} images  "
+                                       f"accuracy so far {correct.item() / count:.4f}  {count / seconds:.0f} img/s")
     model.train(was_training)
     if dist.enabled:
         total = dist.sum(torch.stack([loss_sum, correct.double(), loss_sum.new_tensor(float(count))]))

@@ -148,6 +148,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     launch = launch_from_env()
     if launch is None or launch.rank == 0:      # the only writer; the other ranks learn of a refusal from it
         RunFolder.check_not_in_use(out_dir)
+        if mode == "new":
+            RunFolder.check_new(out_dir)        # before the data set is loaded for a run that could not start
     if mode == "resume":
         config = resumable_config(out_dir)
     # Everything that can fail on bad input (device, data, model options) happens before the run

@@ -1,4 +1,5 @@
-"""Time, throughput and the progress bar (or, without a terminal, progress lines) of one training epoch."""
+"""Progress of a long loop over batches: a tqdm bar on a terminal, else a few log lines
+(:class:`Progress`); and the time, throughput and progress of one training epoch (:class:`EpochMeter`)."""
 
 from __future__ import annotations
 
@@ -6,36 +7,91 @@ import logging
 import math
 import sys
 import time
+from typing import Callable
 
 from tqdm import tqdm          # plain: the bar only ever draws on a terminal (below), never in a notebook
 
 from .distributed import Distributed
 from .state import RunningSums
 
-__all__ = ["EpochMeter", "LINE_EVERY", "MIN_LINE_SECONDS", "MIN_EPOCH_SECONDS"]
+__all__ = ["Progress", "EpochMeter", "LINE_EVERY", "MIN_LINE_SECONDS", "MIN_EPOCH_SECONDS"]
 
 log = logging.getLogger(__name__)
 
-#: without a terminal, a progress line about every this fraction of an epoch ...
+#: without a terminal, a progress line about every this fraction of a loop (an epoch, a test pass) ...
 LINE_EVERY = 0.1
-#: ... but never sooner than this many seconds after the epoch's start or the last line ...
+#: ... but never sooner than this many seconds after the loop's start or the last line ...
 MIN_LINE_SECONDS = 10.0
-#: ... and none in an epoch that, at its pace so far, takes less than this many seconds
+#: ... and none in a loop that, at its pace so far, takes less than this many seconds
 MIN_EPOCH_SECONDS = 30.0
 
 
-class EpochMeter:
-    """Measures one epoch from its first step (or its resume point) to its last, and shows a tqdm
-    bar on stderr when ``enabled`` and stderr is a terminal. Use as a context manager: the bar is
-    closed on any exit.
+class Progress:
+    """The progress of a loop of ``total`` steps: a tqdm bar on stderr when ``enabled`` and stderr
+    is a terminal; when stderr is not one (CI, ``nohup``, a scheduler's log file, where the bar's
+    carriage-return frames would pile up) one INFO line about every :data:`LINE_EVERY` of the steps,
+    at most one per :data:`MIN_LINE_SECONDS` and none in a loop shorter than
+    :data:`MIN_EPOCH_SECONDS` at its pace so far, and none at its last step (the caller's own result
+    line follows). What the bar and the lines say is asked of the caller only when drawn, so a
+    caller whose numbers cost a host sync pays it only then. Close it (or use it as a context
+    manager) to remove the bar.
 
-    When stderr is not a terminal (CI, ``nohup``, a scheduler's log file) there is no bar: its
-    carriage-return frames would pile up in the log (25 KB for the 5-epoch demo). There a long
-    epoch (several minutes of a paper-width model on a 2-core CPU) logs one INFO line about every
-    :data:`LINE_EVERY` of its steps instead (step, running loss and accuracy, images/s), at most one
-    per :data:`MIN_LINE_SECONDS` and none in an epoch shorter than :data:`MIN_EPOCH_SECONDS` at its
-    pace so far; the loop's line per epoch follows as before. Lines are only written where the loop
-    already syncs with the device (:meth:`show`), so they add no host sync of their own.
+    Args:
+        total: steps in the loop.
+        start: steps already done (a resumed epoch).
+        desc: the bar's label.
+        unit: what a step is, for the bar.
+        enabled: show anything at all (rank 0 only under DDP).
+    """
+
+    def __init__(self, total: int, *, start: int = 0, desc: str, unit: str = "batch", enabled: bool = True) -> None:
+        self.start = time.perf_counter()
+        terminal = sys.stderr.isatty()
+        self.bar = tqdm(total=total, initial=start, desc=desc, unit=unit, leave=False,
+                        disable=not (enabled and terminal), dynamic_ncols=True)
+        self.total, self.start_step = total, start
+        self.lines = enabled and not terminal           # progress lines instead of the bar
+        self.line_step, self.line_time = start, self.start     # where the last line (or the loop) began
+
+    def __enter__(self) -> "Progress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.bar.close()
+
+    def show(self, step: int, postfix: Callable[[float], dict], line: Callable[[float], str]) -> None:
+        """``step`` steps done: update the bar with ``postfix(seconds so far)`` (the values shown beside
+        it), or without a terminal log ``line(seconds so far)`` where a line is due (class docstring)."""
+        if self.bar.disable:
+            if self.lines and self._due(step):
+                now = time.perf_counter()
+                log.info("%s", line(now - self.start))
+                self.line_step, self.line_time = step, now
+            return
+        self.bar.set_postfix(**postfix(time.perf_counter() - self.start))
+        self.bar.update(step - self.bar.n)
+
+    def _due(self, step: int) -> bool:
+        """A line is due: a tenth of the loop and MIN_LINE_SECONDS since the last one, in a loop long
+        enough at its pace so far, before its last step."""
+        now, done = time.perf_counter(), step - self.start_step
+        if step >= self.total or done <= 0 or step - self.line_step < math.ceil(LINE_EVERY * self.total):
+            return False
+        if now - self.line_time < MIN_LINE_SECONDS:
+            return False
+        return (now - self.start) / done * (self.total - self.start_step) >= MIN_EPOCH_SECONDS
+
+
+class EpochMeter:
+    """Measures one epoch from its first step (or its resume point) to its last, with its
+    :class:`Progress`: a tqdm bar on a terminal; without one, for a long epoch (several minutes of a
+    paper-width model on a 2-core CPU), a line about every :data:`LINE_EVERY` of its steps (step,
+    running loss and accuracy, images/s); the loop's line per epoch follows as before. Lines are only
+    written where the loop already syncs with the device (:meth:`show`), so they add no host sync of
+    their own. Use as a context manager: the bar is closed on any exit.
 
     Args:
         epoch: 0-based epoch.
@@ -47,48 +103,34 @@ class EpochMeter:
 
     def __init__(self, epoch: int, steps: int, start_step: int, sums: RunningSums, enabled: bool) -> None:
         self.count_before = sums.count
-        self.start = time.perf_counter()
-        terminal = sys.stderr.isatty()
-        self.bar = tqdm(total=steps, initial=start_step, desc=f"epoch {epoch + 1}", unit="batch", leave=False,
-                        disable=not (enabled and terminal), dynamic_ncols=True)
-        self.epoch, self.steps, self.start_step = epoch, steps, start_step
-        self.lines = enabled and not terminal           # progress lines instead of the bar
-        self.line_step, self.line_time = start_step, self.start     # where the last line (or the epoch) began
+        self.progress = Progress(steps, start=start_step, desc=f"epoch {epoch + 1}", enabled=enabled)
+        self.start = self.progress.start
+        self.epoch, self.steps = epoch, steps
+
+    @property
+    def bar(self) -> tqdm:
+        return self.progress.bar
 
     def __enter__(self) -> "EpochMeter":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.bar.close()
+        self.progress.close()
 
     def show(self, step: int, sums: RunningSums, lr: float) -> None:
         """Update the bar to ``step`` batches done (this process's sums only: one host sync, no collective);
-        without a terminal, write a progress line where one is due (class docstring)."""
-        if self.bar.disable:
-            if self.lines:
-                self._line(step, sums)
-            return
-        mean_loss, accuracy = sums.means(Distributed())
-        elapsed = time.perf_counter() - self.start
-        self.bar.set_postfix(loss=f"{mean_loss:.3f}", acc=f"{accuracy:.3f}",
-                             img_s=f"{(sums.count - self.count_before) / elapsed:.0f}", lr=f"{lr:.4f}")
-        self.bar.update(step - self.bar.n)
+        without a terminal, write a progress line where one is due (:class:`Progress`)."""
+        def postfix(elapsed: float) -> dict:
+            mean_loss, accuracy = sums.means(Distributed())
+            return {"loss": f"{mean_loss:.3f}", "acc": f"{accuracy:.3f}",
+                    "img_s": f"{(sums.count - self.count_before) / elapsed:.0f}", "lr": f"{lr:.4f}"}
 
-    def _line(self, step: int, sums: RunningSums) -> None:
-        """One INFO line of progress if a tenth of the epoch and MIN_LINE_SECONDS have passed since
-        the last one, in an epoch long enough (its last step is the loop's epoch line, not this)."""
-        now, done = time.perf_counter(), step - self.start_step
-        if step >= self.steps or done <= 0 or step - self.line_step < math.ceil(LINE_EVERY * self.steps):
-            return
-        if now - self.line_time < MIN_LINE_SECONDS:
-            return
-        elapsed = now - self.start
-        if elapsed / done * (self.steps - self.start_step) < MIN_EPOCH_SECONDS:
-            return
-        mean_loss, accuracy = sums.means(Distributed())
-        log.info("epoch %d  step %d/%d (%d %%)  train loss %.4f acc %.4f  %.0f img/s", self.epoch + 1, step,
-                 self.steps, 100 * step // self.steps, mean_loss, accuracy, (sums.count - self.count_before) / elapsed)
-        self.line_step, self.line_time = step, now
+        def line(elapsed: float) -> str:
+            mean_loss, accuracy = sums.means(Distributed())
+            return (f"epoch {self.epoch + 1}  step {step}/{self.steps} ({100 * step // self.steps} %)  train loss "
+                    f"{mean_loss:.4f} acc {accuracy:.4f}  {(sums.count - self.count_before) / elapsed:.0f} img/s")
+
+        self.progress.show(step, postfix, line)
 
     def finish(self, sums: RunningSums, lr: float, dist: Distributed) -> dict:
         """The epoch's training metrics: loss and accuracy over all processes (a collective under

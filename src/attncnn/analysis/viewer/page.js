@@ -282,7 +282,8 @@
     if (!r.kinds[state.kind]) state.kind = "all";
     if (state.view === "centres" && !r.centres) state.view = "maps";
     const [H, W] = r.grid;
-    state.query = [Math.min(4, H - 1), Math.min(5, W - 1)];   // the paper site's default query
+    // the grid's centre, as `attncnn plot` and the paper's Fig. 5 take it (attncnn.analysis.runs.default_query)
+    state.query = [Math.floor(H / 2), Math.floor(W / 2)];
     describeRun(); buildThumbs(); buildMapsTable();
   }
 
