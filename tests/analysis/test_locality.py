@@ -3,13 +3,14 @@ measures against a plain loop over images and blocks; position-only layers witho
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
 import torch
 
 from attncnn.analysis import head_locality, model_locality, model_metrics
-from attncnn.analysis.locality import grid_side
+from attncnn.analysis.locality import Locality, grid_side
 from attncnn.analysis.locality_figure import locality_figure
 from attncnn.errors import InputError
 from attncnn.models import build_model
@@ -139,6 +140,8 @@ def test_the_same_numbers_as_inspects_metrics_and_the_summaries():
     assert data["images"] == 4 and data["side"] == 8 and len(data["layers"]) == 3
     assert data["layers"][0]["layer"] == 1 and len(data["layers"][0]["heads"]) == 4
     assert data["layers"][0]["local_heads"] == int((locality.layers[0].distance <= 1.5).sum())
+    back = Locality.from_dict(json.loads(json.dumps(data)))
+    assert back.to_dict() == data and back.grid == (8, 8)
 
 
 def test_errors_and_the_grid_side():

@@ -192,6 +192,23 @@ class Locality:
         return {"grid": list(self.grid), "side": self.side, "images": self.images,
                 "min_distance": self.min_distance(), "layers": [lay.to_dict() for lay in self.layers]}
 
+    @classmethod
+    def from_dict(cls, data: dict) -> "Locality":
+        """The inverse of :meth:`to_dict` (e.g. a report's ``locality`` entry read back).
+
+        Raises:
+            KeyError: a dictionary without the keys :meth:`to_dict` writes.
+        """
+        h, w = data["grid"]
+
+        def heads(layer: dict, key: str) -> torch.Tensor:
+            return torch.tensor([head[key] for head in layer["heads"]], dtype=torch.float64)
+
+        layers = [LayerLocality(lay["layer"] - 1, lay["kind"], heads(lay, "distance"),
+                                heads(lay, "normalized_distance"), heads(lay, "normalized_entropy"), h, w,
+                                lay["position_only"]) for lay in data["layers"]]
+        return cls(layers, data["images"], (h, w))
+
 
 def _layer_locality(index: int, layer: GridAttention, stats: dict[str, torch.Tensor], height: int,
                     width: int) -> LayerLocality:
