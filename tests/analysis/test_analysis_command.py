@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -89,12 +90,22 @@ def test_inspect_text_and_json(runs, capsys):
     text = capsys.readouterr().out
     assert text.startswith("demo seed 42 (epoch 2, quadratic)")       # the model, not the folder's name
     assert "layer 2 (quadratic)" in text and "alpha" in text and "2x2 grid" in text
+    assert "most local head: layer" in text and "n.ent." in text and "over the grid side 8" in text
     assert main(["inspect", str(runs["content"]), "--json", "--images", "6"]) == 0
     result = json.loads(capsys.readouterr().out)           # stdout is pure JSON
     assert result["images"] == 6 and result["grid"] == [8, 8] and result["kind"] == "learned-content"
     assert len(result["layers"]) == 2 and len(result["layers"][0]["heads"]) == 4
     head = result["layers"][0]["heads"][0]
     assert 0 < head["peak"] <= 1 and head["distance"] > 0 and head["entropy"] > 0
+    # the locality measures: over the grid side (8) and over log(number of keys)
+    assert result["side"] == 8 and head["normalized_distance"] == pytest.approx(head["distance"] / 8)
+    assert head["normalized_entropy"] == pytest.approx(head["entropy"] / math.log(64))
+    layer = result["layers"][0]
+    assert layer["min_distance"] == min(h["distance"] for h in layer["heads"])
+    assert layer["local_heads"] == sum(h["distance"] <= 1.5 for h in layer["heads"])
+    best = result["min_distance"]
+    assert best["distance"] == min(h["distance"] for lay in result["layers"] for h in lay["heads"])
+    assert result["layers"][best["layer"] - 1]["heads"][best["head"] - 1]["distance"] == best["distance"]
     assert main(["inspect", str(runs["generalized"]), "--json", "--margin", "1"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert "eigenvalues" in result["layers"][0]["heads"][0] and result["margin"] == 1

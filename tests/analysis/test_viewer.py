@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from attncnn.analysis.maps import attention_maps
+from attncnn.analysis.rollout import attention_rollout, model_rollout
 from attncnn.analysis.metrics import quadratic_head_parameters
 from attncnn.analysis.runs import ImageIndexError, open_run
 from attncnn.analysis.runs import test_images as load_test_images
@@ -70,7 +71,8 @@ def test_position_only_page_decodes_to_the_model_maps(runs, pages, name):
     run = open_run(runs[name])
     data = read_viewer(pages[name])
     info = data.manifest["runs"][0]
-    assert info["position_only"] and info["kinds"] == {"all": True, "positional": True, "content": False}
+    assert info["position_only"]
+    assert info["kinds"] == {"all": True, "positional": True, "content": False, "rollout": True}
     assert len(info["sets"]) == 1 and [e["key"] for e in info["images"]] == ["0", "5"]   # no average: input-free
     probs, scores = _truth(run, "probs"), _truth(run, "scores")
     for image in ("0", "5"):
@@ -81,13 +83,17 @@ def test_position_only_page_decodes_to_the_model_maps(runs, pages, name):
             _assert_within(raw[layer], scores[layer][0], _row_bound(data, 0, image, "scores", layer))
     with pytest.raises(ValueError, match="no 'content'"):
         page_maps(data, 0, "0", "content")
+    rollout = [m.values.double().numpy() for m in model_rollout(run.model, grid_size=tuple(info["grid"]))]
+    shown = page_maps(data, 0, "5", "rollout", softmax=False)
+    for layer in range(len(rollout)):
+        _assert_within(shown[layer], rollout[layer][0], _row_bound(data, 0, "5", "rollout", layer))
 
 
 def test_content_page_decodes_to_the_model_maps(runs, pages):
     run = open_run(runs["content"])
     data = read_viewer(pages["content"])
     info = data.manifest["runs"][0]
-    assert info["kinds"] == {"all": True, "positional": True, "content": True}
+    assert info["kinds"] == {"all": True, "positional": True, "content": True, "rollout": True}
     assert [e["key"] for e in info["images"]] == ["0", "5", "average"] and info["average"] == AVERAGE
     # the learned q.r term is stored as a row term plus a column term
     assert {enc["enc"] for s in info["sets"] for enc in s["maps"]["positional"]} == {"separable8"}
@@ -111,6 +117,14 @@ def test_content_page_decodes_to_the_model_maps(runs, pages):
     for layer in range(len(mean_probs)):
         _assert_within(shown[layer], mean_probs[layer][0], _row_bound(data, 0, "average", "probs", layer))
         _assert_within(shown_content[layer], mean_content[layer][0], _row_bound(data, 0, "average", "content", layer))
+    # rollout: one map per layer, per image and averaged, as attention_rollout gives it from the maps
+    for image, indices in (("5", [5]), ("average", list(range(AVERAGE)))):
+        images, _ = load_test_images(run, indices)
+        truth = [r.mean(0).double().numpy() for r in attention_rollout(attention_maps(run.model, images))]
+        shown = page_maps(data, 0, image, "rollout")
+        for layer in range(len(truth)):
+            assert shown[layer].shape == (1, *truth[layer].shape)
+            _assert_within(shown[layer][0], truth[layer], _row_bound(data, 0, image, "rollout", layer)[0])
 
 
 def test_page_references_nothing_outside_itself(pages):
@@ -201,7 +215,7 @@ def test_plain_content_model_has_no_positional_values():
                           average_raw=raw)
     export.manifest.update(name="plain", preset=None, attention="content", epoch=None, accuracy=None)
     data = read_viewer(build_html([export]))
-    assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": False, "content": True}
+    assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": False, "content": True, "rollout": True}
     with pytest.raises(ValueError, match="no 'positional'"):
         page_maps(data, 0, "a", "positional")
     truth = attention_maps(model, raw[:1].float() / 255)[0].values.double().numpy()[0]
@@ -218,7 +232,7 @@ def test_the_9ffaa_content_form_exports_both_score_terms():
                           average_raw=raw)
     export.manifest.update(name="9ffaa", preset=None, attention="learned-content-9ffaa", epoch=None, accuracy=None)
     data = read_viewer(build_html([export]))
-    assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": True, "content": True}
+    assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": True, "content": True, "rollout": True}
     images = raw[:1].float() / 255
     for kind in ("content", "positional"):
         truth = attention_maps(model, images, kind=kind)[0].values.double().numpy()[0]

@@ -229,3 +229,27 @@ def test_gpsa_gates_under_the_maps(browser, tmp_path):
     title = viewer.page.locator('#maps-table canvas.map[data-layer="1"][data-head="0"]').get_attribute("title")
     assert title.startswith(f"layer 2, head 1, gate {expected[9]:.3f}:")
     assert not viewer.errors
+
+
+def test_rollout_is_one_map_per_layer_and_the_softmax_switch_does_not_apply(browser, page_file, artifacts):
+    data = read_viewer(page_file)
+    info = data.manifest["runs"][0]
+    w, layers = info["grid"][1], info["layers"]
+    viewer = Viewer(browser, page_file)
+    page = viewer.page
+    rollout_values = f"Array.from({{length: {layers}}}, (_, l) => [attncnnViewer.values(l, 0)])"
+    viewer.after(lambda: page.select_option("#kind-select", "rollout"))
+    assert page.locator("#maps-table canvas.map").count() == layers and page.locator("#softmax").is_disabled()
+    shown = [[np.array(v) for v in layer] for layer in page.evaluate(rollout_values)]
+    _matches(shown, page_maps(data, 0, "0", "rollout"), 4 * w + 5)
+    assert all(abs(layer[0].sum() - 1) < 0.02 for layer in shown)      # rows of a rollout sum to 1
+    viewer.after(lambda: page.click('#thumbs .thumb[data-key="average"]'))
+    shown = [[np.array(v) for v in layer] for layer in page.evaluate(rollout_values)]
+    _matches(shown, page_maps(data, 0, "average", "rollout"), 4 * w + 5)
+    page.screenshot(path=str(artifacts / "viewer-rollout.png"), full_page=True)
+    # back to the heads: one map per head again, the softmax switch live
+    viewer.after(lambda: page.select_option("#kind-select", "all"))
+    assert page.locator("#maps-table canvas.map").count() == sum(info["heads"])
+    assert not page.locator("#softmax").is_disabled()
+    _matches(viewer.shown(), page_maps(data, 0, "average", "all", True), 4 * w + 5)
+    assert not viewer.errors

@@ -39,7 +39,11 @@ def test_one_epoch_smoke_run_of_the_suite(make_tiny_data, tmp_path):
     names = {p.name for p in (out / "figures").iterdir()}
     assert names == {"fig2-accuracy.png", "fig3-quadratic-mini-layers-epochs.png",
                      "fig4-quadratic-mini-seed-0-centers.png", "fig4-quadratic-mini-seed-1-centers.png",
-                     "grid-distance-seeds-quadratic-mini.png", "distances-quadratic-mini.png"}
+                     "grid-distance-seeds-quadratic-mini.png", "distances-quadratic-mini.png",
+                     "locality-quadratic-mini.png"}
+    # both seeds' locality, in the report's section and Table 1 (mean ± std over the two)
+    assert [m["seed"] for m in report["locality"]["quadratic-mini"]] == [0, 1]
+    assert "| quadratic-mini | 1 | none needed |" in text and report["rows"][0]["locality"]["std"] is not None
     record = json.loads((out / "quadratic-mini" / "seed0" / "metrics.jsonl").read_text().splitlines()[0])
     assert record["machine"]["torch"] and "attn/layer4/head9/center_col" in record
     # trimmed like the mini suite, but no periodic checkpoint: Fig. 3 comes from metrics.jsonl

@@ -45,6 +45,14 @@ def test_report_has_every_row_and_the_papers_numbers(suite):
     assert "| quadratic-mini |" in text and "87.1 / 29.5 M / 15 B" in text
     assert {c["claim"].split(" ")[0] for c in report["claims"]} >= {"early-layer", "deeper", "learned", "adding",
                                                                     "full-covariance"}
+    # locality: every attention model, from its weights; the content model on the 30 test images there are
+    assert set(report["locality"]) == set(rows) - {"resnet18-mini"} and "locality" not in rows["resnet18-mini"]
+    content = report["locality"]["learned-content-mini"][0]
+    assert content["seed"] == 0 and content["images"] == 30 and report["locality"]["quadratic-mini"][0]["images"] == 0
+    best = rows["learned-content-mini"]["locality"]
+    assert best["mean"] == content["min_distance"]["distance"] and best["std"] is None
+    assert best["mean"] == min(h["distance"] for lay in content["layers"] for h in lay["heads"])
+    assert "## Locality per layer after training" in text and f"| {best['mean']:.2f} (" in text
 
 
 def test_every_figure_and_the_viewer_are_written(suite):
@@ -54,7 +62,9 @@ def test_every_figure_and_the_viewer_are_written(suite):
                      "fig3-quadratic-mini-layer4-epochs.png", "fig4-quadratic-generalized-mini-centers.png",
                      "fig5-learned-mini-maps.png", "fig6-learned-content-mini-image0.png",
                      "fig6-learned-content-mini-average30.png", "distances-quadratic-mini.png",
-                     "distances-learned-mini.png", "distances-quadratic-generalized-mini.png"}
+                     "distances-learned-mini.png", "distances-quadratic-generalized-mini.png",
+                     "locality-quadratic-mini.png", "locality-learned-mini.png",
+                     "locality-quadratic-generalized-mini.png", "locality-learned-content-mini.png"}
     # --trim keeps periodic checkpoints only for the Fig. 3 model (quadratic-mini's first seed)
     assert (out / "viewer.html").stat().st_size > 10_000
 
@@ -138,6 +148,8 @@ def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(
         for now, then in zip(after["layers"][preset] or [], layers or [], strict=True):
             assert now == pytest.approx(then)
     assert after["figures"] == before["figures"]          # those drawn from the weights: the files drawn before
+    assert after["locality"] == before["locality"]        # measured before the weights went, kept in the record
+    assert read_withheld(folders["learned-content-mini"])["locality"] == before["locality"]["learned-content-mini"][0]
     # the same command again, and a trim: nothing changes, nothing is lost
     assert main(ship) == 0 and main(ship[:-4]) == 0
     assert json.loads((copy / "report.json").read_text())["rows"] == before["rows"]

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 
 from ..perf.precision import running_at
+from .locality import DEFAULT_LOCALITY_IMAGES
 from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE
 
 __all__ = ["inspect_run"]
 
 
-def inspect_run(path: str | os.PathLike[str], *, images: int = 100, margin: int = 0,
+def inspect_run(path: str | os.PathLike[str], *, images: int = DEFAULT_LOCALITY_IMAGES, margin: int = 0,
                 condition_number: float = DEFAULT_CONDITION_NUMBER, min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
                 data: str | None = None, data_dir: str | None = None, precision: str = "fp32") -> dict:
     """:func:`~attncnn.analysis.metrics.model_metrics` of a run's network on real activations.

@@ -8,6 +8,9 @@ i.e. pixels of the token grid; one token is ``pooling`` image pixels wide):
 * ``peak``: the largest probability of a query's map, averaged over queries;
 * ``entropy``: ``-sum_k p log p`` in nats, averaged over queries (0 for a one-hot head,
   ``log(H*W)`` for a uniform one);
+* in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`:
+  ``normalized_distance`` (distance / sqrt(H*W)), ``normalized_entropy`` (entropy / log(H*W)) and,
+  per layer, ``min_distance`` (the most local head) and ``local_heads`` (heads within 1.5 tokens);
 * ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col),
   averaged over queries: the effective centre of a head that has no centre parameter.
 
@@ -39,6 +42,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
+from .locality import LOCAL_HEAD_DISTANCE, grid_side
 from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
@@ -242,15 +246,22 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
 
 # -- whole models -------------------------------------------------------------------------------
 
-def _layer_report(index: int, layer, stats: dict[str, torch.Tensor], *, condition_number: float,
-                  min_eigenvalue: float) -> dict:
+def _layer_report(index: int, layer, stats: dict[str, torch.Tensor], grid: tuple[int, int], *,
+                  condition_number: float, min_eigenvalue: float) -> dict:
+    # the normalisations of the locality measures (:mod:`.locality`): grid side and uniform entropy
+    side, log_keys = grid_side(*grid), math.log(grid[0] * grid[1])
     nh = layer.num_heads
-    heads = [{"head": h + 1, "distance": float(stats["distance"][h]), "peak": float(stats["peak"][h]),
-              "entropy": float(stats["entropy"][h]), "shift": [float(v) for v in stats["shift"][h]]}
+    heads = [{"head": h + 1, "distance": float(stats["distance"][h]),
+              "normalized_distance": float(stats["distance"][h]) / side, "peak": float(stats["peak"][h]),
+              "entropy": float(stats["entropy"][h]), "normalized_entropy": float(stats["entropy"][h]) / log_keys,
+              "shift": [float(v) for v in stats["shift"][h]]}
              for h in range(nh)]
     report = {"layer": index + 1, "kind": layer.kind, "num_heads": nh,
-              "distance": float(stats["distance"].mean()), "peak": float(stats["peak"].mean()),
-              "entropy": float(stats["entropy"].mean())}
+              "distance": float(stats["distance"].mean()), "min_distance": float(stats["distance"].min()),
+              "normalized_distance": float(stats["distance"].mean()) / side, "peak": float(stats["peak"].mean()),
+              "entropy": float(stats["entropy"].mean()),
+              "normalized_entropy": float(stats["entropy"].mean()) / log_keys,
+              "local_heads": int((stats["distance"] <= LOCAL_HEAD_DISTANCE).sum())}
     centers = stats["shift"]
     if layer.has_gates:
         gates = _gates(layer)
@@ -299,11 +310,13 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         condition_number, min_eigenvalue: degenerate-head thresholds (the reference code's by default).
 
     Returns:
-        ``{"grid": [H, W], "margin": m, "images": B or 0, "layers": [layer report, ...]}``; each
+        ``{"grid": [H, W], "side": sqrt(H*W), "margin": m, "images": B or 0, "min_distance": the most
+        local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [layer report, ...]}``; each
         layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of
-        ``distance``/``peak``/``entropy``, ``grid_distance`` and ``grid`` (see :func:`grid_distance`;
-        centres are the quadratic parameters or else each head's mean shift), for quadratic layers
-        ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
+        ``distance``/``normalized_distance``/``peak``/``entropy``/``normalized_entropy``,
+        ``min_distance`` and ``local_heads`` (module docstring), ``grid_distance`` and ``grid`` (see
+        :func:`grid_distance`; centres are the quadratic parameters or else each head's mean shift),
+        for quadratic layers ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
         (1-based ``head``, the statistics of :func:`head_statistics`, plus ``center``, ``alpha`` or
         ``inverse_covariance``, ``eigenvalues``, ``condition_number`` and ``degenerate`` for
         quadratic heads, ``gate`` for GPSA heads).
@@ -341,9 +354,14 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         stats = [sums[i] if layer.position_only else {k: v / count for k, v in sums[i].items()}
                  for i, layer in enumerate(layers)]
         h, w = grids[0]
-    reports = [_layer_report(i, layer, s, condition_number=condition_number, min_eigenvalue=min_eigenvalue)
+    reports = [_layer_report(i, layer, s, (h, w), condition_number=condition_number, min_eigenvalue=min_eigenvalue)
                for i, (layer, s) in enumerate(zip(layers, stats))]
-    return {"grid": [h, w], "margin": margin, "images": count, "layers": reports}
+    distance, at_layer, at_head = min((hd["distance"], rep["layer"], hd["head"])
+                                      for rep in reports for hd in rep["heads"])
+    most_local = {"distance": distance, "normalized_distance": distance / grid_side(h, w), "layer": at_layer,
+                  "head": at_head}
+    return {"grid": [h, w], "side": grid_side(h, w), "margin": margin, "images": count, "min_distance": most_local,
+            "layers": reports}
 
 
 def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:

@@ -14,13 +14,16 @@ __all__ = ["register", "handle"]
 def register(sub) -> None:
     """Add ``inspect``."""
     i = sub.add_parser("inspect", help="per-layer and per-head attention metrics of a run",
-                              description="Mean attention distance, peak probability and entropy per head "
-                                          "(from hooked real activations), quadratic centres/spreads and "
-                                          "degenerate heads, and each layer's distance to a KxK grid of shifts.")
+                              description="Mean attention distance (in tokens and over the grid side), peak "
+                                          "probability, entropy and normalised entropy per head (from hooked real "
+                                          "activations, averaged over queries and test images), quadratic "
+                                          "centres/spreads and degenerate heads, and each layer's distance to a "
+                                          "KxK grid of shifts.")
     i.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
     i.add_argument("--json", action="store_true", help="print one JSON object")
-    i.add_argument("--images", type=int, default=100,
-                   help="test images for models whose attention depends on the input (default 100)")
+    i.add_argument("--images", type=int, default=1000,
+                   help="test images the measures of models whose attention depends on the input are averaged "
+                        "over (default 1000; position-only models need none)")
     i.add_argument("--margin", type=int, default=0,
                    help="average only over queries at least this many tokens from the border (default 0: all)")
     i.add_argument("--condition-number", type=float, default=1000.0,

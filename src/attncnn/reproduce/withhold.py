@@ -4,7 +4,8 @@ A model too large for the clone (``results/`` stays under 300 MB; the paper-widt
 29.5 M parameters are 59 MB even in bfloat16) ships its records alone (:mod:`attncnn.runs.withheld`).
 Before its weights move out of the committed tree, what the report cannot measure again without
 them is measured one last time and kept in the run's record: the attention per layer
-(:func:`~attncnn.reproduce.reporting.table1.final_layer_metrics`), as the report computes it.
+(:func:`~attncnn.reproduce.reporting.table1.final_layer_metrics`) and the locality of every head
+(:func:`~attncnn.reproduce.reporting.locality.run_locality`), as the report computes them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from ..analysis.runs import open_run
 from ..errors import InputError
 from ..runs import PREDICTIONS_FILE, read_withheld, withhold_weights
 from .reporting.results import RunResult
+from .reporting.locality import run_locality
 from .reporting.table1 import final_layer_metrics
 from .running.jobs import Job, job_state, row_of
 from .running.ship import share_run_folder
@@ -91,7 +93,8 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
                    f"{', cell ' + job.cell if job.cell else ''}: {result.train_seconds / 3600:.2f} h of training and "
                    "testing on the machine machine.json names)")
         target = base / job.folder.relative_to(out) / "checkpoints"
-        extra = {"final_layers": layers} | ({"weights_note": note} if note else {})
+        locality = run_locality(result, data=data, data_dir=data_dir)
+        extra = {"final_layers": layers, "locality": locality} | ({"weights_note": note} if note else {})
         record = withhold_weights(job.folder, retrain=retrain, move_to=target, extra=extra)
         done.append((job, record, target))
     return done

@@ -105,6 +105,7 @@ const attncnnData = (() => {
   function mapValues(run, set, A, kind, softmax, layer, head, query) {
     const [H, W] = run.grid, maps = set.maps;
     const dec = (name) => decodeRow(maps[name][layer], A, head, query, H, W, new Float64Array(H * W));
+    if (kind === "rollout") return dec("rollout");       // already row-stochastic: no softmax
     let s;
     if (kind === "all" || (kind === "positional" && !maps.positional)) {
       if (softmax && maps.probs) return dec("probs");

@@ -19,8 +19,9 @@ from .encoding import ENCODING_VERSION, blob_bytes
 
 __all__ = ["DISPLAY_KINDS", "ViewerData", "read_viewer", "page_maps"]
 
-#: Value choices of the page: all score terms, the positional term only, the content term only.
-DISPLAY_KINDS = ("all", "positional", "content")
+#: Value choices of the page: all score terms, the positional term only, the content term only, and
+#: the attention rollout up to each layer (one map per layer; the softmax switch does not apply).
+DISPLAY_KINDS = ("all", "positional", "content", "rollout")
 
 _BLOB_RE = re.compile(r'<script type="application/octet-stream" id="attncnn-blob-(\d+)">([^<]*)</script>')
 _MANIFEST_RE = re.compile(r'<script type="application/json" id="attncnn-manifest">([^<]*)</script>')
@@ -108,7 +109,8 @@ def page_maps(data: ViewerData, run: int, image: str, kind: str = "all", softmax
         softmax: softmax over the keys (for ``"all"``: the model's probabilities).
 
     Returns:
-        Per layer ``(N_h, N, N)`` float64, queries on dim -2, keys on dim -1.
+        Per layer ``(N_h, N, N)`` float64, queries on dim -2, keys on dim -1; ``(1, N, N)`` for
+        ``"rollout"`` (its values are shown as stored, with or without ``softmax``).
 
     Raises:
         InputError: unknown image, or a kind the run does not have.
@@ -127,6 +129,8 @@ def page_maps(data: ViewerData, run: int, image: str, kind: str = "all", softmax
     def decoded(name: str) -> list[np.ndarray]:
         return [_decode(enc, arrays, h, w) for enc in maps[name]]
 
+    if kind == "rollout":
+        return decoded("rollout")
     if kind == "all" or (kind == "positional" and "positional" not in maps):
         if softmax and "probs" in maps:
             return decoded("probs")

@@ -11,6 +11,10 @@ pass (:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set hold
   stores the averaged ``probs`` (scaled8), because an average of softmaxes is not the softmax of
   averaged scores.
 
+Every set also holds ``rollout`` (scaled8): per layer one map, the attention rollout through the
+blocks up to it (Abnar & Zuidema 2020, :mod:`attncnn.analysis.rollout`; for the batch average, the
+mean of the images' rollouts), about as large as one more head per layer.
+
 Encodings: :mod:`.encoding`. Quadratic runs also carry each head's centre and ellipses
 (:mod:`.centres`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
 """
@@ -29,6 +33,7 @@ from torch import nn
 from ...errors import InputError
 from ...layers import GridAttention
 from ..maps import LayerMaps, attention_layers, attention_maps_by_kind
+from ..rollout import model_rollout
 from ..runs import ImageIndexError, Run, open_run, shareable_dataset, test_images
 from .centres import head_centres
 from .encoding import Blob, encode_affine, encode_positional, encode_scaled
@@ -38,7 +43,7 @@ __all__ = ["RunExport", "export_model", "export_run", "head_gates"]
 log = logging.getLogger(__name__)
 
 # The encoding of each map kind (module docstring); "positional" is separable8 when it can be.
-_ENCODERS = {"probs": encode_scaled, "scores": encode_affine, "content": encode_affine}
+_ENCODERS = {"probs": encode_scaled, "scores": encode_affine, "content": encode_affine, "rollout": encode_scaled}
 
 
 @dataclass
@@ -62,7 +67,7 @@ def _layer_kinds(layers: Sequence[GridAttention]) -> dict[str, bool]:
     if not position_only and any(layer.position_only for layer in layers):
         raise InputError("the viewer needs all layers position-only or all content-based; this model mixes them")
     positional = all(layer.has_positional_term for layer in layers)
-    return {"all": True, "positional": positional, "content": not position_only}
+    return {"all": True, "positional": positional, "content": not position_only, "rollout": True}
 
 
 def head_gates(layers: Sequence[GridAttention]) -> list[list[float] | None] | None:
@@ -169,11 +174,13 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
     if position_only:
         # One set for every image: the maps do not depend on the input, whose grid is all that counts.
         maps = attention_maps_by_kind(model, images[:1], ["probs", "scores"], batch_size=batch_size)
+        maps["rollout"] = model_rollout(model, images[:1], batch_size=batch_size)
         sets = _Sets(_grid(maps["probs"]), delta)
         set_of_image = [sets.add(maps, 0, "position")] * images.shape[0]
     else:
         score_kinds = ["content", "positional"] if kinds["positional"] else ["content"]
         maps = attention_maps_by_kind(model, images, score_kinds, batch_size=batch_size)
+        maps["rollout"] = model_rollout(model, images, batch_size=batch_size)
         sets = _Sets(_grid(maps["content"]), delta)
         set_of_image = [sets.add(maps, b, str(label)) for b, label in enumerate(labels)]
     entries = [{"key": str(label), "label": f"test image {label}", "set": set_of_image[b],
@@ -185,6 +192,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
         # the average of softmaxes is not the softmax of averaged scores: store the probabilities too
         maps = attention_maps_by_kind(model, average_images, [*score_kinds, "probs"], average=True,
                                       batch_size=batch_size)
+        maps["rollout"] = model_rollout(model, average_images, average=True, batch_size=batch_size)
         mean_raw = average_raw.float().mean(0).round().to(torch.uint8)
         entries.append({"key": "average", "label": f"average of {average} test images",
                         "set": sets.add(maps, 0, "average"), "size": list(average_raw.shape[-2:]),

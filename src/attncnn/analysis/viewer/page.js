@@ -15,7 +15,10 @@
 
   const run = () => M.runs[state.run];
   const imageEntry = () => run().images.find((e) => e.key === state.image) || run().images[0];
-  const maxHeads = () => Math.max(...run().heads);
+  // Rollout (Abnar & Zuidema 2020) is one map per layer: the attention flow through every block up to it.
+  const rollout = () => state.kind === "rollout";
+  const headsOf = (l) => (rollout() ? 1 : run().heads[l]);
+  const maxHeads = () => (rollout() ? 1 : Math.max(...run().heads));
 
   // ---------------------------------------------------------------- colours
   // Own colour ramp: deep navy -> blue -> teal -> green-yellow -> pale yellow.
@@ -112,21 +115,22 @@
     const head = table.insertRow();
     head.appendChild(document.createElement("th"));
     for (let h = 0; h < maxHeads(); h++) {
-      const th = document.createElement("th"); th.textContent = `head ${h + 1}`; head.appendChild(th);
+      const th = document.createElement("th");
+      th.textContent = rollout() ? "rollout through the layer" : `head ${h + 1}`; head.appendChild(th);
     }
     for (let l = 0; l < r.layers; l++) {
       const row = table.insertRow();
       const th = document.createElement("th"); th.textContent = `layer ${l + 1}`; row.appendChild(th);
       for (let h = 0; h < maxHeads(); h++) {
         const td = row.insertCell();
-        if (h >= r.heads[l]) continue;
+        if (h >= headsOf(l)) continue;
         const c = document.createElement("canvas");
         c.width = W * cellPx; c.height = H * cellPx;
         c.dataset.layer = l; c.dataset.head = h; c.className = "map";
         c.addEventListener("mousemove", (ev) => hover(ev, c));
         c.addEventListener("mouseleave", () => { $("readout").textContent = ""; });
         td.appendChild(c);
-        if (r.gates && r.gates[l]) {        // GPSA: weight of the positional softmax in the head's mix
+        if (r.gates && r.gates[l] && !rollout()) {   // GPSA: weight of the positional softmax in the head's mix
           const g = document.createElement("div"); g.className = "gate";
           g.textContent = `gate ${r.gates[l][h].toFixed(2)}`; td.appendChild(g);
         }
@@ -139,7 +143,8 @@
     const j = Math.min(W - 1, Math.floor(((ev.clientX - rect.left) / rect.width) * W));
     const i = Math.min(H - 1, Math.floor(((ev.clientY - rect.top) / rect.height) * H));
     const l = +c.dataset.layer, h = +c.dataset.head, v = current[l] && current[l][h] ? current[l][h][i * W + j] : NaN;
-    $("readout").textContent = `layer ${l + 1}, head ${h + 1}, key (${i}, ${j}): ${fmt(v)}`;
+    const what = rollout() ? `rollout through layer ${l + 1}, input token` : `layer ${l + 1}, head ${h + 1}, key`;
+    $("readout").textContent = `${what} (${i}, ${j}): ${fmt(v)}`;
   }
 
   function drawMaps() {
@@ -158,8 +163,9 @@
           ctx.fillRect(j * cellPx, i * cellPx, cellPx, cellPx);
         }
       outlineCell(ctx, qc * cellPx, qr * cellPx, cellPx, cellPx, Math.max(1, Math.round(cellPx / 6)));
-      const gate = r.gates && r.gates[l] ? `, gate ${r.gates[l][h].toFixed(3)}` : "";
-      c.title = `layer ${l + 1}, head ${h + 1}${gate}: ${fmt(lo)} … ${fmt(hi)}`;
+      const gate = r.gates && r.gates[l] && !rollout() ? `, gate ${r.gates[l][h].toFixed(3)}` : "";
+      c.title = `${rollout() ? `rollout through layer ${l + 1}` : `layer ${l + 1}, head ${h + 1}`}${gate}: ` +
+        `${fmt(lo)} … ${fmt(hi)}`;
     }
     const bar = $("legend-bar").getContext("2d");
     for (let x = 0; x < 160; x++) { bar.fillStyle = css(colour(x / 159)); bar.fillRect(x, 0, 1, 12); }
@@ -248,6 +254,7 @@
     for (const opt of $("kind-select").options) opt.disabled = !r.kinds[opt.value];
     $("kind-select").value = state.kind;
     $("softmax").checked = state.softmax;
+    $("softmax").disabled = rollout();
     $("scale-select").value = state.scale;
     $("view-select").querySelector('option[value="centres"]').disabled = !r.centres;
     $("view-select").value = state.view;
@@ -300,7 +307,7 @@
       current = [];
       for (let l = 0; l < r.layers; l++) {
         current.push([]);
-        for (let h = 0; h < r.heads[l]; h++)
+        for (let h = 0; h < headsOf(l); h++)
           current[l].push(mapValues(r, set, A, state.kind, state.softmax, l, h, query));
       }
       if (state.view === "centres") drawCentres(); else drawMaps();
@@ -323,7 +330,12 @@
       state.query = [Math.max(0, Math.min(H - 1, row)), Math.max(0, Math.min(W - 1, col))];
       return render();
     },
-    setKind(kind) { if (run().kinds[kind]) state.kind = kind; return render(); },
+    setKind(kind) {
+      const before = rollout();
+      if (run().kinds[kind]) state.kind = kind;
+      if (rollout() !== before) buildMapsTable();         // one map per layer, or one per head
+      return render();
+    },
     setSoftmax(on) { state.softmax = !!on; return render(); },
     setScale(scale) { state.scale = scale; return render(); },
     setView(view) { state.view = view === "centres" && run().centres ? "centres" : "maps"; return render(); },

@@ -9,7 +9,9 @@ A Table 1 suite's, from its trained models (the paper's Figs. 2-6):
 * Fig. 5: layers x heads maps of the learned position-only model for the central query;
 * Fig. 6: layers x heads maps of the content model for one test image and averaged over 100;
 * per-layer attention distance and distance to the grid of shifts against epoch (position-only
-  models log them every epoch; the curve is the mean over the finished seeds).
+  models log them every epoch; the curve is the mean over the finished seeds);
+* ``locality-<model>``: ViT's Fig. 7, every head's mean attention distance (and normalised entropy)
+  against its layer after training, one colour per seed (:mod:`.locality`).
 
 A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
 Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
@@ -43,12 +45,15 @@ from typing import Sequence
 from ...analysis.epoch_figures import centres_over_epochs_figure, seed_curves_figure
 from ...analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure, quadratic_epochs_figure,
                                  quadratic_layers_figure, save_figure)
+from ...analysis.locality import Locality
+from ...analysis.locality_figure import locality_figure
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
 from ...runs import RunFolder, load_model
 from ..running.jobs import Job, row_of
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
+from .locality import run_locality
 from .results import Cells, RunResult, layer_curves
 
 log = logging.getLogger("attncnn.reproduce")
@@ -136,6 +141,18 @@ def _distances(preset: str, results: Sequence[RunResult], out: Path, formats, wr
         fig = layer_curves_figure(panels, title=f"{preset}: per layer, after each epoch "
                                                 f"(mean over {seeds} seed{'s' if seeds > 1 else ''})")
         _figure(fig, out / f"distances-{preset}", formats, written, f"distances {preset}")
+
+
+def _locality(preset: str, results: Sequence[RunResult], out: Path, formats, written: dict[str, Path], *,
+              data: str | None, data_dir: str | None) -> None:
+    """ViT's Fig. 7: every head's mean attention distance and normalised entropy per layer, one colour
+    per seed (the numbers of the report's locality section)."""
+    measured = [m for r in results if (m := run_locality(r, data=data, data_dir=data_dir)) is not None]
+    if measured:
+        runs = {f"seed {m['seed']}": Locality.from_dict(m) for m in measured}
+        fig = locality_figure(runs, title=f"{preset}: mean attention distance and normalised entropy of every head "
+                                          "after training")
+        _figure(fig, out / f"locality-{preset}", formats, written, f"locality {preset}")
 
 
 def _figure_kind(result: RunResult) -> str | None:
@@ -312,6 +329,7 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
         if kind == "score terms":
             _content(first, out, formats, written, image=image, average=average, data=data, data_dir=data_dir)
         _distances(preset, runs, out, formats, written)
+        _locality(preset, runs, out, formats, written, data=data, data_dir=data_dir)
     return written
 
 

@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from ..._io import atomic_write_text
+from ...analysis.locality import LOCAL_HEAD_DISTANCE
 from ...analysis.runs import shareable_dataset
 from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import get_preset
@@ -26,6 +27,7 @@ from ..studies import Grid, Study, Suite
 from .claims import RunNumbers, cell_numbers, evaluate_claims
 from .epoch_sections import epoch_sections
 from .grid import gap_lines, grid_rows, machine_lines, model_lines, table_lines
+from .locality import locality_lines, locality_summary, suite_locality
 from .results import Cells, RunResult
 from .table1 import CONVENTIONS, final_layer_metrics, layer_lines, markdown_table, seed_lines, table_rows
 
@@ -93,6 +95,10 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
     before and after them."""
     rows = table_rows(suite, results, planned)
     layers = {preset: final_layer_metrics(runs[0], data=data, data_dir=data_dir) for preset, runs in results.items()}
+    locality = suite_locality(results, data=data, data_dir=data_dir)
+    for row in rows:
+        if row["preset"] in locality:
+            row["locality"] = locality_summary(locality[row["preset"]])
     found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
     missing = [j.label for j in planned if j.preset not in results or
                j.seed not in [r.job.seed for r in results[j.preset]]]
@@ -114,10 +120,11 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
           "## Every run", "", *seed_lines(results), "",
           "## Attention per layer after training", "",
           "First seed of each model; content models averaged over 100 test images.", "", *layer_lines(layers), "",
+          *_locality_section(locality, rows_dataset(rows)),
           "## The paper's claims, measured", ""]
     md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
-    report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "claims": found,
-              "missing": missing, "unfinished": progress}
+    report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "locality": locality,
+              "claims": found, "missing": missing, "unfinished": progress}
     later = {"presets": {p: get_preset(p).description for p in suite.presets}}
     if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
         started = [j for j in planned if j.label in progress]          # unfinished, with epochs so far
@@ -127,6 +134,24 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
              "Each model folder is an ordinary run folder: `attncnn evaluate <folder> --data <data set>`, "
              "`attncnn inspect <folder>`, `attncnn plot <folder>`, `attncnn viewer <folder>`."]
     return md, after, report, later
+
+
+def _locality_section(locality: dict[str, list[dict]], dataset: str | None) -> list[str]:
+    """The report's locality section (:mod:`.locality`): how it was measured, then every seed's layers."""
+    if not locality:
+        return []
+    counts = sorted({m["images"] for runs in locality.values() for m in runs} - {0})
+    images = (f"content models averaged over the first {' / '.join(f'{c:,}' for c in counts)} test images of "
+              f"{(dataset or 'the data set named above').split(' (')[0]} (the data set named above)") if counts else \
+        "no model here needed images"
+    return ["## Locality per layer after training", "",
+            "Every seed. Mean attention distance (ViT, Dosovitskiy et al. 2021, Fig. 7): the attention-weighted "
+            "Euclidean distance between query and key on the token grid, averaged over every query (border "
+            "queries included) and the test images; normalised entropy: each query's entropy over log(number of "
+            "keys) (0 one-hot, 1 uniform), averaged likewise. Position-only models (quadratic, learned) need no "
+            f"images: their maps are the same for every image; {images}. Heads within "
+            f"{LOCAL_HEAD_DISTANCE:g} tokens stay, on average, within a 3x3 convolution's reach. Per head: "
+            "`report.json` (`locality`) and the `locality-<model>` figures.", "", *locality_lines(locality), ""]
 
 
 def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,

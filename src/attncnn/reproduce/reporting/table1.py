@@ -19,6 +19,7 @@ from ...runs.machine_file import run_precision
 from ..running.jobs import Job
 from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text
 from ..studies import Suite
+from .locality import locality_cell
 from .results import RunResult, mean_std
 
 __all__ = ["CONVENTIONS", "table_rows", "markdown_table", "final_layer_metrics", "seed_lines", "layer_lines"]
@@ -31,7 +32,10 @@ CONVENTIONS = (
     "Paper-style GFLOPS: the paper's Table 1 convention reconstructed: 2 x the MACs of the linear layers "
     "for attention models (6.2 B / 15 B at paper scale), plain MACs for the ResNet (0.56 B). Train time: "
     "logged training + evaluation seconds, mean per seed; img/s: median over epochs of the logged training "
-    "speed. Precision: of training (bf16 = bfloat16 autocast, loss and softmax in float32).")
+    "speed. Precision: of training (bf16 = bfloat16 autocast, loss and softmax in float32). Most local head: the "
+    "smallest mean attention distance of any head in any layer (ViT's Fig. 7 measure, averaged over queries and test "
+    "images), in tokens, mean ± sample standard deviation over the seeds, and in brackets over the side of the token "
+    "grid (arXiv 2605.16390's normalisation); per layer in the locality section below.")
 
 
 def final_layer_metrics(result: RunResult, *, images: int = 100, data: str | None = None,
@@ -152,11 +156,14 @@ def _fmt(value, spec: str) -> str:
 
 
 _HEADER = ["model", "test acc. % (ours)", "params", "GMAC/img (ours)", "paper-style GFLOPS", "epochs",
-           "train time (h/seed)", "train img/s", "precision", "paper: acc. / params / FLOPS"]
+           "train time (h/seed)", "train img/s", "precision", "most local head, tokens (/ side)",
+           "paper: acc. / params / FLOPS"]
 
 
 def markdown_table(rows: Sequence[dict]) -> str:
-    """Rows of :func:`table_rows` as a Markdown table, the paper's numbers in the last column."""
+    """Rows of :func:`table_rows` as a Markdown table, the paper's numbers in the last column; a row's
+    ``locality`` (:func:`~.locality.locality_summary`, where the report measured it) fills the
+    most-local-head column."""
     lines = ["| " + " | ".join(_HEADER) + " |", "|" + "---|" * len(_HEADER)]
     for row in rows:
         paper = row["paper"]
@@ -165,7 +172,7 @@ def markdown_table(rows: Sequence[dict]) -> str:
                  _fmt(None if row["macs"] is None else row["macs"] / 1e9, ".3f"),
                  _fmt(None if row["paper_flops"] is None else row["paper_flops"] / 1e9, ".3f"),
                  _fmt(row["epochs"], "d"), _fmt(row["train_hours"], ".2f"), _fmt(row["images_per_second"], ".0f"),
-                 row["precision"] or "-",
+                 row["precision"] or "-", locality_cell(row.get("locality")),
                  f"{paper_acc} / {paper.get('params') or '-'} / {PAPER_FLOPS.get(row['paper_preset'], '-')}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
