@@ -50,7 +50,8 @@ def read_torch_file(path: str | os.PathLike[str]) -> Any:
     """
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"no file at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise MissingFileError(f"no file at {path}" + (" (it is a folder)" if path.is_dir() else
+                                                        " (it is not a regular file)" if path.exists() else ""))
     with open(path, "rb") as f:
         head = f.read(4)
     # torch.save writes a zip archive (PyTorch >= 1.6) or, in the legacy format, a pickle whose
