@@ -26,6 +26,7 @@ from ..errors import InputError, OutputError
 from ..models import build_model_from_config, count_parameters
 from ..runs import Checkpoint, RunFolder, write_checkpoint
 from ..runs.config import without_paths
+from ..runs.lock import LOCK_FILE, RunLock
 from ..runs.torch_file import read_torch_file
 from .config import read_reference_config, resolve_reference_config
 from .kinds import REFERENCE_KINDS
@@ -156,7 +157,9 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
         InputError: not a reference checkpoint, weights holding NaN or infinite values, tensors that
             disagree with the configuration, a configuration value of the wrong type, a YAML alias, a
             value neither gives (named), or a kind attncnn does not have (named).
-        OutputError, RunFolderError: ``out`` exists or cannot be written. Nothing is left behind on any error.
+        OutputError, RunFolderError: ``out`` exists or cannot be written, or a live training holds
+            its lock (refused with or without ``overwrite``, before any work and again, holding
+            that lock, while it is replaced). Nothing is left behind on any error.
     """
     checkpoint, out = Path(checkpoint), Path(out)
     _check_out(out, overwrite)
@@ -198,6 +201,8 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
 def _check_out(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out} exists and is not a folder; choose another output folder")
+    if out.is_dir():
+        RunFolder.check_not_in_use(out)         # a live training's folder: refused before any work
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise OutputError(f"{out} already exists and is not empty; choose another output folder or overwrite it "
                           "(--overwrite)")
@@ -215,15 +220,32 @@ def _new_folder(out: Path, overwrite: bool):
     except OSError as err:
         raise OutputError(f"cannot create a folder in {parent} ({err.strerror or err}); choose a writable output "
                           "folder") from err
+    lock = None
     try:
         yield tmp
         _check_out(out, overwrite)
         if out.is_dir():
-            shutil.rmtree(out) if overwrite else out.rmdir()
+            # the folder's own lock, as train --overwrite takes it: a training that starts in it now
+            # is refused until the converted folder is in place
+            lock = RunLock.take(out)
+            if overwrite:
+                shutil.rmtree(out)
+            else:                               # empty but for the lock file just made
+                _remove_lock_file(out)
+                out.rmdir()
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _remove_lock_file(folder: Path) -> None:
+    """Remove the lock file this conversion created in an empty ``folder`` so that it can go."""
+    with contextlib.suppress(FileNotFoundError):
+        (folder / LOCK_FILE).unlink()
 
 
 def reference_kinds() -> list[str]:
