@@ -117,5 +117,10 @@ class MainProcessRunFolder:
                 end_segment(self.path, last_epoch, ended)
         self._dist.on_main(main, f"write {MACHINE_FILE}")
 
+    def discard_if_unstarted(self) -> bool:
+        """On rank 0 (the process that opened the folder to write), :meth:`RunFolder.discard_if_unstarted`;
+        no barrier: it runs while an error or interrupt unwinds, which other ranks may not share."""
+        return self._folder.discard_if_unstarted()
+
     def close(self) -> None:
         self._folder.close()
