@@ -199,7 +199,7 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
     The pruned weights are written to a temporary checkpoint that the run starts from
     (``TrainConfig.init_from``: weights only, fresh optimiser and schedule). When the run ends
     (finished, or failed or interrupted after its first checkpoint; one stopped before it leaves no
-    folder: :meth:`~attncnn.runs.RunFolder.discard_if_unstarted`) that starting checkpoint is moved into the folder
+    folder: :func:`~attncnn.runs.unstarted.discard_if_unstarted`) that starting checkpoint is moved into the folder
     as ``checkpoints/pruned.safetensors`` and ``config.json``'s ``init_from`` is pointed at it,
     so the folder holds everything needed to repeat the run. The checkpoints written during
     training keep the temporary path in their stored ``config`` (only informative: a resume

@@ -73,7 +73,7 @@ class RunFolder:
         self._writer: Any = None
         self._tb_unavailable = False
         self._lock: RunLock | None = None
-        self._created = False                     # whether this object made the folder (a new run's)
+        self.created = False            #: whether this object made the folder (:mod:`attncnn.runs.unstarted`)
         p = self.path
         if p.exists() and not p.is_dir():
             raise RunFolderError(f"run folder {p} exists but is not a folder; choose another output path")
@@ -98,17 +98,11 @@ class RunFolder:
                 raise RunFolderError(f"refusing to overwrite {p}: it is the home folder, the current folder or "
                                      "one of its parents; choose a dedicated output folder")
         try:
-            self._created = not p.exists()
+            self.created = not p.exists()
             p.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock.take(p)          # before anything is deleted or written
             if mode == "overwrite":
-                for entry in p.iterdir():
-                    if entry.name == LOCK_FILE:
-                        continue
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry)
-                    else:
-                        entry.unlink()
+                _empty(p)
                 log.info("overwrote the previous contents of %s", p)
             fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
             os.close(fd)
@@ -360,6 +354,11 @@ class RunFolder:
         """True when ``finished.json`` exists."""
         return (self.path / "finished.json").is_file()
 
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the folder's lock (a writing mode, not yet closed)."""
+        return self._lock is not None
+
     def close(self) -> None:
         """Flush and close the TensorBoard writer and release the folder's lock (idempotent)."""
         if self._writer is not None:
@@ -368,45 +367,6 @@ class RunFolder:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-    def discard_if_unstarted(self) -> bool:
-        """Remove what a new run wrote when it stops before its first epoch ends (Ctrl-C while it
-        sets up, an error in its first steps): ``config.json``, ``machine.json``, TensorBoard
-        events, and the folder itself if this object created it; an existing folder (``"new"`` on
-        an empty one, ``"overwrite"``) is left empty. A run with a checkpoint or an epoch's record
-        in ``metrics.jsonl``, or a folder opened to resume or read, is kept as it is. Then the
-        folder is closed.
-
-        Without this, the same command would be refused ("already exists") for a folder holding
-        nothing worth keeping.
-
-        Returns:
-            True where the run's files were removed.
-        """
-        if self.mode not in ("new", "overwrite") or self._lock is None or self.latest_checkpoint() is not None:
-            return False
-        metrics = self.path / "metrics.jsonl"
-        if metrics.is_file() and metrics.stat().st_size > 0:
-            return False
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        for entry in self.path.iterdir():
-            if entry.name == LOCK_FILE:
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry, ignore_errors=True)
-            else:
-                with contextlib.suppress(OSError):
-                    entry.unlink()
-        if self._created:
-            with contextlib.suppress(OSError):
-                (self.path / LOCK_FILE).unlink()        # still held: no other process takes the folder meanwhile
-                self.path.rmdir()
-        self.close()
-        log.info("the run stopped before its first checkpoint: removed what it had written in %s (nothing to "
-                 "resume; run the same command again)", self.path)
-        return True
 
     @staticmethod
     def check_not_in_use(path: str | os.PathLike[str]) -> None:
@@ -440,6 +400,17 @@ class RunFolder:
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r}, mode={self.mode!r})"
+
+
+def _empty(p: Path) -> None:
+    """Delete everything in ``p`` but its lock file (links themselves, never what they point to)."""
+    for entry in p.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _check_resumable(p: Path) -> None:
