@@ -4,12 +4,16 @@ place only when all of them match; :func:`attncnn.pretrained` then finds it by n
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import http.server
 import json
+import logging
+import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,8 +22,10 @@ import torch
 import attncnn
 from attncnn._cache_dir import user_cache_dir
 from attncnn.api import PACKAGED_MODELS, DownloadError, downloadable, pretrained_path
+from attncnn.api import downloads
 from attncnn.api.downloads import DOWNLOADS_MANIFEST, downloads_folder, read_manifest
 from attncnn.cli import main
+from attncnn.errors import InputError
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 PACKAGED = PACKAGED_MODELS / "mini-long" / "quadratic-mini" / "seed0"
@@ -198,3 +204,135 @@ def test_the_command_copies_a_real_model_from_a_clones_results(cache, capsys):
     assert sum(p.numel() for p in model.network.parameters()) == 11_173_962          # PAPER.md 5.2
     assert main(["download", "resnet-18", "--from", str(RESULTS)]) == 2
     assert "error: no downloadable model 'resnet-18'; the names are learned, quadratic" in capsys.readouterr().err
+
+
+class _Trickle(http.server.BaseHTTPRequestHandler):
+    """Answers every GET with a Content-Length of 1,000 bytes and then one byte every 0.1 s, for at
+    most 5 s (then it closes): each read gets its byte well within any timeout."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        end = time.monotonic() + 5
+        while time.monotonic() < end:
+            try:
+                self.wfile.write(b"x")
+                self.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.1)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_server_that_trickles_bytes_meets_the_downloads_deadline(cache, fake, monkeypatch):
+    source, manifest = fake
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Trickle)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    # the default deadline, --timeout plus the model's size at MIN_RATE, made short for the test
+    monkeypatch.setattr(downloads, "MIN_RATE", 10**9, raising=False)
+    try:
+        start = time.monotonic()
+        with pytest.raises(DownloadError, match=r"did not finish within 1 s \(--timeout plus [\d,]+ bytes at .*\): "
+                                                r".*config\.json stalled after \d+ bytes.*--deadline SECONDS"):
+            attncnn.download("tiny", f"http://127.0.0.1:{httpd.server_address[1]}", manifest=manifest, timeout=1)
+        assert time.monotonic() - start < 3
+        with pytest.raises(DownloadError, match=r"did not finish within 1 s \(--deadline\)"):
+            attncnn.download("tiny", f"http://127.0.0.1:{httpd.server_address[1]}", manifest=manifest, timeout=30,
+                             deadline=1)
+        assert time.monotonic() - start < 6
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert _files_in(cache) == []
+
+
+def _writer_after(fifo: Path, seconds: float) -> None:
+    """After ``seconds``, write into ``fifo`` if a reader has opened it (so that a download blocked on
+    it ends); never blocks itself."""
+    def write():
+        end = time.monotonic() + seconds + 2
+        time.sleep(seconds)
+        while time.monotonic() < end:
+            try:
+                fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:           # ENXIO: no reader
+                time.sleep(0.05)
+                continue
+            os.write(fd, b"{}")
+            os.close(fd)
+            return
+    threading.Thread(target=write, daemon=True).start()
+
+
+@pytest.mark.parametrize("kind, said", [("fifo", "a FIFO"), ("folder", "a folder")])
+def test_a_source_file_that_is_not_a_regular_file_is_blamed_on_the_source_without_blocking(cache, fake, kind, said):
+    source, manifest = fake
+    config = source / "paper-long" / "tiny" / "seed0" / "config.json"
+    config.unlink()
+    if kind == "fifo":
+        os.mkfifo(config)
+        _writer_after(config, 3)      # a download that waits on it would end with another error after 3 s
+    else:
+        config.mkdir()
+    start = time.monotonic()
+    with pytest.raises(DownloadError, match=f"{config} of the source is {said}, not the file it must be; the source "
+                                            "must be a copy of a clone's results/ folder"):
+        attncnn.download("tiny", source, manifest=manifest)
+    assert time.monotonic() - start < 2
+    assert _files_in(cache) == []
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "0", "inf", "soon"])
+def test_a_timeout_that_is_not_a_positive_number_is_one_line(cache, fake, capsys, value):
+    source, _ = fake
+    with pytest.raises(SystemExit) as stop:
+        main(["download", "tiny", "--from", str(source), "--timeout", value])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"attncnn download: error: argument --timeout: '{value}'")
+    assert "Traceback" not in "".join(err)
+    with pytest.raises(InputError, match="timeout must be a positive number of seconds"):
+        attncnn.download("tiny", source, timeout=float(value) if value != "soon" else value)
+
+
+def test_two_downloads_of_one_model_into_one_cache_both_succeed(cache, fake, monkeypatch, caplog):
+    # the second download finds, just before its rename, that the first has stored the model
+    source, manifest = fake
+    rename, other = os.rename, []
+
+    def rename_after_another_download(src, dst):
+        if Path(src).name.startswith(".download-") and not other:
+            other.append(None)
+            other[0] = attncnn.download("tiny", source, manifest=manifest)      # it completes first
+        return rename(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename_after_another_download)
+    with caplog.at_level(logging.INFO, logger="attncnn.api.downloads"):
+        folder = attncnn.download("tiny", source, manifest=manifest)
+    assert other == [folder] and [p.relative_to(folder).as_posix() for p in _files_in(folder)] == sorted(FILES)
+    assert any("another download stored it" in r.getMessage() for r in caplog.records)
+    assert [p.name for p in (cache / "models").iterdir()] == ["paper-long"]
+
+
+def test_a_killed_downloads_folder_is_removed_by_the_next_download_and_a_live_ones_kept(cache, fake):
+    source, manifest = fake
+    models = cache / "models"
+    models.mkdir(parents=True)
+    for name in ("dead", "live", "old", "young"):
+        (models / f".download-{name}" / "checkpoints").mkdir(parents=True)
+        (models / f".download-{name}" / "config.json").write_text("{}")
+    for name in ("dead", "live"):            # the locks of a killed download and of a running one
+        (models / f".download-{name}.lock").write_text("attncnn download, pid 1\n")
+    live = os.open(models / ".download-live.lock", os.O_RDWR)
+    fcntl.flock(live, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    two_days = time.time() - 2 * 24 * 3600      # without a lock file: a version that took none; removed when old
+    os.utime(models / ".download-old", (two_days, two_days))
+    try:
+        attncnn.download("tiny", source, manifest=manifest)
+        assert sorted(p.name for p in models.iterdir()) == [".download-live", ".download-live.lock",
+                                                            ".download-young", "paper-long"]
+    finally:
+        os.close(live)

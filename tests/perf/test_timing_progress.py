@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import logging
 
+import pytest
 import torch
 
 from attncnn.data import DataShape
-from attncnn.perf import timing
+from attncnn.perf import precision, timing
 from attncnn.reproduce.running import runner
 
 CPU = torch.device("cpu")
@@ -45,7 +46,12 @@ def test_a_short_timing_logs_nothing(monkeypatch, caplog):
     assert _lines(caplog) == []
 
 
-def test_the_dry_run_names_the_step_it_times_before_timing_it(monkeypatch, caplog, tmp_path):
+@pytest.mark.parametrize("fast", [False, True], ids=["slow-bf16", "fast-bf16"])
+def test_the_dry_run_names_the_step_it_times_before_timing_it(monkeypatch, caplog, tmp_path, fast):
+    # the job's precision is "auto", which the CPU decides: both answers are tried on any CPU, and the
+    # expectation comes from the rule the runner applies, never from the CPU this test runs on
+    monkeypatch.setattr(precision, "fast_bf16", lambda device: fast)
+    expected = precision.resolve_precision("auto", CPU)
     order = []
 
     def fake_time_steps(model, images, labels, **kwargs):
@@ -57,6 +63,7 @@ def test_the_dry_run_names_the_step_it_times_before_timing_it(monkeypatch, caplo
     data = DataShape("tiny", train=120, test=30, num_classes=3, image_shape=(3, 16, 16))
     runner.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "q"),
                         runner.TrainOptions(compile=False, epochs=2, batch_size=10), data=data)
-    assert order == [("logged", "timing one training step and one test batch of quadratic-mini (batch 10, fp32) on "
-                                "cpu for the estimate..."),
-                     ("timed", "quadratic-mini (batch 10, fp32)")]
+    assert expected == ("bf16" if fast else "fp32")
+    assert order == [("logged", f"timing one training step and one test batch of quadratic-mini (batch 10, {expected}) "
+                                "on cpu for the estimate..."),
+                     ("timed", f"quadratic-mini (batch 10, {expected})")]

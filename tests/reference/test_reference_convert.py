@@ -236,3 +236,83 @@ def test_an_existing_folder_is_kept(tmp_path):
     assert (tmp_path / "run" / "mine.txt").read_text() == "keep"
     assert convert_reference(path, tmp_path / "run", overwrite=True) == tmp_path / "run"
     assert not (tmp_path / "run" / "mine.txt").exists()
+
+
+@pytest.mark.parametrize("data", ["cifar10-jpeg.zip", "/data/images", "cifar100"])
+def test_our_own_export_converts_back_with_the_data_set_it_recorded(tmp_path, data):
+    # export writes the run's own data set (a zip's file name, a folder's path) where the reference
+    # writes Cifar10; converting that file back needs no --data
+    from attncnn.models import build_model
+    from attncnn.runs import Checkpoint, TrainConfig, write_checkpoint
+
+    sizes = {"num_layers": 1, "dim": 8, "mlp_dim": 6, "num_heads": 2, "num_classes": 100 if data == "cifar100" else 10}
+    model = build_model("quadratic", **sizes)
+    meta = {"arch": model.arch, "model_config": dataclasses.asdict(model.config), "epoch": 3,
+            "config": TrainConfig(preset="quadratic", model=sizes, data=data).to_dict()}
+    write_checkpoint(tmp_path / "ours.safetensors", Checkpoint(model.state_dict(), None, {}, meta))
+    out = export_reference(tmp_path / "ours.safetensors", tmp_path / "exported" / "final.checkpoint")
+    run = convert_reference(out, tmp_path / "run")
+    assert json.loads((run / "config.json").read_text())["data"] == data
+
+
+def test_a_data_set_attncnn_does_not_read_is_refused_with_the_fix(tmp_path):
+    cfg = reference_config("quadratic", dataset="ImageNet")
+    path = save_reference(tmp_path / "ref", cfg, reference_state(cfg))
+    _refused(tmp_path, path, r"trained on 'ImageNet', which attncnn does not read.*--data")
+    assert json.loads((convert_reference(path, tmp_path / "run", data="x.zip") / "config.json").read_text())["data"] \
+        == "x.zip"
+
+
+def test_overwrite_refuses_a_folder_a_live_training_holds(tmp_path, capsys):
+    from attncnn.cli import main
+    from attncnn.runs import RunFolderError
+    from attncnn.runs.lock import RunLock
+
+    cfg = reference_config("quadratic")
+    path = save_reference(tmp_path / "ref", cfg, reference_state(cfg))
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.json").write_text('{"preset": "demo"}')
+    training = RunLock.take(run)          # as a live `attncnn train` holds it (flock: per open file)
+    try:
+        with pytest.raises(RunFolderError, match=r"run folder .*run is in use: attncnn pid \d+ on host .* is "
+                                                 r"training in it"):
+            convert_reference(path, run, overwrite=True)
+        assert main(["convert-reference", str(path), "--out", str(run), "--overwrite"]) == 2
+        assert "is in use" in capsys.readouterr().err
+        assert (run / "config.json").read_text() == '{"preset": "demo"}' and (run / "checkpoints").is_dir()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]
+    finally:
+        training.release()
+    assert convert_reference(path, run, overwrite=True) == run           # once it is free
+    assert json.loads((run / "config.json").read_text())["preset"] == "quadratic"
+    (tmp_path / "empty").mkdir()
+    assert sorted(p.name for p in convert_reference(path, tmp_path / "empty").iterdir()) == sorted(
+        p.name for p in run.iterdir())
+
+
+def test_a_training_that_starts_during_the_conversion_is_not_deleted_under_it(tmp_path, monkeypatch):
+    import attncnn.reference.convert as convert
+    from attncnn.runs import RunFolderError
+    from attncnn.runs.lock import RunLock
+
+    cfg = reference_config("quadratic")
+    path = save_reference(tmp_path / "ref", cfg, reference_state(cfg))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.json").write_text('{"preset": "demo"}')
+    started = []
+    write = convert.write_checkpoint
+
+    def write_while_a_training_starts(*args, **kwargs):
+        started.append(RunLock.take(run))           # after the first check, before the folder is replaced
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(convert, "write_checkpoint", write_while_a_training_starts)
+    try:
+        with pytest.raises(RunFolderError, match="is in use"):
+            convert_reference(path, run, overwrite=True)
+    finally:
+        started[0].release()
+    assert (run / "config.json").read_text() == '{"preset": "demo"}'
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")]

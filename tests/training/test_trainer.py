@@ -389,9 +389,42 @@ def test_nan_loss_names_the_exact_step_and_keeps_the_last_good_checkpoint(tiny, 
 
 def test_nan_in_the_first_steps_says_no_checkpoint_was_written(tiny, tmp_path, monkeypatch):
     _poison(monkeypatch, at_call=1)
-    with pytest.raises(NonFiniteLossError, match="step 1 of 6.*no checkpoint had been written yet"):
+    with pytest.raises(NonFiniteLossError, match="step 1 of 6.*no checkpoint had been written yet, so nothing of "
+                                                 "a new run is kept"):
         _train(tiny, tmp_path / "run")
-    assert not _last(tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists()          # nothing to resume: the same command can run again
+
+
+def _interrupted_while_setting_up(monkeypatch):
+    """Ctrl-C while the run sets up (measuring its attention paths), after config.json is written and
+    before its first checkpoint: no signal handler is installed yet, so it is a KeyboardInterrupt."""
+    import attncnn.training.loop as loop
+
+    def choose_on(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(loop, "choose_on", choose_on)
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_no_folder_and_the_command_runs_again(tiny, tmp_path,
+                                                                                        monkeypatch):
+    out = tmp_path / "run"
+    with monkeypatch.context() as patch:
+        _interrupted_while_setting_up(patch)
+        with pytest.raises(KeyboardInterrupt):
+            _train(tiny, out, epochs=1)
+    assert not out.exists()
+    assert _train(tiny, out, epochs=1)["final"]["epoch"] == 1         # not refused as "already exists"
+    # a folder the user made is kept, emptied of what the run wrote; an interrupted resume keeps its folder
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    _interrupted_while_setting_up(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _train(tiny, mine, epochs=1)
+    assert [p.name for p in mine.iterdir()] == [".lock"]
+    config = _config(tiny, epochs=2)
+    with pytest.raises(KeyboardInterrupt):
+        train(config, out, resume_plan(out), mode="resume", progress=False)
+    assert _last(out).is_file() and (out / "config.json").is_file()
 
 
 def test_infinite_loss_is_caught_too(tiny, tmp_path, monkeypatch):

@@ -17,19 +17,27 @@ Every file's size and sha256 are recorded in a manifest shipped with the package
 (``attncnn/pretrained_models/downloads.json``, written from ``results/`` by
 ``benchmarks/package_models.py``). Files are first written into a temporary folder in the cache
 (``.download-*``) and checked against the manifest; only a complete, matching set is moved into
-place (one rename), so a failed, interrupted or wrong download leaves nothing in the cache. Nothing
-is ever downloaded unless :func:`download` is called: loading a model never reaches the network.
+place (one rename), so a failed, interrupted or wrong download leaves nothing in the cache; the
+folder of a download that was killed outright is removed by the next download
+(:mod:`attncnn.api.download_staging`). Two downloads of one model into one cache may run at once:
+the one that finishes second keeps the copy the first stored. A download has a deadline as a
+whole, not only per read, so a server that trickles bytes cannot hold it. Nothing is ever
+downloaded unless :func:`download` is called: loading a model never reaches the network.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import http.client
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
+import stat
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -38,14 +46,18 @@ from pathlib import Path
 from .._cache_dir import user_cache_dir
 from .._io import make_folders
 from ..errors import AttncnnError, InputError, MissingFileError, OutputError
+from .download_staging import staging_folder
 
-__all__ = ["DOWNLOADS_MANIFEST", "DownloadError", "download", "downloadable", "downloads_folder", "read_manifest"]
+__all__ = ["DOWNLOADS_MANIFEST", "DownloadError", "MIN_RATE", "download", "downloadable", "downloads_folder",
+           "read_manifest"]
 
 log = logging.getLogger(__name__)
 
 #: the manifest of the models :func:`download` fetches (name -> run folder under results/, files, sha256)
 DOWNLOADS_MANIFEST = Path(__file__).resolve().parents[1] / "pretrained_models" / "downloads.json"
 _BLOCK = 1 << 20
+#: the slowest transfer the default deadline allows, bytes per second: below it a source is taken as stalled
+MIN_RATE = 32 * 1024
 
 
 class DownloadError(AttncnnError, OSError):
@@ -126,20 +138,35 @@ def _open(source: str, rel: str, timeout: float):
                                 "network") from err
     path = Path(source).expanduser() / rel
     try:
-        return open(path, "rb")
+        # O_NONBLOCK: opening a FIFO would otherwise wait for a writer; the check below refuses it
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError as err:
         raise MissingFileError(f"no {path}: the source folder must be laid out like a clone's results/ folder "
                                f"(this file at {rel})") from err
+    except OSError as err:
+        raise DownloadError(f"cannot read {path} of the source: {err.strerror or err}") from err
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        what = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
+        raise DownloadError(f"{path} of the source is {what}, not the file it must be; the source must be a copy of a "
+                            f"clone's results/ folder, with this file at {rel}")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
-def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float) -> None:
-    """Copy ``rel`` of ``source`` to ``dest``, refusing it unless its size and sha256 are ``spec``'s."""
+def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float, deadline: "_Deadline") -> None:
+    """Copy ``rel`` of ``source`` to ``dest``, refusing it unless its size and sha256 are ``spec``'s,
+    and stopping once ``deadline`` has passed."""
     h, size, where = hashlib.sha256(), 0, f"{source.rstrip('/')}/{rel}"
-    stream = _open(source, rel, timeout)
+    stream = _open(source, rel, min(timeout, deadline.left()))
     with stream, open(dest, "wb") as out:          # a failed write is an OSError: download() names the cache
         while size <= spec["bytes"]:                # one byte more than recorded is enough to refuse it
+            deadline.check(where, size)
             try:
-                block = stream.read(min(_BLOCK, spec["bytes"] + 1 - size))
+                # read1: one receive at most, so each waits no more than the timeout and the
+                # deadline is checked between them (read() would gather a whole block, however slowly)
+                block = stream.read1(min(_BLOCK, spec["bytes"] + 1 - size))
             except (http.client.HTTPException, OSError) as err:
                 raise DownloadError(f"the transfer of {where} failed after {size:,} bytes: {err}") from err
             if not block:
@@ -158,17 +185,60 @@ def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float) -> Non
                             "corrupt copy or another version of the model); it was not kept")
 
 
-def _move_into_place(staging: Path, target: Path, files: dict) -> None:
+def _move_into_place(staging: Path, target: Path, files: dict) -> bool:
     """Rename the checked ``staging`` folder to ``target``; a ``target`` that is not complete (an
-    older or damaged copy) is replaced, a complete one (another process's download) kept."""
+    older or damaged copy) is replaced, a complete one (another process's download) kept.
+
+    Returns:
+        True where this call put its folder in place, False where it kept another download's copy.
+    """
     make_folders(target.parent)
-    if target.exists():
-        if _complete(target, files):
-            return
-        old = target.with_name(f".old-{secrets.token_hex(6)}")
-        os.rename(target, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.rename(staging, target)
+    for _ in range(3):            # another download may change target between each check and rename
+        if target.exists():
+            if _complete(target, files):
+                return False
+            old = target.with_name(f".old-{secrets.token_hex(6)}")
+            try:
+                os.rename(target, old)
+            except FileNotFoundError:
+                continue          # another download moved it away first
+            shutil.rmtree(old, ignore_errors=True)
+        try:
+            os.rename(staging, target)
+            return True
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+    if _complete(target, files):
+        return False
+    raise DownloadError(f"{target} kept changing while this download put its copy there (other downloads of the "
+                        "same model?); run the download again once they have finished")
+
+
+class _Deadline:
+    """The end of a download as a whole: each read waits at most ``timeout``, and no read starts after it."""
+
+    def __init__(self, seconds: float, why: str) -> None:
+        self.seconds, self.why = seconds, why
+        self.end = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return max(0.001, self.end - time.monotonic())
+
+    def check(self, where: str, size: int) -> None:
+        if time.monotonic() > self.end:
+            raise DownloadError(f"the download did not finish within {self.seconds:,.0f} s ({self.why}): {where} "
+                                f"stalled after {size:,} bytes; the source is too slow or stalls. Try again, or allow "
+                                "more time (deadline=..., --deadline SECONDS)")
+
+
+def _checked_seconds(value, name: str, *, none_ok: bool = False) -> float | None:
+    """``value`` as a positive finite number of seconds; InputError naming ``name`` otherwise."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise InputError(f"{name} must be a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _model(name: str, models: dict, manifest) -> tuple[str, dict]:
@@ -182,7 +252,7 @@ def _model(name: str, models: dict, manifest) -> tuple[str, dict]:
 
 
 def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLike | None = None,
-             timeout: float = 60.0) -> Path:
+             timeout: float = 60.0, deadline: float | None = None) -> Path:
     """Copy a trained model into the user cache from ``source``, checking every file's sha256.
 
     Args:
@@ -194,6 +264,9 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
         manifest: a manifest file of the same format, for models hosted elsewhere (default: the
             package's, :data:`DOWNLOADS_MANIFEST`).
         timeout: seconds to wait for the server on each connection or read.
+        deadline: seconds the whole download may take (default: ``timeout`` plus the model's size
+            at :data:`MIN_RATE`, 32 KiB/s: about 25 minutes for a 48 MB model); it stops at the
+            first read after it.
 
     Returns:
         The model's run folder in the cache (``<cache>/models/paper-long/quadratic/seed0``), which
@@ -201,12 +274,17 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
         fetched again.
 
     Raises:
-        InputError: an unknown name (the message lists the names) or a source of another kind.
+        InputError: an unknown name (the message lists the names), a source of another kind, or a
+            ``timeout`` or ``deadline`` that is not a positive number.
         MissingFileError: a source folder that does not exist or lacks a file.
-        DownloadError: an unreachable server, an HTTP error, a cut transfer, or a file whose size or
-            sha256 is not the manifest's; nothing is left in the cache.
+        DownloadError: an unreachable server, an HTTP error, a cut transfer, a download past its
+            deadline, a source file that is a folder, FIFO or other non-regular file (refused
+            without reading it), or a file whose size or sha256 is not the manifest's; nothing is
+            left in the cache.
         OutputError: the cache folder is not writable.
     """
+    timeout = _checked_seconds(timeout, "timeout")
+    deadline = _checked_seconds(deadline, "deadline", none_ok=True)
     models = read_manifest(manifest)
     key, entry = _model(name, models, manifest)
     source = os.fspath(source)
@@ -220,20 +298,23 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
     if target.is_dir() and _complete(target, files):
         log.info("%s is already in %s", key, target)
         return target
-    staging = make_folders(root) / f".download-{secrets.token_hex(6)}"
+    total = sum(spec["bytes"] for spec in files.values())
+    until = _Deadline(deadline, "--deadline") if deadline is not None else \
+        _Deadline(timeout + total / MIN_RATE, f"--timeout plus {total:,} bytes at {MIN_RATE // 1024} KiB/s")
     try:
-        staging.mkdir()               # mode from the umask, as any folder the user makes
-        for rel, spec in files.items():
-            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-            log.info("%s: %s (%s bytes)", key, rel, f"{spec['bytes']:,}")
-            _fetch(source, f"{entry['path']}/{rel}", staging / rel, spec, timeout)
-        _move_into_place(staging, target, files)
+        with staging_folder(make_folders(root)) as staging:
+            for rel, spec in files.items():
+                (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+                log.info("%s: %s (%s bytes)", key, rel, f"{spec['bytes']:,}")
+                _fetch(source, f"{entry['path']}/{rel}", staging / rel, spec, timeout, until)
+            ours = _move_into_place(staging, target, files)
     except OSError as err:
         if isinstance(err, AttncnnError):
             raise
         raise OutputError(f"cannot write the model into {root}: {err.strerror or err}; set ATTNCNN_CACHE_DIR to "
                           "a writable folder") from err
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    log.info("%s: %d files checked and stored in %s", key, len(files), target)
+    if ours:
+        log.info("%s: %d files checked and stored in %s", key, len(files), target)
+    else:
+        log.info("%s: another download stored it in %s meanwhile, each file checked; kept that copy", key, target)
     return target

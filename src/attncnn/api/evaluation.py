@@ -43,7 +43,8 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
         ``"predictions"`` when given.
 
     Raises:
-        InputError: the data set has another number of classes or image size than the network
+        InputError: weights holding NaN or infinite values (named; checked before the data set is
+            read); the data set has another number of classes or image size than the network
             was trained on; ``sample`` outside ``1..test images``; a bad device or precision.
         MissingFileError: no such run folder or checkpoint.
         OutputError: ``predictions`` cannot be written.
@@ -59,6 +60,7 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
     device = resolve_device(device)
     checkpoint = checkpoint_of(path, checkpoint)     # a run folder: its last, unless told otherwise
     model, meta = load_model(checkpoint, device)
+    _check_finite(model, checkpoint)
     stored = meta.get("config", {})
     spec = run_data(stored.get("data"), data, run=checkpoint)
     dataset = load_dataset(spec, data_dir=data_dir or meta.get(OLD_MACHINE_FIELDS, {}).get("data_dir"),
@@ -87,6 +89,20 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
             device=device_name(device), precision_from=precision_from))
         out["predictions"] = str(predictions)
     return out
+
+
+def _check_finite(model, checkpoint) -> None:
+    """Refuse weights holding NaN or infinite values: every image would get NaN logits, and the
+    accuracy that of a constant guess."""
+    import torch
+
+    bad = [name for name, t in model.state_dict().items()
+           if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        more = f" and {len(bad) - 3} more" if len(bad) > 3 else ""
+        raise InputError(f"{checkpoint}: the weights {', '.join(bad[:3])}{more} hold NaN or infinite values, so every "
+                         "image would get NaN scores; evaluate a checkpoint from before the loss diverged "
+                         "(--checkpoint best, or epoch_NNNN)")
 
 
 def _chosen_precision(checkpoint, meta: dict, device, requested: str | None, what: str) -> tuple[str, str]:

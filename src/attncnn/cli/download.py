@@ -7,6 +7,7 @@ user errors (:class:`attncnn.AttncnnError`) become one line and exit status 2 in
 from __future__ import annotations
 
 import argparse
+import math
 
 __all__ = ["register"]
 
@@ -25,14 +26,29 @@ def register(subparsers) -> None:
     d.add_argument("--from", dest="source", required=True, metavar="URL_OR_FOLDER",
                    help="a copy of a clone's results/ folder: a local folder, or an http(s) address serving the "
                         "same paths (the files of NAME are at paper-long/NAME/seed0/... under it)")
-    d.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the server on each read")
+    d.add_argument("--timeout", type=_seconds, default=60.0, metavar="SECONDS",
+                   help="seconds to wait for the server on each connection or read (default: 60)")
+    d.add_argument("--deadline", type=_seconds, metavar="SECONDS",
+                   help="seconds the whole download may take (default: --timeout plus the model's size at 32 KiB/s, "
+                        "so a server that trickles bytes cannot hold it)")
     d.set_defaults(handler=_download)
+
+
+def _seconds(text: str) -> float:
+    """A positive, finite number of seconds (argparse turns the error into one usage line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < math.inf:          # also refuses nan
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive number of seconds, e.g. 60")
+    return value
 
 
 def _download(args: argparse.Namespace) -> int:
     """Fetch the model and print where it is; returns the exit status."""
     from ..api.downloads import download
 
-    folder = download(args.name, args.source, timeout=args.timeout)
+    folder = download(args.name, args.source, timeout=args.timeout, deadline=args.deadline)
     print(f"{args.name}: {folder} (load it with attncnn.pretrained({args.name!r}))")
     return 0

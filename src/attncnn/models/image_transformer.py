@@ -121,6 +121,11 @@ class ImageTransformerConfig:
         for name in ("head_dim", "table_dim", "max_size", "conv_kernel_size"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise InputError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("dropout", "attn_dropout"):      # torch.nn.Dropout would refuse them only when built
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+                raise InputError(f"{name} must be a probability between 0 and 1 (the share of values dropped), got "
+                                 f"{value!r}; e.g. --set {name}=0.1, or 0 for none")
         if self.layer_heads is not None:
             self.layer_heads = self._checked_layer_heads(self.layer_heads)
         self._check_foreign_options(layer_class)

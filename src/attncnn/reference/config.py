@@ -9,7 +9,11 @@ are an error naming them.
 
 from __future__ import annotations
 
+import datetime
+import logging
+import math
 import os
+import stat
 from pathlib import Path
 
 import torch
@@ -18,7 +22,12 @@ from ..errors import InputError, MissingFileError
 from .kinds import FLAG_KEYS, ReferenceKind, kind_of_flags
 
 __all__ = ["REFERENCE_DEFAULTS", "read_reference_config", "infer_from_tensors", "resolve_reference_config",
-           "LAYER_PREFIX"]
+           "LAYER_PREFIX", "MAX_CONFIG_BYTES"]
+
+log = logging.getLogger(__name__)
+
+#: the largest config.yaml read (the reference writes about 2 KB)
+MAX_CONFIG_BYTES = 1 << 20
 
 #: the reference's configuration keys at 9ffaa30 with the defaults of its train.py, in its order
 #: (the order its config.yaml is written in)
@@ -53,29 +62,133 @@ _SHAPE_KEYS = {"hidden_size": "features_upscale.weight", "pooling_concatenate_si
 _CLASSES = {"Cifar10": 10, "Cifar100": 100}
 
 
+def _loader():
+    """PyYAML's SafeLoader without aliases (built on first use: PyYAML is imported only to read a file)."""
+    import yaml
+
+    class NoAliasLoader(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing every alias as it meets it, before anything is expanded."""
+
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise _AliasFound(f"line {event.start_mark.line + 1} uses the YAML alias *{event.anchor}")
+            return super().compose_node(parent, index)
+    return NoAliasLoader
+
+
+class _AliasFound(Exception):
+    """A YAML alias met while composing (caught by :func:`read_reference_config`)."""
+
+
+def _type_words(default) -> str:
+    if isinstance(default, bool):
+        return "true or false"
+    if isinstance(default, int):
+        return "an integer"
+    if isinstance(default, float):
+        return "a number"
+    if isinstance(default, list):
+        return "a list of integers"
+    return "a string" if isinstance(default, str) else "a path or null"
+
+
+def _fits(value, default) -> bool:
+    if isinstance(default, bool):
+        return isinstance(value, bool)
+    if isinstance(default, int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(default, list):
+        return isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    if isinstance(default, str):
+        return isinstance(value, str)
+    return value is None or isinstance(value, str)
+
+
+def _recordable(value) -> bool:
+    """Whether a run folder's JSON files can record ``value`` as it is."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_recordable(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _recordable(v) for k, v in value.items())
+    return False
+
+
+def _checked(values: dict, where: str) -> dict:
+    """``values`` with each known key's value of its default's type (a number written as text,
+    ``1e-12``, which YAML 1.1 reads as a string, taken as the number), every other value one a
+    run folder records; else InputError naming ``where``, the key, the value and what to write."""
+    checked = {}
+    for key, value in values.items():
+        if not isinstance(key, str):
+            raise InputError(f"{where}: the key {key!r} is not an option name (text); the reference's config.yaml "
+                             "maps option names to values")
+        default = REFERENCE_DEFAULTS.get(key, _UNKNOWN)
+        if isinstance(default, float) and isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if default is not _UNKNOWN and not _fits(value, default):
+            raise InputError(f"{where}: {key} is {value!r}, not {_type_words(default)}; write e.g. "
+                             f"{key}: {default if default is not None else 'null'} (the reference's default)")
+        if default is _UNKNOWN and not _recordable(value):
+            what = "a date" if isinstance(value, (datetime.date, datetime.datetime)) else \
+                f"a {type(value).__name__}"
+            raise InputError(f"{where}: {key} is {what} ({value!r}), which a run folder cannot record; quote it "
+                             f"({key}: \"{value}\") or remove the key")
+        checked[key] = value
+    return checked
+
+
+_UNKNOWN = object()
+
+
 def read_reference_config(config: str | os.PathLike[str] | dict) -> tuple[dict, str]:
-    """A reference configuration as a dict, and where it came from (the file, or ``"given"``).
+    """A reference configuration as a dict, and where it came from (the file, or ``"given"``),
+    each value of a known key checked against the type of the reference's default.
+
+    The file is read with a YAML loader that refuses aliases (``*name``) before they are expanded
+    (a kilobyte of nested aliases expands into gigabytes; the reference writes none) and files over
+    :data:`MAX_CONFIG_BYTES` (its config.yaml is about 2 KB).
 
     Raises:
         MissingFileError: no such file.
-        InputError: not YAML, or not a mapping of names to values.
+        InputError: not YAML, an alias, a file too large or not a regular file, not a mapping of
+            names to values, a value of the wrong type for its key (``hidden_dropout_prob: abc``), or
+            one a run folder cannot record (a YAML date): each names the file, the key and the fix.
     """
     if isinstance(config, dict):
-        return dict(config), "given"
+        return _checked(dict(config), "the given configuration"), "given"
     import yaml
 
     path = Path(config)
-    if not path.is_file():
+    if not path.exists():
         raise MissingFileError(f"no reference configuration at {path}")
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):          # a FIFO or device would block or never end
+        raise InputError(f"{path} is not a regular file; give the config.yaml the reference's train.py wrote")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise InputError(f"{path} is {info.st_size:,} bytes, not a reference config.yaml (about 2 KB; at most "
+                         f"{MAX_CONFIG_BYTES:,} read); give the config.yaml the reference's train.py wrote")
     try:
-        values = yaml.safe_load(path.read_text(encoding="utf-8"))
+        values = yaml.load(path.read_text(encoding="utf-8"), Loader=_loader())      # a SafeLoader
+    except _AliasFound as err:
+        raise InputError(f"{path}: {err}; the reference's config.yaml has none, and aliases can expand a small "
+                         "file into gigabytes: write the values out") from None
     except (yaml.YAMLError, UnicodeDecodeError) as err:
         raise InputError(f"{path} is not a readable YAML file ({err}); give the config.yaml the reference's "
                          "train.py wrote beside the checkpoint") from err
     if not isinstance(values, dict):
         raise InputError(f"{path} holds {type(values).__name__}, not the mapping of option names to values that "
                          "the reference's config.yaml is")
-    return values, str(path)
+    return _checked(values, str(path)), str(path)
 
 
 def _layer_count(state: dict) -> int:
@@ -175,6 +288,10 @@ def resolve_reference_config(state: dict, given: dict | None) -> tuple[dict, Ref
     given = dict(given or {})
     for key in ("num_classes",):
         given.pop(key, None)
+    unknown = sorted(k for k in given if k not in REFERENCE_DEFAULTS)
+    if unknown:
+        log.info("the configuration's %s %s not options of the reference's train.py: recorded in the run's "
+                 "reference.json, not used", ", ".join(unknown), "is" if len(unknown) == 1 else "are")
     for key, value in found.items():
         if key == "num_classes" or key not in given:
             continue

@@ -26,6 +26,7 @@ from ..errors import InputError, OutputError
 from ..models import build_model_from_config, count_parameters
 from ..runs import Checkpoint, RunFolder, write_checkpoint
 from ..runs.config import without_paths
+from ..runs.lock import LOCK_FILE, RunLock
 from ..runs.torch_file import read_torch_file
 from .config import read_reference_config, resolve_reference_config
 from .kinds import REFERENCE_KINDS
@@ -39,15 +40,23 @@ log = logging.getLogger(__name__)
 #: the file of a converted run folder that says where its weights came from
 PROVENANCE_FILE = "reference.json"
 _MODULE = "module."
+#: the entries of a reference checkpoint that a conversion reads
+_ENTRIES = ("model_state_dict", "epoch", "test_accuracy")
 
 
 def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int | None, float | None]:
     """``(model_state_dict, epoch, test_accuracy)`` of a reference checkpoint, tensors on the CPU,
     without the ``module.`` prefix a ``torch.nn.DataParallel`` model gives every name.
 
+    Only those three entries are read: any other entry of the file (an ``optimizer_state_dict``, a
+    ``scheduler``, as other training scripts save beside the weights) is ignored, and one INFO log
+    line names them; a converted run starts no training, so nothing of them would be used.
+
     Raises:
-        MissingFileError, CheckpointError: as :func:`attncnn.runs.torch_file.read_torch_file`.
-        InputError: a file that is not a reference checkpoint (named: what it holds instead).
+        MissingFileError, CheckpointError: as :func:`attncnn.runs.torch_file.read_torch_file`
+            (which also refuses views that declare more values than the file stores).
+        InputError: a file that is not a reference checkpoint (named: what it holds instead), or
+            weights holding NaN or infinite values (the tensors named).
     """
     payload = read_torch_file(path)
     if not isinstance(payload, dict) or not isinstance(payload.get("model_state_dict"), dict):
@@ -60,6 +69,10 @@ def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int |
     if bad:
         raise InputError(f"{path}: model_state_dict entries {bad[:5]} are not named tensors; it is not a model's "
                          "state_dict")
+    _check_finite(path, state)
+    extra = sorted(str(k) for k in payload if k not in _ENTRIES)
+    if extra:
+        log.info("%s: ignored the entries %s (a conversion reads only %s)", path, ", ".join(extra), ", ".join(_ENTRIES))
     if state and all(k.startswith(_MODULE) for k in state):
         state = {k[len(_MODULE):]: v for k, v in state.items()}
     epoch, accuracy = payload.get("epoch"), payload.get("test_accuracy")
@@ -68,6 +81,17 @@ def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int |
     epoch = int(epoch) if isinstance(epoch, int) and not isinstance(epoch, bool) else None
     accuracy = float(accuracy) if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool) else None
     return state, epoch, accuracy
+
+
+def _check_finite(path, state: dict) -> None:
+    """Refuse weights holding NaN or infinite values: the converted model would compute NaN for
+    every image (a run saved after its loss diverged)."""
+    bad = [name for name, t in state.items() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    if bad:
+        more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+        raise InputError(f"{path}: the weights {', '.join(bad[:4])}{more} hold NaN or infinite values, so the model "
+                         "computes NaN for every image (a run saved after its loss diverged); convert a checkpoint "
+                         "from before that")
 
 
 def _sha256(path: Path) -> str:
@@ -111,6 +135,8 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
     Args:
         checkpoint: a reference ``*.checkpoint`` file (``torch.save`` of ``{"epoch", "test_accuracy",
             "model_state_dict"}``), saved on any device, with or without ``DataParallel``'s ``module.``.
+            Other entries (``optimizer_state_dict``, ``scheduler``...) are ignored, with one INFO
+            log line naming them: the converted run is finished, nothing resumes its optimiser.
         out: the run folder to write; it must not exist (or be empty) unless ``overwrite``.
         config: the run's ``config.yaml`` (a path) or its values (a dict); default: ``config.yaml``
             beside ``checkpoint`` if there is one, else the sizes are inferred from the tensors.
@@ -125,10 +151,15 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
 
     Raises:
         MissingFileError: no checkpoint or configuration file there.
-        CheckpointError: an unreadable file, or one holding more than tensors and plain values.
-        InputError: not a reference checkpoint, tensors that disagree with the configuration, a value
-            neither gives (named), or a kind attncnn does not have (named).
-        OutputError, RunFolderError: ``out`` exists or cannot be written. Nothing is left behind on any error.
+        CheckpointError: an unreadable file, one holding more than tensors and plain values, or
+            tensors declaring more values than the file stores (stride-0 views, one storage shared
+            many times over), refused from their shapes before anything is expanded.
+        InputError: not a reference checkpoint, weights holding NaN or infinite values, tensors that
+            disagree with the configuration, a configuration value of the wrong type, a YAML alias, a
+            value neither gives (named), or a kind attncnn does not have (named).
+        OutputError, RunFolderError: ``out`` exists or cannot be written, or a live training holds
+            its lock (refused with or without ``overwrite``, before any work and again, holding
+            that lock, while it is replaced). Nothing is left behind on any error.
     """
     checkpoint, out = Path(checkpoint), Path(out)
     _check_out(out, overwrite)
@@ -170,6 +201,8 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
 def _check_out(out: Path, overwrite: bool) -> None:
     if out.exists() and not out.is_dir():
         raise OutputError(f"{out} exists and is not a folder; choose another output folder")
+    if out.is_dir():
+        RunFolder.check_not_in_use(out)         # a live training's folder: refused before any work
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise OutputError(f"{out} already exists and is not empty; choose another output folder or overwrite it "
                           "(--overwrite)")
@@ -187,15 +220,32 @@ def _new_folder(out: Path, overwrite: bool):
     except OSError as err:
         raise OutputError(f"cannot create a folder in {parent} ({err.strerror or err}); choose a writable output "
                           "folder") from err
+    lock = None
     try:
         yield tmp
         _check_out(out, overwrite)
         if out.is_dir():
-            shutil.rmtree(out) if overwrite else out.rmdir()
+            # the folder's own lock, as train --overwrite takes it: a training that starts in it now
+            # is refused until the converted folder is in place
+            lock = RunLock.take(out)
+            if overwrite:
+                shutil.rmtree(out)
+            else:                               # empty but for the lock file just made
+                _remove_lock_file(out)
+                out.rmdir()
         os.rename(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _remove_lock_file(folder: Path) -> None:
+    """Remove the lock file this conversion created in an empty ``folder`` so that it can go."""
+    with contextlib.suppress(FileNotFoundError):
+        (folder / LOCK_FILE).unlink()
 
 
 def reference_kinds() -> list[str]:

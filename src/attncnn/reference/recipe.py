@@ -12,6 +12,9 @@ optimizer_decay_with_factor``), and its Adam, which takes neither weight decay n
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from .._recorded_data import is_data_name
 from ..errors import InputError
 from ..models import get_preset
 from ..runs import TrainConfig
@@ -78,16 +81,37 @@ def recipe_from_reference(config: dict | None, entry: ReferenceKind, options: di
             raise InputError(f"a model of {options['num_classes']} classes without a config.yaml: give the data set it "
                              "was trained on (data=..., --data)")
         return TrainConfig(preset=entry.preset, model=model, **recipe)
-    dataset = data or DATASETS.get(config["dataset"])
-    if dataset is None:
-        raise InputError(f"the run trained on {config['dataset']!r}, which attncnn does not read (it reads CIFAR-10, "
-                         "CIFAR-100 and image folders); give the data set to record (data=..., --data)")
+    dataset = data or _recorded_data(config["dataset"])
     keep = int(config["num_keep_checkpoints"])
     epochs = int(config["num_epochs"])
     return TrainConfig(preset=entry.preset, model=model, data=dataset, epochs=epochs,
                        batch_size=int(config["batch_size"]), lr_stepping="epoch", seed=int(config["seed"]),
                        checkpoint_every=max(1, epochs // keep) if keep > 0 else 0, keep_checkpoints=0,
                        **_schedule(config))
+
+
+def _recorded_data(dataset) -> str:
+    """Our data name for the configuration's ``dataset``: the reference's ``Cifar10``/``Cifar100``,
+    or what :func:`~attncnn.reference.export_reference` wrote for a run of ours (``cifar10``, or the
+    path or file name of the folder or zip it trained on), kept as a run records it (later commands
+    look for a relative one as for any run's).
+
+    Raises:
+        InputError: another name (the reference knows only the two CIFARs), with the fix.
+    """
+    if dataset in DATASETS:
+        return DATASETS[dataset]
+    text = dataset.strip() if isinstance(dataset, str) else ""
+    if text and (is_data_name(text) or _path_like(text)):
+        return text
+    raise InputError(f"the run trained on {dataset!r}, which attncnn does not read (it reads CIFAR-10, CIFAR-100 "
+                     "and image folders or zips); give the data set to record (data=..., --data)")
+
+
+def _path_like(text: str) -> bool:
+    """A folder or zip's path: a name ending in ``.zip``, one with a folder in it, or a folder here."""
+    path = Path(text).expanduser()
+    return path.suffix.lower() == ".zip" or len(path.parts) > 1 or path.is_dir()
 
 
 def _reference_training(recipe: TrainConfig | None) -> dict:

@@ -197,8 +197,9 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
     """Fine-tune a pruned model into a new run folder (the reference's ``quadratic-generalized-pruned``).
 
     The pruned weights are written to a temporary checkpoint that the run starts from
-    (``TrainConfig.init_from``: weights only, fresh optimiser and schedule). As soon as the run
-    folder exists (also when training fails or is interrupted) that checkpoint is moved into it
+    (``TrainConfig.init_from``: weights only, fresh optimiser and schedule). When the run ends
+    (finished, or failed or interrupted after its first checkpoint; one stopped before it leaves no
+    folder: :func:`~attncnn.runs.unstarted.discard_if_unstarted`) that starting checkpoint is moved into the folder
     as ``checkpoints/pruned.safetensors`` and ``config.json``'s ``init_from`` is pointed at it,
     so the folder holds everything needed to repeat the run. The checkpoints written during
     training keep the temporary path in their stored ``config`` (only informative: a resume

@@ -73,6 +73,7 @@ class RunFolder:
         self._writer: Any = None
         self._tb_unavailable = False
         self._lock: RunLock | None = None
+        self.created = False            #: whether this object made the folder (:mod:`attncnn.runs.unstarted`)
         p = self.path
         if p.exists() and not p.is_dir():
             raise RunFolderError(f"run folder {p} exists but is not a folder; choose another output path")
@@ -95,16 +96,11 @@ class RunFolder:
                 raise RunFolderError(f"refusing to overwrite {p}: it is the home folder, the current folder or "
                                      "one of its parents; choose a dedicated output folder")
         try:
+            self.created = not p.exists()
             p.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock.take(p)          # before anything is deleted or written
             if mode == "overwrite":
-                for entry in p.iterdir():
-                    if entry.name == LOCK_FILE:
-                        continue
-                    if entry.is_dir() and not entry.is_symlink():
-                        shutil.rmtree(entry)
-                    else:
-                        entry.unlink()
+                _empty(p)
                 log.info("overwrote the previous contents of %s", p)
             fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
             os.close(fd)
@@ -356,6 +352,11 @@ class RunFolder:
         """True when ``finished.json`` exists."""
         return (self.path / "finished.json").is_file()
 
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the folder's lock (a writing mode, not yet closed)."""
+        return self._lock is not None
+
     def close(self) -> None:
         """Flush and close the TensorBoard writer and release the folder's lock (idempotent)."""
         if self._writer is not None:
@@ -413,6 +414,17 @@ class RunFolder:
 
     def __repr__(self) -> str:
         return f"RunFolder({str(self.path)!r}, mode={self.mode!r})"
+
+
+def _empty(p: Path) -> None:
+    """Delete everything in ``p`` but its lock file (links themselves, never what they point to)."""
+    for entry in p.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 def _check_resumable(p: Path) -> None:

@@ -15,6 +15,7 @@ from typing import Callable, Protocol, TypeVar
 
 from .folder import RunFolder
 from .machine_file import MACHINE_FILE, end_segment, start_segment
+from .unstarted import discard_if_unstarted
 
 T = TypeVar("T")
 
@@ -116,6 +117,12 @@ class MainProcessRunFolder:
             with self._folder.writing(self.path / MACHINE_FILE):
                 end_segment(self.path, last_epoch, ended)
         self._dist.on_main(main, f"write {MACHINE_FILE}")
+
+    def discard_if_unstarted(self) -> bool:
+        """On rank 0 (the process that opened the folder to write),
+        :func:`~attncnn.runs.unstarted.discard_if_unstarted`; no barrier: it runs while an error or
+        interrupt unwinds, which other ranks may not share."""
+        return discard_if_unstarted(self._folder)
 
     def close(self) -> None:
         self._folder.close()

@@ -6,6 +6,13 @@ functions exist for other programs' files, such as the reference code's ``*.chec
 ``torch.save``). Reading never unpickles arbitrary objects: :func:`torch.load` runs with
 ``weights_only=True``, which accepts tensors and plain Python values only. Writing is atomic, as
 every file this package writes.
+
+A ``torch.save`` file stores each tensor as a view (shape, strides, offset) of a storage, and a
+view may promise far more values than the file holds: a stride-0 view of one number can declare a
+20,000 x 20,000 matrix, which costs nothing until it is copied. :func:`read_torch_file` therefore
+refuses, from the declared shapes and strides alone, any tensor whose values are not all stored
+(an overlapping view) and a file whose tensors together declare more than twice the bytes of its
+storages, before any caller materialises them.
 """
 
 from __future__ import annotations
@@ -13,7 +20,7 @@ from __future__ import annotations
 import os
 import pickle
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -22,6 +29,13 @@ from ..errors import MissingFileError
 from .checkpoint import CheckpointError
 
 __all__ = ["read_torch_file", "write_torch_file"]
+
+#: how many times the bytes of a file's storages its tensors may declare in all: tensors that share
+#: one storage (tied weights, a table shared by every layer) are legitimate, a file that repeats
+#: one storage a thousand times is not
+_MAX_SHARING = 2
+#: declared bytes always allowed on top (small files of many tiny shared tensors)
+_SLACK_BYTES = 1 << 20
 
 
 def read_torch_file(path: str | os.PathLike[str]) -> Any:
@@ -36,7 +50,8 @@ def read_torch_file(path: str | os.PathLike[str]) -> Any:
     """
     path = Path(path)
     if not path.is_file():
-        raise MissingFileError(f"no file at {path}" + (" (it is a folder)" if path.is_dir() else ""))
+        raise MissingFileError(f"no file at {path}" + (" (it is a folder)" if path.is_dir() else
+                                                        " (it is not a regular file)" if path.exists() else ""))
     with open(path, "rb") as f:
         head = f.read(4)
     # torch.save writes a zip archive (PyTorch >= 1.6) or, in the legacy format, a pickle whose
@@ -45,7 +60,7 @@ def read_torch_file(path: str | os.PathLike[str]) -> Any:
         raise CheckpointError(f"{path} is not a readable PyTorch file (it does not start as torch.save's zip "
                               f"archive or pickle does, but with {head!r}); check that it is the checkpoint")
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        payload = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
         if "weights only" in str(err).lower():
             first = str(err).strip().splitlines()[-1].strip() if str(err).strip() else ""
@@ -59,6 +74,60 @@ def read_torch_file(path: str | os.PathLike[str]) -> Any:
         reason = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise CheckpointError(f"{path} is not a readable PyTorch file ({type(err).__name__}: {reason}); it may be "
                               "truncated (an interrupted copy) or of another format: copy it again") from err
+    _check_stored(path, payload)
+    return payload
+
+
+def _tensors(obj: Any, name: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor in ``obj`` (nested dicts, lists and tuples) with its key path (``a.b.0``)."""
+    if isinstance(obj, torch.Tensor):
+        yield name or "the tensor", obj
+    elif isinstance(obj, dict):
+        for key, value in obj.items():
+            yield from _tensors(value, f"{name}.{key}" if name else str(key))
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield from _tensors(value, f"{name}.{i}" if name else str(i))
+
+
+def _overlaps(t: torch.Tensor) -> bool:
+    """Whether two indices of ``t`` reach one stored value (a stride-0 or otherwise overlapping view),
+    judged from its sizes and strides: every stored tensor of a model (transposed ones too) passes."""
+    dims = sorted((stride, size) for size, stride in zip(t.shape, t.stride()) if size > 1)
+    reach = 1                 # values a view over the dims so far spans
+    for stride, size in dims:
+        if stride < reach:
+            return True
+        reach = stride * size
+    return False
+
+
+def _check_stored(path: Path, payload: Any) -> None:
+    """Refuse tensors that declare values the file does not hold (see the module's description),
+    from shapes and strides alone: nothing is copied or allocated here.
+
+    Raises:
+        CheckpointError: naming the file, the tensor, its shape and strides, and the sizes.
+    """
+    declared, storages = 0, {}
+    for name, t in _tensors(payload):
+        if t.numel() == 0:
+            continue
+        if _overlaps(t):
+            raise CheckpointError(
+                f"{path}: tensor {name} declares shape {tuple(t.shape)} with strides {tuple(t.stride())}, a view "
+                f"that repeats its stored values ({t.untyped_storage().nbytes():,} bytes stored, "
+                f"{t.numel() * t.element_size():,} declared); a saved model stores every value, so this file is "
+                "refused before anything is expanded. Save the state dict of the model itself")
+        declared += t.numel() * t.element_size()
+        storage = t.untyped_storage()
+        storages[storage.data_ptr()] = storage.nbytes()
+    stored = sum(storages.values())
+    if declared > _MAX_SHARING * stored + _SLACK_BYTES:
+        raise CheckpointError(
+            f"{path}: its tensors declare {declared:,} bytes but the file stores {stored:,}: they share storages "
+            f"more than {_MAX_SHARING} times over, which a saved model does not; refused before anything is "
+            "expanded. Save the state dict of the model itself")
 
 
 def write_torch_file(path: str | os.PathLike[str], obj: Any) -> None:

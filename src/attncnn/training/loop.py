@@ -207,6 +207,10 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
                    "dataset": dataset.source, "final": state.record, "best": state.best}
         run.mark_finished(summary)
         return summary
+    except BaseException:
+        if mode != "resume":
+            run.discard_if_unstarted()      # stopped before its first checkpoint: no half-made run left behind
+        raise
     finally:
         run.close()
 

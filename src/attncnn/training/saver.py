@@ -78,7 +78,7 @@ class Saver:
 
     def explain(self, err: NonFiniteLossError) -> NonFiniteLossError:
         """``err`` with what is left: nothing written after the failure, and the last good checkpoint."""
-        kept = ("no checkpoint had been written yet" if self.last_good is None else
+        kept = ("no checkpoint had been written yet, so nothing of a new run is kept" if self.last_good is None else
                 f"the last good checkpoint is {self.last_good[0]} ({position_text(*self.last_good[1:])})")
         err.args = (f"{err.args[0]} Nothing was written after the failure; {kept}.",)
         return err

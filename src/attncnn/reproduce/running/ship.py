@@ -33,6 +33,7 @@ from ..._io import atomic_write_json
 from ...errors import InputError
 from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, is_data_name, load_checkpoint, write_checkpoint
 from ...runs.checkpoint import read_metadata
+from ...runs.lock import RunLock
 from .jobs import Job, job_state
 
 log = logging.getLogger("attncnn.reproduce")
@@ -72,9 +73,20 @@ def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, i
 
     Raises:
         InputError: the job is not finished (its folder is needed to resume), or holds another run.
+        RunFolderError: a process is training in the folder (its lock is held).
     """
     if job_state(job) != "finished":
         raise InputError(f"{job.label} is not finished; only finished runs are trimmed (the rest resume)")
+    # the folder's lock, as every writer of a run folder takes it: a process training there is refused
+    # (RunFolderError naming it); its file goes with the rest, the lock held until the trim ends
+    lock = RunLock.take(job.folder)
+    try:
+        return _trim(job, keep_epochs, lean)
+    finally:
+        lock.release()
+
+
+def _trim(job: Job, keep_epochs: bool, lean: bool) -> tuple[int, int]:
     before = folder_bytes(job.folder)
     folder = RunFolder(job.folder, mode="read")
     for entry in job.folder.iterdir():
@@ -175,8 +187,10 @@ def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Pa
         InputError: the folder is not a finished run (its paths are still needed to resume; not
             raised with ``unfinished`` for a folder with ``config.json``), or an absolute path would
             remain in one of its files (named, with the path); nothing is written then.
+        RunFolderError: a process is training in the folder (its lock is held); nothing is written.
     """
     folder = Path(folder)
+    RunFolder.check_not_in_use(folder)          # a process training there: refused, nothing written
     run = RunFolder(folder, mode="read")
     if not (folder / "config.json").is_file() or not (run.finished or unfinished):
         raise InputError(f"{folder} is not a finished run folder (config.json and finished.json); only finished "

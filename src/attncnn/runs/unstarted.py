@@ -1,0 +1,52 @@
+"""A new run that stops before its first epoch ends leaves nothing behind.
+
+Ctrl-C while a run loads its data, measures its attention paths or compiles its step (or a NaN in
+its first steps) comes after ``config.json`` is written and before anything worth keeping: no
+checkpoint, no epoch record. A folder left holding only that would make the same command refuse
+it as "already exists"; :func:`discard_if_unstarted` removes it instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import shutil
+
+from .folder import RunFolder
+from .lock import LOCK_FILE
+
+__all__ = ["discard_if_unstarted"]
+
+log = logging.getLogger(__name__)
+
+
+def discard_if_unstarted(folder: RunFolder) -> bool:
+    """Remove what a new run wrote in ``folder`` (opened ``"new"`` or ``"overwrite"``, its lock held)
+    when it holds no checkpoint and no epoch record (``metrics.jsonl``): ``config.json``,
+    ``machine.json``, TensorBoard events, and the folder itself where ``folder`` created it (an
+    existing folder is left empty), then close ``folder``. Anything else is kept as it is, and a
+    folder opened to resume or read is never touched.
+
+    Returns:
+        True where the run's files were removed.
+    """
+    path, metrics = folder.path, folder.path / "metrics.jsonl"
+    if folder.mode not in ("new", "overwrite") or not folder.locked \
+            or folder.latest_checkpoint() is not None or (metrics.is_file() and metrics.stat().st_size > 0):
+        return False
+    for entry in path.iterdir():     # the lock stays held meanwhile: no other process takes the folder
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    if folder.created:
+        with contextlib.suppress(OSError):
+            (path / LOCK_FILE).unlink()
+            path.rmdir()
+    folder.close()
+    log.info("the run stopped before its first epoch ended: removed what it had written in %s (nothing to "
+             "resume; run the same command again)", path)
+    return True
