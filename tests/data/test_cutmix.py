@@ -38,8 +38,10 @@ def _plain_cutmix(images, labels, box, num_classes):
 @settings(max_examples=60, deadline=None)
 @given(b=st.integers(1, 6), h=st.integers(1, 9), w=st.integers(1, 9), data=st.data())
 def test_the_batched_paste_equals_a_per_image_paste(b, h, w, data):
-    y0 = data.draw(st.integers(0, h)); y1 = data.draw(st.integers(y0, h))
-    x0 = data.draw(st.integers(0, w)); x1 = data.draw(st.integers(x0, w))
+    y0 = data.draw(st.integers(0, h))
+    y1 = data.draw(st.integers(y0, h))
+    x0 = data.draw(st.integers(0, w))
+    x1 = data.draw(st.integers(x0, w))
     g = torch.Generator().manual_seed(b * 100 + h * 10 + w)
     images = torch.randint(0, 256, (b, 3, h, w), generator=g, dtype=torch.uint8)
     labels = torch.randint(0, 5, (b,), generator=g)

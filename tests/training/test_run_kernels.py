@@ -175,9 +175,9 @@ def _graph_runs(tiny, tmp_path, monkeypatch, mode: str) -> tuple[Path, list[str]
                 tensor.fill_(float("nan"))
         outputs.clear()
 
-    def step(*args):
+    def step(*args, **kwargs):
         events.append("step")
-        loss, logits = training_step(*args)
+        loss, logits = training_step(*args, **kwargs)
         outputs.extend((loss, logits))
         return loss, logits
 

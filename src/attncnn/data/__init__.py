@@ -27,7 +27,7 @@ from .subset import class_balanced_subset, held_out_indices
 __all__ = [
     "CIFAR_MEAN", "CIFAR_STD", "CIFAR10_CLASSES", "ImageSplit", "Dataset", "DataShape", "DataError",
     "default_data_dir", "load_dataset", "peek_dataset", "class_balanced_subset", "held_out_indices", "DeviceLoader",
-    "random_crop_flip", "DEFAULT_DATA", "run_data", "forget_cached_dataset",
+    "random_crop_flip", "apply_cutmix", "draw_boxes", "DEFAULT_DATA", "run_data", "forget_cached_dataset",
 ]
 
 log = logging.getLogger(__name__)

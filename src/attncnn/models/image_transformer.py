@@ -179,11 +179,10 @@ class ImageTransformerConfig:
                              "content kind (content, learned-content, gpsa) or another init")
         head_dim = self.dim if self.head_dim is None else self.head_dim
         if any(heads * head_dim != self.dim for heads in self.heads()):
+            fix = (f"set head_dim={self.dim // self.num_heads}" if self.dim % self.num_heads == 0 else
+                   f"choose num_heads dividing dim {self.dim}")
             raise InputError(f"init='mimetic' needs num_heads x head_dim = dim (W_v W_o is D x D), got "
-                             f"{self.num_heads} x {head_dim} vs dim {self.dim}; set head_dim={self.dim // self.num_heads}"
-                             if self.dim % self.num_heads == 0 else
-                             f"init='mimetic' needs num_heads x head_dim = dim, and dim {self.dim} is no multiple "
-                             f"of num_heads {self.num_heads}")
+                             f"{self.num_heads} x {head_dim} vs dim {self.dim}; {fix}")
 
     def _checked_layer_heads(self, value) -> list[int]:
         """``layer_heads`` as a list of ints, or ValueError naming the field and the fix."""

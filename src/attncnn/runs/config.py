@@ -18,7 +18,6 @@ from pathlib import Path
 
 from .._recorded_data import is_data_name
 from .._typecheck import check_options
-from ..data.cutmix import check_cutmix
 from ..errors import InputError
 from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
@@ -130,7 +129,11 @@ class TrainConfig:
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise InputError(f"{name} must be a finite number >= 0, got {getattr(self, name)} "
                                  f"(--{name.replace('_', '-')})")
-        check_cutmix(self.cutmix, self.cutmix_alpha)
+        if not 0.0 <= self.cutmix <= 1.0:
+            raise InputError(f"cutmix must be a probability in [0, 1] (0: off), got {self.cutmix} (--cutmix)")
+        if not (math.isfinite(self.cutmix_alpha) and self.cutmix_alpha > 0):
+            raise InputError(f"cutmix_alpha must be a finite number > 0 (the Beta distribution's parameter; 1.0 draws "
+                             f"the mixed fraction uniformly), got {self.cutmix_alpha} (--cutmix-alpha)")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise InputError(f"label_smoothing must be in [0, 1), got {self.label_smoothing} (--label-smoothing)")
         if not 0 <= self.momentum < 1:

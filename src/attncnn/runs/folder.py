@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -34,6 +33,7 @@ from .._io import atomic_write_bytes, atomic_write_json, atomic_write_text
 from ..errors import InputError
 from .errors import RunFolderError, write_error_message
 from .lock import LOCK_FILE, RunLock
+from .records import epoch_of as _epoch_of, finite as _finite, record_of as _record_of
 
 __all__ = ["RunFolderError", "RunFolder", "write_error_message"]
 
@@ -433,29 +433,3 @@ def _check_resumable(p: Path) -> None:
     if not (p / "config.json").is_file():
         raise RunFolderError(f"cannot resume: {p} holds no config.json, so it is not a started attncnn run; start a "
                              "new run (with --overwrite to replace the folder)")
-
-
-def _record_of(line: str) -> dict | None:
-    """The JSON object on ``line``, or None where it holds none (a line cut short)."""
-    try:
-        record = json.loads(line)
-    except ValueError:
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _epoch_of(record: dict) -> int | None:
-    """A record's integer ``"epoch"``, or None."""
-    epoch = record.get("epoch")
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
-
-
-def _finite(obj: Any) -> Any:
-    """Replace NaN/inf floats by None so the summary is strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_finite(v) for v in obj]
-    return obj

@@ -28,8 +28,8 @@ __all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Sui
 Study = Suite | Grid
 
 #: every study by name, in the order the help text lists them
-STUDIES: dict[str, Study] = {s.name: s for s in (MINI, MINI_LONG, MINI_300, LOCALITY_MINI, PAPER_LONG, PAPER, EFFICIENCY,
-                                                 EFFICIENCY_SCARCE)}
+STUDIES: dict[str, Study] = {s.name: s for s in (MINI, MINI_LONG, MINI_300, LOCALITY_MINI, PAPER_LONG, PAPER,
+                                                 EFFICIENCY, EFFICIENCY_SCARCE)}
 #: the Table 1 suites among them
 SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance(s, Suite)}
 #: the sample-efficiency grids among them

@@ -89,7 +89,8 @@ EFFICIENCY_SCARCE = Grid(
               "deit-mini-mimetic": Variant("deit-mini", (("init", "mimetic"),),
                                            "deit-mini with mimetic init (Trockman & Kolter 2023; --set "
                                            "init=mimetic): W_q W_k^T near +0.7 I, W_v W_o near -0.4 I")},
-    lr=1e-3, lr_rows=("deit-mini", "convit-mini", "convit-mini-random", "deit-mini-mimetic"), sweep_rows=("deit-mini", "convit-mini"),
+    lr=1e-3, lr_rows=("deit-mini", "convit-mini", "convit-mini-random", "deit-mini-mimetic"),
+    sweep_rows=("deit-mini", "convit-mini"),
     calibrate_rows=CALIBRATE_ROWS, overfit=OVERFITS, gate_rows=GATE_ROWS,
     recipe="AdamW at the grid's shared rate for the content models, SGD for the others; warm-up 5 % + cosine "
            "over the cell's steps",
