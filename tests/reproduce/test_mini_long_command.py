@@ -77,7 +77,9 @@ def test_the_report_says_how_far_an_unfinished_run_got(make_tiny_data, tmp_path)
     record = _records(unfinished.folder)[0]
     assert progress["epochs_done"] == 1 and progress["epochs"] == 2
     assert progress["test_accuracy"] == record["test_accuracy"]
-    assert progress["segments"] == [{"epochs": [1, 1], "machine": record["machine"], "precision": record["precision"],
+    machine = json.loads((unfinished.folder / "machine.json").read_text())["segments"][0]["machine"]
+    assert machine["cpu"]                                              # machine.json's, as the report shows it
+    assert progress["segments"] == [{"epochs": [1, 1], "machine": machine, "precision": record["precision"],
                                      "compiled": record["compiled"],
                                      "seconds_per_epoch": record["seconds"] + record["eval_seconds"]}]
     text = (tmp_path / "report.md").read_text()

@@ -10,7 +10,7 @@ import statistics
 
 from ...runs import RunFolder
 from .jobs import Job, job_state
-from .machines import machine_segments, segment_text
+from .machines import machine_segments, read_machine_file, report_segments, segment_text
 
 __all__ = ["run_progress", "progress_text"]
 
@@ -37,7 +37,9 @@ def run_progress(job: Job) -> dict | None:
     records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int)]
     evaluated = [r for r in records if "test_accuracy" in r]
     config = run.read_config()
-    segments = machine_segments(records, precision=config.get("precision"))
+    # machine.json's stretches of epochs (the loop writes them); older runs' epoch records name their machines
+    segments = (report_segments((read_machine_file(job.folder) or {}).get("segments") or [])
+                or machine_segments(records, precision=config.get("precision")))
     for segment in segments:
         first, last = segment["epochs"]
         seconds = [r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in records if first <= r["epoch"] <= last]
