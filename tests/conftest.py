@@ -20,6 +20,7 @@ not ask for ``device``.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -236,3 +237,19 @@ def choices_cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "choices"))
     from attncnn.perf.cache import cache_file
     return cache_file()
+
+
+# the GPU benchmarks' and the GPU job tool's tests: a stopped child's workers must end too
+@pytest.fixture
+def assert_process_ends():
+    """A check that the process ``pid`` has ended within a few seconds: gone, or a zombie waiting
+    for whoever adopted it to reap it (a stopped job's worker is killed, not waited for)."""
+    def check(pid: int, what: str, seconds: float = 5.0) -> None:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            status = Path(f"/proc/{pid}/status")
+            if not status.exists() or "\tZ" in status.read_text():
+                return
+            time.sleep(0.1)
+        pytest.fail(f"{what} {pid} still runs")
+    return check

@@ -286,6 +286,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # the lent machine has torch but not attncnn installed: the checkout's src/, as job.py does
+    # the lent machine has torch but not attncnn installed: the checkout's src/, as tools/gpu_job.py does
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
     sys.exit(main())

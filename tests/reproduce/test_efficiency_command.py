@@ -22,7 +22,7 @@ def grid(make_tiny_data, tmp_path_factory):
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     args = ["reproduce", "efficiency", "--data", str(data), "--out", str(out), "--train-images", "120",
-            "--batch-size", "6", "--only", ",".join(MODELS), "--no-progress", "--trim", "--no-compile"]
+            "--batch-size", "6", "--only", ",".join(MODELS), "--no-progress", "--no-compile"]
     assert main(args) == 0
     return out, json.loads((out / "report.json").read_text())
 
@@ -91,17 +91,13 @@ def test_claims_carry_the_measured_gains_and_gates(grid):
     assert gates.count("L6") == 3 and "L1 0." in gates
 
 
-def test_lean_trim_figures_and_evaluate_on_a_cell(grid, make_tiny_data, capsys):
+def test_figures_and_evaluate_on_a_cell(grid, make_tiny_data, capsys):
     out, report = grid
     folder = out / "gpsa-mini" / "10pct" / "seed0"
-    kept = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    assert kept == {"config.json", "metrics.jsonl", "finished.json", "machine.json", "checkpoints/last.safetensors"}
     assert {p.name for p in (out / "figures").iterdir()} == {
         "efficiency-accuracy.png", "efficiency-gates.png",
         *(f"efficiency-{kind}-{pct}pct.png" for kind in ("seen", "distance") for pct in (10, 25, 100))}
     capsys.readouterr()
-    # a trimmed (shareable) cell records its data set's name, not its path: --data says where it is here
-    assert json.loads((folder / "config.json").read_text())["data"] == make_tiny_data(40, 10, size=16).name
     assert main(["evaluate", str(folder), "--data", str(make_tiny_data(40, 10, size=16)), "--json"]) == 0
     accuracy = json.loads(capsys.readouterr().out)["test_accuracy"]
     assert accuracy == pytest.approx(report["rows"][3]["cells"]["10 %"]["accuracies"][0], abs=1e-9)

@@ -5,21 +5,12 @@ report with ConViT's three claims and the gap of every scarce cell."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
 from unittest.mock import ANY
 
 import pytest
 
 from attncnn.cli import main
-from attncnn.reproduce.running.jobs import plan_grid
-from attncnn.reproduce.running.measurements import plan_calibration
-from attncnn.reproduce.running.runner import TrainOptions, train_jobs
-from attncnn.reproduce.running.ship import ABSOLUTE_PATH
 from attncnn.reproduce.studies import EFFICIENCY_SCARCE
-from attncnn.runs import load_checkpoint
-from attncnn.training import TrainingInterrupted
 
 pytestmark = pytest.mark.slow        # 18 tiny runs of 2-4 epochs of 60-120 images (about 30 s on 2 idle cores)
 
@@ -38,7 +29,7 @@ def scarce(make_tiny_data, tmp_path_factory):
     common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--no-compile"]
     assert main([*common, "--calibrate"]) == 0
     assert main([*common, "--lr-sweep", "5e-4,1e-3"]) == 0
-    assert main([*common, "--trim"]) == 0
+    assert main(common) == 0
     return out, json.loads((out / "report.json").read_text())
 
 
@@ -88,67 +79,6 @@ def test_every_row_trains_and_the_report_judges_the_claims(scarce):
     assert (out / "figures" / "efficiency-gates.png").is_file()
 
 
-def _stop_after_first_epoch(model) -> dict:
-    os.kill(os.getpid(), signal.SIGINT)                # as Ctrl-C: the epoch's checkpoint is saved, then it stops
-    return {}
-
-
-def test_a_measurement_cut_off_mid_cell_is_shipped_and_resumes_from_a_copy(make_tiny_data, tmp_path, capsys):
-    # a content model's calibration cell outlives a session on two CPU cores: --ship must leave it
-    # committable and resumable, as the suites' unfinished runs are
-    data = make_tiny_data(40, 10, size=16)
-    here = tmp_path / "here" / "efficiency-scarce"
-    resnet, deit = plan_calibration(EFFICIENCY_SCARCE, here, passes=1, train_images=120, fraction=0.5)
-    options = TrainOptions(data=str(data), device="cpu", batch_size=20)
-    with pytest.raises(TrainingInterrupted):
-        train_jobs([resnet], options, progress=False, epoch_metrics=_stop_after_first_epoch)
-    assert (resnet.folder / "tb").is_dir() and not (resnet.folder / "finished.json").exists()
-    common = ["reproduce", "efficiency-scarce", "--data", str(data), *SMOKE, "--calibrate"]
-    assert main([*common, "--out", str(here), "--ship"]) == 0
-    printed = capsys.readouterr().out
-    assert f"unfinished resnet18-mini 50 % seed 0: {resnet.folder} ready to commit" in printed
-    assert "resnet18-mini 50 % seed 0: not finished yet" in printed
-    assert not deit.folder.exists()                                 # --ship trains nothing
-    kept = {p.relative_to(resnet.folder).as_posix() for p in resnet.folder.rglob("*") if p.is_file()}
-    assert kept == {"config.json", "metrics.jsonl", "machine.json", "checkpoints/last.safetensors"}
-    last = load_checkpoint(resnet.folder / "checkpoints" / "last.safetensors")
-    assert last.optimizer_state and last.metadata["epoch"] == 1
-    for path in resnet.folder.rglob("*.json*"):       # nothing says where the data set was here
-        assert not ABSOLUTE_PATH.findall(path.read_text()), path
-    # a fresh clone: the same command without --ship continues the cell, then trains the other row
-    clone = tmp_path / "clone" / "efficiency-scarce"
-    shutil.copytree(here, clone)
-    assert main([*common, "--out", str(clone)]) == 0
-    records = [json.loads(line) for line in
-               (clone / resnet.folder.relative_to(here) / "metrics.jsonl").read_text().splitlines()]
-    assert [r["epoch"] for r in records] == [1, 2]
-    assert (clone / deit.folder.relative_to(here) / "finished.json").is_file()
-    # finished cells are trimmed by --ship as the grid trims them, and nothing is left to ship
-    assert main([*common, "--out", str(clone), "--ship"]) == 0
-    assert "ready to commit" not in capsys.readouterr().out
-    assert not (clone / resnet.folder.relative_to(here) / "tb").exists()
-
-
-def test_a_grid_cell_cut_off_is_shipped(make_tiny_data, tmp_path, capsys):
-    data = make_tiny_data(40, 10, size=16)
-    out = tmp_path / "efficiency-scarce"
-    common = ["reproduce", "efficiency-scarce", "--data", str(data), "--out", str(out), *SMOKE, "--passes", "2"]
-    assert main([*common, "--only", "resnet18-mini", "--seeds", "0", "--fractions", "0.5"]) == 0
-    job = plan_grid(EFFICIENCY_SCARCE, out, seeds=(0,), only=("resnet18-mini",), train_images=120, passes=2,
-                    fractions=(1.0,))[0]                # 2 epochs, stopped after the first
-    with pytest.raises(TrainingInterrupted):
-        train_jobs([job], TrainOptions(data=str(data), device="cpu", batch_size=20), progress=False,
-                   epoch_metrics=_stop_after_first_epoch)
-    capsys.readouterr()
-    assert main([*common, "--ship"]) == 0
-    assert f"unfinished resnet18-mini 100 % seed 0: {job.folder} ready to commit" in capsys.readouterr().out
-    assert (out / "report.md").is_file()               # the finished cell is reported
-    assert {p.name for p in job.folder.iterdir()} == {"config.json", "metrics.jsonl", "machine.json", "checkpoints"}
-    assert load_checkpoint(job.folder / "checkpoints" / "last.safetensors").optimizer_state
-    assert main([*common, "--ship", "--dry-run"]) != 0
-    assert "--ship trains nothing and writes the folder for committing; leave out --dry-run" in capsys.readouterr().err
-
-
 def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_tiny_data, capsys):
     from attncnn.data import DeviceLoader, ImageSplit, held_out_indices, load_dataset
     from attncnn.reproduce.running.held_out import HELD_OUT_FILE, held_out_result
@@ -168,11 +98,10 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
                                         batch_size=500, train=False), precision=stored["precision"])
     assert (stored["examples"], stored["train_subset"], stored["epoch"]) == (60, 60, 2)
     assert stored["accuracy"] == mine.accuracy and stored["loss"] == pytest.approx(mine.loss, rel=1e-6)
-    # --ship trims the finished runs but keeps the cache, so the report is rewritten without the data
-    # set (the default, cifar10, is not here)
+    # the cache is kept, so the report is rewritten without the data set (the default, cifar10, is not here)
     capsys.readouterr()
     assert main(["reproduce", "efficiency-scarce", "--out", str(out), *SMOKE, "--lr-sweep", "5e-4,1e-3",
-                 "--ship"]) == 0
+                 "--report-only"]) == 0
     assert "(highest held-out mean): " in capsys.readouterr().out
     assert json.loads((run / HELD_OUT_FILE).read_text()) == stored
     # another data set would hold other images: refused, not measured

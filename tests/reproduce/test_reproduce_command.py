@@ -6,6 +6,7 @@ import json
 import shutil
 
 import pytest
+from ship import main as ship
 
 from attncnn.analysis.viewer.decode import read_viewer
 from attncnn.cli import main
@@ -21,8 +22,12 @@ def suite(make_tiny_data, tmp_path_factory):
     # --no-compile: on a fresh machine the compile choice would compile each preset (tens of seconds on 2 cores)
     # to time runs of seconds; the choice has its own tests (tests/perf/test_compiling.py)
     args = ["reproduce", "mini", "--data", str(data), "--out", str(out), "--epochs", "1", "--seeds", "0",
-            "--no-progress", "--trim", "--no-compile"]
+            "--no-progress", "--no-compile"]
     assert main(args) == 0
+    # trimmed for committing as the project does (tools/ship.py), which writes the report again; the figures
+    # drawn before from periodic checkpoints the trim drops go first, as they would not be committed
+    shutil.rmtree(out / "figures")
+    assert ship([str(out), "--finished-only", "--data", str(data)]) == 0
     return out, args
 
 
@@ -65,7 +70,6 @@ def test_every_figure_and_the_viewer_are_written(suite):
                      "distances-learned-mini.png", "distances-quadratic-generalized-mini.png",
                      "locality-quadratic-mini.png", "locality-learned-mini.png",
                      "locality-quadratic-generalized-mini.png", "locality-learned-content-mini.png"}
-    # --trim keeps periodic checkpoints only for the Fig. 3 model (quadratic-mini's first seed)
     assert (out / "viewer.html").stat().st_size > 10_000
 
 
@@ -100,15 +104,16 @@ def test_trim_keeps_what_a_user_needs(suite):
 
 
 def test_trimming_again_keeps_a_prediction_record_and_drops_other_files(suite, tmp_path):
+    from trim import trim_run
+
     from attncnn.reproduce import get_suite, plan
-    from attncnn.reproduce.running.ship import trim_job
     out, _ = suite
     copy = tmp_path / "mini"
     shutil.copytree(out / "learned-mini", copy / "learned-mini")
     job = plan(get_suite("mini"), copy, seeds=(0,), only=("learned-mini",), epochs=1)[0]
     (job.folder / "predictions.json").write_text("{}")           # attncnn evaluate --predictions, made once
     (job.folder / "notes.txt").write_text("scratch")
-    trim_job(job, keep_epochs=False)
+    trim_run(job.folder, keep_epochs=False)
     assert (job.folder / "predictions.json").is_file() and not (job.folder / "notes.txt").exists()
 
 
@@ -117,20 +122,19 @@ def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(
     data = args[args.index("--data") + 1]
     copy, kept = tmp_path / "mini", tmp_path / "kept"
     shutil.copytree(out, copy)
-    ship = ["reproduce", "mini", "--data", data, "--out", str(copy), "--seeds", "0", "--report-only", "--trim",
-            "--no-progress", "--no-viewer", "--without-weights", "learned-content-mini,quadratic-mini",
-            "--weights-to", str(kept)]
+    withhold = [str(copy), "--data", data, "--no-viewer", "--without-weights", "learned-content-mini,quadratic-mini",
+                "--weights-to", str(kept)]
     folders = {p: copy / p / "seed0" for p in ("learned-content-mini", "quadratic-mini")}
     assert main(["evaluate", str(folders["learned-content-mini"]), "--data", data, "--predictions",
                  str(folders["learned-content-mini"] / PREDICTIONS_FILE)]) == 0
     capsys.readouterr()
     # one of them has no prediction record yet: refused before anything moves
-    assert main(ship) == 2
+    assert ship(withhold) == 2
     assert f"{folders['quadratic-mini']} has no {PREDICTIONS_FILE}" in capsys.readouterr().err
     assert all((f / "checkpoints").is_dir() for f in folders.values()) and not kept.exists()
     assert main(["evaluate", str(folders["quadratic-mini"]), "--data", data, "--predictions",
                  str(folders["quadratic-mini"] / PREDICTIONS_FILE)]) == 0
-    assert main(ship) == 0
+    assert ship(withhold) == 0
     assert "learned-content-mini seed 0: shipped without its weights" in capsys.readouterr().out
     for preset, folder in folders.items():
         assert {p.name for p in folder.iterdir()} == {"config.json", "metrics.jsonl", "finished.json", "machine.json",
@@ -151,7 +155,7 @@ def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(
     assert after["locality"] == before["locality"]        # measured before the weights went, kept in the record
     assert read_withheld(folders["learned-content-mini"])["locality"] == before["locality"]["learned-content-mini"][0]
     # the same command again, and a trim: nothing changes, nothing is lost
-    assert main(ship) == 0 and main(ship[:-4]) == 0
+    assert ship(withhold) == 0 and ship(withhold[:-4]) == 0
     assert json.loads((copy / "report.json").read_text())["rows"] == before["rows"]
     assert all(read_withheld(f) is not None for f in folders.values())
 
@@ -232,11 +236,10 @@ def test_a_dry_run_estimates_a_run_that_compiles_at_this_machines_measured_speed
 def test_bad_options_are_named(tmp_path, capsys):
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--report-only"]) == 2
     assert "no finished run" in capsys.readouterr().err
-    withhold = ["reproduce", "mini", "--out", str(tmp_path), "--without-weights"]
-    assert main([*withhold, "quadratic-mini", "--report-only"]) == 2
-    assert "--without-weights ships finished runs without their weights: give it with --trim" in capsys.readouterr().err
-    assert main([*withhold, "quadratic", "--ship"]) == 2
-    assert "--without-weights takes presets of mini (quadratic-mini, " in capsys.readouterr().err
+    for flag in ("--ship", "--trim"):                   # how this project commits runs: tools/ship.py, not the package
+        with pytest.raises(SystemExit, match="2"):
+            main(["reproduce", "mini", "--out", str(tmp_path), flag])
+        assert f"unrecognized arguments: {flag}" in capsys.readouterr().err
     assert main(["reproduce", "mini", "--out", str(tmp_path), "--epochs", "0"]) == 2
     assert "--epochs must be >= 1" in capsys.readouterr().err
     # refused before any training, not when the page is written hours later

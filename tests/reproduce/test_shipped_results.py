@@ -11,9 +11,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from withhold import withhold_weights
 
 from attncnn.reproduce import get_suite, job_state, plan
-from attncnn.runs import PREDICTIONS_FILE, withhold_weights
+from attncnn.runs import PREDICTIONS_FILE
 
 ROOT = Path(__file__).resolve().parents[2] / "results"
 SUITES = [pytest.param(name, marks=pytest.mark.skipif(not (ROOT / name / "report.json").is_file(),

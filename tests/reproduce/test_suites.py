@@ -134,17 +134,6 @@ def test_the_report_covers_every_run_folder_of_a_study_run_in_parts_lowest_seed_
                             "learned-content-mini"]
 
 
-def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monkeypatch):
-    from attncnn.reproduce import withhold
-    from attncnn.reproduce.running.jobs import GridJob
-
-    monkeypatch.setattr(withhold, "job_state", lambda job: "finished")
-    jobs = [GridJob("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)
-            for row in ("convit-mini", "convit-mini-random")]
-    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini-random"])] == ["convit-mini-random"]
-    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini"])] == ["convit-mini"]
-
-
 def test_a_smoke_runs_length_is_checked_against_the_folder_in_a_suite_that_sets_none(tmp_path):
     folder = tmp_path / "resnet18-mini" / "seed0"
     folder.mkdir(parents=True)

@@ -1,9 +1,9 @@
 """``attncnn reproduce STUDY``: train a study (resumable), then write its report, figures and viewer
-page; or only estimate (``--dry-run``), only report (``--report-only``), or ship its folder for
-committing (``--ship``); a grid's ``--calibrate`` and ``--lr-sweep`` measure its seen images per cell
-and its shared rate. Which options each of these takes is declared once, in
-:data:`attncnn.reproduce.request.RULES`; this module turns the flags into a
-:class:`~attncnn.reproduce.request.StudyRequest` and calls :func:`attncnn.reproduce.orchestration.run_study`.
+page; or only estimate (``--dry-run``), or only report (``--report-only``); a grid's
+``--calibrate`` and ``--lr-sweep`` measure its seen images per cell and its shared rate. Which
+options each of these takes is declared once, in :data:`attncnn.reproduce.request.RULES`; this
+module turns the flags into a :class:`~attncnn.reproduce.request.StudyRequest` and calls
+:func:`attncnn.reproduce.orchestration.run_study`.
 """
 
 from __future__ import annotations
@@ -19,18 +19,14 @@ __all__ = ["register", "handle"]
 
 def register(sub) -> None:
     """Add ``reproduce``."""
+    studies = "\n".join(f"  {s.name}: {s.description}" for s in [*SUITES.values(), *GRIDS.values()])
     r = sub.add_parser(
-        "reproduce", help="train a Table 1 suite (resumable) and write its report, figures and viewer page",
-        description="Train every model of a suite in sequence into <out>/<preset>/seed<N> (ordinary run folders "
-                    "with periodic checkpoints), skipping finished runs and resuming interrupted ones, then write "
-                    "<out>/report.md (Table 1 beside the paper's, per-seed results, the paper's claims measured), "
-                    "<out>/figures/ (Figs. 2-6, per-layer distances) and <out>/viewer.html. Stop it at any time "
-                    "(Ctrl-C): the same command continues. Suites: " +
-                    "; ".join(f"{s.name}: {s.description} ({', '.join(s.presets)})" for s in SUITES.values()) +
-                    "".join(f"; {g.name}: {g.description} ({', '.join(g.presets)})" for g in GRIDS.values()) +
-                    ": the grids write <out>/report.md (accuracy per model and training-set size, ConViT's claims "
-                    "measured) and <out>/figures/. Without an option of the 'what this call does' group it trains "
-                    "what is left, then reports.")
+        "reproduce", help="train a study (resumable) and write its report, figures and viewer page",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Train every run of a study in sequence into <out>/<preset>/seed<N> (ordinary run folders), "
+                    "skipping finished runs and\nresuming interrupted ones (stop it at any time: the same command "
+                    "continues), then write <out>/report.md,\n<out>/figures/ and, for a suite, <out>/viewer.html. "
+                    "--dry-run estimates this machine's time.\n\nstudies:\n" + studies)
     r.add_argument("suite", choices=sorted(STUDIES))
     r.add_argument("--data", help="cifar10 (default) or an image folder/zip, as for `train`; for the report's "
                                    "test images: default each run's own")
@@ -79,28 +75,10 @@ def register(sub) -> None:
                         "0) at each rate (e.g. 2.5e-4,5e-4,1e-3) into <out>/lr-sweep/ and report the best rate for "
                         "both")
     does = r.add_argument_group("what this call does", "one of them at most; none: train what is left, then "
-                                "report (--trim: and trim what has finished)")
+                                "report")
     does.add_argument("--dry-run", action="store_true",
                    help="print each job's train command and its time estimated from a short measurement here")
     does.add_argument("--report-only", action="store_true", help="train nothing; report what has finished")
-    r.add_argument("--trim", action="store_true",
-                   help="before reporting, trim finished run folders for committing (see "
-                        "attncnn.reproduce.running.ship)")
-    does.add_argument("--ship", action="store_true",
-                   help="train nothing; prepare --out for `git add` when work stops: finished runs trimmed as with "
-                        "--trim, each unfinished run reduced to its config, metrics and newest resumable checkpoint "
-                        "(optimiser state included), then the report of what has finished. The same command "
-                        "without --ship resumes the unfinished runs, also from a fresh clone (give --data)")
-    r.add_argument("--without-weights", metavar="PRESET,...",
-                   help="with --trim or --ship (not with --calibrate or --lr-sweep, whose runs ship whole): ship the "
-                        "finished runs of these presets without their weights (too "
-                        "large for the clone): their records stay (config, metrics, prediction record, attention per "
-                        "layer measured now), and weights-withheld.json says what the weights were and how to train "
-                        "them again; every command that needs them says so")
-    r.add_argument("--weights-to", metavar="DIR",
-                   help="with --without-weights only: where the withheld weights go, as "
-                        "<DIR>/<preset>/seed<N>/checkpoints (default: withheld-weights/<suite> in the working "
-                        "directory, ignored by git in a clone)")
     r.add_argument("--no-viewer", action="store_true", help="skip the viewer page")
     r.add_argument("--viewer-images", default=",".join(map(str, VIEWER_IMAGES)), metavar="I,J,...",
                    help="test images of the viewer page (default %(default)s; each costs a content model 3-5 MB "
@@ -118,7 +96,7 @@ def handle(args: argparse.Namespace) -> int:
     from ..reproduce.orchestration import run_study
     from ..reproduce.request import StudyRequest, one_of
 
-    action = one_of([name for name in ("dry-run", "report-only", "ship") if getattr(args, name.replace("-", "_"))],
+    action = one_of([name for name in ("dry-run", "report-only") if getattr(args, name.replace("-", "_"))],
                     "action")
     measurement = one_of([name for name, given in (("calibrate", args.calibrate), ("lr-sweep", args.lr_sweep))
                           if given], "measurement")
@@ -127,8 +105,7 @@ def handle(args: argparse.Namespace) -> int:
         data=args.data, data_dir=args.data_dir, download=args.download, device=args.device, precision=args.precision,
         compile=args.compile, epochs=args.epochs, train_subset=args.train_subset, batch_size=args.batch_size,
         seeds=args.seeds, only=args.only, train_images=args.train_images, passes=args.passes,
-        fractions=args.fractions, lr=args.lr, trim=args.trim, without_weights=args.without_weights,
-        weights_to=args.weights_to, viewer=not args.no_viewer, viewer_images=args.viewer_images,
+        fractions=args.fractions, lr=args.lr, viewer=not args.no_viewer, viewer_images=args.viewer_images,
         viewer_average=args.viewer_average, formats=args.formats, progress=not args.no_progress,
         command=getattr(args, "command_line", None)))
     return 0

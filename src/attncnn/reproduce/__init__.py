@@ -6,8 +6,7 @@
   :class:`~.studies.Grid` value: its runs, its recipe over the presets', and its claims with their
   criteria as data (:mod:`.studies.claims`); :data:`~.studies.STUDIES` registers them.
 * :mod:`.running`: the jobs of any study (where each run lives, which are finished), the resumable
-  runner (``--dry-run`` estimates), a grid's calibration and learning-rate sweep, trimming and
-  shipping run folders for committing.
+  runner (``--dry-run`` estimates), a grid's calibration and learning-rate sweep.
 * :mod:`.reporting`: the finished runs' numbers, the generic evaluation of the declared claims,
   one report writer (report.md / report.json, shaped as a Table 1 suite's or a grid's) and one
   figure writer.

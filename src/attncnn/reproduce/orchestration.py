@@ -1,6 +1,6 @@
 """Run one ``attncnn reproduce`` call (:class:`~.request.StudyRequest`): train any study of
 :data:`~attncnn.reproduce.studies.STUDIES` (resumable), then write its report and figures (and a
-suite's viewer page); or only estimate, only report, or ship the folder for committing. A Table 1
+suite's viewer page); or only estimate, or only report. A Table 1
 suite (``mini``, ``mini-long``, ``paper-long``, ``paper``) and a sample-efficiency grid
 (``efficiency``, ``efficiency-scarce``) take the same path through :mod:`.running` and
 :mod:`.reporting`; a grid's calibration and learning-rate sweep measure its seen images per cell
@@ -87,7 +87,7 @@ def _command(request: StudyRequest) -> str:
 
 def run_study(request: StudyRequest) -> Path | None:
     """Do what ``request`` asks (its action on its study or measurement), printing what it does;
-    returns the report written (None: a dry run, a measurement, or a ship with nothing finished).
+    returns the report written (None: a dry run or a measurement).
 
     Raises:
         InputError: options that do not fit (:func:`~.request.check_request`), nothing finished to
@@ -114,17 +114,8 @@ def run_study(request: StudyRequest) -> Path | None:
     if request.action == "train":
         _train(jobs, options, request)
     jobs = _whole_study(study, out, planned)
-    if request.trim or request.action == "ship":
-        _trim(study, jobs)
-    if request.without_weights:
-        _withhold(request, study, out, jobs)
-    if request.action == "ship":
-        _ship_unfinished(study, jobs)
     results = finished_results(study, jobs)
     run = "cell" if isinstance(study, Grid) else "run"
-    if not results and request.action == "ship":
-        print(f"no finished {run} under {out} yet, so no report; the unfinished {run}s are ready for `git add {out}`")
-        return None
     if not results:
         raise InputError(f"no finished {run} under {out} to report; train first (without --report-only)")
     formats = [f.strip() for f in request.formats.split(",") if f.strip()]
@@ -136,17 +127,6 @@ def run_study(request: StudyRequest) -> Path | None:
                         data_dir=request.data_dir)
     print(f"report: {path}")
     return path
-
-
-def _withhold(request: StudyRequest, study: Study, out: Path, jobs) -> None:
-    """``--without-weights``: the named presets' finished runs shipped without their weights."""
-    from .withhold import presets_named, withhold_jobs
-
-    presets = presets_named(study, request.without_weights, "--without-weights")
-    for job, record, where in withhold_jobs(study, out, jobs, presets, weights_to=request.weights_to,
-                                            data=request.data, data_dir=request.data_dir):
-        print(f"{job.label}: shipped without its weights ({record['bytes'] / 1e6:.1f} MB, sha256 "
-              f"{record['sha256'][:16]}...); they are in {where}, outside what is committed")
 
 
 def _whole_study(study: Study, out: Path, planned: dict) -> list:
@@ -183,39 +163,6 @@ def _plan_options(request: StudyRequest, study: Study, options) -> dict:
         return dict(seeds=parse_seeds(request.seeds), train_images=request.train_images, passes=request.passes,
                     fractions=_fractions(request.fractions), lr=request.lr)
     return dict(seeds=parse_seeds(request.seeds), epochs=options.epochs)
-
-
-def _trim(study: Study, jobs) -> None:
-    """``--trim``: finished runs trimmed for committing. A suite keeps the periodic checkpoints of
-    the run that draws its centres over epochs, when they come from checkpoints; a grid's cells are
-    trimmed lean (``last`` alone)."""
-    from .running.ship import trim_jobs
-
-    if isinstance(study, Grid):
-        trim_jobs(jobs, keep_epochs_of=set(), lean=True)
-        return
-    trim_jobs(jobs, keep_epochs_of=_evolution_run(study, jobs))
-
-
-def _evolution_run(study: Study, jobs) -> set[tuple[str, int]]:
-    """``{(preset, seed)}`` of the run whose periodic checkpoints a suite's figure of the centres
-    over the epochs (paper Fig. 3) is drawn from (its first seed), or none: a grid, or a suite that
-    draws it from the epochs' records."""
-    if isinstance(study, Grid) or study.evolution_from != "checkpoints":
-        return set()
-    seeds = [j.seed for j in jobs if j.preset == study.evolution_preset]
-    return {(study.evolution_preset, min(seeds))} if seeds else set()
-
-
-def _ship_unfinished(study: Study, jobs) -> None:
-    """``--ship``: started, unfinished runs reduced to what resuming them elsewhere needs (a content
-    model's cell of the scarce grid outlives a session on two CPU cores, as a suite's run does), the
-    periodic checkpoints of a suite's Fig. 3 run kept as weights."""
-    from .running.unfinished import ship_unfinished_jobs
-
-    for job, before, after in ship_unfinished_jobs(jobs, keep_epochs_of=_evolution_run(study, jobs)):
-        print(f"unfinished {job.label}: {job.folder} ready to commit ({before / 1e6:.1f} MB -> {after / 1e6:.1f} MB, "
-              "resumable)")
 
 
 def _viewer(results, out: Path, request: StudyRequest) -> None:
@@ -284,9 +231,6 @@ def _measure(request: StudyRequest, grid, out: Path, options) -> None:
     if not calibrate:
         rates = swept_rates(jobs, rates)       # the report covers every rate already swept under --out
         jobs = plan_lr_sweep(grid, out, rates, **sizes)
-    if request.action == "ship":
-        _trim(grid, jobs)                  # finished measurement runs are the grid's own seed-0 cells
-        _ship_unfinished(grid, jobs)
     if calibrate:
         lines = calibration_lines(jobs, grid.overfit)
     else:

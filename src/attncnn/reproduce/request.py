@@ -1,8 +1,8 @@
 """What one ``attncnn reproduce`` call does, as plain values (:class:`StudyRequest`), and the one
 table of which options each kind of call takes (:data:`RULES`, checked by :func:`check_request`).
 
-A call has an action (:data:`ACTIONS`: train then report, the default; estimate only; report only;
-ship for committing), a target (the study itself, or a grid's measurement of :data:`MEASUREMENTS`)
+A call has an action (:data:`ACTIONS`: train then report, the default; estimate only; report
+only), a target (the study itself, or a grid's measurement of :data:`MEASUREMENTS`)
 and a study whose shape is a Table 1 suite or a grid. Every option is refused, with the reason, in
 the calls that would ignore it; nothing else in the package repeats these checks.
 """
@@ -20,9 +20,9 @@ __all__ = ["ACTIONS", "MEASUREMENTS", "StudyRequest", "Rule", "RULES", "check_re
 
 #: what a call does: ``train`` (train what is left, then report; the default), ``dry-run`` (print
 #: each job's command and estimated time), ``report-only`` (train nothing, report what has
-#: finished), ``ship`` (train nothing, prepare the folder for ``git add``), each with what it does
+#: finished), each with what it does
 ACTIONS = {"train": "trains what is left, then reports", "dry-run": "prints the commands and writes nothing",
-           "report-only": "trains nothing", "ship": "trains nothing and writes the folder for committing"}
+           "report-only": "trains nothing"}
 #: a grid's measurements beside the study itself: its seen images per cell, its shared rate
 MEASUREMENTS = ("calibrate", "lr-sweep")
 
@@ -39,7 +39,7 @@ class StudyRequest:
         measurement: None (the study itself) or one of :data:`MEASUREMENTS`.
         rates: the learning rates of ``lr-sweep``, comma-separated (``"2.5e-4,5e-4"``).
         out: the study's folder (default ``results/<study>``).
-        seeds, only, fractions, without_weights, viewer_images, formats: comma-separated lists.
+        seeds, only, fractions, viewer_images, formats: comma-separated lists.
         command: the command line that made the call, for the report and the resume hint.
     """
 
@@ -63,9 +63,6 @@ class StudyRequest:
     passes: int | None = None
     fractions: str | None = None
     lr: float | None = None
-    trim: bool = False
-    without_weights: str | None = None
-    weights_to: str | None = None
     viewer: bool = True
     viewer_images: str = "2"
     viewer_average: int = 0
@@ -85,8 +82,7 @@ def flag_of(name: str, value=True) -> str:
 @dataclasses.dataclass(frozen=True)
 class Rule:
     """Options that only some calls take: ``options`` are taken where the call's ``context``
-    (``action``, ``shape``: suite or grid, ``measurement``, ``trims``: whether the call trims,
-    ``shared_rate``: whether the grid has one, ``withholds``: whether the call gives ``--without-weights``) is
+    (``action``, ``shape``: suite or grid, ``measurement``, ``shared_rate``: whether the grid has one) is
     one of ``takes``; elsewhere they are refused with ``why`` (formatted with ``flags``, ``belongs``,
     ``study``, ``grids``, ``does``: what the action does, and the context's values)."""
 
@@ -107,25 +103,10 @@ RULES = (
          "--precision is the precision runs train at, and --{action} {does} (the report's figures and maps are "
          "computed in fp32); drop --precision"),
     Rule(("compile",), "action", ("train", "dry-run"), "{flags} is how runs train, and --{action} {does}; drop it"),
-    Rule(("trim",), "action", ("train", "report-only", "ship"), "--trim trims finished runs, and --{action} {does}; "
-                                                                 "drop it"),
-    Rule(("seeds", "trim"), "measurement", (None,),
-         "--calibrate and --lr-sweep choose their own seed (0); leave out --seeds and --trim (--ship trims what has "
-         "finished)"),
+    Rule(("seeds",), "measurement", (None,), "--calibrate and --lr-sweep choose their own seed (0); leave out --seeds"),
     Rule(("lr",), "measurement", (None, "calibrate"), "--lr-sweep trains at each of its rates; leave out --lr"),
     Rule(("lr",), "shared_rate", (True,), "--lr sets the shared rate of a grid's content models; the {study} grid "
                                           "has none"),
-    Rule(("without_weights",), "trims", (True,),
-         "--without-weights ships finished runs without their weights: give it with --trim or --ship (and without "
-         "--dry-run)"),
-    # a measurement's runs (<out>/calibrate/, <out>/lr-sweep/) are not the study's: --ship ships them whole
-    Rule(("without_weights",), "measurement", (None,),
-         "--without-weights withholds the weights of the {study} grid's own runs, and --{measurement}'s runs are "
-         "not among them (--ship ships them whole); leave out --without-weights, or give it in a call without "
-         "--{measurement}"),
-    Rule(("weights_to",), "withholds", (True,),
-         "--weights-to is where --without-weights moves the weights it withholds, and this call withholds none; "
-         "give --without-weights PRESET,... with it, or leave out --weights-to"),
 )
 
 
@@ -152,8 +133,7 @@ def check_request(request: StudyRequest) -> Study:
     study = STUDIES[request.study]
     grid = isinstance(study, Grid)
     context = {"action": request.action, "shape": "grid" if grid else "suite", "measurement": request.measurement,
-               "trims": request.trim or request.action == "ship", "shared_rate": grid and bool(study.lr_rows),
-               "withholds": bool(request.without_weights)}
+               "shared_rate": grid and bool(study.lr_rows)}
     given = _given(request)
     for rule in RULES:
         refused = [name for name in rule.options if name in given]
@@ -179,9 +159,6 @@ def _check_values(request: StudyRequest) -> None:
     viewer_images(request.viewer_images)
     if request.viewer_average < 0:
         raise InputError(f"--viewer-average must be >= 0 (0: no average), got {request.viewer_average}")
-    if request.without_weights:
-        from .withhold import presets_named
-        presets_named(STUDIES[request.study], request.without_weights, "--without-weights")
 
 
 def viewer_images(text: str) -> list[int]:

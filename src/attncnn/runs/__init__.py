@@ -28,12 +28,12 @@ from .errors import RunFolderError
 from .folder import RunFolder
 from .loading import checkpoint_of, load_model, resumable_config, resumable_recipe, trained_precision
 from .predictions import PREDICTIONS_FILE, PredictionRecord, disagreements, read_predictions, write_predictions
-from .withheld import WITHHELD_FILE, read_withheld, withheld_message, withhold_weights
+from .withheld import WITHHELD_FILE, read_withheld, withheld_message
 
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", "save_checkpoint", "write_checkpoint",
            "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "resumable_recipe", "trained_precision",
            "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
            "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
-           "withhold_weights", "DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "point_at_data",
+           "DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "point_at_data",
            "await_pointed"]

@@ -5,7 +5,7 @@ A run folder records its data set in ``config.json`` (``"data"``): a built-in na
 :func:`attncnn.runs.resolve_config` records it so (older runs may hold a relative one). Every
 command finds it by one rule (:mod:`attncnn._recorded_data`, which :func:`data_is_here` applies),
 and none replaces a data set that is not here by another one. A run shipped mid-way from another
-machine keeps only that file's name (``attncnn reproduce --ship`` replaces local paths by names),
+machine keeps only that file's name (the repository's ``tools/ship.py`` replaces local paths by names),
 so before it resumes here its configuration must learn where the same file is on this machine.
 :func:`point_at_data` does that, once, on the process that writes the folder; under ``torchrun``
 the other processes wait for it with :func:`await_pointed`, so that every process resumes with the

@@ -29,7 +29,7 @@ __all__ = ["HELD_OUT_IMAGES", "HELD_OUT_FILE", "held_out_result", "held_out_resu
 #: validation images per run: as many as the test set, so both accuracies have the same binomial
 #: noise (about +-0.5 points at 55 %)
 HELD_OUT_IMAGES = 10_000
-#: the cache in the run folder (kept by ``--trim`` and ``--ship``)
+#: the cache in the run folder (kept when the folder is trimmed for committing)
 HELD_OUT_FILE = "held_out.json"
 
 

@@ -1,8 +1,10 @@
 """Which machine trained each epoch of a study's run, and which epochs shared the CPU or GPU.
 
-A run of a long suite outlives a working session and may be continued on another machine
-(``attncnn reproduce ...`` from a fresh clone). Every epoch record that ``attncnn reproduce``
-writes into ``metrics.jsonl`` therefore carries
+A run of a long study outlives a working session and may be continued on another machine
+(``attncnn reproduce ...`` from a fresh clone). The training loop writes ``machine.json`` (a
+segment per process run). The epoch records of ``metrics.jsonl`` may also carry, as the committed
+runs' records do (written by the repository's own tools, ``tools/gpu_job.py``, and by earlier
+versions of ``attncnn reproduce``):
 
 * ``"machine"``: ``{"cpu": model name, "threads": torch threads, "torch": version, "device": ...}``
   (``"gpu"`` too on a GPU) of the process that finished the epoch (an epoch resumed mid-way from a
@@ -10,7 +12,7 @@ writes into ``metrics.jsonl`` therefore carries
 * ``"load_average"``: the system's 5-minute load average when the epoch ended (runnable processes,
   this one's threads included), so that the report can say which epochs shared the CPU;
 * ``"device_runs"`` (only from a job that trains several runs at once on one GPU,
-  ``benchmarks/gpu/job.py``): how many of the job's runs were training when the epoch began, this
+  ``tools/gpu_job.py``): how many of the job's runs were training when the epoch began, this
   one included (a job's runs only ever stop, so that is the most that shared the GPU during the
   epoch); the load average cannot say it, since each such run keeps few of the machine's cores busy;
 * ``"precision"`` (written by the training loop for every run): ``"fp32"`` or ``"bf16"``, the
@@ -27,45 +29,19 @@ reader); :func:`report_segments` turns that file's segments into the report's.
 
 from __future__ import annotations
 
-import os
-from typing import Callable, Sequence
+from typing import Sequence
 
-import torch
-
-from ...perf.machine import MACHINE_KEY, epoch_machine
+from ...perf.machine import MACHINE_KEY
 from ...runs.machine_file import MACHINE_FILE, read_machine_file
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
-           "epoch_machine", "recording_machine", "machine_segments", "segment_text", "segments_text", "machine_text",
+           "machine_segments", "segment_text", "segments_text", "machine_text",
            "epochs_text", "shared_epochs", "read_machine_file", "report_segments"]
 
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
 #: the key a GPU job adds: the job's runs training on the device when the epoch began
 DEVICE_RUNS_KEY = "device_runs"
-
-
-def _load_average() -> float | None:
-    try:
-        return round(os.getloadavg()[1], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def recording_machine(epoch_metrics: Callable | None, device: torch.device) -> Callable:
-    """``epoch_metrics`` (None: none) with :data:`MACHINE_KEY` and :data:`LOAD_KEY` added to each
-    epoch's numbers (see the module's description). Draws no random numbers."""
-    machine = epoch_machine(device)           # read once per process: /proc/cpuinfo does not change
-
-    def metrics(model) -> dict:
-        out = dict(epoch_metrics(model)) if epoch_metrics is not None else {}
-        out[MACHINE_KEY] = dict(machine)
-        load = _load_average()
-        if load is not None:
-            out[LOAD_KEY] = load
-        return out
-
-    return metrics
 
 
 def machine_segments(records: Sequence[dict], precision: str | None = None) -> list[dict]:

@@ -32,7 +32,6 @@ from ...runs.config import MAX_EPOCHS
 from ...runs.machine_file import MACHINE_FILE, run_precision
 from ...training import RunOptions, TrainingInterrupted, count_test_passes, train
 from .jobs import Job, job_state
-from .machines import recording_machine
 
 log = logging.getLogger("attncnn.reproduce")
 
@@ -167,8 +166,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
     """Train every job that is not finished, in order; returns each job's state before this call.
 
-    Each epoch record names the machine that trained it and the load average
-    (:mod:`~attncnn.reproduce.running.machines`); the training writes each job's ``machine.json``
+    The training writes each job's ``machine.json``
     (:mod:`attncnn.runs.machine_file`: a segment per process run, which epochs ran where and how), so
     the report can say where its timings come from. An interrupted run shipped from another machine
     is first pointed at this machine's data set
@@ -191,8 +189,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
         TrainingError, RunFolderError, DataError: from the job's training, naming the job.
     """
     states = {job: job_state(job) for job in jobs}        # every folder checked before anything trains
-    device = resolve_device(options.device)
-    recorded = recording_machine(epoch_metrics, device)
+    resolve_device(options.device)                        # a typo in --device refused before anything trains
     compiled_before = False
     for n, job in enumerate(jobs, 1):
         if states[job] == "finished":
@@ -214,7 +211,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
             # that trains many runs in one process drops it between them.
             torch._dynamo.reset()
         try:
-            train(config, job.folder, plan, mode=mode, progress=progress, epoch_metrics=recorded)
+            train(config, job.folder, plan, mode=mode, progress=progress, epoch_metrics=epoch_metrics)
         except TrainingInterrupted as err:
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",

@@ -4,7 +4,7 @@
 
 Three seeds of each, the ``mini`` presets' recipe (SGD 0.1/0.9/1e-4, a linear warm-up over 5 % of the
 steps, then cosine to zero at the last step, batch 100) with 300 epochs: the warm-up is a ratio, so
-it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs (``benchmarks/gpu/job.py``;
+it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs (the repository's ``tools/gpu_job.py``;
 ``docs/development.md``): one run takes hours there, days on a CPU.
 
 The centres over epochs come from ``metrics.jsonl``; a periodic checkpoint every 50 epochs stays
@@ -25,7 +25,7 @@ MINI_300 = Suite(
     "mini-300",
     "Whether the grid of shifts forms at the paper's length: quadratic-mini and learned-mini (width 64) for "
     "300 epochs with the paper's recipe (SGD 0.1/0.9/1e-4, 5 % warm-up = 15 epochs, cosine to zero at epoch "
-    "300, batch 100), three seeds each; for a GPU, in short jobs (benchmarks/gpu/job.py; days on a CPU)",
+    "300, batch 100), three seeds each; for a GPU",
     presets=("quadratic-mini", "learned-mini"),
     seeds=(0, 1, 2),
     paper_names={"quadratic-mini": "quadratic", "learned-mini": "learned"},

@@ -9,7 +9,7 @@ __all__ = ["PAPER"]
 
 PAPER = Suite(
     "paper",
-    "Table 1 at the paper's scale: width 400, 300 epochs (for a GPU: days in all)",
+    "Table 1 at the paper's scale: width 400, 300 epochs; for a GPU",
     presets=PAPER_ROWS,
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",

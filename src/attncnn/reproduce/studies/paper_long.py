@@ -1,6 +1,6 @@
 """``paper-long``: the paper's own networks (width 400) with ``mini-long``'s length and analysis, so
 that widths 64 and 400 compare at equal epochs; trained on a GPU, a run per short job
-(``benchmarks/gpu/job.py``)."""
+(``tools/gpu_job.py`` in the repository)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,7 @@ __all__ = ["PAPER_LONG"]
 PAPER_LONG = Suite(
     "paper-long",
     "Table 1 at the paper's width (400) for 60 epochs: the paper's presets and recipe (SGD "
-    "0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100), mini-long's length; for a GPU (measured: quadratic's "
-    "60 epochs in 7.4 min on an NVIDIA H200 in bf16, compiled)",
+    "0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100), mini-long's length; for a GPU",
     presets=PAPER_ROWS,
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",

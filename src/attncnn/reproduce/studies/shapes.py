@@ -36,8 +36,8 @@ class Suite:
         paper_names: preset -> the paper's Table 1 preset it stands for (for the paper's numbers).
         evolution_preset: the preset whose first seed's centres are drawn over epochs (paper Fig. 3).
         evolution_from: where those centres come from: ``"checkpoints"`` (its periodic checkpoints,
-            which ``--trim`` keeps, weights only) or ``"metrics"`` (the centres and spreads that
-            ``metrics.jsonl`` records every epoch; ``--trim`` keeps no periodic checkpoint).
+            which trimming for committing keeps, weights only) or ``"metrics"`` (the centres and spreads that
+            ``metrics.jsonl`` records every epoch; trimming keeps no periodic checkpoint).
         overrides: training options the suite sets over every preset's recipe, as ``(name, value)``
             pairs, e.g. ``(("epochs", 60),)``; they become each job's ``overrides``, so a folder holding a
             run with other values is refused. ``--epochs`` on the command line still wins (smoke runs).

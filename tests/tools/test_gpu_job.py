@@ -1,4 +1,4 @@
-"""benchmarks/gpu/job.py: runs come back whole from a GPU job (packed within the return limits,
+"""tools/gpu_job.py: runs come back whole from a GPU job (packed within the return limits,
 checked, unpacked without overwriting finished work), and fillers give way to primaries."""
 
 import hashlib
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import job
+import gpu_job as job
 
 from attncnn.api import load_model
 from attncnn.perf import cpu_name
@@ -188,7 +188,7 @@ def test_a_pack_unpacks_into_results_with_its_weights_and_resumable_state(traine
     assert sorted(p.name for p in finished.iterdir()) == ["checkpoints", "config.json", "finished.json",
                                                           "machine.json", "metrics.jsonl"]
     after = load_checkpoint(finished / "checkpoints" / "last.safetensors")
-    assert after.optimizer_state is None                       # weights only, as --trim ships them
+    assert after.optimizer_state is None                       # weights only, as tools/ship.py trims them
     assert all(torch.equal(before[k], after.model_state[k]) for k in before)
     resumable = load_checkpoint(results / OTHER.relative / "checkpoints" / "last.safetensors")
     assert resumable.optimizer_state is not None
@@ -242,7 +242,7 @@ def test_a_finished_run_takes_its_prediction_record_home_even_without_its_weight
 @pytest.mark.slow
 def test_a_record_of_weights_left_behind_that_cannot_be_made_leaves_the_run_as_before(trained, tmp_path,
                                                                                      make_tiny_data, monkeypatch):
-    from attncnn.reproduce import withhold
+    import withhold
     root = _copy(trained, tmp_path)
     data = str(make_tiny_data(8, 2))
     job.record_predictions(root / SPEC.relative, data, "cpu")
@@ -276,6 +276,21 @@ def test_a_pack_over_the_limit_stores_weights_in_bfloat16_that_load_exactly(trai
     for name, value in before.items():
         assert state[name].dtype == value.dtype
         assert torch.equal(state[name], value.to(torch.bfloat16).to(value.dtype))
+
+
+@pytest.mark.slow
+def test_the_lending_limits_are_the_tools_arguments_part_size_and_file_count_included(trained, tmp_path):
+    full = job.pack(_copy(trained, tmp_path / "probe"), [SPEC], tmp_path / "probe-out", epochs=1)
+    size = sum(p["bytes"] for p in full["parts"])
+    part = size // 3 + 1
+    split = job.pack(_copy(trained, tmp_path / "split"), [SPEC], tmp_path / "split-out", epochs=1, part_bytes=part)
+    assert [p["bytes"] <= part for p in split["parts"]] == [True] * 3 and "weights" not in split["runs"][0]
+    # three files returned: one part beside pack.json and the log, so the pack shrinks to one part
+    one = job.pack(_copy(trained, tmp_path / "one"), [SPEC], tmp_path / "one-out", epochs=1, part_bytes=part,
+                   max_files=3)
+    assert len(one["parts"]) == 1 and one["runs"][0]["weights"] in ("bfloat16", "left behind")
+    with pytest.raises(ValueError, match="--max-files must be above 2"):
+        job.pack(_copy(trained, tmp_path / "none"), [SPEC], tmp_path / "none-out", epochs=1, max_files=2)
 
 
 @pytest.mark.slow
@@ -348,6 +363,7 @@ def test_each_epoch_records_how_many_of_the_jobs_runs_shared_the_gpu(tmp_path):
     records = [{"epoch": e, **metrics(None)} for e in (1, 2)]
     assert [r["device_runs"] for r in records] == [2, 1]
     assert records[0]["attn/layer1/distance"] == 1.0
+    assert all(isinstance(r["load_average"], float) and r["load_average"] >= 0 for r in records)    # Linux has one
     gpu = {"cpu": "Intel Xeon", "threads": 16, "torch": "2.11.0+cu130", "device": "cuda", "gpu": "NVIDIA H100"}
     # a GPU run keeps few of the 16 cores busy: the load average alone would call neither epoch shared
     assert shared_epochs([{**r, "machine": gpu, "load_average": 3.0} for r in records]) == [1]

@@ -1,9 +1,10 @@
 """Train a suite's runs on a lent GPU inside one short job, and bring them back whole.
 
-A lent GPU machine receives at most 64 MiB of the working tree (no ``results/``; the CIFAR-10 zip
-travels), runs one command for at most 10 minutes, keeps nothing afterwards and returns at most
-8 files of at most 16 MiB each (64 MiB in all). This script is the one command of such a job and
-the one that unpacks what it returns:
+The lending arrangement this project works under: a lent GPU machine receives at most 64 MiB of
+the working tree (no ``results/``; the CIFAR-10 zip travels), runs one command for at most 10
+minutes, keeps nothing afterwards and returns at most 8 files of at most 16 MiB each (64 MiB in
+all); another arrangement changes the limits (``--part-mib``, ``--max-mib``, ``--max-files``), not
+the package. This script is the one command of such a job and the one that unpacks what it returns:
 
 ``train`` (on the GPU machine) starts every named run at once, one process each (the GPU has room
 for several, and the 16 CPU cores feed them), as ordinary suite jobs (``attncnn reproduce``'s
@@ -23,13 +24,16 @@ shared). At ``--budget`` seconds every run still
 training is stopped
 (SIGINT: it writes a resumable checkpoint), then the runs are packed:
 
-* a finished run as ``attncnn reproduce --trim`` ships it, leanly: config, metrics, machine,
+* a finished run as ``tools/ship.py`` trims a grid's cell (:func:`trim.trim_run`, lean): config, metrics, machine,
   ``finished.json``, the final weights (``checkpoints/last.safetensors``, float32, weights only) and
   the record of each test image's prediction that its worker wrote on the GPU as the run finished
   (``predictions.json``, :func:`record_predictions`);
-* an unfinished run as ``--ship`` leaves it: its newest checkpoint with the optimiser state;
-* all in one gzip tar, split into parts of at most :data:`PART_BYTES`, with ``pack.json`` naming
-  each part's sha256 and each run's state. When the parts would exceed :data:`MAX_BYTES`, the
+* an unfinished run as ``tools/ship.py`` leaves it (:func:`unfinished.ship_unfinished`): its newest
+  checkpoint with the optimiser state;
+* all in one gzip tar, split into parts of at most ``--part-mib`` (:data:`PART_BYTES`), with
+  ``pack.json`` naming each part's sha256 and each run's state. When the parts would exceed
+  ``--max-mib`` (:data:`MAX_BYTES`) or ``--max-files`` (:data:`MAX_FILES`, with ``pack.json`` and
+  the job's log), the
   largest finished runs' weights are stored in bfloat16 instead (``pack.json`` says which), and
   where even that is too much, they stay behind (:func:`pack` says in which order).
 
@@ -45,10 +49,10 @@ to an ``@fit`` timing) as the run-time options of the same names (:class:`attncn
 Example (the device tool's command; ``.gpu/`` is ignored by git and carried; docs/development.md
 has the whole procedure)::
 
-    python benchmarks/gpu/job.py pack-data ../shared/data/cifar10-jpeg.zip .gpu/cifar10-jpeg.zpack
-    python3 benchmarks/gpu/job.py train --data .gpu/cifar10-jpeg.zpack --from .gpu/results \\
+    python tools/gpu_job.py pack-data ../shared/data/cifar10-jpeg.zip .gpu/cifar10-jpeg.zpack
+    python3 tools/gpu_job.py train --data .gpu/cifar10-jpeg.zpack --from .gpu/results \\
         --budget 545 --pack-to "$OUT" --compile paper-long/learned/0 mini-long/learned-content-mini/0:filler
-    python benchmarks/gpu/job.py unpack /work/.device/<N> --into results
+    python tools/gpu_job.py unpack /work/.device/<N> --into results
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import shutil
 import signal
 import subprocess
@@ -68,12 +73,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from row_process import kill_group
-
-#: the device machine returns at most 8 files of at most 16 MiB, 64 MiB in all: parts of 15 MiB,
-#: at most 60 MiB of them, leave room for pack.json and the job's log
+#: the lending arrangement's defaults: the device machine returns at most 8 files of at most 16 MiB,
+#: 64 MiB in all; parts of 15 MiB, at most 60 MiB of them, leave room for pack.json and the job's log
 PART_BYTES = 15 * 2**20
 MAX_BYTES = 60 * 2**20
+MAX_FILES = 8
+#: the files a job returns beside its parts: pack.json and the job's log
+OTHER_FILES = 2
 PACK_FILE = "pack.json"
 #: a data set packed by :func:`pack_data`
 DATA_SUFFIX = ".zpack"
@@ -81,7 +87,7 @@ DATA_SUFFIX = ".zpack"
 STOP_GRACE = 60.0
 POLL = 2.0
 #: in the work folder while a job trains: the runs still training (each worker records, per epoch,
-#: how many shared the GPU: ``device_runs`` in :mod:`attncnn.reproduce.running.machines`)
+#: how many shared the GPU: ``device_runs``, which :mod:`attncnn.reproduce.running.machines` reads)
 TRAINING_FILE = "training.json"
 #: ``@fit`` plans for this share of the seconds it has: what a probe of a few steps does not see (the
 #: per-epoch attention metrics and checkpoints, a filler sharing the GPU before it gives way)
@@ -298,18 +304,32 @@ def read_training(root: Path) -> int:
         return 1
 
 
+def load_average() -> float | None:
+    """The system's 5-minute load average (runnable processes, this one's threads included), None
+    where the system has none."""
+    try:
+        return round(os.getloadavg()[1], 2)
+    except (AttributeError, OSError):
+        return None
+
+
 def sharing_metrics(epoch_metrics, root: Path):
-    """``epoch_metrics`` with ``device_runs`` added: the job's runs training when the epoch began.
+    """``epoch_metrics`` with ``device_runs`` added, the job's runs training when the epoch began,
+    and ``load_average``, the machine's load when it ended (the keys the package's reports read,
+    :mod:`attncnn.reproduce.running.machines`).
 
     A job's runs only ever stop, so the count at an epoch's start is the most that shared the GPU
     during it; it is read when the worker starts and again at each epoch's end (the next one's start).
     """
-    from attncnn.reproduce.running.machines import DEVICE_RUNS_KEY
+    from attncnn.reproduce.running.machines import DEVICE_RUNS_KEY, LOAD_KEY
     began = [read_training(root)]
 
     def metrics(model) -> dict:
         out = dict(epoch_metrics(model))
         out[DEVICE_RUNS_KEY] = began[0]
+        load = load_average()
+        if load is not None:
+            out[LOAD_KEY] = load
         began[0] = read_training(root)
         return out
 
@@ -341,7 +361,7 @@ def record_predictions(folder: Path, data: str, device: str) -> str:
 
     On the GPU this takes seconds, where a paper-width content model takes many minutes on a CPU; the
     record then travels with the run, so that a run whose weights do not come back, or are shipped
-    without them (``attncnn reproduce --without-weights``), still has the record its accuracy is
+    without them (``tools/ship.py --without-weights``), still has the record its accuracy is
     checked by. A record of the final checkpoint already there is kept. A failure (the memory of a
     GPU that other runs share, say) is reported, not raised: the run is finished either way, and
     ``attncnn evaluate`` can record it later wherever its weights are.
@@ -391,6 +411,8 @@ def _measure_in_child(spec: RunSpec, root: Path, args: argparse.Namespace, log: 
             last lines)."""
     command = [sys.executable, __file__, "measure", spec.text, "--root", str(root), "--data", args.data,
                "--device", args.device] + _run_flags(args)
+    from row_process import kill_group
+
     # a session of its own, so that a stop reaches the compile workers too
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              start_new_session=True)
@@ -531,21 +553,22 @@ def _train(args: argparse.Namespace) -> int:
               f"{time.monotonic() - started:.0f} s since the job started", flush=True)
         print((logs / f"{r.spec.suite}-{r.spec.preset}-seed{r.spec.seed}.log").read_text()[-1500:], flush=True)
     pack(root, specs, Path(args.pack_to), logs, epochs=args.epochs, max_bytes=int(args.max_mib * 2**20),
-         data=args.data)
+         part_bytes=int(args.part_mib * 2**20), max_files=args.max_files, data=args.data)
     return 0
 
 
 def _prepare(root: Path, spec: RunSpec, epochs: int | None = None) -> dict:
     """Trim a finished run or ship an unfinished one in place; returns its entry in pack.json."""
+    from trim import trim_run
+    from unfinished import ship_unfinished
+
     from attncnn.reproduce import job_state
-    from attncnn.reproduce.running.ship import trim_job
-    from attncnn.reproduce.running.unfinished import ship_unfinished
     job = _job(spec, root, epochs=epochs)
     state = job_state(job)
     if state == "finished":
-        trim_job(job, keep_epochs=False, lean=True)
+        trim_run(job.folder, keep_epochs=False, lean=True)
     elif state == "interrupted":
-        ship_unfinished(job)
+        ship_unfinished(job.folder)
     entry = {"run": str(spec.relative), "state": state, "epochs": _epochs_done(job.folder)}
     if state == "finished":
         from attncnn.runs import PREDICTIONS_FILE, read_metadata, read_predictions
@@ -566,13 +589,14 @@ LEFT_BEHIND = "left-behind"
 
 def left_behind(root: Path, spec: RunSpec, epochs: int | None, why: str, data: str | None) -> bool:
     """Make the finished run ``spec``, whose weights cannot come back, a run shipped without them
-    (``attncnn reproduce --without-weights``, :func:`attncnn.reproduce.withhold.withhold_jobs`): its
+    (``tools/ship.py --without-weights``, :func:`withhold.withhold_jobs`): its
     record of the weights (size, sha256, metadata, attention per layer, the command that trains it
     again), its ``checkpoints/`` moved to ``root/left-behind``. Returns False, changing nothing,
     where the run has no prediction record (then nothing could check its accuracy again), or where
     making the record fails (said, not raised: the other runs must still be packed)."""
+    from withhold import withhold_jobs
+
     from attncnn.reproduce import get_suite
-    from attncnn.reproduce.withhold import withhold_jobs
     from attncnn.runs import PREDICTIONS_FILE, WITHHELD_FILE
     job = _job(spec, root, epochs=epochs)
     if not (job.folder / PREDICTIONS_FILE).is_file():
@@ -619,11 +643,13 @@ def _tar_bytes(root: Path, relatives: list[Path], extra: list[Path], leave_out: 
 
 
 def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, *, epochs: int | None = None,
-         max_bytes: int = MAX_BYTES, data: str | None = None) -> dict:
-    """Pack the runs of ``specs`` under ``root`` into ``out``: parts ``runs.tar.gz.NNN`` and
-    ``pack.json``. Returns the manifest.
+         max_bytes: int = MAX_BYTES, part_bytes: int = PART_BYTES, max_files: int = MAX_FILES,
+         data: str | None = None) -> dict:
+    """Pack the runs of ``specs`` under ``root`` into ``out``: parts ``runs.tar.gz.NNN`` of at most
+    ``part_bytes`` and ``pack.json``. Returns the manifest.
 
-    What does not fit in ``max_bytes`` is shrunk one run at a time, largest first, until it fits:
+    What does not fit in ``max_bytes``, or in ``max_files`` files with pack.json and the log
+    (:data:`OTHER_FILES`), is shrunk one run at a time, largest first, until it fits:
     finished runs' weights are stored in bfloat16; then unfinished runs' checkpoints stay behind
     (``"checkpoint": "left behind"``; such a run is not unpacked); then finished runs' weights stay
     behind (their records and configuration still come back; ``"weights": "left behind"``). A
@@ -638,6 +664,10 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
     Without a record it comes back with its records alone, and no command here can read it
     as a model.
     """
+    if max_files <= OTHER_FILES:
+        raise ValueError(f"a job returns pack.json and its log beside the parts: --max-files must be above "
+                         f"{OTHER_FILES}, got {max_files}")
+    max_bytes = min(max_bytes, (max_files - OTHER_FILES) * part_bytes)
     out.mkdir(parents=True, exist_ok=True)
     entries = []
     for spec in specs:
@@ -679,8 +709,8 @@ def pack(root: Path, specs: list[RunSpec], out: Path, logs: Path | None = None, 
         entry[key] = shrink
         data = _tar_bytes(root, relatives, log_files, leave_out)
     parts = []
-    for n, start in enumerate(range(0, len(data), PART_BYTES)):
-        chunk = data[start:start + PART_BYTES]
+    for n, start in enumerate(range(0, len(data), part_bytes)):
+        chunk = data[start:start + part_bytes]
         name = f"runs.tar.gz.{n:03d}"
         (out / name).write_bytes(chunk)
         parts.append({"file": name, "bytes": len(chunk), "sha256": hashlib.sha256(chunk).hexdigest()})
@@ -825,6 +855,10 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--epochs", type=int, help="smoke runs: epochs instead of the suite's")
     t.add_argument("--train-subset", type=int, metavar="N", help="smoke runs: train on N images")
     t.add_argument("--max-mib", type=float, default=MAX_BYTES / 2**20, help="largest pack (default: %(default)s)")
+    t.add_argument("--part-mib", type=float, default=PART_BYTES / 2**20,
+                   help="largest file the machine returns, less room (default: %(default)s)")
+    t.add_argument("--max-files", type=int, default=MAX_FILES,
+                   help="files the machine returns, pack.json and the log included (default: %(default)s)")
     for name in ("worker", "measure"):           # a run's process, and a new run's timing for @fit
         w = sub.add_parser(name, help=argparse.SUPPRESS)
         w.add_argument("run")
@@ -862,6 +896,8 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     # a lent GPU machine has attncnn's dependencies but not attncnn: the job (and each worker and timing
-    # it starts as `python job.py ...`) runs the checkout's src/, the code it carried
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+    # it starts as `python gpu_job.py ...`) runs the checkout's src/, the code it carried; the process-group
+    # kill is the one the GPU benchmarks use (benchmarks/gpu/row_process.py)
+    _repo = Path(__file__).resolve().parents[1]
+    sys.path[1:1] = [str(_repo / "src"), str(_repo / "benchmarks" / "gpu")]
     sys.exit(main())

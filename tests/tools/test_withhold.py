@@ -1,6 +1,6 @@
-"""A finished run shipped without its weights: the record ``withhold_weights`` writes, the weights
-moved (never deleted), and every reader of the weights refusing the run with a message that says
-so and how to train it again, while reports still read its records."""
+"""A finished run shipped without its weights: the record the tool's ``withhold_weights`` writes, the
+weights moved (never deleted), and every reader of the weights in the package refusing the run with a
+message that says so and how to train it again, while reports still read its records."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import json
 import shutil
 
 import pytest
+from withhold import withhold_weights
 
 import attncnn
 from attncnn.analysis.runs import open_run
@@ -16,7 +17,7 @@ from attncnn.cli import main
 from attncnn.models import count_parameters
 from attncnn.perf import make_plan
 from attncnn.runs import (PREDICTIONS_FILE, WITHHELD_FILE, RunFolderError, load_model, read_metadata, read_withheld,
-                          resolve_config, withhold_weights)
+                          resolve_config)
 from attncnn.training import RunOptions, train
 
 RETRAIN = "attncnn reproduce demo-suite --only demo --seeds 0"
@@ -127,3 +128,15 @@ def test_a_move_cut_short_leaves_loadable_weights_and_the_same_call_finishes_it(
     assert read_withheld(run) is not None and load_model(run)[1]["epoch"] == 1     # the record only speaks when
     withhold_weights(run, retrain=RETRAIN, move_to=tmp_path / "kept")               # the weights are gone
     assert not (run / "checkpoints").exists() and (tmp_path / "kept" / "last.safetensors").is_file()
+
+
+def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monkeypatch):
+    import withhold
+
+    from attncnn.reproduce.running.jobs import GridJob
+
+    monkeypatch.setattr(withhold, "job_state", lambda job: "finished")
+    jobs = [GridJob("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)
+            for row in ("convit-mini", "convit-mini-random")]
+    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini-random"])] == ["convit-mini-random"]
+    assert [job.row for job in withhold.withholdable(jobs, ["convit-mini"])] == ["convit-mini"]

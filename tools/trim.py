@@ -1,4 +1,4 @@
-"""Trimming finished run folders to what is worth committing (``attncnn reproduce ... --trim``).
+"""Trimming finished run folders to what is worth committing (``python tools/ship.py FOLDER``).
 
 A trimmed folder keeps ``config.json``, ``metrics.jsonl``, ``finished.json``, ``machine.json``,
 ``held_out.json`` (a sweep run's validation accuracy) and ``checkpoints/last.safetensors``, weights
@@ -27,18 +27,18 @@ import logging
 import re
 import shutil
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-from ..._io import atomic_write_json
-from ...errors import InputError
-from ...runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, is_data_name, load_checkpoint, write_checkpoint
-from ...runs.checkpoint import read_metadata
-from ...runs.lock import RunLock
-from .jobs import Job, job_state
+from attncnn._io import atomic_write_json
+from attncnn.errors import InputError
+from attncnn.runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, is_data_name, load_checkpoint, write_checkpoint
+from attncnn.runs.checkpoint import read_metadata
+from attncnn.runs.lock import RunLock
 
-log = logging.getLogger("attncnn.reproduce")
+log = logging.getLogger("tools.ship")
 
-__all__ = ["trim_job", "trim_jobs", "folder_bytes", "share_run_folder", "share_run_folders", "shareable_config"]
+__all__ = ["trim_run", "folder_bytes", "share_run_folder", "share_run_folders", "shareable_config", "weights_only",
+           "ABSOLUTE_PATH"]
 
 #: an absolute path where JSON or a command line would put one (after a quote, a space, ``=``, ``(``):
 #: a slash followed by at least one folder (``/home/me/x``), or a Windows drive (``C:\``)
@@ -46,7 +46,7 @@ ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))(?:/(?:[\w.+-]+/)+[\w.+-]*
 
 #: held_out.json: a sweep run's validation accuracy (:mod:`.held_out`), measured once; predictions.json:
 #: a shipped model's per-image test predictions (:mod:`attncnn.runs.predictions`), recorded once;
-#: weights-withheld.json: what the weights of a run shipped without them were (:mod:`attncnn.runs.withheld`)
+#: weights-withheld.json: what the weights of a run shipped without them were (:mod:`withhold`)
 _KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json", "held_out.json", PREDICTIONS_FILE,
                WITHHELD_FILE}
 
@@ -56,7 +56,7 @@ def folder_bytes(path: str | Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
 
 
-def _weights_only(path: Path) -> None:
+def weights_only(path: Path) -> None:
     """Rewrite a checkpoint without its optimiser state (about half the size; not resumable)."""
     ckpt = load_checkpoint(path)
     if ckpt.optimizer_state is not None:
@@ -64,64 +64,53 @@ def _weights_only(path: Path) -> None:
         write_checkpoint(path, ckpt)
 
 
-def trim_job(job: Job, *, keep_epochs: bool, lean: bool = False) -> tuple[int, int]:
-    """Trim one finished job's folder in place; returns its size in bytes before and after.
+def trim_run(folder: str | Path, *, keep_epochs: bool, lean: bool = False) -> tuple[int, int]:
+    """Trim one finished run folder in place; returns its size in bytes before and after.
 
     Args:
         keep_epochs: keep the periodic checkpoints (weights only) instead of deleting them.
         lean: keep ``last`` alone, never ``best`` (a grid of many cells reports the last epoch).
 
     Raises:
-        InputError: the job is not finished (its folder is needed to resume), or holds another run.
+        InputError: the run is not finished (its folder is needed to resume).
         RunFolderError: a process is training in the folder (its lock is held).
     """
-    if job_state(job) != "finished":
-        raise InputError(f"{job.label} is not finished; only finished runs are trimmed (the rest resume)")
+    folder = Path(folder)
+    run = RunFolder(folder, mode="read")
+    if not run.finished:
+        raise InputError(f"{folder} is not finished; only finished runs are trimmed (the rest resume)")
     # the folder's lock, as every writer of a run folder takes it: a process training there is refused
     # (RunFolderError naming it); its file goes with the rest, the lock held until the trim ends
-    lock = RunLock.take(job.folder)
+    lock = RunLock.take(folder)
     try:
-        return _trim(job, keep_epochs, lean)
+        return _trim(folder, run, keep_epochs, lean)
     finally:
         lock.release()
 
 
-def _trim(job: Job, keep_epochs: bool, lean: bool) -> tuple[int, int]:
-    before = folder_bytes(job.folder)
-    folder = RunFolder(job.folder, mode="read")
-    for entry in job.folder.iterdir():
+def _trim(folder: Path, run: RunFolder, keep_epochs: bool, lean: bool) -> tuple[int, int]:
+    before = folder_bytes(folder)
+    for entry in folder.iterdir():
         if entry.is_dir() and entry.name != "checkpoints":
             shutil.rmtree(entry)
         elif entry.is_file() and entry.name not in _KEEP_FILES:
             entry.unlink()
-    last, best = folder.checkpoint_path("last"), folder.checkpoint_path("best")
+    last, best = run.checkpoint_path("last"), run.checkpoint_path("best")
     same = best.exists() and last.exists() and read_metadata(best).get("epoch") == read_metadata(last).get("epoch")
     if best.exists() and (same or lean):
         best.unlink()                                    # the same weights twice, or not wanted
     for kept in (last, best):
         if kept.exists():
-            _weights_only(kept)
-    for _, path in folder.periodic_checkpoints():
+            weights_only(kept)
+    for _, path in run.periodic_checkpoints():
         if keep_epochs:
-            _weights_only(path)
+            weights_only(path)
         else:
             path.unlink()
-    share_run_folder(job.folder)
-    return before, folder_bytes(job.folder)
-
-
-def trim_jobs(jobs: Sequence[Job], *, keep_epochs_of: set[tuple[str, int]],
-              lean: bool = False) -> list[tuple[Job, int, int]]:
-    """Trim every finished job; ``keep_epochs_of`` names the ``(preset, seed)`` whose periodic
-    checkpoints stay, ``lean`` is passed to :func:`trim_job`. Returns ``(job, bytes before,
-    bytes after)`` of each trimmed job."""
-    done = []
-    for job in jobs:
-        if job_state(job) == "finished":
-            before, after = trim_job(job, keep_epochs=(job.preset, job.seed) in keep_epochs_of, lean=lean)
-            log.info("trimmed %s: %.1f MB -> %.1f MB", job.folder, before / 1e6, after / 1e6)
-            done.append((job, before, after))
-    return done
+    share_run_folder(folder)
+    after = folder_bytes(folder)
+    log.info("trimmed %s: %.1f MB -> %.1f MB", folder, before / 1e6, after / 1e6)
+    return before, after
 
 
 def shareable_config(config: dict) -> dict:
@@ -177,7 +166,7 @@ def share_run_folder(folder: str | Path, *, unfinished: bool = False) -> list[Pa
     Args:
         folder: a finished run folder (``config.json`` and ``finished.json``).
         unfinished: accept a run without ``finished.json`` too (an unfinished run shipped to be
-            resumed elsewhere, :func:`~attncnn.reproduce.running.unfinished.ship_unfinished`: the resume
+            resumed elsewhere, :func:`unfinished.ship_unfinished`: the resume
             is then told where its data set is).
 
     Returns:

@@ -1,6 +1,6 @@
 """Shipped run folders say nothing about the machine that trained them and work on any other:
 no absolute path in any file under results/, the data set named by its file name and pixel digest,
-and the ship step (attncnn.reproduce.running.ship.share_run_folder) that makes a fresh run folder so."""
+and the ship tool's step (tools/trim.py, share_run_folder) that makes a fresh run folder so."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import shutil
 from pathlib import Path
 
 import pytest
+from trim import share_run_folder, share_run_folders
 
 from attncnn.cli import main
-from attncnn.reproduce.running.ship import share_run_folder, share_run_folders
 from attncnn.runs import load_checkpoint
 from attncnn.runs.checkpoint import _read_header
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-# written here on its own (not imported from ship.py): a slash-rooted path with at least one folder,
+# written here on its own (not imported from trim.py): a slash-rooted path with at least one folder,
 # where a file would record one (after a quote, a space, "=", "(")
 ABSOLUTE = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))/(?:[\w.+-]+/)+[\w.+-]*""", re.M)
 BASE64_RUN = re.compile(r"[A-Za-z0-9+/=]{200,}")          # the viewer page's embedded blobs
