@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import hashlib
 import json
 import shutil
 import struct
@@ -123,23 +122,18 @@ def write_packaged(results: Path, out: Path, dtypes: dict[str, str] | None = Non
     return folders
 
 
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def manifest(results: Path) -> dict:
     """The download manifest: per model name, its run folder under ``results/`` and each file's size and sha256."""
+    from attncnn._io import file_sha256
+
     models = {}
     for name in DOWNLOADS:
         run = run_folder(results, DOWNLOAD_SUITE, name)
         finished = json.loads((run / "finished.json").read_text())
         models[name] = {"path": run.relative_to(results).as_posix(), "seed": SEED, "epochs": finished["epochs"],
                         "parameters": finished["parameters"], "test_accuracy": finished["final"]["test_accuracy"],
-                        "files": {file: {"bytes": (run / file).stat().st_size, "sha256": sha256(run / file)}
+                        "files": {file: {"bytes": (run / file).stat().st_size, "sha256": file_sha256(run / file)}
                                   for file in DOWNLOAD_FILES}}
     return {"format": 1, "about": "files of the trained models `attncnn download NAME --from URL_OR_FOLDER` "
                                   "fetches, at PATH/FILE under the source; written by benchmarks/package_models.py "

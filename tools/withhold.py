@@ -11,14 +11,13 @@ them is measured one last time and kept in the run's record: the attention per l
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 from typing import Sequence
 
 from trim import share_run_folder
 
-from attncnn._io import atomic_write_json
+from attncnn._io import atomic_write_json, file_sha256
 from attncnn.analysis.runs import open_run
 from attncnn.errors import InputError, MissingFileError
 from attncnn.reproduce.reporting.locality import run_locality
@@ -106,13 +105,6 @@ def withhold_jobs(study: Study, out: Path, jobs: Sequence[Job], presets: Sequenc
     return done
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def withhold_weights(folder: str | Path, *, retrain: str, move_to: str | Path, extra: dict | None = None) -> dict:
     """Ship the finished run ``folder`` without its weights: write :data:`WITHHELD_FILE` (about
@@ -162,7 +154,7 @@ def withhold_weights(folder: str | Path, *, retrain: str, move_to: str | Path, e
     if move_to.exists():
         raise InputError(f"{move_to} exists; the weights of {folder} go to a new folder (remove it or name another)")
     metadata = read_metadata(last)
-    record = {"file": last.relative_to(folder).as_posix(), "bytes": last.stat().st_size, "sha256": _sha256(last),
+    record = {"file": last.relative_to(folder).as_posix(), "bytes": last.stat().st_size, "sha256": file_sha256(last),
               "weights_dtype": str(metadata.get("weights_dtype") or "float32"), "metadata": metadata,
               "retrain": retrain.strip(), **(extra or {})}
     # the record first: a move cut short leaves both, and the weights still load (the record only

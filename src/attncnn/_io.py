@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import hashlib
 import os
 import secrets
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any, Iterator
 
 from .errors import OutputError
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "make_folders"]
+__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_text", "atomic_write_json", "make_folders", "file_sha256"]
 
 
 def make_folders(folder: str | os.PathLike[str]) -> Path:
@@ -121,3 +122,13 @@ def atomic_write_text(dest: str | os.PathLike[str], text: str) -> None:
 def atomic_write_json(dest: str | os.PathLike[str], obj: Any) -> None:
     """Write ``obj`` as indented JSON to ``dest`` atomically."""
     atomic_write_text(dest, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """The hex sha256 of a file's bytes, read in 1 MiB blocks (the digest that downloads, the
+    reference conversion and the shipped-model records check)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from attncnn.reproduce.running.jobs import Job
-from attncnn.reproduce.running.ship import share_run_folder, trim_job
+from trim import share_run_folder, trim_run
+
 from attncnn.runs import RunFolderError
 from attncnn.runs.lock import RunLock
 
@@ -30,7 +30,7 @@ def test_a_held_run_folder_is_refused_and_left_as_it_was(tmp_path, writer):
     try:
         with pytest.raises(RunFolderError, match=r"run folder .*run is in use: attncnn pid \d+ on host"):
             if writer == "trim":
-                trim_job(Job("demo", 0, run), keep_epochs=False)
+                trim_run(run, keep_epochs=False)
             else:
                 share_run_folder(run)
     finally:
@@ -41,6 +41,6 @@ def test_a_held_run_folder_is_refused_and_left_as_it_was(tmp_path, writer):
 
 def test_a_trim_leaves_no_lock_file_in_a_folder_for_results(tmp_path):
     run = _finished_run(tmp_path / "run")
-    trim_job(Job("demo", 0, run), keep_epochs=False)
+    trim_run(run, keep_epochs=False)
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.json", "finished.json"]
     assert "/somewhere" not in (run / "config.json").read_text()

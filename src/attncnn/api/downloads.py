@@ -44,7 +44,7 @@ import urllib.request
 from pathlib import Path
 
 from .._cache_dir import user_cache_dir
-from .._io import make_folders
+from .._io import file_sha256, make_folders
 from ..errors import AttncnnError, InputError, MissingFileError, OutputError
 from .download_staging import staging_folder
 
@@ -106,18 +106,11 @@ def downloadable(manifest: str | os.PathLike | None = None) -> list[str]:
     return sorted(read_manifest(manifest))
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(_BLOCK), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _complete(folder: Path, files: dict) -> bool:
     """Whether ``folder`` holds every file of ``files`` with its recorded size and sha256."""
     return all((folder / rel).is_file() and (folder / rel).stat().st_size == spec["bytes"]
-               and _sha256(folder / rel) == spec["sha256"] for rel, spec in files.items())
+               and file_sha256(folder / rel) == spec["sha256"] for rel, spec in files.items())
 
 
 def _is_url(source: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import logging
 import os
 import secrets
@@ -21,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .._io import atomic_write_json
+from .._io import atomic_write_json, file_sha256
 from ..errors import InputError, OutputError
 from ..models import build_model_from_config, count_parameters
 from ..runs import Checkpoint, RunFolder, write_checkpoint
@@ -94,13 +93,6 @@ def _check_finite(path, state: dict) -> None:
                          "from before that")
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
 
 def _given_config(checkpoint: Path, config) -> tuple[dict | None, str | None]:
     if config is not None:
@@ -171,7 +163,7 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
     recipe = recipe_from_reference(ref_config if given is not None else None, entry, options, data)
     model = _network(state, options, entry, heads)
     known = given is not None
-    provenance = {"source": str(checkpoint.resolve()), "sha256": _sha256(checkpoint), "epoch": epoch,
+    provenance = {"source": str(checkpoint.resolve()), "sha256": file_sha256(checkpoint), "epoch": epoch,
                   "test_accuracy": accuracy, "config_source": source, "config": ref_config if known else None,
                   "inferred": inferred if known else ["every size, from the tensors' shapes"], "kind": entry.kind}
     finished = None if epoch is None else epoch + 1
