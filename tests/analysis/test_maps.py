@@ -34,8 +34,8 @@ def test_maps_equal_each_layers_explicit_path_on_its_real_input(preset):
     for m, e in zip(maps, expected):
         assert (m.height, m.width) == (8, 8)
         if m.position_only:
-            assert m.values.shape == (1, 4, 64, 64)
-        torch.testing.assert_close(m.values, e.expand_as(m.values) if m.position_only else e)
+            assert m.probs.shape == (1, 4, 64, 64)
+        torch.testing.assert_close(m.probs, e.expand_as(m.probs) if m.position_only else e)
 
 
 def test_deeper_layers_do_not_see_the_embeddings_convit23():
@@ -45,7 +45,7 @@ def test_deeper_layers_do_not_see_the_embeddings_convit23():
     maps = attention_maps(model, images)
     with torch.no_grad():
         refed = model.blocks[1].attention(model.tokens(images), return_attention=True)[1]
-    assert not torch.allclose(maps[1].values, refed, atol=1e-4)
+    assert not torch.allclose(maps[1].probs, refed, atol=1e-4)
 
 
 def test_average_and_query_subset():
@@ -56,8 +56,8 @@ def test_average_and_query_subset():
     mean = attention_maps(model, images, average=True, batch_size=3)
     some = attention_maps(model, images, queries=[0, 27])
     for f, m, s in zip(full, mean, some):
-        torch.testing.assert_close(m.values, f.values.mean(0, keepdim=True))
-        torch.testing.assert_close(s.values, f.values[:, :, [0, 27]])
+        torch.testing.assert_close(m.probs, f.probs.mean(0, keepdim=True))
+        torch.testing.assert_close(s.probs, f.probs[:, :, [0, 27]])
         assert s.queries == [0, 27]
     assert model.training                      # mode restored
 
@@ -77,9 +77,9 @@ def test_hooks_are_removed_even_after_an_error():
 def test_position_maps_without_images_and_errors():
     model = build_model("quadratic", **SMALL)
     maps = position_maps(model)                 # 32x32 images -> 8x8 tokens
-    assert maps[0].values.shape == (1, 4, 64, 64)
-    torch.testing.assert_close(maps[2].values, model.blocks[2].attention.grid_probs(8, 8).detach())
-    assert position_maps(model, (5, 6))[0].values.shape == (1, 4, 30, 30)
+    assert maps[0].probs.shape == (1, 4, 64, 64)
+    torch.testing.assert_close(maps[2].probs, model.blocks[2].attention.grid_probs(8, 8).detach())
+    assert position_maps(model, (5, 6))[0].probs.shape == (1, 4, 30, 30)
     with pytest.raises(ValueError, match="depends on the input"):
         position_maps(build_model("learned-content", **SMALL))
     with pytest.raises(ValueError, match="no self-attention"):
@@ -115,4 +115,11 @@ def test_several_kinds_in_one_pass_equal_one_kind_at_a_time(preset):
             for a, b in zip(together[kind], alone):
                 assert (a.layer, a.height, a.width, a.position_only, a.queries) == (
                     b.layer, b.height, b.width, b.position_only, b.queries)
-                torch.testing.assert_close(a.values, b.values, rtol=0, atol=0)
+                torch.testing.assert_close(a.probs, b.probs, rtol=0, atol=0)
+
+
+def test_the_probabilities_are_probs_and_the_old_name_warns():
+    from attncnn.analysis import LayerMaps
+    maps = LayerMaps(0, torch.full((1, 2, 4, 4), 0.25), 2, 2, True)
+    with pytest.warns(DeprecationWarning, match="use .probs"):
+        assert maps.values is maps.probs

@@ -57,10 +57,10 @@ def test_model_rollout_of_a_content_model_equals_the_rollout_of_its_maps():
     expected = attention_rollout(attention_maps(model, images))
     got = model_rollout(model, images, batch_size=2)
     for m, e in zip(got, expected):
-        assert m.values.shape == (3, 1, 64, 64) and not m.position_only
-        torch.testing.assert_close(m.values[:, 0], e, rtol=1e-4, atol=1e-6)
+        assert m.probs.shape == (3, 1, 64, 64) and not m.position_only
+        torch.testing.assert_close(m.probs[:, 0], e, rtol=1e-4, atol=1e-6)
     averaged = model_rollout(model, images, average=True, batch_size=2)
-    torch.testing.assert_close(averaged[-1].values[:, 0], expected[-1].mean(0, keepdim=True), rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(averaged[-1].probs[:, 0], expected[-1].mean(0, keepdim=True), rtol=1e-4, atol=1e-6)
 
 
 def test_model_rollout_of_a_position_only_model_needs_no_images():
@@ -69,8 +69,8 @@ def test_model_rollout_of_a_position_only_model_needs_no_images():
     without = model_rollout(model, grid_size=(8, 8))
     with_images = model_rollout(model, torch.randn(2, 3, 32, 32))
     for a, b, e in zip(without, with_images, expected):
-        assert a.values.shape == b.values.shape == (1, 1, 64, 64)
-        torch.testing.assert_close(a.values[:, 0], e)
-        torch.testing.assert_close(b.values[:, 0], e)
+        assert a.probs.shape == b.probs.shape == (1, 1, 64, 64)
+        torch.testing.assert_close(a.probs[:, 0], e)
+        torch.testing.assert_close(b.probs[:, 0], e)
     with pytest.raises(InputError, match="needs images"):
         model_rollout(build_model("learned-content", **SMALL))

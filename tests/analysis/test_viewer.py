@@ -42,7 +42,7 @@ def _truth(run, kind: str, *, average: bool = False) -> list[np.ndarray]:
     """Per layer ``(B or 1, N_h, N, N)`` float64 from attention_maps on the same test images."""
     indices = list(range(AVERAGE)) if average else IMAGES
     images, _ = load_test_images(run, indices)
-    return [m.values.double().numpy() for m in attention_maps(run.model, images, kind=kind, average=average)]
+    return [m.probs.double().numpy() for m in attention_maps(run.model, images, kind=kind, average=average)]
 
 
 def _row_bound(data, run_index: int, image: str, kind: str, layer: int) -> np.ndarray:
@@ -83,7 +83,7 @@ def test_position_only_page_decodes_to_the_model_maps(runs, pages, name):
             _assert_within(raw[layer], scores[layer][0], _row_bound(data, 0, image, "scores", layer))
     with pytest.raises(ValueError, match="no 'content'"):
         page_maps(data, 0, "0", "content")
-    rollout = [m.values.double().numpy() for m in model_rollout(run.model, grid_size=tuple(info["grid"]))]
+    rollout = [m.probs.double().numpy() for m in model_rollout(run.model, grid_size=tuple(info["grid"]))]
     shown = page_maps(data, 0, "5", "rollout", softmax=False)
     for layer in range(len(rollout)):
         _assert_within(shown[layer], rollout[layer][0], _row_bound(data, 0, "5", "rollout", layer))
@@ -218,7 +218,7 @@ def test_plain_content_model_has_no_positional_values():
     assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": False, "content": True, "rollout": True}
     with pytest.raises(ValueError, match="no 'positional'"):
         page_maps(data, 0, "a", "positional")
-    truth = attention_maps(model, raw[:1].float() / 255)[0].values.double().numpy()[0]
+    truth = attention_maps(model, raw[:1].float() / 255)[0].probs.double().numpy()[0]
     e = _row_bound(data, 0, "a", "content", 0) + 1e-6
     assert (np.abs(page_maps(data, 0, "a", "all")[0] - truth) <= truth * np.expm1(2 * e)[..., None] + 1e-7).all()
 
@@ -235,9 +235,9 @@ def test_the_9ffaa_content_form_exports_both_score_terms():
     assert data.manifest["runs"][0]["kinds"] == {"all": True, "positional": True, "content": True, "rollout": True}
     images = raw[:1].float() / 255
     for kind in ("content", "positional"):
-        truth = attention_maps(model, images, kind=kind)[0].values.double().numpy()[0]
+        truth = attention_maps(model, images, kind=kind)[0].probs.double().numpy()[0]
         _assert_within(page_maps(data, 0, "a", kind, softmax=False)[0], truth, _row_bound(data, 0, "a", kind, 0))
-    truth = attention_maps(model, images)[0].values.double().numpy()[0]
+    truth = attention_maps(model, images)[0].probs.double().numpy()[0]
     e = _row_bound(data, 0, "a", "content", 0) + _row_bound(data, 0, "a", "positional", 0) + 1e-6
     assert (np.abs(page_maps(data, 0, "a", "all")[0] - truth) <= truth * np.expm1(2 * e)[..., None] + 1e-7).all()
 

@@ -141,7 +141,7 @@ def test_content_run_query_kinds_softmax_and_images(browser, page_file, runs, ar
     truth = attention_maps(open_run(runs["content"]).model, images, kind="probs")
     for layer, maps in zip(after, truth):
         for h, head in enumerate(layer):
-            np.testing.assert_allclose(head, maps.values[0, h, 2 * w + 6].double().numpy(), rtol=0.05, atol=2e-3)
+            np.testing.assert_allclose(head, maps.probs[0, h, 2 * w + 6].double().numpy(), rtol=0.05, atol=2e-3)
 
     # value kinds and the softmax switch
     viewer.after(lambda: page.select_option("#kind-select", "content"))

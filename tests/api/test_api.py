@@ -237,7 +237,7 @@ def test_maps_of_a_position_only_model_need_no_image():
     assert len(maps) == 6
     for got, want in zip(maps, reference):
         assert got.position_only and (got.height, got.width) == (16, 16)
-        assert torch.equal(got.probs, want.values) and got.content is None
+        assert torch.equal(got.probs, want.probs) and got.content is None
         assert torch.allclose(torch.softmax(got.positional, -1), got.probs, atol=1e-6)   # the whole score
     assert attncnn.attention_maps(model, _images(2))[0].probs.equal(maps[0].probs)       # the same with images
     picked = attncnn.attention_maps(model, queries=[0, 17])
@@ -287,7 +287,7 @@ def test_maps_of_a_content_model_come_from_real_activations_with_both_score_term
     maps = attncnn.attention_maps(model, images)
     hooked = analysis_maps(model.network, model.preprocess(images))
     for got, want in zip(maps, hooked):
-        assert got.probs.shape == (2, 9, 256, 256) and torch.equal(got.probs, want.values)
+        assert got.probs.shape == (2, 9, 256, 256) and torch.equal(got.probs, want.probs)
         # the probabilities are the softmax of the two terms' sum (paper eq. 8: q.k + q.r)
         assert torch.allclose(torch.softmax(got.content + got.positional, -1), got.probs, atol=1e-5)
     averaged = attncnn.attention_maps(model, images, average=True, scores=False)

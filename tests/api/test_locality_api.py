@@ -26,9 +26,9 @@ def test_a_shipped_position_only_model_needs_no_images_and_gives_the_same_with_t
     for a, b in zip(without.layers, with_images.layers):
         torch.testing.assert_close(a.distance, b.distance)
     rolled = attncnn.attention_rollout(model)
-    assert [r.values.shape for r in rolled] == [(1, 1, 256, 256)] * 6
+    assert [r.probs.shape for r in rolled] == [(1, 1, 256, 256)] * 6
     expected = rollout_of_maps(attncnn.attention_maps(model, scores=False))[-1][0]
-    torch.testing.assert_close(rolled[-1].values[0, 0], expected)
+    torch.testing.assert_close(rolled[-1].probs[0, 0], expected)
 
 
 def test_a_content_model_is_averaged_over_the_first_n_images_normalised_as_it_was_trained():
@@ -43,7 +43,7 @@ def test_a_content_model_is_averaged_over_the_first_n_images_normalised_as_it_wa
     for a, b in zip(got.layers, expected.layers):
         torch.testing.assert_close(a.normalized_entropy, b.normalized_entropy)
     rolled = attncnn.attention_rollout(classifier, images[:2], average=True)
-    assert rolled[-1].values.shape == (1, 1, 64, 64)
+    assert rolled[-1].probs.shape == (1, 1, 64, 64)
     with pytest.raises(attncnn.AttncnnError, match="pass test images"):
         attncnn.locality(network)
     with pytest.raises(attncnn.AttncnnError, match="pass test images"):

@@ -280,7 +280,7 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
     r, c = query
     if not (0 <= r < h and 0 <= c < w):
         raise InputError(f"query token ({r}, {c}) is outside the {h}x{w} token grid")
-    nh = max(m.values.shape[1] for m in maps)
+    nh = max(m.probs.shape[1] for m in maps)
     extra = 1 if image is not None else 0
     fig = Figure(figsize=(1.3 * (nh + extra) + 0.4, 1.3 * len(maps) + 0.5), layout="constrained")
     axes = fig.subplots(len(maps), nh + extra, squeeze=False)
@@ -289,7 +289,7 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         r0, r1, c0, c1 = max(0, r - zoom), min(h, r + zoom + 1), max(0, c - zoom), min(w, c + zoom + 1)
     q = r * w + c
     for i, m in enumerate(maps):
-        values = m.values[min(image_index, m.values.shape[0] - 1)]             # (N_h, Q, N)
+        values = m.probs[min(image_index, m.probs.shape[0] - 1)]             # (N_h, Q, N)
         row = values[:, q] if m.queries is None else values[:, m.queries.index(q)]
         grid = row.reshape(-1, h, w)[:, r0:r1, c0:c1].numpy()
         for j in range(nh):

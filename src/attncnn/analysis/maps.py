@@ -18,6 +18,7 @@ batch dimension of 1. Without images, :func:`position_maps` computes them for a 
 from __future__ import annotations
 
 import contextlib
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -41,7 +42,8 @@ class LayerMaps:
 
     Attributes:
         layer: 0-based index of the block.
-        values: ``(B or 1, N_h, H*W, H*W)`` probabilities (or scores), or ``(B or 1, N_h, len(queries), H*W)``
+        probs: ``(B or 1, N_h, H*W, H*W)`` attention probabilities (for the score kinds of
+            :data:`VALUE_KINDS`, the scores they asked for), or ``(B or 1, N_h, len(queries), H*W)``
             when only some queries were kept; batch 1 for position-only layers or averaged maps.
         height, width: the token grid ``H x W`` the layer saw.
         position_only: True when the maps do not depend on the input.
@@ -49,11 +51,17 @@ class LayerMaps:
     """
 
     layer: int
-    values: torch.Tensor
+    probs: torch.Tensor
     height: int
     width: int
     position_only: bool
     queries: list[int] | None = None
+
+    @property
+    def values(self) -> torch.Tensor:
+        """The former name of :attr:`probs` (deprecated: "values" reads as the attention's V)."""
+        warnings.warn("LayerMaps.values is deprecated; use .probs", DeprecationWarning, stacklevel=2)
+        return self.probs
 
 
 def attention_layers(model: nn.Module) -> list[GridAttention]:

@@ -330,7 +330,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         if not position_only:
             raise InputError("this model's attention depends on the input: metrics need test images")
         maps = position_maps(model, grid_size)
-        stats = [head_statistics(m.values, m.height, m.width, margin=margin) for m in maps]
+        stats = [head_statistics(m.probs, m.height, m.width, margin=margin) for m in maps]
         h, w = maps[0].height, maps[0].width
         count = 0
     else:
@@ -434,4 +434,4 @@ def _gates(layer: GatedPositionalAttention) -> list[float]:
 
 def layer_maps_statistics(maps: Sequence[LayerMaps], margin: int = 0) -> list[dict[str, torch.Tensor]]:
     """:func:`head_statistics` of each layer's (already captured) maps."""
-    return [head_statistics(m.values, m.height, m.width, margin=margin, queries=m.queries) for m in maps]
+    return [head_statistics(m.probs, m.height, m.width, margin=margin, queries=m.queries) for m in maps]

@@ -62,7 +62,7 @@ def attention_rollout(probs: Sequence[torch.Tensor | LayerMaps]) -> list[torch.T
     Raises:
         InputError: no layers, maps with only some queries kept, or layers with different token counts.
     """
-    tensors = [p.values if isinstance(p, LayerMaps) else p for p in probs]
+    tensors = [p.probs if isinstance(p, LayerMaps) else p for p in probs]
     if not tensors:
         raise InputError("attention rollout needs the probabilities of at least one layer")
     if any(isinstance(p, LayerMaps) and p.queries is not None for p in probs):

@@ -27,12 +27,12 @@ class LayerAttention(LayerMaps):
     Shapes: ``(B, N_h, Q, H*W)`` with queries on dim -2 and keys on dim -1, tokens row-major
     (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers (their maps do
     not depend on the image) and for averaged maps; ``Q = H*W`` unless ``queries`` were chosen.
-    All on the CPU in float32. It is a :class:`~attncnn.analysis.LayerMaps` (``values`` are the
-    probabilities), so the figure functions of :mod:`attncnn.analysis.figures` take a list of them.
+    All on the CPU in float32. It is a :class:`~attncnn.analysis.LayerMaps`, so the figure
+    functions of :mod:`attncnn.analysis.figures` take a list of them.
 
     Attributes:
         layer: 0-based index of the block.
-        values: the attention probabilities (also :attr:`probs`), after the softmax.
+        probs: the attention probabilities, after the softmax.
         height, width: the token grid ``H x W`` the layer saw (16 x 16 for 32 x 32 CIFAR images and
             2 x 2 space-to-depth).
         position_only: True when the maps do not depend on the input (quadratic, learned).
@@ -46,11 +46,6 @@ class LayerAttention(LayerMaps):
 
     content: torch.Tensor | None = None
     positional: torch.Tensor | None = None
-
-    @property
-    def probs(self) -> torch.Tensor:
-        """The attention probabilities (the same tensor as ``values``)."""
-        return self.values
 
 
 def _score_kinds(network: nn.Module) -> list[str]:
@@ -136,13 +131,13 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
         if queries is not None:
             for maps in by_kind.values():
                 for m in maps:
-                    m.values, m.queries = m.values[:, :, list(queries), :], list(queries)
+                    m.probs, m.queries = m.probs[:, :, list(queries), :], list(queries)
     else:
         by_kind = attention_maps_by_kind(network, x, kinds, average=average, queries=queries,
                                          batch_size=batch_size)
     out = []
     for i, probs in enumerate(by_kind["probs"]):
-        terms = {kind: by_kind[kind][i].values for kind in kinds if kind != "probs"}
-        out.append(LayerAttention(probs.layer, probs.values, probs.height, probs.width, probs.position_only,
+        terms = {kind: by_kind[kind][i].probs for kind in kinds if kind != "probs"}
+        out.append(LayerAttention(probs.layer, probs.probs, probs.height, probs.width, probs.position_only,
                                   probs.queries, content=terms.get("content"), positional=terms.get("positional")))
     return out

@@ -122,7 +122,7 @@ class _Sets:
         for kind, layer_maps in maps.items():
             encoded[kind] = []
             for i, m in enumerate(layer_maps):
-                values = m.values[min(index, m.values.shape[0] - 1)].double().numpy()      # (N_h, N, N)
+                values = m.probs[min(index, m.probs.shape[0] - 1)].double().numpy()      # (N_h, N, N)
                 if kind == "positional":
                     encoded[kind].append(encode_positional(blob, f"{kind}.{i}", values, *self.grid, self.delta))
                 else:
