@@ -125,9 +125,9 @@ def test_content_run_query_kinds_softmax_and_images(browser, page_file, runs, ar
     w = grid[1]
     viewer = Viewer(browser, page_file)
     page = viewer.page
-    centre = default_query(*grid)                         # as `attncnn plot` takes it
-    assert viewer.state()["query"] == list(centre) and viewer.state()["image"] == "0"
-    _matches(viewer.shown(), page_maps(data, 0, "0", "all", True), centre[0] * w + centre[1])
+    center = default_query(*grid)                         # as `attncnn plot` takes it
+    assert viewer.state()["query"] == list(center) and viewer.state()["image"] == "0"
+    _matches(viewer.shown(), page_maps(data, 0, "0", "all", True), center[0] * w + center[1])
     before = viewer.shown()
 
     # a click on the image picks the query token under the pointer

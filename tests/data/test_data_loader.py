@@ -64,10 +64,10 @@ def test_crop_flip_matches_naive_loop(padding, device):
 
 def test_crop_is_translation_with_black_border_and_flip_is_mirror():
     images = torch.arange(1, 1 + 2 * 3 * 4 * 4, dtype=torch.float32).reshape(2, 3, 4, 4)  # no zeros inside
-    centre = torch.tensor([[2, 2], [2, 2]])
+    center = torch.tensor([[2, 2], [2, 2]])
     none = torch.tensor([False, False])
-    assert torch.equal(random_crop_flip(images, centre, none, 2), images)
-    assert torch.equal(random_crop_flip(images, centre, torch.tensor([True, True]), 2), images.flip(-1))
+    assert torch.equal(random_crop_flip(images, center, none, 2), images)
+    assert torch.equal(random_crop_flip(images, center, torch.tensor([True, True]), 2), images.flip(-1))
     # Offset (0, 0) shifts the image right and down by the padding; the uncovered border is black.
     out = random_crop_flip(images, torch.tensor([[0, 0], [1, 3]]), none, 2)
     assert torch.equal(out[0, :, 2:, 2:], images[0, :, :2, :2])

@@ -37,8 +37,8 @@ def _gaussian_probs(alpha: float, dilation: int, h: int, w: int, device="cpu") -
     out = []
     for u in range(3):
         for v in range(3):
-            centre = torch.tensor([(u - 1) * dilation, (v - 1) * dilation], dtype=torch.float64, device=device)
-            out.append(torch.softmax(-alpha * (delta - centre).square().sum(-1), dim=-1))
+            center = torch.tensor([(u - 1) * dilation, (v - 1) * dilation], dtype=torch.float64, device=device)
+            out.append(torch.softmax(-alpha * (delta - center).square().sum(-1), dim=-1))
     return torch.stack(out)
 
 
@@ -65,8 +65,8 @@ def test_head_order_is_row_major_taps_and_shared_with_theory():
 @pytest.mark.parametrize("dilation", [1, 2])
 def test_positional_maps_are_the_gaussians_around_the_kernel_shifts(kind, dilation, device):
     layer = _layer(kind, device=device)
-    centres = local_init_(layer, alpha=1.0, dilation=dilation)
-    assert torch.equal(centres, kernel_shifts(3, dilation))
+    centers = local_init_(layer, alpha=1.0, dilation=dilation)
+    assert torch.equal(centers, kernel_shifts(3, dilation))
     x = _randn(2, 7, 7, 8, device=device)
     probs = _positional_probs(layer, x)
     expected = _gaussian_probs(1.0, dilation, 7, 7, device)
@@ -74,7 +74,7 @@ def test_positional_maps_are_the_gaussians_around_the_kernel_shifts(kind, dilati
     probs = probs.cpu()
     # argmax at the head's shift for every query whose shifted key is inside the grid
     m = dilation
-    for h, (dr, dc) in enumerate(centres.long().tolist()):
+    for h, (dr, dc) in enumerate(centers.long().tolist()):
         for r in range(m, 7 - m):
             for c in range(m, 7 - m):
                 assert probs[h, r * 7 + c].argmax() == (r + dr) * 7 + (c + dc)
@@ -87,8 +87,8 @@ def test_learned_content_starts_input_independent_with_content_cancelled(device)
     content, positional = layer.score_terms(x1)
     torch.testing.assert_close(content - content[..., :1], torch.zeros_like(content), rtol=0, atol=1e-12)
     delta = relative_offsets(6, 5, device, dtype=torch.float64)
-    for h, centre in enumerate(kernel_shifts(3).to(device)):
-        exact = -(delta - centre).square().sum(-1)                  # no per-query constant left
+    for h, center in enumerate(kernel_shifts(3).to(device)):
+        exact = -(delta - center).square().sum(-1)                  # no per-query constant left
         torch.testing.assert_close(positional[:, h], exact.expand(2, -1, -1), rtol=1e-12, atol=1e-12)
     p1 = layer(x1, return_attention=True)[1]
     p2 = layer(x2, return_attention=True)[1]

@@ -168,6 +168,6 @@ def test_local_init_gives_gaussian_positional_scores(device):
     r = gpsa_features(5, 6, device, dtype=torch.float64)
     delta = r[..., :2]
     for h, (u, v) in enumerate((u, v) for u in range(3) for v in range(3)):
-        centre = torch.tensor([(u - 1) * 2.0, (v - 1) * 2.0], dtype=torch.float64, device=device)
-        expected = -1.5 * (delta - centre).square().sum(-1) + 1.5 * centre.square().sum()
+        center = torch.tensor([(u - 1) * 2.0, (v - 1) * 2.0], dtype=torch.float64, device=device)
+        expected = -1.5 * (delta - center).square().sum(-1) + 1.5 * center.square().sum()
         torch.testing.assert_close(scores[h], expected, rtol=1e-13, atol=1e-12)

@@ -146,11 +146,11 @@ def test_no_nan_for_extreme_centres_and_spreads(full, grid, heads, dtype, data, 
     """alpha -> 0 (uniform attention), alpha very large (one-hot), centres far outside the grid."""
     h, w = grid
     layer = QuadraticAttention(4, heads, full_covariance=full).to(device, dtype).eval()
-    centres = data.draw(st.lists(st.tuples(EXTREME_CENTRE, EXTREME_CENTRE), min_size=heads, max_size=heads))
+    centers = data.draw(st.lists(st.tuples(EXTREME_CENTRE, EXTREME_CENTRE), min_size=heads, max_size=heads))
     shape = (heads, 2, 2) if full else (heads,)
     spreads = data.draw(st.lists(EXTREME_SPREAD, min_size=math.prod(shape), max_size=math.prod(shape)))
     with torch.no_grad():
-        layer.centers.copy_(torch.tensor(centres, dtype=dtype))
+        layer.centers.copy_(torch.tensor(centers, dtype=dtype))
         layer.spreads.copy_(torch.tensor(spreads, dtype=dtype).reshape(shape))
     x = torch.randn(2, h, w, 4, dtype=dtype).to(device)
     with torch.no_grad():

@@ -50,8 +50,8 @@ def test_convit_mini_starts_as_convit_does(device):
         qk.append(torch.cat([layer.query.weight.flatten(), layer.key.weight.flatten()]))
         # local init: head h's positional map peaks at the h-th shift of the 3x3 kernel
         probs = layer.positional_probs(16, 16)[0]                      # (N_h, N, N)
-        centre = 8 * 16 + 8
-        peaks = probs[:, centre].argmax(-1)
+        center = 8 * 16 + 8
+        peaks = probs[:, center].argmax(-1)
         shifts = [(int(p) // 16 - 8, int(p) % 16 - 8) for p in peaks]
         assert shifts == [(u, v) for u in (-1, 0, 1) for v in (-1, 0, 1)]
     std = float(torch.cat(qk).detach().std())

@@ -187,7 +187,7 @@ def _drawn(monkeypatch, result, suite, tmp_path) -> dict:
         asked.update(layers=sorted(layers), drawn=drawn, **options)
         return "figure"
 
-    monkeypatch.setattr(figures, "centres_over_epochs_figure", figure)
+    monkeypatch.setattr(figures, "centers_over_epochs_figure", figure)
     monkeypatch.setattr(figures, "_figure", lambda fig, path, formats, written, key: saved.update({key: path.name}))
     figures._logged_evolution(result, suite, tmp_path / "figures", ("png",), {})
     assert saved == {"fig3 quadratic-mini": "fig3-quadratic-mini-layers-epochs"}
@@ -215,19 +215,19 @@ def test_the_centres_at_epoch_60_are_set_beside_300_and_beside_mini_longs_60(tmp
 
 
 def test_the_figure_titles_each_column_with_its_run_and_note():
-    from attncnn.analysis.epoch_figures import centres_over_epochs_figure
+    from attncnn.analysis.epoch_figures import centers_over_epochs_figure
     from attncnn.errors import InputError
 
     def snaps(epochs, shift):
         return {1: [(e, np.array([[shift, 1.0]]), 4 * np.eye(2)[None]) for e in epochs]}
 
-    fig = centres_over_epochs_figure(snaps([1, 60, 300], 0.0), [60, ("mini-long", 60), 300],
+    fig = centers_over_epochs_figure(snaps([1, 60, 300], 0.0), [60, ("mini-long", 60), 300],
                                      others={"mini-long": snaps([1, 60], 0.3)},
                                      notes={60: "lr 0.09", ("mini-long", 60): "lr 0, end of its schedule"})
     assert [ax.get_title() for ax in fig.axes if ax.get_title()] == [
         "layer 1, epoch 60\nlr 0.09", "layer 1, mini-long epoch 60\nlr 0, end of its schedule", "layer 1, epoch 300"]
     with pytest.raises(InputError, match=r"columns \[\('mini-300', 60\)\] name runs not given"):
-        centres_over_epochs_figure(snaps([60], 0.0), [60, ("mini-300", 60)])
+        centers_over_epochs_figure(snaps([60], 0.0), [60, ("mini-300", 60)])
 
 
 def test_a_dry_run_prints_the_six_runs_and_their_time_without_training(make_tiny_data, tmp_path, capsys, monkeypatch):

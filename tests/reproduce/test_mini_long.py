@@ -11,7 +11,7 @@ import pytest
 
 from attncnn.models import get_preset
 from attncnn.reproduce import get_suite, job_state, plan
-from attncnn.reproduce.reporting.epoch_sections import (centre_lines, centre_rows, cost_lines, epoch_sections,
+from attncnn.reproduce.reporting.epoch_sections import (center_lines, center_rows, cost_lines, epoch_sections,
                                                         run_costs, settled_lines)
 from attncnn.reproduce.reporting.epochs import (SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads,
                                                 seed_layer_curves, settled_rows, settled_table)
@@ -188,14 +188,14 @@ def test_where_the_centres_went_from_a_handwritten_record(tmp_path):
     for n, ((row, col), alpha) in enumerate(heads, 1):
         record.update({f"attn/layer1/head{n}/center_row": row, f"attn/layer1/head{n}/center_col": col,
                        f"attn/layer1/head{n}/alpha": alpha})
-    rows = centre_rows({"quadratic-mini": [_result(tmp_path, "quadratic-mini", 2, [record])],
+    rows = center_rows({"quadratic-mini": [_result(tmp_path, "quadratic-mini", 2, [record])],
                         "resnet18-mini": [_result(tmp_path, "resnet18-mini", 0, [{"epoch": 60}])]})
     assert len(rows) == 1
     row = rows[0]
     assert (row["seed"], row["epoch"], row["layer"], row["heads"], row["sharp"]) == (2, 60, 1, 4, 2)
     assert row["shifts"] == [(0, -1), (1, 0)]                        # alpha 1.0 is not sharp: above 1 only
     assert row["off_shift"] == pytest.approx(0.1) and row["others_alpha"] == pytest.approx(1.0)
-    assert centre_lines(rows)[2] == "| quadratic-mini | 2 | 60 | 1 | 2 of 4 | (+0, -1) (+1, +0) | 0.10 | 1.00 |"
+    assert center_lines(rows)[2] == "| quadratic-mini | 2 | 60 | 1 | 2 of 4 | (+0, -1) (+1, +0) | 0.10 | 1.00 |"
 
 
 def test_the_grid_claim_names_the_seeds_it_averages_and_the_layer_claims_their_seed(tmp_path):

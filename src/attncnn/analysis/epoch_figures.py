@@ -3,7 +3,7 @@ the seeds' mean and band, is :func:`~attncnn.analysis.figures.accuracy_figure` w
 
 * :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
   seed, with a threshold line (e.g. the grid distance under which a layer has settled);
-* :func:`centres_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
+* :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
   epochs, each panel the heads' attention-mass contours at that epoch and each centre's path so far,
   drawn from logged centres and spreads, so no checkpoint per epoch is needed.
 
@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from ..errors import InputError
 from .figures import _legend, _panel_grid, _window_radius, draw_quadratic_layer, head_colors
 
-__all__ = ["seed_curves_figure", "centres_over_epochs_figure"]
+__all__ = ["seed_curves_figure", "centers_over_epochs_figure"]
 
 
 def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence[float]]]], *, ylabel: str,
@@ -64,11 +64,11 @@ def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence
     return fig
 
 
-#: a column of :func:`centres_over_epochs_figure`: an epoch of the run drawn, or ``(name, epoch)`` of another
+#: a column of :func:`centers_over_epochs_figure`: an epoch of the run drawn, or ``(name, epoch)`` of another
 Column = int | tuple[str, int]
 
 
-def centres_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]],
+def centers_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]],
                                drawn: Sequence[Column], *, title: str | None = None,
                                others: dict[str, dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]]] | None = None,
                                notes: dict[Column, str] | None = None) -> Figure:

@@ -47,14 +47,14 @@ def inspect_text(result: dict) -> str:
             text = (f"  {head['head']:>4} {head['distance']:>8.2f} {head['normalized_distance']:>6.3f} "
                     f"{head['peak']:>6.3f} {head['entropy']:>7.2f} {head['normalized_entropy']:>6.3f}")
             if quadratic:
-                centre = "({:+.2f}, {:+.2f})".format(*head["center"])
+                center = "({:+.2f}, {:+.2f})".format(*head["center"])
                 if "alpha" in head:
                     spread = f"alpha {head['alpha']:.3g}"
                 else:
                     cond = head["condition_number"]
                     spread = "eig {:.2g}/{:.2g} k {}".format(*head["eigenvalues"],
                                                              "inf" if cond is None else f"{cond:.3g}")
-                text += f"  {centre:>18} {spread:>22} {'yes' if head['degenerate'] else '':>6}"
+                text += f"  {center:>18} {spread:>22} {'yes' if head['degenerate'] else '':>6}"
             else:
                 text += "  {:>21}".format("({:+.2f}, {:+.2f})".format(*head["shift"]))
             if gated:

@@ -78,10 +78,10 @@ def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
     return k
 
 
-def axis_coefficients(centres: torch.Tensor, alpha: float) -> torch.Tensor:
+def axis_coefficients(centers: torch.Tensor, alpha: float) -> torch.Tensor:
     """``(N_h, 3)`` coefficients against the features ``(d^2, d, 1)`` of one axis whose dot product
     is ``-alpha (d - centre)^2`` (Lemma 2 on one axis); ``centres`` ``(N_h,)`` in tokens."""
-    return torch.stack([torch.full_like(centres, -alpha), 2 * alpha * centres, -alpha * centres.square()], dim=-1)
+    return torch.stack([torch.full_like(centers, -alpha), 2 * alpha * centers, -alpha * centers.square()], dim=-1)
 
 
 def table_features(max_size: int, like: torch.Tensor) -> torch.Tensor:

@@ -76,10 +76,10 @@ def interior_mask(in_size: tuple[int, ...], *, pad: int, stride: int, padding: s
     axes = []
     for n in in_size:
         if padding == "valid":
-            centres = torch.arange(pad, n - pad, stride)
+            centers = torch.arange(pad, n - pad, stride)
         else:
-            centres = torch.arange(0, n, stride)
-        axes.append((centres >= pad) & (centres <= n - 1 - pad))
+            centers = torch.arange(0, n, stride)
+        axes.append((centers >= pad) & (centers <= n - 1 - pad))
     mask = axes[0]
     for a in axes[1:]:
         mask = mask[..., None] & a
@@ -212,22 +212,22 @@ class ExtractedConv:
         return conv
 
 
-def _centres_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
+def _centers_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
                        grid: tuple[int, int]) -> tuple[torch.Tensor, list[float | None]]:
     """Centres ``(N_h, 2)`` float64 and alphas of the heads."""
     if isinstance(layer, QuadraticAttention):
-        centres = layer.centers.detach().double().cpu()
+        centers = layer.centers.detach().double().cpu()
         if layer.full_covariance:
             eig = torch.linalg.eigvalsh(layer.inverse_covariance.detach().double().cpu())
             alphas = (eig[:, 0] / 2).tolist()
         else:
             alphas = layer.alpha.detach().double().cpu().tolist()
-        return centres, alphas
+        return centers, alphas
     from ..layers import grid_positions
     pos = grid_positions(*grid, dtype=torch.float64)
     delta = pos - pos[query]                                                   # (N, 2)
-    centres = probs[:, query].double().cpu() @ delta                           # (N_h, 2)
-    return centres, [None] * layer.num_heads
+    centers = probs[:, query].double().cpu() @ delta                           # (N_h, 2)
+    return centers, [None] * layer.num_heads
 
 
 def _assign(cost: torch.Tensor, assignment: str) -> list[int | None]:
@@ -295,24 +295,24 @@ def _probe_grid(attn: PositionalAttention, inputs: torch.Tensor | None, grid: tu
     return int(grid[0]), int(grid[1])
 
 
-def _head_reports(probs: torch.Tensor, query: int, grid: tuple[int, int], centres: torch.Tensor,
+def _head_reports(probs: torch.Tensor, query: int, grid: tuple[int, int], centers: torch.Tensor,
                   alphas: list[float | None], assigned: list[int | None], shifts: torch.Tensor,
                   kernel_size: int, dims: int) -> list[HeadReport]:
     """One :class:`HeadReport` per head: its centre, assigned shift and tap, distance, alpha, and the
     attention mass ``probs (N_h, N, N)`` puts on the assigned shift from token ``query``."""
     heads = []
     for h, s in enumerate(assigned):
-        centre = tuple(float(v) for v in centres[h])
+        center = tuple(float(v) for v in centers[h])
         if s is None:
-            heads.append(HeadReport(h, centre, None, None, None, alphas[h], 0.0))
+            heads.append(HeadReport(h, center, None, None, None, alphas[h], 0.0))
             continue
         shift = shifts[s]
         row, col = query // grid[1] + int(shift[0]), query % grid[1] + int(shift[1])
         inside = 0 <= row < grid[0] and 0 <= col < grid[1]
         mass = probs[h, query, row * grid[1] + col].item() if inside else 0.0
         tap = (s // kernel_size, s % kernel_size) if dims == 2 else (0, s)
-        heads.append(HeadReport(h, centre, (float(shift[0]), float(shift[1])), tap,
-                                float(torch.linalg.vector_norm(centres[h] - shift)), alphas[h], mass))
+        heads.append(HeadReport(h, center, (float(shift[0]), float(shift[1])), tap,
+                                float(torch.linalg.vector_norm(centers[h] - shift)), alphas[h], mass))
     return heads
 
 
@@ -369,9 +369,9 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
     grid = _probe_grid(attn, inputs, grid, dims, shifts)
     probs = attn.grid_probs(*grid)[0].double().cpu()                         # (N_h, N, N)
     query = (grid[0] // 2) * grid[1] + grid[1] // 2
-    centres, alphas = _centres_and_alpha(attn, probs, query, grid)
-    assigned = _assign(torch.cdist(centres, shifts) ** 2, assignment)             # cost (N_h, S)
-    heads = _head_reports(probs, query, grid, centres, alphas, assigned, shifts, kernel_size, dims)
+    centers, alphas = _centers_and_alpha(attn, probs, query, grid)
+    assigned = _assign(torch.cdist(centers, shifts) ** 2, assignment)             # cost (N_h, S)
+    heads = _head_reports(probs, query, grid, centers, alphas, assigned, shifts, kernel_size, dims)
 
     stride = wrapper.stride if wrapper is not None else 1
     padding = wrapper.padding if wrapper is not None else "same"

@@ -35,7 +35,7 @@ from ...layers import GridAttention
 from ..maps import LayerMaps, attention_layers, attention_maps_by_kind
 from ..rollout import model_rollout
 from ..runs import ImageIndexError, Run, open_run, shareable_dataset, test_images
-from .centres import head_centres
+from .centers import head_centers
 from .encoding import Blob, encode_affine, encode_positional, encode_scaled
 
 __all__ = ["RunExport", "export_model", "export_run", "head_gates"]
@@ -199,7 +199,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
                         "pixels": _pixels(mean_raw)})
     manifest = {"layers": len(layers), "heads": [layer.num_heads for layer in layers], "grid": list(sets.grid),
                 "position_only": position_only, "kinds": kinds, "images": entries, "sets": sets.sets,
-                "average": average, "centres": head_centres(layers), "gates": head_gates(layers)}
+                "average": average, "centres": head_centers(layers), "gates": head_gates(layers)}
     return RunExport(manifest, sets.blobs)
 
 

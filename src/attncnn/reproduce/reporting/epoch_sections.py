@@ -22,7 +22,7 @@ from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
 from .results import RunResult, epoch_records
 from .settling import Run, compare_settling, run_settling, settling_lines
 
-__all__ = ["SHARP_ALPHA", "settled_lines", "centre_rows", "centre_lines", "run_costs", "cost_lines", "baseline_rows",
+__all__ = ["SHARP_ALPHA", "settled_lines", "center_rows", "center_lines", "run_costs", "cost_lines", "baseline_rows",
            "baseline_lines", "epoch_sections"]
 
 #: A quadratic head is called sharp when its attention one token away from its centre is below e^-1 of
@@ -48,7 +48,7 @@ def settled_lines(table: Sequence[dict], threshold: float = SETTLED_BELOW) -> li
                         "before the runs)."]
 
 
-def centre_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_ALPHA) -> list[dict]:
+def center_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_ALPHA) -> list[dict]:
     """Where the quadratic heads went, per finished run and layer at its last epoch: ``heads``, the
     ``sharp`` ones (alpha > ``sharp_alpha``, see :data:`SHARP_ALPHA`), their centres rounded to the
     nearest shift (``shifts``, (row, col) in tokens, sorted), the largest distance of a sharp centre
@@ -81,8 +81,8 @@ def centre_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_
     return rows
 
 
-def centre_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list[str]:
-    """Markdown table of :func:`centre_rows`."""
+def center_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list[str]:
+    """Markdown table of :func:`center_rows`."""
     if not rows:
         return ["(no finished run has quadratic heads)"]
     lines = ["| model | seed | epoch | layer | sharp heads | their shifts (row, col) | farthest from its shift | "
@@ -194,7 +194,7 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[
     (:mod:`.settling`), not the table of finished runs."""
     table = settled_table(results, suite.settle_epochs, suite.settled_below)
     costs = run_costs(results)
-    centres = centre_rows(results)
+    centers = center_rows(results)
     baseline = None
     if suite.baseline:
         path = out.parent / suite.baseline / "report.json"
@@ -205,10 +205,10 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[
           *settled_lines(table, suite.settled_below), "",
           *settling_lines(runs, suite.settle_epochs, suite.settled_below, comparison, suite.baseline, suite.differs),
           "",
-          "## Where the centres went (last epoch of each run)", "", *centre_lines(centres), "",
+          "## Where the centres went (last epoch of each run)", "", *center_lines(centers), "",
           "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
     entry = {"settled_below": suite.settled_below, "settle_epochs": list(suite.settle_epochs), "settled": table,
-             "settling": runs, "centres": centres, "costs": costs}
+             "settling": runs, "centres": centers, "costs": costs}
     if comparison is not None:
         entry["settling_beside_baseline"] = comparison
     if suite.baseline:

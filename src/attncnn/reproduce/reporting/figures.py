@@ -42,7 +42,7 @@ import textwrap
 from pathlib import Path
 from typing import Sequence
 
-from ...analysis.epoch_figures import centres_over_epochs_figure, seed_curves_figure
+from ...analysis.epoch_figures import centers_over_epochs_figure, seed_curves_figure
 from ...analysis.figures import (accuracy_figure, attention_grid_figure, layer_curves_figure, quadratic_epochs_figure,
                                  quadratic_layers_figure, save_figure)
 from ...analysis.locality import Locality
@@ -231,7 +231,7 @@ def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, writt
              "epoch's end)"]
     # wrapped to the figure's width (2.5 inches a column): a title wider than three columns was cut
     title = "\n".join(textwrap.fill(line, width=max(45, 32 * len(drawn))) for line in lines if line)
-    fig = centres_over_epochs_figure(layers, drawn, others=others, notes=notes, title=title)
+    fig = centers_over_epochs_figure(layers, drawn, others=others, notes=notes, title=title)
     _figure(fig, out / f"fig3-{preset}-layers-epochs", formats, written, f"fig3 {preset}")
 
 

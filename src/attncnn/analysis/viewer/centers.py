@@ -10,7 +10,7 @@ import numpy as np
 from ...layers import GridAttention
 from ..metrics import degenerate_heads, quadratic_head_parameters
 
-__all__ = ["head_centres", "mass_ellipse"]
+__all__ = ["head_centers", "mass_ellipse"]
 
 # Half the squared Mahalanobis radius of a 2-D Gaussian's p-mass ellipse is -ln(1 - p).
 _MASSES = (0.5, 0.9)
@@ -36,7 +36,7 @@ def mass_ellipse(inverse_covariance: np.ndarray, mass: float) -> list[float] | N
     return [float(radii[0]), float(radii[1]), float(math.atan2(v[0], v[1]))]
 
 
-def head_centres(layers: Sequence[GridAttention]) -> list[list[dict]] | None:
+def head_centers(layers: Sequence[GridAttention]) -> list[list[dict]] | None:
     """Per layer, per head of quadratic layers: ``center`` Delta (row, col), ``inv_cov`` Sigma^-1,
     ``ellipses`` of 50 % and 90 % mass (keys ``"50"``, ``"90"``; see :func:`mass_ellipse`) and the
     ``degenerate`` flag (:func:`~attncnn.analysis.metrics.degenerate_heads`).
