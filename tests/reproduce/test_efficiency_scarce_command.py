@@ -70,7 +70,7 @@ def test_every_row_trains_and_the_report_judges_the_claims(scarce):
     assert (config["preset"], config["model"]["init"], config["optimizer"], config["lr"]) == (
         "convit-mini", "random", "adamw", EFFICIENCY_SCARCE.lr)
     claims = {c["claim"][:3]: c for c in report["claims"]}
-    assert set(claims) == {"pre", "(a)", "(b)", "(c)"}
+    assert set(claims) == {"pre", "(a)", "(b)", "(c)", "(d)"}
     assert all(c["verdict"] in ("holds", "fails") for c in claims.values())      # every cell is in
     assert "convit-mini-random 50 %: L1 " in claims["(c)"]["values"]
     md = (out / "report.md").read_text()

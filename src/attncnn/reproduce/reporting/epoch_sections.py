@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from ..running.jobs import Job
-from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text, shared_epochs
+from ..running.machines import run_segments, segments_text, shared_epochs
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, quadratic_heads, settled_table
 from .results import RunResult, epoch_records
@@ -100,10 +100,8 @@ def center_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list
 
 
 def _segments(result: RunResult) -> list[dict]:
-    """Which epochs ran where: ``machine.json``'s segments, else (no file, none in it, or a malformed
-    one: :func:`read_machine_file` warns) from the records."""
-    segments = report_segments((read_machine_file(result.job.folder) or {}).get("segments") or [])
-    return segments or machine_segments(result.epoch_records)
+    """Which epochs ran where (:func:`~attncnn.reproduce.running.machines.run_segments`)."""
+    return run_segments(result.job.folder, result.epoch_records)
 
 
 def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:

@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ...models import count_parameters, get_preset
 from ..running.jobs import Job, job_state, row_of
-from ..running.machines import machine_segments, segments_text
+from ..running.machines import run_segments, segments_text
 from ..studies import Grid
 from .results import Cells, epoch_records, mean_std, train_test_gap
 
@@ -40,7 +40,7 @@ def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
                      "accuracy_mean": None, "accuracy_std": None, "train_images": options["train_subset"],
                      "epochs": options["epochs"], "seen_images": options["train_subset"] * options["epochs"],
                      "train_hours": None, "images_per_second": None,
-                     "machines": [machine_segments(r.epoch_records) for r in runs]}
+                     "machines": [run_segments(r.job.folder, r.epoch_records) for r in runs]}
             if runs:
                 entry["accuracy_mean"], entry["accuracy_std"] = mean_std(entry["accuracies"])
                 entry["train_hours"] = statistics.fmean(r.train_seconds for r in runs) / 3600

@@ -36,7 +36,7 @@ from ...runs.machine_file import MACHINE_FILE, read_machine_file
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
            "machine_segments", "segment_text", "segments_text", "machine_text",
-           "epochs_text", "shared_epochs", "read_machine_file", "report_segments"]
+           "epochs_text", "shared_epochs", "read_machine_file", "report_segments", "run_segments"]
 
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
@@ -133,3 +133,11 @@ def report_segments(segments: Sequence[dict]) -> list[dict]:
         out.append({"epochs": [first, last], "machine": segment.get("machine"), "precision": segment.get("precision"),
                     **({} if segment.get(COMPILED_KEY) is None else {COMPILED_KEY: segment[COMPILED_KEY]})})
     return out
+
+
+def run_segments(folder, records: Sequence[dict]) -> list[dict]:
+    """Which epochs of the run in ``folder`` ran where: its ``machine.json``'s segments
+    (:func:`report_segments`), else (no file, none in it, or a malformed one: :func:`read_machine_file`
+    warns) those of its epoch ``records`` (:func:`machine_segments`)."""
+    segments = report_segments((read_machine_file(folder) or {}).get("segments") or [])
+    return segments or machine_segments(records)
