@@ -32,19 +32,6 @@ def test_the_folded_path_counts_the_dense_paths_flops():
     assert counts["folded"] == counts["dense"]
 
 
-@pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
-def test_a_flex_model_is_counted_as_its_sdpa_path_and_keeps_its_paths():
-    """FlopCounterMode cannot run FlexAttention's operator; the as-run count of a flex model is its
-    sdpa path's (the same products), and the model's paths come back afterwards."""
-    x, y = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
-    options = dict(num_layers=2, num_heads=4, dim=16, mlp_dim=8, attn_dropout=0.0)
-    flex = build_model("learned-content", impl="flex", eval_impl="flex", **options)
-    sdpa = build_model("learned-content", impl="sdpa", **options)
-    counted = count_training_flops(flex, x, y, dense=False)
-    assert counted == count_training_flops(sdpa, x, y, dense=False) and counted[0] > 0
-    assert flex.attention_paths() == ["flex", "flex"] and flex.eval().attention_paths() == ["flex", "flex"]
-
-
 def test_cpu_attention_kernel_is_counted():
     """F.scaled_dot_product_attention on CPU (GPSA's content term) runs a kernel that torch's
     FlopCounterMode does not know; the harness counts it as the two products it computes."""

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ...errors import InputError
-from ...layers import attention_modules, dense_attention
+from ...layers import dense_attention
 from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
 from ...training.step import training_step
@@ -76,25 +76,6 @@ _CPU_SDPA = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sd
              torch.ops.aten.addmm_: _addmm_inplace_flops}
 
 
-@contextlib.contextmanager
-def _flex_counted_as_sdpa(model: torch.nn.Module):
-    """While the block runs, layers on ``flex`` take ``sdpa``. FlopCounterMode cannot run
-    FlexAttention's operator (torch 2.11-2.13 raise a TypeError under it), and the two paths do the
-    same products: q.k and the map times the values in one kernel, the q.r term's per-query tables
-    outside it; they differ only in how the relative term reaches the scores (a ``score_mod`` or an
-    additive bias, element-wise work the counter does not count)."""
-    layers = [m for m in attention_modules(model) if "flex" in (m.impl, m.eval_impl)]
-    saved = [(layer.impl, layer.eval_impl) for layer in layers]
-    for layer, (impl, eval_impl) in zip(layers, saved):
-        layer.impl = "sdpa" if impl == "flex" else impl
-        layer.eval_impl = "sdpa" if eval_impl == "flex" else eval_impl
-    try:
-        yield
-    finally:
-        for layer, (impl, eval_impl) in zip(layers, saved):
-            layer.impl, layer.eval_impl = impl, eval_impl
-
-
 def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                          dense: bool = True) -> tuple[int, int]:
     """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode.
@@ -102,10 +83,9 @@ def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: t
     ``dense=True`` counts the dense attention average (:func:`attncnn.layers.dense_attention`): "model
     FLOP/s" then compares models by their nominal work, as MFU does, whichever exact path computes
     it. ``dense=False`` counts the formulation the model actually runs (e.g. the separable path),
-    the work the machine does; a ``flex`` layer is counted as its ``sdpa`` path, which does the
-    same products (:func:`_flex_counted_as_sdpa`)."""
+    the work the machine does."""
     def context():
-        return dense_attention(model) if dense else _flex_counted_as_sdpa(model)
+        return dense_attention(model) if dense else contextlib.nullcontext()
 
     with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
         model(images)
