@@ -11,9 +11,8 @@ Conventions:
 - peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
   the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
   in a fresh process per configuration so earlier runs do not hide it.
-- attention paths: those ``attncnn train`` would take on this machine (measured once per shape and
-  cached, :mod:`attncnn.perf.paths`: the fastest for the training step, and for the test
-  pass the fastest forward), unless the model options name an ``impl``.
+- attention paths: those ``attncnn train`` takes on this device by default (the written rule,
+  :func:`attncnn.perf.rule.choose`), unless the model options name an ``impl``.
 """
 
 from __future__ import annotations
@@ -36,7 +35,7 @@ from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
 from ...training.step import training_step
 from ..host_memory import heap_policy, reuse_freed_memory
-from ..paths import choose_impl
+from ..rule import choose, device_kind
 from ..timing import time_median
 
 __all__ = ["matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "flops_per_image",
@@ -235,18 +234,19 @@ def bench_preset(preset: str, *, baseline: Callable[[torch.nn.Module], torch.nn.
 
 
 def _run_paths(preset: str, overrides: dict, batch_size: int, precision: str, device: torch.device) -> dict:
-    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` would measure and take for
-    this preset here (cached per machine and shape); empty when ``overrides`` name an ``impl`` or
-    the network has no attention layers."""
+    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` takes for this preset on
+    ``device`` by default (the written rule, on 32 x 32 images); empty when ``overrides`` name an
+    ``impl`` or the network has no attention layers."""
     if "impl" in overrides:
         return {}
     _, config = preset_model_config(preset, 10, **overrides)
     if not hasattr(config, "attention"):
         return {}
-    common = dict(batch=batch_size, image_size=(32, 32), precision=precision, device=device)
-    found = {"impl": choose_impl(config, **common)[0]}
-    if "eval_impl" not in overrides:
-        found["eval_impl"] = choose_impl(config, mode="eval", **common)[0]
+    grid = (32 // config.pooling, 32 // config.pooling)
+    rule = choose(device_kind(device), config.attention, grid, precision, 0, batch=batch_size)
+    found = {"impl": rule.train_impl}
+    if "eval_impl" not in overrides and rule.eval_impl != rule.train_impl:
+        found["eval_impl"] = rule.eval_impl
     return found
 
 
