@@ -23,9 +23,9 @@ def _paths(device, kind, grid=MINI, precision="bf16"):
     ("cpu-amx", "quadratic-generalized", MINI, ("folded", "folded")),
     ("cpu", "quadratic", MINI, ("separable", "separable")),
     ("cpu", "learned", MINI, ("separable", "separable")),
-    ("cpu", "quadratic", DEMO, ("folded", "dense")),                     # below the separable threshold
+    ("cpu", "quadratic", DEMO, ("dense", "dense")),                      # below the separable threshold
     ("cpu", "quadratic", (12, 12), ("separable", "separable")),          # H W = 6 (H + W): at it
-    ("cpu", "quadratic", (11, 11), ("folded", "dense")),
+    ("cpu", "quadratic", (11, 11), ("dense", "dense")),
     ("cpu", "quadratic-generalized", MINI, ("dense", "dense")),
     ("cpu-amx", "learned-content", MINI, ("auto", "auto")),
     ("cpu", "learned-content", MINI, ("auto", "auto")),

@@ -47,11 +47,11 @@ PATHS: dict[tuple[str, str], tuple] = {
         "folded", "folded", "attention-paths.md, 'the folded path': quadratic-generalized-mini row (a tie: "
                             "333-381 / 342-348 ms)"),
     ("cpu", "position-only"): (
-        ("folded", "separable"), ("dense", "separable"),
+        ("dense", "separable"), ("dense", "separable"),
         "paths-amd-epyc-2cores-2026-12-02.md: quadratic-mini and learned-mini rows (16 x 16 tokens: training step "
-        "separable 4,108 / folded 4,952 / dense 5,680 ms), demo row (8 x 8: folded 2,660 / dense 3,389 / "
-        "separable 3,467 ms; forward dense 1,118 / folded 1,217 ms); attention-paths.md, 'separable vs dense' "
-        "(the grid threshold, fp32 too)"),
+        "separable 4,108 / folded 4,952 / dense 5,680 ms); at 8 x 8 dense, what the trainer's own timing took "
+        "for the demo in each of 8 runs (speed-rule-amd-epyc-2cores-2026-12-02.md); attention-paths.md, "
+        "'separable vs dense' (the grid threshold, fp32 too)"),
     ("cpu", "position-only-dense"): (
         "dense", "dense", "paths-amd-epyc-2cores-2026-12-02.md: quadratic-generalized-mini row (training step "
                           "dense 17,625 / folded 22,328 ms)"),
