@@ -184,3 +184,23 @@ def test_a_measured_compile_leaves_the_run_exactly_as_before():
     assert_same_state(before, model, optimizer)
     assert optimizer.state_dict()["state"] == {} and all(p.grad is None for p in model.parameters())
     assert choices.impl is None and isinstance(choices.compile, bool)
+
+
+def test_a_path_that_fails_here_is_left_out_of_the_measurement_with_a_warning(monkeypatch, caplog):
+    real = measure.run_impl
+
+    def failing(layer, x, impl, **kw):
+        if impl == "separable":
+            raise RuntimeError("no kernel for this device\nmore")
+        return real(layer, x, impl, **kw)
+
+    timed = []
+    monkeypatch.setattr(measure, "run_impl", failing)
+    monkeypatch.setattr(measure, "time_impls", lambda layer, x, *, impls, **kw: timed.append(impls) or {
+        impl: 0.1 * (i + 1) for i, impl in enumerate(impls)})
+    model = build_model("demo", 3, **SMALL)
+    with caplog.at_level("WARNING", logger="attncnn.perf.measure"):
+        assert measure.measure_paths(model, grid=(8, 8), batch=2, eval_batch=None, precision="fp32",
+                                     device=CPU) == ("dense", None)
+    assert timed == [("dense", "folded")]
+    assert "attention path separable failed on cpu (RuntimeError: no kernel for this device)" in caplog.text
