@@ -2,14 +2,14 @@
 
     python benchmarks/compile_choice.py [--presets quadratic-mini,...] [--reps 5] [--out benchmarks/results]
 
-For each preset: the attention path a run would measure and take here (``attncnn.perf.paths.choose_impl``
-on a layer built from the preset, in a temporary cache; a run itself times its own first layer through
-``attncnn.perf.choosing.RunChooser``), then the trainer's own probe (``attncnn.perf.compiling.time_compile``: training
-steps of the network at batch 100 on random 32 x 32 images, ``--precision auto``, eager and
-``torch.compile``d, alternated, ``--reps`` timed steps each after the warm-up), and the decision
-``attncnn train`` takes from those timings for the preset's recipe on CIFAR-10 (its epochs x 500
-steps) and for a 60-epoch run. The probe is the measurement the trainer makes; its agreement with
-the trainer's own epoch speeds is checked separately (``benchmarks/speedup.py --with-compile``).
+For each preset: the attention path a run takes here by default (the written rule,
+``attncnn.perf.rule.choose``), then the timing ``attncnn train --measure-compile`` makes
+(``attncnn.perf.measure.time_compile``: training steps of the network at batch 100 on random 32 x 32
+images, ``--precision auto``, eager and ``torch.compile``d, alternated, ``--reps`` timed steps each
+after the warm-up), and the decision ``--measure-compile`` takes from those timings for the preset's
+recipe on CIFAR-10 (its epochs x 500 steps) and for a 60-epoch run. These rows are what the rule's
+compile table is derived from; its agreement with the trainer's own epoch speeds is checked
+separately (``benchmarks/speedup.py --with-compile``).
 Prints a Markdown table (and writes it to ``--out`` named after the machine and date). Run it with
 nothing else on the CPU.
 """
@@ -19,8 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import tempfile
-from pathlib import Path
 
 import torch
 
@@ -28,26 +26,24 @@ import torch
 from speedup import DEFAULT_PRESETS, _cpu, write_result
 
 from attncnn.models import build_model, get_preset, preset_model_config
-from attncnn.perf.compiling import MIN_SPEEDUP, pays_back, time_compile
 from attncnn.perf.host_memory import reuse_freed_memory
-from attncnn.perf.paths import choose_impl
+from attncnn.perf.measure import MIN_SPEEDUP, pays_back, time_compile
 from attncnn.perf.precision import resolve_precision
+from attncnn.perf.rule import choose, device_kind
 from attncnn.runs import resolve_config
 from attncnn.training import make_optimizer
 
 STEPS_PER_EPOCH = 500           # CIFAR-10's 50,000 training images at batch 100
 
 
-def measure(preset: str, reps: int, cache: Path) -> dict:
-    """The path, the probe's timings and the decisions for one preset."""
+def measure(preset: str, reps: int) -> dict:
+    """The path, the timings and the decisions for one preset."""
     precision = resolve_precision("auto", torch.device("cpu"))
     arch, model_config = preset_model_config(preset, 10)
     model = {}
     if hasattr(model_config, "attention"):
-        os.environ["ATTNCNN_CACHE_DIR"] = str(cache)          # a fresh measurement, not this machine's cache
-        impl = choose_impl(model_config, batch=100, image_size=(32, 32), precision=precision,
-                           device=torch.device("cpu"))[0]
-        model = {"impl": impl}
+        grid = (32 // model_config.pooling, 32 // model_config.pooling)
+        model = {"impl": choose(device_kind("cpu"), model_config.attention, grid, precision, 0).train_impl}
     torch.manual_seed(0)
     net = build_model(preset, 10, **model).train()
     config = resolve_config(preset, model=model, precision=precision)
@@ -60,7 +56,8 @@ def measure(preset: str, reps: int, cache: Path) -> dict:
 
 
 def table(rows: list[dict], reps: int) -> list[str]:
-    lines = [f"`attncnn train`'s compile probe: one training step at batch 100 (32 x 32 images, --precision auto), "
+    lines = [f"`attncnn train --measure-compile`'s timing: one training step at batch 100 (32 x 32 images, "
+             "--precision auto), "
              f"median of {reps} alternated steps per mode after the warm-up; compiled when it is >= "
              f"{MIN_SPEEDUP}x faster and the time saved over the run exceeds the warm-up; {_cpu()}, "
              f"{os.cpu_count()} cores, torch {torch.__version__}, {datetime.date.today().isoformat()}", "",
@@ -82,12 +79,11 @@ def main() -> None:
     args = parser.parse_args()
     reuse_freed_memory()                    # as attncnn train does
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for preset in [p for p in args.presets.split(",") if p]:
-            rows.append(measure(preset, args.reps, Path(tmp)))
-            t = rows[-1]["timing"]
-            print(f"{preset}: eager {1e3 * t.eager:.0f} ms, compiled {1e3 * t.compiled:.0f} ms, "
-                  f"{t.speedup:.2f}x, warm-up {t.warmup:.1f} s", flush=True)
+    for preset in [p for p in args.presets.split(",") if p]:
+        rows.append(measure(preset, args.reps))
+        t = rows[-1]["timing"]
+        print(f"{preset}: eager {1e3 * t.eager:.0f} ms, compiled {1e3 * t.compiled:.0f} ms, "
+              f"{t.speedup:.2f}x, warm-up {t.warmup:.1f} s", flush=True)
     lines = table(rows, args.reps)
     print("\n".join(lines))
     if args.out:

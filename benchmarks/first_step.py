@@ -5,8 +5,8 @@ data) must not make a user wait longer before training starts. Each round starts
 once per checkout, alternating, and reads the time at which the run logs its ``preset ...`` line:
 the loop's first step follows it directly (``training/loop.py``). Every start gets a fresh cache
 folder (``$ATTNCNN_DATA_DIR`` and ``$ATTNCNN_CACHE_DIR``), so each pays what a first run on a new
-machine pays (decoding, path timing, the compile probe), unless ``--warm`` gives every start of a
-checkout the same folder.
+machine pays (decoding; before the written rule, path timing and the compile probe), unless
+``--warm`` gives every start of a checkout the same folder.
 
     python benchmarks/first_step.py --src OLD/src --src NEW/src --rounds 3 --out benchmarks/results/x.md
 

@@ -1,10 +1,10 @@
 """Where a preset's training step and test pass spend their time, and how fast they could be.
 
     python benchmarks/profile_step.py [--presets quadratic-mini,learned-mini,...] [--batch-size 100]
-                                      [--precision bf16] [--steps 2] [--impl measured] [--out results/NAME.md]
+                                      [--precision bf16] [--steps 2] [--impl rule] [--out results/NAME.md]
                                       [--device cpu|cuda] [--compile]
 
-For each preset (built as ``attncnn train`` builds it: the attention path it would measure and choose
+For each preset (built as ``attncnn train`` builds it: the attention path the written rule gives
 on this machine unless ``--impl`` names one, freed host memory kept for reuse), on random images:
 
 1. FLOPs of the formulation actually run (``FlopCounterMode``, separable path where the layer takes
@@ -41,11 +41,8 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 import platform
-import tempfile
 from collections import defaultdict
-from unittest import mock
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -53,7 +50,7 @@ from torch.profiler import ProfilerActivity, profile
 from attncnn.models import build_model, preset_model_config
 from attncnn.perf.bench.harness import flops_per_image, matmul_peak, step_functions, time_median
 from attncnn.perf.host_memory import reuse_freed_memory
-from attncnn.perf.paths import choose_impl
+from attncnn.perf.rule import choose, device_kind
 
 MINIS = ("quadratic-mini", "learned-mini", "quadratic-generalized-mini", "gpsa-mini", "learned-content-mini",
          "resnet18-mini")
@@ -128,16 +125,16 @@ def _group_times(prof, device: torch.device) -> tuple[dict[str, float], list[tup
 
 
 def _path(preset: str, impl: str, batch_size: int, precision: str, device: torch.device) -> str | None:
-    """The attention path to build ``preset`` with: ``impl``, or for ``"measured"`` what
-    ``attncnn train`` would measure and choose here (None: the preset has no attention layers)."""
+    """The attention path to build ``preset`` with: ``impl``, or for ``"rule"`` what
+    ``attncnn train`` would take here by default (the written rule, :func:`attncnn.perf.rule.choose`;
+    None: the preset has no attention layers)."""
     arch, config = preset_model_config(preset, 10)
     if not hasattr(config, "attention"):
         return None
-    if impl != "measured":
+    if impl != "rule":
         return impl
-    with tempfile.TemporaryDirectory() as cache, mock.patch.dict(os.environ, {"ATTNCNN_CACHE_DIR": cache}):
-        return choose_impl(config, batch=batch_size, image_size=(32, 32), precision=precision,
-                           device=device)[0]                 # a fresh measurement, not a cached one
+    grid = (32 // config.pooling, 32 // config.pooling)
+    return choose(device_kind(device), config.attention, grid, precision, 0, batch=batch_size).train_impl
 
 
 def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto",
@@ -221,8 +218,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--precision", choices=("fp32", "bf16"), default="bf16")
     parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--impl", default="measured",
-                        help="attention path: 'measured' (what attncnn train picks on this machine, the default), "
+    parser.add_argument("--impl", default="rule",
+                        help="attention path: 'rule' (what attncnn train takes on this machine, the default), "
                              "'auto' (the layers' own rule) or a path name (dense, folded, separable, ...)")
     parser.add_argument("--out", default=None, help="also write the Markdown table to this file")
     parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")

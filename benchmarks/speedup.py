@@ -64,7 +64,9 @@ def subset_zip(source: Path, dest: Path, train: int, test: int) -> Path:
 
 def run_once(src: Path, preset: str, data: Path, out: Path, extra: list[str]) -> dict:
     """One 2-epoch training run; returns epoch 2's training and evaluation images/s."""
-    env = {**os.environ, "PYTHONPATH": str(src)}
+    # the user cache folder too (where the code before the written rule cached its measured choices):
+    # never this machine's own
+    env = {**os.environ, "PYTHONPATH": str(src), "ATTNCNN_CACHE_DIR": str(out.parent / "user-cache")}
     cmd = [sys.executable, "-m", "attncnn", "train", "--preset", preset, "--data", str(data), "--out", str(out),
            "--epochs", "2", "--checkpoint-every", "0", "--no-progress", "--seed", "0",
            "--data-dir", str(out.parent / "cache"), *extra]
@@ -72,9 +74,21 @@ def run_once(src: Path, preset: str, data: Path, out: Path, extra: list[str]) ->
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if r.get("epoch") == 2][-1]
     tested = last.get("test_images") or last.get("test_count")
-    impl = json.loads((out / "config.json").read_text()).get("model", {}).get("impl", "-")
+    impl = _paths(out)
     return {"train": last["images_per_second"], "eval_seconds": last.get("eval_seconds"), "tested": tested,
             "path": impl}
+
+
+def _paths(run: Path) -> str:
+    """The first attention layer's paths, training / test pass, of the run's last ``machine.json``
+    segment (older runs: ``config.json``'s ``model.impl``), or ``-``."""
+    machine = run / "machine.json"
+    if machine.is_file():
+        paths = (json.loads(machine.read_text()).get("segments") or [{}])[-1].get("attention_paths")
+        if paths:
+            return f"{paths['train'][0]} / {paths['test'][0]}"
+        return "-"
+    return json.loads((run / "config.json").read_text()).get("model", {}).get("impl", "-")
 
 
 def main() -> None:
@@ -133,7 +147,7 @@ def _table(found, presets, args, variants: list[str]) -> list[str]:
             base = med(p, "baseline", key)
             row += f" {base:.1f} |" + "".join(f" {med(p, v, key):.1f} | {med(p, v, key) / base:.2f}x |"
                                              for v in variants)
-        # the attention path each round's run measured and trained with (config.json's model.impl)
+        # the attention paths each round's run trained and evaluated with (machine.json)
         row += "".join(f" {', '.join(r['path'] for r in found[(p, v)])} |" for v in variants)
         lines.append(row)
     return lines

@@ -203,23 +203,10 @@ def data_cache_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _an_idle_cpu_for_measured_choices():
-    """Measured choices are cached as on an idle machine, whatever else shares the CPU while the suite
-    runs (CI's 2 cores, a developer's machine): a busy one is cached by no run
-    (:func:`attncnn.perf.machine.busy_reason`), and tests of the caches would depend on the
-    neighbours. The tests of that rule set the load themselves."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("attncnn.perf.machine.cpu_load", lambda: 0.0)
-        yield
-
-
-@pytest.fixture(scope="session", autouse=True)
 def _never_the_user_cache(data_cache_dir, tmp_path_factory):
     """Tests never touch ~/.cache: the default data folder is the session's, and so is the user
-    cache (``$ATTNCNN_CACHE_DIR``, :func:`attncnn._cache_dir.user_cache_dir`) of measured choices and
-    downloaded models: a fresh folder per session, so no test takes a choice this machine's own runs
-    measured or a model the user downloaded, and no test's timing, taken beside the rest of the
-    suite, reaches them.
+    cache (``$ATTNCNN_CACHE_DIR``, :func:`attncnn._cache_dir.user_cache_dir`) of downloaded models: a
+    fresh folder per session, so no test takes a model the user downloaded.
 
     Session-scoped, so that it is in force before any fixture of any scope runs: a module-scoped
     fixture that trains a tiny run (tests/test_cli.py, tests/reproduce/) is set up before the
@@ -228,15 +215,6 @@ def _never_the_user_cache(data_cache_dir, tmp_path_factory):
         patch.setenv("ATTNCNN_DATA_DIR", str(data_cache_dir))
         patch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path_factory.mktemp("user-cache")))
         yield
-
-
-@pytest.fixture
-def choices_cache(tmp_path, monkeypatch) -> Path:
-    """This test's own cache of measured choices (``$ATTNCNN_CACHE_DIR`` in a temporary folder):
-    the path of its file, which does not exist yet."""
-    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "choices"))
-    from attncnn.perf.cache import cache_file
-    return cache_file()
 
 
 # the GPU benchmarks' and the GPU job tool's tests: a stopped child's workers must end too

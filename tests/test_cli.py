@@ -566,7 +566,7 @@ def test_a_log_file_gets_plain_lines_not_progress_bar_frames(tmp_path, tiny_data
     assert [line.split()[1] for line in text.splitlines() if line.startswith("epoch ")] == ["1/2", "2/2"]
 
 
-@pytest.mark.parametrize("measure", [[], ["--no-measure-paths", "--no-compile"]], ids=["planned", "unplanned"])
+@pytest.mark.parametrize("measure", [[], ["--impl", "measure", "--no-compile"]], ids=["ruled", "measured"])
 def test_a_learned_position_embedding_is_built_for_the_training_images_unless_its_size_is_given(
         tmp_path, make_tiny_data, capsys, caplog, measure):
     # deit-mini's absolute position embedding is the preset's for 32x32 images; a new run on 16x16

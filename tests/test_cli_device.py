@@ -80,7 +80,7 @@ def test_an_older_runs_stored_device_is_not_used_on_resume_this_commands_is(make
     run = tmp_path / "run"
     assert main(["train", "--preset", "demo", "--data", str(make_tiny_data(20, 6)), "--epochs", "1",
                  "--batch-size", "10", "--out", str(run), "--no-progress", "--checkpoint-every", "1",
-                 "--no-compile", "--no-measure-paths"]) == 0
+                 "--no-compile"]) == 0
     for name in ("finished.json", "checkpoints/last.safetensors"):
         (run / name).unlink()                        # as if stopped at the end of epoch 1 (epoch_0001 stays)
     config = json.loads((run / "config.json").read_text())

@@ -30,7 +30,7 @@ def test_ctrl_c_during_training_prints_the_interrupt_line_once(make_tiny_data, t
     out = tmp_path / "run"
     # many epochs of a few steps: SIGINT arrives while it trains, whatever the machine's speed
     command = [sys.executable, "-m", "attncnn", "train", "--preset", "demo", "--data", str(data), "--epochs", "1000",
-               "--batch-size", "10", "--out", str(out), "--no-progress", "--no-compile", "--no-measure-paths",
+               "--batch-size", "10", "--out", str(out), "--no-progress", "--no-compile",
                "--checkpoint-every", "1000"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=_environment())
     lines: list[str] = []

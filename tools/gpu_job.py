@@ -201,8 +201,8 @@ def fit_epochs(seconds: float, setup: float, epoch: float, most: int, share: flo
 
 def measure_epoch(job, options) -> dict:
     """Time the new run ``job`` as its worker will train it here: its plan and its chooser's choices
-    on the run's network (attention paths measured or read from the machine's cache, where the
-    worker will find them; ``compile`` as the worker will decide it), then
+    on the run's network (attention paths and ``compile`` by the written rule, as the worker will
+    decide them), then
     on one real batch the first training step (compilation included), the median step after it, and
     the test pass's forward at the evaluation batch (eager, as the trainer evaluates).
 

@@ -1,7 +1,7 @@
 """Training speed on a lent GPU, this checkout against an earlier one, in one short job.
 
     python3 benchmarks/gpu/speed.py --out "$OUT" [--baseline .gpu/baseline/src] [--device cuda]
-                                    [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content|flex]
+                                    [--batch-size 100] [--budget 300] [--layers N] [--rows quick|full|content]
                                     [--precision bf16] [--row-limit SECONDS]
 
 Each row is one ``attncnn bench`` of a preset in bf16 (``--precision fp32`` for a device without
@@ -59,29 +59,21 @@ class Row:
 
 def plan(kind: str) -> list[Row]:
     """The rows of a job: ``quick`` (the baseline, the run's own choice eager and compiled), ``full``
-    (those, then every content-attention path eager, FlexAttention and the likely ones compiled), or
-    ``content`` (``learned-content`` alone: baseline, own choice eager and compiled, the bilinear
-    path compiled, FlexAttention eager and compiled, the fused one-hot path compiled: what decides
-    how long a run of it a job fits), or ``flex`` (the baseline and FlexAttention eager and compiled alone)."""
-    if kind == "flex":
-        return [Row("before", "learned-content"), Row("after", "learned-content", "flex"),
-                Row("after", "learned-content", "flex", compile=True)]
+    (those, then every content-attention path eager and the likely ones compiled), or ``content``
+    (``learned-content`` alone: baseline, own choice eager and compiled, the bilinear and one-hot
+    paths compiled: what decides how long a run of it a job fits)."""
     if kind == "content":
         return [Row("before", "learned-content"), Row("after", "learned-content"),
                 Row("after", "learned-content", compile=True),
-                Row("after", "learned-content", "bilinear", compile=True), Row("after", "learned-content", "flex"),
-                Row("after", "learned-content", "flex", compile=True),
-                Row("after", "learned-content", "sdpa-onehot", compile=True)]
+                Row("after", "learned-content", "bilinear", compile=True),
+                Row("after", "learned-content", "explicit-onehot", compile=True)]
     rows = [Row("before", "quadratic"), Row("before", "learned-content"),
             Row("after", "quadratic"), Row("after", "quadratic", compile=True),
             Row("after", "learned-content"), Row("after", "learned-content", compile=True)]
     if kind == "full":
-        # FlexAttention first: the one path no GPU has measured yet (eager, it calls its compiled kernel)
-        rows += [Row("after", "learned-content", "flex"), Row("after", "learned-content", "flex", compile=True)]
         rows += [Row("after", "learned-content", impl) for impl in
-                 ("explicit-half", "explicit-onehot", "bilinear", "sdpa", "sdpa-onehot")]
-        rows += [Row("after", "learned-content", impl, compile=True)
-                 for impl in ("explicit-onehot", "bilinear", "sdpa-onehot")]
+                 ("explicit-half", "explicit-onehot", "bilinear", "sdpa")]
+        rows += [Row("after", "learned-content", impl, compile=True) for impl in ("explicit-onehot", "bilinear")]
     return rows
 
 
@@ -92,8 +84,6 @@ def command(row: Row, args: argparse.Namespace) -> tuple[list[str], dict[str, st
            "--json"]
     if row.impl:
         cmd += ["--set", f"impl={row.impl}"]
-    if row.impl == "flex":      # FlexAttention has no dropout on the attention maps: the row trains without it
-        cmd += ["--set", "attn_dropout=0"]
     if args.layers:
         cmd += ["--layers", str(args.layers)]
     src = Path(args.baseline) if row.code == "before" else ROOT / "src"
@@ -148,7 +138,7 @@ def table(results: list[dict], skipped: list[tuple[Row, str]], args: argparse.Na
         paths = r.get("attention_paths") or {}
         taken = " / ".join(", ".join(sorted(set(paths.get(m) or ["-"]))) for m in ("train", "eval"))
         ratio = r["train_images_per_s"] / base[row.preset] if row.preset in base else None
-        asked = f"{row.impl} (attn_dropout=0)" if row.impl == "flex" else row.impl or "auto"
+        asked = row.impl or "auto"
         lines.append(f"| {row.code} | {row.preset} | {asked} | {taken} | {'yes' if row.compile else 'no'} "
                      f"| {r['train_images_per_s']:,.0f} | {f'{ratio:.2f}x' if ratio else '-'} "
                      f"| {r['infer_images_per_s']:,.0f} | {r['peak_memory_bytes'] / 2**20:,.0f} | {r['seconds']:.0f} |")
@@ -166,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--layers", type=int, help="time the attention presets with this many layers")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds; rows that would pass it are skipped")
-    parser.add_argument("--rows", choices=("full", "quick", "content", "flex"), default="full")
+    parser.add_argument("--rows", choices=("full", "quick", "content"), default="full")
     parser.add_argument("--precision", choices=("bf16", "fp32"), default="bf16",
                         help="of every row (fp32: for a trial on a device without fast bf16)")
     parser.add_argument("--row-limit", type=float, metavar="SECONDS",

@@ -33,15 +33,11 @@ def test_the_plan_puts_the_baseline_and_the_runs_own_choice_first():
                                                                         for r in quick[:2])
     # the earlier code has no one-hot paths: only "after" rows name a path
     assert all(r.code == "after" for r in full if r.impl)
-    assert {r.impl for r in full if r.impl} == {"flex", "explicit-half", "explicit-onehot", "bilinear", "sdpa",
-                                                "sdpa-onehot"}
-    assert [(r.impl, r.compile) for r in full[len(quick):len(quick) + 2]] == [("flex", False), ("flex", True)]
+    assert {r.impl for r in full if r.impl} == {"explicit-half", "explicit-onehot", "bilinear", "sdpa"}
     content = speed.plan("content")
     assert {r.preset for r in content} == {"learned-content"} and content[0] == speed.Row("before", "learned-content")
     assert {(r.impl, r.compile) for r in content[1:]} == {(None, False), (None, True), ("bilinear", True),
-                                                         ("flex", False), ("flex", True), ("sdpa-onehot", True)}
-    assert speed.plan("flex") == [speed.Row("before", "learned-content"), speed.Row("after", "learned-content", "flex"),
-                                  speed.Row("after", "learned-content", "flex", compile=True)]
+                                                         ("explicit-onehot", True)}
 
 
 def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path):
@@ -50,8 +46,8 @@ def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path
     assert cmd[1:4] == ["-m", "attncnn", "bench"] and "--set" not in cmd
     assert cmd[cmd.index("--variants") + 1] == "bf16" and cmd[cmd.index("--layers") + 1] == "1"
     assert env["PYTHONPATH"].split(":")[0] == str((tmp_path / "base" / "src").resolve())
-    cmd, env = speed.command(speed.Row("after", "learned-content", "sdpa-onehot", compile=True), args)
-    assert cmd[cmd.index("--set") + 1] == "impl=sdpa-onehot" and cmd[cmd.index("--variants") + 1] == "bf16+compile"
+    cmd, env = speed.command(speed.Row("after", "learned-content", "bilinear", compile=True), args)
+    assert cmd[cmd.index("--set") + 1] == "impl=bilinear" and cmd[cmd.index("--variants") + 1] == "bf16+compile"
     assert env["PYTHONPATH"].split(":")[0] == str(ROOT / "src")
     fp32 = _args(tmp_path, precision="fp32")
     variants = []
@@ -60,11 +56,8 @@ def test_before_rows_run_the_baseline_code_and_after_rows_this_checkout(tmp_path
         variants.append(cmd[cmd.index("--variants") + 1])
     assert variants == ["fp32", "fp32+compile"]
     assert "rows, fp32, batch 100" in speed.table([], [], fp32)
-    # FlexAttention has no dropout on the maps: its rows train without it, and the table says so
-    cmd, _ = speed.command(speed.Row("after", "learned-content", "flex"), args)
-    assert [cmd[i + 1] for i, word in enumerate(cmd) if word == "--set"] == ["impl=flex", "attn_dropout=0"]
-    text = speed.table([_result(speed.Row("after", "learned-content", "flex"), 10.0)], [], args)
-    assert "| after | learned-content | flex (attn_dropout=0) |" in text
+    text = speed.table([_result(speed.Row("after", "learned-content", "bilinear"), 10.0)], [], args)
+    assert "| after | learned-content | bilinear |" in text
 
 
 def _result(row, images_per_s, **extra):
@@ -130,7 +123,7 @@ def test_a_row_that_runs_on_is_stopped_with_the_processes_it_started(tmp_path, m
               "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); "
               f"pathlib.Path({str(child_pid)!r}).write_text(str(c.pid)); time.sleep(60)")
     monkeypatch.setattr(speed, "command", lambda row, args: ([sys.executable, "-c", script], dict(os.environ)))
-    row = speed.Row("after", "learned-content", "flex", compile=True)
+    row = speed.Row("after", "learned-content", "bilinear", compile=True)
     start = time.monotonic()
     result = speed.run_row(row, _args(tmp_path), 3.0, "the row limit")
     assert time.monotonic() - start < 30

@@ -67,17 +67,16 @@ def _products(layer, x) -> int:
     return counter.get_total_flops() // 2
 
 
-@pytest.mark.parametrize("kind", ["content", "learned-content"])
-def test_multiply_adds_are_those_of_the_bilinear_form(kind):
+def test_multiply_adds_are_those_of_the_bilinear_form():
     """Forward multiply-adds counted by torch, against the formula: the fold (once per step), the
     tokens through the folded map, the joint product (K' = D + H + W + 1 with one-hot rows and
-    columns, D + 1 without), the average of the tokens, the output map; K and K' padded with zero
-    columns to multiples of 8."""
+    columns), the average of the tokens, the output map; K and K' padded with zero columns to
+    multiples of 8."""
     b, h, w, d, nh = 2, 4, 5, 8, 3
-    layer = _layer(kind, dim=d, heads=nh, impl="bilinear").eval()
-    n, s = h * w, (2 * h - 1 + 2 * w - 1 if kind == "learned-content" else 0)
+    layer = _layer("learned-content", dim=d, heads=nh, impl="bilinear").eval()
+    n, s = h * w, 2 * h - 1 + 2 * w - 1
     k = _up8(d + s + 1)                                 # vectors met: W_key's D columns, the shifts, b_key
-    joint = _up8(d + (h + w if kind == "learned-content" else 0) + 1)
+    joint = _up8(d + h + w + 1)
     expected = (nh * d * d * k + nh * d * k             # fold: weight and bias
                 + b * n * d * nh * k                    # tokens through the folded map
                 + b * nh * n * n * joint                # joint queries . joint keys
@@ -97,20 +96,3 @@ def test_the_paper_width_layer_does_a_fifth_fewer_products_than_the_one_hot_path
         layer.impl = "explicit-onehot"
         onehot = _products(layer, x)
     assert 0.78 < bilinear / onehot < 0.82, bilinear / onehot
-
-
-@pytest.mark.parametrize("kind,impls", [("content", ("sdpa-bilinear",)),
-                                        ("learned-content", ("sdpa-bilinear", "sdpa-onehot"))])
-def test_the_fused_kernel_on_wider_queries_is_no_candidate_on_a_cpu(kind, impls):
-    """PyTorch's fused CPU kernel needs queries, keys and values of one width: with joint queries
-    wider than the values it would run the unfused kernel (the paper-width layer's test pass at batch
-    500 then held 15 GB), so the path choice leaves these out on a CPU; CUDA keeps them, and a user
-    can still name them."""
-    layer = _layer(kind)
-    for impl in impls:
-        problem = layer.path_unavailable(impl, torch.device("cpu"), backward=False)
-        assert problem is not None and "one width" in problem
-        assert layer.path_unavailable(impl, torch.device("cuda"), backward=True) is None
-    assert layer.path_unavailable("bilinear", torch.device("cpu"), backward=True) is None
-    named = _layer(kind, impl=impls[0])
-    assert named(torch.randn(1, 3, 4, 8, dtype=torch.float64)).shape == (1, 3, 4, 8)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from attncnn.cli import main
-from attncnn.models import build_model, count_parameters, preset_model_config
+from attncnn.models import build_model, count_parameters
 from attncnn.perf.bench.harness import bench_preset, count_training_flops, flops_per_image, time_median
 
 
@@ -30,19 +30,6 @@ def test_the_folded_path_counts_the_dense_paths_flops():
                                                      impl=impl), x, y, dense=False)
               for impl in ("dense", "folded")}
     assert counts["folded"] == counts["dense"]
-
-
-@pytest.mark.filterwarnings("ignore:.*flex_attention called without torch.compile")
-def test_a_flex_model_is_counted_as_its_sdpa_path_and_keeps_its_paths():
-    """FlopCounterMode cannot run FlexAttention's operator; the as-run count of a flex model is its
-    sdpa path's (the same products), and the model's paths come back afterwards."""
-    x, y = torch.randn(2, 3, 16, 16), torch.tensor([0, 1])
-    options = dict(num_layers=2, num_heads=4, dim=16, mlp_dim=8, attn_dropout=0.0)
-    flex = build_model("learned-content", impl="flex", eval_impl="flex", **options)
-    sdpa = build_model("learned-content", impl="sdpa", **options)
-    counted = count_training_flops(flex, x, y, dense=False)
-    assert counted == count_training_flops(sdpa, x, y, dense=False) and counted[0] > 0
-    assert flex.attention_paths() == ["flex", "flex"] and flex.eval().attention_paths() == ["flex", "flex"]
 
 
 def test_cpu_attention_kernel_is_counted():
@@ -106,19 +93,20 @@ def test_bench_preset_reports_the_presets_model_at_the_batch_asked_for():
 
 
 def test_bench_times_the_paths_a_run_would_take_here(monkeypatch):
+    from attncnn.perf import Choice, device_kind
     from attncnn.perf.bench import harness
     calls = []
 
-    def choose(config, *, mode="train", **kw):
-        calls.append((mode, kw["batch"], kw["precision"]))
-        return ("dense" if mode == "train" else "separable"), None
+    def choose(device_type, kind, grid, precision, steps, *, batch):
+        calls.append((device_type, kind, grid, precision, batch))
+        return Choice("dense", "separable", False, "")
 
-    monkeypatch.setattr(harness, "choose_impl", choose)
+    monkeypatch.setattr(harness, "choose", choose)
     r = bench_preset("demo", batch_size=8, reps=1)
-    assert calls == [("train", 8, "fp32"), ("eval", 8, "fp32")]
+    assert calls == [(device_kind("cpu"), "quadratic", (8, 8), "fp32", 8)]      # demo: 32 x 32 images, pooling 4
     assert r["attention_paths"] == {"train": ["dense"] * 2, "eval": ["separable"] * 2}      # demo: 2 blocks
-    # paths the options name are timed as given, without measuring
-    monkeypatch.setattr(harness, "choose_impl", lambda *a, **k: pytest.fail("must not measure"))
+    # paths the options name are timed as given, the rule not asked
+    monkeypatch.setattr(harness, "choose", lambda *a, **k: pytest.fail("must not ask the rule"))
     r = bench_preset("demo", batch_size=8, reps=1, overrides={"impl": "folded", "num_layers": 2})
     assert r["attention_paths"] == {"train": ["folded"] * 2, "eval": ["folded"] * 2}
     assert bench_preset("resnet18-mini", batch_size=4, reps=1)["attention_paths"] == {"train": None, "eval": None}
@@ -135,24 +123,17 @@ def test_bench_command_json(capsys):
     assert out["machine"]["torch"] == torch.__version__
 
 
-def test_bench_command_times_the_path_it_is_given(capsys, monkeypatch, choices_cache):
-    from attncnn.perf import paths as path_choice
+def test_bench_command_times_the_path_it_is_given(capsys):
+    from attncnn.perf import choose, device_kind
 
-    # this machine's cached choice for demo (the benchmark's own process reads the cache in
-    # $ATTNCNN_CACHE_DIR) is dense, in training and in the test pass: a benchmark that measured
-    # instead of taking --set impl=folded would time dense
-    monkeypatch.setattr(path_choice, "time_impls", lambda layer, x, **kw: {"dense": 0.1, "separable": 0.2,
-                                                                           "folded": 0.3})
-    config = preset_model_config("demo", 10)[1]
-    for mode in ("train", "eval"):
-        path_choice.choose_impl(config, batch=4, image_size=(32, 32), precision="fp32", device=torch.device("cpu"),
-                                mode=mode)
-    dense = {"train": ["dense"] * 2, "eval": ["dense"] * 2}                                 # demo: 2 blocks
-    assert bench_preset("demo", batch_size=4, reps=1)["attention_paths"] == dense
+    ruled = choose(device_kind("cpu"), "quadratic", (8, 8), "fp32", 0)                    # demo on 32 x 32 images
+    assert bench_preset("demo", batch_size=4, reps=1)["attention_paths"] == {"train": [ruled.train_impl] * 2,
+                                                                             "eval": [ruled.eval_impl] * 2}
+    other = next(p for p in ("dense", "folded") if p != ruled.train_impl)
     assert main(["bench", "--presets", "demo", "--batch-size", "4", "--reps", "1", "--variants", "fp32",
-                 "--device", "cpu", "--set", "impl=folded", "--json"]) == 0
+                 "--device", "cpu", "--set", f"impl={other}", "--json"]) == 0
     (result,) = json.loads(capsys.readouterr().out)["results"]
-    assert result["attention_paths"] == {"train": ["folded"] * 2, "eval": ["folded"] * 2}
+    assert result["attention_paths"] == {"train": [other] * 2, "eval": [other] * 2}
 
 
 def test_unknown_variants_are_refused(capsys):

@@ -10,7 +10,8 @@ import torch
 
 from attncnn.perf import make_plan, resume_plan
 from attncnn.perf import plan as plan_module
-from attncnn.perf.choosing import RunChooser
+from attncnn.perf.plan import RunChooser
+from attncnn.errors import InputError
 from attncnn.runs import resolve_config
 from attncnn.runs.machine_file import MACHINE_FILE
 from attncnn.training import Choices, RunOptions, RunPlan
@@ -27,8 +28,8 @@ def here(monkeypatch):
     monkeypatch.setattr("attncnn.models.build_model", lambda *a, **k: pytest.fail("a plan builds no model"))
 
 
-#: the chooser of a plan that leaves the paths and compile open
-EVERYTHING = RunChooser(paths=True, eval_path=True, compile=True, given={})
+#: the chooser of a plan that leaves the paths and compile open: the written rule decides all three
+EVERYTHING = RunChooser(impl="rule", eval_impl="rule", compile="rule")
 
 
 def _run(tmp_path, config: dict, segments: list[dict] | None = None):
@@ -64,10 +65,11 @@ def test_a_resume_takes_the_paths_it_is_given_and_chooses_only_the_rest(tmp_path
     folder = _run(tmp_path, STARTED_ON_GPU)
     plan = resume_plan(folder, RunOptions(device="cpu", impl="dense"))
     assert (plan.impl, plan.eval_impl) == ("dense", None)
-    assert plan.choose == RunChooser(paths=False, eval_path=False, compile=True, given={"impl": "dense"})
+    assert plan.choose == RunChooser(impl=None, eval_impl=None, compile="rule")
     deterministic = resume_plan(folder, RunOptions(deterministic=True))
-    assert (deterministic.impl, deterministic.deterministic, deterministic.compile) == (None, True, False)
-    assert deterministic.choose is None                      # a deterministic run measures nothing
+    assert (deterministic.impl, deterministic.deterministic, deterministic.compile) == (None, True, None)
+    # a deterministic run takes the rule's paths (the same for the same command) and never compiles unless asked
+    assert deterministic.choose == RunChooser(impl="rule", eval_impl="rule", compile="rule", deterministic=True)
 
 
 @pytest.mark.parametrize("run", ["old", "new"])
@@ -98,7 +100,7 @@ def test_a_resumed_run_is_deterministic_as_it_ran_unless_told(tmp_path, here, gi
 def test_a_resumed_run_compiles_as_asked_else_as_this_machine_decides(tmp_path, here, given):
     folder = _run(tmp_path, {**STARTED_ON_GPU, "compile": True})      # an older run's setting is not used
     plan = resume_plan(folder, RunOptions(compile=given))
-    assert plan.compile is given and plan.choose.compile is (given is None)
+    assert plan.compile is given and (plan.choose.compile == "rule") is (given is None)
 
 
 def test_an_older_runs_cache_folder_is_a_resumes_default(tmp_path, here):
@@ -116,23 +118,35 @@ def test_a_new_run_with_every_choice_given_has_nothing_to_choose(here):
 
 @pytest.mark.parametrize("options,chooser", [
     (RunOptions(), EVERYTHING),
-    (RunOptions(eval_impl="dense"),
-     RunChooser(paths=True, eval_path=False, compile=True, given={"eval_impl": "dense"})),
-    (RunOptions(measure_paths=False), RunChooser(paths=False, eval_path=False, compile=True, given={})),
-    (RunOptions(compile=True), RunChooser(paths=True, eval_path=True, compile=False, given={})),
-    (RunOptions(measure_paths=False, compile=False), None),
-    (RunOptions(deterministic=True), None),
+    (RunOptions(eval_impl="dense"), RunChooser(impl="rule", eval_impl=None, compile="rule")),
+    (RunOptions(impl="dense"), RunChooser(impl=None, eval_impl=None, compile="rule")),
+    (RunOptions(impl="measure"), RunChooser(impl="measure", eval_impl="measure", compile="rule")),
+    (RunOptions(impl="dense", eval_impl="measure"), RunChooser(impl=None, eval_impl="measure", compile="rule")),
+    (RunOptions(measure_compile=True), RunChooser(impl="rule", eval_impl="rule", compile="measure")),
+    (RunOptions(compile=True), RunChooser(impl="rule", eval_impl="rule", compile=None)),
+    (RunOptions(impl="dense", compile=False), None),
+    (RunOptions(deterministic=True), RunChooser(impl="rule", eval_impl="rule", compile="rule", deterministic=True)),
 ])
 def test_a_new_run_leaves_to_its_chooser_exactly_what_the_options_leave_open(here, options, chooser):
     plan = make_plan(resolve_config("quadratic-mini"), options)
     assert plan.choose == chooser and plan.compile is (None if chooser and chooser.compile else bool(options.compile))
+    assert "measure" not in (plan.impl, plan.eval_impl)          # not a path: the network is built without it
 
 
-def test_under_torchrun_nothing_is_left_to_measure(here, monkeypatch):
+def test_under_torchrun_the_rule_decides_and_nothing_is_measured(here, monkeypatch):
     monkeypatch.setattr(plan_module, "launch_from_env", lambda: object())
     monkeypatch.setattr(plan_module, "plan_device", lambda device: torch.device("cpu"))
     plan = make_plan(resolve_config("quadratic-mini"), RunOptions())
-    assert (plan.choose, plan.compile, plan.impl) == (None, False, None)
+    assert (plan.choose, plan.compile, plan.impl) == (EVERYTHING, None, None)
+    for options, flag in ((RunOptions(impl="measure"), "--impl measure"),
+                          (RunOptions(measure_compile=True), "--measure-compile")):
+        with pytest.raises(InputError, match=f"{flag} times the run's choices in this process, but under torchrun"):
+            make_plan(resolve_config("quadratic-mini"), options)
+
+
+def test_measuring_compile_and_giving_it_exclude_each_other(here):
+    with pytest.raises(InputError, match="--measure-compile times whether to compile, but --compile/--no-compile"):
+        make_plan(resolve_config("quadratic-mini"), RunOptions(measure_compile=True, compile=False))
 
 
 def test_a_given_path_the_layers_lack_is_refused_by_the_plan(here):
@@ -163,8 +177,9 @@ def test_a_plan_refuses_an_unresolved_precision():
 def test_the_flags_a_resume_repeats_are_the_run_time_options_given():
     assert RunOptions().flags() == []
     assert RunOptions(device="cpu", compile=False, deterministic=True, impl="dense", download=True,
-                      measure_paths=False).flags() == ["--device", "cpu", "--no-compile", "--deterministic",
-                                                       "--impl", "dense", "--no-measure-paths"]
+                      eval_impl="measure").flags() == ["--device", "cpu", "--no-compile", "--deterministic",
+                                                       "--impl", "dense", "--eval-impl", "measure"]
+    assert RunOptions(measure_compile=True).flags() == ["--measure-compile"]
 
 
 def test_the_compile_mode_and_optimizer_kernel_flags_come_back_as_the_options_given():
@@ -193,7 +208,7 @@ def test_cuda_graphs_compile_without_the_probe_and_keep_the_optimizer_kernel_ask
     plan = (resume_plan(_run(tmp_path, STARTED_ON_GPU), options) if resumed
             else make_plan(resolve_config("quadratic-mini"), options))
     assert (plan.compile, plan.compile_mode, plan.fused_optimizer) == (True, "reduce-overhead", True)
-    assert plan.choose == RunChooser(paths=True, eval_path=True, compile=False, given={})    # paths only
+    assert plan.choose == RunChooser(impl="rule", eval_impl="rule", compile=None)    # paths only
     assert plan.decided().compile is True
     default = make_plan(resolve_config("quadratic-mini"), RunOptions(precision="fp32"))
     assert (default.compile, default.compile_mode, default.fused_optimizer) == (None, "default", False)
@@ -249,3 +264,20 @@ def test_known_values_an_older_run_stored_are_passed_over_in_silence(tmp_path, h
     with caplog.at_level(logging.INFO, logger="attncnn.perf.plan"):
         resume_plan(folder)
     assert _warnings(caplog) == []
+
+
+def test_a_resumed_run_that_trained_on_a_removed_path_says_so_once_and_takes_the_rule(tmp_path, here, caplog):
+    """A run folder of an older version: machine.json and config.json name paths this version no longer has."""
+    folder = _run(tmp_path, {"preset": "learned-content-mini", "model": {"impl": "sdpa-onehot"}},
+                  [_segment(attention_paths={"train": ["flex"] * 6, "test": ["sdpa"] * 6})])
+    with caplog.at_level("INFO", logger="attncnn.perf.plan"):
+        plan = resume_plan(folder)
+    assert (plan.impl, plan.eval_impl, plan.choose) == (None, None, EVERYTHING)
+    lines = [r.getMessage() for r in caplog.records if "no longer has" in r.getMessage()]
+    assert lines == [f"{folder}: it trained on the attention path flex, sdpa-onehot, which this version no longer "
+                     "has; it continues on the path the rule gives (named below), which computes the same function"]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="attncnn.perf.plan"):
+        resume_plan(_run(tmp_path / "today", {"preset": "quadratic-mini"},
+                         [_segment(attention_paths={"train": ["folded"] * 6, "test": ["dense"] * 6})]))
+    assert "no longer has" not in caplog.text

@@ -58,8 +58,9 @@ def test_a_dtype_mismatch_is_named(tmp_path):
 
 
 def test_a_path_an_older_checkpoint_recorded_is_not_used_the_layers_rule_is(tmp_path):
-    # an older run trained on a GPU recorded the paths it measured fastest there; FlexAttention's has
-    # no fused kernel (nor backward) on a CPU. A checkpoint holds no path now: it is read one way
+    # an older run trained on a GPU recorded the paths it measured fastest there, paths this version no
+    # longer has (FlexAttention's, the fused kernel on joint queries). A checkpoint holds no path now:
+    # it is read one way
     small = {"dim": 32, "mlp_dim": 32, "num_layers": 2, "num_heads": 2, "pooling": 4}
     torch.manual_seed(0)
     trained = build_model("learned-content-mini", **small)
@@ -91,10 +92,10 @@ def test_check_images_refuses_what_the_network_refuses_with_its_own_fix_and_pass
     with pytest.raises(ValueError, match=r"cannot take 1x32x32 images: expected normalised images of shape "
                                          r"\(B, 3, H, W\)"):
         check_images(meta("quadratic-mini"), (1, 32, 32))
-    # a path without a meta kernel (FlexAttention's) is not what is checked: the dense path stands in
-    flex = meta("learned-content-mini", impl="flex")
-    check_images(flex, (3, 32, 32))
-    assert {m.impl for m in flex.modules() if hasattr(m, "eval_impl")} == {"flex"} and flex.training
+    # the path the network was built with is not what is checked (the dense path stands in), and it stays
+    onehot = meta("learned-content-mini", impl="explicit-onehot")
+    check_images(onehot, (3, 32, 32))
+    assert {m.impl for m in onehot.modules() if hasattr(m, "eval_impl")} == {"explicit-onehot"} and onehot.training
     # a network with weights is not run (the check is for shapes-only builds)
     check_images(build_model("deit-mini"), (3, 16, 16))
 

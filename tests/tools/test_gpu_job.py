@@ -105,7 +105,7 @@ def test_a_fit_run_is_sized_once_and_resumed_at_its_own_length(tmp_path, capsys)
     def measure(s):
         timed.append(s)
         return {"setup": 30.0, "epoch": 17.0, "step": 0.033, "infer": 0.1, "steps": 500, "test_batches": 20,
-                "compile": True, "impl": "flex", "eval_impl": "flex"}
+                "compile": True, "impl": "explicit-half", "eval_impl": "sdpa"}
 
     sized = job.fitted_spec(spec, tmp_path, 600.0, measure)
     assert sized == job.RunSpec("paper-long", "learned-content", 0, epochs=30)    # (540 - 30) / 17

@@ -67,5 +67,5 @@ def test_planning_leaves_the_heap_policy_alone(monkeypatch):
     monkeypatch.setattr(host_memory, "_state", {})          # as in a fresh process: nothing set yet
     monkeypatch.setattr(host_memory, "reuse_freed_memory", lambda: calls.append(1) or "heap")
     monkeypatch.setattr(host_memory, "_set_heap_policy", lambda: calls.append(2) or "heap")
-    plan = make_plan(resolve_config("demo"), RunOptions(device="cpu", compile=False, measure_paths=False))
+    plan = make_plan(resolve_config("demo"), RunOptions(device="cpu", compile=False))
     assert plan.device.type == "cpu" and calls == []

@@ -20,7 +20,7 @@ from PIL import Image
 from safetensors.torch import load_file
 
 from attncnn.models import build_model
-from attncnn.perf import compiling as compile_choice
+from attncnn.perf import measure
 from attncnn.perf import make_plan, resume_plan
 from attncnn.runs import RunFolderError, load_checkpoint, load_model, resolve_config, save_checkpoint
 from attncnn.runs.config import MACHINE_FIELDS
@@ -559,15 +559,15 @@ def test_compile_trains_the_same_model(tiny, reference_run, tmp_path, monkeypatc
 
 
 @pytest.mark.slow
-def test_a_run_that_leaves_compile_unset_measures_it_once_and_leaves_the_callers_compiled_code(tiny, tmp_path,
-                                                                                             monkeypatch,
-                                                                                             choices_cache):
-    """The probe times this 12-step run's own model (no warm-up floor); compiling is made to win, so
-    the loop compiles the module the probe compiled: dynamo's cache serves it, one graph for the whole
-    run. A function the caller compiled before stays compiled (nothing resets dynamo)."""
+def test_a_run_that_measures_compile_times_it_once_and_leaves_the_callers_compiled_code(tiny, tmp_path,
+                                                                                        monkeypatch):
+    """``--measure-compile`` times this 12-step run's own model; compiling is made to win, so the
+    loop compiles the module the measurement compiled: dynamo's cache serves it, one graph for the
+    whole run. A function the caller compiled before stays compiled (nothing resets dynamo); nothing
+    is written outside the run folder."""
     from torch._dynamo.utils import counters
-    monkeypatch.setattr(compile_choice, "warmup_floor", lambda device, records: (0.0, "test"))
-    monkeypatch.setattr(compile_choice, "pays_back", lambda timing, steps: True)
+    monkeypatch.setenv("ATTNCNN_CACHE_DIR", str(tmp_path / "user-cache"))
+    monkeypatch.setattr(measure, "pays_back", lambda timing, steps: True)
     compilations = []
 
     def backend(graph, inputs):
@@ -579,12 +579,10 @@ def test_a_run_that_leaves_compile_unset_measures_it_once_and_leaves_the_callers
     mine(torch.ones(3))
     graphs = counters["stats"]["unique_graphs"]
     out = tmp_path / "run"
-    _train(tiny, out, deterministic=False)
-    assert counters["stats"]["unique_graphs"] == graphs + 1       # the probe's graph, reused by the loop
+    _train(tiny, out, deterministic=False, measure_compile=True)
+    assert counters["stats"]["unique_graphs"] == graphs + 1       # the measurement's graph, reused by the loop
     assert torch.equal(mine(torch.ones(3)), torch.full((3,), 4.0)) and len(compilations) == 1
-    records = json.loads(choices_cache.read_text())["records"]
-    (timing,) = [r["value"] for r in records if r["choice"] == "compile"]
-    assert timing["warmup"] > timing["compiled"] > 0 and timing["eager"] > 0
+    assert not (tmp_path / "user-cache").exists()
     (segment,) = _segments(out)
     assert segment["compiled"] is True
     assert "compile" not in json.loads((out / "config.json").read_text())

@@ -21,8 +21,6 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
 * ``"bilinear"``: ``explicit-half`` with its scores through the query-key bilinear form
   (:mod:`~attncnn.layers.bilinear`): the queries and keys are never formed, the tokens meet the
   key map itself; fewer products when heads are as wide as the model.
-* ``"sdpa-bilinear"``: the fused kernel on the bilinear path's joint queries and keys (no
-  ``attn_mask``, no ``(B, N_h, N, N)`` tensor written where the kernel is a fused one).
 * ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
   there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
   fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds paths
@@ -161,15 +159,14 @@ class ContentAttention(QueryKeyAttention):
     analysis tools.
 
     Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``,
-    ``"explicit"``, ``"explicit-half"``, ``"sdpa"``, ``"bilinear"``, ``"sdpa-bilinear"`` (module docstring).
+    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring; the ``"bilinear"`` path is
+    learned relative attention's, :mod:`~attncnn.layers.learned_content`).
     """
 
     KINDS = ("content",)
     CONFIG_KEYS = ("qk_bias", "qk_init_std")
     EXCLUSIVE_KEYS = ("qk_bias", "qk_init_std")
-    IMPLS = ("auto", "explicit", "explicit-half", "sdpa", "bilinear", "sdpa-bilinear")
-    #: paths that give the fused kernel joint queries and keys wider than the values
-    WIDE_SDPA_PATHS: tuple[str, ...] = ("sdpa-bilinear",)
+    IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
         """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
@@ -223,16 +220,6 @@ class ContentAttention(QueryKeyAttention):
         scores = self.input_scores(x)
         return torch.softmax(scores, dim=-1, dtype=score_dtype(scores.dtype))
 
-    def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
-        """Why ``impl`` cannot run fast on ``device``, or None: the paths of :attr:`WIDE_SDPA_PATHS`
-        on a CPU, where PyTorch's one fused attention kernel needs queries, keys and values of one
-        width, so that these run its unfused reference kernel (slower than the explicit paths,
-        several times their memory). They remain a choice by name."""
-        if impl in self.WIDE_SDPA_PATHS and device.type == "cpu":
-            return ("PyTorch's fused CPU attention kernel needs queries, keys and values of one width; this "
-                    "path's joint queries and keys are wider than its values, so it would run the unfused kernel")
-        return super().path_unavailable(impl, device, backward=backward)
-
     def path(self, height: int = 0, width: int = 0) -> str:
         """The path :meth:`forward` takes without probabilities: the mode's ``impl``
         (:attr:`mode_impl`), with ``"auto"`` resolved (module docstring; the grid size does not matter)."""
@@ -264,12 +251,6 @@ class ContentAttention(QueryKeyAttention):
             return self.output(mixed, b, h, w)
         if path == "bilinear":
             return self.mix_scores(self.bilinear_scores(x), x, half=True)[0]
-        if path == "sdpa-bilinear":
-            q, k = self.bilinear_queries_keys(x)
-            mixed = F.scaled_dot_product_attention(
-                q, k.unsqueeze(1).expand(b, self.num_heads, *k.shape[1:]), self.head_values(x.to(q.dtype)),
-                dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0)
-            return self.output(mixed, b, h, w)
         scores = self.input_scores(x)                             # (B, N_h, N, N), bf16 under autocast
         out, probs = self.mix_scores(scores, x, half=path != "explicit")
         return (out, probs) if return_attention else out

@@ -193,7 +193,7 @@ class GatedPositionalAttention(QueryKeyAttention):
         softmax stored in the products' dtype (bf16 under autocast; max, exponentials and sums in
         float32): the content numerics of :class:`~attncnn.layers.ContentAttention`'s path of that
         name, which the DeiT-style baseline trains with. Which is faster depends on the machine and
-        the head width; ``attncnn train`` measures it (:mod:`attncnn.perf.paths`).
+        the head width; ``attncnn train`` takes it from its written rule (:mod:`attncnn.perf.rule`).
         """
         b, h, w = self.check_input(x)
         path = "explicit" if return_attention else self.path(h, w)

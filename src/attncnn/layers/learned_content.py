@@ -13,13 +13,10 @@ fork of it.
 A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
 paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
 relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
-family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias;
-bilinear, where the query map is folded into the key map and into the tables' rows, so that the
-queries are never formed: :mod:`~attncnn.layers.bilinear`),
-two more that put the q.r term inside the q.k product instead (``explicit-onehot``,
-``sdpa-onehot``; :meth:`LearnedRelativeContentAttention.joint_queries_keys`), and ``flex``, which
-adds it inside FlexAttention's fused kernel from the two small per-axis tables
-(:mod:`~attncnn.layers.flex`; CUDA only for training).
+family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias),
+``bilinear``, where the query map is folded into the key map and into the tables' rows, so that the
+queries are never formed (:mod:`~attncnn.layers.bilinear`), and ``explicit-onehot``, which puts the
+q.r term inside the q.k product (:meth:`LearnedRelativeContentAttention.joint_queries_keys`).
 """
 
 from __future__ import annotations
@@ -33,13 +30,10 @@ from torch import nn
 from ..errors import InputError
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
-from .flex import flex_problem, relative_flex_attention
 from .relative import axis_offsets, table_rows, table_span
 
 __all__ = ["LearnedRelativeContentAttention"]
 
-#: the paths that score with :meth:`LearnedRelativeContentAttention.joint_queries_keys`
-_ONEHOT_PATHS = ("explicit-onehot", "sdpa-onehot")
 #: the first columns of each query half (and table) a convolutional init writes (d^2, d, 1) into
 _INIT_COLUMNS = 3
 
@@ -80,8 +74,7 @@ class LearnedRelativeContentAttention(ContentAttention):
     """
 
     KINDS = ("learned-content",)
-    IMPLS = ContentAttention.IMPLS + _ONEHOT_PATHS + ("flex",)
-    WIDE_SDPA_PATHS = ContentAttention.WIDE_SDPA_PATHS + ("sdpa-onehot",)
+    IMPLS = ContentAttention.IMPLS + ("bilinear", "explicit-onehot")
     CONFIG_KEYS = ("max_size",)           # not qk_bias / qk_init_std: its local init writes the query bias
     EXCLUSIVE_KEYS = ()
     has_positional_term = True
@@ -101,20 +94,6 @@ class LearnedRelativeContentAttention(ContentAttention):
         _check_even(width)
         if config.init == "conv":
             _check_init_width(width)
-        if config.impl == "flex" and config.attn_dropout > 0:
-            raise InputError(f"impl='flex' trains without dropout on the attention maps (FlexAttention has none), "
-                             f"got attn_dropout={config.attn_dropout}; set attn_dropout=0 or choose another impl")
-
-    def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
-        """Why ``impl`` cannot train (``backward``) or run fast on ``device``, or None: the fused
-        kernel on joint queries and keys on a CPU (:meth:`ContentAttention.path_unavailable
-        <attncnn.layers.ContentAttention.path_unavailable>`); ``flex`` only trains and runs fused on
-        CUDA, without dropout on the maps and with heads of at least 16 channels there
-        (:func:`~attncnn.layers.flex.flex_problem`)."""
-        if impl != "flex":
-            return super().path_unavailable(impl, device, backward=backward)
-        return flex_problem(device, backward=backward, dropout=self.attn_drop.p if backward else 0.0,
-                            head_dim=self.head_dim)
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
@@ -202,7 +181,7 @@ class LearnedRelativeContentAttention(ContentAttention):
         the content and q.r terms of paper eq. 8 together. The q.r term then enters the score inside
         the ``q.k`` product (its float32 accumulator under autocast) instead of as a ``(B, N_h, N,
         N)`` tensor written, read and, for the gradient, summed twice; the price is ``H + W`` more
-        columns in the product (``impl="explicit-onehot"`` and ``"sdpa-onehot"``). The scale is
+        columns in the product (``impl="explicit-onehot"``). The scale is
         applied to the query map's weight and bias (:meth:`queries_keys`), so no pass over the
         queries or the scores applies it, forward or backward.
 
@@ -270,46 +249,21 @@ class LearnedRelativeContentAttention(ContentAttention):
 
     def forward(self, x: torch.Tensor, return_attention: bool = False):
         """Apply the layer (as :meth:`ContentAttention.forward <attncnn.layers.ContentAttention.forward>`),
-        with three more paths: ``"explicit-onehot"`` (``explicit-half`` with its scores from
-        :meth:`joint_queries_keys`), ``"sdpa-onehot"`` (the fused kernel on those queries and keys,
-        without an ``attn_mask``: no ``(B, N_h, N, N)`` tensor is written) and ``"flex"``
-        (FlexAttention adding :meth:`axis_scores` inside its kernel).
+        with one more path: ``"explicit-onehot"`` (``explicit-half`` with its scores from
+        :meth:`joint_queries_keys`).
 
         Raises:
-            InputError: wrong rank or channel count; ``"flex"`` where it cannot run: a backward off
-                CUDA, or dropout on the maps in training (the message names the fix).
+            InputError: wrong rank or channel count.
         """
         b, h, w = self.check_input(x)
         path = "explicit" if return_attention else self.path(h, w)
-        if path == "flex":
-            return self._flex_forward(x)
-        if path not in _ONEHOT_PATHS:
+        if path != "explicit-onehot":
             return super().forward(x, return_attention)
         q, k = self.joint_queries_keys(x)
-        if path == "sdpa-onehot":
-            mixed = F.scaled_dot_product_attention(q, k, self.head_values(x), scale=1.0,
-                                                   dropout_p=self.attn_drop.p if self.training else 0.0)
-            return self.output(mixed, b, h, w)
         nh, n, width = q.shape[1], q.shape[2], q.shape[3]
         flat = (b * nh, n, width)
         scores = torch.bmm(q.view(flat), k.view(flat).transpose(1, 2))      # already scaled through q
         return self.mix_scores(scores.view(b, nh, n, n), x, half=True)[0]
-
-    def _flex_forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, h, w = self.check_input(x)
-        backward = torch.is_grad_enabled() and (x.requires_grad or any(p.requires_grad for p in self.parameters()))
-        dropout = self.attn_drop.p if self.training else 0.0
-        problem = flex_problem(x.device, backward=backward, dropout=dropout, head_dim=self.head_dim)
-        # off CUDA an unfused forward still computes the output; on CUDA every problem stops the kernel
-        if problem is not None and (backward or dropout > 0 or x.device.type == "cuda"):
-            raise InputError(f"impl='flex' cannot run this step: {problem}")
-        q, k = self.queries_keys(x)
-        scale = 1.0 / math.sqrt(self.head_dim)
-        row, col = self.axis_scores(q, h, w)
-        # under autocast q and k are bf16 while the tokens stay float32: cast them before the
-        # broadcast over heads (a cast of the broadcast view would write N_h copies)
-        mixed = relative_flex_attention(q, k, self.head_values(x.to(q.dtype)), row, col, width=w, scale=scale)
-        return self.output(mixed, b, h, w)
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", max_size={self.max_size}"

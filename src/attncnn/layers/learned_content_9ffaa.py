@@ -71,7 +71,6 @@ class LearnedContent9ffaaAttention(ContentAttention):
 
     KINDS = ("learned-content-9ffaa",)
     IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
-    WIDE_SDPA_PATHS = ()
     CONFIG_KEYS = ("max_size", "table_dim")     # queries and keys always with bias, as the reference
     EXCLUSIVE_KEYS = ()
     has_positional_term = True

@@ -62,7 +62,7 @@ class ImageTransformerConfig:
     #: before it existed: "auto", which is what those runs used.
     impl: str = "auto"
     #: the path in eval mode (test passes) when it differs from impl; None: impl in both modes
-    #: (and in configs written before it existed). attncnn train measures it (perf.paths).
+    #: (and in configs written before it existed). attncnn train takes it from its rule (perf.rule).
     eval_impl: str | None = None
     num_layers: int = 6
     num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)

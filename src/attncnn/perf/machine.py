@@ -1,13 +1,10 @@
-"""The machine at hand, described once: for cache keys, epoch records, benchmark files and the device.
+"""The machine at hand, described once: for machine.json, epoch records, benchmark files and the device.
 
 :func:`machine_info` is the description every report and benchmark writes (CPU and GPU names,
 cores, threads, library versions, date); :func:`epoch_machine` the part each epoch record of a
-study keeps; :func:`machine_record` the part a timing depends on, the typed ``machine`` field of
-every cached choice (:mod:`attncnn.perf.cache`): CPU model and generation (family, model, stepping
-and the instruction-set flags that change kernels), GPU, threads, torch version, device type.
-:func:`resolve_device` turns ``--device`` into a :class:`torch.device`. :func:`cpu_load`,
-:func:`busy_cpu` and :func:`busy_reason` say whether other work shares the CPU, which slows every
-timing taken meanwhile.
+study keeps. :func:`resolve_device` turns ``--device`` into a :class:`torch.device`.
+:func:`cpu_load` and :func:`busy_cpu` say whether other work shared the CPU while a dry run timed
+its steps, which slows every timing taken meanwhile.
 """
 
 from __future__ import annotations
@@ -22,22 +19,14 @@ import torch
 from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "cpu_signature", "device_name", "machine_record", "machine_info",
-           "epoch_machine",
-           "MACHINE_KEY", "cpu_load", "busy_cpu", "busy_reason"]
+__all__ = ["resolve_device", "cpu_name", "device_name", "machine_info", "epoch_machine", "MACHINE_KEY", "cpu_load",
+           "busy_cpu"]
 
 #: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
 MACHINE_KEY = "machine"
 
 #: where Linux describes the CPU (a module attribute so that tests can point it at another file)
 CPUINFO = Path("/proc/cpuinfo")
-#: instruction-set flags that change which kernels run and how fast (x86: AVX2, AVX-512,
-#: bfloat16 dot products, AMX tiles; Arm: SVE, bfloat16): CPUs sold under one name differ in them
-_ISA_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "sve", "bf16")
-#: /proc/cpuinfo fields that name a CPU generation (x86 family/model/stepping; Arm implementer/part)
-_GENERATION_FIELDS = (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"),
-                      ("CPU implementer", "implementer"), ("CPU part", "part"), ("CPU variant", "variant"))
-
 
 
 def _cpuinfo() -> dict[str, str]:
@@ -59,35 +48,10 @@ def cpu_name() -> str:
     return _cpuinfo().get("model name") or platform.processor() or platform.machine()
 
 
-def cpu_signature() -> str:
-    """What tells CPUs of one marketing name apart: the generation fields of ``/proc/cpuinfo`` and
-    the instruction-set flags among :data:`_ISA_FLAGS` it has, e.g.
-    ``"family 25 model 1 stepping 1 isa=avx2"``; ``""`` where ``/proc/cpuinfo`` is missing."""
-    info = _cpuinfo()
-    parts = [f"{label} {info[field]}" for field, label in _GENERATION_FIELDS if info.get(field)]
-    flags = info.get("flags", info.get("Features"))
-    if flags is not None:
-        present = set(flags.split())
-        parts.append("isa=" + (",".join(f for f in _ISA_FLAGS if f in present) or "none"))
-    return " ".join(parts)
-
-
 def device_name(device: torch.device) -> str:
     """The device's type and its model, e.g. ``"cuda: NVIDIA H200"`` or ``"cpu: AMD EPYC"``."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     return f"{device.type}: {name}"
-
-
-def machine_record(device: torch.device) -> dict:
-    """What a timing on ``device`` depends on, as the typed ``machine`` field of a cached choice
-    (:mod:`attncnn.perf.cache`): ``{"cpu", "cpu_signature", "gpu", "threads", "torch", "device"}``.
-    The CPU's generation and instruction-set flags are part of it (:func:`cpu_signature`): a
-    marketing name such as "AMD EPYC" covers CPUs with and without AVX-512 or bfloat16 units.
-    ``gpu`` is the GPU's name on CUDA, else None; ``device`` the device type (``"cpu"``, ``"cuda"``)."""
-    device = torch.device(device)
-    return {"cpu": cpu_name(), "cpu_signature": cpu_signature(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
-            "threads": torch.get_num_threads(), "torch": torch.__version__, "device": device.type}
 
 
 def machine_info(device: torch.device) -> dict:
@@ -140,22 +104,3 @@ def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
             "cores, other processes included); the estimate can be several times the time the runs take "
             "alone. Run the dry run again when the machine is idle.")
 
-
-def busy_reason(device: torch.device) -> str | None:
-    """Why a timing on ``device`` taken now would not be this machine's usual one, or None.
-
-    A choice measured while other work shares the CPU (the 1-minute load average, :func:`cpu_load`,
-    above the CPU's cores) ranks its candidates by how the load fell on them: such a choice serves
-    the run that measured it, but is not cached for the next one (:mod:`attncnn.perf.paths`,
-    :mod:`attncnn.perf.compiling`). Sampled before the timing starts, so that the timing's own
-    threads are not counted. None on a GPU, or where the system reports no load average.
-
-    Returns:
-        ``"the CPU is busy (1-minute load average 3.4, above its 2 cores)"`` or None.
-    """
-    if torch.device(device).type != "cpu":
-        return None
-    load, cores = cpu_load(), os.cpu_count() or 1
-    if load is None or load <= cores:
-        return None
-    return f"the CPU is busy (1-minute load average {load:.1f}, above its {cores} cores)"

@@ -7,11 +7,11 @@ paths, whether to compile and to run deterministically. It is made from the reci
 (:class:`~attncnn.runs.TrainConfig`) and the run-time options (:class:`attncnn.training.RunOptions`,
 the command's flags). What needs neither the data nor a network is decided here, and cheap
 mistakes are found here, before anything is loaded (a bad device or precision, a given attention
-path the network's layers lack); what must be measured on the run's network is left to a
-:class:`~attncnn.perf.choosing.RunChooser` in the plan, which the training loop calls on its real
-model, optimizer and batch shapes before the first step. Nothing here loads the data set or builds
-a model, and nothing of the plan is written into ``config.json`` (the loop records the decided
-plan in ``machine.json``):
+path the network's layers lack); the paths and compile, which depend on the token grid and the
+run's length, are left to a :class:`RunChooser` in the plan, which the training loop calls with
+its real model, optimizer and batch shapes before the first step. Nothing here loads the data set
+or builds a model, and nothing of the plan is written into ``config.json`` (the loop records the
+decided plan in ``machine.json``):
 
 * precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``
   (:func:`~attncnn.perf.precision.resolve_precision`); a resumed run keeps its own (its first
@@ -20,25 +20,23 @@ plan in ``machine.json``):
   (:func:`~attncnn.perf.precision.machine_precision`);
 * deterministic: off for a new run unless asked; a resumed run runs as its last segment ran (or as
   an older run's ``config.json`` says) unless ``--deterministic`` / ``--no-deterministic`` says;
-* attention paths: where ``--impl`` is not given (and paths are measured), the chooser times the
-  training and test-pass paths of one of the run's layers, or reads them from the machine's cache
-  (:mod:`attncnn.perf.paths`); a resumed run chooses again the same way (on its machine, the
-  cached choice), whatever another machine chose;
-* compile: where ``--compile`` is not given, the chooser decides whether a compiled step pays back
-  its warm-up within the run, measured or cached (:mod:`attncnn.perf.compiling`), for a resumed run
-  too. ``--compile-mode reduce-overhead`` (CUDA graphs) compiles without that probe: the probe times
-  the default mode, whose answer says nothing of a step whose cost is its kernel launches, and a
-  run asks for CUDA graphs to train compiled. It is refused off CUDA (CUDA graphs are CUDA's) and
-  with ``--no-compile`` (:func:`check_compile_mode`); like every option here it is this segment's
-  (a resumed run compiles as its own command says);
-* the optimizer's kernel: ``--fused-optimizer`` or not, as given (no measurement).
+* attention paths and compile: where ``--impl``, ``--eval-impl`` or ``--compile`` are not given,
+  the written rule (:func:`attncnn.perf.rule.choose`: device type, attention kind, token grid,
+  precision, run length) decides, for a resumed run too; nothing is measured and nothing is read
+  from an earlier run. ``--impl measure`` and ``--measure-compile`` time the candidates on the
+  run's own objects instead (:mod:`attncnn.perf.measure`), not under torchrun (each process would
+  time its own share of the machine). Deterministic runs and runs under torchrun never compile
+  unless asked.
+  ``--compile-mode reduce-overhead`` (CUDA graphs) compiles: it is refused off CUDA and with
+  ``--no-compile`` (:func:`check_compile_mode`);
+* the optimizer's kernel: ``--fused-optimizer`` or not, as given.
 
 Compiled and eager steps, and every attention path, compute the same function up to rounding;
-bit-identical continuation is promised only on one machine, deterministic, with the same paths
-(which ``--deterministic`` fixes to the layers' own rule). The device of a resumed run is this
-command's ``--device`` (``auto`` by default), whatever machine started it. Deterministic runs, and
-runs under torchrun, measure nothing (each process would time its own share of the machine): they
-get no chooser, paths stay as given and compile stays off unless asked.
+bit-identical continuation is promised on one machine, deterministic, with the same paths (the
+rule gives the same paths to the same command). The device of a resumed run is this command's
+``--device`` (``auto`` by default), whatever machine started it. A resumed run whose
+``machine.json`` names an attention path this version no longer has continues on the rule's path,
+with one log line saying so.
 """
 
 from __future__ import annotations
@@ -54,17 +52,26 @@ from ..errors import InputError
 from ..models import preset_model_config
 from ..runs import TrainConfig
 from ..runs.loading import check_options_take_images, resumable_recipe
+from ..layers import ATTENTION_LAYERS, attention_modules
 from ..runs.config import PATH_OPTIONS, PRECISIONS
 from ..runs.machine_file import MACHINE_FILE, last_segment, recorded_precision, run_precision
-from ..training import RunOptions, RunPlan
+from ..training import Choices, RunOptions, RunParts, RunPlan
+from ..training.choices import use_paths
 from ..training.components import fitted_to_images, resolve_device
 from ..training.distributed import launch_from_env, rank_device
-from .choosing import RunChooser
 from .machine import machine_info
-from .paths import _KNOWN_PATHS
+from .measure import kept_state, measure_compile, measure_paths
 from .precision import machine_precision, resolve_precision
+from .rule import choose, device_kind
 
-__all__ = ["make_plan", "resume_plan", "plan_device", "for_images", "check_compile_mode"]
+__all__ = ["make_plan", "resume_plan", "plan_device", "for_images", "check_compile_mode", "RunChooser",
+           "KNOWN_PATHS"]
+
+#: every computation path some attention layer has ("auto" is the layers' own rule)
+KNOWN_PATHS = frozenset(i for kind, cls in ATTENTION_LAYERS.items() for i in cls.impls_of(kind))
+#: paths earlier versions had and this one does not (no measurement found them fastest anywhere):
+#: a run that trained on one resumes on the rule's path, which computes the same function
+REMOVED_PATHS = frozenset({"flex", "sdpa-onehot", "sdpa-bilinear"})
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +125,9 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     """
     options = options or RunOptions()
     stored, old = resumable_recipe(folder)            # ``old``: machine fields an older config.json stored
+    old.pop("measure_paths", None)                    # an option of the measured choices this version dropped
+    _log_removed_paths(folder, old)
+    old = {k: v for k, v in old.items() if k not in ("impl", "eval_impl")}    # never reused: the rule decides
     check_options(old, RunOptions, "training option", source=Path(folder) / "config.json")   # a hand-edited one
     last = last_segment(folder) or {}
     if options.data_dir is None and isinstance(old.get("data_dir"), str):
@@ -148,11 +158,25 @@ def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
     if old.get("precision") is not None and old["precision"] not in PRECISIONS:
         unknown.append(f"precision {old['precision']!r} (resuming in {precision})")
     for key in PATH_OPTIONS:
-        if old.get(key) is not None and old[key] not in _KNOWN_PATHS | {"auto"}:
+        if old.get(key) is not None and old[key] not in KNOWN_PATHS | REMOVED_PATHS | {"auto"}:
             unknown.append(f"{key} {old[key]!r} (this machine chooses the path; --{key.replace('_', '-')} names one)")
     if unknown:
         log.warning("%s stores values attncnn does not know, ignored: %s", Path(folder) / "config.json",
                     "; ".join(unknown))
+
+
+def _log_removed_paths(folder: str | Path, old: dict) -> None:
+    """One log line where the run's files name an attention path this version no longer has (its
+    last ``machine.json`` segment, or an older ``config.json``'s model options ``old``): it
+    continues on the path the rule (or ``--impl``) gives, which computes the same function."""
+    recorded = (last_segment(folder) or {}).get("attention_paths")
+    named = [old.get("impl"), old.get("eval_impl")]
+    if isinstance(recorded, dict):
+        named += [p for paths in recorded.values() if isinstance(paths, list) for p in paths]
+    gone = sorted({p for p in named if isinstance(p, str)} & (REMOVED_PATHS - KNOWN_PATHS))
+    if gone:
+        log.info("%s: it trained on the attention path %s, which this version no longer has; it continues on the "
+                 "path the rule gives (named below), which computes the same function", folder, ", ".join(gone))
 
 
 def check_compile_mode(options: RunOptions, device: torch.device) -> None:
@@ -175,23 +199,97 @@ def check_compile_mode(options: RunOptions, device: torch.device) -> None:
 
 def _planned(config: TrainConfig, options: RunOptions, device: torch.device, precision: str,
              deterministic: bool) -> RunPlan:
-    """The plan from the choices made so far, with a :class:`~attncnn.perf.choosing.RunChooser`
-    for those left open (none for a deterministic run or under torchrun: nothing is measured).
+    """The plan from the choices made so far, with a :class:`RunChooser` for those left open.
 
     Raises:
         ValueError: a given attention path the network's layers do not have (their own message).
+        InputError: ``--impl measure`` / ``--measure-compile`` under torchrun, or with ``--compile``.
     """
     preset_model_config(config.preset, **config.model, **options.paths())     # a path the layers lack: now
-    measures = launch_from_env() is None and not deterministic
-    paths = measures and options.measure_paths and options.impl is None
-    graphs = options.compile_mode == "reduce-overhead"        # compiles, unprobed (module docstring)
-    compile = measures and options.compile is None and not graphs
-    chooser = (RunChooser(paths=paths, eval_path=paths and options.eval_impl is None, compile=compile,
-                          given=options.paths()) if paths or compile else None)
-    return RunPlan(device=device, precision=precision, compile=None if compile else bool(options.compile or graphs),
+    measured = [flag for flag, asked in (("--impl measure", options.impl == "measure"),
+                                         ("--eval-impl measure", options.eval_impl == "measure"),
+                                         ("--measure-compile", options.measure_compile)) if asked]
+    if measured and launch_from_env() is not None:
+        raise InputError(f"{measured[0]} times the run's choices in this process, but under torchrun each process "
+                         "would time its own share of the machine; drop it (the written rule decides)")
+    if options.measure_compile and options.compile is not None:
+        raise InputError("--measure-compile times whether to compile, but --compile/--no-compile says already; "
+                         "drop one of them")
+    graphs = options.compile_mode == "reduce-overhead"        # CUDA graphs: compiled, as asked
+    decide_compile = options.compile is None and not graphs
+    given = options.paths()
+    chooser = RunChooser(impl=_open(options.impl), eval_impl=_open(options.eval_impl, options.impl),
+                         compile=("measure" if options.measure_compile else "rule") if decide_compile else None,
+                         deterministic=deterministic)
+    if (chooser.impl, chooser.eval_impl, chooser.compile) == (None, None, None):
+        chooser = None                                        # everything given: nothing to decide
+    return RunPlan(device=device, precision=precision,
+                   compile=None if decide_compile else bool(options.compile or graphs),
                    compile_mode=options.compile_mode, fused_optimizer=options.fused_optimizer,
-                   deterministic=deterministic, impl=options.impl, eval_impl=options.eval_impl, options=options,
-                   machine=machine_info(device), choose=chooser)
+                   deterministic=deterministic, impl=given.get("impl"), eval_impl=given.get("eval_impl"),
+                   options=options, machine=machine_info(device), choose=chooser)
+
+
+def _open(given: str | None, train: str | None = None) -> str | None:
+    """Who decides a path: ``"rule"`` (not given), ``"measure"`` (``--impl measure``), or None (given).
+    The test-pass path follows a given training path (``train``) where it is not given itself."""
+    if given is not None:
+        return "measure" if given == "measure" else None
+    if train is not None:
+        return "measure" if train == "measure" else None
+    return "rule"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunChooser:
+    """Decides on a run's real objects what its plan leaves open; called by the loop as
+    ``chooser(parts)`` with a :class:`~attncnn.training.RunParts`, before the first step.
+
+    Attributes:
+        impl, eval_impl: who decides the training and the test-pass path: ``"rule"``
+            (:func:`attncnn.perf.rule.choose`), ``"measure"`` (:func:`attncnn.perf.measure.measure_paths`),
+            or None (given by the options; a test-pass path not given follows a given training path).
+        compile: who decides compile: ``"rule"``, ``"measure"`` (:func:`~attncnn.perf.measure.measure_compile`)
+            or None (given). deterministic: the run is deterministic: the rule never compiles it (nor
+            a run under torchrun: compile is asked for there).
+    """
+
+    impl: str | None = "rule"
+    eval_impl: str | None = "rule"
+    compile: str | None = "rule"
+    deterministic: bool = False
+
+    def __call__(self, parts: RunParts) -> Choices:
+        """The :class:`~attncnn.training.Choices` for the run of ``parts``; anything measured leaves the
+        objects' state as it found it (:func:`~attncnn.perf.measure.kept_state`)."""
+        layers = attention_modules(parts.model)
+        pooling = getattr(getattr(parts.model, "config", None), "pooling", 1)
+        grid = (parts.image_shape[1] // pooling, parts.image_shape[2] // pooling)
+        rule = choose(device_kind(parts.device), layers[0].kind if layers else None, grid, parts.precision,
+                      parts.steps, batch=parts.batch)
+        impl = rule.train_impl if self.impl == "rule" else None
+        eval_impl = rule.eval_impl if self.eval_impl == "rule" else None
+        compile = None
+        if self.compile == "rule":
+            compile = rule.compile and not self.deterministic and not parts.distributed
+        if "rule" in (self.impl, self.eval_impl, self.compile):
+            log.info("the rule (attncnn.perf.rule): %s", rule.source)
+        if "measure" in (self.impl, self.eval_impl, self.compile):
+            with kept_state(parts.model, parts.optimizer, parts.device):
+                measured = measure_paths(parts.model, grid=grid, precision=parts.precision, device=parts.device,
+                                         batch=parts.batch if self.impl == "measure" else None,
+                                         eval_batch=parts.eval_batch if self.eval_impl == "measure" else None)
+                impl = measured[0] or impl
+                if self.eval_impl == "measure":
+                    eval_impl = measured[1]
+                if self.compile == "measure":
+                    use_paths(parts.model, impl, eval_impl)       # timed on the paths it will train with
+                    compile = measure_compile(parts.model, parts.optimizer, image_shape=parts.image_shape,
+                                              num_classes=parts.num_classes, batch=parts.batch,
+                                              precision=parts.precision, device=parts.device, steps=parts.steps)
+        if impl is None and eval_impl is not None:      # the training path given, the test pass's decided
+            impl = getattr(layers[0], "impl", None) if layers else None
+        return Choices(impl=impl, eval_impl=None if eval_impl == impl else eval_impl, compile=compile)
 
 
 def for_images(config: TrainConfig, data) -> TrainConfig:
@@ -200,7 +298,7 @@ def for_images(config: TrainConfig, data) -> TrainConfig:
     :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
     network refuses fail with its own message and fix. Not used by the plans (they load no data):
     it stays here for the estimates made before a run exists (``attncnn reproduce --dry-run``,
-    whose run shape must be the one the trainer records in the compile cache).
+    whose run shape must be the one the trainer builds).
 
     Raises:
         ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).

@@ -3,9 +3,9 @@
 :func:`seconds` times one call (waiting for the GPU before and after); :func:`time_alternated` times
 several candidates side by side, alternating them round by round (the order reversed every other
 round) so that a machine that gets busier slows every candidate alike; :func:`time_median` is the
-one-candidate case. Every measurement of the package goes through these: the attention-path choice
-(:func:`time_impls`, used by :mod:`attncnn.perf.paths`), the compile choice
-(:mod:`attncnn.perf.compiling`) and the bench harness (:mod:`attncnn.perf.bench.harness`).
+one-candidate case. Every measurement of the package goes through these: the timings a user asks
+for (``--impl measure``: :func:`time_impls`; ``--measure-compile``; :mod:`attncnn.perf.measure`)
+and the bench harness (:mod:`attncnn.perf.bench.harness`).
 
 A timing that runs for :data:`LONG_TIMING_SECONDS` or more (a paper-width training step on a
 2-core CPU takes minutes) says so once, as it goes: one INFO line with the seconds so far and
@@ -117,7 +117,7 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
         warmup: untimed calls of each path first (0 when the caller has just run each, as
-            :func:`attncnn.perf.paths.choose_path` does to find the paths that run at all).
+            :mod:`attncnn.perf.measure` does to find the paths that run at all).
 
     Returns:
         ``{impl: seconds}``.

@@ -5,8 +5,9 @@
 restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this machine
 runs a run, apart from its recipe) and ``plan`` (:class:`RunPlan`: those options resolved, the
 device, precision, attention paths and compile decision a run takes, made by
-:func:`attncnn.perf.make_plan`, with a chooser for what is measured) and ``choices`` (the loop's
-call of that chooser on its real objects, :class:`RunParts` in, :class:`Choices` out);
+:func:`attncnn.perf.make_plan`, with a chooser for what depends on the run's network and
+length) and ``choices`` (the loop's call of that chooser on its real objects, :class:`RunParts`
+in, :class:`Choices` out);
 ``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
 ``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
 :mod:`attncnn.runs`'; this package measures nothing itself (that is :mod:`attncnn.perf`, whose

@@ -6,8 +6,8 @@ first step. Where the plan has a chooser (:attr:`~attncnn.training.RunPlan.choos
 :mod:`attncnn.perf`), it is given those objects (:class:`~attncnn.training.RunParts`), and its
 answer is applied to the network (:func:`use_paths`) and to the plan, which ``machine.json``'s
 segment then records. The chooser is trusted to leave the objects' state as it found them (the
-one in :mod:`attncnn.perf.choosing` restores it and is tested for that); the loaders are not
-handed to it at all, so it cannot move them.
+one in :mod:`attncnn.perf.plan` applies a written rule, and restores the state where the user asked
+it to time something; tested for that); the loaders are not handed to it at all, so it cannot move them.
 """
 
 from __future__ import annotations

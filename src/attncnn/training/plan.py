@@ -6,11 +6,12 @@ the plan says how this machine trains it: the device, the precision of this mach
 the run, the attention paths, whether to compile and to run deterministically. It is
 :class:`~attncnn.training.RunOptions` resolved for this machine by :func:`attncnn.perf.make_plan`
 (a new run) or :func:`attncnn.perf.resume_plan` (a run continued, perhaps on another machine),
-which decide what needs no data and no network (device, precision, deterministic). What is
-measured on the run's own network (the attention paths, whether a compiled step pays back) is left
-to the plan's :attr:`RunPlan.choose`: the loop (:func:`attncnn.training.train`) calls it once,
-after it has built the real model, optimizer and loaders and before the first step, with those
-objects (:class:`RunParts`), and trains with the :class:`Choices` it returns. This package only
+which decide what needs no data and no network (device, precision, deterministic). What depends
+on the run's network and length (the attention paths, whether to compile: the written rule, or a
+timing the user asked for) is left to the plan's :attr:`RunPlan.choose`: the loop
+(:func:`attncnn.training.train`) calls it once, after it has built the real model, optimizer and
+loaders and before the first step, with those objects (:class:`RunParts`), and trains with the
+:class:`Choices` it returns. This package only
 calls it (the import arrow keeps :mod:`attncnn.perf` above :mod:`attncnn.training`). The decided
 plan goes to ``machine.json``, never to ``config.json``. A plan written by hand works too (tests
 do that): without a chooser, an open ``compile`` (None) means eager and open paths the layers' own
@@ -110,7 +111,7 @@ class RunPlan:
         machine: the machine, as ``machine.json`` records it (:func:`attncnn.perf.machine_info`);
             None (default): not recorded.
         choose: what decides the choices left open on the run's real objects (:data:`Chooser`,
-            e.g. :class:`attncnn.perf.choosing.RunChooser`); None (default): nothing to decide.
+            e.g. :class:`attncnn.perf.plan.RunChooser`); None (default): nothing to decide.
 
     Raises:
         ValueError (on construction): a precision other than fp32 or bf16, a compile mode not in

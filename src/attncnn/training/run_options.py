@@ -38,10 +38,11 @@ class RunOptions:
             keeps the precision its first segment trained at (``machine.json``; a run from before
             ``machine.json`` existed: its ``config.json``'s ``"precision"``), but fp32 where bf16 is
             slow (:func:`attncnn.perf.machine_precision`).
-        compile: compile the training step (True), never (False), or None (default): measured on
-            this machine, on the run's own network before its first step, and turned on where it
-            pays back (:mod:`attncnn.perf.compiling`); off with ``deterministic`` or under torchrun.
-            ``compile_mode="reduce-overhead"`` compiles without that measurement.
+        compile: compile the training step (True), never (False), or None (default): the written
+            rule decides (:func:`attncnn.perf.rule.choose`: never for a run shorter than about ten
+            minutes), or the measurement where ``measure_compile``; off with ``deterministic`` and
+            under torchrun unless given.
+            ``compile_mode="reduce-overhead"`` compiles.
         compile_mode: how a compiled step is compiled, one of :data:`COMPILE_MODES`: ``"default"``
             (``torch.compile``'s default mode), or ``"reduce-overhead"``: CUDA graphs, for small
             models whose step is bound by kernel launches; CUDA only, and it implies ``compile``
@@ -53,16 +54,16 @@ class RunOptions:
         deterministic: deterministic algorithms only (with the CPU, runs and resumes are
             bit-identical); None (default): off for a new run, and for a resumed one as its last
             segment ran (``machine.json``, else its old ``config.json``'s ``"deterministic"``).
-        impl: the attention layers' training path (``"auto"``: the layers' own rule, the fastest
-            exact path for the device); None (default): measured here or read from this machine's
-            cache where ``measure_paths`` holds, else ``"auto"``.
-        eval_impl: the path of test passes; None (default): measured like ``impl`` where that is
-            measured, else the training path.
-        measure_paths: time the attention paths where ``impl`` is not given (default True); never
-            with ``deterministic`` or under torchrun.
+        impl: the attention layers' training path (``"auto"``: the layers' own shape rule;
+            ``"measure"``: timed on the run's own first layer before the first step, forgotten at
+            exit, not under torchrun); None (default): the written rule's (:func:`attncnn.perf.rule.choose`).
+        eval_impl: the path of test passes (``"measure"`` as for ``impl``); None (default): the
+            rule's where ``impl`` is not given, measured where it is ``"measure"``, else the training path.
+        measure_compile: time the training step eager and compiled on the run's own objects before
+            the first step and compile where it pays back (default False: the rule decides); not
+            with ``compile`` given, nor under torchrun.
         data_dir: cache folder of the official archives and decoded images (default None:
-            ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``). Measured choices are cached apart, in
-            :func:`attncnn.perf.cache.cache_dir`.
+            ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``).
         download: download official archives if missing (default False).
 
     Raises:
@@ -78,15 +79,14 @@ class RunOptions:
                                         "units (CUDA with bf16, a CPU with AVX512-BF16 or AMX), else fp32 (default: "
                                         "auto; a resumed run: its own, fp32 where bf16 is slow)")
     compile: bool | None = option(None, help="torch.compile the model's training step (CPU inductor or CUDA); "
-                                             "--no-compile never; unset (the default): timed once per machine "
-                                             "and run shape (cached in $ATTNCNN_CACHE_DIR, default "
-                                             "~/.cache/attncnn) and turned on where it is "
-                                             "at least 1.1x faster and saves more than its measured warm-up over "
-                                             "the run; never with --deterministic or under torchrun")
+                                             "--no-compile never; unset (the default): the written rule "
+                                             "(docs/speed.md: compiled only where measured faster on such a "
+                                             "machine, and only for runs of at least ten minutes eager); never "
+                                             "with --deterministic or under torchrun")
     compile_mode: str = option("default", choices=COMPILE_MODES,
                                help="how --compile compiles the step: default (torch.compile's default mode), or "
                                     "reduce-overhead (CUDA graphs: one launch per graph, for small models that are "
-                                    "bound by kernel launches; CUDA only, implies --compile without timing it)")
+                                    "bound by kernel launches; CUDA only, implies --compile)")
     fused_optimizer: bool = option(False, help="update the weights with the optimizer's fused kernel (one kernel "
                                                "for all parameters) instead of its foreach kernels; the same "
                                                "recipe, rounded differently")
@@ -94,15 +94,16 @@ class RunOptions:
                                                    "resumed runs are bit-identical; default: off, a resumed run as "
                                                    "its last segment ran)")
     impl: str | None = option(None, metavar="PATH",
-                              help="attention computation path of training (auto: the layers' own rule; default: "
-                                   "measured on this machine, or auto with --deterministic)")
+                              help="attention computation path of training (auto: the layers' own shape rule; "
+                                   "measure: time every path on the run's first layer before the first step, "
+                                   "remembered by nothing; default: the written rule for the device, kind and "
+                                   "grid, docs/speed.md)")
     eval_impl: str | None = option(None, metavar="PATH",
-                                   help="attention computation path of test passes (default: measured with the "
-                                        "training path, else the training path)")
-    measure_paths: bool = option(True, help="where --impl is not given, time the attention layers' paths on this "
-                                            "machine once (cached with the compile timings) and train with the "
-                                            "fastest; "
-                                            "never with --deterministic or under torchrun")
+                                   help="attention computation path of test passes (measure: as for --impl; "
+                                        "default: the rule's without --impl, else as --impl)")
+    measure_compile: bool = option(False, help="time the training step eager and compiled on the run's own "
+                                               "network before the first step and compile where it pays back "
+                                               "(default: the written rule decides; not under torchrun)")
     data_dir: str | None = option(None, help="cache folder for official archives (default: $ATTNCNN_DATA_DIR or "
                                              "~/.cache/attncnn)")
     download: bool = option(False, help="download official archives if missing")
@@ -115,8 +116,9 @@ class RunOptions:
                              "(--compile-mode)")
 
     def paths(self) -> dict:
-        """The attention paths given, as model options (``{"impl": ..., "eval_impl": ...}``, only those given)."""
-        return {k: v for k, v in (("impl", self.impl), ("eval_impl", self.eval_impl)) if v is not None}
+        """The attention paths given, as model options (``{"impl": ..., "eval_impl": ...}``, only those
+        given by name: ``"measure"`` names none)."""
+        return {k: v for k, v in (("impl", self.impl), ("eval_impl", self.eval_impl)) if v not in (None, "measure")}
 
     def flags(self) -> list[str]:
         """The command-line flags that give these options where they differ from the defaults (what

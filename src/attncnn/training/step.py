@@ -2,8 +2,8 @@
 
 Forward under the run's autocast (:func:`~attncnn.layers.autocast_rules.autocast`), the loss in
 float32, gradients cleared, backward, optimizer step. The loop (:mod:`attncnn.training.loop`), the
-compile probe (:mod:`attncnn.perf.compiling`) and ``attncnn bench`` call this one function,
-so what is timed is what trains.
+compile timing ``--measure-compile`` asks for (:mod:`attncnn.perf.measure`) and ``attncnn bench``
+call this one function, so what is timed is what trains.
 """
 
 from __future__ import annotations

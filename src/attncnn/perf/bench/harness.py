@@ -11,9 +11,8 @@ Conventions:
 - peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
   the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
   in a fresh process per configuration so earlier runs do not hide it.
-- attention paths: those ``attncnn train`` would take on this machine (measured once per shape and
-  cached, :mod:`attncnn.perf.paths`: the fastest for the training step, and for the test
-  pass the fastest forward), unless the model options name an ``impl``.
+- attention paths: those ``attncnn train`` takes on this device by default (the written rule,
+  :func:`attncnn.perf.rule.choose`), unless the model options name an ``impl``.
 """
 
 from __future__ import annotations
@@ -31,12 +30,12 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode, sdpa_backward_flop_count, sdpa_flop_count
 
 from ...errors import InputError
-from ...layers import attention_modules, dense_attention
+from ...layers import dense_attention
 from ...layers.autocast_rules import autocast
 from ...models import build_model, count_parameters, preset_model_config
 from ...training.step import training_step
 from ..host_memory import heap_policy, reuse_freed_memory
-from ..paths import choose_impl
+from ..rule import choose, device_kind
 from ..timing import time_median
 
 __all__ = ["matmul_peak", "time_median", "step_functions", "time_steps", "count_training_flops", "flops_per_image",
@@ -76,25 +75,6 @@ _CPU_SDPA = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sd
              torch.ops.aten.addmm_: _addmm_inplace_flops}
 
 
-@contextlib.contextmanager
-def _flex_counted_as_sdpa(model: torch.nn.Module):
-    """While the block runs, layers on ``flex`` take ``sdpa``. FlopCounterMode cannot run
-    FlexAttention's operator (torch 2.11-2.13 raise a TypeError under it), and the two paths do the
-    same products: q.k and the map times the values in one kernel, the q.r term's per-query tables
-    outside it; they differ only in how the relative term reaches the scores (a ``score_mod`` or an
-    additive bias, element-wise work the counter does not count)."""
-    layers = [m for m in attention_modules(model) if "flex" in (m.impl, m.eval_impl)]
-    saved = [(layer.impl, layer.eval_impl) for layer in layers]
-    for layer, (impl, eval_impl) in zip(layers, saved):
-        layer.impl = "sdpa" if impl == "flex" else impl
-        layer.eval_impl = "sdpa" if eval_impl == "flex" else eval_impl
-    try:
-        yield
-    finally:
-        for layer, (impl, eval_impl) in zip(layers, saved):
-            layer.impl, layer.eval_impl = impl, eval_impl
-
-
 def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
                          dense: bool = True) -> tuple[int, int]:
     """(forward FLOPs, forward+backward FLOPs) of one step on ``images``, by FlopCounterMode.
@@ -102,10 +82,9 @@ def count_training_flops(model: torch.nn.Module, images: torch.Tensor, labels: t
     ``dense=True`` counts the dense attention average (:func:`attncnn.layers.dense_attention`): "model
     FLOP/s" then compares models by their nominal work, as MFU does, whichever exact path computes
     it. ``dense=False`` counts the formulation the model actually runs (e.g. the separable path),
-    the work the machine does; a ``flex`` layer is counted as its ``sdpa`` path, which does the
-    same products (:func:`_flex_counted_as_sdpa`)."""
+    the work the machine does."""
     def context():
-        return dense_attention(model) if dense else _flex_counted_as_sdpa(model)
+        return dense_attention(model) if dense else contextlib.nullcontext()
 
     with context(), FlopCounterMode(display=False, custom_mapping=_CPU_SDPA) as counter:
         model(images)
@@ -255,18 +234,19 @@ def bench_preset(preset: str, *, baseline: Callable[[torch.nn.Module], torch.nn.
 
 
 def _run_paths(preset: str, overrides: dict, batch_size: int, precision: str, device: torch.device) -> dict:
-    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` would measure and take for
-    this preset here (cached per machine and shape); empty when ``overrides`` name an ``impl`` or
-    the network has no attention layers."""
+    """``{"impl": ..., "eval_impl": ...}``: the paths ``attncnn train`` takes for this preset on
+    ``device`` by default (the written rule, on 32 x 32 images); empty when ``overrides`` name an
+    ``impl`` or the network has no attention layers."""
     if "impl" in overrides:
         return {}
     _, config = preset_model_config(preset, 10, **overrides)
     if not hasattr(config, "attention"):
         return {}
-    common = dict(batch=batch_size, image_size=(32, 32), precision=precision, device=device)
-    found = {"impl": choose_impl(config, **common)[0]}
-    if "eval_impl" not in overrides:
-        found["eval_impl"] = choose_impl(config, mode="eval", **common)[0]
+    grid = (32 // config.pooling, 32 // config.pooling)
+    rule = choose(device_kind(device), config.attention, grid, precision, 0, batch=batch_size)
+    found = {"impl": rule.train_impl}
+    if "eval_impl" not in overrides and rule.eval_impl != rule.train_impl:
+        found["eval_impl"] = rule.eval_impl
     return found
 
 

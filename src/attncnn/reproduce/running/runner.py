@@ -20,12 +20,12 @@ import torch
 
 from ...data import DataShape, peek_dataset
 from ...errors import InputError
-from ...models import build_model
+from ...models import build_model, preset_model_config
 from ...perf import make_plan, resolve_device, resume_plan
 from ...perf.bench.harness import time_steps
-from ...perf.compiling import cached_timing, pays_back
 from ...perf.machine import busy_cpu, cpu_load
 from ...perf.plan import for_images
+from ...perf.rule import choose, device_kind
 from ...perf.precision import machine_precision, resolve_precision
 from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
 from ...runs.config import MAX_EPOCHS
@@ -176,8 +176,8 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
     run on a device without fast bf16 (each epoch record names the precision that ran, and
     ``machine.json``'s segments say it too), and compiled or eager as ``options.compile`` says, else
     as this machine's rule decides (each epoch record says which).
-    Once a job of this call may have compiled (``--compile``, or the run's own compile probe where
-    ``compile`` is left to it), every later job starts with ``torch._dynamo.reset()`` (the
+    Once a job of this call may have compiled (``--compile``, or the written rule where ``compile``
+    is left to it), every later job starts with ``torch._dynamo.reset()`` (the
     process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
     per-function cache limit.
 
@@ -216,7 +216,7 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
             raise TrainingInterrupted(f"suite stopped during {job.label}; its checkpoint {err.checkpoint} is "
                                       f"written. Run {resume_hint or 'the same command'} again to continue",
                                       signum=err.signum, checkpoint=err.checkpoint) from err
-        compiled_before = compiled_before or plan.compile is not False     # None: its probe may have compiled
+        compiled_before = compiled_before or plan.compile is not False     # None: the rule may have compiled
     return states
 
 
@@ -281,19 +281,16 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
 def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precision: str, device: torch.device,
                    eager: float, steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
     """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
-    takes ``eager`` seconds: compiled at this machine's cached compile measurement of the run's shape
-    (:func:`~attncnn.perf.compiling.cached_timing`) where the job compiles (``--compile``, or the
-    trainer's rule when unset, for a resumed job too), else eager."""
+    takes ``eager`` seconds: where the job compiles (``--compile``, or the written rule when unset,
+    :func:`attncnn.perf.rule.choose`), the estimate stays the eager step (nothing here measures a
+    compiled one), and says so."""
     will = options.compile
-    if will is False:
+    if will is None:
+        model = preset_model_config(config.preset, **config.model)[1]
+        pooling = getattr(model, "pooling", 1)
+        grid = (image_size[0] // pooling, image_size[1] // pooling)
+        will = choose(device_kind(device), getattr(model, "attention", None), grid, precision, steps,
+                      batch=config.batch_size).compile
+    if not will:
         return eager, 0.0, "eager"
-    timing = cached_timing(config, batch=config.batch_size, image_size=tuple(image_size), precision=precision,
-                           device=device)
-    if timing is None or timing.compiled is None:
-        return eager, 0.0, ("compiled, estimated eager: no compile measurement of this run's shape here" if will
-                            else "eager estimate; the run measures whether to compile when it starts")
-    if will is None and not pays_back(timing, steps):
-        return eager, 0.0, "eager (compiling does not pay back here, by this machine's measurement)"
-    return (eager * timing.compiled / timing.eager, timing.warmup or 0.0,
-            f"compiled: {timing.speedup:.2f}x eager and {timing.warmup or 0:.0f} s of warm-up, as measured here")
-
+    return eager, 0.0, f"compiled{' by the rule' if options.compile is None else ''}, estimated at the eager step"
