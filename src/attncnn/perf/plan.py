@@ -127,7 +127,7 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     stored, old = resumable_recipe(folder)            # ``old``: machine fields an older config.json stored
     old.pop("measure_paths", None)                    # an option of the measured choices this version dropped
     _log_removed_paths(folder, old)
-    old = {k: v for k, v in old.items() if k not in ("impl", "eval_impl")}    # never reused: the rule decides
+    paths = {k: old.pop(k) for k in ("impl", "eval_impl") if k in old}    # never reused: the rule decides
     check_options(old, RunOptions, "training option", source=Path(folder) / "config.json")   # a hand-edited one
     last = last_segment(folder) or {}
     if options.data_dir is None and isinstance(old.get("data_dir"), str):
@@ -136,7 +136,7 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
     check_compile_mode(options, here)
     own = run_precision(folder) or old.get("precision")
     precision = machine_precision(own, here, options.precision, what=f"run {folder}")
-    _say_unknown_values(folder, old, precision)
+    _say_unknown_values(folder, {**old, **paths}, precision)
     deterministic = options.deterministic
     if deterministic is None:
         deterministic = bool(last.get("deterministic", old.get("deterministic", False)))
