@@ -235,21 +235,23 @@ def test_rollout_is_one_map_per_layer_and_the_softmax_switch_does_not_apply(brow
     data = read_viewer(page_file)
     info = data.manifest["runs"][0]
     w, layers = info["grid"][1], info["layers"]
+    row, col = default_query(*info["grid"])               # the page starts on the grid's centre
+    query = row * w + col
     viewer = Viewer(browser, page_file)
     page = viewer.page
     rollout_values = f"Array.from({{length: {layers}}}, (_, l) => [attncnnViewer.values(l, 0)])"
     viewer.after(lambda: page.select_option("#kind-select", "rollout"))
     assert page.locator("#maps-table canvas.map").count() == layers and page.locator("#softmax").is_disabled()
     shown = [[np.array(v) for v in layer] for layer in page.evaluate(rollout_values)]
-    _matches(shown, page_maps(data, 0, "0", "rollout"), 4 * w + 5)
+    _matches(shown, page_maps(data, 0, "0", "rollout"), query)
     assert all(abs(layer[0].sum() - 1) < 0.02 for layer in shown)      # rows of a rollout sum to 1
     viewer.after(lambda: page.click('#thumbs .thumb[data-key="average"]'))
     shown = [[np.array(v) for v in layer] for layer in page.evaluate(rollout_values)]
-    _matches(shown, page_maps(data, 0, "average", "rollout"), 4 * w + 5)
+    _matches(shown, page_maps(data, 0, "average", "rollout"), query)
     page.screenshot(path=str(artifacts / "viewer-rollout.png"), full_page=True)
     # back to the heads: one map per head again, the softmax switch live
     viewer.after(lambda: page.select_option("#kind-select", "all"))
     assert page.locator("#maps-table canvas.map").count() == sum(info["heads"])
     assert not page.locator("#softmax").is_disabled()
-    _matches(viewer.shown(), page_maps(data, 0, "average", "all", True), 4 * w + 5)
+    _matches(viewer.shown(), page_maps(data, 0, "average", "all", True), query)
     assert not viewer.errors

@@ -263,7 +263,8 @@ def test_a_one_epoch_smoke_run_reports_every_section_and_the_epochs_not_reached(
                  "--only", "quadratic-mini", "--no-progress", "--no-viewer", "--no-compile"]) == 0
     text = (out / "report.md").read_text()
     assert [line for line in text.splitlines() if line.startswith("## ")] == [
-        "## Table 1", "## Every run", "## Attention per layer after training", "## The paper's claims, measured",
+        "## Table 1", "## Every run", "## Attention per layer after training", "## Locality per layer after training",
+        "## The paper's claims, measured",
         "## Settled on a grid? (epochs 6, 20, 60, 150, 300)", "## Where the centres went (last epoch of each run)",
         "## What each run cost, and where it ran", "## Table 1 beside the `mini-long` suite and the paper",
         "## Figures", "## Use the trained models"]
