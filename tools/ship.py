@@ -107,6 +107,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--data", help="the test images of the attention per layer and of the report (default: each "
                                   "run's own data set)")
     p.add_argument("--data-dir", help="cache folder for official archives")
+    p.add_argument("--seeds", help="comma-separated seeds the study was trained with, as given to `attncnn "
+                                   "reproduce` (default: the study's), so that the report does not list others as "
+                                   "missing")
+    p.add_argument("--epochs", type=int, help="the --epochs the study was trained with, if one was given")
     p.add_argument("--no-report", action="store_true", help="write no report afterwards")
     p.add_argument("--no-viewer", action="store_true", help="the report without the viewer page")
     return p
@@ -137,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"`git add {folder}`")
             return 0
         run_study(StudyRequest(name, action="report-only", out=str(folder), data=args.data, data_dir=args.data_dir,
-                               viewer=not args.no_viewer, progress=False))
+                               seeds=args.seeds, epochs=args.epochs, viewer=not args.no_viewer, progress=False))
     except AttncnnError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -27,7 +27,7 @@ def suite(make_tiny_data, tmp_path_factory):
     # trimmed for committing as the project does (tools/ship.py), which writes the report again; the figures
     # drawn before from periodic checkpoints the trim drops go first, as they would not be committed
     shutil.rmtree(out / "figures")
-    assert ship([str(out), "--finished-only", "--data", str(data)]) == 0
+    assert ship([str(out), "--finished-only", "--data", str(data), "--seeds", "0", "--epochs", "1"]) == 0
     return out, args
 
 
@@ -122,8 +122,8 @@ def test_runs_shipped_without_their_weights_keep_their_rows_and_their_attention(
     data = args[args.index("--data") + 1]
     copy, kept = tmp_path / "mini", tmp_path / "kept"
     shutil.copytree(out, copy)
-    withhold = [str(copy), "--data", data, "--no-viewer", "--without-weights", "learned-content-mini,quadratic-mini",
-                "--weights-to", str(kept)]
+    withhold = [str(copy), "--data", data, "--no-viewer", "--seeds", "0", "--epochs", "1", "--without-weights",
+                "learned-content-mini,quadratic-mini", "--weights-to", str(kept)]
     folders = {p: copy / p / "seed0" for p in ("learned-content-mini", "quadratic-mini")}
     assert main(["evaluate", str(folders["learned-content-mini"]), "--data", data, "--predictions",
                  str(folders["learned-content-mini"] / PREDICTIONS_FILE)]) == 0
