@@ -284,7 +284,11 @@ def test_the_lending_limits_are_the_tools_arguments_part_size_and_file_count_inc
     size = sum(p["bytes"] for p in full["parts"])
     part = size // 3 + 1
     split = job.pack(_copy(trained, tmp_path / "split"), [SPEC], tmp_path / "split-out", epochs=1, part_bytes=part)
-    assert [p["bytes"] <= part for p in split["parts"]] == [True] * 3 and "weights" not in split["runs"][0]
+    # a new pack of a copy compresses to about `size` (a few bytes either way: file times), so 3 or 4 parts,
+    # every one within the limit and all but the last full
+    sizes = [p["bytes"] for p in split["parts"]]
+    assert all(b <= part for b in sizes) and len(sizes) == -(-sum(sizes) // part) >= 3
+    assert "weights" not in split["runs"][0]
     # three files returned: one part beside pack.json and the log, so the pack shrinks to one part
     one = job.pack(_copy(trained, tmp_path / "one"), [SPEC], tmp_path / "one-out", epochs=1, part_bytes=part,
                    max_files=3)
