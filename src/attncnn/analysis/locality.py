@@ -57,13 +57,24 @@ def grid_side(height: int, width: int) -> float:
     return math.sqrt(height * width)
 
 
-def _check_probs(probs: torch.Tensor, height: int, width: int, queries: Sequence[int] | None) -> torch.Tensor:
+def batched_probs(probs: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    """``probs`` as ``(B, N_h, Q, H*W)``: ``(N_h, Q, H*W)`` gains a batch of one.
+
+    Raises:
+        InputError: another rank, or a last dimension that is not the ``H*W`` keys of the grid.
+    """
     if probs.dim() == 3:
         probs = probs.unsqueeze(0)
     n = height * width
     if probs.dim() != 4 or probs.shape[-1] != n:
         raise InputError(f"expected probabilities (B, N_h, Q, {n}) for a {height}x{width} grid, "
                          f"got {tuple(probs.shape)}")
+    return probs
+
+
+def _check_probs(probs: torch.Tensor, height: int, width: int, queries: Sequence[int] | None) -> torch.Tensor:
+    probs = batched_probs(probs, height, width)
+    n = height * width
     if n < 2:
         raise InputError("a 1x1 token grid has a single key: attention distance and entropy are not defined")
     expected = n if queries is None else len(queries)

@@ -42,7 +42,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
-from .locality import LOCAL_HEAD_DISTANCE, grid_side
+from .locality import LOCAL_HEAD_DISTANCE, batched_probs, grid_side
 from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
@@ -84,12 +84,8 @@ def head_statistics(probs: torch.Tensor, height: int, width: int, *, margin: int
     Raises:
         InputError: shapes that do not fit the grid, or no query inside the margin.
     """
-    if probs.dim() == 3:
-        probs = probs.unsqueeze(0)
+    probs = batched_probs(probs, height, width)
     n = height * width
-    if probs.dim() != 4 or probs.shape[-1] != n:
-        raise InputError(f"expected probabilities (B, N_h, Q, {n}) for a {height}x{width} grid, "
-                         f"got {tuple(probs.shape)}")
     q_index = torch.arange(n) if queries is None else torch.as_tensor(list(queries), dtype=torch.long)
     if probs.shape[-2] != len(q_index):
         raise InputError(f"probabilities hold {probs.shape[-2]} queries but {len(q_index)} query indices were given")
