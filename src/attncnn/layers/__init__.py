@@ -1,8 +1,8 @@
 """Reusable attention primitives for token grids (no training code; imports nothing else from attncnn).
 
 One file per attention family (``position_only``, ``content``, ``gpsa``) and per kind (``quadratic``,
-``learned``, ``learned_content``, ``learned_content_9ffaa``); the value-mixing products in ``mixing``; the
-table of kinds in ``registry``.
+``learned``, ``learned_content``, ``learned_content_9ffaa``; the learned axis tables two of them share in
+``axis_tables``); the value-mixing products in ``mixing``; the table of kinds in ``registry``.
 """
 
 from __future__ import annotations

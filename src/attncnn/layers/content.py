@@ -115,18 +115,25 @@ class QueryKeyAttention(GridAttention):
         k = self.key(x).reshape(b, h * w, self.num_heads, self.head_dim).transpose(1, 2)
         return q, k
 
+    @property
+    def content_scale(self) -> float:
+        """The factor of the content term, ``1 / sqrt(D_h)``."""
+        return 1.0 / math.sqrt(self.head_dim)
+
     @staticmethod
-    def scaled_content(q: torch.Tensor, k: torch.Tensor, onto: torch.Tensor | None = None) -> torch.Tensor:
+    def scaled_content(q: torch.Tensor, k: torch.Tensor, onto: torch.Tensor | None = None,
+                       scale: float | None = None) -> torch.Tensor:
         """The content scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1), added onto ``onto``.
 
         Args:
             q, k: ``(B, N_h, N, D_h)`` queries and keys (:meth:`queries_keys`).
             onto: a ``(B, N_h, N, N)`` term to add them to (the positional term), or None.
+            scale: the factor instead of ``1 / sqrt(D_h)`` (a layer's :attr:`content_scale`), or None.
 
         Returns:
             ``(B, N_h, N, N)``, in the products' dtype (bf16 under autocast).
 
-        One ``baddbmm``: the product applies ``1 / sqrt(D_h)`` (and adds ``onto``) to its float32
+        One ``baddbmm``: the product applies the factor (and adds ``onto``) to its float32
         accumulator, so the scores, the largest tensor of the layer, are written once and rounded
         once, instead of being written, read back, scaled and written again (with a second
         rounding in bf16, and the same again for their gradient). Measured: ``benchmarks/results/HISTORY.md``.
@@ -138,7 +145,7 @@ class QueryKeyAttention(GridAttention):
         else:
             onto, beta = onto.reshape(b * nh, n, n), 1.0
         scores = torch.baddbmm(onto, q.reshape(b * nh, n, dh), k.reshape(b * nh, n, dh).transpose(1, 2),
-                               beta=beta, alpha=1.0 / math.sqrt(dh))
+                               beta=beta, alpha=1.0 / math.sqrt(dh) if scale is None else scale)
         return scores.view(b, nh, n, n)
 
     def input_probs(self, x: torch.Tensor) -> torch.Tensor:
@@ -185,6 +192,10 @@ class ContentAttention(QueryKeyAttention):
         """
         return None
 
+    def sdpa_mask(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
+        """The fused path's ``attn_mask``: :meth:`positional_term` here."""
+        return self.positional_term(q, height, width)
+
     def score_terms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The two pre-softmax terms of the grid ``x (B, H, W, D)``, each already scaled.
 
@@ -198,7 +209,7 @@ class ContentAttention(QueryKeyAttention):
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
-        return self.scaled_content(q, k), self.positional_term(q, h, w)
+        return self.scaled_content(q, k, scale=self.content_scale), self.positional_term(q, h, w)
 
     def input_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Pre-softmax scores ``(B, N_h, H*W, H*W)`` for the grid ``x (B, H, W, D)``: the sum of
@@ -209,7 +220,7 @@ class ContentAttention(QueryKeyAttention):
         """
         _, h, w = self.check_input(x)
         q, k = self.queries_keys(x)
-        return self.scaled_content(q, k, onto=self.positional_term(q, h, w))
+        return self.scaled_content(q, k, self.positional_term(q, h, w), self.content_scale)
 
     def input_probs(self, x: torch.Tensor) -> torch.Tensor:
         """Softmax of :meth:`input_scores` over the keys, ``(B, N_h, H*W, H*W)``, float32 at least.
@@ -246,8 +257,8 @@ class ContentAttention(QueryKeyAttention):
         if path == "sdpa":
             q, k = self.queries_keys(x)
             mixed = F.scaled_dot_product_attention(
-                q, k, self.head_values(x), attn_mask=self.positional_term(q, h, w),
-                dropout_p=self.attn_drop.p if self.training else 0.0, scale=1.0 / math.sqrt(self.head_dim))
+                q, k, self.head_values(x), attn_mask=self.sdpa_mask(q, h, w),
+                dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.content_scale)
             return self.output(mixed, b, h, w)
         if path == "bilinear":
             return self.mix_scores(self.bilinear_scores(x), x, half=True)[0]

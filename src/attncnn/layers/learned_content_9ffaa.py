@@ -32,18 +32,15 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from ..errors import InputError
-from .conv_init import axis_coefficients, table_features
+from .axis_tables import AxisTables, check_table_width
 from .content import ContentAttention
-from .learned import _INIT_COLUMNS, _check_table_width      # the same (d^2, d, 1) columns as `learned`
-from .relative import table_rows
 
 __all__ = ["LearnedContent9ffaaAttention"]
 
-class LearnedContent9ffaaAttention(ContentAttention):
+
+class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
     """Content + learned relative attention as the reference repository at 9ffaa30 computes it.
 
     Score (module docstring): ``w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2) +
@@ -58,6 +55,9 @@ class LearnedContent9ffaaAttention(ContentAttention):
     * ``value`` (and ``value_in`` when ``head_dim != D``): :class:`~attncnn.layers.GridAttention`.
 
     Tables start N(0, 1) and the linear maps with PyTorch's default init, as in the reference.
+    Its forward, :meth:`score_terms` and :meth:`input_scores` are the content layers'
+    (:class:`~attncnn.layers.ContentAttention`), with ``D`` for ``D_h`` in the content term and
+    the positional term not scaled; a grid larger than ``max_size`` raises InputError in them.
 
     Args:
         dim, num_heads, head_dim, out_dim, attn_drop, impl, eval_impl: see
@@ -71,27 +71,17 @@ class LearnedContent9ffaaAttention(ContentAttention):
 
     KINDS = ("learned-content-9ffaa",)
     IMPLS = ("auto", "explicit", "explicit-half", "sdpa")
-    CONFIG_KEYS = ("max_size", "table_dim")     # queries and keys always with bias, as the reference
+    CONFIG_KEYS = AxisTables.CONFIG_KEYS          # queries and keys always with bias, as the reference
     EXCLUSIVE_KEYS = ()
     has_positional_term = True
 
     def __init__(self, dim: int, num_heads: int, *, max_size: int = 16, table_dim: int | None = None,
                  **kwargs) -> None:
         super().__init__(dim, num_heads, **kwargs)
-        self.max_size = max_size
-        self.table_dim = dim if table_dim is None else table_dim
-        if self.table_dim < 1 or max_size < 1:
-            raise InputError(f"table_dim and max_size must be >= 1, got {self.table_dim}, {max_size}")
-        self.row_embeddings = nn.Embedding(2 * max_size - 1, self.table_dim)
-        self.col_embeddings = nn.Embedding(2 * max_size - 1, self.table_dim)
-        self.head_keys_row = nn.Linear(self.table_dim, num_heads, bias=False)
-        self.head_keys_col = nn.Linear(self.table_dim, num_heads, bias=False)
-
-    @classmethod
-    def check_config(cls, kind: str, config) -> None:
-        super().check_config(kind, config)
-        if config.init == "conv":
-            _check_table_width(config.table_dim or config.dim)
+        table_dim = dim if table_dim is None else table_dim
+        if table_dim < 1 or max_size < 1:
+            raise InputError(f"table_dim and max_size must be >= 1, got {table_dim}, {max_size}")
+        self.add_axis_tables(max_size, table_dim)
 
     @torch.no_grad()
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
@@ -111,7 +101,7 @@ class LearnedContent9ffaaAttention(ContentAttention):
         Raises:
             InputError: tables narrower than 3 columns, or a layer without query bias.
         """
-        _check_table_width(self.table_dim)
+        check_table_width(self.table_dim)
         if self.query.bias is None:
             raise InputError("the local init writes the query bias, and this layer has none: build it with "
                              "qk_bias=True")
@@ -120,11 +110,7 @@ class LearnedContent9ffaaAttention(ContentAttention):
         self.query.bias.zero_()
         self.query.bias.view(nh, dh)[:, 0] = 1.0
         self.key.weight.view(nh, dh, self.dim)[:, 0] = 0.0
-        for axis, (table, keys) in enumerate(((self.row_embeddings, self.head_keys_row),
-                                              (self.col_embeddings, self.head_keys_col))):
-            table.weight.zero_()
-            table.weight[:, :_INIT_COLUMNS] = table_features(self.max_size, table.weight)
-            keys.weight[:, :_INIT_COLUMNS] = axis_coefficients(shifts[:, axis], alpha)
+        self.local_init_tables_(shifts, alpha)
 
     @property
     def content_scale(self) -> float:
@@ -139,23 +125,7 @@ class LearnedContent9ffaaAttention(ContentAttention):
         Raises:
             InputError: ``height`` or ``width`` exceeds ``max_size``.
         """
-        e_row = table_rows(self.row_embeddings, height, self.max_size, "height")     # (H, H, E)
-        e_col = table_rows(self.col_embeddings, width, self.max_size, "width")       # (W, W, E)
-        row = F.linear(e_row, self.head_keys_row.weight)                               # (H, H, N_h)
-        col = F.linear(e_col, self.head_keys_col.weight)                               # (W, W, N_h)
-        return row.permute(2, 0, 1), col.permute(2, 0, 1)
-
-    def grid_term(self, height: int, width: int) -> torch.Tensor:
-        """The positional term of every pair, ``(N_h, H*W, H*W)`` (queries on dim -2, keys on
-        dim -1, row-major), the same for every image: ``row[h, i, k] + col[h, j, l]``.
-
-        Raises:
-            InputError: ``height`` or ``width`` exceeds ``max_size``.
-        """
-        row, col = self.axis_scores(height, width)
-        scores = row[:, :, None, :, None] + col[:, None, :, None, :]                    # (N_h, H, W, H, W)
-        n = height * width
-        return scores.reshape(self.num_heads, n, n)
+        return self.table_scores(height, width)
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
         """:meth:`grid_term` as a ``(B, N_h, H*W, H*W)`` broadcast view over the batch of ``q``
@@ -163,42 +133,10 @@ class LearnedContent9ffaaAttention(ContentAttention):
         term = self.grid_term(height, width)
         return term.unsqueeze(0).expand(q.shape[0], *term.shape)
 
-    def score_terms(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The two pre-softmax terms of the grid ``x (B, H, W, D)``.
-
-        Returns:
-            ``(content, positional)``: ``q_h . k_h / sqrt(D)`` ``(B, N_h, H*W, H*W)`` and the
-            positional term (:meth:`positional_term`, a broadcast view). Their sum is :meth:`input_scores`.
-
-        Raises:
-            InputError: wrong rank or channel count, or a grid larger than ``max_size``.
-        """
-        _, h, w = self.check_input(x)
-        q, k = self.queries_keys(x)
-        return self._scores(q, k), self.positional_term(q, h, w)
-
-    def input_scores(self, x: torch.Tensor) -> torch.Tensor:
-        """Pre-softmax scores ``(B, N_h, H*W, H*W)`` of the grid ``x``: both terms in one product.
-
-        Raises:
-            InputError: wrong rank or channel count, or a grid larger than ``max_size``.
-        """
-        _, h, w = self.check_input(x)
-        q, k = self.queries_keys(x)
-        return self._scores(q, k, onto=self.positional_term(q, h, w))
-
-    def _scores(self, q: torch.Tensor, k: torch.Tensor, onto: torch.Tensor | None = None) -> torch.Tensor:
-        """``q . k / sqrt(D)`` (+ ``onto``), written once: the factor and the sum are applied to
-        the product's accumulator (as :meth:`ContentAttention.scaled_content
-        <attncnn.layers.ContentAttention.scaled_content>`, with ``D`` for ``D_h``)."""
-        b, nh, n, dh = q.shape
-        if onto is None:
-            onto, beta = q.new_zeros(()).expand(b * nh, n, n), 0.0
-        else:
-            onto, beta = onto.reshape(b * nh, n, n), 1.0
-        scores = torch.baddbmm(onto, q.reshape(b * nh, n, dh), k.reshape(b * nh, n, dh).transpose(1, 2),
-                               beta=beta, alpha=self.content_scale)
-        return scores.view(b, nh, n, n)
+    def sdpa_mask(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
+        """One batch-shared bias ``(1, N_h, H*W, H*W)``: the kernel broadcasts it, no ``(B, N_h, N,
+        N)`` tensor is formed."""
+        return self.grid_term(height, width).to(q.dtype).unsqueeze(0)
 
     def bilinear_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Not available: the base class's bilinear form scales by ``sqrt(D_h)`` and folds only a
@@ -208,34 +146,3 @@ class LearnedContent9ffaaAttention(ContentAttention):
             InputError: always (this kind has no bilinear path).
         """
         raise InputError(f"{self.kind} attention has no bilinear path; choose one of {', '.join(self.impls)}")
-
-    def forward(self, x: torch.Tensor, return_attention: bool = False):
-        """Apply the layer.
-
-        Args:
-            x: ``(B, H, W, D)`` token grid (``H, W <= max_size``).
-            return_attention: also return the probabilities ``(B, N_h, H*W, H*W)`` (explicit path,
-                float32 under autocast).
-
-        Returns:
-            ``(B, H, W, D_out)``, or ``(output, probs)`` when ``return_attention``.
-
-        Raises:
-            InputError: wrong rank or channel count, or a grid larger than ``max_size``.
-        """
-        b, h, w = self.check_input(x)
-        path = "explicit" if return_attention else self.path(h, w)
-        if path == "sdpa":
-            q, k = self.queries_keys(x)
-            # one batch-shared bias: the kernel broadcasts it, no (B, N_h, N, N) tensor is formed
-            bias = self.grid_term(h, w).to(q.dtype).unsqueeze(0)                       # (1, N_h, N, N)
-            mixed = F.scaled_dot_product_attention(
-                q, k, self.head_values(x), attn_mask=bias,
-                dropout_p=self.attn_drop.p if self.training else 0.0, scale=self.content_scale)
-            return self.output(mixed, b, h, w)
-        scores = self.input_scores(x)
-        out, probs = self.mix_scores(scores, x, half=path != "explicit")
-        return (out, probs) if return_attention else out
-
-    def extra_repr(self) -> str:
-        return super().extra_repr() + f", max_size={self.max_size}, table_dim={self.table_dim}"
