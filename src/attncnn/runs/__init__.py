@@ -3,8 +3,7 @@
 ``config`` (:class:`TrainConfig`, the recipe a run folder records in ``config.json``); ``folder``
 (:class:`RunFolder`: config, ``metrics.jsonl``, checkpoints, ``finished.json``) with ``lock`` (one
 writer at a time) and ``main_process_folder`` (rank 0 writes under DDP); ``checkpoint`` (the file
-format: safetensors weights + JSON metadata, written atomically, never unpickled; an older file
-re-saved with the header digest by ``checkpoint_upgrade``); ``loading``
+format: safetensors weights + JSON metadata, written atomically, never unpickled); ``loading``
 (a model from a run folder or a checkpoint, checked against its configuration before it is built);
 ``predictions`` (a model's per-image test predictions, ``predictions.json``, recorded once);
 ``withheld`` (a finished run shipped without its weights: ``weights-withheld.json`` says what they were);

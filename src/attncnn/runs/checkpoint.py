@@ -20,8 +20,8 @@ both digests, so a flipped bit on disk or in a copy, in the weights or in what i
 the file, not a silently different run. Two digests rather than one so that files written before
 the header digest existed keep their tensor check: they load with a note that their metadata is
 not covered (and files from before either digest with a warning that nothing is checked), each
-said once per file and process; :func:`attncnn.runs.checkpoint_upgrade.add_header_digest` re-saves
-such a file with both digests, its tensors byte for byte as they were.
+said once per file and process; ``python tools/checkpoint_upgrade.py`` (in a checkout) re-saves such
+a file with both digests, its tensors byte for byte as they were.
 """
 
 from __future__ import annotations
@@ -313,7 +313,7 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
         # INFO, not WARNING: the tensors are checked; only what is read beside them is not.
         _note_once(path, logging.INFO, "%s was written before checkpoints covered their metadata: its tensors are "
                    "checked against their digest, its metadata (epoch, step, recipe) is not; "
-                   "attncnn.runs.checkpoint_upgrade.add_header_digest(path) re-saves it with both")
+                   "python tools/checkpoint_upgrade.py PATH in a checkout of attncnn re-saves it with both")
     if stored is not None:
         view = memoryview(raw)
         try:

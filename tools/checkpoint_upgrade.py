@@ -1,5 +1,6 @@
-"""Checkpoints written before checkpoints covered their metadata, re-saved with the header digest
-(:func:`add_header_digest`), so that what is read beside their tensors is checked from then on.
+"""``python tools/checkpoint_upgrade.py CHECKPOINT...``: checkpoints written before checkpoints covered
+their metadata, re-saved with the header digest (:func:`add_header_digest`), so that what is read
+beside their tensors is checked from then on.
 
 The file format and both digests are :mod:`attncnn.runs.checkpoint`'s; this module only rewrites a
 file through its writer and checks that nothing but the new digest changed.
@@ -10,10 +11,11 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import sys
 from pathlib import Path
 
-from .._io import atomic_path
-from .checkpoint import CheckpointError, _read_header, load_checkpoint, write_checkpoint
+from attncnn._io import atomic_path
+from attncnn.runs.checkpoint import CheckpointError, _read_header, load_checkpoint, write_checkpoint
 
 __all__ = ["add_header_digest"]
 
@@ -73,3 +75,8 @@ def _same_contents(path: Path, header: dict, data: bytes, meta: dict) -> None:
     if tensors(new_header, new_data) != tensors(header, data) or new_meta != meta:
         raise CheckpointError(f"{path}: re-saving it would change its tensors or metadata; the file is left as it "
                               "was")
+
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        print(f"{name}: {'re-saved with the header digest' if add_header_digest(name) else 'has it already'}")
