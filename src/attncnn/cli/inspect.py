@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from ._parsing import RUN_HELP, add_precision_option, quiet_logs, run_or_model
+from ._parsing import quiet_logs
+from ._run_arguments import add_run_arguments, run_keywords
 
 __all__ = ["register", "handle"]
 
@@ -17,10 +18,9 @@ def register(sub) -> None:
                               description="Mean attention distance (in tokens and over the grid side), peak "
                                           "probability, entropy and normalised entropy per head (from hooked real "
                                           "activations, averaged over queries and test images), quadratic "
-                                          "centres/spreads and degenerate heads, and each layer's distance to a "
+                                          "centers/spreads and degenerate heads, and each layer's distance to a "
                                           "KxK grid of shifts.")
-    i.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
-    i.add_argument("--json", action="store_true", help="print one JSON object")
+    add_run_arguments(i, "RUN", "--json")
     i.add_argument("--images", type=int, default=1000,
                    help="test images the measures of models whose attention depends on the input are averaged "
                         "over (default 1000; position-only models need none)")
@@ -30,9 +30,7 @@ def register(sub) -> None:
                    help="degenerate-head threshold (default: the reference code's)")
     i.add_argument("--min-eigenvalue", type=float, default=1e-5,
                    help="degenerate-head threshold (default: the reference code's)")
-    i.add_argument("--data")
-    i.add_argument("--data-dir")
-    add_precision_option(i)
+    add_run_arguments(i, "--data", "--data-dir", "--precision=measure")
     i.set_defaults(handler=handle)
 
 
@@ -44,6 +42,6 @@ def handle(args: argparse.Namespace) -> int:
     with quiet_logs(args.json):
         result = inspect_run(args.run, images=args.images, margin=args.margin,
                              condition_number=args.condition_number, min_eigenvalue=args.min_eigenvalue,
-                             data=args.data, data_dir=args.data_dir, precision=args.precision)
+                             **run_keywords(args))
     print(json.dumps(result, indent=2) if args.json else inspect_text(result))
     return 0

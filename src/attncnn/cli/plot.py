@@ -26,7 +26,7 @@ def register(sub) -> None:
                    help=f"comma-separated subset of {', '.join(FIGURES)} (default: all that apply)")
     p.add_argument("--layer", type=int,
                    help="layer (1-based) for 'evolution' (default: 4 as in the paper, or the last if fewer)")
-    p.add_argument("--query", help="query token ROW,COL (default: the grid centre)")
+    p.add_argument("--query", help="query token ROW,COL (default: the grid center)")
     p.add_argument("--image", type=int, default=0, help="test image index for 'maps' of content models")
     p.add_argument("--average", type=int, default=100, help="test images averaged for 'average' (default 100)")
     p.add_argument("--zoom", type=int, help="show only the (2 ZOOM+1)^2 tokens around the query (paper: 3)")

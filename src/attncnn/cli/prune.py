@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ..runs.config import PRECISIONS
-from ._parsing import RUN_HELP, run_or_model
+from ._run_arguments import add_run_arguments, run_keywords
 
 __all__ = ["register", "handle"]
 
@@ -23,13 +22,13 @@ def register(sub) -> None:
                     "paper's quadratic-generalized-pruned run (the run's own recipe with a fresh optimiser and a "
                     "restarted warm-up + cosine schedule; paper: 100 epochs at lr 0.01). Without it, --out saves "
                     "the pruned model as a checkpoint file that evaluate, inspect and plot read.")
-    pr.add_argument("run", metavar="RUN", type=run_or_model, help=RUN_HELP)
+    add_run_arguments(pr, "RUN")
     pr.add_argument("--condition-number", type=float, default=1000.0,
                     help="prune full-covariance heads above this condition number (default 1000, the reference "
                          "code; the paper's text says 1e5)")
     pr.add_argument("--min-eigenvalue", type=float, default=1e-5,
                     help="prune heads whose largest eigenvalue of Sigma^-1 is below this (default 1e-5)")
-    pr.add_argument("--json", action="store_true", help="print JSON")
+    add_run_arguments(pr, "--json", json="print JSON")
     pr.add_argument("--finetune-epochs", type=int, default=0, metavar="N",
                     help="fine-tune the pruned model for N epochs into a new run folder (default 0: only report; "
                          "the paper fine-tunes for 100)")
@@ -39,14 +38,14 @@ def register(sub) -> None:
     pr.add_argument("--overwrite", action="store_true", help="replace an existing --out folder or file")
     pr.add_argument("--lr", type=float,
                     help="peak learning rate of the fine-tune (default 0.01, 10x below the paper's 0.1)")
-    pr.add_argument("--batch-size", type=int, help="fine-tune batch (default: the run's)")
-    pr.add_argument("--data", help="fine-tune data set (default: the run's)")
-    pr.add_argument("--data-dir", help="cache folder for official archives (default: the run's)")
-    pr.add_argument("--device", help="fine-tune device: auto, cpu, cuda, cuda:N (default: the run's)")
-    pr.add_argument("--precision", choices=PRECISIONS,
-                    help="fine-tune precision (default: the run's, but fp32 for a bf16 run on a device without fast "
-                         "bf16, a CPU without AVX512-BF16 or AMX; auto: the device's choice)")
-    pr.add_argument("--no-progress", action="store_true", help="no progress bar while fine-tuning")
+    add_run_arguments(
+        pr, "--batch-size", "--data", "--data-dir", "--device", "--precision", "--no-progress",
+        batch_size="fine-tune batch (default: the run's)", data="fine-tune data set (default: the run's)",
+        data_dir="cache folder for official archives (default: the run's)",
+        device={"default": None, "help": "fine-tune device: auto, cpu, cuda, cuda:N (default: the run's)"},
+        precision="fine-tune precision (default: the run's, but fp32 for a bf16 run on a device without fast bf16, "
+                  "a CPU without AVX512-BF16 or AMX; auto: the device's choice)",
+        no_progress="no progress bar while fine-tuning")
     pr.set_defaults(handler=handle)
 
 
@@ -57,8 +56,7 @@ def handle(args: argparse.Namespace) -> int:
     say = None if args.json else (lambda text: print(text, flush=True))
     out = prune_run(args.run, condition_number=args.condition_number, min_eigenvalue=args.min_eigenvalue,
                     finetune_epochs=args.finetune_epochs, out=args.out, overwrite=args.overwrite, lr=args.lr,
-                    batch_size=args.batch_size, data=args.data, data_dir=args.data_dir, device=args.device,
-                    precision=args.precision, progress=not args.no_progress, say=say)
+                    say=say, **run_keywords(args))
     if args.json:
         print(json.dumps(out, indent=2))
     elif "final" in out:

@@ -7,7 +7,8 @@ import argparse
 import json
 
 from ..errors import InputError
-from ._parsing import RUN_HELP, add_precision_option, quiet_logs, run_or_model
+from ._parsing import quiet_logs
+from ._run_arguments import add_run_arguments, run_keywords
 
 __all__ = ["register", "handle"]
 
@@ -19,16 +20,16 @@ def register(sub) -> None:
                                           "test set, as the reference), parameters, multiply-accumulates per "
                                           "image, training and inference images/s on this machine, epochs, "
                                           "dataset, and the paper's Table 1 numbers.")
-    r.add_argument("runs", nargs="*", metavar="RUN", type=run_or_model, help=RUN_HELP)
+    add_run_arguments(r, "RUN...")
     r.add_argument("--preset", action="append", default=[], metavar="NAME",
                    help="also add an untrained preset's row (sizes only; repeatable)")
-    r.add_argument("--json", action="store_true", help="print JSON")
+    add_run_arguments(r, "--json", json="print JSON")
     r.add_argument("--markdown", action="store_true", help="print a Markdown table")
     r.add_argument("--no-speed", action="store_true", help="skip the images/s measurements")
-    r.add_argument("--batch-size", type=int, default=32, help="batch for the images/s measurements")
+    add_run_arguments(r, "--batch-size", batch_size={"default": 32, "help": "batch for the images/s measurements"})
     r.add_argument("--image-size", type=int, default=32)
     r.add_argument("--out", help="also write the table to this file (.json, .md or text)")
-    add_precision_option(r)
+    add_run_arguments(r, "--precision=measure")
     r.set_defaults(handler=handle)
 
 
@@ -40,8 +41,8 @@ def handle(args: argparse.Namespace) -> int:
     if args.json and args.markdown:
         raise InputError("--json and --markdown exclude each other")
     with quiet_logs(args.json):
-        rows = report_rows(args.runs, args.preset, speed=not args.no_speed, batch_size=args.batch_size,
-                           image_size=args.image_size, precision=args.precision)
+        rows = report_rows(args.runs, args.preset, speed=not args.no_speed, image_size=args.image_size,
+                           **run_keywords(args))
     if args.json:
         text = json.dumps(rows, indent=2) + "\n"
     elif args.markdown:

@@ -126,12 +126,12 @@ def _theorem_text(result: dict, repeats: int) -> str:
 def _model_text(result: dict) -> str:
     k, layer, heads = result["kernel_size"], result["layer"], result["per_head"]
     lines = [f"Theorem 1 in a network: layer {layer} ({result['attention']}, {len(heads)} heads) of {result['model']}",
-             f"against the closest {k}x{k} convolution (each head's folded value matrix on the tap of its centre); "
+             f"against the closest {k}x{k} convolution (each head's folded value matrix on the tap of its center); "
              f"inputs: the layer's input for {result['images']}, {result['dtype']}"]
     if result["locality_strength"] is not None:
         lines.append(f"init=conv, locality strength alpha {result['locality_strength']:g}: Lemma 2 allows "
                      f"{result['lemma2_off_target_mass']:.2e} of an interior query's attention off its target")
-    lines += ["", "| head | centre (row, col) | tap | distance | target mass |", "|---|---|---|---|---|"]
+    lines += ["", "| head | center (row, col) | tap | distance | target mass |", "|---|---|---|---|---|"]
     for h in heads:
         tap = "-" if h["tap"] is None else f"{tuple(h['tap'])}"
         dist = "-" if h["distance"] is None else f"{h['distance']:.3f}"

@@ -19,7 +19,7 @@ def register(sub) -> None:
         description="Write one HTML file (no network needed, data embedded and compressed) in which you pick a "
                     "run and a test image or the batch average, click a query token on the image, and see every "
                     "layer x head attention map for it: probabilities, positional (q.r) or content (q.k) scores, "
-                    "with or without softmax; quadratic runs also show each head's centre of attention and its "
+                    "with or without softmax; quadratic runs also show each head's center of attention and its "
                     "50%/90% ellipses. Open it in a current Chromium, Firefox or Safari.")
     v.add_argument("runs", nargs="+", metavar="RUN", type=run_or_model, help=RUN_HELP + " (several: one page)")
     v.add_argument("--images", default="2,3,19,56",
