@@ -153,7 +153,7 @@ def test_quadratic_centres_and_mass_ellipses(runs, pages):
     run = open_run(runs["generalized"])
     info = read_viewer(pages["generalized"]).manifest["runs"][0]
     checked = 0
-    for layer, heads in zip(run.model.blocks, info["centres"]):
+    for layer, heads in zip(run.model.blocks, info["centers"]):
         params = quadratic_head_parameters(layer.attention)
         for h, head in enumerate(heads):
             np.testing.assert_allclose(head["center"], params["center"][h].numpy(), rtol=1e-12)
@@ -168,7 +168,7 @@ def test_quadratic_centres_and_mass_ellipses(runs, pages):
                     d = radius * np.array([math.sin(theta), math.cos(theta)])     # (row, col)
                     assert d @ inv @ d == pytest.approx(-2 * math.log(1 - mass / 100), rel=1e-6)
                 checked += 1
-    assert checked >= sum(len(heads) for heads in info["centres"])   # at least half the ellipses are bounded
+    assert checked >= sum(len(heads) for heads in info["centers"])   # at least half the ellipses are bounded
 
 
 def test_several_runs_share_one_page(runs, tmp_path):
@@ -178,7 +178,7 @@ def test_several_runs_share_one_page(runs, tmp_path):
     assert names == ["learned-content seed 42", "demo seed 42"]        # "<preset> seed <seed>", not the folder
     blobs = [s["blob"] for r in data.manifest["runs"] for s in r["sets"]]
     assert blobs == list(range(len(data.blobs))) == [0, 1, 2]
-    assert data.manifest["runs"][1]["centres"] is not None and data.manifest["runs"][0]["centres"] is None
+    assert data.manifest["runs"][1]["centers"] is not None and data.manifest["runs"][0]["centers"] is None
     acc = data.manifest["runs"][0]["accuracy"]
     assert 0 <= acc["last"] <= 1 and acc["last_epoch"] == 2
 

@@ -161,7 +161,7 @@ def test_content_run_query_kinds_softmax_and_images(browser, page_file, runs, ar
     assert viewer.state()["image"] == "average"
     _matches(viewer.shown(), page_maps(data, 0, "average", "all", True), 2 * w + 6)
     viewer.after(lambda: page.select_option("#scale-select", "layer"))
-    assert page.locator("#view-select option[value=centres]").is_disabled()    # no centres: not quadratic
+    assert page.locator("#view-select option[value=centers]").is_disabled()    # no centres: not quadratic
 
     info = page.locator("#run-info").inner_text()
     assert "content" in info and "test accuracy" in info and "%" in info
@@ -191,9 +191,9 @@ def test_quadratic_run_maps_and_centres_view(browser, page_file, runs, artifacts
     viewer.after(lambda: page.uncheck("#softmax"))
     _matches(viewer.shown(), page_maps(data, 1, "0", "all", False), row * w + col - 1)
 
-    viewer.after(lambda: page.select_option("#view-select", "centres"))
-    assert page.locator("#centres-view").is_visible() and not page.locator("#maps-view").is_visible()
-    markers = page.evaluate("attncnnViewer.centres()")
+    viewer.after(lambda: page.select_option("#view-select", "centers"))
+    assert page.locator("#centers-view").is_visible() and not page.locator("#maps-view").is_visible()
+    markers = page.evaluate("attncnnViewer.centers()")
     model = open_run(runs["quadratic"]).model
     expected = [(layer, h, *quadratic_head_parameters(block.attention)["center"][h].tolist())
                 for layer, block in enumerate(model.blocks) for h in range(block.attention.num_heads)]
@@ -205,7 +205,7 @@ def test_quadratic_run_maps_and_centres_view(browser, page_file, runs, artifacts
         cell, radius = marker["cell"], marker["radius"]
         assert marker["x"] == pytest.approx((radius + col + 0.5) * cell)
         assert marker["y"] == pytest.approx((radius + row + 0.5) * cell)
-    assert page.locator("#centres canvas").count() == len(model.blocks)
+    assert page.locator("#centers canvas").count() == len(model.blocks)
     page.screenshot(path=str(artifacts / "viewer-quadratic-centres.png"), full_page=True)
 
     # back to a run without centres: the view falls back to the maps

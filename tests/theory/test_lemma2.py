@@ -74,7 +74,7 @@ def test_bound_rejects_wrong_width_and_moved_centres():
         lemma2_bound(module, torch.randn(1, 4, 4, 2))
     with torch.no_grad():
         module.attention.centers[4] += 0.5          # a head off its shift: the bound would not hold
-    with pytest.raises(ValueError, match="centred on their kernel shifts"):
+    with pytest.raises(ValueError, match="centered on their kernel shifts"):
         lemma2_bound(module, torch.randn(1, 4, 4, 3))
 
 

@@ -110,7 +110,7 @@ def test_command_reports_layer_1_equal_to_a_convolution(capsys, cifar10, cifar10
     assert r["locality_strength"] == 87.4 and r["relative_error"]["interior"] <= 1e-5
     assert r["min_target_mass"] == pytest.approx(1.0) and len(r["per_head"]) == 9
     rc, out, _ = _theorem(capsys, cifar10_path, data_cache_dir, "--model", "quadratic-conv-mini")
-    assert rc == 0 and "differs from a 3x3 convolution" in out and "| head | centre" in out
+    assert rc == 0 and "differs from a 3x3 convolution" in out and "| head | center" in out
 
 
 @pytest.mark.parametrize("argv, message", [

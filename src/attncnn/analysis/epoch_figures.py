@@ -4,8 +4,8 @@ the seeds' mean and band, is :func:`~attncnn.analysis.figures.accuracy_figure` w
 * :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
   seed, with a threshold line (e.g. the grid distance under which a layer has settled);
 * :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
-  epochs, each panel the heads' attention-mass contours at that epoch and each centre's path so far,
-  drawn from logged centres and spreads, so no checkpoint per epoch is needed.
+  epochs, each panel the heads' attention-mass contours at that epoch and each center's path so far,
+  drawn from logged centers and spreads, so no checkpoint per epoch is needed.
 
 Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot; save
 them with :func:`~attncnn.analysis.figures.save_figure`.
@@ -74,10 +74,10 @@ def centers_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
                                notes: dict[Column, str] | None = None) -> Figure:
     """Rows: layers; columns: the ``drawn`` epochs. Each panel: the layer's heads at that epoch as
     50 % / 90 % attention-mass contours (as :func:`~attncnn.analysis.figures.draw_quadratic_layer`)
-    and, as a thin line in each head's colour, the path of its centre from the first logged epoch.
+    and, as a thin line in each head's colour, the path of its center from the first logged epoch.
 
     Args:
-        layers: ``{layer: [(epoch, centres (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
+        layers: ``{layer: [(epoch, centers (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
             (e.g. :func:`attncnn.reproduce.reporting.epochs.quadratic_heads` of every record).
         drawn: the columns, in order: an epoch of ``layers``, or ``(name, epoch)``, an epoch of the run
             ``others[name]`` (e.g. another suite's run of the same model, set beside the epoch it is
@@ -91,7 +91,7 @@ def centers_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
         InputError: no layer or no epoch to draw, or a column names a run ``others`` lacks.
     """
     if not layers or not drawn:
-        raise InputError("no centres to draw: the run logged no quadratic centres per epoch")
+        raise InputError("no centers to draw: the run logged no quadratic centers per epoch")
     runs = {None: layers, **(others or {})}
     unknown = [c for c in drawn if isinstance(c, tuple) and c[0] not in runs]
     if unknown:

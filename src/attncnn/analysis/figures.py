@@ -80,7 +80,7 @@ def gaussian_window(center, inverse_covariance, radius: float, resolution: int =
     """A head's Gaussian ``exp(-1/2 (d - Delta)^T Sigma^-1 (d - Delta))`` on a square window of shifts.
 
     Args:
-        center: ``(2,)`` centre Delta (row, col shift in tokens).
+        center: ``(2,)`` center Delta (row, col shift in tokens).
         inverse_covariance: ``(2, 2)`` Sigma^-1 (isotropic quadratic heads: ``2 alpha I``).
         radius: the window covers shifts ``[-radius, radius]`` on both axes (tokens).
         resolution: samples per token.
@@ -100,7 +100,7 @@ def gaussian_window(center, inverse_covariance, radius: float, resolution: int =
 
 
 def _window_radius(centers: np.ndarray, minimum: float = 4.5) -> float:
-    """Half-width of the plotted window: the reference's 9x9 grid, grown to hold every centre."""
+    """Half-width of the plotted window: the reference's 9x9 grid, grown to hold every center."""
     if centers.size == 0:
         return minimum
     return max(minimum, math.ceil(float(np.abs(centers).max()) + 1.5) + 0.5)
@@ -112,18 +112,18 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
 
     Args:
         ax: a matplotlib Axes.
-        centers: ``(N_h, 2)`` head centres (row, col shift in tokens).
+        centers: ``(N_h, 2)`` head centers (row, col shift in tokens).
         inverse_covariances: ``(N_h, 2, 2)`` Sigma^-1 per head.
-        radius: window half-width in tokens (default: 4.5, grown to hold every centre).
+        radius: window half-width in tokens (default: 4.5, grown to hold every center).
         resolution: Gaussian samples per token.
         title: panel title.
-        degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the centre.
+        degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the center.
 
     Returns:
         ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The
         x axis is the column shift, the y axis the row shift (pointing down, as in an image); the
         query pixel is the black square at (0, 0). A head whose mass sits in one sample gets no
-        contour, only its centre marker.
+        contour, only its center marker.
     """
     centers = np.asarray(centers, dtype=np.float64).reshape(-1, 2)
     invs = np.asarray(inverse_covariances, dtype=np.float64).reshape(-1, 2, 2)
@@ -135,7 +135,7 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
         rows, cols, density = gaussian_window(center, inv, radius, resolution)
         for mass, style in sorted(MASSES, reverse=True):
             level = mass_threshold(density, mass)
-            if level >= density.max():          # all the mass in one sample: mark the centre instead
+            if level >= density.max():          # all the mass in one sample: mark the center instead
                 continue
             drawn.append((h, mass, ax.contour(cols, rows, density, levels=[level], colors=[colors[h]],
                                               linestyles=[style], linewidths=1.4)))
@@ -161,7 +161,7 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
 def _quadratic_layers(model) -> list[QuadraticAttention]:
     layers = attention_layers(model)
     if not all(layer.has_centers for layer in layers):
-        raise InputError("centre/contour figures need a quadratic-attention model (presets quadratic, "
+        raise InputError("center/contour figures need a quadratic-attention model (presets quadratic, "
                          "quadratic-generalized, many-heads, demo); use the attention-map grid for others")
     return layers
 
@@ -172,14 +172,14 @@ def _panel_grid(count: int, max_cols: int = 3) -> tuple[int, int]:
 
 
 def _legend(fig: Figure, num_heads: int, degenerate: bool = False) -> None:
-    """Heads by colour, the contours' masses, and what the markers are: a dot at a head's centre,
+    """Heads by colour, the contours' masses, and what the markers are: a dot at a head's center,
     a cross at a degenerate head's (``degenerate``: some head drawn is), the query's black square."""
     from matplotlib.lines import Line2D
 
     colors = head_colors(num_heads)
     handles = [Line2D([], [], color=colors[h], lw=2, label=f"head {h + 1}") for h in range(num_heads)]
     handles += [Line2D([], [], color="0.3", ls=style, label=f"{int(mass * 100)} % mass") for mass, style in MASSES]
-    handles.append(Line2D([], [], color="0.3", marker=".", ls="none", ms=6, label="head's centre"))
+    handles.append(Line2D([], [], color="0.3", marker=".", ls="none", ms=6, label="head's center"))
     if degenerate:
         handles.append(Line2D([], [], color="0.3", marker="x", ls="none", ms=5,
                               label=f"degenerate head (condition > {DEFAULT_CONDITION_NUMBER:g} or "
@@ -194,7 +194,7 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
     Args:
         model: an image transformer with quadratic attention.
         title: figure title.
-        radius: common window half-width (default: large enough for every layer's centres).
+        radius: common window half-width (default: large enough for every layer's centers).
 
     Raises:
         InputError: the model is not a quadratic-attention transformer.
@@ -225,7 +225,7 @@ def _degenerate(layer):
 
 def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int, *,
                             title: str | None = None) -> Figure:
-    """One layer's head contours across checkpoints: the centres moving in training (paper Fig. 3).
+    """One layer's head contours across checkpoints: the centers moving in training (paper Fig. 3).
 
     Args:
         snapshots: ``(epoch, model)`` pairs in the order to draw (e.g. the periodic checkpoints).

@@ -35,10 +35,10 @@ def inspect_text(result: dict) -> str:
                      f"peak {layer['peak']:.3f}, entropy {layer['entropy']:.2f} "
                      f"(normalised {layer['normalized_entropy']:.3f}), distance to the nearest "
                      f"{grid['kernel_size']}x{grid['kernel_size']} grid {layer['grid_distance']:.3f} "
-                     f"(centres from {layer['centers_from']}){extra}")
+                     f"(centers from {layer['centers_from']}){extra}")
         quadratic = "center" in layer["heads"][0]
         header = f"  {'head':>4} {'distance':>8} {'/side':>6} {'peak':>6} {'entropy':>7} {'n.ent.':>6}"
-        header += f"  {'centre (row, col)':>18} {'spread':>22} {'degen.':>6}" if quadratic else \
+        header += f"  {'center (row, col)':>18} {'spread':>22} {'degen.':>6}" if quadratic else \
             f"  {'mean shift (row, col)':>21}"
         if gated:
             header += f" {'gate':>6}"

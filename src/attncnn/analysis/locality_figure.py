@@ -5,7 +5,7 @@ distance; :func:`locality_figure` draws the same from :class:`~.locality.Localit
 runs, e.g. seeds, side by side in one colour each), with the normalised distance (``/ sqrt(H*W)``)
 on the right axis and, in a second panel, each head's normalised entropy (0 one-hot, 1 uniform).
 The dotted line at 1.5 tokens is the reach of a 3x3 convolution (its diagonal taps are 1.41 tokens
-from the centre): heads below it attend, on average, within that window.
+from the center): heads below it attend, on average, within that window.
 """
 
 from __future__ import annotations

@@ -12,14 +12,14 @@ i.e. pixels of the token grid; one token is ``pooling`` image pixels wide):
   ``normalized_distance`` (distance / sqrt(H*W)), ``normalized_entropy`` (entropy / log(H*W)) and,
   per layer, ``min_distance`` (the most local head) and ``local_heads`` (heads within 1.5 tokens);
 * ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col),
-  averaged over queries: the effective centre of a head that has no centre parameter.
+  averaged over queries: the effective center of a head that has no center parameter.
 
 Which queries are averaged: by default all ``H*W`` (ConViT's convention). Near the border a head
 cannot reach its shift (the softmax is renormalised over keys inside the grid), which pulls the
 average towards 0; ``margin=m`` keeps only queries at least ``m`` tokens from every border, so a
 head that attends to shift (0, 1) has distance exactly 1 with ``margin >= 1``.
 
-Quadratic heads also report their parameters: the centre Delta (row, col shift in tokens), alpha
+Quadratic heads also report their parameters: the center Delta (row, col shift in tokens), alpha
 (isotropic) or Sigma^-1 (full covariance), the eigenvalues of Sigma^-1 (isotropic: ``2 alpha``
 twice), its condition number, and whether the head is degenerate (reference ``find_degenerated_heads``).
 
@@ -27,7 +27,7 @@ GPSA heads (ConViT) also report their ``gate`` ``sigmoid(lambda_h)``, the weight
 map (read off the parameters, no forward pass).
 
 Per layer, ``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the
-mean distance between the centres of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the
+mean distance between the centers of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the
 shifts of the nearest ``K x K`` kernel grid, under the optimal one-to-one assignment.
 """
 
@@ -104,7 +104,7 @@ def head_statistics(probs: torch.Tensor, height: int, width: int, *, margin: int
 
 
 def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tensor]:
-    """Centres and spreads of a quadratic layer (float64, CPU).
+    """Centers and spreads of a quadratic layer (float64, CPU).
 
     Returns:
         ``"center"`` ``(N_h, 2)`` (row, col shift in tokens); ``"inverse_covariance"``
@@ -154,8 +154,8 @@ def degenerate_heads(layer: QuadraticAttention, *, condition_number: float = DEF
 def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
     """The candidate ``K x K`` grids of integer shifts, each ``(K^2, 2)`` (row, col), row-major.
 
-    Odd K: the one centred grid ``{-floor(K/2), ..., floor(K/2)}^2`` (paper's Delta_K). Even K
-    has no centred grid; the candidates are the ``2 x 2`` placements whose range on each axis is
+    Odd K: the one centered grid ``{-floor(K/2), ..., floor(K/2)}^2`` (paper's Delta_K). Even K
+    has no centered grid; the candidates are the ``2 x 2`` placements whose range on each axis is
     ``{-K/2, ..., K/2 - 1}`` or ``{-K/2 + 1, ..., K/2}`` (all contain the query's own shift 0).
 
     Raises:
@@ -205,17 +205,17 @@ def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
 
 
 def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict:
-    """Distance of a layer's head centres to the nearest ``K x K`` grid of shifts (Theorem 1).
+    """Distance of a layer's head centers to the nearest ``K x K`` grid of shifts (Theorem 1).
 
     Args:
-        centers: ``(N_h, 2)`` head centres (row, col shift in tokens).
+        centers: ``(N_h, 2)`` head centers (row, col shift in tokens).
         kernel_size: K (default ``floor(sqrt(N_h))``); needs ``K^2 <= N_h``.
 
     Returns:
         ``{"kernel_size": K, "distance": mean Euclidean distance (tokens) between the K^2 assigned
         heads and their shifts, "max_distance": the largest of them, "assignment": [[head, row
         shift, col shift], ...] (0-based heads, sorted by head)}``. With ``N_h > K^2`` the ``N_h -
-        K^2`` heads left out of the optimal assignment are ignored. 0 exactly when the centres
+        K^2`` heads left out of the optimal assignment are ignored. 0 exactly when the centers
         contain a ``K x K`` grid.
 
     Raises:
@@ -223,7 +223,7 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
     """
     centers = torch.as_tensor(centers, dtype=torch.float64).detach().cpu()
     if centers.dim() != 2 or centers.shape[1] != 2 or centers.shape[0] == 0:
-        raise InputError(f"centres must be (N_h, 2), got {tuple(centers.shape)}")
+        raise InputError(f"centers must be (N_h, 2), got {tuple(centers.shape)}")
     nh = centers.shape[0]
     k = math.isqrt(nh) if kernel_size is None else kernel_size
     if k < 1 or k * k > nh:
@@ -311,7 +311,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of
         ``distance``/``normalized_distance``/``peak``/``entropy``/``normalized_entropy``,
         ``min_distance`` and ``local_heads`` (module docstring), ``grid_distance`` and ``grid`` (see
-        :func:`grid_distance`; centres are the quadratic parameters or else each head's mean shift),
+        :func:`grid_distance`; centers are the quadratic parameters or else each head's mean shift),
         for quadratic layers ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
         (1-based ``head``, the statistics of :func:`head_statistics`, plus ``center``, ``alpha`` or
         ``inverse_covariance``, ``eigenvalues``, ``condition_number`` and ``degenerate`` for

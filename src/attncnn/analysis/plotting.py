@@ -69,7 +69,7 @@ def plot_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[st
         out: the output folder.
         figures: ``"all"`` (every figure that applies) or comma-separated names of :data:`FIGURES`.
         layer: layer (1-based) of ``evolution``; default 4 as in the paper, or the last if fewer.
-        query: the query token ``"ROW,COL"``; default the grid's centre.
+        query: the query token ``"ROW,COL"``; default the grid's center.
         image: test image index of a content model's ``maps``.
         average: test images averaged for ``average``.
         zoom: show only the ``(2 zoom + 1)^2`` tokens around the query (paper: 3).

@@ -205,7 +205,7 @@ def parse_indices(text: str) -> list[int]:
 
 
 def default_query(height: int, width: int) -> tuple[int, int]:
-    """The query token figures and the viewer page show unless told otherwise: the centre of an
+    """The query token figures and the viewer page show unless told otherwise: the center of an
     ``height x width`` token grid, ``(height // 2, width // 2)`` as (row, column), as the paper's
     Fig. 5 takes it (``page.js`` computes the same for the viewer page)."""
     return height // 2, width // 2

@@ -3,7 +3,7 @@ Features", ICCV 2019), batched on the device.
 
 With probability ``p`` a batch is mixed: one box is cut out of every image and filled with the same
 box of its partner in the batch, and the labels are mixed by area. The box follows the paper's
-Algorithm A1: ``lam ~ Beta(alpha, alpha)``, a box of side ``side * sqrt(1 - lam)`` centred at a
+Algorithm A1: ``lam ~ Beta(alpha, alpha)``, a box of side ``side * sqrt(1 - lam)`` centered at a
 uniformly random pixel, clipped to the image; the label weight is then the area that is left,
 ``lam = 1 - box area / image area``. One box and one ``lam`` per batch, as the paper's code draws
 them; the partner of image ``b`` is image ``B - 1 - b`` (the batch reversed, as timm pairs them),

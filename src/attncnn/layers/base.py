@@ -219,7 +219,7 @@ class GridAttention(nn.Module):
         Called by :func:`attncnn.layers.local_init_`, which checks ``alpha`` and the head count.
 
         Args:
-            shifts: ``(N_h, 2)`` centres in tokens, in the parameters' device and dtype.
+            shifts: ``(N_h, 2)`` centers in tokens, in the parameters' device and dtype.
             alpha: locality strength, > 0.
 
         Raises:

@@ -1,7 +1,7 @@
 """Convolutional ("local") initialisation of attention layers: Theorem 1 at step 0.
 
 A layer with N_h = K^2 heads gets one head per tap of a K x K kernel. Head ``h = u*K + v`` serves
-tap ``(u, v)`` and its centre of attention is the shift that tap reads,
+tap ``(u, v)`` and its center of attention is the shift that tap reads,
 ``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens (row, column), as
 :func:`torch.nn.functional.conv2d`'s taps. :func:`kernel_shifts` is the one place this order is
 written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
@@ -9,7 +9,7 @@ written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
 :func:`local_init_` makes every head's positional score ``-alpha |delta - Delta^(h)|^2`` up to a
 constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1),
 where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Each
-layer class writes its own (``GridAttention.local_init_``: quadratic centres and spreads, the
+layer class writes its own (``GridAttention.local_init_``: quadratic centers and spreads, the
 learned tables and head keys, learned-content's query bias, GPSA's ``v_pos``); the helpers
 :func:`axis_coefficients` and :func:`table_features` give the Lemma 2 coefficients they share.
 
@@ -45,7 +45,7 @@ def kernel_shifts(kernel_size: int, dilation: int = 1, spatial_dims: int = 2) ->
         InputError: even or non-positive ``kernel_size``, non-positive ``dilation``.
     """
     if kernel_size < 1 or kernel_size % 2 == 0:
-        raise InputError(f"the kernel size must be odd and positive (its taps are centred on the query), "
+        raise InputError(f"the kernel size must be odd and positive (its taps are centered on the query), "
                          f"got {kernel_size}")
     if dilation < 1:
         raise InputError(f"the dilation must be a positive integer, got {dilation}")
@@ -80,7 +80,7 @@ def conv_kernel_size(num_heads: int, kernel_size: int | None = None) -> int:
 
 def axis_coefficients(centers: torch.Tensor, alpha: float) -> torch.Tensor:
     """``(N_h, 3)`` coefficients against the features ``(d^2, d, 1)`` of one axis whose dot product
-    is ``-alpha (d - centre)^2`` (Lemma 2 on one axis); ``centres`` ``(N_h,)`` in tokens."""
+    is ``-alpha (d - center)^2`` (Lemma 2 on one axis); ``centers`` ``(N_h,)`` in tokens."""
     return torch.stack([torch.full_like(centers, -alpha), 2 * alpha * centers, -alpha * centers.square()], dim=-1)
 
 
@@ -105,7 +105,7 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
         dilation: spacing of the shifts in tokens.
 
     Returns:
-        The centres ``(N_h, 2)`` (float64, CPU), row-major taps.
+        The centers ``(N_h, 2)`` (float64, CPU), row-major taps.
 
     Raises:
         InputError: a layer without a positional term (plain content attention), ``N_h`` not the
@@ -177,7 +177,7 @@ def conv_initialize_(layer: GridAttention, kernel: torch.Tensor | None = None, b
     ``alpha >= -ln(tiny)``: 87.4 in float32, 708.4 in float64; see ``attncnn.theory.default_alpha``).
 
     Returns:
-        The centres ``(N_h, 2)``, float64. Raises: as the two functions.
+        The centers ``(N_h, 2)``, float64. Raises: as the two functions.
     """
     shifts = local_init_(layer, alpha=alpha, dilation=dilation)
     conv_value_init_(layer, kernel, bias)

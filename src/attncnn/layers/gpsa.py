@@ -20,7 +20,7 @@ Local ("convolutional") initialisation (ConViT sec. 3.1, :meth:`GatedPositionalA
 Without it ``v_pos`` starts like the weight of ``nn.Linear(3, N_h)`` (uniform in +-1/sqrt(3)).
 
 Weight decay: ``v_pos`` and ``gate_logits`` are excluded (:meth:`GatedPositionalAttention.no_weight_decay`),
-by the project's rule for positional parameters (the reference code exempts the quadratic centres
+by the project's rule for positional parameters (the reference code exempts the quadratic centers
 and spreads, as the reference optimiser): decay would pull ``v_pos`` to 0, i.e. every positional map towards
 uniform, and the gates towards 1/2, which is a prior on the geometry rather than a size penalty.
 """

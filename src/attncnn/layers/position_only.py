@@ -109,7 +109,7 @@ class PositionalAttention(GridAttention):
 
         Probabilities below ``eps(dtype)**2`` of that float32/float64 dtype (1.4e-14 in float32,
         4.9e-32 in float64) are set to exactly 0. Gaussian heads give tiny values far from their
-        centre, and their products with gradients in the backward matrix products fall into the
+        center, and their products with gradients in the backward matrix products fall into the
         subnormal range, which CPUs process many times slower (measured:
         ``benchmarks/results/attention-paths.md``). The change to any output is at
         most ``H*W * eps**2 * max|value|`` (4e-12 relative for a 16x16 grid in float32).

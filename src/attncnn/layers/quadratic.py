@@ -1,6 +1,6 @@
 """Quadratic ("Gaussian") relative positional attention, paper eq. (9) and its generalisation.
 
-Head h has a centre of attention Delta^(h) in R^2 (``centers``, in token units) and a sharpness.
+Head h has a center of attention Delta^(h) in R^2 (``centers``, in token units) and a sharpness.
 For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
@@ -11,7 +11,7 @@ For a query q and key k with relative shift delta = k - q its score is
 
 The dot-product form of eq. (9) differs from these by a term constant in k, which the softmax
 cancels; the squared distance is computed directly because it is better conditioned. The
-probabilities are a discrete Gaussian centred on q + Delta^(h), renormalised over the keys
+probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the keys
 inside the grid (no padding), exactly as in the reference code.
 """
 
@@ -39,7 +39,7 @@ class QuadraticAttention(PositionalAttention):
         dim: token width D.
         num_heads: number of heads N_h (9 in the paper: one per shift of a 3x3 kernel).
         full_covariance: learn a full 2x2 ``Sigma^-1 = S S^T`` per head instead of one alpha.
-        center_init_std: std of the centre initialisation, per coordinate (reference: 2.0;
+        center_init_std: std of the center initialisation, per coordinate (reference: 2.0;
             the paper writes N(0, 2 I), i.e. std 1.41).
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
@@ -98,7 +98,7 @@ class QuadraticAttention(PositionalAttention):
 
     @torch.no_grad()
     def reset_positional_parameters(self) -> None:
-        """Re-draw centres ~ N(0, center_init_std^2) and spreads ~ 1 (or I) + N(0, spread_init_std^2)."""
+        """Re-draw centers ~ N(0, center_init_std^2) and spreads ~ 1 (or I) + N(0, spread_init_std^2)."""
         self.centers.normal_(0.0, self.center_init_std)
         self.spreads.normal_(0.0, self.spread_init_std)
         if self.full_covariance:
@@ -122,7 +122,7 @@ class QuadraticAttention(PositionalAttention):
         return (self.spreads ** 2)[:, None, None] * eye
 
     def no_weight_decay(self) -> set[str]:
-        """Names of parameters the optimiser must not decay (reference: centres and spreads)."""
+        """Names of parameters the optimiser must not decay (reference: centers and spreads)."""
         return {"centers", "spreads"}
 
     def _score_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -77,7 +77,7 @@ class ImageTransformerConfig:
     layer_norm_eps: float = 1e-12
     max_size: int = 16                  #: learned tables: largest token-grid side
     table_dim: int | None = None        #: learned, learned-content-9ffaa tables: width per axis (None: D)
-    center_init_std: float = 2.0        #: quadratic: std of initial centres, token units
+    center_init_std: float = 2.0        #: quadratic: std of initial centers, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
     #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
     #: (reference ``runs/quadratic-generalized-pruned``), whose layers keep different numbers of heads.
@@ -330,7 +330,7 @@ class ImageTransformer(nn.Module):
         return [block.attention.path(image_height // p, image_width // p) for block in self.blocks]
 
     def no_weight_decay(self) -> set[str]:
-        """Full names of parameters excluded from weight decay (quadratic centres and spreads, GPSA
+        """Full names of parameters excluded from weight decay (quadratic centers and spreads, GPSA
         positional vectors and gates, the learned position embedding as in DeiT)."""
         names = {"pos_embed"} if self.pos_embed is not None else set()
         for i, block in enumerate(self.blocks):

@@ -86,7 +86,7 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 # and recipe shape (SGD 0.1 / 0.9 / 1e-4, 5 % warm-up + cosine, batch 100), at width 64 and
 # 6 epochs so that the whole suite fits in hours on 2 CPU cores. Why these numbers: at width 64 an
 # epoch of the quadratic model takes minutes there, and a few epochs already show the paper's
-# phenomenon (first-layer centres moving toward the 3x3 grid of shifts); the measurement is in
+# phenomenon (first-layer centers moving toward the 3x3 grid of shifts); the measurement is in
 # benchmarks/results/HISTORY.md. Dropout is off because a few epochs underfit:
 # there is nothing to regularise. The ResNet's widths (11, 22, 44, 88) give a parameter count
 # comparable to the attention models (332 k vs 349 k).

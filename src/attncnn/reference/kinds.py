@@ -80,7 +80,7 @@ def _gaussian_values(config) -> dict:
 
 
 def _gaussian(kind: str, isotropic: bool) -> ReferenceKind:
-    # Centres and spreads copy as they are: the reference's shift delta = key - query has component
+    # Centers and spreads copy as they are: the reference's shift delta = key - query has component
     # 0 along dim 1 of its (B, H, W, D) grid, the image rows, as ours; its Sigma^-1 = S S^T as ours,
     # and its isotropic score -s^2/2 |delta - Delta|^2 is ours with alpha = s^2/2.
     return ReferenceKind(

@@ -3,7 +3,7 @@
 Every option is declared once, here: the field's type and default, and its command-line help in
 ``metadata`` (:func:`option`); ``attncnn train``'s flags are built from these fields
 (:mod:`attncnn.cli._parsing`). Defaults are the paper's recipe (reference ``runs/*.sh`` and ``train.py``): SGD with
-lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centres and spreads), batch 100,
+lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centers and spreads), batch 100,
 300 epochs, 5 % linear warm-up then cosine decay updated every batch. ``lr_stepping="epoch"``
 reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
 """
@@ -78,7 +78,7 @@ class TrainConfig:
                                  "e.g. 5e-4 and 0.05)")
     lr: float = option(0.1, help="peak learning rate (paper: 0.1)")
     momentum: float = option(0.9, help="SGD momentum (not used by adamw)")
-    weight_decay: float = option(1e-4, help="weight decay (never on Gaussian centres and spreads)")
+    weight_decay: float = option(1e-4, help="weight decay (never on Gaussian centers and spreads)")
     schedule: str = option("cosine", choices=("cosine", "multistep", "constant"),
                            help="learning-rate schedule: warm-up + cosine, steps at --milestones, or constant")
     warmup_ratio: float = option(0.05, help="linear warm-up as a fraction of all steps (cosine schedule)")

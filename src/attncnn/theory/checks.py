@@ -214,7 +214,7 @@ def check_model_layer(model: str, *, layer: int = 1, overrides: dict | None = No
         dtype, images, data, data_dir: as for :func:`check_theorem`.
 
     Returns:
-        The model and layer, ``per_head`` (centre, tap, distance, target mass), the errors per
+        The model and layer, ``per_head`` (center, tap, distance, target mass), the errors per
         region, and Lemma 2's off-target mass for the layer's locality strength.
 
     Raises:

@@ -4,7 +4,7 @@ Construction (Lemmas 1-2, Theorem 1 and its remarks), with the project's own
 :class:`~attncnn.layers.QuadraticAttention`:
 
 * one head per kernel tap: N_h = K^2 heads; head ``h = u*K + v`` serves tap ``(u, v)`` and has
-  centre ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
+  center ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
   (:func:`~attncnn.layers.kernel_shifts`, re-exported here; the models' ``init="conv"`` uses it too);
 * the quadratic encoding (paper eq. 9) with a sharpness alpha so large that each head's softmax is
   exactly one-hot on the key ``q + Delta^(h)`` in floating point (Lemma 2, see :func:`default_alpha`);
@@ -17,7 +17,7 @@ Then ``MHSA(X)_q = b + sum_h X_{q + Delta^(h)} W^(h)``, which is exactly
 Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with
 zero tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
 is the stride-1 layer followed by keeping every ``s``-th row and column; a dilation only moves the
-centres. :class:`AttentionConv2d` is that thin wrapper around the attention layer.
+centers. :class:`AttentionConv2d` is that thin wrapper around the attention layer.
 
 Heads of width ``D_h`` other than ``C_in`` add a value projection, and ``W^(h)`` must factor through
 ``D_h`` dimensions: heads at least ``min(C_in, C_out)`` wide still reproduce every output channel;
@@ -54,7 +54,7 @@ def default_alpha(dtype: torch.dtype) -> float:
     layer's scores and softmax run in (:func:`~attncnn.layers.autocast_rules.score_dtype`: float32
     for float16 and bfloat16 parameters): 87.34 for float32, bfloat16 and float16, 708.40 for
     float64. Why this is enough: a head's score is ``-alpha |delta - Delta|^2``; the target key
-    scores exactly 0 (its centre is an integer shift), and every other key lies at squared
+    scores exactly 0 (its center is an integer shift), and every other key lies at squared
     distance >= 1 on the integer lattice, so its unnormalised weight is at most
     ``exp(-alpha) = tiny`` (times ``1 + O(alpha eps)``, as the layer stores ``s = sqrt(2 alpha)``
     rounded in the parameter dtype: within a factor 1.5 in bfloat16). The sum of these weights over
@@ -82,7 +82,7 @@ def default_alpha(dtype: torch.dtype) -> float:
 
 def _check_geometry(kernel_size: int, dilation: int, stride: int) -> None:
     if kernel_size < 1 or kernel_size % 2 == 0:
-        raise InputError(f"the kernel size must be odd and positive (its taps are centred on the query), "
+        raise InputError(f"the kernel size must be odd and positive (its taps are centered on the query), "
                          f"got {kernel_size}")
     if dilation < 1:
         raise InputError(f"the dilation must be a positive integer, got {dilation}")
@@ -132,7 +132,7 @@ class AttentionConv2d(nn.Module):
 
     @property
     def pad(self) -> int:
-        """Reach of the kernel from its centre, ``(K // 2) * dilation`` tokens."""
+        """Reach of the kernel from its center, ``(K // 2) * dilation`` tokens."""
         return (self.kernel_size // 2) * self.dilation
 
     @property

@@ -1,7 +1,7 @@
 """The paper's 1-D corollary: K heads with the encoding (delta^2, delta) are a 1-D convolution.
 
 No separate 1-D layer is needed: a sequence ``(B, T, C)`` is a token grid of one row,
-``(B, 1, T, C)``, and on that grid every relative shift is ``delta = (0, delta_2)``. With centres
+``(B, 1, T, C)``, and on that grid every relative shift is ``delta = (0, delta_2)``. With centers
 ``Delta = (0, Delta_2)`` the quadratic score of :class:`~attncnn.layers.QuadraticAttention` is
 ``-alpha (delta_2 - Delta_2)^2 = -alpha (delta_2^2 - 2 Delta_2 delta_2) + const``: exactly the 1-D
 encoding ``r_delta = (delta^2, delta)`` (D_p = 2) with ``v = -alpha (1, -2 Delta_2)``. So the same
@@ -27,7 +27,7 @@ class AttentionConv1d(AttentionConv2d):
 
     ``forward`` maps ``(B, T, C_in)`` to ``(B, T', C_out)`` with ``T' = ceil(T / s)`` ("same") or
     ``floor((T - 2p - 1) / s) + 1`` ("valid"), ``p = (K // 2) * dilation``. Attributes as
-    :class:`~attncnn.theory.construct.AttentionConv2d`; :attr:`attention` has K heads with centres
+    :class:`~attncnn.theory.construct.AttentionConv2d`; :attr:`attention` has K heads with centers
     ``(0, (v - K//2) * dilation)``.
     """
 

@@ -3,14 +3,14 @@
 Given a position-only attention layer (quadratic, generalised quadratic or learned relative
 encoding), :func:`conv_from_attention`
 
-1. reads each head's centre of attention (the quadratic layers' ``centers``; for other encodings
+1. reads each head's center of attention (the quadratic layers' ``centers``; for other encodings
    the probability-weighted mean shift of one query in the middle of a grid),
 2. assigns heads to the K x K grid of kernel shifts (the paper's ``ΔΔ_K``, times the dilation)
-   by an optimal assignment that minimises the total squared centre-to-shift distance (or each
+   by an optimal assignment that minimises the total squared center-to-shift distance (or each
    head to its nearest shift),
 3. reads each head's folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift,
 
-and reports per head the centre, the assigned shift and their distance, the sharpness alpha, the
+and reports per head the center, the assigned shift and their distance, the sharpness alpha, the
 attention mass on the assigned shift, and, on given inputs, the relative output error between the
 layer and the extracted convolution. For a layer built by :func:`~attncnn.theory.attention_from_conv2d`
 it returns the original kernel and zero distances (on the channels the layer reproduces: heads
@@ -117,7 +117,7 @@ class HeadReport:
 
     Attributes:
         head: head index.
-        center: centre of attention ``(row, col)`` in tokens.
+        center: center of attention ``(row, col)`` in tokens.
         shift: assigned kernel shift ``(row, col)`` in tokens, or None (head left out).
         tap: kernel index ``(u, v)`` (1-D: ``(0, v)``) of that shift, or None.
         distance: Euclidean distance from ``center`` to ``shift`` (tokens), or None.
@@ -143,7 +143,7 @@ class ExtractionReport:
     Attributes:
         kernel_size, dilation: the kernel grid.
         assignment: ``"optimal"`` or ``"nearest"``.
-        grid: ``(H, W)`` grid used for centres of non-quadratic heads and for ``target_mass``.
+        grid: ``(H, W)`` grid used for centers of non-quadratic heads and for ``target_mass``.
         heads: one :class:`HeadReport` per head.
         max_center_distance: largest ``distance`` over assigned heads (tokens).
         errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs
@@ -214,7 +214,7 @@ class ExtractedConv:
 
 def _centers_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
                        grid: tuple[int, int]) -> tuple[torch.Tensor, list[float | None]]:
-    """Centres ``(N_h, 2)`` float64 and alphas of the heads."""
+    """Centers ``(N_h, 2)`` float64 and alphas of the heads."""
     if isinstance(layer, QuadraticAttention):
         centers = layer.centers.detach().double().cpu()
         if layer.full_covariance:
@@ -271,10 +271,10 @@ def _kernel_size_and_dilation(attn: PositionalAttention, wrapper: AttentionConv2
 
 def _probe_grid(attn: PositionalAttention, inputs: torch.Tensor | None, grid: tuple[int, int] | None,
                 dims: int, shifts: torch.Tensor) -> tuple[int, int]:
-    """The ``(H, W)`` grid of the probabilities (and of the centres of learned encodings).
+    """The ``(H, W)`` grid of the probabilities (and of the centers of learned encodings).
 
     As given; else the inputs' grid (checked here); else the learned tables' ``max_size`` square;
-    else the smallest odd square (1-D: row) holding every shift and quadratic centre, at most 65.
+    else the smallest odd square (1-D: row) holding every shift and quadratic center, at most 65.
     """
     if inputs is not None:
         expect = 4 if dims == 2 else 3
@@ -298,7 +298,7 @@ def _probe_grid(attn: PositionalAttention, inputs: torch.Tensor | None, grid: tu
 def _head_reports(probs: torch.Tensor, query: int, grid: tuple[int, int], centers: torch.Tensor,
                   alphas: list[float | None], assigned: list[int | None], shifts: torch.Tensor,
                   kernel_size: int, dims: int) -> list[HeadReport]:
-    """One :class:`HeadReport` per head: its centre, assigned shift and tap, distance, alpha, and the
+    """One :class:`HeadReport` per head: its center, assigned shift and tap, distance, alpha, and the
     attention mass ``probs (N_h, N, N)`` puts on the assigned shift from token ``query``."""
     heads = []
     for h, s in enumerate(assigned):
@@ -345,10 +345,10 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         dilation: spacing of the kernel grid in tokens (default the wrapper's, else 1).
         inputs: optional channels-last inputs ``(B, H, W, C_in)`` (1-D wrapper: ``(B, T, C_in)``)
             on which to measure the output error between the layer and the convolution.
-        grid: ``(H, W)`` token grid used to find centres of non-quadratic heads and the
+        grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the
             attention mass on the assigned shift (reference query: token ``(H//2, W//2)``).
             Default: the inputs' grid, else the learned tables' ``max_size`` square, else the
-            smallest odd square holding every centre and shift.
+            smallest odd square holding every center and shift.
         assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with
             N_h != K^2 heads or shifts are left out) or ``"nearest"`` (each head to its nearest
             shift; heads on the same shift add up).

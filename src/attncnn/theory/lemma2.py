@@ -1,6 +1,6 @@
 """Lemma 2 in numbers: how far a finite-alpha quadratic head is from one-hot, and what that costs.
 
-A quadratic head centred exactly on an integer shift Delta gives key ``k = q + delta`` the weight
+A quadratic head centered exactly on an integer shift Delta gives key ``k = q + delta`` the weight
 ``exp(-alpha |delta - Delta|^2)``; the target (delta = Delta) has weight 1, every other key lies on
 the integer lattice at squared distance ``n_1^2 + n_2^2 >= 1`` from it (dilation does not change
 this). Over the infinite lattice the weights sum to ``theta(alpha)^D`` with
@@ -102,7 +102,7 @@ class Lemma2Bound:
 def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
     """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2).
 
-    Holds for a layer whose heads' centres sit exactly on their kernel shifts, as
+    Holds for a layer whose heads' centers sit exactly on their kernel shifts, as
     :func:`~attncnn.theory.attention_from_conv2d` builds them (with any ``alpha``).
 
     Args:
@@ -116,7 +116,7 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
         are 0), up to floating-point rounding.
 
     Raises:
-        InputError: bad alpha (see :func:`off_target_mass`), input width, or a head whose centre
+        InputError: bad alpha (see :func:`off_target_mass`), input width, or a head whose center
             is not its kernel shift (the bound says nothing then).
     """
     if x.shape[-1] != module.in_channels:
@@ -124,8 +124,8 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
     shifts = kernel_shifts(module.kernel_size, module.dilation, spatial_dims=module.spatial_dims)
     centers = module.attention.centers.detach()
     if centers.shape != shifts.shape or not torch.equal(centers.to(shifts), shifts):
-        raise InputError("Lemma 2's bound holds for heads centred on their kernel shifts, as attention_from_conv2d "
-                         "builds them; this layer's centres have moved (e.g. trained): measure its error instead")
+        raise InputError("Lemma 2's bound holds for heads centered on their kernel shifts, as attention_from_conv2d "
+                         "builds them; this layer's centers have moved (e.g. trained): measure its error instead")
     alphas = module.alpha.detach().double().cpu().tolist()
     masses = [off_target_mass(a, module.spatial_dims) for a in alphas]
     w = folded_value_matrices(module.attention).to(x.dtype)                   # (N_h, C_in, C_out)

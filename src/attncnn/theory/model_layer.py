@@ -4,7 +4,7 @@
 does layer 1 of a conv-initialised model (``init="conv"``) compute a K x K convolution at step 0?
 :func:`layer_as_conv` feeds real images through the model's embedding (and the blocks before the
 chosen layer), takes the layer's own input grid, extracts the closest convolution with
-:func:`conv_from_attention` (each head's folded value matrix of Lemma 1 on the tap of its centre) and
+:func:`conv_from_attention` (each head's folded value matrix of Lemma 1 on the tap of its center) and
 measures the output difference.
 
 The answer depends on the locality strength alpha: with ConViT's default 1.0 a head puts only 0.32

@@ -171,7 +171,7 @@ def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> Train
 
 def make_optimizer(model: nn.Module, config: TrainConfig, *, fused: bool = False) -> torch.optim.Optimizer:
     """``config.optimizer`` (SGD, the paper's, or AdamW, ConViT's) with two groups: weight decay on
-    everything except the model's ``no_weight_decay()`` names (Gaussian centres and spreads, as the
+    everything except the model's ``no_weight_decay()`` names (Gaussian centers and spreads, as the
     reference optimiser in ``train.py``; by the same rule GPSA's positional vectors ``v_pos`` and gates).
 
     ``fused``: the optimizer's fused kernel (``fused=True``, one kernel over all parameters of a

@@ -7,7 +7,7 @@ One idea per module:
 * :mod:`.encoding`: how maps are stored (uint8 quantisation, packed arrays, page-safe base85);
 * :mod:`.export`: maps of a model or run from real activations
   (:func:`~attncnn.analysis.maps.attention_maps_by_kind`) into a manifest and blobs;
-* :mod:`.centres`: quadratic heads' centres and mass ellipses for the centres view;
+* :mod:`.centers`: quadratic heads' centers and mass ellipses for the centers view;
 * :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
   and writing it atomically;
 * :mod:`.decode`: reading a page back and :func:`page_maps`, the page's computation in numpy;

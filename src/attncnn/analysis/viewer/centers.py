@@ -1,4 +1,4 @@
-"""What the page's centres view draws for quadratic heads: centre Delta, Sigma^-1, mass ellipses."""
+"""What the page's centers view draws for quadratic heads: center Delta, Sigma^-1, mass ellipses."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def head_centers(layers: Sequence[GridAttention]) -> list[list[dict]] | None:
     ``degenerate`` flag (:func:`~attncnn.analysis.metrics.degenerate_heads`).
 
     Returns:
-        JSON-ready lists, or None when any layer is not quadratic (no centres to show).
+        JSON-ready lists, or None when any layer is not quadratic (no centers to show).
     """
     if not all(layer.has_centers for layer in layers):
         return None

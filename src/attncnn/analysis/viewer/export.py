@@ -15,8 +15,8 @@ Every set also holds ``rollout`` (scaled8): per layer one map, the attention rol
 blocks up to it (Abnar & Zuidema 2020, :mod:`attncnn.analysis.rollout`; for the batch average, the
 mean of the images' rollouts), about as large as one more head per layer.
 
-Encodings: :mod:`.encoding`. Quadratic runs also carry each head's centre and ellipses
-(:mod:`.centres`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
+Encodings: :mod:`.encoding`. Quadratic runs also carry each head's center and ellipses
+(:mod:`.centers`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
 """
 
 from __future__ import annotations
@@ -199,7 +199,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
                         "pixels": _pixels(mean_raw)})
     manifest = {"layers": len(layers), "heads": [layer.num_heads for layer in layers], "grid": list(sets.grid),
                 "position_only": position_only, "kinds": kinds, "images": entries, "sets": sets.sets,
-                "average": average, "centres": head_centers(layers), "gates": head_gates(layers)}
+                "average": average, "centers": head_centers(layers), "gates": head_gates(layers)}
     return RunExport(manifest, sets.blobs)
 
 

@@ -10,7 +10,7 @@
   // ---------------------------------------------------------------- state
   const state = { run: 0, image: null, query: [0, 0], kind: "all", softmax: true, scale: "map", view: "maps" };
   let current = [];                          // current[layer][head] = Float64Array of the shown values
-  let currentCentres = [];
+  let currentCenters = [];
   let renderId = 0;
 
   const run = () => M.runs[state.run];
@@ -179,24 +179,24 @@
     }
   }
 
-  // ---------------------------------------------------------------- centres view
-  function centresRadius() {
+  // ---------------------------------------------------------------- centers view
+  function centersRadius() {
     let m = 1;
-    for (const layer of run().centres)
+    for (const layer of run().centers)
       for (const head of layer)
         if (!head.degenerate) m = Math.max(m, Math.abs(head.center[0]), Math.abs(head.center[1]));
     return Math.min(Math.max(...run().grid), Math.max(3, Math.ceil(m + 1.5)));
   }
 
-  function drawCentres() {
-    const r = run(), box = $("centres"), R = centresRadius(), n = 2 * R + 1;
+  function drawCenters() {
+    const r = run(), box = $("centers"), R = centersRadius(), n = 2 * R + 1;
     const cell = Math.max(8, Math.floor(210 / n)), size = n * cell;
     const [H, W] = r.grid, [qr, qc] = state.query, src = imageCanvasOf(imageEntry());
     const pw = src.width / W, ph = src.height / H;
     box.textContent = "";
-    currentCentres = [];
-    r.centres.forEach((heads, l) => {
-      const panel = document.createElement("div"); panel.className = "centre-panel";
+    currentCenters = [];
+    r.centers.forEach((heads, l) => {
+      const panel = document.createElement("div"); panel.className = "center-panel";
       const c = document.createElement("canvas"); c.width = size; c.height = size; c.dataset.layer = l;
       const ctx = c.getContext("2d");
       ctx.fillStyle = "#eef0f3"; ctx.fillRect(0, 0, size, size);
@@ -236,7 +236,7 @@
         ctx.fillStyle = head.degenerate ? col : "#fff";
         ctx.font = `bold ${Math.round(rad * 1.3)}px system-ui, sans-serif`;
         ctx.textAlign = "center"; ctx.textBaseline = "middle"; ctx.fillText(String(h + 1), x, y + 0.5);
-        currentCentres.push({ layer: l, head: h, row: head.center[0], col: head.center[1], x, y, cell, radius: R,
+        currentCenters.push({ layer: l, head: h, row: head.center[0], col: head.center[1], x, y, cell, radius: R,
                               degenerate: head.degenerate });
         tips.push(`head ${h + 1}: Δ = (${head.center[0].toFixed(2)}, ${head.center[1].toFixed(2)})` +
                   (head.degenerate ? " degenerate" : ""));
@@ -256,10 +256,10 @@
     $("softmax").checked = state.softmax;
     $("softmax").disabled = rollout();
     $("scale-select").value = state.scale;
-    $("view-select").querySelector('option[value="centres"]').disabled = !r.centres;
+    $("view-select").querySelector('option[value="centers"]').disabled = !r.centers;
     $("view-select").value = state.view;
     $("maps-view").hidden = state.view !== "maps";
-    $("centres-view").hidden = state.view !== "centres";
+    $("centers-view").hidden = state.view !== "centers";
     for (const b of $("thumbs").children) b.classList.toggle("selected", b.dataset.key === imageEntry().key);
   }
 
@@ -287,9 +287,9 @@
     const r = run();
     if (!r.images.some((e) => e.key === state.image)) state.image = r.images[0].key;
     if (!r.kinds[state.kind]) state.kind = "all";
-    if (state.view === "centres" && !r.centres) state.view = "maps";
+    if (state.view === "centers" && !r.centers) state.view = "maps";
     const [H, W] = r.grid;
-    // the grid's centre, as `attncnn plot` and the paper's Fig. 5 take it (attncnn.analysis.runs.default_query)
+    // the grid's center, as `attncnn plot` and the paper's Fig. 5 take it (attncnn.analysis.runs.default_query)
     state.query = [Math.floor(H / 2), Math.floor(W / 2)];
     describeRun(); buildThumbs(); buildMapsTable();
   }
@@ -310,7 +310,7 @@
         for (let h = 0; h < headsOf(l); h++)
           current[l].push(mapValues(r, set, A, state.kind, state.softmax, l, h, query));
       }
-      if (state.view === "centres") drawCentres(); else drawMaps();
+      if (state.view === "centers") drawCenters(); else drawMaps();
       body.dataset.renders = String(+body.dataset.renders + 1);
       body.dataset.state = "ready";
     } catch (err) {
@@ -338,11 +338,11 @@
     },
     setSoftmax(on) { state.softmax = !!on; return render(); },
     setScale(scale) { state.scale = scale; return render(); },
-    setView(view) { state.view = view === "centres" && run().centres ? "centres" : "maps"; return render(); },
+    setView(view) { state.view = view === "centers" && run().centers ? "centers" : "maps"; return render(); },
     /** The values shown for (layer, head) at the current query, keys row-major. */
     values(layer, head) { return Array.from(current[layer][head]); },
-    /** The markers of the centres view: layer, head, Delta (row, col) and canvas position. */
-    centres() { return currentCentres.map((c) => ({ ...c })); },
+    /** The markers of the centers view: layer, head, Delta (row, col) and canvas position. */
+    centers() { return currentCenters.map((c) => ({ ...c })); },
     ready: null,
   };
   window.attncnnViewer = api;
