@@ -43,7 +43,7 @@ from torch import nn
 from ..errors import InputError
 from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
 from .locality import LOCAL_HEAD_DISTANCE, batched_probs, grid_side
-from .maps import LayerMaps, attention_layers, default_grid_size, position_maps, run_recorded
+from .maps import attention_layers, default_grid_size, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
            "optimal_assignment", "grid_distance", "model_metrics", "epoch_metrics", "flatten_metrics",
@@ -426,8 +426,3 @@ def _gates(layer: GatedPositionalAttention) -> list[float]:
     """The per-head gates ``sigmoid(lambda_h)`` of a GPSA layer, as floats."""
     with torch.no_grad():
         return [float(g) for g in layer.gates().detach().double().cpu()]
-
-
-def layer_maps_statistics(maps: Sequence[LayerMaps], margin: int = 0) -> list[dict[str, torch.Tensor]]:
-    """:func:`head_statistics` of each layer's (already captured) maps."""
-    return [head_statistics(m.probs, m.height, m.width, margin=margin, queries=m.queries) for m in maps]

@@ -2,21 +2,19 @@
 (Table 1, 29.5 M parameters).
 
 Score: ``(q . k + q . r_delta) / sqrt(D_h)`` (paper eq. 8, terms 1-2), with r_delta = [e_row(delta_1);
-e_col(delta_2)] from two tables of width ``D_h/2`` and no per-head key vectors. At the paper's size
-(6 layers, width 400, 9 heads) the network has 29,484,282 parameters, the count that matches
-Table 1's 29.5 M. The reference repository (epfml/attention-cnn at 9ffaa30) does not contain this
-form: its ``Learned2DRelativeSelfAttention`` with content scores ``w . r_delta + q . k / sqrt(D)``
-with 400-wide tables and per-head key vectors (29,601,882 parameters), the kind
-``learned-content-9ffaa`` (:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in a
-fork of it.
+e_col(delta_2)] from two tables of width ``D_h/2`` (:func:`~attncnn.layers.relative.table_rows`),
+read by each query's two halves, and no per-head key vectors. At the paper's size (6 layers, width
+400, 9 heads) the network has 29,484,282 parameters, the count that matches Table 1's 29.5 M. The
+reference repository (epfml/attention-cnn at 9ffaa30) does not contain this form: its
+``Learned2DRelativeSelfAttention`` with content scores ``w . r_delta + q . k / sqrt(D)`` with
+400-wide tables and per-head key vectors (29,601,882 parameters), the kind ``learned-content-9ffaa``
+(:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in a fork of it.
 
-A content layer (:class:`~attncnn.layers.ContentAttention`) whose scores gain the q.r term of
-paper eq. 8 (term 2): each query's two halves meet the row and column tables of the learned
-relative encoding (:func:`~attncnn.layers.relative.table_rows`). Its paths are the content
-family's (``impl``: explicit, explicit-half, sdpa, with the q.r term as the fused kernel's bias),
-``bilinear``, where the query map is folded into the key map and into the tables' rows, so that the
-queries are never formed (:mod:`~attncnn.layers.bilinear`), and ``explicit-onehot``, which puts the
-q.r term inside the q.k product (:meth:`LearnedRelativeContentAttention.joint_queries_keys`).
+Its paths are the content family's (:class:`~attncnn.layers.ContentAttention`; ``impl``: explicit,
+explicit-half, sdpa, with the q.r term as the fused kernel's bias), ``bilinear``, where the query map
+is folded into the key map and into the tables' rows, so that the queries are never formed
+(:mod:`~attncnn.layers.bilinear`), and ``explicit-onehot``, which puts the q.r term inside the q.k
+product (:meth:`LearnedRelativeContentAttention.joint_queries_keys`).
 """
 
 from __future__ import annotations
@@ -28,14 +26,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..errors import InputError
+from .axis_tables import _INIT_COLUMNS
 from .content import ContentAttention
 from .conv_init import axis_coefficients, table_features
 from .relative import axis_offsets, table_rows, table_span
 
 __all__ = ["LearnedRelativeContentAttention"]
-
-#: the first columns of each query half (and table) a convolutional init writes (d^2, d, 1) into
-_INIT_COLUMNS = 3
 
 
 def _check_even(width: int) -> None:

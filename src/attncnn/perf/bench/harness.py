@@ -1,4 +1,4 @@
-"""Throughput, memory and FLOP measurements for the presets (issue: fast, measured and scalable).
+"""Throughput, memory and FLOP measurements for the presets.
 
 Conventions:
 - images/s: batch size / median wall time of one step over ``reps`` repetitions after ``warmup``
