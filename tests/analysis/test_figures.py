@@ -102,7 +102,7 @@ def test_the_centre_figures_legend_says_what_each_marker_is():
     torch.manual_seed(0)
     quad = build_model("quadratic", num_layers=2, dim=16, mlp_dim=16)
     labels = _legend_labels(quadratic_layers_figure(quad))
-    assert "head's centre" in labels and "query pixel" in labels
+    assert "head's center" in labels and "query pixel" in labels
     assert not any(label.startswith("degenerate") for label in labels)     # no cross drawn, none explained
     layer = next(m for m in quad.modules() if hasattr(m, "spreads"))
     with torch.no_grad():
