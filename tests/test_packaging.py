@@ -43,10 +43,11 @@ def dist(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("dist")
     # no isolation: the build backend (setuptools, from the test extra) is already here, no download
-    printed = _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source)
-    # without --sdist or --wheel, build makes the wheel from the sdist it has just written: the wheel
-    # installed below is what pip would build from the sdist, so the sdist needs no install of its own
-    assert "Building wheel from sdist" in printed, printed
+    _run(sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir", out, source)
+    # the wheel from the sdist (what a plain `python -m build` does too): the wheel installed below is
+    # what pip would build from the sdist, so the sdist needs no install of its own
+    sdist, = out.glob("attncnn-*.tar.gz")
+    _run(sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, sdist)
     return out
 
 
