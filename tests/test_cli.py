@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import shutil
@@ -33,11 +35,26 @@ def _train(tmp_path, data, *extra, out="run"):
                  "--out", str(tmp_path / out), "--no-progress", "--checkpoint-every", "1", *extra])
 
 
-def test_train_writes_a_complete_run_folder(tmp_path, tiny_dataset, capsys):
-    assert _train(tmp_path, tiny_dataset) == 0
-    out = capsys.readouterr().out
+@pytest.fixture(scope="module")
+def demo_run(tiny_dataset, tmp_path_factory) -> tuple[Path, str]:
+    """One ``_train`` run on the tiny data set, trained once for the tests that read it or resume a
+    copy of it (:func:`_copy`), and what it printed. Training is deterministic on one machine, so a
+    fresh ``_train`` of the same arguments would give the same folder bit for bit."""
+    root = tmp_path_factory.mktemp("demo-run")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert _train(root, tiny_dataset) == 0
+    return root / "run", printed.getvalue()
+
+
+def _copy(demo_run, tmp_path, name="run") -> Path:
+    """A copy of the shared run, for a test that changes the folder (a resume, a roll-back)."""
+    return Path(shutil.copytree(demo_run[0], tmp_path / name))
+
+
+def test_train_writes_a_complete_run_folder(demo_run):
+    run, out = demo_run
     assert "test accuracy:" in out
-    run = tmp_path / "run"
     config = json.loads((run / "config.json").read_text())
     assert config["preset"] == "demo" and config["epochs"] == 2 and config["batch_size"] == 10
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -53,10 +70,8 @@ def test_train_writes_a_complete_run_folder(tmp_path, tiny_dataset, capsys):
     assert last.metadata["epoch"] == 2 and last.metadata["classes"] == list(CLASSES)
 
 
-def test_evaluate_reproduces_the_logged_accuracy(tmp_path, tiny_dataset, capsys):
-    assert _train(tmp_path, tiny_dataset) == 0
-    capsys.readouterr()
-    run = tmp_path / "run"
+def test_evaluate_reproduces_the_logged_accuracy(demo_run, capsys):
+    run = demo_run[0]
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert main(["evaluate", str(run / "checkpoints" / "last.safetensors"), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
@@ -66,12 +81,11 @@ def test_evaluate_reproduces_the_logged_accuracy(tmp_path, tiny_dataset, capsys)
 
 
 def test_evaluate_records_each_images_prediction_and_evaluates_a_fixed_balanced_sample(tmp_path, tiny_dataset,
-                                                                                     capsys):
+                                                                                     demo_run, capsys):
     from attncnn.data import DeviceLoader, load_dataset
     from attncnn.layers.autocast_rules import autocast
     from attncnn.runs import disagreements, load_model, read_predictions
-    assert _train(tmp_path, tiny_dataset) == 0
-    run = tmp_path / "run"
+    run = demo_run[0]
     assert main(["evaluate", str(run), "--predictions", str(tmp_path / "all.json"), "--json"]) == 0
     whole = json.loads(capsys.readouterr().out.splitlines()[-1])
     record = read_predictions(tmp_path / "all.json")
@@ -84,7 +98,8 @@ def test_evaluate_records_each_images_prediction_and_evaluates_a_fixed_balanced_
     assert record.predictions == plain.tolist() and record.indices is None
     assert record.test_accuracy == whole["test_accuracy"] == (plain == test.labels).double().mean().item()
     assert (record.checkpoint, record.epoch, record.precision) == ("last.safetensors", 2, whole["precision"])
-    assert str(tmp_path) not in (tmp_path / "all.json").read_text()      # names the data set, not its path
+    written = (tmp_path / "all.json").read_text()
+    assert str(tiny_dataset) not in written and str(run) not in written     # names the data set, not its path
     from attncnn.perf import cpu_name
     assert record.device == f"cpu: {cpu_name()}"
     # a record written before the device was kept reads as one of an unknown device
@@ -120,11 +135,9 @@ def test_existing_run_folder_is_refused_unless_overwrite(tmp_path, tiny_dataset,
     assert _train(tmp_path, tiny_dataset, "--overwrite") == 0
 
 
-def test_resume_continues_to_the_same_weights(tmp_path, tiny_dataset):
+def test_resume_continues_to_the_same_weights(tmp_path, demo_run):
     """A run cut after epoch 1 and resumed ends with the same weights as an uninterrupted run."""
-    assert _train(tmp_path, tiny_dataset, out="full") == 0
-    assert _train(tmp_path, tiny_dataset, out="cut") == 0
-    cut = tmp_path / "cut"
+    full, cut = demo_run[0], _copy(demo_run, tmp_path, "cut")
     # Roll the folder back to its state after epoch 1.
     (cut / "finished.json").unlink()
     (cut / "checkpoints" / "epoch_0001.safetensors").replace(cut / "checkpoints" / "last.safetensors")
@@ -132,11 +145,11 @@ def test_resume_continues_to_the_same_weights(tmp_path, tiny_dataset):
     # metrics.jsonl keeps its epoch-2 line, as after a crash between logging and checkpointing:
     # the resume must drop it rather than log epoch 2 twice.
     assert main(["train", "--resume", str(cut), "--no-progress"]) == 0
-    full = load_checkpoint(tmp_path / "full" / "checkpoints" / "last.safetensors").model_state
+    uninterrupted = load_checkpoint(full / "checkpoints" / "last.safetensors").model_state
     resumed = load_checkpoint(cut / "checkpoints" / "last.safetensors").model_state
-    assert full.keys() == resumed.keys()
-    for name in full:
-        assert torch.equal(full[name], resumed[name]), name
+    assert uninterrupted.keys() == resumed.keys()
+    for name in uninterrupted:
+        assert torch.equal(uninterrupted[name], resumed[name]), name
     epochs = [json.loads(line)["epoch"] for line in (cut / "metrics.jsonl").read_text().splitlines()]
     assert epochs == [1, 2]
 
@@ -365,19 +378,17 @@ def test_sigint_saves_prints_the_resume_command_and_exits_130(tmp_path, tiny_dat
     _assert_same_run(reference_process_run(), run)
 
 
-def test_resume_refuses_options_it_would_ignore(tmp_path, tiny_dataset, capsys):
-    assert _train(tmp_path, tiny_dataset) == 0
-    capsys.readouterr()
-    assert main(["train", "--resume", str(tmp_path / "run"), "--epochs", "5", "--lr", "0.5", "--no-progress"]) == 2
+def test_resume_refuses_options_it_would_ignore(tmp_path, demo_run, capsys):
+    run = _copy(demo_run, tmp_path)
+    assert main(["train", "--resume", str(run), "--epochs", "5", "--lr", "0.5", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "--epochs" in err and "--lr" in err and "stored recipe (config.json)" in err
 
 
-def test_resume_takes_the_device_of_this_machine(tmp_path, tiny_dataset, capsys):
+def test_resume_takes_the_device_of_this_machine(tmp_path, demo_run, capsys):
     # an older run started on a GPU stored "device": "cuda" in its config.json: a resume runs where
     # this command says (auto: this machine's), and config.json stays as it was
-    assert _train(tmp_path, tiny_dataset) == 0
-    run = tmp_path / "run"
+    run = _copy(demo_run, tmp_path)
     config = {**json.loads((run / "config.json").read_text()), "device": "cuda"}
     (run / "config.json").write_text(json.dumps(config))
     for name in ("finished.json", "checkpoints/last.safetensors", "checkpoints/epoch_0002.safetensors"):
@@ -486,10 +497,9 @@ def test_resume_compiles_when_asked_and_says_so_in_each_epoch_record(device, tmp
     assert [s["compiled"] for s in json.loads((run / "machine.json").read_text())["segments"]] == [False, True]
 
 
-def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
+def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset, demo_run):
     """0 epochs are not allowed, so fine-tune with lr 0: the weights must come through unchanged."""
-    assert _train(tmp_path, tiny_dataset, out="base") == 0
-    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+    base = demo_run[0] / "checkpoints" / "last.safetensors"
     assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--lr", "0", "--weight-decay", "0",
                   "--epochs", "1", out="tuned") == 0
     before = load_checkpoint(base).model_state
@@ -498,16 +508,15 @@ def test_init_from_starts_from_the_checkpoint_weights(tmp_path, tiny_dataset):
     config = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert config["init_from"] == str(base)
     # a run folder means its last checkpoint, as for every other command, and config.json names the file
-    assert _train(tmp_path, tiny_dataset, "--init-from", str(tmp_path / "base"), "--lr", "0", "--weight-decay", "0",
+    assert _train(tmp_path, tiny_dataset, "--init-from", str(demo_run[0]), "--lr", "0", "--weight-decay", "0",
                   "--epochs", "1", out="tuned-from-folder") == 0
     assert json.loads((tmp_path / "tuned-from-folder" / "config.json").read_text())["init_from"] == str(base)
 
 
-def test_resume_before_the_first_checkpoint_starts_again_from_init_from(tmp_path, tiny_dataset):
+def test_resume_before_the_first_checkpoint_starts_again_from_init_from(tmp_path, tiny_dataset, demo_run):
     """A fine-tuning run stopped before it wrote a checkpoint restarts from --init-from, not from
     fresh random weights."""
-    assert _train(tmp_path, tiny_dataset, out="base") == 0
-    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+    base = demo_run[0] / "checkpoints" / "last.safetensors"
     assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--lr", "0", "--weight-decay", "0",
                   "--epochs", "1", out="tuned") == 0
     tuned = tmp_path / "tuned"
@@ -520,10 +529,8 @@ def test_resume_before_the_first_checkpoint_starts_again_from_init_from(tmp_path
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
-def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, tiny_dataset, capsys):
-    assert _train(tmp_path, tiny_dataset, out="base") == 0
-    capsys.readouterr()
-    base = tmp_path / "base" / "checkpoints" / "last.safetensors"
+def test_init_from_a_different_model_is_refused_before_the_run_folder(tmp_path, tiny_dataset, demo_run, capsys):
+    base = demo_run[0] / "checkpoints" / "last.safetensors"
     assert _train(tmp_path, tiny_dataset, "--init-from", str(base), "--set", "num_heads=2", out="other") == 2
     err = capsys.readouterr().err
     assert "--init-from" in err and "same --preset" in err

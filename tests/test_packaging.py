@@ -1,7 +1,7 @@
-"""``python -m build`` gives a wheel and an sdist that install into fresh virtual environments, where
-the command line runs, the viewer page is written with its assets (page.html, .css, .js), the packaged
-mini models classify CIFAR-10 as in the clone, and ``attncnn download`` fetches a width-400 model into
-the user cache where ``attncnn.pretrained`` finds it."""
+"""``python -m build`` gives an sdist and a wheel built from that sdist; the wheel installs into a fresh
+virtual environment, where the command line runs, the viewer page is written with its assets
+(page.html, .css, .js), the packaged mini models classify CIFAR-10 as in the clone, and ``attncnn
+download`` fetches a width-400 model into the user cache where ``attncnn.pretrained`` finds it."""
 
 from __future__ import annotations
 
@@ -43,7 +43,11 @@ def dist(tmp_path_factory) -> Path:
     shutil.copytree(REPO / "src", source / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("dist")
     # no isolation: the build backend (setuptools, from the test extra) is already here, no download
-    _run(sys.executable, "-m", "build", "--no-isolation", "--outdir", out, source)
+    _run(sys.executable, "-m", "build", "--no-isolation", "--sdist", "--outdir", out, source)
+    # the wheel from the sdist (what a plain `python -m build` does too): the wheel installed below is
+    # what pip would build from the sdist, so the sdist needs no install of its own
+    sdist, = out.glob("attncnn-*.tar.gz")
+    _run(sys.executable, "-m", "build", "--no-isolation", "--wheel", "--outdir", out, sdist)
     return out
 
 
@@ -61,6 +65,15 @@ def _fresh_venv(root: Path) -> Path:
 def _install(python: Path, artifact: Path) -> None:
     _run(sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps", "--no-index",
          "--no-build-isolation", artifact)
+
+
+@pytest.fixture(scope="module")
+def installed(dist, tmp_path_factory) -> Path:
+    """A fresh virtual environment with the wheel installed (the tests below only run it); its root."""
+    root = tmp_path_factory.mktemp("installed") / "venv"
+    wheel, = dist.glob("attncnn-*.whl")
+    _install(_fresh_venv(root), wheel)
+    return root
 
 
 def test_the_wheel_and_sdist_hold_the_package_the_viewer_assets_and_the_mini_models_not_the_results(dist):
@@ -84,14 +97,11 @@ def test_the_wheel_and_sdist_hold_the_package_the_viewer_assets_and_the_mini_mod
     assert any(n.endswith("/LICENSE") for n in listing) and not [n for n in listing if "/results/" in n]
 
 
-@pytest.mark.parametrize("kind", ["wheel", "sdist"])
-def test_it_installs_into_a_fresh_environment_and_runs(kind, dist, tmp_path, make_tiny_data):
-    artifact, = dist.glob("attncnn-*.whl" if kind == "wheel" else "attncnn-*.tar.gz")
-    python = _fresh_venv(tmp_path / "venv")
-    _install(python, artifact)
+def test_it_installs_into_a_fresh_environment_and_runs(installed, tmp_path, make_tiny_data):
+    python = installed / "bin" / "python"
     where = _run(python, "-c", "import attncnn; print(attncnn.__file__)").strip()
-    assert Path(where).is_relative_to(tmp_path / "venv"), where                 # the installed copy, not src/
-    attncnn = tmp_path / "venv" / "bin" / "attncnn"
+    assert Path(where).is_relative_to(installed), where                 # the installed copy, not src/
+    attncnn = installed / "bin" / "attncnn"
     presets = _run(attncnn, "presets")
     assert "quadratic " in presets and "12,086,844" in presets
     # outside a clone: the width-400 models are not in the package, and the error says the three ways
@@ -102,8 +112,6 @@ def test_it_installs_into_a_fresh_environment_and_runs(kind, dist, tmp_path, mak
             "learned-content-mini, learned-mini, quadratic-generalized-mini, quadratic-mini, resnet18-mini)"
             ) in done.stderr
     assert "`attncnn download quadratic --from URL_OR_FOLDER`" in done.stderr
-    if kind == "sdist":
-        return                                         # the same package: the wheel's run below covers the rest
     run, page = tmp_path / "run", tmp_path / "viewer.html"
     _run(attncnn, "train", "--preset", "demo", "--data", make_tiny_data(10, 4), "--epochs", "1", "--batch-size", "10",
          "--set", "dim=16", "--set", "mlp_dim=16", "--out", run, "--no-progress")
@@ -139,16 +147,14 @@ def _classify(model, images):
         return model.logits(images).argmax(1)
 
 
-def test_an_installed_wheel_has_the_mini_models_and_fetches_a_large_one(dist, tmp_path, cifar10_path):
+def test_an_installed_wheel_has_the_mini_models_and_fetches_a_large_one(installed, tmp_path, cifar10_path):
     import attncnn
     from attncnn.data import class_balanced_subset, load_dataset
 
-    wheel, = dist.glob("attncnn-*.whl")
-    python = _fresh_venv(tmp_path / "venv")
-    _install(python, wheel)
+    python = installed / "bin" / "python"
     env = _outside_a_clone(tmp_path)
     found = json.loads(_run(python, "-c", _CLASSIFY, cifar10_path, cwd=tmp_path, env=env))
-    assert Path(found["source"]).is_relative_to(tmp_path / "venv")           # the package's own copy
+    assert Path(found["source"]).is_relative_to(installed)           # the package's own copy
     # the same predictions as the clone's packaged files, and as good as the run's float32 weights
     test = load_dataset(str(cifar10_path)).test
     sample = class_balanced_subset(test.labels, 500, seed=0)
@@ -159,7 +165,7 @@ def test_an_installed_wheel_has_the_mini_models_and_fetches_a_large_one(dist, tm
     assert int((packaged == labels).sum()) >= int((full == labels).sum()) - 2             # within 0.4 points
     assert int((packaged != full).sum()) <= 5
     # a width-400 model on request, from a copy of results/, into the user cache where pretrained finds it
-    attncnn_command = tmp_path / "venv" / "bin" / "attncnn"
+    attncnn_command = installed / "bin" / "attncnn"
     printed = _run(attncnn_command, "download", "resnet18", "--from", REPO / "results", cwd=tmp_path, env=env)
     cached = tmp_path / "user-cache" / "models" / "paper-long" / "resnet18" / "seed0"
     assert f"resnet18: {cached}" in printed

@@ -11,8 +11,14 @@ from attncnn import build_model
 from attncnn.perf.bench.harness import count_training_flops
 
 
-def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops():
-    result = profile_preset("demo", batch_size=4, precision="fp32", steps=1)
+@pytest.fixture(scope="module")
+def eager_profile() -> dict:
+    """The eager profile of a small preset, made once: the tests below only read it."""
+    return profile_preset("demo", batch_size=4, precision="fp32", steps=1)
+
+
+def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops(eager_profile):
+    result = eager_profile
     torch.manual_seed(0)
     model = build_model("demo")
     forward, train = count_training_flops(model, torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]), dense=False)
@@ -50,8 +56,8 @@ def test_gpu_kernels_are_grouped_by_their_names():
 
 
 @pytest.mark.slow
-def test_a_compiled_step_is_profiled_with_the_eager_models_flops():
-    eager = profile_preset("demo", batch_size=4, precision="fp32", steps=1)
+def test_a_compiled_step_is_profiled_with_the_eager_models_flops(eager_profile):
+    eager = eager_profile
     compiled = profile_preset("demo", batch_size=4, precision="fp32", steps=1, compile=True)
     assert compiled["compiled"] and not eager["compiled"]
     for mode in ("train", "test"):

@@ -63,9 +63,13 @@ def _run(policy: str, script: str = _SCRIPT) -> tuple[str, int]:
 @glibc
 def test_heap_policy_reuses_freed_pages_that_the_system_policy_faults_in_again():
     system, system_faults = _run("system")
-    # best of three: now and then (1 run in 3 on a busy 2-core machine) the heap still grows by two
-    # tensors after the warm-up; the property is that freed pages *can* be reused, which one run shows
-    heap, heap_faults = min((_run("heap") for _ in range(3)), key=lambda run: run[1])
+    # up to three tries: now and then (1 run in 3 on a busy 2-core machine) the heap still grows by
+    # two tensors after the warm-up; the property is that freed pages *can* be reused, which one run
+    # shows (so the first run that shows it ends the tries)
+    for _ in range(3):
+        heap, heap_faults = _run("heap")
+        if heap_faults < PAGES_PER_TENSOR / 4:
+            break
     assert (system, heap) == ("system", "heap")
     # glibc maps blocks above 32 MiB afresh on every allocation: each one faults in all its pages
     assert system_faults >= 5 * PAGES_PER_TENSOR * 0.9

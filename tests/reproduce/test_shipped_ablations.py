@@ -24,8 +24,8 @@ def test_there_are_shipped_ablations():
 
 
 #: where bf16 is slow (fp32 on 2 cores without bf16 units: 6-7 s per folder's 1,000-image sample
-#: on a Xeon held to AVX2) the first folder of each group is evaluated; the others carry
-#: ``needs_fast_bf16`` and say so
+#: on a Xeon held to AVX2, before the sample became 300) the first folder of each group is evaluated;
+#: the others carry ``needs_fast_bf16`` and say so
 FIRSTS = {next(f for f in FOLDERS if f.relative_to(RESULTS).parts[0] == group) for group in GROUPS}
 EVALUATED = [pytest.param(f, id=f.relative_to(RESULTS).as_posix(),
                           marks=[] if f in FIRSTS else [pytest.mark.needs_fast_bf16]) for f in FOLDERS]

@@ -21,7 +21,7 @@ SUITES = [pytest.param(name, marks=pytest.mark.skipif(not (ROOT / name / "report
                                                      reason=f"no committed results/{name} report"))
           for name in ("mini", "mini-long", "paper-long")]
 #: evaluated on every CPU (in fp32 where bf16 is slow): each of Table 1's models once, seed 0 of every
-#: `mini` row, and `mini-long`'s cheapest, each on the 1,000-image sample its record is checked on
+#: `mini` row, and `mini-long`'s cheapest, each on the 300-image sample its record is checked on
 #: (seconds each on a CPU held to AVX2: docs/development.md, "Continuous integration"). The other
 #: seeds and suites run the same code paths and need fast bf16.
 EVERYWHERE_SUITE = "mini"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -176,6 +175,10 @@ def test_only_rank_0_writes_and_the_checkpoint_loads_in_one_process(runs):
 
 @pytest.mark.slow
 def test_a_signal_to_one_process_stops_both_after_the_same_step_and_resumes_exactly(runs, tmp_path):
+    """Also a run shipped from another machine, resumed under torchrun: its config.json records its
+    data set's name only, rank 0 rewrites it with the path here (slowly, through the hook), and rank
+    1 must wait for that rather than read the old configuration and fail to find "its" data set. (One
+    torchrun job for both: the resume reads the folder the stop left.)"""
     script = tmp_path / "hook.py"
     script.write_text(HOOK)
     out = tmp_path / "run"
@@ -191,33 +194,19 @@ def test_a_signal_to_one_process_stops_both_after_the_same_step_and_resumes_exac
     assert (meta["epoch"], meta["step_in_epoch"]) == (1, 2) and meta["train_count"] == 20   # both shards' sums
     assert not (out / "finished.json").exists()
 
-    resumed = _run(["train", "--resume", str(out), "--no-progress"], _env(runs["cache"]), processes=2)
+    config = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**config, "data": runs["data"].name}))     # as if shipped
+    resumed = _run(["train", "--resume", str(out), "--data", str(runs["data"]), "--no-progress"],
+                   _env(runs["cache"], POINT_DELAY="3"), processes=2, script=script)
     assert resumed.returncode == 0, resumed.stderr
+    assert json.loads((out / "config.json").read_text())["data"] == str(runs["data"].resolve())
+    assert (out / "finished.json").is_file()
     a, b = load_file(str(runs["two"] / "checkpoints" / "last.safetensors")), \
         load_file(str(out / "checkpoints" / "last.safetensors"))
     assert a.keys() == b.keys()
     for key in a:                                           # weights, optimiser and RNG states
         assert torch.equal(a[key], b[key]), key
     assert _without_timings(_metrics(out)) == _without_timings(_metrics(runs["two"]))
-
-
-@pytest.mark.slow
-def test_a_shipped_run_resumes_under_torchrun_with_the_configuration_rank_0_points_at_its_data(runs, tmp_path):
-    # A run shipped from another machine records its data set's name only. Rank 0 rewrites its
-    # config.json with the path here (slowly, through the hook); rank 1 must wait for that rather
-    # than read the old configuration and fail to find "its" data set.
-    script = tmp_path / "hook.py"
-    script.write_text(HOOK)
-    out = tmp_path / "run"
-    shutil.copytree(runs["two"], out)
-    (out / "finished.json").unlink()                 # as if stopped after its last step
-    config = json.loads((out / "config.json").read_text())
-    (out / "config.json").write_text(json.dumps({**config, "data": runs["data"].name}))
-    resumed = _run(["train", "--resume", str(out), "--data", str(runs["data"]), "--no-progress"],
-                   _env(runs["cache"], POINT_DELAY="3"), processes=2, script=script)
-    assert resumed.returncode == 0, resumed.stderr
-    assert json.loads((out / "config.json").read_text())["data"] == str(runs["data"].resolve())
-    assert (out / "finished.json").is_file()
 
 
 @pytest.mark.slow
