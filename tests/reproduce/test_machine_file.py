@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from attncnn.cli import main
-from attncnn.reproduce.reporting.epoch_sections import run_costs
+from attncnn.reproduce.reporting.epochs import run_costs
 from attncnn.reproduce.reporting.results import RunResult
 from attncnn.reproduce.reporting.table1 import seed_lines
 

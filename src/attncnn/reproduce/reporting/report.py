@@ -2,7 +2,7 @@
 
 :func:`write_report` writes the shape the study declares: a Table 1 suite's (Table 1 beside the
 paper's, every run, the attention per layer, the paper's claims measured, and for a suite followed
-over epochs the sections of :mod:`.epoch_sections`) or a grid's (accuracy per row and training-set
+over epochs the sections of :mod:`.epochs`) or a grid's (accuracy per row and training-set
 size, its claims measured and judged, the machines, the models). Both measure the study's declared
 claims with :func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
 """
@@ -22,10 +22,10 @@ from ...analysis.runs import shareable_dataset
 from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import get_preset
 from ..running.jobs import Job, row_of
-from ..running.unfinished import progress_text, run_progress
+from ..running.machines import progress_text, run_progress
 from ..studies import Grid, Study, Suite
 from .claims import RunNumbers, cell_numbers, evaluate_claims
-from .epoch_sections import epoch_sections
+from .epochs import epoch_sections
 from .grid import gap_lines, grid_rows, machine_lines, model_lines, table_lines
 from .locality import locality_lines, locality_summary, suite_locality
 from .results import Cells, RunResult
