@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 from ..running.jobs import Job, row_of
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
-from .results import Records, RunResult, layer_curves, read_records, train_test_gap
+from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 
 __all__ = ["HOLDS", "FAILS", "MISSING", "Term", "Reading", "CellNumbers", "RunNumbers", "cell_numbers", "judge",
            "verdict", "read_claim", "evaluate_claims"]
@@ -92,18 +92,10 @@ class CellNumbers:
         """Layer (1-based) -> the last epoch's ``attn/layer{L}/{key}``: the mean over the cell's
         seeds of the layers every seed logs (``seeds="mean"``) or its first seed's (``"first"``)."""
         runs = self.records.get((row, cell), [])
-        per_seed = [_layer_values(seed[-1] if seed else {}, key) for seed in runs[:1 if seeds == "first" else None]]
+        per_seed = [{layer: value for layer, value in layer_values(seed[-1] if seed else {}, key).items()
+                     if math.isfinite(value)} for seed in runs[:1 if seeds == "first" else None]]
         layers = set.intersection(*(set(values) for values in per_seed)) if per_seed else set()
         return {layer: statistics.fmean(values[layer] for values in per_seed) for layer in sorted(layers)}
-
-
-def _layer_values(record: dict, key: str) -> dict[int, float]:
-    values = {}
-    for name, value in record.items():
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and math.isfinite(value):
-            values[int(parts[1].removeprefix("layer"))] = value
-    return values
 
 
 def cell_numbers(jobs: Sequence[Job]) -> CellNumbers:

@@ -43,22 +43,12 @@ from ..running.jobs import Job
 from ..running.machines import run_segments, segments_text, shared_epochs
 from ..studies import Suite
 from ..studies.shapes import SETTLED_BELOW
-from .results import RunResult, epoch_records
+from .results import RunResult, epoch_records, layer_values
 
-__all__ = ["SETTLED_BELOW", "layer_values", "settled_rows", "settled_table", "seed_layer_curves", "accuracy_bands",
+__all__ = ["SETTLED_BELOW", "settled_rows", "settled_table", "seed_layer_curves", "accuracy_bands",
            "quadratic_heads", "evolution_epochs", "Run", "run_settling", "compare_settling", "settling_lines",
            "SHARP_ALPHA", "settled_lines", "center_rows", "center_lines", "run_costs", "cost_lines", "baseline_rows",
            "baseline_lines", "epoch_sections"]
-
-
-def layer_values(record: dict, key: str) -> list[float]:
-    """``attn/layer{l}/{key}`` of one record for layers 1, 2, ... in order (``[]`` when not logged)."""
-    found = {}
-    for name, value in record.items():
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and isinstance(value, (int, float)):
-            found[int(parts[1].removeprefix("layer"))] = float(value)
-    return [found[layer] for layer in sorted(found)]
 
 
 def settled_rows(records: Sequence[dict], epochs: Sequence[int], threshold: float = SETTLED_BELOW) -> list[dict]:
@@ -73,7 +63,7 @@ def settled_rows(records: Sequence[dict], epochs: Sequence[int], threshold: floa
     by_epoch = {r["epoch"]: r for r in records if isinstance(r.get("epoch"), int)}
     rows = []
     for epoch in epochs:
-        distances = layer_values(by_epoch.get(epoch, {}), "grid_distance")
+        distances = list(layer_values(by_epoch.get(epoch, {}), "grid_distance").values())
         if distances:
             settled = [math.isfinite(d) and d < threshold for d in distances]
             rows.append({"epoch": epoch, "grid_distance": distances, "settled": settled,
@@ -98,7 +88,7 @@ def seed_layer_curves(results: Sequence[RunResult], key: str) -> dict[int, dict[
     curves: dict[int, dict[int, tuple[list[int], list[float]]]] = {}
     for result in results:
         for record in result.epoch_records:
-            for layer, value in enumerate(layer_values(record, key), start=1):
+            for layer, value in layer_values(record, key).items():
                 epochs, values = curves.setdefault(layer, {}).setdefault(result.job.seed, ([], []))
                 epochs.append(record["epoch"])
                 values.append(value)
