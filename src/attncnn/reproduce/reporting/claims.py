@@ -24,7 +24,7 @@ from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, 
 from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 
 __all__ = ["HOLDS", "FAILS", "MISSING", "Term", "Reading", "CellNumbers", "RunNumbers", "cell_numbers", "judge",
-           "verdict", "read_claim", "evaluate_claims"]
+           "verdict", "read_claim", "evaluate_claims", "points"]
 
 HOLDS, FAILS, MISSING = "holds", "fails", "not measured yet"
 
@@ -51,7 +51,8 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _pts(value: float | None, sign: bool = False) -> str:
+def points(value: float | None, sign: bool = False) -> str:
+    """A fraction in points (``0.123`` -> ``"12.30"``, ``"+12.30"`` with ``sign``), ``"-"`` for None."""
     return "-" if value is None else f"{100 * value:{'+' if sign else ''}.2f}"
 
 
@@ -174,7 +175,7 @@ def evaluate_claims(claims: Sequence[Claim], numbers: CellNumbers | RunNumbers) 
 def _per_row(measure: PerRow, numbers: CellNumbers) -> Reading:
     cell = numbers.cells[measure.cell]
     terms = [Term({measure.quantity: numbers.value(row, cell, measure.quantity)}, row, cell) for row in measure.rows]
-    return Reading(", ".join(f"{t.row} {_pts(t.numbers[measure.quantity])}" for t in terms), terms)
+    return Reading(", ".join(f"{t.row} {points(t.numbers[measure.quantity])}" for t in terms), terms)
 
 
 def _scarcity(measure: Scarcity, numbers: CellNumbers) -> Reading:
@@ -182,8 +183,8 @@ def _scarcity(measure: Scarcity, numbers: CellNumbers) -> Reading:
     terms = [Term({"cost": _difference(numbers.value(row, large, "last"), numbers.value(row, small, "last")),
                    "gap": _difference(numbers.value(row, small, "train"), numbers.value(row, small, "last"))}, row)
              for row in numbers.rows if any((row, cell) in numbers.records for cell in numbers.cells)]
-    return Reading("; ".join(f"{t.row}: {large} vs {small} {_pts(t.numbers['cost'], True)}, train - test "
-                             f"{_pts(t.numbers['gap'], True)}" for t in terms), terms)
+    return Reading("; ".join(f"{t.row}: {large} vs {small} {points(t.numbers['cost'], True)}, train - test "
+                             f"{points(t.numbers['gap'], True)}" for t in terms), terms)
 
 
 def _versus(measure: Versus, numbers: CellNumbers) -> Reading:
@@ -191,11 +192,11 @@ def _versus(measure: Versus, numbers: CellNumbers) -> Reading:
     for cell in (numbers.cells[position] for position in measure.cells):
         mine, theirs = (numbers.value(row, cell, measure.quantity) for row in (measure.row, measure.base))
         terms.append(Term({"difference": _difference(mine, theirs)}, measure.row, cell))
-        parts.append(f"{cell}: {measure.row} {_pts(mine)} vs {measure.base} {_pts(theirs)} "
-                     f"({_pts(terms[-1].numbers['difference'], True)})")
+        parts.append(f"{cell}: {measure.row} {points(mine)} vs {measure.base} {points(theirs)} "
+                     f"({points(terms[-1].numbers['difference'], True)})")
     shrink = _difference(terms[0].numbers["difference"], terms[-1].numbers["difference"])
     terms.append(Term({"shrink": shrink}, measure.row))
-    return Reading("; ".join(parts) + f"; shrinks by {_pts(shrink, True)}", terms)
+    return Reading("; ".join(parts) + f"; shrinks by {points(shrink, True)}", terms)
 
 
 def _gain_of(numbers: CellNumbers, row: str, bases: Sequence[str], cell: str, quantity: str) -> float | None:
@@ -215,9 +216,9 @@ def _gain(measure: Gain, numbers: CellNumbers) -> Reading:
             terms.append(Term(gains, row, cell))
             label = f"{row} - {', '.join(bases)} {cell}" if several else cell
             if len(gains) == 1:
-                parts.append(f"{label} {_pts(next(iter(gains.values())), True)}")
+                parts.append(f"{label} {points(next(iter(gains.values())), True)}")
             else:
-                parts.append(f"{label}: " + " / ".join(f"{q} {_pts(value, True)}" for q, value in gains.items()))
+                parts.append(f"{label}: " + " / ".join(f"{q} {points(value, True)}" for q, value in gains.items()))
     return Reading(("; " if several else ", ").join(parts), terms)
 
 

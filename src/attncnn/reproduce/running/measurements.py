@@ -14,7 +14,7 @@
   subset, so the test set that the grid reports does not choose it; among the rates every row has
   finished), and becomes the grid's ``lr``, shared by all its content rows.
 
-Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.GridJob`), trained by the same
+Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.Job`s of a cell), trained by the same
 resumable runner, so the same command continues an interrupted measurement. What they measured is
 written here too: the calibration's train - test gaps beside the grid's ``overfit`` criterion
 (:func:`calibration_lines`), and the sweep's report, ``<out>/lr-sweep/report.md`` and ``report.json``
