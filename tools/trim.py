@@ -44,8 +44,9 @@ __all__ = ["trim_run", "folder_bytes", "share_run_folder", "share_run_folders", 
 #: a slash followed by at least one folder (``/home/me/x``), or a Windows drive (``C:\``)
 ABSOLUTE_PATH = re.compile(r"""(?:^|(?<=[\s"'`(=,\[]))(?:/(?:[\w.+-]+/)+[\w.+-]*|[A-Za-z]:\\)""", re.M)
 
-#: held_out.json: a sweep run's validation accuracy (:mod:`.held_out`), measured once; predictions.json:
-#: a shipped model's per-image test predictions (:mod:`attncnn.runs.predictions`), recorded once;
+#: held_out.json: a sweep run's validation accuracy (:mod:`attncnn.reproduce.running.measurements`),
+#: measured once; predictions.json: a shipped model's per-image test predictions
+#: (:mod:`attncnn.runs.predictions`), recorded once;
 #: weights-withheld.json: what the weights of a run shipped without them were (:mod:`withhold`)
 _KEEP_FILES = {"config.json", "metrics.jsonl", "finished.json", "machine.json", "held_out.json", PREDICTIONS_FILE,
                WITHHELD_FILE}

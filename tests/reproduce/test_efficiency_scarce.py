@@ -11,8 +11,8 @@ import pytest
 
 from attncnn.reproduce import job_state
 from attncnn.reproduce.reporting.claims import cell_numbers, evaluate_claims, verdict
-from attncnn.reproduce.reporting.grid import gap_lines
-from attncnn.reproduce.reporting.measurements import sweep_results, write_sweep_report
+from attncnn.reproduce.reporting.report import gap_lines
+from attncnn.reproduce.running.measurements import sweep_results, write_sweep_report
 from attncnn.reproduce.running.jobs import plan_grid
 from attncnn.reproduce.running.measurements import parse_rates, plan_calibration, plan_lr_sweep, swept_rates
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command

@@ -81,7 +81,7 @@ def test_every_row_trains_and_the_report_judges_the_claims(scarce):
 
 def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_tiny_data, capsys):
     from attncnn.data import DeviceLoader, ImageSplit, held_out_indices, load_dataset
-    from attncnn.reproduce.running.held_out import HELD_OUT_FILE, held_out_result
+    from attncnn.reproduce.running.measurements import HELD_OUT_FILE, held_out_result
     from attncnn.runs import load_model
     from attncnn.training import evaluate
 

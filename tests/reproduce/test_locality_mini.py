@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from attncnn.reproduce.reporting.settling import compare_settling, run_settling, settling_lines
+from attncnn.reproduce.reporting.epochs import compare_settling, run_settling, settling_lines
 from attncnn.reproduce.running.jobs import plan
 from attncnn.reproduce.studies import MINI_LONG, get_suite
 

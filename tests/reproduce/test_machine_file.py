@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from attncnn.cli import main
-from attncnn.reproduce.reporting.epoch_sections import run_costs
 from attncnn.reproduce.reporting.results import RunResult
-from attncnn.reproduce.reporting.table1 import seed_lines
+from attncnn.reproduce.reporting.table1 import run_costs, seed_lines
 
 EPYC = {"cpu": "AMD EPYC", "threads": 2, "torch": "2.13.0+cpu", "device": "cpu"}
 RECORDS = [{"epoch": e, "machine": EPYC, "seconds": 10.0, "eval_seconds": 1.0, "images_per_second": 50.0,

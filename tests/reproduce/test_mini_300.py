@@ -15,9 +15,9 @@ import pytest
 from attncnn.models import get_preset
 from attncnn.reproduce import STUDIES, Job, get_suite, plan
 from attncnn.reproduce.reporting import figures
-from attncnn.reproduce.reporting.epoch_sections import epoch_sections
 from attncnn.reproduce.reporting.results import RunResult
-from attncnn.reproduce.reporting.settling import compare_settling, run_settling, settling_lines
+from attncnn.reproduce.reporting.epochs import compare_settling, run_settling, settling_lines
+from attncnn.reproduce.reporting.table1 import epoch_sections
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 from attncnn.reproduce.studies.table1 import TABLE1_CLAIMS
 from attncnn.training.schedule import LRSchedule, warmup_cosine_multiplier

@@ -11,11 +11,11 @@ import pytest
 
 from attncnn.models import get_preset
 from attncnn.reproduce import get_suite, job_state, plan
-from attncnn.reproduce.reporting.epoch_sections import (center_lines, center_rows, cost_lines, epoch_sections,
-                                                        run_costs, settled_lines)
 from attncnn.reproduce.reporting.epochs import (SETTLED_BELOW, accuracy_bands, evolution_epochs, quadratic_heads,
                                                 seed_layer_curves, settled_rows, settled_table)
 from attncnn.reproduce.reporting.results import RunResult
+from attncnn.reproduce.reporting.table1 import (center_lines, center_rows, cost_lines, epoch_sections, run_costs,
+                                                settled_lines)
 from attncnn.reproduce.running.machines import machine_segments, segments_text, shared_epochs
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 

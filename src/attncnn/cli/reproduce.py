@@ -33,10 +33,8 @@ def register(sub) -> None:
     r.add_argument("--data-dir", help="cache folder for official archives")
     r.add_argument("--download", action="store_true", help="download official archives if missing")
     r.add_argument("--out", help="suite folder (default: results/<suite>)")
-    r.add_argument("--seeds", help="comma-separated seeds for every model (default: 0, and 0,1,2 for the "
-                                   "mini suite's quadratic and learned models, mini-long's quadratic, learned "
-                                   "and resnet18 models, every mini-300 model, 0,1 for the efficiency grid's "
-                                   "10 %% cells)")
+    r.add_argument("--seeds", help="comma-separated seeds for every model (default: each study's: "
+                                   + "; ".join(map(_default_seeds, STUDIES.values())) + ")")
     r.add_argument("--only", help="comma-separated presets of the suite (rows of a grid, or of its --calibrate or "
                                   "--lr-sweep) to train (the report still covers every finished run under --out, "
                                   "so a suite run in parts keeps one report)")
@@ -89,6 +87,15 @@ def register(sub) -> None:
     r.add_argument("--formats", default="png", help="figure formats, comma-separated (default png)")
     r.add_argument("--no-progress", action="store_true", help="no progress bars")
     r.set_defaults(handler=handle)
+
+
+def _default_seeds(study) -> str:
+    """``"mini 0, 0,1,2 for quadratic-mini and learned-mini"``: a study's declared seeds, for the help."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for key, seeds in study.more_seeds.items():         # a suite's presets, a grid's training-set fractions
+        groups.setdefault(seeds, []).append(key if isinstance(key, str) else f"the {100 * key:g} %% cells")
+    return f"{study.name} {','.join(map(str, study.seeds))}" + "".join(
+        f", {','.join(map(str, seeds))} for {' and '.join(keys)}" for seeds, keys in groups.items())
 
 
 def handle(args: argparse.Namespace) -> int:

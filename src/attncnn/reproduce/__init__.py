@@ -1,9 +1,9 @@
 """``attncnn reproduce``: the studies of the paper (Table 1 suites) and of ConViT's claims
 (sample-efficiency grids), each declared once, run and reported by the same code.
 
-* :mod:`.studies`: one module per study (``mini``, ``mini_long``, ``paper_long``, ``paper``,
-  ``efficiency``, ``efficiency_scarce``), each a declared :class:`~.studies.Suite` or
-  :class:`~.studies.Grid` value: its runs, its recipe over the presets', and its claims with their
+* :mod:`.studies`: every study as data, each a declared :class:`~.studies.Suite` (Table 1 suites,
+  :mod:`.studies.table1`) or :class:`~.studies.Grid` (sample-efficiency grids, :mod:`.studies.efficiency`)
+  value: its runs, its recipe over the presets', and its claims with their
   criteria as data (:mod:`.studies.claims`); :data:`~.studies.STUDIES` registers them.
 * :mod:`.running`: the jobs of any study (where each run lives, which are finished), the resumable
   runner (``--dry-run`` estimates), a grid's calibration and learning-rate sweep.
@@ -14,8 +14,8 @@
   which options each kind of call takes; :mod:`.orchestration`: :func:`run_study`, the call run;
   :mod:`.prune`: pruning and fine-tuning (``attncnn prune``).
 
-Adding a study: a module in :mod:`.studies` declaring it, and its entry in
-:data:`~.studies.STUDIES`. The package sits above ``analysis`` and ``training`` and below the
+Adding a study: its declaration beside its kin (:mod:`.studies.table1` or :mod:`.studies.efficiency`)
+and its entry in :data:`~.studies.STUDIES`. The package sits above ``analysis`` and ``training`` and below the
 command line (:mod:`attncnn.cli`), which turns its flags into a :class:`StudyRequest`.
 """
 

@@ -201,7 +201,7 @@ def _fractions(text: str | None) -> tuple[float, ...] | None:
 
 def _measure(request: StudyRequest, grid, out: Path, options) -> None:
     """A grid's calibration or learning-rate sweep: train its jobs (resumable), then print its result."""
-    from .reporting.measurements import calibration_lines, write_sweep_report
+    from .running.measurements import calibration_lines, write_sweep_report
     from .running.jobs import row_of
     from .running.measurements import parse_rates, plan_calibration, plan_lr_sweep, swept_rates
 
@@ -243,7 +243,7 @@ def _held_out(jobs, options) -> dict:
     """The sweep's finished runs evaluated on training images outside their cell (cached in each
     run folder; the data set is loaded only when one is not)."""
     from ..data import load_dataset
-    from .running.held_out import held_out_results
+    from .running.measurements import held_out_results
 
     return held_out_results([job.folder for job in jobs], lambda: load_dataset(
         options.data, data_dir=options.data_dir, download=options.download), device=options.device)

@@ -21,10 +21,10 @@ from typing import Callable, Sequence
 
 from ..running.jobs import Job, row_of
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
-from .results import Records, RunResult, layer_curves, read_records, train_test_gap
+from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 
 __all__ = ["HOLDS", "FAILS", "MISSING", "Term", "Reading", "CellNumbers", "RunNumbers", "cell_numbers", "judge",
-           "verdict", "read_claim", "evaluate_claims"]
+           "verdict", "read_claim", "evaluate_claims", "points"]
 
 HOLDS, FAILS, MISSING = "holds", "fails", "not measured yet"
 
@@ -51,7 +51,8 @@ def _difference(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else a - b
 
 
-def _pts(value: float | None, sign: bool = False) -> str:
+def points(value: float | None, sign: bool = False) -> str:
+    """A fraction in points (``0.123`` -> ``"12.30"``, ``"+12.30"`` with ``sign``), ``"-"`` for None."""
     return "-" if value is None else f"{100 * value:{'+' if sign else ''}.2f}"
 
 
@@ -92,18 +93,10 @@ class CellNumbers:
         """Layer (1-based) -> the last epoch's ``attn/layer{L}/{key}``: the mean over the cell's
         seeds of the layers every seed logs (``seeds="mean"``) or its first seed's (``"first"``)."""
         runs = self.records.get((row, cell), [])
-        per_seed = [_layer_values(seed[-1] if seed else {}, key) for seed in runs[:1 if seeds == "first" else None]]
+        per_seed = [{layer: value for layer, value in layer_values(seed[-1] if seed else {}, key).items()
+                     if math.isfinite(value)} for seed in runs[:1 if seeds == "first" else None]]
         layers = set.intersection(*(set(values) for values in per_seed)) if per_seed else set()
         return {layer: statistics.fmean(values[layer] for values in per_seed) for layer in sorted(layers)}
-
-
-def _layer_values(record: dict, key: str) -> dict[int, float]:
-    values = {}
-    for name, value in record.items():
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and math.isfinite(value):
-            values[int(parts[1].removeprefix("layer"))] = value
-    return values
 
 
 def cell_numbers(jobs: Sequence[Job]) -> CellNumbers:
@@ -182,7 +175,7 @@ def evaluate_claims(claims: Sequence[Claim], numbers: CellNumbers | RunNumbers) 
 def _per_row(measure: PerRow, numbers: CellNumbers) -> Reading:
     cell = numbers.cells[measure.cell]
     terms = [Term({measure.quantity: numbers.value(row, cell, measure.quantity)}, row, cell) for row in measure.rows]
-    return Reading(", ".join(f"{t.row} {_pts(t.numbers[measure.quantity])}" for t in terms), terms)
+    return Reading(", ".join(f"{t.row} {points(t.numbers[measure.quantity])}" for t in terms), terms)
 
 
 def _scarcity(measure: Scarcity, numbers: CellNumbers) -> Reading:
@@ -190,8 +183,8 @@ def _scarcity(measure: Scarcity, numbers: CellNumbers) -> Reading:
     terms = [Term({"cost": _difference(numbers.value(row, large, "last"), numbers.value(row, small, "last")),
                    "gap": _difference(numbers.value(row, small, "train"), numbers.value(row, small, "last"))}, row)
              for row in numbers.rows if any((row, cell) in numbers.records for cell in numbers.cells)]
-    return Reading("; ".join(f"{t.row}: {large} vs {small} {_pts(t.numbers['cost'], True)}, train - test "
-                             f"{_pts(t.numbers['gap'], True)}" for t in terms), terms)
+    return Reading("; ".join(f"{t.row}: {large} vs {small} {points(t.numbers['cost'], True)}, train - test "
+                             f"{points(t.numbers['gap'], True)}" for t in terms), terms)
 
 
 def _versus(measure: Versus, numbers: CellNumbers) -> Reading:
@@ -199,11 +192,11 @@ def _versus(measure: Versus, numbers: CellNumbers) -> Reading:
     for cell in (numbers.cells[position] for position in measure.cells):
         mine, theirs = (numbers.value(row, cell, measure.quantity) for row in (measure.row, measure.base))
         terms.append(Term({"difference": _difference(mine, theirs)}, measure.row, cell))
-        parts.append(f"{cell}: {measure.row} {_pts(mine)} vs {measure.base} {_pts(theirs)} "
-                     f"({_pts(terms[-1].numbers['difference'], True)})")
+        parts.append(f"{cell}: {measure.row} {points(mine)} vs {measure.base} {points(theirs)} "
+                     f"({points(terms[-1].numbers['difference'], True)})")
     shrink = _difference(terms[0].numbers["difference"], terms[-1].numbers["difference"])
     terms.append(Term({"shrink": shrink}, measure.row))
-    return Reading("; ".join(parts) + f"; shrinks by {_pts(shrink, True)}", terms)
+    return Reading("; ".join(parts) + f"; shrinks by {points(shrink, True)}", terms)
 
 
 def _gain_of(numbers: CellNumbers, row: str, bases: Sequence[str], cell: str, quantity: str) -> float | None:
@@ -223,9 +216,9 @@ def _gain(measure: Gain, numbers: CellNumbers) -> Reading:
             terms.append(Term(gains, row, cell))
             label = f"{row} - {', '.join(bases)} {cell}" if several else cell
             if len(gains) == 1:
-                parts.append(f"{label} {_pts(next(iter(gains.values())), True)}")
+                parts.append(f"{label} {points(next(iter(gains.values())), True)}")
             else:
-                parts.append(f"{label}: " + " / ".join(f"{q} {_pts(value, True)}" for q, value in gains.items()))
+                parts.append(f"{label}: " + " / ".join(f"{q} {points(value, True)}" for q, value in gains.items()))
     return Reading(("; " if several else ", ").join(parts), terms)
 
 

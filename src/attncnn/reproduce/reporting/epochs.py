@@ -1,4 +1,5 @@
-"""A suite's runs followed over epochs, from ``metrics.jsonl`` alone (no checkpoint needed).
+"""A suite's runs followed over epochs (``mini-long``, ``mini-300``, ``locality-mini``, ``paper-long``), from
+``metrics.jsonl`` alone (no checkpoint needed).
 
 Position-only models log every layer's grid distance (``attn/layerL/grid_distance``, tokens) and,
 for quadratic heads, every head's centre and spread (``attn/layerL/headH/center_row``,
@@ -10,7 +11,20 @@ for quadratic heads, every head's centre and spread (``attn/layerL/headH/center_
   tokens**, per layer and seed at chosen epochs;
 * :func:`seed_layer_curves`: a metric per layer over epochs, one curve per seed;
 * :func:`accuracy_bands`: test accuracy over epochs as the mean and the min/max over seeds;
-* :func:`quadratic_heads`: one layer's centres and Sigma^-1 at one epoch (paper Fig. 3).
+* :func:`quadratic_heads`: one layer's centres and Sigma^-1 at one epoch (paper Fig. 3);
+* :func:`run_settling`, :func:`compare_settling`, :func:`settling_lines`: the answer in words, for
+  each model and seed, at which of the suite's epochs a layer had settled (grid distance below the
+  suite's ``settled_below`` tokens), which of them the run did not reach, and, beside the same model
+  and seed of a baseline suite (``Suite.baseline``, e.g. ``mini-300`` beside ``mini-long``), whether
+  the other length changed that: at the baseline's last judged epoch (the end of its schedule,
+  mid-schedule in a longer suite) and at each suite's end. An unfinished run is judged at the epochs
+  it has reached so far (between the short GPU jobs of ``mini-300`` every run is unfinished);
+* the report's sections built on them are :func:`~attncnn.reproduce.reporting.table1.epoch_sections`.
+
+Nothing here is hard-coded about any suite: the epochs, the criterion and the baseline's judgement
+(its ``report.json``'s ``epoch_study.settled`` rows, judged again by this suite's criterion) are
+read from the suite and the run folders (``metrics.jsonl``, ``machine.json``); nothing is trained or
+timed here.
 """
 
 from __future__ import annotations
@@ -22,20 +36,10 @@ from typing import Sequence
 import numpy as np
 
 from ..studies.shapes import SETTLED_BELOW
-from .results import RunResult
+from .results import RunResult, layer_values
 
-__all__ = ["SETTLED_BELOW", "layer_values", "settled_rows", "settled_table", "seed_layer_curves", "accuracy_bands",
-           "quadratic_heads", "evolution_epochs"]
-
-
-def layer_values(record: dict, key: str) -> list[float]:
-    """``attn/layer{l}/{key}`` of one record for layers 1, 2, ... in order (``[]`` when not logged)."""
-    found = {}
-    for name, value in record.items():
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and isinstance(value, (int, float)):
-            found[int(parts[1].removeprefix("layer"))] = float(value)
-    return [found[layer] for layer in sorted(found)]
+__all__ = ["SETTLED_BELOW", "settled_rows", "settled_table", "seed_layer_curves", "accuracy_bands", "quadratic_heads",
+           "evolution_epochs", "Run", "run_settling", "compare_settling", "settling_lines"]
 
 
 def settled_rows(records: Sequence[dict], epochs: Sequence[int], threshold: float = SETTLED_BELOW) -> list[dict]:
@@ -50,7 +54,7 @@ def settled_rows(records: Sequence[dict], epochs: Sequence[int], threshold: floa
     by_epoch = {r["epoch"]: r for r in records if isinstance(r.get("epoch"), int)}
     rows = []
     for epoch in epochs:
-        distances = layer_values(by_epoch.get(epoch, {}), "grid_distance")
+        distances = list(layer_values(by_epoch.get(epoch, {}), "grid_distance").values())
         if distances:
             settled = [math.isfinite(d) and d < threshold for d in distances]
             rows.append({"epoch": epoch, "grid_distance": distances, "settled": settled,
@@ -75,7 +79,7 @@ def seed_layer_curves(results: Sequence[RunResult], key: str) -> dict[int, dict[
     curves: dict[int, dict[int, tuple[list[int], list[float]]]] = {}
     for result in results:
         for record in result.epoch_records:
-            for layer, value in enumerate(layer_values(record, key), start=1):
+            for layer, value in layer_values(record, key).items():
                 epochs, values = curves.setdefault(layer, {}).setdefault(result.job.seed, ([], []))
                 epochs.append(record["epoch"])
                 values.append(value)
@@ -119,3 +123,196 @@ def evolution_epochs(available: Sequence[int], chosen: Sequence[int]) -> list[in
     if not have:
         return []
     return sorted({have[0], have[-1], *(e for e in chosen if e in have)})
+
+
+def _layers(row: dict) -> list[int]:
+    return [n for n, ok in enumerate(row["settled"], start=1) if ok]
+
+
+def _words(layers: Sequence[int]) -> str:
+    if not layers:
+        return "none"
+    return ("layer " if len(layers) == 1 else "layers ") + ", ".join(map(str, layers))
+
+
+def _series(epochs: Sequence[int], last: str = "and") -> str:
+    items = [str(e) for e in epochs]
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
+#: one run for :func:`run_settling`: ``(preset, seed, its epoch records, its planned epochs when it is
+#: unfinished, None when it has finished)``
+Run = tuple[str, int, Sequence[dict], int | None]
+
+
+def run_settling(runs: Sequence[Run], epochs: Sequence[int], threshold: float) -> list[dict]:
+    """Per run that logs grid distances: ``preset``, ``seed``, ``finished``, ``planned`` (an unfinished
+    run's epochs, None for a finished one), ``last_epoch`` (its end, or its latest epoch so far),
+    ``judged`` (the epochs of ``epochs`` it has, and its last: ``{"epoch", "grid_distance" (per
+    layer, tokens), "settled" (per layer), "layers" (the settled ones, 1-based)}`` in epoch order),
+    ``not_reached`` (the epochs of ``epochs`` after its last) and ``lowest`` (``{"distance" (tokens),
+    "layer", "epoch"}``: the smallest finite grid distance of any judged epoch, None without one)."""
+    found = []
+    for preset, seed, records, planned in runs:
+        records = [r for r in records if isinstance(r.get("epoch"), int)]
+        if not records or not any(layer_values(r, "grid_distance") for r in records):
+            continue
+        last = records[-1]["epoch"]
+        judged = settled_rows(records, sorted({*epochs, last}), threshold)
+        candidates = [(d, layer, row["epoch"]) for row in judged
+                      for layer, d in enumerate(row["grid_distance"], start=1) if math.isfinite(d)]
+        lowest = min(candidates, default=None)
+        found.append({"preset": preset, "seed": seed, "finished": planned is None, "planned": planned,
+                      "last_epoch": last,
+                      "judged": [{"epoch": r["epoch"], "grid_distance": r["grid_distance"], "settled": r["settled"],
+                                  "layers": _layers(r)} for r in judged],
+                      "not_reached": [e for e in epochs if e > last],
+                      "lowest": None if lowest is None else {"distance": lowest[0], "layer": lowest[1],
+                                                             "epoch": lowest[2]}})
+    return found
+
+
+def compare_settling(runs: Sequence[dict], baseline: dict | None, threshold: float,
+                     at: Sequence[int] = ()) -> list[dict]:
+    """Each run of :func:`run_settling` beside the same model and seed in ``baseline`` (a suite's
+    ``report.json``; its ``epoch_study.settled`` rows judged again with ``threshold``), at the
+    baseline run's last judged epoch and at this run's end: ``{"preset", "seed", "epoch": the
+    baseline's last judged epoch, "there": its settled layers (1-based), "baseline_is_end": whether
+    that epoch is the baseline run's length, "here_at": this run's settled layers at that epoch
+    (None: not reached or not logged), "end": this run's last epoch, "here_end": its settled layers
+    there (None: not logged), "finished": whether this run has ended there, "changed": whether either
+    differs from ``there``; None where this run
+    has not reached that epoch (a shorter run compares nothing)}``. Runs the baseline lacks are left out.
+
+    With ``at`` (epochs), one such entry per run and epoch of ``at`` that the baseline judged,
+    instead: the two runs at the same epoch (``"end"`` is that epoch, ``"here_end"`` is
+    ``"here_at"``), for suites that differ from their baseline by something other than length.
+
+    Raises:
+        KeyError: a settled row of ``baseline`` without its preset, seed, epoch or grid distances.
+    """
+    rows = ((baseline or {}).get("epoch_study") or {}).get("settled") or []
+    lengths = {row["preset"]: row.get("epochs") for row in (baseline or {}).get("rows", [])}
+    out = []
+    for run in runs:
+        theirs = [r for r in rows if (r["preset"], r["seed"]) == (run["preset"], run["seed"])]
+        if not theirs:
+            continue
+        here = {row["epoch"]: row["layers"] for row in run["judged"]}
+        if at:
+            pairs = [(row, row["epoch"]) for e in at for row in theirs if row["epoch"] == e]
+        else:
+            pairs = [(max(theirs, key=lambda r: r["epoch"]), run["last_epoch"])]
+        for row, end_epoch in pairs:
+            there = [n for n, d in enumerate(row["grid_distance"], start=1)
+                     if isinstance(d, (int, float)) and math.isfinite(d) and d < threshold]
+            same, end = here.get(row["epoch"]), here.get(end_epoch)
+            out.append({"preset": run["preset"], "seed": run["seed"], "finished": run["finished"],
+                        "epoch": row["epoch"], "there": there,
+                        "baseline_is_end": lengths.get(run["preset"]) == row["epoch"], "here_at": same,
+                        "end": end_epoch, "here_end": end,
+                        "changed": None if same is None else any(layers is not None and layers != there
+                                                                 for layers in (same, end))})
+    return out
+
+
+def _tokens(distance: float, threshold: float) -> str:
+    """A grid distance in tokens, with a third decimal where two would print the criterion itself
+    (0.504 shown as 0.50 would read as "settled" beside "below 0.5")."""
+    return f"{distance:.2f}" if f"{distance:.2f}" != f"{threshold:.2f}" else f"{distance:.3f}"
+
+
+def _run_line(run: dict, epochs: Sequence[int], threshold: float) -> str:
+    name = f"`{run['preset']}` seed {run['seed']}"
+    judged = [row for row in run["judged"] if row["epoch"] in epochs]
+    settled = [row for row in judged if row["layers"]]
+    parts = []
+    if settled:
+        parts.append(f"settled at epoch{'s' if len(settled) > 1 else ''} "
+                     + _series([f"{row['epoch']} ({_words(row['layers'])})" for row in settled]))
+        if len(settled) < len(judged):
+            parts.append("no layer at " + _series([row["epoch"] for row in judged if not row["layers"]]))
+    elif judged:
+        parts.append(f"no layer settled at epoch{'s' if len(judged) > 1 else ''} "
+                     f"{_series([row['epoch'] for row in judged], 'or')}")
+    if run["not_reached"]:
+        parts.append(f"epoch{'s' if len(run['not_reached']) > 1 else ''} {_series(run['not_reached'])} not reached"
+                     + ("" if run["finished"] else " yet"))
+    end = next((row for row in run["judged"] if row["epoch"] == run["last_epoch"]), None)
+    if run["last_epoch"] not in epochs and end is not None:
+        parts.append(f"at its {'end' if run['finished'] else 'latest epoch'}, epoch {end['epoch']}: "
+                     + ("no layer settled" if not end["layers"] else f"{_words(end['layers'])} settled"))
+    low = run["lowest"]
+    length = (f"{run['last_epoch']} epoch{'s' if run['last_epoch'] != 1 else ''}" if run["finished"]
+              else f"unfinished: epoch {run['last_epoch']} of {run['planned']} so far")
+    text = f"- {name} ({length}): " + "; ".join(parts)
+    if low is not None:
+        text += (f" (lowest grid distance: {_tokens(low['distance'], threshold)} tokens, layer {low['layer']}, "
+                 f"epoch {low['epoch']})")
+    return text + "."
+
+
+def _answer(runs: Sequence[dict], epochs: Sequence[int], threshold: float) -> str:
+    target = max(epochs)
+    reached = [r for r in runs if r["last_epoch"] >= target]
+    if not runs:
+        return "**Not answered yet**: no run logs grid distances yet."
+    if not reached:
+        return (f"**Not answered yet**: no run has reached epoch {target}, the last judged one (the furthest is at "
+                f"epoch {max(r['last_epoch'] for r in runs)}).")
+    at_target = [(r, row) for r in reached
+                 if (row := next((j for j in r["judged"] if j["epoch"] == target), None)) is not None]
+    ever = [r for r in reached if any(row["layers"] for row in r["judged"] if row["epoch"] in epochs)]
+    settled = [(r, row) for r, row in at_target if row["layers"]]
+    text = (f"**By epoch {target}, by the criterion (grid distance below {threshold:g} tokens): "
+            + ("yes" if settled else "no") + f"**: a layer settled in {len(settled)} of the {len(reached)} runs "
+            f"that reached epoch {target}")
+    text += ": " + "; ".join(f"`{r['preset']}` seed {r['seed']} ({_words(row['layers'])})" for r, row in settled) \
+        if settled else ""
+    if len(ever) > len(settled):
+        text += f" ({len(ever) - len(settled)} more had a settled layer at an earlier judged epoch)"
+    if len(runs) > len(reached):
+        more = len(runs) - len(reached)
+        text += f"; {more} more {'has' if more == 1 else 'have'} not reached it yet"
+    return text + "."
+
+
+def _compare_line(c: dict, differs: str) -> str:
+    def state(layers):
+        return "not reached" if layers is None else _words(layers)
+
+    end = " (the end of its schedule)" if c["baseline_is_end"] else ""
+    text = f"at epoch {c['epoch']}{end}: {state(c['here_at'])} here, {_words(c['there'])} there"
+    if c["end"] != c["epoch"]:
+        where = "at this run's end" if c["finished"] else "at its latest epoch so far"
+        text += f"; {where}, epoch {c['end']}: {state(c['here_end'])}"
+    if c["changed"] is None:
+        return f"- `{c['preset']}` seed {c['seed']}: {text}: nothing to compare yet."
+    verdict = f"{differs} changed it" if c["changed"] else f"{differs} changed nothing"
+    return f"- `{c['preset']}` seed {c['seed']}: {text}: {verdict}."
+
+
+def settling_lines(runs: Sequence[dict], epochs: Sequence[int], threshold: float, comparison: Sequence[dict] | None,
+                   baseline: str | None, differs: str = "the length") -> list[str]:
+    """Markdown: the answer, each run's line, and (``comparison`` of :func:`compare_settling`,
+    None where the suite has no ``baseline`` or its report is not beside) each run beside ``baseline``'s;
+    ``differs`` names what the suite changes from it (:attr:`~attncnn.reproduce.studies.Suite.differs`)."""
+    lines = [_answer(runs, epochs, threshold), "", *(_run_line(r, epochs, threshold) for r in runs)]
+    if baseline is None:
+        return lines
+    if comparison is None:
+        return lines + ["", f"No `{baseline}` report beside this folder (../{baseline}/report.json), so the "
+                            "comparison with it is not made."]
+    if not comparison:
+        return lines + ["", f"No run here has a counterpart judged in `{baseline}`'s report, so the comparison "
+                            "with it is not made."]
+    compared = [c for c in comparison if c["changed"] is not None]
+    changed = [c for c in compared if c["changed"]]
+    epochs_there = _series(sorted({c["epoch"] for c in comparison}), "or")
+    pairs = len({(c["preset"], c["seed"]) for c in comparison}) < len(comparison)     # several epochs a run
+    counted = "comparisons (run and epoch) made so far" if pairs else f"runs that reached epoch {epochs_there}"
+    summary = (f"{differs} changed the settled layers in {len(changed)} of the {len(compared)} {counted}"
+               if compared else f"no run here has reached epoch {epochs_there} yet")
+    lines += ["", f"Against `{baseline}` (its report's grid distances, judged by the same criterion; settled layers "
+                  f"listed, \"none\" when no layer settled): {summary}.", ""]
+    return lines + [_compare_line(c, differs) for c in comparison]

@@ -298,7 +298,7 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
     """Draw every figure the finished runs allow into ``out``; returns ``{figure key: first file}``.
 
     Args:
-        results: preset -> finished runs (:func:`~attncnn.reproduce.reporting.results.finished_runs`).
+        results: preset -> finished runs (:func:`~attncnn.reproduce.reporting.results.finished_results`).
         formats: matplotlib formats (the first one's file is returned).
         image: test image of the single-image content map (Fig. 6).
         average: number of test images the averaged content map uses (paper: 100).

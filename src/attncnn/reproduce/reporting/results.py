@@ -18,8 +18,8 @@ from ...runs import RunFolder
 from ..running.jobs import Job, job_state, row_of
 from ..studies import Grid, Study
 
-__all__ = ["RunResult", "Cells", "Records", "finished_runs", "grid_results", "finished_results", "read_records",
-           "epoch_records", "train_test_gap", "mean_std", "layer_curves"]
+__all__ = ["RunResult", "Cells", "Records", "finished_results", "read_records",
+           "epoch_records", "layer_values", "train_test_gap", "mean_std", "layer_curves"]
 
 #: a grid's finished runs: ``(row, cell) -> runs`` (seeds in plan order)
 Cells = dict[tuple[str, str], list["RunResult"]]
@@ -64,29 +64,16 @@ class RunResult:
         return statistics.median(r.get("images_per_second", 0.0) for r in self.epoch_records)
 
 
-def finished_runs(jobs: Sequence[Job]) -> dict[str, list[RunResult]]:
-    """Preset -> its finished jobs' results (jobs without ``finished.json`` are left out)."""
-    results: dict[str, list[RunResult]] = {}
-    for job in jobs:
-        if job_state(job) == "finished":
-            results.setdefault(job.preset, []).append(RunResult(job, open_run(job.folder, withheld=True)))
-    return results
-
-
-def grid_results(jobs: Sequence[Job]) -> Cells:
-    """``(row, cell) -> finished runs`` (seeds in plan order; unfinished jobs left out). A row is a
-    preset, or a grid's variant of one (:func:`~attncnn.reproduce.running.jobs.row_of`)."""
-    results: Cells = {}
-    for job in jobs:
-        if job_state(job) == "finished":
-            results.setdefault((row_of(job), job.cell), []).append(RunResult(job, open_run(job.folder, withheld=True)))
-    return results
-
-
 def finished_results(study: Study, jobs: Sequence[Job]) -> dict:
-    """The finished runs of any study's jobs: :func:`finished_runs` of a suite (by preset),
-    :func:`grid_results` of a grid (by row and cell)."""
-    return grid_results(jobs) if isinstance(study, Grid) else finished_runs(jobs)
+    """The finished runs of any study's jobs (jobs without ``finished.json`` are left out), seeds in
+    plan order: a suite's by preset (``preset -> runs``), a grid's by row and cell (:data:`Cells`; a
+    row is a preset, or a grid's variant of one: :func:`~attncnn.reproduce.running.jobs.row_of`)."""
+    results: dict = {}
+    for job in jobs:
+        if job_state(job) == "finished":
+            key = (row_of(job), job.cell) if isinstance(study, Grid) else job.preset
+            results.setdefault(key, []).append(RunResult(job, open_run(job.folder, withheld=True)))
+    return results
 
 
 def read_records(jobs: Sequence[Job]) -> Records:
@@ -120,6 +107,17 @@ def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
 
 
+def layer_values(record: dict, key: str) -> dict[int, float]:
+    """Layer (1-based) -> ``attn/layer{L}/{key}`` of one record, layers ascending (numbers only,
+    non-finite ones included; ``{}`` when not logged)."""
+    found = {}
+    for name, value in record.items():
+        parts = name.split("/")
+        if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and isinstance(value, (int, float)):
+            found[int(parts[1].removeprefix("layer"))] = float(value)
+    return dict(sorted(found.items()))
+
+
 def layer_curves(results: Sequence[RunResult], key: str) -> dict[int, tuple[list[int], list[float]]]:
     """Per layer, ``(epochs, values)`` of the logged ``attn/layer{l}/{key}`` averaged over the runs.
 
@@ -130,10 +128,8 @@ def layer_curves(results: Sequence[RunResult], key: str) -> dict[int, tuple[list
     curves: dict[int, dict[int, list[float]]] = {}
     for result in results:
         for record in result.epoch_records:
-            for name, value in record.items():
-                parts = name.split("/")
-                if len(parts) == 3 and parts[0] == "attn" and parts[2] == key and math.isfinite(value):
-                    curves.setdefault(int(parts[1].removeprefix("layer")), {}).setdefault(
-                        record["epoch"], []).append(value)
+            for layer, value in layer_values(record, key).items():
+                if math.isfinite(value):
+                    curves.setdefault(layer, {}).setdefault(record["epoch"], []).append(value)
     return {layer: (sorted(by_epoch), [statistics.fmean(by_epoch[e]) for e in sorted(by_epoch)])
             for layer, by_epoch in sorted(curves.items())}

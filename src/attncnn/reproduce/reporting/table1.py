@@ -1,13 +1,22 @@
 """The sections of a Table 1 suite's report: Table 1 beside the paper's (:func:`table_rows`,
 :func:`markdown_table`), every run, and the attention per layer after training
-(:func:`final_layer_metrics`). :func:`~attncnn.reproduce.reporting.report.write_report` puts them
-together.
+(:func:`final_layer_metrics`); and, for a suite followed over epochs (``settle_epochs``), those of
+:func:`epoch_sections`: whether each layer has settled on a grid at the chosen epochs, that answer
+per run in words beside the baseline suite's (:mod:`.epochs`), where the centres went, the cost and
+machines of every run, and Table 1 beside the baseline suite's (``mini-long`` beside the 6-epoch
+``mini``, ``mini-300`` beside ``mini-long``). Everything is read from the run folders
+(``metrics.jsonl``, ``machine.json``) and, for the comparison, from the baseline suite's
+``report.json``. :func:`~attncnn.reproduce.reporting.report.write_report` puts them together.
 """
 
 from __future__ import annotations
 
+import json
 import statistics
+from pathlib import Path
 from typing import Sequence
+
+import numpy as np
 
 from ...analysis.metrics import model_metrics
 from ...analysis.report import PAPER_FLOPS, macs_per_image, paper_flops_per_image
@@ -17,12 +26,16 @@ from ...models import count_parameters, get_preset
 from ...runs.loading import OLD_MACHINE_FIELDS
 from ...runs.machine_file import run_precision
 from ..running.jobs import Job
-from ..running.machines import machine_segments, read_machine_file, report_segments, segments_text
+from ..running.machines import (machine_segments, read_machine_file, report_segments, run_segments, segments_text,
+                                shared_epochs)
 from ..studies import Suite
+from .epochs import SETTLED_BELOW, Run, compare_settling, quadratic_heads, run_settling, settled_table, settling_lines
 from .locality import locality_cell
-from .results import RunResult, mean_std
+from .results import RunResult, epoch_records, mean_std
 
-__all__ = ["CONVENTIONS", "table_rows", "markdown_table", "final_layer_metrics", "seed_lines", "layer_lines"]
+__all__ = ["CONVENTIONS", "table_rows", "markdown_table", "final_layer_metrics", "seed_lines", "layer_lines",
+           "SHARP_ALPHA", "settled_lines", "center_rows", "center_lines", "run_costs", "cost_lines", "baseline_rows",
+           "baseline_lines", "epoch_sections"]
 
 #: how Table 1's columns are measured, below the table
 CONVENTIONS = (
@@ -176,3 +189,200 @@ def markdown_table(rows: Sequence[dict]) -> str:
                  f"{paper_acc} / {paper.get('params') or '-'} / {PAPER_FLOPS.get(row['paper_preset'], '-')}"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+#: A quadratic head is called sharp when its attention one token away from its centre is below e^-1 of
+#: the centre's, i.e. alpha > 1 (for a full Sigma^-1: half its smaller eigenvalue); chosen after the
+#: runs, to say where the centres went, not to judge the grid (that is the grid distance's job).
+SHARP_ALPHA = 1.0
+
+
+def settled_lines(table: Sequence[dict], threshold: float = SETTLED_BELOW) -> list[str]:
+    """Markdown table of :func:`~attncnn.reproduce.reporting.epochs.settled_table` rows: per model, seed and
+    epoch, every layer's grid distance (tokens), marked ✓ when below ``threshold``."""
+    if not table:
+        return ["(no finished run logs grid distances at these epochs)"]
+    layers = max(len(row["grid_distance"]) for row in table)
+    lines = ["| model | seed | epoch | " + " | ".join(f"layer {n}" for n in range(1, layers + 1)) +
+             " | settled layers |", "|---|---|---|" + "---|" * layers + "---|"]
+    for row in table:
+        cells = [f"{d:.2f}{' ✓' if ok else ''}" for d, ok in zip(row["grid_distance"], row["settled"])]
+        cells += ["-"] * (layers - len(cells))
+        lines.append(f"| {row['preset']} | {row['seed']} | {row['epoch']} | " + " | ".join(cells) +
+                     f" | {row['settled_layers']} of {len(row['grid_distance'])} |")
+    return lines + ["", f"✓: settled on a grid, i.e. grid distance below {threshold} tokens (the criterion fixed "
+                        "before the runs)."]
+
+
+def center_rows(results: dict[str, list[RunResult]], sharp_alpha: float = SHARP_ALPHA) -> list[dict]:
+    """Where the quadratic heads went, per finished run and layer at its last epoch: ``heads``, the
+    ``sharp`` ones (alpha > ``sharp_alpha``, see :data:`SHARP_ALPHA`), their centres rounded to the
+    nearest shift (``shifts``, (row, col) in tokens, sorted), the largest distance of a sharp centre
+    from its shift (``off_shift``, tokens; None without sharp heads) and the largest alpha of the other
+    heads (``others_alpha``; None when every head is sharp). Runs without quadratic heads give none.
+    The centres are those of the paper's quadratic encoding (Eq. 9, Sec. 3; the learned ones are
+    drawn in its Fig. 4, Sec. 4).
+
+    Raises:
+        numpy.linalg.LinAlgError: a logged Sigma^-1 that is not a finite symmetric matrix."""
+    rows = []
+    for preset, runs in results.items():
+        for result in runs:
+            records = result.epoch_records
+            if not records:
+                continue
+            layer = 1
+            while (heads := quadratic_heads(records[-1], layer)) is not None:
+                centers, inverse = heads
+                alpha = np.linalg.eigvalsh(inverse)[:, 0] / 2
+                sharp = alpha > sharp_alpha
+                shifts = np.rint(centers[sharp])
+                rows.append({"preset": preset, "seed": result.job.seed, "epoch": records[-1]["epoch"], "layer": layer,
+                             "heads": len(alpha), "sharp": int(sharp.sum()),
+                             "shifts": sorted((int(r), int(c)) for r, c in shifts),
+                             "off_shift": float(np.linalg.norm(centers[sharp] - shifts, axis=1).max()) if sharp.any()
+                             else None,
+                             "others_alpha": float(alpha[~sharp].max()) if (~sharp).any() else None})
+                layer += 1
+    return rows
+
+
+def center_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list[str]:
+    """Markdown table of :func:`center_rows`."""
+    if not rows:
+        return ["(no finished run has quadratic heads)"]
+    lines = ["| model | seed | epoch | layer | sharp heads | their shifts (row, col) | farthest from its shift | "
+             "other heads' largest alpha |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        off = "-" if r["off_shift"] is None else f"{r['off_shift']:.2f}"
+        rest = "-" if r["others_alpha"] is None else f"{r['others_alpha']:.2f}"
+        shifts = " ".join(f"({a:+d}, {b:+d})" for a, b in r["shifts"]) or "-"
+        lines.append(f"| {r['preset']} | {r['seed']} | {r['epoch']} | {r['layer']} | {r['sharp']} of {r['heads']} | "
+                     f"{shifts} | {off} | {rest} |")
+    return lines + ["", f"Sharp: alpha > {sharp_alpha:g} (attention one token from the centre below e^-1 of the "
+                        "centre's; for a full Sigma^-1 half its smaller eigenvalue), a description chosen after the "
+                        "runs; whether a layer settled on a grid is judged by the grid distance above, which assigns "
+                        "every head."]
+
+
+def _segments(result: RunResult) -> list[dict]:
+    """Which epochs ran where (:func:`~attncnn.reproduce.running.machines.run_segments`)."""
+    return run_segments(result.job.folder, result.epoch_records)
+
+
+def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:
+    """Per finished run: ``preset``, ``seed``, ``epochs``, ``hours`` (logged training +
+    evaluation), ``images_per_second`` (median over epochs), ``machines`` (segments of epochs per
+    machine) and ``shared_epochs`` (epochs that shared the CPU, by their load average, or a GPU
+    with other runs of the same job)."""
+    return [{"preset": preset, "seed": r.job.seed, "epochs": len(r.epoch_records), "hours": r.train_seconds / 3600,
+             "images_per_second": r.images_per_second, "machines": _segments(r),
+             "shared_epochs": shared_epochs(r.epoch_records)}
+            for preset, runs in results.items() for r in runs]
+
+
+def _ranges(epochs: Sequence[int]) -> str:
+    parts: list[list[int]] = []
+    for e in epochs:
+        if parts and parts[-1][1] == e - 1:
+            parts[-1][1] = e
+        else:
+            parts.append([e, e])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in parts) or "none"
+
+
+def cost_lines(costs: Sequence[dict]) -> list[str]:
+    """Markdown table of :func:`run_costs`."""
+    lines = ["| model | seed | epochs | train + eval time (h) | train img/s (median) | machine (epochs) | "
+             "epochs that shared the machine |", "|---|---|---|---|---|---|---|"]
+    for c in costs:
+        lines.append(f"| {c['preset']} | {c['seed']} | {c['epochs']} | {c['hours']:.2f} | "
+                     f"{c['images_per_second']:.0f} | {segments_text(c['machines'])} | {_ranges(c['shared_epochs'])} |")
+    return lines + ["", "Time: the logged seconds of training and evaluation (not the per-epoch metrics, checkpoints "
+                        "or pauses between sessions). Machine: the one that finished each epoch (an epoch resumed "
+                        "mid-way ran partly on the machine before). Shared: other runs of the same GPU job trained on "
+                        "its GPU during the epoch (their img/s is a share of the GPU, not what one run gets alone), or "
+                        "the 5-minute load average at the end of the epoch exceeded the run's own threads by more "
+                        "than one (other work on the CPU)."]
+
+
+def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
+    """Per Table 1 row: ``preset``, this suite's accuracy (``mean``, ``std``, ``seeds``), the
+    baseline suite's (``baseline_mean``, ``baseline_std``, ``baseline_seeds``, ``baseline_epochs``;
+    None when it has no such row), the paper's ``paper`` accuracy (fractions) and ``unfinished`` (how far
+    this suite's unfinished run got, e.g. ``"epoch 18 of 60"``, when the row has no finished run)."""
+    theirs = {row["preset"]: row for row in (baseline or {}).get("rows", [])}
+    out = []
+    for row in rows:
+        other = theirs.get(row["preset"], {})
+        out.append({"preset": row["preset"], "mean": row["accuracy_mean"], "std": row["accuracy_std"],
+                    "seeds": row["seeds"], "epochs": row["epochs"], "baseline_mean": other.get("accuracy_mean"),
+                    "baseline_std": other.get("accuracy_std"), "baseline_seeds": other.get("seeds"),
+                    "baseline_epochs": other.get("epochs"), "paper": row["paper"].get("accuracy"),
+                    "unfinished": row.get("unfinished")})
+    return out
+
+
+def _acc(mean, std, seeds, epochs, unfinished: str | None = None) -> str:
+    if mean is None:
+        return f"unfinished ({unfinished})" if unfinished else "not run yet"
+    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
+    return text + f" ({len(seeds or [])} seed{'s' if len(seeds or []) != 1 else ''}, {epochs} epochs)"
+
+
+def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
+    """Markdown table of :func:`baseline_rows`."""
+    lines = [f"| model | test acc. % (this suite) | test acc. % (`{baseline}`) | paper (300 epochs) |",
+             "|---|---|---|---|"]
+    for row in table:
+        paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
+        ours = _acc(row["mean"], row["std"], row["seeds"], row["epochs"], row.get("unfinished"))
+        theirs = _acc(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"], row["baseline_epochs"])
+        lines.append(f"| {row['preset']} | {ours} | {theirs} | {paper} |")
+    return lines
+
+
+def _settling_runs(suite: Suite, results: dict[str, list[RunResult]], unfinished: Sequence[Job]) -> list[Run]:
+    """The finished runs and the started, unfinished ``unfinished`` jobs (their records so far, their
+    planned epochs), in the suite's order of presets, then seed."""
+    runs = [(preset, r.job.seed, r.epoch_records, None) for preset, found in results.items() for r in found]
+    runs += [(job.preset, job.seed, epoch_records(job), dict(job.overrides).get("epochs")) for job in unfinished]
+    order = {preset: n for n, preset in enumerate(suite.presets)}
+    return sorted(runs, key=lambda run: (order.get(run[0], len(order)), run[1]))
+
+
+def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[str, list[RunResult]],
+                   unfinished: Sequence[Job] = ()) -> tuple[list[str], dict]:
+    """The Markdown lines and the ``report.json`` entry of a suite with ``settle_epochs``; the
+    started, ``unfinished`` jobs join the answer of whether a layer settled with their epochs so far
+    (:func:`run_settling`), not the table of finished runs."""
+    table = settled_table(results, suite.settle_epochs, suite.settled_below)
+    costs = run_costs(results)
+    centers = center_rows(results)
+    baseline = None
+    if suite.baseline:
+        path = out.parent / suite.baseline / "report.json"
+        baseline = json.loads(path.read_text()) if path.is_file() else None
+    runs = run_settling(_settling_runs(suite, results, unfinished), suite.settle_epochs, suite.settled_below)
+    comparison = compare_settling(runs, baseline, suite.settled_below, suite.compare_at) if baseline else None
+    md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
+          *settled_lines(table, suite.settled_below), "",
+          *settling_lines(runs, suite.settle_epochs, suite.settled_below, comparison, suite.baseline, suite.differs),
+          "",
+          "## Where the centres went (last epoch of each run)", "", *center_lines(centers), "",
+          "## What each run cost, and where it ran", "", *cost_lines(costs), ""]
+    entry = {"settled_below": suite.settled_below, "settle_epochs": list(suite.settle_epochs), "settled": table,
+             "settling": runs, "centres": centers, "costs": costs}
+    if comparison is not None:
+        entry["settling_beside_baseline"] = comparison
+    if suite.baseline:
+        beside = baseline_rows(rows, baseline)
+        note = (f"`{suite.baseline}`: from ../{suite.baseline}/report.json; each suite's cosine schedule ends at its "
+                "own last epoch, so an epoch-6 accuracy of a 60-epoch run is not the 6-epoch result." if baseline else
+                f"No `{suite.baseline}` report beside this folder (../{suite.baseline}/report.json).")
+        md += [f"## Table 1 beside the `{suite.baseline}` suite and the paper", "",
+               *baseline_lines(beside, suite.baseline), "", note, ""]
+        entry["baseline"] = {"suite": suite.baseline, "rows": beside}
+    while md and not md[-1]:
+        md.pop()
+    return md, entry

@@ -67,7 +67,8 @@ class Job:
 
     ``overrides`` are training options the job itself sets, as ``(name, value)`` pairs (the
     sample-efficiency grid's ``train_subset``, ``epochs``, ``eval_every``; a suite's own
-    ``overrides``), and ``cell`` names a grid cell for people (``"10 %"``); Table 1 jobs have no cell.
+    ``overrides``), ``cell`` names a grid cell for people (``"10 %"``) and ``row`` the grid's row
+    (a preset or a :class:`~attncnn.reproduce.studies.Variant`'s name); Table 1 jobs have neither.
     """
 
     preset: str
@@ -75,10 +76,11 @@ class Job:
     folder: Path
     overrides: tuple[tuple[str, object], ...] = ()
     cell: str = ""
+    row: str = ""
 
     @property
     def label(self) -> str:
-        return f"{self.preset}{' ' + self.cell if self.cell else ''} seed {self.seed}"
+        return f"{self.row or self.preset}{' ' + self.cell if self.cell else ''} seed {self.seed}"
 
 
 def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
@@ -141,22 +143,13 @@ def job_state(job: Job) -> str:
     return "finished" if folder.finished else "interrupted"
 
 
-@dataclass(frozen=True)
-class GridJob(Job):
-    """A grid cell's job: ``row`` names the grid's row (a preset or a
-    :class:`~attncnn.reproduce.studies.Variant`'s name);
-    ``preset`` is the preset it trains."""
-
-    row: str = ""
-
-    @property
-    def label(self) -> str:
-        return f"{self.row or self.preset}{' ' + self.cell if self.cell else ''} seed {self.seed}"
+#: a grid cell's job: a :class:`Job` with its ``cell`` and ``row``
+GridJob = Job
 
 
 def row_of(job: Job) -> str:
-    """The grid row of ``job``: a :class:`GridJob`'s ``row``, else its preset."""
-    return getattr(job, "row", "") or job.preset
+    """The grid row of ``job``: its ``row``, else its preset."""
+    return job.row or job.preset
 
 
 def cell_name(fraction: float) -> str:

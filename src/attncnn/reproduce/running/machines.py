@@ -25,18 +25,27 @@ versions of ``attncnn reproduce``):
 compile setting, for runs whose ``machine.json`` says none (the training loop writes one segment per
 process run there: :mod:`attncnn.runs.machine_file`, whose :func:`read_machine_file` is the one
 reader); :func:`report_segments` turns that file's segments into the report's.
+
+How far a started, unfinished run got (:func:`run_progress`, :func:`progress_text`): epochs done, the
+newest test accuracy, and what its epochs cost on each machine (the reason a run is still unfinished,
+e.g. ``learned-content-mini`` on two CPU cores). Such a run may have travelled between machines (the
+repository's ``tools/ship.py`` readies it for committing); the same ``attncnn reproduce`` resumes it.
 """
 
 from __future__ import annotations
 
+import statistics
 from typing import Sequence
 
 from ...perf.machine import MACHINE_KEY
+from ...runs import RunFolder
 from ...runs.machine_file import MACHINE_FILE, read_machine_file
+from .jobs import Job, job_state
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
            "machine_segments", "segment_text", "segments_text", "machine_text",
-           "epochs_text", "shared_epochs", "read_machine_file", "report_segments", "run_segments"]
+           "epochs_text", "shared_epochs", "read_machine_file", "report_segments", "run_segments",
+           "run_progress", "progress_text"]
 
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
@@ -135,9 +144,51 @@ def report_segments(segments: Sequence[dict]) -> list[dict]:
     return out
 
 
-def run_segments(folder, records: Sequence[dict]) -> list[dict]:
+def run_segments(folder, records: Sequence[dict], precision: str | None = None) -> list[dict]:
     """Which epochs of the run in ``folder`` ran where: its ``machine.json``'s segments
     (:func:`report_segments`), else (no file, none in it, or a malformed one: :func:`read_machine_file`
-    warns) those of its epoch ``records`` (:func:`machine_segments`)."""
+    warns) those of its epoch ``records`` (:func:`machine_segments`, with ``precision``)."""
     segments = report_segments((read_machine_file(folder) or {}).get("segments") or [])
-    return segments or machine_segments(records)
+    return segments or machine_segments(records, precision=precision)
+
+
+def run_progress(job: Job) -> dict | None:
+    """Where a started, unfinished run stands, from its ``config.json`` and ``metrics.jsonl``, so
+    that a report can say how far it got and what its epochs cost on each machine (the reason a
+    run is still unfinished, e.g. ``learned-content-mini`` on two CPU cores).
+
+    Returns:
+        None for a finished or never-started job; else ``{"epochs_done": last whole epoch (0 before
+        the first), "epochs": the run's planned epochs, "test_accuracy": after the last whole epoch
+        (fraction) or None, "segments": [{"epochs": [first, last], "machine": dict or None,
+        "precision": str or None, "seconds_per_epoch": median training + evaluation seconds}, ...]}``,
+        in epoch order (a segment per machine and precision). The
+        test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
+
+    Raises:
+        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+    """
+    if job_state(job) != "interrupted":
+        return None
+    run = RunFolder(job.folder, mode="read")
+    records = [r for r in run.read_metrics() if isinstance(r.get("epoch"), int)]
+    evaluated = [r for r in records if "test_accuracy" in r]
+    config = run.read_config()
+    # machine.json's stretches of epochs (the loop writes them); older runs' epoch records name their machines
+    segments = run_segments(job.folder, records, precision=config.get("precision"))
+    for segment in segments:
+        first, last = segment["epochs"]
+        seconds = [r.get("seconds", 0.0) + r.get("eval_seconds", 0.0) for r in records if first <= r["epoch"] <= last]
+        segment["seconds_per_epoch"] = statistics.median(seconds)
+    return {"epochs_done": records[-1]["epoch"] if records else 0, "epochs": config.get("epochs"),
+            "test_accuracy": evaluated[-1]["test_accuracy"] if evaluated else None, "segments": segments}
+
+
+def progress_text(progress: dict) -> str:
+    """``"epoch 18 of 60, test acc. 61.54 %; <machine>, bf16 (epochs 1-5): 94 s/epoch; ..."`` for a report."""
+    text = f"epoch {progress['epochs_done']} of {progress['epochs']}"
+    if progress["test_accuracy"] is not None:
+        text += f", test acc. {100 * progress['test_accuracy']:.2f} %"
+    for segment in progress["segments"]:
+        text += f"; {segment_text(segment)}: {segment['seconds_per_epoch']:.0f} s/epoch"
+    return text

@@ -10,25 +10,48 @@
 * Learning-rate sweep of the content models: train the grid's ``sweep_rows`` (``deit-mini``,
   ``convit-mini``) on the smallest cell, seed 0, at each rate into
   ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; the best rate is the one with the highest mean
-  final accuracy over those rows on held-out training images (:mod:`.held_out`: outside the cell's
+  final accuracy over those rows on held-out training images (:func:`held_out_result`: outside the cell's
   subset, so the test set that the grid reports does not choose it; among the rates every row has
   finished), and becomes the grid's ``lr``, shared by all its content rows.
 
-Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.GridJob`), trained by the same
-resumable runner, so the same command continues an interrupted measurement. What they measured
-is written by :mod:`attncnn.reproduce.reporting.measurements`.
+Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.Job`s of a cell), trained by the same
+resumable runner, so the same command continues an interrupted measurement. What they measured is
+written here too: the calibration's train - test gaps beside the grid's ``overfit`` criterion
+(:func:`calibration_lines`), and the sweep's report, ``<out>/lr-sweep/report.md`` and ``report.json``
+(:func:`write_sweep_report`), read from the runs' ``metrics.jsonl`` and held-out results.
+
+Held-out accuracy (:func:`held_out_result`): the sweep chooses the rate that the grid's content
+cells then train with, and the grid reports their test accuracy. Choosing it by that same test accuracy
+would let the test set pick a hyper-parameter of what it measures; the sweep's 10 % cell trains on
+5,000 of CIFAR-10's 50,000 training images, so the 45,000 it never sees hold a clean validation
+set. :func:`held_out_result` evaluates a finished run's ``last`` checkpoint (the epoch the sweep
+compares) on ``images`` of them (:func:`attncnn.data.held_out_indices`: class-balanced, seeded
+by the run's seed) and caches the result in the run folder as ``held_out.json``, so the report is
+rewritten without the data set once every run has one.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
+from ..._io import atomic_write_json, atomic_write_text
+from ...data import Dataset, DeviceLoader, ImageSplit, held_out_indices
 from ...errors import InputError
-from ..studies import Grid
-from .jobs import GridJob, cell_name, cell_options, folder_name, plan_grid
+from ...perf import resolve_device
+from ...perf.precision import machine_precision
+from ...runs import RunFolder, load_model, trained_precision
+from ...runs.checkpoint import read_metadata
+from ...training import evaluate
+from ..reporting.claims import judge
+from ..reporting.results import read_records, train_test_gap
+from ..studies import Criterion, Grid
+from .jobs import GridJob, Job, cell_name, cell_options, folder_name, plan_grid, row_of
 
-__all__ = ["parse_rates", "plan_calibration", "plan_lr_sweep", "swept_rates"]
+__all__ = ["parse_rates", "plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
+           "held_out_result", "held_out_results", "cached_held_out", "calibration_lines", "sweep_results",
+           "write_sweep_report"]
 
 
 def parse_rates(text: str) -> tuple[float, ...]:
@@ -114,3 +137,211 @@ def swept_rates(jobs: Sequence[GridJob], rates: Sequence[float]) -> tuple[float,
                 except ValueError:                                       # not a rate's folder
                     continue
     return tuple(sorted(found.values()))
+
+
+#: validation images per run: as many as the test set, so both accuracies have the same binomial
+#: noise (about +-0.5 points at 55 %)
+HELD_OUT_IMAGES = 10_000
+#: the cache in the run folder (kept when the folder is trimmed for committing)
+HELD_OUT_FILE = "held_out.json"
+
+
+def _key(folder: Path, images: int) -> dict | None:
+    """What the cached result must match: the ``last`` checkpoint's epoch, the held-out size and the
+    training subset it complements; None while the run has not finished."""
+    if not (folder / "finished.json").is_file():
+        return None                                    # also a cell not started: no folder at all
+    last = RunFolder(folder, mode="read").checkpoint_path("last")
+    if not last.is_file():
+        return None
+    meta = read_metadata(last)
+    config = json.loads((folder / "config.json").read_text())
+    if not config.get("train_subset"):
+        raise InputError(f"run {folder} trained on the whole training set: no image is held out to validate on; "
+                         "validate runs of a subset cell (--train-subset)")
+    return {"epoch": int(meta["epoch"]), "images": images, "train_subset": int(config["train_subset"]),
+            "seed": int(config["seed"]), "dataset_name": meta.get("dataset_name")}
+
+
+def _cached(folder: Path, key: dict | None) -> dict | None:
+    """The cached result in ``folder`` if it matches ``key`` (from :func:`_key`), else None."""
+    path = folder / HELD_OUT_FILE
+    if key is None or not path.is_file():
+        return None
+    cached = json.loads(path.read_text())
+    return cached if all(cached.get(k) == v for k, v in key.items()) else None
+
+
+def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dict | None:
+    """The run's cached held-out result if it matches its ``last`` checkpoint, else None (also for a
+    run that has not finished)."""
+    folder = Path(folder)
+    return _cached(folder, _key(folder, images))
+
+
+def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
+                    device: str = "cpu") -> dict | None:
+    """Loss and accuracy of a finished subset run's ``last`` checkpoint on ``images`` training
+    images outside its subset, at the run's precision (fp32 for a bf16 run on a device without fast
+    bf16); cached in ``<folder>/held_out.json``.
+
+    Returns:
+        ``{"accuracy", "loss", "examples", "epoch", "images", "train_subset", "seed",
+        "dataset_name", "precision"}``, or None for a run that has not finished.
+
+    Raises:
+        InputError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
+            ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
+            set.
+    """
+    folder = Path(folder)
+    key = _key(folder, images)
+    cached = _cached(folder, key)
+    if cached is not None or key is None:
+        return cached
+    return _measure(folder, key, dataset, device)
+
+
+def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> dict:
+    """Evaluate the run's ``last`` checkpoint on its held-out images and cache the result (errors:
+    :func:`held_out_result`)."""
+    if dataset is None:
+        raise InputError(f"run {folder} has no held-out accuracy yet; give --data (the data set it trained on) to "
+                         "measure it")
+    if key["dataset_name"] and dataset.digest not in key["dataset_name"]:
+        raise InputError(f"run {folder} trained on {key['dataset_name']}, not on {dataset.shareable_name}: its "
+                         "held-out images would be other images; give --data the run's data set")
+    device = resolve_device(device)
+    idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])
+    split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
+    model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
+    # the run's own precision, but fp32 for a bf16 run where bf16 is slow (same accuracy, many times faster there)
+    precision = machine_precision(trained_precision(RunFolder(folder, mode="read").checkpoint_path("last"), meta),
+                                  device, what=f"run {folder}")
+    result = evaluate(model, DeviceLoader(split, batch_size=500, device=device, train=False), precision=precision)
+    found = {**key, "accuracy": result.accuracy, "loss": result.loss, "examples": result.examples,
+             "precision": precision}
+    atomic_write_json(folder / HELD_OUT_FILE, found)
+    return found
+
+
+def held_out_results(folders, load_dataset, *, images: int = HELD_OUT_IMAGES, device: str = "cpu") -> dict:
+    """:func:`held_out_result` of each folder (``{folder: result or None}``); ``load_dataset()``
+    returns the data set and is called once, only if some finished run has no cached result."""
+    dataset = None
+    found = {}
+    for folder in map(Path, folders):
+        key = _key(folder, images)                      # read once: it opens the checkpoint's header
+        cached = _cached(folder, key)
+        if cached is not None or key is None:
+            found[folder] = cached
+            continue
+        if dataset is None:
+            dataset = load_dataset()
+        found[folder] = _measure(folder, key, dataset, device)
+    return found
+
+
+def calibration_lines(jobs: Sequence[Job], criterion: Criterion) -> list[str]:
+    """One line per calibration job: its train - test gap at the end of the cell beside the grid's
+    ``overfit`` criterion (``gap >= 0.15``: 15 points), then whether every finished row meets it."""
+    found, lines, met = read_records(jobs), [], []
+    for job in jobs:
+        runs = found.get((row_of(job), job.cell))
+        gap = train_test_gap(runs[0]) if runs else None
+        if gap is None:
+            lines.append(f"{job.label}: not finished yet ({job.folder})")
+            met.append(None)
+            continue
+        last = runs[0][-1]
+        met.append(judge(criterion, gap))
+        lines.append(f"{job.label}: train {100 * last['train_accuracy']:.2f} %, test {100 * last['test_accuracy']:.2f} "
+                     f"%, gap {100 * gap:+.2f} points (criterion {criterion.op} {100 * criterion.threshold:.0f}: "
+                     f"{'met' if met[-1] else 'not met'})")
+    cell = dict(jobs[0].overrides)
+    seen = cell["train_subset"] * cell["epochs"]
+    if None in met:
+        lines.append(f"criterion not judged yet: a run has not finished ({seen:,} seen images per cell)")
+    else:
+        lines.append(f"{seen:,} seen images per cell: the {jobs[0].cell} cell "
+                     f"{'overfits by the criterion' if all(met) else 'does NOT overfit enough: try more --passes'}")
+    return lines
+
+
+def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float],
+                  held_out: Mapping[Path, dict | None] | None = None) -> dict:
+    """Per rate, each sweep row's final held-out accuracy (training images outside the cell's
+    subset, :func:`held_out_result`; None: not finished or not measured) and
+    their mean (None unless every row has one), beside the final test accuracy for information;
+    ``best``: the rate of the highest held-out mean (None: no rate complete). The test set never
+    chooses the rate: the grid reports it afterwards.
+
+    Args:
+        held_out: ``{job folder: held-out result}``
+            (:func:`held_out_results`).
+    """
+    found, held_out = read_records(jobs), held_out or {}
+    table = []
+    for rate in rates:
+        test, valid = {}, {}
+        for job in (j for j in jobs if dict(j.overrides)["lr"] == rate):
+            runs = found.get((row_of(job), job.cell))
+            tested = [r for r in runs[0] if "test_accuracy" in r] if runs else []
+            test[row_of(job)] = tested[-1]["test_accuracy"] if tested else None
+            result = held_out.get(Path(job.folder))
+            valid[row_of(job)] = result["accuracy"] if result else None
+        table.append({"lr": rate, "held_out": valid, "held_out_mean": _mean(valid.values()), "test": test,
+                      "test_mean": _mean(test.values())})
+    complete = [entry for entry in table if entry["held_out_mean"] is not None]
+    best = max(complete, key=lambda entry: entry["held_out_mean"])["lr"] if complete else None
+    return {"grid": grid.name, "rows": list(grid.sweep_rows), "rates": table, "best": best}
+
+
+def _mean(values) -> float | None:
+    values = list(values)
+    return None if None in values or not values else sum(values) / len(values)
+
+
+def _percent(value: float | None) -> str:
+    return "not finished yet" if value is None else f"{100 * value:.2f}"
+
+
+def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: Sequence[float], *,
+                       command: str, held_out: Mapping[Path, dict | None] | None = None) -> list[str]:
+    """Write ``<out>/lr-sweep/report.md`` and ``report.json`` (:func:`sweep_results`); returns the
+    Markdown lines (the command prints them).
+
+    Raises:
+        OSError: ``out`` not writable.
+    """
+    found = sweep_results(grid, jobs, rates, held_out)
+    rows = found["rows"]
+    cell = dict(jobs[0].overrides)
+    header = "| lr | " + " | ".join(rows) + " | mean |"
+    rule = "|---" * (len(rows) + 2) + "|"
+    lines = [f"# Learning-rate sweep of the {grid.name} grid's content models", "",
+             f"AdamW on the {jobs[0].cell.split(' lr')[0]} cell, seed 0 ({cell['epochs']} epochs of "
+             f"{cell['train_subset']:,} images). Written by `{command}`.", "",
+             f"Held-out accuracy (%) at the last epoch, which chooses the rate: {HELD_OUT_IMAGES:,} training images "
+             f"outside the cell's {cell['train_subset']:,} (class-balanced, never trained on), so that the test set, "
+             "which the grid reports, does not choose it:", "", header, rule]
+    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["held_out"].get(row)) for row in rows)
+              + f" | {_percent(entry['held_out_mean'])} |" for entry in found["rates"]]
+    lines += ["", "Test accuracy (%) at the last epoch, for information:", "", header, rule]
+    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["test"].get(row)) for row in rows)
+              + f" | {_percent(entry['test_mean'])} |" for entry in found["rates"]]
+    best = found["best"]
+    missing = sum(entry["held_out_mean"] is None for entry in found["rates"])
+    if best is None:
+        verdict = "not measured yet"
+    elif missing:       # a rate still training could be the best one
+        verdict = (f"{best:g} so far, among the rates every row has finished; {missing} of {len(found['rates'])} "
+                   "not finished yet, so leave the grid's `lr` until they are")
+    else:
+        verdict = f"{best:g} (set the grid's `lr` to it)"
+    lines += ["", f"Best rate for {' and '.join(rows)} together (highest held-out mean): {verdict}"]
+    folder = Path(out) / "lr-sweep"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(folder / "report.json", json.dumps({**found, "command": command}, indent=1) + "\n")
+    atomic_write_text(folder / "report.md", "\n".join(lines) + "\n")
+    return lines

@@ -1,5 +1,6 @@
-"""Every study ``attncnn reproduce`` runs, each one declared value in its own module, registered in
-:data:`STUDIES` (the one table a new study is added to).
+"""Every study ``attncnn reproduce`` runs, each one declared value (the Table 1 suites in
+:mod:`.table1`, the sample-efficiency grids in :mod:`.efficiency`), registered in :data:`STUDIES`
+(the one table a new study is added to).
 
 A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
 (models x training-set sizes at equal seen images): its runs, its recipe over the presets', and
@@ -11,15 +12,9 @@ from __future__ import annotations
 
 from ...errors import InputError
 from .claims import Claim, Criterion
-from .efficiency import EFFICIENCY
-from .efficiency_scarce import EFFICIENCY_SCARCE
-from .mini import MINI
-from .mini_long import MINI_LONG
-from .mini_300 import MINI_300
-from .locality_mini import LOCALITY_MINI
-from .paper import PAPER
-from .paper_long import PAPER_LONG
+from .efficiency import EFFICIENCY, EFFICIENCY_SCARCE
 from .shapes import Grid, ModelOptions, Suite, Variant
+from .table1 import LOCALITY_MINI, MINI, MINI_300, MINI_LONG, PAPER, PAPER_LONG
 
 __all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Variant", "ModelOptions",
            "Claim", "Criterion", "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY",

@@ -47,7 +47,7 @@ class Suite:
         last: presets trained after every other job (all their seeds), e.g. the most expensive one.
         settle_epochs: epochs at which the report judges, per layer and seed, whether the heads have
             settled on a grid (grid distance below ``settled_below`` tokens). Non-empty makes the
-            report a study over epochs (:mod:`~attncnn.reproduce.reporting.epoch_sections`): that
+            report a study over epochs (:func:`~attncnn.reproduce.reporting.table1.epoch_sections`): that
             table, the efficiency and machines of each run, the accuracy of the seeds as bands, the
             grid distance of every seed.
         settled_below: the criterion of "settled on a grid": a layer's grid distance below this many
