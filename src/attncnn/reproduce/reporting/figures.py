@@ -157,7 +157,7 @@ def _locality(preset: str, results: Sequence[RunResult], out: Path, formats, wri
 
 def _figure_kind(result: RunResult) -> str | None:
     """Which figure a run's attention gets, asked of its network's layers (the architecture
-    decides, so a run shipped without its weights is asked too): ``"centres"`` (quadratic heads),
+    decides, so a run shipped without its weights is asked too): ``"centers"`` (quadratic heads),
     ``"position maps"`` (other position-only heads), ``"score terms"`` (content + positional scores,
     not gated), None otherwise (ResNet, plain content, GPSA)."""
     try:
@@ -165,7 +165,7 @@ def _figure_kind(result: RunResult) -> str | None:
     except ValueError:
         return None
     if all(layer.has_centers for layer in layers):
-        return "centres"
+        return "centers"
     if all(layer.position_only for layer in layers):
         return "position maps"
     if all(layer.has_positional_term and not layer.position_only and not layer.has_gates for layer in layers):
@@ -239,7 +239,7 @@ def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path
                  written: dict[str, Path]) -> None:
     """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
     of every seed, the grid distance of every seed."""
-    if _figure_kind(runs[0]) == "centres":
+    if _figure_kind(runs[0]) == "centers":
         if suite.evolution_from == "metrics":
             _logged_evolution(runs[0], suite, out, formats, written)
         else:
@@ -318,7 +318,7 @@ def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, forma
         kind = _figure_kind(first)
         if over_epochs:
             _epoch_study(suite, preset, runs, out, formats, written)
-        elif kind == "centres":
+        elif kind == "centers":
             _quadratic(first, out, formats, written)
         key, path = f"fig5 {preset}", out / f"fig5-{preset}-maps"
         if kind == "position maps" and not _weights_withheld(first, written, formats, {key: path}):
