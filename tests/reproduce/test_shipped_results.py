@@ -122,9 +122,12 @@ def test_results_stay_small(suite):
     # shipped periodic checkpoint or TensorBoard folder (1.4-6.5 MB each), not a run more.
     # paper-long: five width-400 models, final weights only, in bfloat16 (24-59 MB each)
     limit = {"mini": 40e6, "mini-long": 55e6, "paper-long": 170e6}[suite]
-    assert size < limit, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (attncnn reproduce {suite} --trim)"
+    assert size < limit, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (python tools/ship.py results/{suite} --finished-only)"
 
 
 def test_the_clone_stays_lean():
     size = sum(p.stat().st_size for p in ROOT.rglob("*") if p.is_file())
-    assert size < 300e6, f"results/ holds {size / 1e6:.1f} MB, over the 300 MB a clone should carry"
+    # 300 MB until locality-mini's two unfinished runs (about 12 MB: `last` with its optimiser state,
+    # and `best`) and the mini report's locality figures came; a shipped periodic checkpoint or
+    # TensorBoard folder of a whole study (tens of MB) still fails it
+    assert size < 320e6, f"results/ holds {size / 1e6:.1f} MB, over the 320 MB a clone should carry"
