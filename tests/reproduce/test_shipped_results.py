@@ -122,7 +122,8 @@ def test_results_stay_small(suite):
     # shipped periodic checkpoint or TensorBoard folder (1.4-6.5 MB each), not a run more.
     # paper-long: five width-400 models, final weights only, in bfloat16 (24-59 MB each)
     limit = {"mini": 40e6, "mini-long": 55e6, "paper-long": 170e6}[suite]
-    assert size < limit, f"results/{suite} holds {size / 1e6:.1f} MB; trim it (python tools/ship.py results/{suite} --finished-only)"
+    assert size < limit, (f"results/{suite} holds {size / 1e6:.1f} MB; "
+                          f"trim it (python tools/ship.py results/{suite} --finished-only)")
 
 
 def test_the_clone_stays_lean():
