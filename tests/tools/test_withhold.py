@@ -133,10 +133,10 @@ def test_a_move_cut_short_leaves_loadable_weights_and_the_same_call_finishes_it(
 def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monkeypatch):
     import withhold
 
-    from attncnn.reproduce.running.jobs import GridJob
+    from attncnn.reproduce.running.jobs import Job
 
     monkeypatch.setattr(withhold, "job_state", lambda job: "finished")
-    jobs = [GridJob("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)
+    jobs = [Job("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)
             for row in ("convit-mini", "convit-mini-random")]
     assert [job.row for job in withhold.withholdable(jobs, ["convit-mini-random"])] == ["convit-mini-random"]
     assert [job.row for job in withhold.withholdable(jobs, ["convit-mini"])] == ["convit-mini"]

@@ -26,7 +26,7 @@ from ...errors import InputError
 from ...runs import RunFolder, TrainConfig
 from ..studies import Grid, Study, Suite
 
-__all__ = ["Job", "GridJob", "plan", "plan_grid", "plan_study", "job_state", "parse_seeds", "select_presets",
+__all__ = ["Job", "plan", "plan_grid", "plan_study", "job_state", "parse_seeds", "select_presets",
            "cell_options", "cell_name", "folder_name", "row_of"]
 
 
@@ -143,8 +143,6 @@ def job_state(job: Job) -> str:
     return "finished" if folder.finished else "interrupted"
 
 
-#: a grid cell's job: a :class:`Job` with its ``cell`` and ``row``
-GridJob = Job
 
 
 def row_of(job: Job) -> str:
@@ -188,7 +186,7 @@ def cell_options(fraction: float, *, train_images: int, passes: int, evaluations
 def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = None,
               only: tuple[str, ...] | None = None, train_images: int | None = None,
               passes: int | None = None, fractions: tuple[float, ...] | None = None,
-              lr: float | None = None) -> list[GridJob]:
+              lr: float | None = None) -> list[Job]:
     """The grid's jobs: per seed, the smallest fraction's cells first (every row), then larger.
 
     A grid run in parts thus has the scarce-data comparison, the one the claim is about, first,
@@ -221,7 +219,7 @@ def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = No
              for f in fractions}
     per_fraction = {f: grid.seeds_of(f, seeds) for f in fractions}
     all_seeds = dict.fromkeys(s for f in fractions for s in per_fraction[f])
-    return [GridJob(grid.preset_of(row), seed, Path(out) / row / folder_name(fraction) / f"seed{seed}",
+    return [Job(grid.preset_of(row), seed, Path(out) / row / folder_name(fraction) / f"seed{seed}",
                     tuple(sorted({**cells[fraction], **grid.row_overrides(row, lr)}.items())), cell_name(fraction),
                     row=row)
             for seed in all_seeds for fraction in fractions if seed in per_fraction[fraction]

@@ -47,7 +47,7 @@ from ...training import evaluate
 from ..reporting.claims import judge
 from ..reporting.results import read_records, train_test_gap
 from ..studies import Criterion, Grid
-from .jobs import GridJob, Job, cell_name, cell_options, folder_name, plan_grid, row_of
+from .jobs import Job, cell_name, cell_options, folder_name, plan_grid, row_of
 
 __all__ = ["parse_rates", "plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
            "held_out_result", "held_out_results", "cached_held_out", "calibration_lines", "sweep_results",
@@ -78,7 +78,7 @@ def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[st
 
 
 def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, train_images: int | None = None,
-                     lr: float | None = None, fraction: float | None = None) -> list[GridJob]:
+                     lr: float | None = None, fraction: float | None = None) -> list[Job]:
     """The calibration's jobs: the grid's ``calibrate_rows`` on its smallest cell (or ``fraction``),
     seed 0, for ``passes`` (None: the grid's), in ``<out>/calibrate/passes<P>``.
 
@@ -95,7 +95,7 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
 
 
 def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes: int | None = None,
-                  train_images: int | None = None, fraction: float | None = None) -> list[GridJob]:
+                  train_images: int | None = None, fraction: float | None = None) -> list[Job]:
     """The sweep's jobs: per rate (in the given order), the grid's ``sweep_rows`` on its smallest
     cell (or ``fraction``), seed 0, into ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; cells are
     named ``"10 % lr 0.0005"``.
@@ -112,13 +112,13 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
     cell = cell_options(fraction, train_images=train_images or grid.train_images, passes=passes,
                         evaluations=grid.evaluations)
     folder = Path(out) / "lr-sweep"
-    return [GridJob(grid.preset_of(row), 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
+    return [Job(grid.preset_of(row), 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
                     tuple(sorted({**cell, **grid.row_overrides(row), "lr": rate}.items())),
                     f"{cell_name(fraction)} lr {rate:g}", row=row)
             for rate in rates for row in rows]
 
 
-def swept_rates(jobs: Sequence[GridJob], rates: Sequence[float]) -> tuple[float, ...]:
+def swept_rates(jobs: Sequence[Job], rates: Sequence[float]) -> tuple[float, ...]:
     """``rates`` and the rates of sweep runs already on disk beside ``jobs`` (:func:`plan_lr_sweep`'s
     for ``rates``): every ``lr<rate>`` folder of the same rows and cell holding a ``config.json``,
     ascending. A folder is named by its rate's ``g`` format, so one whose name is a given rate's is
