@@ -65,6 +65,19 @@ def pytest_collection_modifyitems(config, items):
     for item in marked if reason else ():
         item.add_marker(pytest.mark.skip(reason=f"needs fast bf16: {reason}"))
     _check_cpu_only(items)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        _slow_modules_first(items)
+
+
+def _slow_modules_first(items) -> None:
+    """Hand the modules with slow tests to the workers first (a stable sort: each module keeps its
+    order, and every worker collects the same list, as pytest-xdist requires), so that the suite
+    does not end on one worker training a module's fixture while the other cores wait."""
+    def module(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    slow = {module(item) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: module(item) not in slow)
 
 
 # -- the device of the layer and model tests ($ATTNCNN_TEST_DEVICE) -------------------------------
@@ -105,9 +118,26 @@ def requested_device(value: str | None = None) -> "torch.device":
     return device
 
 
+def _share_the_cores_between_workers() -> None:
+    """In a pytest-xdist worker, give torch (and the processes a test starts) its share of the
+    cores: with two workers on two cores, each worker's torch would otherwise start one thread per
+    core, and four threads on two cores wait on each other at every parallel region's barrier."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
+    if workers < 2:
+        return
+    threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[variable] = threads
+    import torch
+
+    torch.set_num_threads(int(threads))
+
+
 def pytest_configure(config):
     """Register ``cpu_only``; read ``ATTNCNN_TEST_DEVICE`` once, stopping the session (a usage
-    error, before collection) when it names a device that is not there."""
+    error, before collection) when it names a device that is not there; in a parallel worker,
+    hold torch to the worker's share of the cores."""
+    _share_the_cores_between_workers()
     config.addinivalue_line("markers", "cpu_only(reason): computes on the CPU whatever ATTNCNN_TEST_DEVICE "
                                        "says (pinned CPU numbers, CPU kernels); the reason says why")
     try:
