@@ -132,3 +132,18 @@ def test_the_clone_stays_lean():
     # and `best`) and the mini report's locality figures came; a shipped periodic checkpoint or
     # TensorBoard folder of a whole study (tens of MB) still fails it
     assert size < 320e6, f"results/ holds {size / 1e6:.1f} MB, over the 320 MB a clone should carry"
+
+
+def test_another_runs_weights_fail_the_sample_check(check_shipped_run, tmp_path):
+    """The sample check tells a run's own weights from others': seed 1's checkpoint put in seed 0's
+    folder keeps seed 0's record and recorded accuracy (those parts pass), and disagrees with the
+    record on more of the sample than rounding flips (``SAMPLE_FLIPS``)."""
+    suite = ROOT / EVERYWHERE_SUITE / "learned-mini"
+    if not (suite / "seed1" / "checkpoints" / "last.safetensors").is_file():
+        pytest.skip(f"no committed results/{EVERYWHERE_SUITE}/learned-mini/seed1")
+    folder = tmp_path / "learned-mini" / "seed0"
+    shutil.copytree(suite / "seed0", folder)
+    shutil.copy2(suite / "seed1" / "checkpoints" / "last.safetensors", folder / "checkpoints" / "last.safetensors")
+    accuracy = json.loads((folder / "metrics.jsonl").read_text().splitlines()[-1])["test_accuracy"]
+    with pytest.raises(AssertionError, match="disagreements"):
+        check_shipped_run(folder, accuracy)
