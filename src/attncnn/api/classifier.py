@@ -1,14 +1,10 @@
 """A trained network that takes ordinary images: :class:`Classifier` and :func:`load_model`.
 
-Every attncnn training run feeds its network images normalised per channel with the CIFAR-10
-mean and std (``(x / 255 - mean) / std``, :data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``),
-whatever the data set. A bare network from a checkpoint does not know that, and an image in
-``[0, 1]`` runs through it silently into wrong predictions. :class:`Classifier` wraps the network
-with that normalisation and the class names, so that ``model(images)`` takes images in ``[0, 1]``
-(or uint8 in ``0..255``) and refuses anything else, images of another size than the network was
-trained on included (a network that runs on them answers, with an accuracy far below its own at
-that size); ``resize=True`` resizes them to that size instead. The training loop is untouched:
-it still feeds normalised batches to the bare network, which stays available as ``model.network``.
+Training feeds every network images normalised with the CIFAR-10 mean and std
+(:data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``), whatever the data set. :class:`Classifier` wraps
+a network with that normalisation and the class names, so that ``model(images)`` takes images in
+``[0, 1]`` (or uint8) of the training size and refuses anything else (``resize=True`` resizes);
+the bare network stays available as ``model.network``.
 """
 
 from __future__ import annotations
@@ -33,8 +29,7 @@ __all__ = ["Classifier", "load_model", "training_image_size"]
 
 #: how far outside [0, 1] a float image may stray (rounding of a resize or a colour conversion)
 _RANGE_SLACK = 1e-3
-#: ``resize=`` modes: torch.nn.functional.interpolate's, antialiased where it can be (shrinking a
-#: photo without it aliases its fine detail into the few pixels left)
+#: ``resize=`` modes: torch.nn.functional.interpolate's, antialiased where it can be
 _RESIZE_MODES = ("bilinear", "bicubic", "area", "nearest")
 #: descriptions attncnn.data gives an image folder or zip only when its images are 32x32 CIFAR-10
 _CIFAR_NOTES = ("(CIFAR-10 JPEG mirror;", "(CIFAR-10 classes)")
@@ -43,8 +38,7 @@ DEFAULT_BATCH_SIZE = 50
 
 
 def check_batch_size(batch_size) -> int:
-    """``batch_size`` (images per forward pass) as an int, the one check of every batched call of
-    the API (:meth:`Classifier.predict`, :func:`attncnn.attention_maps`, ...).
+    """``batch_size`` (images per forward pass) as an int, for every batched call of the API.
 
     Raises:
         InputError: not a positive integer (a bool, a float or a value below 1).
@@ -75,10 +69,8 @@ def _check_range(values: torch.Tensor) -> None:
 def training_image_size(metadata: dict) -> tuple[int, int] | None:
     """``(height, width)`` in pixels of the images a checkpoint's network was trained on.
 
-    From the checkpoint's ``image_size`` (recorded by ``attncnn train``), else, for checkpoints
-    written before it was, from the data set: the official CIFAR-10/100 archives and an image
-    folder or zip that attncnn described as CIFAR-10 are 32x32. None where the metadata does not
-    say (an older run on other images).
+    From the checkpoint's ``image_size``, else (older checkpoints) 32x32 for CIFAR-10/100 and image
+    folders attncnn described as CIFAR-10; None where the metadata does not say.
     """
     stored = metadata.get("image_size")
     if (isinstance(stored, (list, tuple)) and len(stored) == 2
@@ -188,10 +180,8 @@ class Classifier(nn.Module):
         return self._normalised(self._checked(images, mode), mode)
 
     def _checked(self, images, mode: str | None) -> torch.Tensor:
-        """``images`` as a ``(B, C, H, W)`` tensor, as given (uint8 or float, on its own device),
-        after every check of :meth:`preprocess` (whose errors it raises); ``mode`` from
-        :meth:`_resize_mode`. Allocates no float copy: only the range checks' temporaries (a byte per
-        value for the finiteness test)."""
+        """``images`` as a ``(B, C, H, W)`` tensor, as given, after every check of :meth:`preprocess`
+        (whose errors it raises); allocates no float copy."""
         if isinstance(images, np.ndarray) and images.dtype != np.uint8 and images.dtype.kind != "f":
             # torch converts neither object nor text arrays (a TypeError of its own): say what to pass
             raise InputError(f"images must be float in [0, 1] or uint8 in 0..255, got a NumPy array of dtype "
@@ -224,10 +214,8 @@ class Classifier(nn.Module):
         return x
 
     def _normalised(self, x: torch.Tensor, mode: str | None) -> torch.Tensor:
-        """Checked images ``(B, C, H, W)`` (:meth:`_checked`) -> the network's input: float32 in
-        ``[0, 1]`` on its device, resized with ``mode`` where their size is not the training size,
-        normalised, in its dtype. Allocates a few float32 copies of ``x`` (resized): called per
-        batch by :meth:`logits`."""
+        """Checked images ``(B, C, H, W)`` -> the network's input: on its device, resized with ``mode``
+        where needed, normalised, in its dtype."""
         if x.dtype == torch.uint8:
             x = x.float() / 255
         param = self._parameter()
@@ -259,16 +247,9 @@ class Classifier(nn.Module):
     def logits(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of many images, ``batch_size`` at a time, without gradients.
 
-        ``model(images)`` runs all ``B`` images in one forward pass, whose activations grow with
-        ``B`` (gigabytes for 10,000 images through a paper-width model, allocated at once, which
-        fails under a memory limit); here each pass sees at most ``batch_size`` images, and each
-        batch is converted, resized (``resize``) and normalised on its own, so that memory does
-        not grow with ``B`` beyond the images themselves and the ``(B, num_classes)`` result. The
-        network runs in eval mode (dropout off, BatchNorm's running statistics), its mode restored
-        after, so that an image's logits do not depend on the others in its batch: they equal
-        ``model(images)`` in eval mode up to float rounding (a matrix product may sum in another
-        order for another number of rows), and the predicted classes do not depend on
-        ``batch_size`` unless two logits are that close.
+        Memory does not grow with ``B`` beyond the images and the result. The network runs in eval
+        mode (its mode restored after), so the logits equal ``model(images)`` in eval mode up to
+        float rounding, whatever ``batch_size``.
 
         Args:
             images, resize: as :meth:`preprocess`.
@@ -285,8 +266,7 @@ class Classifier(nn.Module):
         return torch.cat(list(self._batch_logits(images, resize, batch_size)))
 
     def _batch_logits(self, images, resize: bool | str, batch_size: int) -> Iterator[torch.Tensor]:
-        """The logits of each batch of ``batch_size`` images in turn (see :meth:`logits`); the one
-        loop of :meth:`logits`, :meth:`probabilities` and :meth:`predict`."""
+        """The logits of each batch of ``batch_size`` images in turn (see :meth:`logits`)."""
         batch_size = check_batch_size(batch_size)
         mode = self._resize_mode(resize)
         x = self._checked(images, mode)
@@ -310,9 +290,7 @@ class Classifier(nn.Module):
 
     @torch.no_grad()
     def predict(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> list[str]:
-        """The most likely class name of each image (``B`` names, in order), ``batch_size`` images
-        per forward pass in eval mode, as :meth:`logits` (whose arguments and errors it has): 10,000
-        images take the memory of ``batch_size`` of them plus the images themselves.
+        """The most likely class name of each image (``B`` names, in order), batched as :meth:`logits`.
 
         Raises:
             InputError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
@@ -330,9 +308,8 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, checkpoint: str | None = None) -> Classifier:
     """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``.
 
-    Loads through :func:`attncnn.runs.load_model` (safetensors only, the stored configuration
-    checked on the meta device before anything is allocated, the tensors' digest verified), then
-    wraps the network in a :class:`Classifier` that knows its input normalisation and class names.
+    Loads through :func:`attncnn.runs.load_model` (safetensors only, checked before anything is
+    allocated) and wraps the network in a :class:`Classifier`.
 
     Args:
         path: a run folder (its ``last`` checkpoint: the final weights, which the reports quote)
