@@ -170,13 +170,10 @@ class RunFolder:
         return self._writer
 
     def append_metrics(self, record: dict) -> None:
-        """Add ``record`` as one JSON line to ``metrics.jsonl`` and log it to TensorBoard.
+        """Add ``record`` as one JSON line to ``metrics.jsonl`` (atomic rewrite) and log it to TensorBoard.
 
-        The file is rewritten atomically with the new line at the end (a few hundred short lines at
-        most), so a failed write leaves the previous records exactly as they were. Every int/float
-        value (bools and non-numbers skipped) except ``"epoch"`` is written to TensorBoard with
-        ``tag = key`` and ``step = record["epoch"]``. A last line cut short (a crash in an older
-        version, a copy that stopped mid-file) is dropped with a logged warning, not left mid-file.
+        Every int/float value except ``"epoch"`` goes to TensorBoard with ``tag = key`` and
+        ``step = record["epoch"]``. A last line cut short is dropped with a logged warning.
 
         Raises:
             ValueError: ``record`` has no integer ``"epoch"``.
@@ -239,13 +236,10 @@ class RunFolder:
 
     def rewind_metrics(self, epoch: int, record: dict | None = None) -> int:
         """Make ``metrics.jsonl`` what a resume from a checkpoint taken after ``epoch`` whole epochs
-        continues: each epoch up to ``epoch`` once, in order, and nothing else (atomic rewrite, only
-        where something changes). Records of later epochs go (the run logs an epoch before it saves
-        its checkpoint: a kill between the two leaves an epoch the resume trains again); so do lines
-        cut short by a crash (with a warning: left in place they would end up mid-file once the next
-        epoch is appended). ``record``, the checkpoint's copy of epoch ``epoch``'s record, takes its
-        place where the file lacks it (its line was the torn one); an epoch recorded twice keeps
-        its last record.
+        continues: each epoch up to ``epoch`` once, in order (atomic rewrite, only where something
+        changes). Later epochs' records and lines cut short go (the latter with a warning); ``record``,
+        the checkpoint's copy of epoch ``epoch``'s record, fills in where the file lacks it; an epoch
+        recorded twice keeps its last record.
 
         Returns the number of complete records dropped.
 
@@ -304,9 +298,8 @@ class RunFolder:
         return self.checkpoint_path(f"epoch_{epoch:04d}")
 
     def prune_periodic(self, keep: int) -> list[Path]:
-        """Delete the periodic checkpoints beyond the newest ``keep`` (newest by epoch number, not by
-        name or file time); ``keep <= 0`` keeps them all. ``best``, ``last`` and any other file are
-        never touched. A periodic save is :meth:`periodic_path`, the write, then this.
+        """Delete the periodic checkpoints beyond the newest ``keep`` (by epoch number); ``keep <= 0``
+        keeps them all. ``best``, ``last`` and any other file are never touched.
 
         Returns:
             The deleted files, oldest first.

@@ -1,16 +1,10 @@
 """Networks from checkpoint files: rebuild a model (``load_model``), check weights against a
 model, start a run from another run's weights (``--init-from``).
 
-A stored configuration is never trusted with memory: :func:`build_checked` first builds the
-network on PyTorch's ``meta`` device (shapes only, no storage), compares every parameter and
-buffer name, shape and dtype with the file's tensor headers (read without loading any data) and
-the total size with the device's memory, and only then allocates. An edited ``config.json`` or
-checkpoint that asks for a 2 TB model is a one-line error, not an out-of-memory crash.
-
-Every command that reads a model from a file (``evaluate``, ``inspect``, ``plot``, ``report``,
-``viewer``, ``prune``, ``theorem --conv-from``, ``train --init-from`` and ``--resume``) goes through
-here, so they all refuse the same bad files with the same messages. The file format itself is in
-:mod:`attncnn.runs.checkpoint`.
+A stored configuration is never trusted with memory: :func:`build_checked` builds the network on
+PyTorch's ``meta`` device, compares every tensor's name, shape and dtype with the file's headers
+and the total size with the device's memory, and only then allocates. Every command that reads a
+model from a file goes through here. The file format is in :mod:`attncnn.runs.checkpoint`.
 """
 
 from __future__ import annotations
@@ -100,12 +94,9 @@ def _memory_of(device: torch.device) -> int:
 
 
 def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "the model") -> None:
-    """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of an empty
-    batch of one on the meta device (shapes only, nothing computed; a model on another device is
-    not run), with every attention layer on the path that writes its map out (a fused kernel may
-    lack a meta implementation). What it catches is whatever the network checks of its input: a
-    size the pooling width does not divide, a learned position embedding built for another size, a
-    token grid larger than a learned table. Training calls it before its run folder exists.
+    """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of a batch of
+    one on the meta device (shapes only; attention layers on their explicit path), catching whatever
+    the network checks of its input (pooling width, position embedding or table size).
 
     Raises:
         InputError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
@@ -133,8 +124,7 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
 def check_options_take_images(arch: str, config, images: tuple[int, int, int],
                               source: str = "the configuration") -> None:
     """:func:`check_images` for the network of ``arch`` and ``config`` (options dict or dataclass),
-    built on the meta device for it. A process remembers the networks and image shapes that passed
-    (a study trains many runs of one network; the check takes a few tenths of a second).
+    built on the meta device; a process remembers the networks and image shapes that passed.
 
     Raises:
         InputError: as :func:`check_images`; unknown or ill-typed options.
@@ -267,14 +257,11 @@ def _checked_metadata(path: Path, meta) -> dict:
 def load_model(path: str | Path, device: str | torch.device = "cpu",
                checkpoint: str | None = None) -> tuple[nn.Module, dict]:
     """Rebuild a network from a checkpoint file, or from a run folder's ``checkpoint`` (default
-    ``last``, the final weights; see :func:`checkpoint_of`). For a run folder, the checkpoint taken
-    and its epoch are logged (INFO), so that every command says which weights it used.
+    ``last``, the final weights; see :func:`checkpoint_of`; the checkpoint taken is logged).
 
-    The stored configuration is validated (unknown keys and wrong types are named) and checked on
-    the meta device against the file's tensors (:func:`build_checked`) before anything is
-    allocated; the weights are read after that. The network takes the fastest exact attention path
-    for ``device`` (``impl="auto"``, the layers' own rule): a checkpoint holds no path, and the
-    paths an older one recorded are not used.
+    The stored configuration is validated and checked on the meta device against the file's tensors
+    (:func:`build_checked`) before anything is allocated. The network takes the fastest exact
+    attention path for ``device`` (``impl="auto"``): paths an older checkpoint recorded are not used.
 
     Returns:
         ``(model in eval mode, checkpoint metadata)``: the metadata as :func:`_checked_metadata`
@@ -314,11 +301,8 @@ def trained_precision(checkpoint: str | Path, meta: dict) -> str | None:
 
 
 def precision_source(checkpoint: str | Path, meta: dict) -> tuple[str | None, str]:
-    """:func:`trained_precision` and where it was found, in words for a user: ``"the run's
-    machine.json"``, ``"the checkpoint's configuration"`` (an older run's), or why it is not known
-    (``"no run folder"``: a checkpoint outside ``<run>/checkpoints/``; ``"<run folder> records
-    none"``: a run from before ``--precision``, or its ``machine.json`` gone; ``"<run
-    folder>/machine.json records precision 'fp64', which attncnn does not know"``)."""
+    """:func:`trained_precision` and where it was found, in words for a user (``"the run's
+    machine.json"``, ``"the checkpoint's configuration"``), or why it is not known."""
     checkpoint = Path(checkpoint)
     folder = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
     found = run_precision(folder) if folder is not None else None
