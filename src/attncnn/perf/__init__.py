@@ -13,11 +13,11 @@ machine: machine.json, epoch records, benchmark files); ``host_memory`` (the CPU
 the commands set). The training package never imports this one: it calls the chooser it is handed.
 """
 
-from .machine import cpu_name, device_name, epoch_machine, machine_info, resolve_device
+from .machine import cpu_name, device_name, machine_info, resolve_device
 from .plan import make_plan, plan_device, resume_plan
 from .precision import PRECISIONS, fast_bf16, machine_precision, resolve_precision, running_at, slow_bf16_reason
 from .rule import Choice, choose, device_kind
 
 __all__ = ["make_plan", "resume_plan", "plan_device", "resolve_device", "cpu_name", "device_name", "machine_info",
-           "epoch_machine", "PRECISIONS", "fast_bf16", "slow_bf16_reason", "resolve_precision",
+           "PRECISIONS", "fast_bf16", "slow_bf16_reason", "resolve_precision",
            "machine_precision", "running_at", "choose", "Choice", "device_kind"]

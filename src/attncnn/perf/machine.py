@@ -1,10 +1,9 @@
 """The machine at hand, described once: for machine.json, epoch records, benchmark files and the device.
 
 :func:`machine_info` is the description every report and benchmark writes (CPU and GPU names,
-cores, threads, library versions, date); :func:`epoch_machine` the part each epoch record of a
-study keeps. :func:`resolve_device` turns ``--device`` into a :class:`torch.device`.
-:func:`cpu_load` and :func:`busy_cpu` say whether other work shared the CPU while a dry run timed
-its steps, which slows every timing taken meanwhile.
+cores, threads, library versions, date). :func:`resolve_device` turns ``--device`` into a
+:class:`torch.device`. :func:`cpu_load` and :func:`busy_cpu` say whether other work shared the CPU
+while a dry run timed its steps.
 """
 
 from __future__ import annotations
@@ -16,13 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "device_name", "machine_info", "epoch_machine", "MACHINE_KEY", "cpu_load",
+__all__ = ["resolve_device", "cpu_name", "device_name", "machine_info", "MACHINE_KEY", "cpu_load",
            "busy_cpu"]
 
-#: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
+#: the key of an epoch record that names the machine that trained it
 MACHINE_KEY = "machine"
 
 #: where Linux describes the CPU (a module attribute so that tests can point it at another file)
@@ -63,13 +61,6 @@ def machine_info(device: torch.device) -> dict:
         info["gpu"] = torch.cuda.get_device_name(device)
         info["cuda"] = torch.version.cuda
     return info
-
-
-def epoch_machine(device: torch.device) -> dict:
-    """What identifies the machine an epoch ran on (recorded in each epoch of a study's runs):
-    CPU model name, torch threads, torch version, device, and the GPU's name on a GPU; a subset of
-    :func:`machine_info`."""
-    return short_machine(machine_info(device))
 
 
 def cpu_load() -> float | None:

@@ -21,8 +21,8 @@ from .checkpoint import (
            save_checkpoint,
            write_checkpoint,
 )
-from .config import PRECISIONS, TrainConfig, config_from_dict, resolve_config
-from .data_location import DATA_NAMES, await_pointed, data_is_here, is_data_name, point_at_data, same_data_file
+from .config import PRECISIONS, TrainConfig, resolve_config
+from .data_location import DATA_NAMES, await_pointed, is_data_name, point_at_data, same_data_file
 from .errors import RunFolderError
 from .folder import RunFolder
 from .loading import checkpoint_of, load_model, resumable_config, resumable_recipe, trained_precision
@@ -30,9 +30,9 @@ from .predictions import PREDICTIONS_FILE, PredictionRecord, disagreements, read
 from .withheld import WITHHELD_FILE, read_withheld, withheld_message
 
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", "save_checkpoint", "write_checkpoint",
-           "PRECISIONS", "TrainConfig", "config_from_dict", "resolve_config", "RunFolder", "RunFolderError",
+           "PRECISIONS", "TrainConfig", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "resumable_recipe", "trained_precision",
            "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
            "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
-           "DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "point_at_data",
+           "DATA_NAMES", "is_data_name", "same_data_file", "point_at_data",
            "await_pointed"]

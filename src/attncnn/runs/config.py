@@ -22,7 +22,7 @@ from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
 
 __all__ = ["PRECISIONS", "MAX_EPOCHS", "MACHINE_FIELDS", "PATH_OPTIONS", "TrainConfig", "resolve_config",
-           "config_from_dict", "recipe_from_dict", "without_paths", "option"]
+           "recipe_from_dict", "without_paths", "option"]
 
 #: values of ``--precision``; ``auto`` is resolved to one of the others when a run starts
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -159,16 +159,6 @@ class TrainConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
-
-
-def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> TrainConfig:
-    """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint): the
-    recipe of :func:`recipe_from_dict`, without the machine fields an older file stored.
-
-    Raises:
-        ValueError: as :func:`recipe_from_dict`.
-    """
-    return recipe_from_dict(values, source=source)[0]
 
 
 def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> tuple[TrainConfig, dict]:

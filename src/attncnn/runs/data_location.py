@@ -3,7 +3,7 @@
 A run folder records its data set in ``config.json`` (``"data"``): a built-in name (``cifar10``,
 ``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file, absolute since
 :func:`attncnn.runs.resolve_config` records it so (older runs may hold a relative one). Every
-command finds it by one rule (:mod:`attncnn._recorded_data`, which :func:`data_is_here` applies),
+command finds it by one rule (:mod:`attncnn._recorded_data`),
 and none replaces a data set that is not here by another one. A run shipped mid-way from another
 machine keeps only that file's name (the repository's ``tools/ship.py`` replaces local paths by names),
 so before it resumes here its configuration must learn where the same file is on this machine.
@@ -26,21 +26,8 @@ from .folder import RunFolder
 
 log = logging.getLogger("attncnn.runs")
 
-__all__ = ["DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "pointed_config", "point_at_data",
+__all__ = ["DATA_NAMES", "is_data_name", "same_data_file", "pointed_config", "point_at_data",
            "await_pointed"]
-
-
-def data_is_here(stored: str, folder: str | Path | None = None) -> bool:
-    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine, found as every
-    command finds it (:func:`attncnn._recorded_data.locate_recorded_data`): ``cifar10`` / ``cifar100``
-    (found or downloaded through ``data_dir``), an absolute path that exists, or a relative path found
-    once relative to the current folder or (given ``folder``, the run folder) to the run folder and
-    the folders above it.
-
-    Raises:
-        InputError: a relative ``stored`` fits two different files (the message names both and ``--data``).
-    """
-    return locate_recorded_data(stored, folder) is not None
 
 
 def same_data_file(stored: str, data: str) -> bool:
@@ -56,7 +43,7 @@ def pointed_config(config: dict, data: str | None = None, *, folder: str | Path 
     """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
     when it needs no change: its data set is here as recorded, as a built-in name or an absolute
     path. A run whose data set is not here gets ``data``, made absolute where it exists; one that
-    recorded a relative path found here (:func:`data_is_here`) gets that file's absolute path, so
+    recorded a relative path found here gets that file's absolute path, so
     that it resumes on the same file from any folder. Only ``"data"`` changes: the cache folder of
     the official archives (``--data-dir``) is this machine's run-time option, never recorded.
 

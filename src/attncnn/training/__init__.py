@@ -14,7 +14,7 @@ in, :class:`Choices` out);
 chooser it calls).
 """
 
-from ..runs.config import TrainConfig, config_from_dict, resolve_config
+from ..runs.config import TrainConfig, resolve_config
 from .components import make_optimizer
 from .distributed import Distributed, launch_from_env, per_process_batch, process_group
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
@@ -25,7 +25,7 @@ from .run_options import RunOptions
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
+__all__ = ["TrainConfig", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
            "LRSchedule",
            "warmup_cosine_multiplier",
            "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",

@@ -10,7 +10,7 @@ One idea per module:
 * :mod:`.centers`: quadratic heads' centers and mass ellipses for the centers view;
 * :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
   and writing it atomically;
-* :mod:`.decode`: reading a page back and :func:`page_maps`, the page's computation in numpy;
+* :mod:`.decode`: reading a page back;
 * the ``attncnn viewer`` command: :mod:`attncnn.cli.viewer`.
 
 The names below load their module on first use, so the command registers without importing the
@@ -28,13 +28,13 @@ _EXPORTS = {
     "quantize_separable": "encoding", "separate_axes": "encoding",
     "RunExport": "export", "export_model": "export", "export_run": "export",
     "PAGE_TEMPLATE": "page", "build_html": "page", "write_viewer": "page",
-    "DISPLAY_KINDS": "decode", "ViewerData": "decode", "read_viewer": "decode", "page_maps": "decode",
+    "DISPLAY_KINDS": "decode", "ViewerData": "decode", "read_viewer": "decode",
 }
 
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
-    from .decode import DISPLAY_KINDS, ViewerData, page_maps, read_viewer
+    from .decode import DISPLAY_KINDS, ViewerData, read_viewer
     from .encoding import ENCODING_VERSION, quantize_affine, quantize_scaled, quantize_separable, separate_axes
     from .export import RunExport, export_model, export_run
     from .page import PAGE_TEMPLATE, build_html, write_viewer
