@@ -128,21 +128,17 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
                      bias: torch.Tensor | None = None) -> None:
     """Copy a convolution kernel's taps into the folded value matrix (Lemma 1).
 
-    With heads as wide as the input (``value_in`` is None) the layer computes
-    ``value(concat_h sum_k p_hk x_k)``; head h owns input columns ``h*D:(h+1)*D`` of ``value``, so
-    ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)`` (``h = u*K + v``)
-    and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer output is
-    ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside the grid
-    (at the border the softmax renormalises over the keys that exist; pad with zero tokens and
-    crop to match zero padding). GPSA layers equal it only through their positional part
-    (weight ``g_h``); the content part adds ``(1 - g_h)`` of a content average.
+    With heads as wide as the input (``value_in`` is None) head h owns input columns ``h*D:(h+1)*D``
+    of ``value``, so ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)``
+    (``h = u*K + v``) and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer
+    output is ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside
+    the grid (at the border the softmax renormalises over the keys that exist). GPSA layers equal it
+    only through their positional part (weight ``g_h``).
 
     Args:
         layer: an attention layer with ``N_h = K^2`` heads and ``head_dim == dim``.
-        kernel: ``(D_out, D, K, K)``; None draws one with :class:`torch.nn.Conv2d`'s default
-            init (its bias too, unless ``bias`` is given). That is the same distribution as the
-            value map's default init (both uniform in ``+-1/sqrt(D K^2)``): only the random
-            stream differs, so this matters when a given kernel is copied.
+        kernel: ``(D_out, D, K, K)``; None draws one with :class:`torch.nn.Conv2d`'s default init
+            (its bias too, unless ``bias`` is given).
         bias: ``(D_out,)``; None with a given kernel means no bias (0).
 
     Raises:

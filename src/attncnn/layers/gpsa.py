@@ -127,9 +127,8 @@ class GatedPositionalAttention(QueryKeyAttention):
     def positional_probs(self, height: int, width: int) -> torch.Tensor:
         """The positional maps ``P`` ``(1, N_h, H*W, H*W)``, shared by the batch; rows sum to 1.
 
-        Softmax in float32 at least (autocast off); entries below ``eps(dtype)**2`` are set to 0,
-        as :meth:`~attncnn.layers.PositionalAttention.grid_probs` does (same reason: keep the
-        backward products out of the subnormal range).
+        Softmax in float32 at least (autocast off); entries below ``eps(dtype)**2`` are set to 0, as
+        :meth:`~attncnn.layers.PositionalAttention.grid_probs` does.
         """
         with autocast_off(self.v_pos.device):
             probs = torch.softmax(self.positional_scores(height, width), dim=-1)
@@ -184,16 +183,11 @@ class GatedPositionalAttention(QueryKeyAttention):
         Raises:
             ValueError: wrong rank or channel count.
 
-        Paths: with ``return_attention``, dropout in training (one mask on the gated map, which
-        does not split between the two parts), or ``impl="explicit"``, the gated map ``(B, N_h, N,
-        N)`` is built and applied per image. Otherwise the two parts are applied apart, ``(1 - g)
-        (C v) + g (P v)``, with P applied to the whole batch at once; this skips the
-        renormalisation, a no-op in exact arithmetic. ``C v`` is SDPA's fused kernel (``impl``
-        "sdpa" or "auto") or, with ``impl="explicit-half"``, the scores written out and their
-        softmax stored in the products' dtype (bf16 under autocast; max, exponentials and sums in
-        float32): the content numerics of :class:`~attncnn.layers.ContentAttention`'s path of that
-        name, which the DeiT-style baseline trains with. Which is faster depends on the machine and
-        the head width; ``attncnn train`` takes it from its written rule (:mod:`attncnn.perf.rule`).
+        Paths: with ``return_attention``, dropout in training, or ``impl="explicit"``, the gated map
+        ``(B, N_h, N, N)`` is built and applied per image. Otherwise the two parts are applied apart,
+        ``(1 - g) (C v) + g (P v)`` (skipping the renormalisation, a no-op in exact arithmetic), with P
+        applied to the whole batch at once and ``C v`` through SDPA (``"sdpa"``, ``"auto"``) or written
+        out as :class:`~attncnn.layers.ContentAttention`'s ``"explicit-half"``.
         """
         b, h, w = self.check_input(x)
         path = "explicit" if return_attention else self.path(h, w)

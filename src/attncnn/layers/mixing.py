@@ -4,22 +4,19 @@ Three shapes of probabilities, three products (all exact; tests compare them wit
 ``probs @ values`` of the explicit path):
 
 * :func:`mix_shared`: one map per head ``(N_h, N, N)`` for the whole batch (position-only
-  attention, GPSA's positional part). Applied as one large matrix product over the batch, never
-  expanded over it (position-only attention does not depend on the input).
+  attention, GPSA's positional part), never expanded over the batch.
 * :func:`mix_per_image`: a map per image and head ``(B, N_h, N, N)`` (content attention, GPSA's
   gated map).
-* :func:`separable_mix`: a row factor ``(N_h, H, H)`` and a column factor ``(N_h, W, W)`` whose
-  product is the map. When a head's score of query (i, j) and key (k, l) is a row term plus a
-  column term, ``A = row[i, k] + col[j, l]`` (isotropic quadratic heads, paper eq. 9; learned
-  position-only heads, paper eq. 8 term 4), the softmax over all keys factors
-  exactly: ``P[(i, j), (k, l)] = softmax_k(row[i, :])[k] * softmax_l(col[j, :])[l]``, so a head's
-  average is a product along rows followed by one along columns: ``2 N (H + W)`` multiply-adds
-  per value channel instead of ``2 N^2`` (N = H W; 8x fewer for 16 x 16 tokens).
+* :func:`separable_mix`: a row factor ``(N_h, H, H)`` and a column factor ``(N_h, W, W)``. When a
+  head's score is a row term plus a column term (isotropic quadratic heads, paper eq. 9; learned
+  position-only heads, eq. 8 term 4), the softmax factors exactly:
+  ``P[(i, j), (k, l)] = softmax_k(row[i, :])[k] * softmax_l(col[j, :])[l]``, so a head's average
+  is a product along rows then one along columns (``2 N (H + W)`` multiply-adds per channel
+  instead of ``2 N^2``).
 
-Values come either as the tokens themselves ``(B, H, W, D)`` (heads as wide as the model,
-``head_dim == dim``: every head averages the same tokens, which are then never copied per head)
-or as per-head values from a value projection. :func:`flush_below` zeroes the tiny probabilities
-that would make CPU products subnormal (see the position-only layers' ``grid_probs``).
+Values come either as the tokens themselves ``(B, H, W, D)`` (``head_dim == dim``) or as per-head
+values from a value projection. :func:`flush_below` zeroes the tiny probabilities that would make
+CPU products subnormal.
 """
 
 from __future__ import annotations
@@ -111,12 +108,6 @@ def separable_mix(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
     Returns:
         ``(B, H, W, N_h * D_h)``: head h's average in channels ``h*D_h:(h+1)*D_h``, i.e. the
         input of the layer's output map (the layout ``GridAttention.output`` builds).
-
-    Both products are large GEMMs over the batch; the factors are never expanded over it.
-    The values are laid out ``(H, B, D, W)`` (one copy, fused with the dtype cast), so the row
-    product contracts the leading axis and the column product the trailing one:
-    row:    ``(N_h*H, H) @ (H, B*D*W)``       (one GEMM; a bmm over heads for per-head values)
-    column: ``(N_h, H*B*D, W) @ (N_h, W, W)`` (a bmm over heads with a tall left operand).
     """
     nh, h, _ = rows.shape
     w = cols.shape[-1]
@@ -214,17 +205,10 @@ class _FoldedMix(torch.autograd.Function):
 def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                dtype: torch.dtype) -> torch.Tensor:
     """Batch-shared maps and the output map of full-width heads, output map first (Lemma 1's
-    folded matrices): ``y = sum_h P_h (x W_h^T) + b``.
+    folded matrices): ``y = sum_h P_h (x W_h^T) + b`` with ``W_h = weight[:, h*D:(h+1)*D]``.
 
-    The layer's output is ``sum_h (P_h x) W_h^T + b`` with ``W_h = weight[:, h*D:(h+1)*D]`` (the
-    folded value/output matrix of head h, Lemma 1). Applying ``W_h`` to the tokens
-    before the average gives the same sum with the same number of multiply-adds when ``D_out = D``,
-    but lets the two products read and write their operands as they lie: ``V_h = x W_h^T`` is
-    written head-major ``(N_h, N*B, D_out)``, which is exactly the ``(N_h*N, B*D_out)`` right operand
-    of one product with the maps laid side by side ``(N, N_h*N)``; the ``(B, N, N_h*D)`` head
-    averages that :func:`mix_shared` + ``value`` must permute (twice per layer and step, forward and
-    backward, the largest tensors of the layer) never exist. Only tensors of the output's size are
-    transposed.
+    The same sum as ``value(mix_shared(...))``, with operands laid out so that no per-head average
+    ``(B, N, N_h*D)`` is formed or permuted.
 
     Args:
         probs: ``(N_h, N, N)`` maps in ``dtype`` (queries on dim -2), shared by the batch.
@@ -233,9 +217,7 @@ def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, 
         dtype: dtype of the products (autocast's, or the tokens' own).
 
     Returns:
-        ``(B, H, W, D_out)`` in ``dtype``. Exact in real arithmetic; in floating point only the
-        order of the sums differs from ``value(mix_shared(...))``. Under bf16 the input gradient
-        sums the heads' products in bf16 (one rounding per head, ``N_h`` in all, instead of one).
-        The ``value`` module itself is not called (hooks on it do not fire on this path).
+        ``(B, H, W, D_out)`` in ``dtype``; only the order of the sums differs from
+        ``value(mix_shared(...))``. The ``value`` module is not called (its hooks do not fire).
     """
     return _FoldedMix.apply(probs, tokens, weight, bias, dtype)
