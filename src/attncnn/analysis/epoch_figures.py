@@ -1,14 +1,11 @@
-"""Figures of runs followed over many epochs and several seeds (a long suite's report; its Fig. 2,
-the seeds' mean and band, is :func:`~attncnn.analysis.figures.accuracy_figure` with ``bands``).
+"""Figures of runs followed over many epochs and several seeds (a long suite's report).
 
-* :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
-  seed, with a threshold line (e.g. the grid distance under which a layer has settled);
-* :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
-  epochs, each panel the heads' attention-mass contours at that epoch and each center's path so far,
-  drawn from logged centers and spreads, so no checkpoint per epoch is needed.
+* :func:`seed_curves_figure`: one metric per layer against epoch, one line per seed, with a
+  threshold line;
+* :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): the heads' contours at
+  chosen epochs and each center's path, drawn from logged centers and spreads.
 
-Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot; save
-them with :func:`~attncnn.analysis.figures.save_figure`.
+Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot.
 """
 
 from __future__ import annotations

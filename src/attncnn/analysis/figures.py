@@ -1,22 +1,18 @@
 """The paper's figures with matplotlib (Figs. 2-6, and the reference's training plot).
 
 Figures are :class:`matplotlib.figure.Figure` objects rendered by :func:`save_figure` with the
-Agg/PDF canvases; pyplot and its global state are never used, so no backend is selected.
+Agg/PDF canvases; pyplot and its global state are never used.
 
-* :func:`quadratic_layers_figure` (paper Fig. 4, and the generalised/many-heads figures): for
-  each layer, every head's 50 % (solid) and 90 % (dotted) attention-mass contour around the
-  query pixel (black square), one colour per head;
+* :func:`quadratic_layers_figure` (paper Fig. 4): each layer's heads as 50 % (solid) and 90 %
+  (dotted) attention-mass contours around the query pixel (black square), one colour per head;
 * :func:`quadratic_epochs_figure` (Fig. 3): the same for one layer across checkpoints;
-* :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query
-  (position-only maps, one image's maps, or maps averaged over images);
+* :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query;
 * :func:`accuracy_figure` (Fig. 2): test accuracy against epoch for several runs;
-* :func:`layer_curves_figure`: per-layer metrics (attention distance, distance to the grid of
-  shifts) against epoch, one line per layer.
+* :func:`layer_curves_figure`: per-layer metrics against epoch, one line per layer.
 
-Quadratic contours are drawn from the head's Gaussian evaluated on a sub-token grid around the
-query (the continuous version of the discrete map, ignoring the image border), normalised over
-that window; :func:`mass_threshold` finds the density level whose super-level set holds the
-stated mass, as the reference's training plot does (``utils/plotting.py``).
+Contours are drawn from each head's Gaussian on a sub-token grid around the query (ignoring the
+image border); :func:`mass_threshold` finds the level holding the stated mass, as the reference's
+training plot does (``utils/plotting.py``).
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
-"""Attention maps captured from real activations (the paper's Figs. 5-6; convit#23 is what metrics taken
-from other inputs than the model's own get wrong).
+"""Attention maps captured from real activations (the paper's Figs. 5-6).
 
-The fast forward path of a layer never materialises its attention probabilities. To see them,
-:func:`record_attention` puts a forward pre-hook on every block's attention layer: the hook takes
-the layer's *real input* (the output of the previous block, not re-fed embeddings, which is the
-measurement bug of convit#23) and hands it to a callback together with the layer. The callback
-chooses what to compute; :func:`attention_maps` asks for the probabilities
-``(B or 1, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1, tokens row-major), or the scores
-or one of their terms (:func:`layer_values`), and :func:`attention_maps_by_kind` for several of
-these in one pass over the images (the viewer's export).
+The fast forward path never materialises the probabilities. :func:`record_attention` puts a
+forward pre-hook on every block's attention layer that hands the layer's *real input* (the output
+of the previous block, not re-fed embeddings: the measurement bug of convit#23) to a callback.
+:func:`attention_maps` asks for the probabilities ``(B or 1, N_h, H*W, H*W)`` (queries on dim -2,
+keys on dim -1, tokens row-major), the scores or one of their terms (:func:`layer_values`);
+:func:`attention_maps_by_kind` several of these in one pass (the viewer's export).
 
-Position-only layers (``layer.position_only``) do not depend on the input, so their maps come
-from ``layer.grid_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
-batch dimension of 1. Without images, :func:`position_maps` computes them for a given grid.
+Position-only layers' maps come from ``layer.grid_probs(H, W)`` (batch dimension 1); without
+images, :func:`position_maps` computes them for a given grid.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """The paper's interactive website (epfml.github.io/attention-cnn) as one self-contained, offline HTML file.
 
 :func:`write_viewer` exports the attention of one or more runs, for a few test images and the
-average over a batch of test images, into a single HTML file (no network, all JS and CSS inline).
-One idea per module:
-
-* :mod:`.encoding`: how maps are stored (uint8 quantisation, packed arrays, page-safe base85);
-* :mod:`.export`: maps of a model or run from real activations
-  (:func:`~attncnn.analysis.maps.attention_maps_by_kind`) into a manifest and blobs;
-* :mod:`.centers`: quadratic heads' centers and mass ellipses for the centers view;
-* :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
-  and writing it atomically;
-* :mod:`.decode`: reading a page back;
-* the ``attncnn viewer`` command: :mod:`attncnn.cli.viewer`.
+average over a batch of test images, into a single HTML file (no network, all JS and CSS inline):
+:mod:`.encoding` (how maps are stored), :mod:`.export` (maps into a manifest and blobs),
+:mod:`.centers` (quadratic heads' centers and ellipses), :mod:`.page` (the HTML page) and
+:mod:`.decode` (reading a page back); the command is :mod:`attncnn.cli.viewer`.
 
 The names below load their module on first use, so the command registers without importing the
 training code.

@@ -1,22 +1,17 @@
 """Export an image transformer's attention (or a run's) into the viewer's manifest and blobs.
 
-Maps come from each layer's real input through forward hooks, every kind the page needs in one
-pass (:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set holds:
+Maps come from each layer's real input, every kind the page needs in one pass
+(:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set holds:
 
 * position-only models: one set for every image, ``probs`` (scaled8) and ``scores`` (affine8);
 * content models, per test image: ``content`` (q.k/sqrt(D_h), affine8) and, with learned relative
   encodings, ``positional`` (q.r/sqrt(D_h), separable8); the page recomputes the probabilities as
-  ``softmax(content + positional)`` over the keys, exactly as the layer does, so a score error of at
-  most ``e`` per key bounds the probability error by ``p * (exp(2 e) - 1)``. The batch average also
-  stores the averaged ``probs`` (scaled8), because an average of softmaxes is not the softmax of
-  averaged scores.
+  ``softmax(content + positional)``, so a score error of at most ``e`` per key bounds the
+  probability error by ``p * (exp(2 e) - 1)``. The batch average also stores the averaged
+  ``probs`` (an average of softmaxes is not the softmax of averaged scores).
 
-Every set also holds ``rollout`` (scaled8): per layer one map, the attention rollout through the
-blocks up to it (Abnar & Zuidema 2020, :mod:`attncnn.analysis.rollout`; for the batch average, the
-mean of the images' rollouts), about as large as one more head per layer.
-
-Encodings: :mod:`.encoding`. Quadratic runs also carry each head's center and ellipses
-(:mod:`.centers`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
+Every set also holds ``rollout`` (scaled8; :mod:`attncnn.analysis.rollout`). Quadratic runs also
+carry each head's center and ellipses (:mod:`.centers`); GPSA runs each head's gate.
 """
 
 from __future__ import annotations
