@@ -1,17 +1,12 @@
 """Training and evaluation, one concern per module.
 
-``options`` (the ``train`` flags, built from :class:`attncnn.runs.TrainConfig`); ``components``
-(loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that survives a
-restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this machine
-runs a run, apart from its recipe) and ``plan`` (:class:`RunPlan`: those options resolved, the
-device, precision, attention paths and compile decision a run takes, made by
-:func:`attncnn.perf.make_plan`, with a chooser for what depends on the run's network and
-length) and ``choices`` (the loop's call of that chooser on its real objects, :class:`RunParts`
-in, :class:`Choices` out);
-``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
-``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
-:mod:`attncnn.runs`'; this package measures nothing itself (that is :mod:`attncnn.perf`, whose
-chooser it calls).
+``components`` (loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that
+survives a restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this
+machine runs a run), ``plan`` (:class:`RunPlan`: those options resolved by
+:func:`attncnn.perf.make_plan`) and ``choices`` (the loop's call of the plan's chooser,
+:class:`RunParts` in, :class:`Choices` out); ``loop`` (:func:`train`) with ``progress``,
+``signals``, ``saver`` and ``errors``, its step in ``step``; ``evaluation``; ``distributed`` (DDP
+under torchrun). This package measures nothing itself (that is :mod:`attncnn.perf`).
 """
 
 from ..runs.config import TrainConfig, resolve_config

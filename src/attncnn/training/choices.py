@@ -1,13 +1,11 @@
 """The run-time choices a plan leaves open, made once on the run's real objects: :func:`choose_on`.
 
-The loop (:func:`attncnn.training.train`) calls :func:`choose_on` after it has built the model,
-the optimizer and the loaders (a resumed run: after the checkpoint is loaded) and before the
-first step. Where the plan has a chooser (:attr:`~attncnn.training.RunPlan.choose`, from
-:mod:`attncnn.perf`), it is given those objects (:class:`~attncnn.training.RunParts`), and its
-answer is applied to the network (:func:`use_paths`) and to the plan, which ``machine.json``'s
-segment then records. The chooser is trusted to leave the objects' state as it found them (the
-one in :mod:`attncnn.perf.plan` applies a written rule, and restores the state where the user asked
-it to time something; tested for that); the loaders are not handed to it at all, so it cannot move them.
+The loop calls :func:`choose_on` after it has built the model, the optimizer and the loaders (and
+loaded a resumed run's checkpoint) and before the first step. Where the plan has a chooser
+(:attr:`~attncnn.training.RunPlan.choose`, from :mod:`attncnn.perf`), it is given those objects
+(:class:`~attncnn.training.RunParts`, without the loaders), and its answer is applied to the
+network (:func:`use_paths`) and to the plan, which ``machine.json`` then records. The chooser must
+leave the objects' state as it found them.
 """
 
 from __future__ import annotations

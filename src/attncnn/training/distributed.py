@@ -1,48 +1,27 @@
-"""Data-parallel training with PyTorch DDP when the process was started by ``torchrun``.
+"""Data-parallel training with PyTorch DDP when the process was started by ``torchrun``
+(user guide: docs/distributed.md).
 
-``torchrun --nproc_per_node N -m attncnn train ...`` starts N copies of the command and gives each
-the environment variables ``WORLD_SIZE`` (N times the number of nodes), ``RANK`` (0 ... WORLD_SIZE-1)
-and ``LOCAL_RANK`` (its index on the node). :func:`launch_from_env` reads them; without them (a
-plain ``attncnn train``) nothing here creates a process group and training is single-process.
+``torchrun`` gives each process ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; :func:`launch_from_env`
+reads them; without them nothing here creates a process group and training is single-process.
 
 The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`):
 
-* ``batch_size`` is the *global* batch (the paper's 100): each of the W processes trains on
-  ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
-  so one step is the same SGD step as one process with the whole batch.
-* Every process holds the same weights, optimiser state and LR; only rank 0 writes files
-  (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`). Each write is followed
-  by one small collective in which rank 0 reports success, so a failed write (full disk) stops
-  every process at the same point instead of leaving the others waiting in the next gradient
-  all-reduce.
-* Decisions that one process could take alone (stop on SIGINT/SIGTERM, stop on a NaN loss) are
-  agreed with a collective at points every process reaches in the same order
-  (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`).
-* Each process draws its own dropout masks: ranks > 0 reseed torch's generator from
-  ``(seed, rank)`` after the (identical) weight initialisation; checkpoints carry every rank's
-  generator state (:mod:`attncnn.training.rng`) so a resumed run continues the same streams.
+* ``batch_size`` is the *global* batch: each of the W processes trains on ``batch_size / W``
+  examples per step (:func:`per_process_batch`) and DDP averages the gradients.
+* Only rank 0 writes files (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`); each
+  write is followed by a collective in which rank 0 reports success, so a failed write stops every
+  process at the same point.
+* Stop requests and NaN losses are agreed with a collective at points every process reaches in the
+  same order (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`): a signal is honoured
+  within ``loop.SYNC_EVERY`` steps (torchrun's ``--shutdown-timeout`` must cover them).
+* Ranks > 0 reseed torch's generator from ``(seed, rank)`` after the weight initialisation;
+  checkpoints carry every rank's generator state (:mod:`attncnn.training.rng`).
 
-NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU.
-
-Limitations (kept simple on purpose):
-
-* A signal is honoured at the next agreement point (every ``loop.SYNC_EVERY`` = 25 steps, at
-  mid-epoch checkpoints, at the end of each epoch), not after the current step as with one
-  process; torchrun forwards SIGINT/SIGTERM to every process and kills them after its
-  ``--shutdown-timeout`` (30 s by default), which must cover those steps plus a checkpoint.
-* A process that dies outside those points (out of memory, SIGKILL) leaves the others inside a
-  collective until torchrun stops them (gloo notices the lost peer at once, NCCL may wait).
-* BatchNorm (the ResNet18 baseline) normalises with each process's ``batch_size / W`` examples
-  (no SyncBatchNorm), so its runs are not the one-process computation; the attention models use
-  LayerNorm only and are.
-* Every process keeps the whole training split on its device, and the run folder must be visible
-  to every process (one node, or a shared file system on several).
-* DDP is built without ``find_unused_parameters``: every parameter must get a gradient in each
-  step (true for all presets).
-* Resuming with another number of processes works when the global batch still splits evenly and
-  the steps per epoch stay the same (training images divisible by both process counts, e.g.
-  CIFAR's 50,000 with 1, 2 or 4); ranks without a saved generator state start a fresh dropout
-  stream, with a warning.
+NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU. Limits: a process that
+dies outside the agreement points leaves the others in a collective until torchrun stops them;
+BatchNorm (ResNet18) normalises per process (no SyncBatchNorm); every process keeps the training
+split on its device and must see the run folder; every parameter must get a gradient each step (no
+``find_unused_parameters``); a resume with another process count needs the same steps per epoch.
 """
 
 from __future__ import annotations

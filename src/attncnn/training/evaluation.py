@@ -50,21 +50,17 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
     Args:
         precision: ``"fp32"`` or ``"bf16"`` (autocast of the forward pass; the loss and the sums
             are float32/float64 either way). Resolve ``"auto"`` with :func:`resolve_precision`.
-        model: the plain module (not the DDP wrapper: evaluation needs no gradient sync, and the
-            shards may differ by one batch).
-        dist: under DDP, the processes whose loaders together hold the test set (each example in
-            exactly one shard); the sums are added over them, so every process gets the result over
-            the whole set. ``EvalResult.seconds`` is this process's time.
+        model: the plain module (not the DDP wrapper).
+        dist: under DDP, the processes whose loaders together hold the test set; the sums are added
+            over them. ``EvalResult.seconds`` is this process's time.
         keep_predictions: also return each example's top-1 class (``EvalResult.predictions``);
             one process only.
-        progress: show the pass's progress as training shows an epoch's
-            (:class:`~attncnn.training.progress.Progress`: a bar on a terminal, else a line about
-            every tenth of a pass that takes half a minute or more, with the accuracy so far: one
-            host sync per line). Off for the test passes inside training, whose epoch line follows.
+        progress: show the pass's progress (:class:`~attncnn.training.progress.Progress`); off for
+            the test passes inside training.
 
     Raises:
         InputError: ``loader`` sharded over a different number of processes than ``dist``, or
-            ``keep_predictions`` under DDP (each process sees only its shard).
+            ``keep_predictions`` under DDP.
     """
     dist = check_sharding(loader, dist)
     if keep_predictions and dist.enabled:

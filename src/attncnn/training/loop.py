@@ -1,46 +1,27 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
-How one run flows: the caller has made the run's :class:`~attncnn.training.RunPlan` (device,
-precision, deterministic, and what it gives of the attention paths and compile:
-:func:`attncnn.perf.make_plan` or :func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe
-(a resumed run's own ``config.json``, never rewritten) and, under torchrun, joins the process
-group; :func:`_train` builds the data loaders, builds the :class:`~attncnn.training.state.TrainState`
-(model, optimizer, schedule, position, sums; the network with the plan's attention paths), opens
-the run folder (a new run writes ``config.json``) and, on ``--resume``, restores the state from its
-last checkpoint; then the plan's chooser, where it has one, decides what the plan left open on
-those real objects, putting their state back (:func:`~attncnn.training.choices.choose_on`;
-nothing here measures: the chooser is :mod:`attncnn.perf`'s), and this process's segment is
-appended to ``machine.json`` (device, precision, compile and its mode, the optimizer's kernel,
-paths as decided); :func:`_loop` trains. Per step, in this order: learning rate, with CUDA graphs
-(``compile_mode="reduce-overhead"``) the mark of a new step,
-:func:`~attncnn.training.step.training_step` (forward under autocast in bf16, float32 loss,
-backward, optimizer step), running sums (on the device, no host
-sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request
-(SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
-the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
-The evaluation runs every ``eval_every`` epochs and after the last one; the other epochs' records
-have no ``test_*`` keys (readers of ``metrics.jsonl`` skip them for test curves).
+The caller makes the run's :class:`~attncnn.training.RunPlan` (:func:`attncnn.perf.make_plan` or
+:func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe and, under torchrun, joins the
+process group; :func:`_train` builds the loaders and the :class:`~attncnn.training.state.TrainState`,
+opens the run folder and, on ``--resume``, restores the state from its last checkpoint; then the
+plan's chooser decides what the plan left open (:func:`~attncnn.training.choices.choose_on`) and
+this process's segment is appended to ``machine.json``; :func:`_loop` trains. Per step: learning
+rate, :func:`~attncnn.training.step.training_step`, running sums (on the device), every
+``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request and the
+mid-epoch checkpoint. Per epoch: evaluation (every ``eval_every`` epochs and after the last; other
+records have no ``test_*`` keys), the metrics record, checkpoints ``best``, periodic, ``last``.
 
 What survives what:
 
-* **SIGINT / SIGTERM** (handlers installed only while the loop runs): the current step finishes,
-  a resumable ``last`` checkpoint is written and :class:`TrainingInterrupted` is raised (the CLI
-  exits with 130 / 143 and prints the ``--resume`` command). A second signal stops at once.
-* **Resume**, also in the middle of an epoch: see :mod:`attncnn.training.state`; bit-identical to
-  an uninterrupted run on CPU in deterministic mode. ``checkpoint_every_steps`` refreshes ``last``
-  within epochs, so even SIGKILL loses little.
-* **Non-finite loss**: each step records the first non-finite loss on the device; it is read at
-  every sync point and before every checkpoint, so the error names the exact step, batch and
-  learning rate, and nothing is written after the failure: the last checkpoint is the last good one.
+* **SIGINT / SIGTERM**: the current step finishes, a resumable ``last`` checkpoint is written and
+  :class:`TrainingInterrupted` is raised (the CLI exits with 130 / 143 and prints the ``--resume``
+  command). A second signal stops at once.
+* **Resume**, also mid-epoch (:mod:`attncnn.training.state`): bit-identical to an uninterrupted run
+  on CPU in deterministic mode; ``checkpoint_every_steps`` refreshes ``last`` within epochs.
+* **Non-finite loss**: read at every sync point and before every checkpoint, so the error names
+  the exact step, batch and learning rate, and nothing is written after the failure.
 
-**Several processes** (``torchrun --nproc_per_node N -m attncnn train ...``; see
-:mod:`attncnn.training.distributed`): the model is wrapped in DistributedDataParallel, the global
-``batch_size`` is split evenly over the processes, and rank 0 alone writes the run folder and shows
-progress. Epoch metrics are summed over the processes. Stop requests and non-finite losses are
-agreed with one small collective at fixed points (every ``SYNC_EVERY`` steps, at mid-epoch
-checkpoints and at the end of each epoch), so every process stops after the same step. Limitation:
-under DDP a signal is therefore honoured within ``SYNC_EVERY`` steps rather than after the current
-one (torchrun waits 30 s, ``--shutdown-timeout``, before it kills the processes).
+Several processes: see :mod:`attncnn.training.distributed`.
 """
 
 from __future__ import annotations

@@ -1,21 +1,13 @@
 """What a run takes from the machine at hand: :class:`RunPlan`, and the hand-over of the choices
 left open in it (:class:`RunParts`, :class:`Choices`, :data:`Chooser`).
 
-A recipe (:class:`~attncnn.runs.TrainConfig`, a run folder's ``config.json``) says what to train;
-the plan says how this machine trains it: the device, the precision of this machine's segment of
-the run, the attention paths, whether to compile and to run deterministically. It is
-:class:`~attncnn.training.RunOptions` resolved for this machine by :func:`attncnn.perf.make_plan`
-(a new run) or :func:`attncnn.perf.resume_plan` (a run continued, perhaps on another machine),
-which decide what needs no data and no network (device, precision, deterministic). What depends
-on the run's network and length (the attention paths, whether to compile: the written rule, or a
-timing the user asked for) is left to the plan's :attr:`RunPlan.choose`: the loop
-(:func:`attncnn.training.train`) calls it once, after it has built the real model, optimizer and
-loaders and before the first step, with those objects (:class:`RunParts`), and trains with the
-:class:`Choices` it returns. This package only
-calls it (the import arrow keeps :mod:`attncnn.perf` above :mod:`attncnn.training`). The decided
-plan goes to ``machine.json``, never to ``config.json``. A plan written by hand works too (tests
-do that): without a chooser, an open ``compile`` (None) means eager and open paths the layers' own
-rule.
+The recipe (:class:`~attncnn.runs.TrainConfig`) says what to train; the plan says how this machine
+trains it: :class:`~attncnn.training.RunOptions` resolved by :func:`attncnn.perf.make_plan` or
+:func:`attncnn.perf.resume_plan`. What depends on the run's network and length (attention paths,
+compile) is left to :attr:`RunPlan.choose`, which the loop calls once on the real objects
+(:class:`RunParts`) before the first step; it trains with the :class:`Choices` returned. The plan
+goes to ``machine.json``, never to ``config.json``. Without a chooser, an open ``compile`` means
+eager and open paths the layers' own rule.
 """
 
 from __future__ import annotations

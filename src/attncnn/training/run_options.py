@@ -1,12 +1,9 @@
 """How this machine runs a run: :class:`RunOptions`, the run-time options of ``attncnn train``,
 ``evaluate`` and ``reproduce``, kept apart from the recipe (:class:`~attncnn.runs.TrainConfig`).
 
-A run folder's ``config.json`` is the recipe: what the experiment is, the same on every machine
-that trains or resumes it. Where it runs (device), at which numeric precision, compiled or not,
-deterministically or not, through which attention computation path, and where the official
-archives are cached are this machine's choices: they are given here, resolved by
-:func:`attncnn.perf.make_plan` / :func:`attncnn.perf.resume_plan` into a
-:class:`~attncnn.training.RunPlan`, and recorded per segment of the run in ``machine.json``
+Device, precision, compile, determinism, attention paths and the archives' cache are this
+machine's choices: resolved by :func:`attncnn.perf.make_plan` / :func:`attncnn.perf.resume_plan`
+into a :class:`~attncnn.training.RunPlan` and recorded per segment in ``machine.json``
 (:mod:`attncnn.runs.machine_file`), never in ``config.json`` or a checkpoint.
 """
 
