@@ -73,11 +73,8 @@ def cpu_load() -> float | None:
 
 
 def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
-    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
-
-    The timing of a step grows with every process sharing the cores (the mini suite was estimated
-    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
-    measured beside other work is not the time the suite will take alone.
+    """A warning when the CPU was busy with other work while a dry run timed its steps, else None
+    (every process sharing the cores slows a step, so such an estimate is too long).
 
     Args:
         loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).

@@ -1,17 +1,13 @@
 """Timing a run's choices on its own objects, only when the user asks: ``attncnn train --impl
 measure`` (the attention paths) and ``--measure-compile`` (whether a compiled step pays back).
 
-The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, inside the
-training call, once, on the run's real network and optimizer before the first step, and forget the
-answer when the process exits (nothing is cached: a timing taken beside other work ranks the
-candidates by how the load fell on them, so it is never handed to a later run). Whatever the
-timings do to the run's objects is put back (:func:`kept_state`), so the run trains the steps it
-would have trained had it been handed the same choices.
+The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, once, on
+the run's real network and optimizer before the first step, and forget the answer at exit.
+Whatever the timings do to the run's objects is put back (:func:`kept_state`).
 
 * paths (:func:`measure_paths`): each path of the network's first attention layer that can run
-  here, forward + backward in training mode on a random batch of the training batch's shape, and
-  the forward alone in eval mode on the test batch, :data:`REPS` alternated calls each
-  (:func:`attncnn.perf.timing.time_impls`); the fastest of each mode is taken.
+  here, forward + backward in training mode and the forward alone in eval mode, :data:`REPS`
+  alternated calls each (:func:`attncnn.perf.timing.time_impls`); the fastest of each mode wins.
 * compile (:func:`measure_compile`): the training step eager and ``torch.compile(model,
   dynamic=False)``, alternated (:func:`time_compile`); compiled where it is at least
   :data:`MIN_SPEEDUP` faster and saves more than its warm-up over the run (:func:`pays_back`).

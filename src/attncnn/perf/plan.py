@@ -1,42 +1,28 @@
 """Making a run's plan for the machine at hand: :func:`make_plan` for a new run, :func:`resume_plan`
 for a run continued here.
 
-The plan (:class:`attncnn.training.RunPlan`) holds every choice of a run that depends on the
-machine rather than on the experiment: the device, the precision of this segment, the attention
-paths, whether to compile and to run deterministically. It is made from the recipe
-(:class:`~attncnn.runs.TrainConfig`) and the run-time options (:class:`attncnn.training.RunOptions`,
-the command's flags). What needs neither the data nor a network is decided here, and cheap
-mistakes are found here, before anything is loaded (a bad device or precision, a given attention
-path the network's layers lack); the paths and compile, which depend on the token grid and the
-run's length, are left to a :class:`RunChooser` in the plan, which the training loop calls with
-its real model, optimizer and batch shapes before the first step. Nothing here loads the data set
-or builds a model, and nothing of the plan is written into ``config.json`` (the loop records the
-decided plan in ``machine.json``):
+The plan (:class:`attncnn.training.RunPlan`) holds every choice that depends on the machine rather
+than on the experiment, made from the recipe (:class:`~attncnn.runs.TrainConfig`) and the run-time
+options (:class:`attncnn.training.RunOptions`). What needs neither the data nor a network is decided
+here, and cheap mistakes are found before anything is loaded; the paths and compile are left to a
+:class:`RunChooser`, which the training loop calls on its real objects. Nothing of the plan is
+written into ``config.json`` (the loop records it in ``machine.json``):
 
-* precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``
-  (:func:`~attncnn.perf.precision.resolve_precision`); a resumed run keeps its own (its first
-  segment's in ``machine.json``, or an older run's ``config.json`` ``"precision"``), except that
-  ``bf16`` runs in ``fp32`` where bf16 is slow, and an explicit ``--precision`` wins
+* precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``; a
+  resumed run keeps its own, except ``bf16`` where bf16 is slow, and ``--precision`` wins
   (:func:`~attncnn.perf.precision.machine_precision`);
-* deterministic: off for a new run unless asked; a resumed run runs as its last segment ran (or as
-  an older run's ``config.json`` says) unless ``--deterministic`` / ``--no-deterministic`` says;
-* attention paths and compile: where ``--impl``, ``--eval-impl`` or ``--compile`` are not given,
-  the written rule (:func:`attncnn.perf.rule.choose`: device type, attention kind, token grid,
-  precision, run length) decides, for a resumed run too; nothing is measured and nothing is read
-  from an earlier run. ``--impl measure`` and ``--measure-compile`` time the candidates on the
-  run's own objects instead (:mod:`attncnn.perf.measure`), not under torchrun (each process would
-  time its own share of the machine). Deterministic runs and runs under torchrun never compile
-  unless asked.
-  ``--compile-mode reduce-overhead`` (CUDA graphs) compiles: it is refused off CUDA and with
+* deterministic: off for a new run unless asked; a resumed run runs as its last segment ran unless
+  ``--deterministic`` / ``--no-deterministic`` says;
+* attention paths and compile: where not given, the written rule (:func:`attncnn.perf.rule.choose`)
+  decides; ``--impl measure`` and ``--measure-compile`` time the candidates instead
+  (:mod:`attncnn.perf.measure`), not under torchrun. Deterministic runs and runs under torchrun
+  never compile unless asked; ``--compile-mode reduce-overhead`` is refused off CUDA and with
   ``--no-compile`` (:func:`check_compile_mode`);
 * the optimizer's kernel: ``--fused-optimizer`` or not, as given.
 
-Compiled and eager steps, and every attention path, compute the same function up to rounding;
-bit-identical continuation is promised on one machine, deterministic, with the same paths (the
-rule gives the same paths to the same command). The device of a resumed run is this command's
-``--device`` (``auto`` by default), whatever machine started it. A resumed run whose
-``machine.json`` names an attention path this version no longer has continues on the rule's path,
-with one log line saying so.
+Bit-identical continuation is promised on one machine, deterministic, with the same paths. A
+resumed run whose ``machine.json`` names a path this version no longer has continues on the rule's
+path, with one log line saying so.
 """
 
 from __future__ import annotations
@@ -295,10 +281,8 @@ class RunChooser:
 def for_images(config: TrainConfig, data) -> TrainConfig:
     """``config`` as the trainer builds a new run's network for ``data``'s images (a
     :class:`~attncnn.data.Dataset` or its :class:`~attncnn.data.DataShape`;
-    :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
-    network refuses fail with its own message and fix. Not used by the plans (they load no data):
-    it stays here for the estimates made before a run exists (``attncnn reproduce --dry-run``,
-    whose run shape must be the one the trainer builds).
+    :func:`~attncnn.training.components.fitted_to_images`), checked to take them; for estimates made
+    before a run exists (``attncnn reproduce --dry-run``).
 
     Raises:
         ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).

@@ -1,19 +1,13 @@
 """Numeric precision of a run: ``fp32``, or ``bf16`` mixed precision (autocast); the values of
-``--precision`` and how ``auto`` is resolved on a device (the analysis commands' flag is
-:func:`attncnn.cli._parsing.add_precision_option`).
+``--precision`` and how ``auto`` is resolved on a device.
 
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
-parameters, the optimizer state, the attention scores and softmax (the layers compute them in
-float32 themselves, because CPU autocast does not), LayerNorm (the transformer keeps its residual
-stream in float32), the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the
-device runs it fast: a CUDA GPU with bfloat16 support, or a CPU whose oneDNN kernels have
-AVX512-BF16 or AMX instructions; ``fp32`` everywhere else, where bf16 matrix products run far
-slower than fp32 (``attncnn bench`` measures the matrix-product peak of both; the figures per
-machine are in docs/speed.md).
+parameters, the optimizer state, the attention scores and softmax, LayerNorm, the loss and the
+metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a CUDA GPU with
+bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else (docs/speed.md).
 
-A trained or resumed run is run at :func:`machine_precision`: the run's own precision, except that
-a bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16 (the machine's
-choice, not the run's: ``evaluate``, ``prune``'s fine-tune, ``train --resume``, ``reproduce``).
+A trained or resumed run is run at :func:`machine_precision`: its own precision, except that a
+bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16.
 """
 
 from __future__ import annotations

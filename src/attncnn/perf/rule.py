@@ -1,20 +1,14 @@
 """The one written rule for a run's attention paths and compile: :func:`choose`.
 
 A pure function of the device kind, the attention kind, the token grid, the precision and the
-run's length: the same command on the same kind of machine takes the same paths and the same
-compile setting, whatever ran before (nothing is measured, nothing is read from or written to a
-file). Each entry of the tables below comes from a measurement recorded in ``benchmarks/results/``
-(the ``source`` of each entry names the file and the row); ``docs/speed.md`` shows the table.
-``attncnn train --impl``, ``--eval-impl`` and ``--compile`` / ``--no-compile`` override it;
-``--impl measure`` and ``--measure-compile`` time the candidates on the run's own objects instead
-(:mod:`attncnn.perf.measure`), forgotten when the process exits.
+run's length: nothing is measured, nothing is read from or written to a file. Each table entry
+names its measurement in ``benchmarks/results/`` (its ``source``); ``docs/speed.md`` shows the
+table. ``attncnn train --impl``, ``--eval-impl`` and ``--compile`` / ``--no-compile`` override it;
+``--impl measure`` and ``--measure-compile`` time the candidates instead (:mod:`attncnn.perf.measure`).
 
 The device kind (:func:`device_kind`) is the device type, with CPUs split by whether they have AMX
-tiles: the fastest position-only path flips between the two CPU kinds measured (folded on an Intel
-Xeon with AMX, separable on an AMD EPYC with AVX512-BF16 alone, 1.2-1.3x apart), a property of the
-CPU read from its instruction set, never timed. ``"auto"`` in a table stands for the layers' own
-shape rule (the head width decides between written-out scores and the fused kernel: see each
-layer's ``path``), where the measurements agree with it.
+tiles (the fastest position-only path differs between the two). ``"auto"`` in a table stands for
+the layers' own shape rule.
 """
 
 from __future__ import annotations

@@ -3,13 +3,8 @@
 :func:`seconds` times one call (waiting for the GPU before and after); :func:`time_alternated` times
 several candidates side by side, alternating them round by round (the order reversed every other
 round) so that a machine that gets busier slows every candidate alike; :func:`time_median` is the
-one-candidate case. Every measurement of the package goes through these: the timings a user asks
-for (``--impl measure``: :func:`time_impls`; ``--measure-compile``; :mod:`attncnn.perf.measure`)
-and the bench harness (:mod:`attncnn.perf.bench.harness`).
-
-A timing that runs for :data:`LONG_TIMING_SECONDS` or more (a paper-width training step on a
-2-core CPU takes minutes) says so once, as it goes: one INFO line with the seconds so far and
-about how many are left, so that a log is not silent for minutes.
+one-candidate case. A timing that runs for :data:`LONG_TIMING_SECONDS` or more says so once, with
+the seconds so far and about how many are left.
 """
 
 from __future__ import annotations
