@@ -1,14 +1,11 @@
 """The temporary folders a download writes into (``<cache>/models/.download-*``), and the removal of
 those whose download is gone.
 
-A download writes its files into a new ``.download-<random>`` folder and renames it into place only
-when every file matches the manifest; it removes the folder itself when it fails or is stopped. A
-process killed outright (SIGKILL, a lost machine) cannot, so each download also holds an exclusive
-``fcntl.flock`` on ``.download-<random>.lock`` beside its folder while it writes: the kernel drops
-that lock when the process dies in any way. Every download first removes the folders whose lock
-nobody holds (their owner is gone); a folder without a lock file (left by a version that took
-none) is removed once it is older than :data:`STALE_AFTER_SECONDS`. A folder another live download
-is writing is never touched: its lock is held.
+A download writes into a new ``.download-<random>`` folder, renamed into place only when every
+file matches the manifest, and holds an exclusive ``fcntl.flock`` on ``.download-<random>.lock``
+while it writes (the kernel drops it when the process dies). Every download first removes the
+folders whose lock nobody holds; a folder without a lock file is removed once it is older than
+:data:`STALE_AFTER_SECONDS`.
 """
 
 from __future__ import annotations

@@ -1,28 +1,15 @@
 """Trained models fetched on request into the user cache: :func:`download` (``attncnn download``).
 
-The five 60-epoch mini models come with the package; the width-400 models of ``results/paper-long``
-(too large for the wheel) do not. ``attncnn download NAME --from SOURCE`` copies one of them into
-``<user cache>/models/`` (:func:`downloads_folder`), where :func:`attncnn.pretrained` finds it.
+The width-400 models of ``results/paper-long`` are too large for the wheel: ``attncnn download
+NAME --from SOURCE`` copies one into ``<user cache>/models/`` (:func:`downloads_folder`), where
+:func:`attncnn.pretrained` finds it. The source is a copy of a clone's ``results/`` folder: a local
+folder, or an ``http(s)://`` address serving the same paths.
 
-The source is a copy of a clone's ``results/`` folder, laid out as ``results/`` is:
-
-* a local folder (e.g. ``<clone>/results``, or a copy on a shared disk), or
-* an ``http://`` or ``https://`` address under which the same paths are served (e.g. any static
-  file server started in ``<clone>/results``, or the raw-file address of that folder in a hosted
-  copy of the repository).
-
-For ``quadratic``, the files are ``SOURCE/paper-long/quadratic/seed0/`` + ``config.json``,
-``finished.json``, ``machine.json``, ``predictions.json`` and ``checkpoints/last.safetensors``.
 Every file's size and sha256 are recorded in a manifest shipped with the package
-(``attncnn/pretrained_models/downloads.json``, written from ``results/`` by
-``benchmarks/package_models.py``). Files are first written into a temporary folder in the cache
-(``.download-*``) and checked against the manifest; only a complete, matching set is moved into
-place (one rename), so a failed, interrupted or wrong download leaves nothing in the cache; the
-folder of a download that was killed outright is removed by the next download
-(:mod:`attncnn.api.download_staging`). Two downloads of one model into one cache may run at once:
-the one that finishes second keeps the copy the first stored. A download has a deadline as a
-whole, not only per read, so a server that trickles bytes cannot hold it. Nothing is ever
-downloaded unless :func:`download` is called: loading a model never reaches the network.
+(``attncnn/pretrained_models/downloads.json``, written by ``benchmarks/package_models.py``). Files
+are written into a temporary folder (:mod:`attncnn.api.download_staging`), checked, and moved into
+place with one rename, so a failed or interrupted download leaves nothing in the cache. A download
+has a deadline as a whole. Nothing is downloaded unless :func:`download` is called.
 """
 
 from __future__ import annotations

@@ -1,26 +1,20 @@
 """The trained models of this project, by name: :func:`pretrained`.
 
 ``results/<suite>/...`` holds ordinary run folders, one per trained model and seed
-(``results/mini/quadratic-mini/seed0``, ``results/efficiency/gpsa-mini/10pct/seed1``). A preset's
-name alone means its longest finished run among the suites (``"quadratic-mini"``: the 60-epoch
-run of ``results/mini-long`` rather than the 6-epoch one of ``results/mini``; ``"quadratic"``: the
-paper-width run of ``results/paper-long``); a path under ``results/`` names one run exactly.
+(``results/mini/quadratic-mini/seed0``). A preset's name alone means its longest finished run among
+the suites; a path under ``results/`` names one run exactly.
 
-A model comes one of three ways, and :func:`pretrained` looks for it in this order:
+:func:`pretrained` looks, in this order:
 
-1. a results folder: the folder passed as ``root`` (then the only place looked in); else the
-   folder named by the environment variable ``ATTNCNN_RESULTS``; else ``results/`` of the source
-   checkout this package runs from (an editable install of a clone), then ``results/`` in the
-   working directory;
-2. where none of those holds it: the models fetched with ``attncnn download NAME --from ...``
-   (:func:`attncnn.download`) into ``<user cache>/models/`` (:func:`attncnn._cache_dir.user_cache_dir`:
-   ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``), then the
-   five 60-epoch mini models that come with the installed package (``attncnn/pretrained_models/``:
-   seed 0 of ``results/mini-long`` with bfloat16 weights, made from ``results/`` by
-   ``benchmarks/package_models.py``).
+1. in a results folder: ``root`` if given (then the only place); else ``$ATTNCNN_RESULTS``; else
+   ``results/`` of the source checkout this package runs from, then ``results/`` in the working
+   directory;
+2. then in the models fetched with :func:`attncnn.download` into ``<user cache>/models/``
+   (:func:`attncnn._cache_dir.user_cache_dir`), then the five 60-epoch mini models that come with
+   the package (``attncnn/pretrained_models/``: seed 0 of ``results/mini-long``, bfloat16 weights).
 
-Both places of step 2 are laid out like ``results/`` (``mini-long/quadratic-mini/seed0/``), so a
-name means the same run wherever it is found; a clone's own ``results/`` wins over them.
+Both places of step 2 are laid out like ``results/``, so a name means the same run wherever it is
+found.
 """
 
 from __future__ import annotations

@@ -129,16 +129,13 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 def run_data(stored: str | None, given: str | None = None, *, run: str | os.PathLike[str] | None = None) -> str:
     """The data set a command uses for a trained run: ``given`` if any, else the run's own.
 
-    A run records the data set it was trained on (``config["data"]``): a built-in name, an absolute
-    path (every run since paths are recorded absolute), or a relative one (an older run, or a
-    shared run folder, which keeps only the file name). A relative one is looked for relative to
-    the current folder, then to the run folder and the folders above it, and taken only where one
-    file is found (the rule: :mod:`attncnn._recorded_data`). A data set that is not here is never
-    replaced by another one: the command stops and asks for ``--data``.
+    A run records its data set (``config["data"]``): a built-in name, an absolute path, or (older or
+    shared runs) a relative one, looked for relative to the current folder, then to the run folder and
+    the folders above it, and taken only where one file is found (:mod:`attncnn._recorded_data`). A
+    data set that is not here is never replaced by another one.
 
     Args:
-        stored: the run's ``config["data"]`` (None: not recorded, so the run trained on the default,
-            :data:`DEFAULT_DATA`, which a configuration without ``data`` means).
+        stored: the run's ``config["data"]`` (None: not recorded, i.e. :data:`DEFAULT_DATA`).
         given: the data set given on the command line, which always wins.
         run: the run folder or checkpoint file, where a relative ``stored`` is also looked for.
 

@@ -1,32 +1,22 @@
 """Image data sets stored as ``train/<class>/*`` and ``test/<class>/*``, in a folder or a ``.zip``.
 
-Labels follow the **sorted** class-folder names: label ``k`` is ``sorted(train class folders)[k]``.
-For CIFAR-10 that is the official label order (airplane, automobile, bird, cat, deer, dog, frog,
-horse, ship, truck), which happens to be alphabetical. Within a class, files are taken in sorted
-name order. Images are decoded with Pillow and converted to RGB; all must share one size.
+Labels follow the **sorted** class-folder names (for CIFAR-10 the official label order); within a
+class, files are taken in sorted name order. Images are decoded with Pillow and converted to RGB;
+all must share one size. The layout may be wrapped in one top-level folder
+(``cifar10/train/...``). Names starting with ``.`` are skipped.
 
-A folder or zip may also wrap that layout in one top-level folder (``cifar10/train/...``).
-Names starting with ``.`` are skipped, in folders and zips alike.
+Symbolic links: in a folder, a link to a folder is followed like a folder (as torchvision's
+``ImageFolder`` does); a dangling link where a class folder would be and a link back to a folder
+containing it are refused with :class:`DataError`. A zip member stored as a link below ``train/``
+or ``test/`` is refused, with the fix.
 
-Symbolic links. In a folder, a link to a folder is followed like a folder (as torchvision's
-``ImageFolder`` does), wherever it points: a class folder may live elsewhere, and the data set is
-the user's own files on their own machine. A link that points at nothing, where a class folder
-would be, and a link that leads back to a folder containing it (a loop) are refused with
-:class:`DataError`; nothing is ever dropped without a word. A zip is read without extracting it,
-so a member stored as a link (``zip -y``) has nothing to lead to inside the zip: one below
-``train/`` or ``test/`` is refused, with the fix (re-create the zip so that it holds the files).
+A ``test/`` that is ``train/``, or a test class folder that is a training class folder (by device
+and inode), would test on training images: refused with :class:`DataError` naming both folders
+(copies are not detected).
 
-Test images apart from training images. A folder whose ``test/`` is its ``train/`` (a link to it),
-or a test class folder that is a training class folder (a link to it, or a link to the same folder
-elsewhere), would test on training images: both are refused with :class:`DataError` naming both
-folders. Folders are compared by identity (device and inode, which also sees bind mounts), not by
-content: a copy of training images under ``test/``, or a linked image file, is not detected (hashing
-every image would cost more than reading the data set).
-
-Sizes. An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is
-read, whatever size a zip declares for it, and at most that many bytes (plus one) are ever read or
-inflated; an image with more pixels than Pillow's ``PIL.Image.MAX_IMAGE_PIXELS`` (a decompression
-bomb) is refused too. A data set needs at least two classes.
+An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is read (at
+most that many bytes plus one are read or inflated), as is an image with more pixels than
+``PIL.Image.MAX_IMAGE_PIXELS``. A data set needs at least two classes.
 """
 
 from __future__ import annotations

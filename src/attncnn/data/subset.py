@@ -57,11 +57,8 @@ def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tens
 
 def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> torch.Tensor:
     """Indices of up to ``n`` examples that a run trained on ``class_balanced_subset(labels, subset,
-    seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``).
-
-    A validation set for choosing hyper-parameters on a subset cell without looking at the test set
-    (the ``efficiency-scarce`` learning-rate sweep): e.g. 10,000 of the 45,000 CIFAR-10
-    training images left out by a 5,000-image cell.
+    seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``): a
+    validation set for a subset cell that does not look at the test set.
 
     Returns:
         sorted ``int64`` CPU tensor of ``min(n, len(labels) - subset)`` distinct indices into
