@@ -1,27 +1,24 @@
 """Theorem 1 as code: the multi-head self-attention layer that *is* a given convolution.
 
-Construction (Lemmas 1-2, Theorem 1 and its remarks), with the project's own
-:class:`~attncnn.layers.QuadraticAttention`:
+Construction (Lemmas 1-2, Theorem 1 and its remarks), with :class:`~attncnn.layers.QuadraticAttention`:
 
 * one head per kernel tap: N_h = K^2 heads; head ``h = u*K + v`` serves tap ``(u, v)`` and has
-  center ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
-  (:func:`~attncnn.layers.kernel_shifts`, re-exported here; the models' ``init="conv"`` uses it too);
+  center ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in tokens
+  (:func:`~attncnn.layers.kernel_shifts`, re-exported here);
 * the quadratic encoding (paper eq. 9) with a sharpness alpha so large that each head's softmax is
-  exactly one-hot on the key ``q + Delta^(h)`` in floating point (Lemma 2, see :func:`default_alpha`);
+  exactly one-hot on the key ``q + Delta^(h)`` in floating point (:func:`default_alpha`);
 * the folded value matrices of Lemma 1 set to the kernel slices,
   ``W^(h) = weight[:, :, u, v]^T`` (``C_in x C_out``), and the output bias to the convolution's bias.
 
 Then ``MHSA(X)_q = b + sum_h X_{q + Delta^(h)} W^(h)``, which is exactly
-:func:`torch.nn.functional.conv2d` (a cross-correlation, so no kernel flip is involved).
+:func:`torch.nn.functional.conv2d` (a cross-correlation: no kernel flip).
 
-Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with
-zero tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
-is the stride-1 layer followed by keeping every ``s``-th row and column; a dilation only moves the
-centers. :class:`AttentionConv2d` is that thin wrapper around the attention layer.
-
-Heads of width ``D_h`` other than ``C_in`` add a value projection, and ``W^(h)`` must factor through
-``D_h`` dimensions: heads at least ``min(C_in, C_out)`` wide still reproduce every output channel;
-narrower ones reproduce ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``), and the others are 0.
+Padding, stride and dilation (the remarks after Theorem 1): the token grid is padded with zero
+tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
+keeps every ``s``-th row and column of the stride-1 output; a dilation only moves the centers
+(:class:`AttentionConv2d`). Heads of width ``D_h`` other than ``C_in`` add a value projection:
+heads at least ``min(C_in, C_out)`` wide reproduce every output channel, narrower ones ``D_h`` of
+them (Theorem 1's ``min(D_h, D_out)``), the others are 0.
 """
 
 from __future__ import annotations
@@ -50,21 +47,13 @@ PADDINGS = ("same", "valid")
 def default_alpha(dtype: torch.dtype) -> float:
     """Sharpness that makes every head exactly one-hot in ``dtype`` (Lemma 2 with finite alpha).
 
-    Rule: ``alpha = -ln(tiny)``, where ``tiny`` is the smallest normal number of the dtype the
-    layer's scores and softmax run in (:func:`~attncnn.layers.autocast_rules.score_dtype`: float32
-    for float16 and bfloat16 parameters): 87.34 for float32, bfloat16 and float16, 708.40 for
-    float64. Why this is enough: a head's score is ``-alpha |delta - Delta|^2``; the target key
-    scores exactly 0 (its center is an integer shift), and every other key lies at squared
-    distance >= 1 on the integer lattice, so its unnormalised weight is at most
-    ``exp(-alpha) = tiny`` (times ``1 + O(alpha eps)``, as the layer stores ``s = sqrt(2 alpha)``
-    rounded in the parameter dtype: within a factor 1.5 in bfloat16). The sum of these weights over
-    any grid of fewer than ``eps / (2 tiny)`` tokens (about 5e30 in float32) is below half an ulp
-    of 1, so the softmax denominator rounds to exactly 1, the target probability is exactly 1, and
-    every off-target probability is about ``tiny`` or less; the layer then sets it to exactly 0,
-    being below its ``eps**2`` threshold. Scores cannot overflow for any grid that fits in memory
-    (``alpha |delta - Delta|^2`` is about ``710 (H^2 + W^2)`` at most, far below the float32
-    maximum 3.4e38), and an infinite score would only make that weight 0, since the target score
-    is finite.
+    Rule: ``alpha = -ln(tiny)``, ``tiny`` the smallest normal number of the dtype the layer's scores
+    run in (:func:`~attncnn.layers.autocast_rules.score_dtype`): 87.34 for float32, bfloat16 and
+    float16, 708.40 for float64. A head's score is ``-alpha |delta - Delta|^2``: 0 on the target key
+    and at most ``-alpha`` elsewhere (integer lattice), so every off-target weight is at most about
+    ``tiny``; over any grid of fewer than ``eps / (2 tiny)`` tokens their sum is below half an ulp of 1,
+    so the target probability is exactly 1 and the layer flushes the others to 0. Scores cannot
+    overflow for any grid that fits in memory.
 
     Args:
         dtype: a floating dtype.

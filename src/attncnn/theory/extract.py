@@ -1,20 +1,13 @@
 """The converse of Theorem 1: the convolution closest to a positional attention layer, and how close.
 
-Given a position-only attention layer (quadratic, generalised quadratic or learned relative
-encoding), :func:`conv_from_attention`
-
-1. reads each head's center of attention (the quadratic layers' ``centers``; for other encodings
-   the probability-weighted mean shift of one query in the middle of a grid),
-2. assigns heads to the K x K grid of kernel shifts (the paper's ``ΔΔ_K``, times the dilation)
-   by an optimal assignment that minimises the total squared center-to-shift distance (or each
-   head to its nearest shift),
-3. reads each head's folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift,
-
-and reports per head the center, the assigned shift and their distance, the sharpness alpha, the
-attention mass on the assigned shift, and, on given inputs, the relative output error between the
-layer and the extracted convolution. For a layer built by :func:`~attncnn.theory.attention_from_conv2d`
-it returns the original kernel and zero distances (on the channels the layer reproduces: heads
-narrower than both the input and the output leave the others at 0).
+For a position-only attention layer (quadratic, generalised quadratic or learned relative),
+:func:`conv_from_attention` reads each head's center of attention (quadratic ``centers``, else the
+mean shift of the middle query of a grid), assigns heads to the K x K grid of kernel shifts (the
+paper's ``ΔΔ_K`` times the dilation; optimal assignment or nearest shift), and reads each head's
+folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift. It reports per head the
+center, shift, distance, sharpness and target mass, and on given inputs the output error. For a
+layer built by :func:`~attncnn.theory.attention_from_conv2d` it returns the original kernel and
+zero distances (on the channels the layer reproduces).
 """
 
 from __future__ import annotations

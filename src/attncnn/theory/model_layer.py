@@ -1,18 +1,12 @@
 """Theorem 1 inside a network: one attention layer of an image transformer against its convolution.
 
-``attncnn theorem --model quadratic-conv-mini`` asks the question behind convolutional initialisation:
-does layer 1 of a conv-initialised model (``init="conv"``) compute a K x K convolution at step 0?
-:func:`layer_as_conv` feeds real images through the model's embedding (and the blocks before the
-chosen layer), takes the layer's own input grid, extracts the closest convolution with
-:func:`conv_from_attention` (each head's folded value matrix of Lemma 1 on the tap of its center) and
-measures the output difference.
-
-The answer depends on the locality strength alpha: with ConViT's default 1.0 a head puts only 0.32
-of an interior query's attention on its target token, so the layer is a blurred convolution; at
-alpha >= 87.4 the softmax is one-hot in float32 and the interior error is rounding only
-(:func:`~attncnn.theory.default_alpha`). At the border the layer renormalises over the tokens that
-exist while the convolution reads zero padding, so the ``interior`` entries are the theorem's claim.
-The same function reads a trained checkpoint: how far its layer has moved from any convolution.
+:func:`layer_as_conv` (``attncnn theorem --model quadratic-conv-mini``) feeds real images through
+the model up to the chosen layer, extracts the closest convolution from the layer
+(:func:`conv_from_attention`) and measures the output difference on the layer's own input. With
+ConViT's alpha 1.0 the layer is a blurred convolution; at alpha >= 87.4 the interior error is
+rounding only (:func:`~attncnn.theory.default_alpha`). At the border the layer renormalises over
+the tokens that exist while the convolution reads zero padding, so the ``interior`` entries are
+the theorem's claim. A trained checkpoint shows how far its layer has moved from any convolution.
 """
 
 from __future__ import annotations
