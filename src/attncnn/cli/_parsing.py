@@ -169,16 +169,13 @@ RUN_HELP = "run folder, checkpoint file, or a trained model's name (quadratic-mi
 
 def run_or_model(text: str) -> str:
     """A ``RUN`` argument (argparse ``type``): a run folder or checkpoint file as given, or, where no
-    such path exists and ``text`` is a preset's name (``quadratic``, ``quadratic-mini``), the run
-    folder of that trained model, as :func:`attncnn.pretrained` finds it (seed 0). A path that
-    exists wins over a trained model of the same name, with one warning naming both. Anything else
-    is returned as given, so the command's own "no run folder or checkpoint" message names it,
-    except a bare name close to a preset's (a misspelt model name), which is refused here.
+    such path exists and ``text`` is a preset's name, the run folder of that trained model as
+    :func:`attncnn.pretrained` finds it (seed 0). A path that exists wins, with one warning naming
+    both. Anything else is returned as given, except a bare name close to a preset's.
 
     Raises:
-        argparse.ArgumentTypeError: a preset's name with no trained model found (the message says
-            where it looked and the ways to get one); a bare name that is no path and no preset but
-            close to one (the message names the closest).
+        argparse.ArgumentTypeError: a preset's name with no trained model found (where it looked and
+            the ways to get one); a bare name that is no path and no preset but close to one.
     """
     from ..api.pretrained import pretrained_path
     from ..errors import AttncnnError

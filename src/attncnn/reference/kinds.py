@@ -1,14 +1,11 @@
 """The table of attention kinds the reference code has, and how each one's weights map to ours.
 
 The reference's ``BertImage`` (epfml/attention-cnn at 9ffaa30, ``models/transformer.py`` and
-``models/bert.py``) chooses each layer's attention with three flags of its ``config.yaml``:
-``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian`` picks one
-spread per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
-``use_attention_data`` adds content scores ``q.k / sqrt(D)``: our ``learned-content-9ffaa``) and
-neither (``BertSelfAttention``, plain content attention over the flattened grid): five kinds, all
-of them here. One :class:`ReferenceKind` per kind says which flags select it,
-which of our attention kinds computes the same function, and how the tensors of one layer's
-attention are named on each side. Adding a kind is one more entry of :data:`REFERENCE_KINDS`.
+``models/bert.py``) chooses each layer's attention with three ``config.yaml`` flags:
+``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian``: one spread
+per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
+``use_attention_data`` adds content scores: our ``learned-content-9ffaa``) and neither
+(``BertSelfAttention``): five kinds, one :class:`ReferenceKind` each in :data:`REFERENCE_KINDS`.
 
 Names below are relative to a layer: ours under ``blocks.{i}.attention.``, the reference's under
 ``encoder.layer.{i}.attention.self.``.
