@@ -149,13 +149,9 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
 def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict, *, source: str,
                     condition_number: float, min_eigenvalue: float) -> dict:
     """Checkpoint metadata for a pruned image transformer, so that ``attncnn.runs.load_model``
-    (and ``attncnn evaluate / inspect / plot``) rebuild it like a network written by the trainer.
-
-    It is the source checkpoint's (``epoch``, ``classes``, ``dataset`` and ``dataset_name``, the name
-    and digest of the data set, ``image_size``, training ``config``) with
-    the pruned ``model_config`` (``layer_heads`` set), the training config's model options
-    extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
-    thresholds and removed heads. Write it with
+    rebuilds it like a network written by the trainer: the source checkpoint's metadata with the
+    pruned ``model_config`` (``layer_heads`` set, also in the training config's model options), the
+    new parameter count, and a ``pruning`` entry (source, thresholds, removed heads). Write it with
     ``attncnn.runs.save_checkpoint(path, model=model, metadata=...)``.
 
     Args:

@@ -46,13 +46,9 @@ _AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
 def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, module: str = "layer",
                       name: str = "x") -> None:
     """Refuse an input whose dtype the products with ``parameter`` cannot take, before PyTorch
-    answers with "mat1 and mat2 must have the same dtype" from deep inside the forward.
-
-    One dtype comparison when the dtypes agree (every training and test pass); the autocast
-    question is asked only when they differ. Under :func:`torch.autocast` on the input's device, a
-    float32/float16/bfloat16 input to float32/float16/bfloat16 parameters is fine (autocast casts
-    both to its dtype in every product); float64 on either side is not (autocast leaves float64
-    alone, so the product still meets two dtypes).
+    answers with "mat1 and mat2 must have the same dtype" from deep inside the forward. Under
+    :func:`torch.autocast` on the input's device, float32/float16/bfloat16 inputs and parameters mix
+    freely; float64 on either side does not.
 
     Args:
         x: the input tensor.
@@ -87,8 +83,7 @@ class GridAttention(nn.Module):
         impl: computation path of the forward without probabilities, one of the layer's
             :attr:`impls` (``"auto"`` lets the layer choose; every path computes the same output).
         eval_impl: the path in eval mode (test passes), when it should differ from ``impl``; None:
-            ``impl`` in both modes. (Without a backward another path can be the fastest: a fused
-            kernel stores nothing for the gradient; ``attncnn train`` measures both.)
+            ``impl`` in both modes.
 
     Raises:
         InputError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the

@@ -5,14 +5,13 @@ For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
   ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
-  (``spreads``, shape ``(N_h,)``), so alpha is about 0.5 at initialisation (reference ``GaussianSelfAttention``);
+  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation);
 * full covariance (the paper's appendix): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
   ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
 
-The dot-product form of eq. (9) differs from these by a term constant in k, which the softmax
-cancels; the squared distance is computed directly because it is better conditioned. The
-probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the keys
-inside the grid (no padding), exactly as in the reference code.
+These differ from the dot-product form of eq. (9) by a term constant in k, which the softmax
+cancels. The probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the
+keys inside the grid (no padding), as in the reference code.
 """
 
 from __future__ import annotations

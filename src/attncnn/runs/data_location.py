@@ -1,15 +1,10 @@
-"""Where a run's data set is on this machine: a run folder that travelled between machines.
+"""Where a run's data set is on this machine, for a run folder that travelled between machines.
 
-A run folder records its data set in ``config.json`` (``"data"``): a built-in name (``cifar10``,
-``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file, absolute since
-:func:`attncnn.runs.resolve_config` records it so (older runs may hold a relative one). Every
-command finds it by one rule (:mod:`attncnn._recorded_data`),
-and none replaces a data set that is not here by another one. A run shipped mid-way from another
-machine keeps only that file's name (the repository's ``tools/ship.py`` replaces local paths by names),
-so before it resumes here its configuration must learn where the same file is on this machine.
-:func:`point_at_data` does that, once, on the process that writes the folder; under ``torchrun``
-the other processes wait for it with :func:`await_pointed`, so that every process resumes with the
-same configuration.
+A run records its data set in ``config.json`` (``"data"``); every command finds it by one rule
+(:mod:`attncnn._recorded_data`), and none replaces a missing data set by another one. A run shipped
+mid-way keeps only the data file's name, so before it resumes here :func:`point_at_data` records
+where the same file is on this machine, once, on the process that writes the folder; under
+``torchrun`` the other processes wait for it with :func:`await_pointed`.
 """
 
 from __future__ import annotations
@@ -41,11 +36,9 @@ def same_data_file(stored: str, data: str) -> bool:
 
 def pointed_config(config: dict, data: str | None = None, *, folder: str | Path | None = None) -> dict | None:
     """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
-    when it needs no change: its data set is here as recorded, as a built-in name or an absolute
-    path. A run whose data set is not here gets ``data``, made absolute where it exists; one that
-    recorded a relative path found here gets that file's absolute path, so
-    that it resumes on the same file from any folder. Only ``"data"`` changes: the cache folder of
-    the official archives (``--data-dir``) is this machine's run-time option, never recorded.
+    when its data set is here as recorded (a built-in name or an absolute path). A run whose data set
+    is not here gets ``data``, made absolute where it exists; one that recorded a relative path found
+    here gets that file's absolute path. Only ``"data"`` changes.
 
     Args:
         config: the stored configuration (not changed).
@@ -54,9 +47,8 @@ def pointed_config(config: dict, data: str | None = None, *, folder: str | Path 
             looked for.
 
     Raises:
-        InputError: ``data`` has another file name than the run's own data set (the message
-            names the run's); no ``data`` for a run whose data set is not here (the message asks
-            for ``--data``); the run's relative path fits two different files here.
+        InputError: ``data`` has another file name than the run's own data set; no ``data`` for a
+            run whose data set is not here; the run's relative path fits two different files here.
     """
     stored = config.get("data")
     if not isinstance(stored, str):

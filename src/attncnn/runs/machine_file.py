@@ -1,9 +1,8 @@
 """``machine.json``: how each machine ran a run, one segment per process run, beside the recipe.
 
-A run folder's ``config.json`` is the recipe and stays the same wherever the run trains; how a
-machine ran it goes here. The training loop (rank 0) writes it: :func:`start_segment` appends a
-segment when a process starts or resumes the run, :func:`end_segment` completes it when the
-process finishes, is interrupted or fails. Each write replaces the file atomically. The file::
+``config.json`` is the recipe, the same wherever the run trains; how a machine ran it goes here.
+The training loop (rank 0) writes it: :func:`start_segment` appends a segment when a process starts
+or resumes the run, :func:`end_segment` completes it. Each write replaces the file atomically::
 
     {<the machine of the newest segment: date, cpu, cores, torch_threads, torch, python, device,
       gpu and cuda on a GPU (attncnn.perf.machine_info)>,
@@ -12,20 +11,17 @@ process finishes, is interrupted or fails. Each write replaces the file atomical
                    "machine": {"cpu", "threads", "torch", "device", "gpu"},
                    "device": "cuda:0", "precision": "bf16", "compiled": true,
                    "compile_mode": "default",           # compiled segments only: or "reduce-overhead"
-                   "fused_optimizer": false,            # the optimizer's fused kernel, or its foreach ones
+                   "fused_optimizer": false,
                    "deterministic": false,
                    "attention_paths": {"train": [...per layer], "test": [...]},   # attention networks only
                    "ended": "running" | "finished" | "interrupted" | "failed" | "crashed"}, ...]}
 
-A segment stays ``"running"`` while its process trains. A process that stops without completing it
-(killed by SIGKILL or the out-of-memory killer, a power cut, an error the loop does not record)
-leaves it ``"running"``; the next process that resumes the run closes it as ``"crashed"``
-(:func:`start_segment`), so that no two segments of the file are ``"running"``.
+A process that stops without completing its segment (SIGKILL, a power cut) leaves it
+``"running"``; the next process that resumes the run closes it as ``"crashed"``.
 
-Files written before the training loop wrote it (by ``attncnn reproduce`` when it finished a run)
-have the same top level and segments of ``epochs``, ``machine``, ``precision`` and ``compiled``
-only, one per stretch of epochs on one machine: :func:`read_machine_file` reads both, its
-structure checked, and is the one reader (the reports, a resume's defaults, ``attncnn evaluate``).
+Older files (written by ``attncnn reproduce`` when it finished a run) have segments of ``epochs``,
+``machine``, ``precision`` and ``compiled`` only: :func:`read_machine_file`, the one reader, reads
+both, its structure checked.
 """
 
 from __future__ import annotations

@@ -92,32 +92,21 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
         config: the recipe (ignored on resume: the run's own ``config.json`` is used).
             ``config.batch_size`` is the global batch, whatever the number of processes.
         out_dir: run folder.
-        plan: how this machine trains it: device, precision, attention paths, compile, deterministic
-            (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
-            :func:`attncnn.perf.resume_plan` for a resumed one). What it leaves open is decided by its
-            chooser (``plan.choose``) on this run's model, optimizer and batch shapes before the first
-            step, their state put back. A new run
-            writes the recipe to ``config.json``, and nothing rewrites it afterwards; the decided plan goes to
-            ``machine.json``, one segment per call (:mod:`attncnn.runs.machine_file`), and each
-            epoch record names the precision that trained it (``"precision"``) and whether a
-            compiled step did (``"compiled"``).
+        plan: how this machine trains it (:class:`~attncnn.training.RunPlan`, from
+            :func:`attncnn.perf.make_plan` or :func:`attncnn.perf.resume_plan`); what it leaves open
+            is decided by ``plan.choose`` before the first step. A new run writes the recipe to
+            ``config.json`` (never rewritten); the decided plan goes to ``machine.json``, one segment
+            per call, and each epoch record names its ``"precision"`` and ``"compiled"``.
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
-            (continue from the folder's last checkpoint with its stored recipe, also from the
-            middle of an epoch).
+            (continue from the folder's last checkpoint with its stored recipe, also mid-epoch).
         progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
         epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
             epoch's record. It must not draw random numbers (a resumed run would differ).
 
-    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments: it
-    creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``; gloo on CPU), trains
-    with DistributedDataParallel on ``batch_size / WORLD_SIZE`` examples per process and step, and
-    destroys the group at the end, also after an error. Only rank 0 writes ``out_dir``; every
-    process returns the same summary. ``out_dir`` must be visible to all of them.
-
-    The process's compiled code (``torch.compile``) is left as it was (a caller's own compiled
-    functions stay compiled; nothing here or in the chooser resets dynamo): a caller that trains many
-    compiled runs in one process calls ``torch._dynamo.reset()`` between them, as ``attncnn
-    reproduce`` does, or dynamo stops compiling past its per-function cache limit.
+    Under ``torchrun`` every process calls this with the same arguments (see
+    :mod:`attncnn.training.distributed`); only rank 0 writes ``out_dir``; every process returns the
+    same summary. Compiled code is left as it was: a caller that trains many compiled runs in one
+    process calls ``torch._dynamo.reset()`` between them, as ``attncnn reproduce`` does.
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
