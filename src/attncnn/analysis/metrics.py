@@ -1,34 +1,25 @@
 """Numbers that summarise what each attention head learned (the paper's figures and pruning; ConViT's non-locality).
 
-Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distances in tokens,
-i.e. pixels of the token grid; one token is ``pooling`` image pixels wide):
+Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distances in tokens):
 
-* ``distance``: mean attention distance, the non-locality of ConViT:
+* ``distance``: mean attention distance, ConViT's non-locality,
   ``sum_k p(q, k) * |pos(k) - pos(q)|_2``, averaged over queries (and images);
 * ``peak``: the largest probability of a query's map, averaged over queries;
-* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries (0 for a one-hot head,
-  ``log(H*W)`` for a uniform one);
-* in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`:
-  ``normalized_distance`` (distance / sqrt(H*W)), ``normalized_entropy`` (entropy / log(H*W)) and,
-  per layer, ``min_distance`` (the most local head) and ``local_heads`` (heads within 1.5 tokens);
-* ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col),
-  averaged over queries: the effective center of a head that has no center parameter.
+* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries;
+* in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`
+  (``normalized_distance``, ``normalized_entropy``) and, per layer, ``min_distance`` and
+  ``local_heads`` (heads within 1.5 tokens);
+* ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col):
+  the effective center of a head that has no center parameter.
 
-Which queries are averaged: by default all ``H*W`` (ConViT's convention). Near the border a head
-cannot reach its shift (the softmax is renormalised over keys inside the grid), which pulls the
-average towards 0; ``margin=m`` keeps only queries at least ``m`` tokens from every border, so a
-head that attends to shift (0, 1) has distance exactly 1 with ``margin >= 1``.
+All ``H*W`` queries are averaged by default (ConViT's convention); ``margin=m`` keeps only queries
+at least ``m`` tokens from every border, where a head cannot reach its shift.
 
-Quadratic heads also report their parameters: the center Delta (row, col shift in tokens), alpha
-(isotropic) or Sigma^-1 (full covariance), the eigenvalues of Sigma^-1 (isotropic: ``2 alpha``
-twice), its condition number, and whether the head is degenerate (reference ``find_degenerated_heads``).
-
-GPSA heads (ConViT) also report their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional
-map (read off the parameters, no forward pass).
-
-Per layer, ``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the
-mean distance between the centers of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the
-shifts of the nearest ``K x K`` kernel grid, under the optimal one-to-one assignment.
+Quadratic heads also report their center, alpha or Sigma^-1, the eigenvalues of Sigma^-1, its
+condition number, and whether the head is degenerate (reference ``find_degenerated_heads``); GPSA
+heads their ``gate`` ``sigmoid(lambda_h)``. Per layer, ``grid_distance`` measures how close the
+heads are to a convolution (Theorem 1): the mean distance between the centers of the best ``K^2``
+heads, ``K = floor(sqrt(N_h))``, and the nearest ``K x K`` grid of shifts, optimally assigned.
 """
 
 from __future__ import annotations

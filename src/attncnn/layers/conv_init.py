@@ -1,20 +1,15 @@
 """Convolutional ("local") initialisation of attention layers: Theorem 1 at step 0.
 
-A layer with N_h = K^2 heads gets one head per tap of a K x K kernel. Head ``h = u*K + v`` serves
-tap ``(u, v)`` and its center of attention is the shift that tap reads,
-``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens (row, column), as
-:func:`torch.nn.functional.conv2d`'s taps. :func:`kernel_shifts` is the one place this order is
-written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
+A layer with N_h = K^2 heads gets one head per tap of a K x K kernel: head ``h = u*K + v`` serves
+tap ``(u, v)`` with center ``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens
+(row, column), as :func:`torch.nn.functional.conv2d`'s taps (:func:`kernel_shifts`, which
+:mod:`attncnn.theory` uses too).
 
 :func:`local_init_` makes every head's positional score ``-alpha |delta - Delta^(h)|^2`` up to a
-constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1),
-where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Each
-layer class writes its own (``GridAttention.local_init_``: quadratic centers and spreads, the
-learned tables and head keys, learned-content's query bias, GPSA's ``v_pos``); the helpers
-:func:`axis_coefficients` and :func:`table_features` give the Lemma 2 coefficients they share.
-
-:func:`conv_value_init_` writes a convolution kernel into the folded value matrix (Lemma 1), so
-that with a large alpha the layer *is* that convolution (same padding, renormalised at borders).
+constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1);
+each layer class writes its own ``local_init_``, with the shared coefficients of
+:func:`axis_coefficients` and :func:`table_features`. :func:`conv_value_init_` writes a kernel into
+the folded value matrix (Lemma 1), so that with a large alpha the layer *is* that convolution.
 """
 
 from __future__ import annotations

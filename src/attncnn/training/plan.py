@@ -85,21 +85,18 @@ class RunPlan:
 
     Attributes:
         device: where this process trains (under torchrun: its own GPU, ``cuda:LOCAL_RANK``).
-        precision: ``"fp32"`` or ``"bf16"``, this segment's (each epoch record names the one that
-            trained it, ``machine.json`` each segment's).
+        precision: ``"fp32"`` or ``"bf16"``, this segment's.
         compile: compile the model (``torch.compile(dynamic=False)``; default False); None: left to
             :attr:`choose` (eager without one).
-        compile_mode: the ``torch.compile`` mode of a compiled model, one of
-            :data:`~attncnn.training.run_options.COMPILE_MODES` (default ``"default"``);
-            ``"reduce-overhead"`` (CUDA graphs) only with ``compile`` True, on CUDA
-            (:func:`attncnn.perf.make_plan` refuses it elsewhere).
+        compile_mode: one of :data:`~attncnn.training.run_options.COMPILE_MODES` (default
+            ``"default"``); ``"reduce-overhead"`` only with ``compile`` True, on CUDA.
         fused_optimizer: the optimizer's fused kernel instead of its foreach ones (default False).
         deterministic: deterministic algorithms only (default False).
-        impl: the attention path to train with (None, the default: the layers' own rule, ``"auto"``,
-            unless :attr:`choose` decides it).
+        impl: the attention path to train with (None, the default: the layers' own rule, unless
+            :attr:`choose` decides it).
         eval_impl: the attention path of test passes (None: the training path).
-        options: the run-time options this plan was made from (default: none given): where the data
-            cache is, and the flags an interrupted run's ``--resume`` command repeats.
+        options: the run-time options this plan was made from (the data cache, and the flags an
+            interrupted run's ``--resume`` command repeats).
         machine: the machine, as ``machine.json`` records it (:func:`attncnn.perf.machine_info`);
             None (default): not recorded.
         choose: what decides the choices left open on the run's real objects (:data:`Chooser`,
