@@ -44,9 +44,8 @@ logger = logging.getLogger(__name__)
 #: File name endings read as images (compared case-insensitively); other files are ignored.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 _SPLITS = ("train", "test")
-#: Largest image file or zip member read, in bytes. CIFAR images are 1-3 KB and ImageNet JPEGs a few MB;
-#: 64 MiB is far above any image a network here trains on, yet small enough that a hostile or broken
-#: zip (a few MB inflating to GiBs) cannot exhaust memory: nothing larger is ever read or inflated.
+#: Largest image file or zip member read or inflated, in bytes: far above any real image, small
+#: enough that a hostile zip cannot exhaust memory.
 MAX_IMAGE_BYTES = 64 * 2**20
 #: Folder levels read below a data set's folder: ``[wrapper/]split/class/image``.
 _DEPTH = 4

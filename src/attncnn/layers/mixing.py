@@ -144,10 +144,8 @@ class _FoldedMix(torch.autograd.Function):
         x = x.reshape(n * b, d)                 # a view after a cast; the copy when no cast was needed
         w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
         if torch.compiler.is_compiling():
-            # inductor turns the out= products below into nine products and a copy of all nine into
-            # v; one batched product writes v itself (aten's bmm still copies the expanded tokens
-            # once; one product over the nine W_h side by side and a permutation into v measured the
-            # same). Measured: benchmarks/results/HISTORY.md ("The folded path, compiled")
+            # one batched product writes v itself, where inductor turns out= products into one per
+            # head and a copy (benchmarks/results/HISTORY.md, "The folded path, compiled")
             v = torch.bmm(x.unsqueeze(0).expand(nh, n * b, d), w.permute(1, 2, 0))
         else:
             v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major

@@ -56,13 +56,10 @@ class ImageTransformerConfig:
     """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
-    #: computation path of every attention layer: "auto" (the layer chooses) or one of the paths
-    #: its kind has (position-only: dense, separable, folded; content: explicit, explicit-half, sdpa; gpsa:
-    #: explicit, explicit-half, sdpa). Every path computes the same output. Missing in configs written
-    #: before it existed: "auto", which is what those runs used.
+    #: computation path of every attention layer: "auto" (the layer chooses) or one of its kind's
+    #: paths (every path computes the same output); missing in older configs: "auto"
     impl: str = "auto"
     #: the path in eval mode (test passes) when it differs from impl; None: impl in both modes
-    #: (and in configs written before it existed). attncnn train takes it from its rule (perf.rule).
     eval_impl: str | None = None
     num_layers: int = 6
     num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)
@@ -89,18 +86,13 @@ class ImageTransformerConfig:
     #: "mimetic" (content kinds whose heads together are as wide as the model): W_q W_k^T near
     #: +0.7 I and W_v W_o near -0.4 I (Trockman & Kolter 2023; attncnn.layers.mimetic_init_).
     init: str = "random"
-    #: alpha of init="conv", in 1/tokens^2. 1.0 is ConViT's default locality strength, whose score
-    #: alpha * (-|delta|^2 + 2 Delta.delta) is this project's -alpha |delta - Delta|^2 up to a constant,
-    #: so no rescaling is needed; it is twice the reference's random-init alpha (s^2/2 = 0.5), and
-    #: puts 0.32 of an interior query's attention on the target pixel (0.62 at 2, 0.97 at 5).
+    #: alpha of init="conv", in 1/tokens^2; 1.0 is ConViT's default locality strength (the same
+    #: score up to a constant per query)
     locality_strength: float = 1.0
     conv_kernel_size: int | None = None  #: K of init="conv" (None: sqrt(num_heads)); K odd, K^2 == num_heads
     conv_dilation: int = 1              #: spacing of init="conv"'s shifts, tokens
     #: "random", or "conv" (with init="conv", heads as wide as the model): the folded value matrix
-    #: holds a K x K kernel drawn with nn.Conv2d's default init. Note: with init="conv" every layer
-    #: already computes *some* K x K convolution at step 0 (up to the finite-alpha softmax), since any
-    #: folded value matrix is a kernel under the head -> tap map, and nn.Conv2d's init has the same
-    #: distribution as the value map's (uniform +-1/sqrt(D K^2)): the two differ only in the random stream.
+    #: holds a K x K kernel drawn with nn.Conv2d's default init (the value map's own distribution)
     value_init: str = "random"
     freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
     qk_bias: bool = True                #: content, gpsa: biases on queries and keys (ConViT: False)
