@@ -1,20 +1,12 @@
 """Pruning degenerate quadratic heads (the paper's pruning; reference runs quadratic-generalized -> -pruned).
 
 A head is degenerate when its attention is nearly uniform or a thin stripe
-(:func:`~attncnn.analysis.metrics.degenerate_heads`). Pruning removes it: its row of ``centers``
-and ``spreads``, its block of ``head_dim`` input columns of the folded value/output matrix
-``value`` (and, with a value projection, its block of ``value_in`` output rows); ``N_h`` drops.
-Queries, keys and the block's output projection are untouched, as in the reference.
-
-Each pruned layer is a new :class:`~attncnn.layers.QuadraticAttention` with fewer heads, and the
-model's configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``,
-so a pruned model is saved and rebuilt like any other (:func:`pruned_metadata` +
-``attncnn.runs.save_checkpoint``, then ``attncnn.runs.load_model``).
-
-Fine-tuning (:func:`attncnn.reproduce.prune.finetune_pruned`, a training run) follows the reference
-``runs/quadratic-generalized-pruned``: the pruned weights start a new run with a fresh optimiser and a
-restarted warm-up + cosine schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other
-options unchanged.
+(:func:`~attncnn.analysis.metrics.degenerate_heads`). Pruning removes its row of ``centers`` and
+``spreads`` and its block of input columns of ``value`` (and of output rows of ``value_in``);
+queries, keys and the output projection are untouched, as in the reference. The model's
+configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``, so a
+pruned model is saved (:func:`pruned_metadata`) and rebuilt like any other. Fine-tuning follows
+the reference ``runs/quadratic-generalized-pruned`` (:func:`finetune_config`).
 """
 
 from __future__ import annotations

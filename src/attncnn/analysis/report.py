@@ -1,18 +1,12 @@
 """Table 1 for trained runs (the paper's Table 1): accuracy, size, compute and speed beside the paper's numbers.
 
-Conventions:
-
-* accuracy: the test accuracy logged at the last epoch, and the best over epochs, which is
-  *selected on the test set* as the reference code does (there is no validation split);
+* accuracy: the test accuracy of the last epoch, and the best over epochs (*selected on the test
+  set*, as the reference code does);
 * parameters: trainable parameter values (:func:`attncnn.models.count_parameters`);
-* MACs per image: multiply-accumulates of one forward pass of one ``3 x S x S`` image, counted by
-  :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and attention
-  kernels) and halved (1 MAC = 2 FLOPs); softmax, normalisation, activations and other
-  element-wise operations are not counted. The paper's "# FLOPS" used another, unstated
-  convention, so compare ratios rather than absolute values;
-* images/s: batch size / median wall time of a step (training: forward, cross-entropy, backward,
-  SGD update; inference: forward under ``no_grad``) on random images, on this machine, with the
-  conventions of :mod:`attncnn.perf.bench.harness`.
+* MACs per image: FLOPs of one forward pass of one image counted by
+  :class:`torch.utils.flop_counter.FlopCounterMode`, halved; element-wise operations are not
+  counted, and the paper's "# FLOPS" convention is unstated, so compare ratios;
+* images/s: training and inference speed on this machine (:mod:`attncnn.perf.bench.harness`).
 """
 
 from __future__ import annotations

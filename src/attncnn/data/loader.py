@@ -1,15 +1,11 @@
 """Device-resident batches: the whole split lives on the device as uint8, augmentation is batched.
 
-:class:`DeviceLoader` replaces a ``DataLoader`` with workers: it moves a split to the device once,
-and per batch does one ``index_select``, one batched random crop + horizontal flip
-(:func:`random_crop_flip`) and one normalisation, so there is no per-image Python work.
-
-Augmentation follows the reference CIFAR recipe (torchvision ``RandomCrop(32, padding=4)``,
-``RandomHorizontalFlip()``, then ``Normalize(mean, std)``): the uint8 image is padded with zeros
-(black) *before* normalisation, a window of the original size is cut at a uniformly random offset,
-and it is mirrored left-right with probability 1/2. CutMix (:mod:`.cutmix`), off unless asked
-for, mixes a batch after its crop and flip, before normalisation; the batch's labels are then
-``(B, classes)`` float32 targets instead of class indices.
+:class:`DeviceLoader` moves a split to the device once and per batch does one ``index_select``,
+one batched random crop + horizontal flip (:func:`random_crop_flip`) and one normalisation.
+Augmentation follows the reference CIFAR recipe (``RandomCrop(32, padding=4)``,
+``RandomHorizontalFlip()``, then ``Normalize(mean, std)``: zero padding before normalisation).
+CutMix (:mod:`.cutmix`), off unless asked for, mixes a batch after its crop and flip; its labels
+are then ``(B, classes)`` float32 targets.
 """
 
 from __future__ import annotations

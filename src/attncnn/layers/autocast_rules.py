@@ -1,12 +1,9 @@
 """Which dtype attention computes in under mixed precision (autocast or half-precision tensors).
 
-The rule every layer follows: the softmax computes in at least float32 (its max, exponentials
-and sums); the matrix products that mix value vectors run in the dtype autocast chooses (bfloat16
-or float16), which is where the speed of mixed precision is. Content attention's training path
-lets the softmax write its (batch-sized) probabilities in that dtype directly
-(``impl="explicit-half"`` of the content layers); position-only maps are batch-shared and stay
-float32. Helpers here answer "is autocast on for this device, and in which dtype", so that
-layers can cast once, explicitly, instead of letting each autocast-listed op cast its own copy.
+The softmax computes in at least float32; the products that mix value vectors run in the dtype
+autocast chooses. Content attention's ``"explicit-half"`` path lets the softmax write its
+probabilities in that dtype; position-only maps stay float32. The helpers here tell whether
+autocast is on for a device and in which dtype, so that layers cast once, explicitly.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The run folder as every process of a torchrun job sees it: rank 0 writes, every rank reads.
 
-Under DDP the training loop runs the same code on every process. :class:`MainProcessRunFolder`
-mirrors the parts of :class:`~attncnn.runs.folder.RunFolder` the loop uses, so that the
-loop calls one method everywhere and only rank 0 touches the disk. Each write is also a barrier
-that tells every process whether rank 0's write failed (:meth:`Distributed.on_main`), so a full
-disk stops all of them at the same point. With one process it is the plain run folder.
+:class:`MainProcessRunFolder` mirrors the parts of :class:`~attncnn.runs.folder.RunFolder` the loop
+uses, so that the loop calls one method everywhere and only rank 0 touches the disk; each write is
+also a barrier that tells every process whether it failed (:meth:`Distributed.on_main`). With one
+process it is the plain run folder.
 """
 
 from __future__ import annotations

@@ -2,17 +2,14 @@
 
 Conventions:
 - images/s: batch size / median wall time of one step over ``reps`` repetitions after ``warmup``
-  untimed ones (CUDA timings synchronise before reading the clock).
-- training step: forward, cross-entropy, backward, SGD(momentum 0.9) update, on random normalised
-  images (speed does not depend on pixel values).
-- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions
-  and attention kernels; element-wise ops, softmax and normalisation are not counted). A
-  multiply-accumulate is 2 FLOPs. "model FLOP/s" = counted training FLOPs per step / step time.
-- peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
-  the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
-  in a fresh process per configuration so earlier runs do not hide it.
-- attention paths: those ``attncnn train`` takes on this device by default (the written rule,
-  :func:`attncnn.perf.rule.choose`), unless the model options name an ``impl``.
+  untimed ones, on random normalised images; a training step is forward, cross-entropy, backward,
+  SGD(momentum 0.9) update.
+- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products,
+  convolutions, attention kernels; a multiply-accumulate is 2 FLOPs). "model FLOP/s" = counted
+  training FLOPs per step / step time.
+- peak memory: CUDA: ``torch.cuda.max_memory_allocated``; CPU: growth of the peak resident set,
+  in a fresh process per configuration.
+- attention paths: those ``attncnn train`` takes here by default, unless the options name ``impl``.
 """
 
 from __future__ import annotations
