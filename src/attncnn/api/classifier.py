@@ -160,21 +160,17 @@ class Classifier(nn.Module):
                 in ``[0, 1]`` or uint8 in ``0..255``, on any device; ``H x W`` the training size
                 (:attr:`image_size`) unless ``resize`` is given.
             resize: False (the default) refuses images of another size than :attr:`image_size`;
-                True or a mode of :func:`torch.nn.functional.interpolate` (``"bilinear"``, the
-                mode True means, ``"bicubic"``, ``"area"``, ``"nearest"``; antialiased where the
-                mode allows) resizes them to it first. Images already of that size are unchanged.
+                True (``"bilinear"``) or a mode of :func:`torch.nn.functional.interpolate`
+                (``"bicubic"``, ``"area"``, ``"nearest"``; antialiased where it can be) resizes them.
 
         Returns:
             ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            InputError: another rank or channel count, an integer type other than uint8, a NumPy
-                array of another dtype than float or uint8 (object, text: the message says how to
-                convert it), float values that are not finite or outside ``[0, 1]`` (already
-                normalised, or 0..255 stored as float),
-                images of another size than the training size without ``resize`` (the message
-                names both sizes and the fix), or ``resize`` where the training size is unknown
-                or an unknown mode.
+            InputError: another rank or channel count, a dtype other than float or uint8, float values
+                that are not finite or outside ``[0, 1]``, images of another size than the training size
+                without ``resize`` (the message names both sizes and the fix), or ``resize`` where the
+                training size is unknown or an unknown mode.
         """
         mode = self._resize_mode(resize)
         return self._normalised(self._checked(images, mode), mode)

@@ -81,11 +81,8 @@ CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 @contextlib.contextmanager
 def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[None]:
     """While the block runs, ``torch.use_deterministic_algorithms(True)`` if ``enabled``; the
-    previous setting comes back afterwards.
-
-    On CUDA, cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG`` set to one of
-    :data:`CUBLAS_DETERMINISTIC` before the process first uses it: the environment is the caller's
-    (the ``attncnn`` command sets it at start-up for ``--deterministic``), so this only checks it.
+    previous setting comes back afterwards. On CUDA, cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG``
+    set before its first use (the ``attncnn`` command sets it): this only checks it.
 
     Raises:
         TrainingError: ``enabled`` on a CUDA device and ``CUBLAS_WORKSPACE_CONFIG`` not one of
