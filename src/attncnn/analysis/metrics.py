@@ -386,11 +386,9 @@ def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
 def epoch_metrics(model: nn.Module, grid_size: tuple[int, int] | None = None) -> dict[str, float]:
     """Cheap per-epoch attention metrics for the training log (metrics.jsonl and TensorBoard).
 
-    Position-only models (quadratic, learned): their maps do not depend on the input, so this
-    costs one softmax per layer and no forward pass. Models with GPSA layers, whose maps depend on
-    the input, give only the gates (``attn/layerL/gate`` and ``attn/layerL/headH/gate``, read off
-    the parameters). Any other model (content attention, ResNet) gives ``{}``. It does not touch
-    the model's mode, gradients or random state.
+    Position-only models: one softmax per layer, no forward pass. Models with GPSA layers give only
+    the gates (``attn/layerL/gate`` and ``attn/layerL/headH/gate``). Any other model gives ``{}``. It
+    does not touch the model's mode, gradients or random state.
 
     Args:
         model: the network being trained (any device).

@@ -1,30 +1,21 @@
 """Multi-head self-attention over a token grid: what every attention layer shares.
 
 Every layer maps a channels-last grid ``(B, H, W, D)`` to ``(B, H, W, D_out)``. Each of the N_h
-heads averages value vectors of width ``head_dim`` with its own attention map; the N_h averages
-are concatenated and mapped by one linear layer ``value`` of shape ``N_h*head_dim -> D_out``.
-With the paper's default ``head_dim = D`` (as the reference code) there is no projection before the
-average: each head averages the tokens themselves and ``value`` holds the folded matrices
-``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``). With
-``head_dim != D`` a projection ``value_in: D -> N_h*head_dim`` comes first.
+heads averages value vectors of width ``head_dim`` with its own attention map; the averages are
+concatenated and mapped by one linear layer ``value`` (``N_h*head_dim -> D_out``). With the paper's
+``head_dim = D`` there is no projection before the average: ``value`` holds the folded matrices
+``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``); otherwise a
+projection ``value_in: D -> N_h*head_dim`` comes first.
 
-What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis
-tools, so that none of them needs to know the class):
+What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis tools):
+``KINDS`` (its names in the registry), ``CONFIG_KEYS`` (the model-configuration fields it takes as
+constructor arguments) and ``EXCLUSIVE_KEYS`` (those other kinds must leave at their default),
+``check_config(kind, config)``, ``local_init_(shifts, alpha)``, ``IMPLS`` (its computation paths),
+and the capabilities ``position_only``, ``has_positional_term``, ``has_centers``, ``has_gates``.
 
-* ``KINDS``: its names in the registry (the models' ``attention`` option);
-* ``CONFIG_KEYS``: the model-configuration fields it takes, passed as constructor arguments of
-  the same name (every layer also takes ``head_dim``, ``attn_drop`` and ``impl``), and
-  ``EXCLUSIVE_KEYS``, those another kind must leave at their default;
-* ``check_config(kind, config)``: its own checks of a configuration, before any weight exists;
-* ``local_init_(shifts, alpha)``: its convolutional ("local") initialisation;
-* ``IMPLS``: the computation paths it has, chosen by the constructor argument ``impl``;
-* capabilities: ``position_only``, ``has_positional_term``, ``has_centers``, ``has_gates``.
-
-Two families implement the maps: position-only layers (:mod:`~attncnn.layers.position_only`,
-maps of the grid size alone, shared by the batch) and content layers
-(:mod:`~attncnn.layers.content`, maps of the input). :meth:`GridAttention.attention_probs` gives
-either family's probabilities for a real input; the products with the values are in
-:mod:`~attncnn.layers.mixing`.
+Two families implement the maps: position-only layers (:mod:`~attncnn.layers.position_only`) and
+content layers (:mod:`~attncnn.layers.content`); :meth:`GridAttention.attention_probs` gives
+either's probabilities; the products with the values are in :mod:`~attncnn.layers.mixing`.
 """
 
 from __future__ import annotations

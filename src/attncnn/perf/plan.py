@@ -99,10 +99,8 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
         folder: the run folder (its ``config.json`` and ``machine.json`` are read, not changed).
         options: this command's run-time options (default: none given). Where not given, the
             precision is the run's own (fp32 where bf16 is slow) and ``deterministic`` as its last
-            segment ran; an older run's ``config.json`` supplies those and its ``data_dir`` (the
-            cache folder its archives were in); device, compile and attention paths are chosen
-            on this machine as for a new run (compile and paths by the plan's chooser, when the
-            loop has rebuilt the run).
+            segment ran (an older run's ``config.json`` supplies those and its ``data_dir``); device,
+            compile and paths are chosen here as for a new run.
 
     Raises:
         RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision, or an

@@ -105,14 +105,12 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
             ``eval_impl`` are restored after.
         x: ``(B, H, W, D)`` input grid.
         autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
-        reps: timed repetitions per path, alternated across paths (the order reversed every other
-            round, after the untimed warm-up), so a busy machine slows every path alike.
+        reps: timed repetitions per path, alternated across paths (:func:`time_alternated`).
         impls: the paths to time (default: every path of the layer except ``"auto"`` and those
             that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_unavailable`).
         backward: time forward + backward (training); False: the forward alone under
-            :func:`torch.no_grad` (a test pass; put the layer in eval mode).
-        warmup: untimed calls of each path first (0 when the caller has just run each, as
-            :mod:`attncnn.perf.measure` does to find the paths that run at all).
+            :func:`torch.no_grad`.
+        warmup: untimed calls of each path first.
 
     Returns:
         ``{impl: seconds}``.

@@ -101,8 +101,7 @@ def await_pointed(folder: str | Path, data: str | None = None, *,
                   timeout: float = 120.0, poll: float = 0.1) -> None:
     """On a process that does not write the run folder (rank > 0 under ``torchrun``): return once
     ``config.json`` needs no pointing any more (:func:`pointed_config` is None), i.e. once rank 0's
-    :func:`point_at_data` has rewritten it, or at once where it needed none. The configuration is
-    read whole each time (it is replaced atomically), so no process resumes with the old one.
+    :func:`point_at_data` has rewritten it, or at once where it needed none.
 
     Args:
         folder, data: as given to :func:`point_at_data` on rank 0.
@@ -112,8 +111,8 @@ def await_pointed(folder: str | Path, data: str | None = None, *,
     Raises:
         InputError: ``data`` names another data set than the run's, or none for a run whose data set
             is not here (rank 0 refuses it too).
-        RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds (rank 0 failed
-            before it got there: its own message says why), or the folder holds no configuration.
+        RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds, or the folder
+            holds no configuration.
     """
     deadline = time.monotonic() + timeout
     while pointed_config(RunFolder(folder, mode="read").read_config(), data, folder=folder) is not None:

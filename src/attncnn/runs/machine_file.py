@@ -53,14 +53,10 @@ def short_machine(info: dict) -> dict:
 def start_segment(folder: str | Path, segment: dict, machine: dict | None) -> None:
     """Append ``segment`` (the keys of the module's description but ``machine`` and ``ended``) to the
     run's ``machine.json``, marked ``"running"``, with ``machine`` (a
-    :func:`attncnn.perf.machine_info` record, or None: not known) as the file's top level and the
-    segment's ``"machine"``. A damaged file (:func:`read_machine_file` warns) is started afresh.
-
-    A newest segment still ``"running"`` is one whose process died without ending it (the caller
-    holds the folder's lock, so no live process trains there): it is closed as ``"crashed"``, its
-    last epoch the epochs ``segment`` starts from (``segment["start"]["epoch"]``, what the newest
-    checkpoint kept; none where that checkpoint is older than the segment). Epochs it trained after
-    its last checkpoint were lost with it, and are trained again by the new segment.
+    :func:`attncnn.perf.machine_info` record, or None) as the file's top level and the segment's
+    ``"machine"``. A damaged file is started afresh. A newest segment still ``"running"`` belongs to a
+    process that died (the caller holds the folder's lock): it is closed as ``"crashed"``, its last
+    epoch the one ``segment`` starts from.
 
     Raises:
         OSError: the file cannot be written.
@@ -123,16 +119,9 @@ _WARNED: set[tuple[str, str]] = set()
 
 def read_machine_file(folder: str | Path) -> dict | None:
     """The run's ``machine.json`` (:data:`MACHINE_FILE`), its structure checked: None when the
-    folder has none (the machine was not recorded).
-
-    A file that cannot be read, is not JSON, or is not a machine record (not an object; a
-    ``"segments"`` that is not a list of ``{"epochs": [first, last], "machine": {...} or null}``; a
-    ``cpu``, ``torch`` or ``gpu`` that is not text, ``torch_threads`` not a whole number) does not
-    stop its reader: it is one logged warning naming the file and the fix (once per file, problem
-    and process), and the reader gets ``{}``, a record that knows nothing, so that a report is still
-    written, with this run's machines taken from its epoch records (``metrics.jsonl``) where they
-    name one, else shown as unknown. The fix is to restore it (from git, where the run is
-    committed) or delete it.
+    folder has none. A file that cannot be read or is not a machine record does not stop its reader:
+    one logged warning names the file and the fix (restore it from git, or delete it), once per file,
+    problem and process, and the reader gets ``{}``, a record that knows nothing.
 
     Raises nothing.
     """
