@@ -221,10 +221,8 @@ def model_locality(model: nn.Module, images: torch.Tensor | None = None, *,
 
     Args:
         model: an :class:`~attncnn.models.ImageTransformer` (eval mode during the call, then restored).
-        images: normalised images ``(B, C, H_img, W_img)`` for a model with input-dependent layers:
-            each such layer's probabilities are computed from its real (hooked) input, batch by
-            batch, and averaged over all ``B`` images. Position-only layers are measured once
-            from ``grid_probs`` on the grid of these images. None: every layer must be position-only.
+        images: normalised images ``(B, C, H_img, W_img)``, averaged over batch by batch from each
+            layer's real input; None: every layer must be position-only.
         grid_size: token grid ``(H, W)`` without images (default that of 32 x 32 images).
         batch_size: images per forward pass.
 

@@ -289,8 +289,8 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
     Args:
         model: an :class:`~attncnn.models.ImageTransformer`.
         images: normalised images ``(B, C, H, W)``; required when a layer depends on the input
-            (its statistics are computed per image from the hooked real input, then averaged);
-            optional for position-only models (the grid is then read off these images).
+            (statistics per image from the hooked real input, then averaged); optional for
+            position-only models (the grid is then read off these images).
         grid_size: token grid for position-only models without images (default: 32x32 images).
         margin: see :func:`head_statistics`.
         batch_size: images per forward pass.
@@ -298,15 +298,12 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
 
     Returns:
         ``{"grid": [H, W], "side": sqrt(H*W), "margin": m, "images": B or 0, "min_distance": the most
-        local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [layer report, ...]}``; each
-        layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of
-        ``distance``/``normalized_distance``/``peak``/``entropy``/``normalized_entropy``,
-        ``min_distance`` and ``local_heads`` (module docstring), ``grid_distance`` and ``grid`` (see
-        :func:`grid_distance`; centers are the quadratic parameters or else each head's mean shift),
-        for quadratic layers ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
-        (1-based ``head``, the statistics of :func:`head_statistics`, plus ``center``, ``alpha`` or
-        ``inverse_covariance``, ``eigenvalues``, ``condition_number`` and ``degenerate`` for
-        quadratic heads, ``gate`` for GPSA heads).
+        local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [...]}``; each
+        layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of the module
+        docstring's statistics, ``min_distance``, ``local_heads``, ``grid_distance`` and ``grid``
+        (:func:`grid_distance`), ``degenerate_heads`` (quadratic) or the mean ``gate`` (GPSA), and
+        ``heads``: one dict per head (1-based ``head``, the statistics of :func:`head_statistics`, and
+        the quadratic parameters or the GPSA ``gate``).
 
     Raises:
         InputError: no attention blocks, or an input-dependent model without images.

@@ -236,31 +236,26 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
     """Copy a trained model into the user cache from ``source``, checking every file's sha256.
 
     Args:
-        name: a model of the manifest (:func:`downloadable`: ``"quadratic"``,
-            ``"quadratic-generalized"``, ``"learned"``, ``"resnet18"``, the width-400 runs of
-            ``results/paper-long``), or its path there (``"paper-long/quadratic"``).
-        source: an ``http(s)://`` address or a local folder laid out like a clone's ``results/``
-            (see the module's description).
+        name: a model of the manifest (:func:`downloadable`: the width-400 runs of
+            ``results/paper-long``, e.g. ``"quadratic"``), or its path there (``"paper-long/quadratic"``).
+        source: an ``http(s)://`` address or a local folder laid out like a clone's ``results/``.
         manifest: a manifest file of the same format, for models hosted elsewhere (default: the
             package's, :data:`DOWNLOADS_MANIFEST`).
         timeout: seconds to wait for the server on each connection or read.
         deadline: seconds the whole download may take (default: ``timeout`` plus the model's size
-            at :data:`MIN_RATE`, 32 KiB/s: about 25 minutes for a 48 MB model); it stops at the
-            first read after it.
+            at :data:`MIN_RATE`).
 
     Returns:
         The model's run folder in the cache (``<cache>/models/paper-long/quadratic/seed0``), which
-        :func:`attncnn.pretrained` then finds by name. A model already there and complete is not
-        fetched again.
+        :func:`attncnn.pretrained` then finds by name. A complete model already there is not fetched again.
 
     Raises:
         InputError: an unknown name (the message lists the names), a source of another kind, or a
             ``timeout`` or ``deadline`` that is not a positive number.
         MissingFileError: a source folder that does not exist or lacks a file.
         DownloadError: an unreachable server, an HTTP error, a cut transfer, a download past its
-            deadline, a source file that is a folder, FIFO or other non-regular file (refused
-            without reading it), or a file whose size or sha256 is not the manifest's; nothing is
-            left in the cache.
+            deadline, a source file that is not a regular file, or a file whose size or sha256 is not
+            the manifest's; nothing is left in the cache.
         OutputError: the cache folder is not writable.
     """
     timeout = _checked_seconds(timeout, "timeout")

@@ -65,10 +65,8 @@ def results_folders(root: str | os.PathLike | None = None) -> list[Path]:
 
 def model_folders(root: str | os.PathLike | None = None) -> list[list[Path]]:
     """Every folder trained models are looked for in, as groups in order of precedence: the results
-    folders (:func:`results_folders`), then the models fetched into the user cache
-    (:func:`attncnn.api.downloads.downloads_folder`) and those that come with the package
-    (:data:`PACKAGED_MODELS`). A name is taken from the first group that holds a finished run of
-    it, so a clone's ``results/`` wins over a packaged copy; within a group, its longest run.
+    folders (:func:`results_folders`), then the downloaded and packaged models. A name is taken from
+    the first group that holds a finished run of it; within a group, its longest run.
 
     Args:
         root: a folder given by the caller; when set, the only place looked in.
@@ -258,25 +256,21 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
 
     Args:
         name: a preset, meaning its longest finished run (``"quadratic"``: width 400, 60 epochs;
-            ``"quadratic-mini"``: width 64, 60 epochs, seeds 0-2; ``"learned-mini"``,
-            ``"resnet18-mini"`` likewise; the choice is logged when several runs exist); or a path
-            under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"`` (6 epochs) or
-            ``"efficiency/gpsa-mini/10pct"`` (:func:`list_pretrained` lists them).
-            From an installed package without a clone, the five 60-epoch mini models come with
-            it (seed 0, bfloat16 weights); the width-400 ones after :func:`attncnn.download`.
+            ``"quadratic-mini"``: width 64, 60 epochs; the choice is logged when several runs exist);
+            or a path under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"``
+            (:func:`list_pretrained` lists them). An installed package without a clone has the five
+            60-epoch mini models (seed 0), and the width-400 ones after :func:`attncnn.download`.
         seed: which seed's run.
-        root: a results folder to look in instead of every other place (see the module's
-            description; ``$ATTNCNN_RESULTS`` replaces the clone's ``results/`` but keeps the
-            downloaded and packaged models).
+        root: a results folder to look in instead of every other place (see the module's description).
         device, dtype: as :func:`load_model`.
 
     Returns:
         A :class:`Classifier` in eval mode (``model(images)``, ``model.predict(images)``,
-        ``model.network``; :func:`attncnn.attention_maps` takes it as it is).
+        ``model.network``).
 
     Raises:
         FileNotFoundError: the model is not there (the message names where it looked, what is
-            there, and the three ways to get a model: packaged, a clone's ``results/``, ``attncnn download``).
+            there, and the ways to get a model).
         InputError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

@@ -66,27 +66,22 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
 class DeviceLoader:
     """Whole split resident on ``device`` as uint8; yields normalised float batches.
 
-    No workers and no per-image Python: each batch is gathered, augmented and normalised with a few
-    batched tensor operations on the device.
-
     Args:
         split: the images (uint8 ``(N, C, H, W)``) and labels.
         batch_size: examples per batch *for this rank*.
         device: where the split and the batches live.
         train: shuffle and augment (random crop with ``crop_padding`` zero padding, and horizontal
             flip if ``flip``); otherwise the split is read in order without augmentation.
-        seed: with the epoch set by :meth:`set_epoch`, fixes the order and the augmentation: they are
-            a pure function of ``(seed, epoch)``, identical on every rank and in every run.
+        seed: with the epoch set by :meth:`set_epoch`, fixes the order and the augmentation (a pure
+            function of ``(seed, epoch)``, identical on every rank).
         mean, std: per-channel normalisation ``x = (uint8 / 255 - mean) / std``.
         drop_last: drop the final partial batch (default: keep it).
-        rank, world_size: distributed sharding. Every rank draws the same permutation; in training
-            it is truncated to a multiple of ``world_size`` (so all ranks take the same number of
-            steps) and rank ``r`` takes ``perm[r::world_size]``. In evaluation nothing is dropped:
-            rank ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
+        rank, world_size: distributed sharding. In training the shared permutation is truncated to a
+            multiple of ``world_size`` and rank ``r`` takes ``perm[r::world_size]``; in evaluation rank
+            ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
         dtype: floating dtype of the yielded images.
-        cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; 0, the
-            default: never). With it above 0 every training batch's labels are ``(B, num_classes)``
-            float32 targets (one-hot for a batch left unmixed), so that a step's loss has one form.
+        cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; default 0). Above
+            0 every training batch's labels are ``(B, num_classes)`` float32 targets.
         cutmix_alpha: CutMix's Beta parameter.
         num_classes: the number of classes; needed with ``cutmix`` (the width of the targets).
 

@@ -9,12 +9,10 @@ Layout::
     <run>/finished.json          written at the very end; a run without it is unfinished
     <run>/.lock                  locked while a process trains in the folder; names that process
 
-Every file except the TensorBoard events is written atomically (temporary file in the same folder,
-fsync, rename), so a crash or a full disk during a write leaves the previous version intact; a
-failed write raises :class:`RunFolderError` naming the file, the cause and the fix.
-
-This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + TensorBoardX folder
-(``train.py``).
+Every file except the TensorBoard events is written atomically, so a crash or a full disk leaves
+the previous version intact; a failed write raises :class:`RunFolderError` naming the file, the
+cause and the fix. (The reference writes ``config.yaml``, ``*.checkpoint`` pickles and a
+TensorBoardX folder.)
 """
 
 from __future__ import annotations
