@@ -232,10 +232,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
 @torch.no_grad()
 def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequence[str], *, average: bool = False,
                            queries: Sequence[int] | None = None, batch_size: int = 50) -> dict[str, list[LayerMaps]]:
-    """:func:`attention_maps` of several kinds in one pass over the images.
-
-    The forward passes dominate the time of the paper-size content model, so every kind is taken
-    from each layer's real input in the same pass (:func:`layer_values_by_kind`).
+    """Several kinds of :func:`attention_maps` in one pass over the images (:func:`layer_values_by_kind`).
 
     Returns:
         ``{kind: [LayerMaps per block]}``, each list as :func:`attention_maps` returns it.

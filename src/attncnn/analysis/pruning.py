@@ -107,11 +107,9 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
                            min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE) -> PruneResult:
     """Remove every degenerate head of a quadratic image transformer, in place, as the reference code prunes them.
 
-    A layer whose heads are all degenerate keeps its one least degenerate head (largest
-    eigenvalue of Sigma^-1), since a layer needs at least one head. Afterwards
-    ``model.config.layer_heads`` holds the per-layer head counts (always an explicit list), so
-    ``build_model_from_config("image-transformer", dataclasses.asdict(model.config))`` builds a
-    network that takes ``model.state_dict()`` as it is.
+    A layer whose heads are all degenerate keeps its least degenerate head (largest eigenvalue of
+    Sigma^-1). Afterwards ``model.config.layer_heads`` holds the per-layer head counts, so the model's
+    configuration builds a network that takes ``model.state_dict()`` as it is.
 
     Raises:
         InputError: the model has no attention blocks or non-quadratic ones.

@@ -50,11 +50,10 @@ def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) ->
 def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
     """The paper's "# FLOPS" of Table 1 for ``model``, one image: a reconstruction of its convention.
 
-    The paper's numbers fit two different counts: for the attention
-    models 2 x the multiply-accumulates of the linear layers only (attention products left out;
-    the 12.1 M quadratic model gives 6.18 B, the content model 15.0 B: the paper's 6.2 B and 15 B),
-    for ResNet18 the plain multiply-accumulates of every convolution and linear layer (0.56 B).
-    So: 2 x linear-layer MACs for a model with attention layers, :func:`macs_per_image` otherwise.
+    The paper's numbers fit 2 x the multiply-accumulates of the linear layers only for the attention
+    models (attention products left out) and the plain multiply-accumulates of every layer for
+    ResNet18; so: 2 x linear-layer MACs for a model with attention layers, :func:`macs_per_image`
+    otherwise.
 
     Raises:
         ValueError: an image size the model cannot take.

@@ -104,9 +104,8 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 
 def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> DataShape:
     """The sizes :func:`load_dataset` would give ``spec``, without decoding or downloading it:
-    CIFAR-10/100's are known (no file is read); a folder or zip is listed and its first training
-    image decoded. For plans and estimates (``attncnn reproduce --dry-run``), which must not spend
-    the minutes a first decoding takes.
+    CIFAR-10/100's are known; a folder or zip is listed and its first training image decoded (for
+    plans and estimates such as ``attncnn reproduce --dry-run``).
 
     Args:
         spec, data_dir: as :func:`load_dataset`.

@@ -242,9 +242,8 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
     Raises:
         DataError: no train/ or test/, a split without images, class folders that differ between the
             splits, fewer than two classes, a refused symbolic link or a test folder that is a
-            training folder (module docstring), an image
-            file larger than :data:`MAX_IMAGE_BYTES`, an unreadable image, or images of different
-            sizes (the message names the file, folder or zip member).
+            training folder (module docstring), an image file larger than :data:`MAX_IMAGE_BYTES`, an
+            unreadable image, or images of different sizes (the message names the file or member).
     """
     path = Path(path)
     zf = _open_zip(path) if is_zip(path) else None
@@ -269,7 +268,7 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
 
 def peek_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], int, int, tuple[int, int]]:
     """What :func:`read_image_folder` would return, without decoding it: the file listing and the
-    first training image (milliseconds where decoding CIFAR-10 takes tens of seconds).
+    first training image.
 
     Returns:
         ``(classes, train images, test images, (height, width))``; the size is the first training
@@ -318,9 +317,8 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
 
 
 def check_splits_apart(path: str | os.PathLike[str], root: str | None = None) -> None:
-    """Refuse an image folder whose test split, or one of its test class folders, is the same
-    folder as its training split or one of its class folders (module docstring): a few ``stat``
-    calls, no listing of the images, so that a decoded copy in the cache is checked too.
+    """Refuse an image folder whose test split, or one of its test class folders, is the same folder
+    as its training split or one of its class folders (module docstring), with a few ``stat`` calls.
 
     Args:
         path: the data set's folder (a zip has no links: nothing is checked).

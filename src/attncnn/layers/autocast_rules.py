@@ -66,13 +66,9 @@ def softmax_in(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Softmax over the last dimension of ``scores`` (any shape), returned in ``dtype``, the dtype
     the value products run in (:func:`matmul_dtype`).
 
-    Scores already in ``dtype`` go through one softmax that reads them, computes its max,
-    exponentials and sums in float32 (PyTorch's kernels accumulate half types in float32) and
-    writes ``dtype`` directly, with autocast off around it (CUDA's autocast would run softmax in
-    float32 and write float32; CPU autocast leaves softmax alone): no float32 copy of a
-    ``(B, N_h, N, N)`` map is made, cast and kept for the backward (the ``explicit-half`` paths of
-    content attention and GPSA). Other scores take a softmax in :func:`score_dtype` (float32 at
-    least), then one cast.
+    Scores already in ``dtype`` go through one softmax that computes in float32 and writes ``dtype``
+    directly, with autocast off around it, so no float32 copy of the map is kept for the backward
+    (the ``explicit-half`` paths). Other scores take a softmax in :func:`score_dtype`, then one cast.
     """
     if scores.dtype == dtype:
         # Autocast off: CUDA's autocast runs softmax in float32 and would write float32 probabilities

@@ -193,10 +193,8 @@ def build_model_from_config(arch: str, config: dict) -> nn.Module:
 
 
 def preset_model_config(name: str, num_classes: int = 10, **overrides):
-    """The configuration dataclass of a preset network, without building it (no weights allocated).
-
-    Use it to validate model options cheaply: everything :func:`build_model` would reject for
-    these arguments is rejected here.
+    """The configuration dataclass of a preset network, without building it (no weights allocated):
+    everything :func:`build_model` would reject for these arguments is rejected here.
 
     Returns:
         ``(arch, config)``: the key of :data:`ARCHITECTURES` and its configuration dataclass.

@@ -42,14 +42,13 @@ _state: dict[str, str] = {}
 
 
 def reuse_freed_memory() -> str:
-    """Make glibc keep freed memory for reuse (see the module docstring) for the rest of the
-    process: a process-wide setting, which only an application sets (the ``attncnn`` command does);
+    """Make glibc keep freed memory for reuse (see the module docstring) for the rest of the process;
     idempotent.
 
     Returns:
         What was done, for the log: ``"heap"`` (set now or earlier in this process), ``"system"``
-        (``ATTNCNN_MALLOC=system``), or ``"unsupported"`` (not Linux with glibc, or ``mallopt``
-        refused a setting; nothing is changed then).
+        (``ATTNCNN_MALLOC=system``), or ``"unsupported"`` (not glibc, or ``mallopt`` refused a
+        setting; nothing is changed then).
 
     Raises:
         InputError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.

@@ -230,12 +230,10 @@ class RunChooser:
     ``chooser(parts)`` with a :class:`~attncnn.training.RunParts`, before the first step.
 
     Attributes:
-        impl, eval_impl: who decides the training and the test-pass path: ``"rule"``
-            (:func:`attncnn.perf.rule.choose`), ``"measure"`` (:func:`attncnn.perf.measure.measure_paths`),
-            or None (given by the options; a test-pass path not given follows a given training path).
-        compile: who decides compile: ``"rule"``, ``"measure"`` (:func:`~attncnn.perf.measure.measure_compile`)
-            or None (given). deterministic: the run is deterministic: the rule never compiles it (nor
-            a run under torchrun: compile is asked for there).
+        impl, eval_impl: who decides the training and the test-pass path: ``"rule"``, ``"measure"``
+            or None (given; a test-pass path not given follows a given training path).
+        compile: who decides compile: ``"rule"``, ``"measure"`` or None (given).
+        deterministic: the run is deterministic: the rule never compiles it.
     """
 
     impl: str | None = "rule"

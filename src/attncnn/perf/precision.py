@@ -92,11 +92,9 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
                       what: str = "the run") -> str:
     """``"fp32"`` or ``"bf16"``: the precision to run a trained or resumed run at on ``device``.
 
-    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision`
-    (``auto``: the device's choice; ``bf16`` is obeyed, with a warning where it is slow). Without it
-    the run's ``stored`` precision is kept (None or missing: ``fp32``, as runs from before
-    ``--precision`` trained), except that ``bf16`` becomes ``fp32`` on a device without fast bf16
-    (one INFO line naming ``what``, the device and how to keep bf16).
+    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision`. Without it
+    the run's ``stored`` precision is kept (None: ``fp32``), except that ``bf16`` becomes ``fp32`` on
+    a device without fast bf16 (one INFO line naming ``what``, the device and how to keep bf16).
 
     Raises:
         InputError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.

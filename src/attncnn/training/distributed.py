@@ -241,11 +241,8 @@ class Distributed:
 @contextlib.contextmanager
 def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]:
     """Create the default process group for ``launch`` (NCCL on CUDA, gloo on CPU), yield its
-    :class:`Distributed`, and destroy the group on the way out, also after an error.
-
-    Rendezvous uses torchrun's ``MASTER_ADDR``/``MASTER_PORT``. A group that already exists (the
-    caller set one up) is used as it is and left alone. While the block runs, ranks > 0 log only
-    warnings and errors of the ``attncnn`` logger, so the console shows each epoch once.
+    :class:`Distributed`, and destroy the group on the way out, also after an error. An existing group
+    is used as it is and left alone. While the block runs, ranks > 0 log only warnings and errors.
 
     Raises:
         InputError: an existing group whose size or rank differs from ``launch``.

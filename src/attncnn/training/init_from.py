@@ -21,10 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``).
-
-    Only the weights are taken: optimiser state, random state and epoch counters start anew, so
-    the run is a fine-tune with its own schedule (the paper's pruned run, reference
+    """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``); optimiser
+    state, random state and epoch counters start anew (a fine-tune, as the reference's
     ``runs/quadratic-generalized-pruned``).
 
     Raises:
