@@ -101,10 +101,8 @@ def _check_finite(model, checkpoint) -> None:
 
 def _chosen_precision(checkpoint, meta: dict, device, requested: str | None, what: str) -> tuple[str, str]:
     """``(precision, where it came from)`` for evaluating ``checkpoint`` on ``device``
-    (:func:`attncnn.perf.machine_precision`), the second in words for the printed result and the
-    records: ``"--precision"``; ``"the run's machine.json"`` (or an older checkpoint's
-    configuration), with the reason where a bf16 run runs in fp32 here; or why the run's precision
-    is not known (``"no run folder: fp32 ..."``, a checkpoint copied out of its run folder).
+    (:func:`attncnn.perf.machine_precision`), the second in words: ``"--precision"``, ``"the run's
+    machine.json"`` (with the reason where a bf16 run runs in fp32 here), or why it is not known.
 
     Raises:
         InputError: a bad ``requested`` or stored precision.

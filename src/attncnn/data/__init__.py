@@ -1,11 +1,8 @@
 """Data: CIFAR-10/100 archives, image folders and zips, a decoded-array cache, device-resident batches.
 
-Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`.
-
-A data set read from a folder or zip is decoded once and cached on disk (:mod:`attncnn.data.cache`);
-the last one read is also kept in memory, so that loading it again (a run after its plan, the runs
-of a suite) costs nothing. That copy outlives the :class:`Dataset` you hold: call
-:func:`forget_cached_dataset` to let it go (the next load reads the cache file again).
+Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`. A folder or zip is decoded once
+and cached on disk (:mod:`attncnn.data.cache`); the last one read is also kept in memory until
+:func:`forget_cached_dataset` lets it go.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Space-to-depth (the paper's "invertible pooling" of width 2, after i-RevNet) and its inverse, on channels-last grids.
 
-The paper turns the 32x32x3 image into a 16x16 grid of 12-channel tokens by flattening every
-non-overlapping 2x2 patch (Jacobsen et al. 2018). The order of the channels inside a token is a
-fixed permutation that a following linear layer absorbs; ours is (row in patch, column in patch,
-channel), i.e. a token holds ``x[i*s + a, j*s + b, c]`` at channel ``(a*s + b)*C + c``.
+A token holds ``x[i*s + a, j*s + b, c]`` at channel ``(a*s + b)*C + c`` (row in patch, column in
+patch, channel): a fixed permutation that the following linear layer absorbs.
 """
 
 from __future__ import annotations

@@ -76,9 +76,8 @@ def plan_device(device: str, *, source: str | None = None) -> torch.device:
 
 
 def make_plan(config: TrainConfig, options: RunOptions | None = None) -> RunPlan:
-    """The plan of a new run of the recipe ``config`` on this machine, from the run-time
-    ``options`` (default: none given; see the module's description). Loads no data and builds no
-    model: what is measured is measured by the plan's chooser inside the training call.
+    """The plan of a new run of the recipe ``config`` on this machine, from the run-time ``options``
+    (default: none given; see the module's description). Loads no data and builds no model.
 
     Raises:
         ValueError: a bad ``device`` or ``precision``, or a given attention path the network's

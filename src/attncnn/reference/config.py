@@ -1,10 +1,8 @@
 """The reference's run configuration (``config.yaml``) read, inferred from tensors, and written.
 
-The reference's ``train.py`` keeps every hyperparameter in one flat dictionary and writes it as
-``config.yaml`` beside its checkpoints (``store_config``); the checkpoint holds none of them. A
-conversion takes them from that file (or a given one), and from the tensors' shapes where the file
-is missing or silent; values the shapes cannot tell (the head count of plain content attention)
-are an error naming them.
+The reference keeps every hyperparameter in one flat dictionary written as ``config.yaml`` beside
+its checkpoints. A conversion takes them from that file (or a given one), and from the tensors'
+shapes where the file is missing or silent; values neither tells are an error naming them.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Reference checkpoints in (:func:`convert_reference`) and ours out (:func:`export_reference`).
 
 The reference's ``train.py`` saves ``{"epoch", "test_accuracy", "model_state_dict"}`` with
-``torch.save`` (``store_checkpoint``: ``best.checkpoint``, ``final.checkpoint``, ``NNNN.checkpoint``)
-and its hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
-``weights_only``: tensors and plain values only) and writes an ordinary attncnn run folder that
-every command reads: ``config.json`` (the recipe), ``checkpoints/last.safetensors``,
-``finished.json`` and ``reference.json`` (where the weights came from).
+``torch.save`` (``best.checkpoint``, ``final.checkpoint``, ``NNNN.checkpoint``) and its
+hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
+``weights_only``) and writes an ordinary attncnn run folder: ``config.json``,
+``checkpoints/last.safetensors``, ``finished.json`` and ``reference.json`` (where the weights came from).
 """
 
 from __future__ import annotations

@@ -29,13 +29,8 @@ class MainProcess(Protocol):
 
 
 class MainProcessRunFolder:
-    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank.
-
-    On ranks > 0 the writes do nothing but wait for rank 0, so all processes leave each write
-    together and all of them raise if it failed on rank 0.
-
-    Use :meth:`open` rather than the constructor.
-    """
+    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank. On ranks > 0
+    the writes wait for rank 0 and raise if it failed. Use :meth:`open` rather than the constructor."""
 
     def __init__(self, folder: RunFolder, dist: MainProcess) -> None:
         self._folder, self._dist = folder, dist

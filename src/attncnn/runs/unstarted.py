@@ -1,9 +1,6 @@
-"""A new run that stops before its first epoch ends leaves nothing behind.
-
-Ctrl-C while a run loads its data, measures its attention paths or compiles its step (or a NaN in
-its first steps) comes after ``config.json`` is written and before anything worth keeping: no
-checkpoint, no epoch record. A folder left holding only that would make the same command refuse
-it as "already exists"; :func:`discard_if_unstarted` removes it instead.
+"""A new run that stops before its first epoch ends leaves nothing behind: a folder holding only
+``config.json`` would make the same command refuse it as "already exists", so
+:func:`discard_if_unstarted` removes it.
 """
 
 from __future__ import annotations

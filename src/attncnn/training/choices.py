@@ -21,10 +21,9 @@ __all__ = ["choose_on", "use_paths"]
 
 
 def use_paths(model: nn.Module, impl: str | None, eval_impl: str | None) -> None:
-    """Put every attention layer of ``model`` on the training path ``impl`` and the test-pass
-    path ``eval_impl`` (None: ``impl`` in both modes), as a network built with those model options
-    would be; ``impl`` None changes nothing. The model's ``config`` (where it has these fields)
-    says the same afterwards.
+    """Put every attention layer of ``model`` on the training path ``impl`` and the test-pass path
+    ``eval_impl`` (None: ``impl`` in both modes), and its ``config`` with them; ``impl`` None changes
+    nothing.
 
     Raises:
         InputError: a path the layers do not have (the layer's message).

@@ -105,10 +105,9 @@ def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[No
 
 def make_loaders(config: TrainConfig, dist: Distributed, *, data_dir: str | None = None,
                  download: bool = False) -> tuple[Dataset, DeviceLoader, DeviceLoader]:
-    """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global
-    batch, each process trains on its share (the evaluation batch is per process: it only sets
-    memory use). ``data_dir`` and ``download``: the run-time options of the official archives'
-    cache (:class:`~attncnn.training.RunOptions`; default: the usual cache folder, no download).
+    """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global batch,
+    each process trains on its share (the evaluation batch is per process). ``data_dir`` and
+    ``download``: the official archives' cache (:class:`~attncnn.training.RunOptions`).
 
     Raises:
         DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).

@@ -70,10 +70,8 @@ def _env_int(environ: Mapping[str, str], name: str) -> int:
 
 
 def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
-    """This process's :class:`Launch` from torchrun's variables, or ``None`` for a single process.
-
-    ``WORLD_SIZE`` unset or ``1`` (e.g. ``torchrun --nproc_per_node 1``) means single-process:
-    no process group is created, which is the same computation without the overhead.
+    """This process's :class:`Launch` from torchrun's variables, or ``None`` for a single process
+    (``WORLD_SIZE`` unset or ``1``: no process group is created).
 
     Raises:
         InputError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
