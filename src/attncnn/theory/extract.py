@@ -17,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..errors import InputError
 from ..layers import PositionalAttention, QuadraticAttention
@@ -192,17 +191,6 @@ class ExtractedConv:
             return F.conv1d(x.transpose(1, 2), self.weight, self.bias, self.stride, p, self.dilation).transpose(1, 2)
         y = F.conv2d(x.permute(0, 3, 1, 2), self.weight, self.bias, self.stride, p, self.dilation)
         return y.permute(0, 2, 3, 1)
-
-    def to_module(self) -> nn.Module:
-        """An equivalent :class:`torch.nn.Conv2d` (or ``Conv1d``) holding copies of the weights."""
-        c_out, c_in, k = self.weight.shape[:3]
-        cls = nn.Conv1d if self.weight.dim() == 3 else nn.Conv2d
-        conv = cls(c_in, c_out, k, stride=self.stride, padding=self.pad if self.padding == "same" else 0,
-                   dilation=self.dilation).to(self.weight)
-        with torch.no_grad():
-            conv.weight.copy_(self.weight)
-            conv.bias.copy_(self.bias)
-        return conv
 
 
 def _centers_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
