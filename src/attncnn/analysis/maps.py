@@ -199,10 +199,6 @@ def _position_values(layer: GridAttention, height: int, width: int, kind: str) -
     return layer.grid_scores(height, width).unsqueeze(0)
 
 
-def _select(values: torch.Tensor, queries: Sequence[int] | None) -> torch.Tensor:
-    return values if queries is None else values[:, :, list(queries), :]
-
-
 @torch.no_grad()
 def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs", average: bool = False,
                    queries: Sequence[int] | None = None, batch_size: int = 50) -> list[LayerMaps]:
@@ -256,7 +252,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
         if layer.position_only and (kinds[0], index) in kept:
             return                                   # same maps for every batch
         for kind, values in layer_values_by_kind(layer, x, kinds).items():
-            values = _select(values, queries).float()
+            values = (values if queries is None else values[:, :, list(queries), :]).float()
             parts = kept.setdefault((kind, index), [])
             if average and not layer.position_only:
                 total = values.sum(0, keepdim=True).cpu()

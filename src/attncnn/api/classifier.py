@@ -149,9 +149,6 @@ class Classifier(nn.Module):
             return f"{config['preset']} seed {config.get('seed', '?')}"
         return self.source.name if self.source is not None else "model"
 
-    def _parameter(self) -> torch.Tensor:
-        return next(self.network.parameters())
-
     def preprocess(self, images, *, resize: bool | str = False) -> torch.Tensor:
         """Normalise images as training did; the input of ``model.network``.
 
@@ -214,7 +211,7 @@ class Classifier(nn.Module):
         where needed, normalised, in its dtype."""
         if x.dtype == torch.uint8:
             x = x.float() / 255
-        param = self._parameter()
+        param = next(self.network.parameters())
         x = x.to(device=param.device, dtype=torch.float32)
         if self.image_size is not None and tuple(x.shape[-2:]) != self.image_size:
             x = F.interpolate(x, size=self.image_size, mode=mode,

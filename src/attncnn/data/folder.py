@@ -141,11 +141,6 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
     return out
 
 
-def _list_files(path: Path, zf: zipfile.ZipFile | None) -> list[str]:
-    """The file paths below ``path`` (a folder, or the open zip ``zf``), as posix paths relative to it."""
-    return _list_zip(path, zf) if zf is not None else folder_files(path)
-
-
 def _find_root(names: list[str], path: Path) -> str:
     """The prefix under which ``train/`` and ``test/`` live: ``""`` or ``"<single folder>/"``."""
     if any(n.startswith("train/") for n in names):
@@ -295,7 +290,7 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
                                                               dict[str, list[str]]]:
     """``(sorted class names, train files, test files)`` of a folder or open zip, each split as
     ``{class: sorted image paths}``; both splits must have the same classes, at least two."""
-    names = _list_files(path, zf)
+    names = _list_zip(path, zf) if zf is not None else folder_files(path)
     root = _find_root(names, path)
     train_files = _split_files(names, root, "train", path)
     test_files = _split_files(names, root, "test", path)
