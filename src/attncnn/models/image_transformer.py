@@ -76,15 +76,11 @@ class ImageTransformerConfig:
     table_dim: int | None = None        #: learned, learned-content-9ffaa tables: width per axis (None: D)
     center_init_std: float = 2.0        #: quadratic: std of initial centers, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
-    #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
-    #: (reference ``runs/quadratic-generalized-pruned``), whose layers keep different numbers of heads.
+    #: heads per layer, first to last (None: num_heads everywhere); set by head pruning
     layer_heads: list[int] | None = None
-    #: "random" (PyTorch's default init, as the reference) or "conv": head h of every layer starts
-    #: on the h-th shift of a K x K kernel (row-major taps, as attncnn.theory), positional score
-    #: -locality_strength * |delta - Delta_h|^2 (ConViT's local init). Layers whose head count is
-    #: not K^2 (a pruned model's layer_heads) keep the random init: their weights come from a checkpoint.
-    #: "mimetic" (content kinds whose heads together are as wide as the model): W_q W_k^T near
-    #: +0.7 I and W_v W_o near -0.4 I (Trockman & Kolter 2023; attncnn.layers.mimetic_init_).
+    #: "random" (PyTorch's default init, as the reference), "conv" (head h of every layer starts on
+    #: the h-th shift of a K x K kernel, ConViT's local init; layers whose head count is not K^2
+    #: keep the random init) or "mimetic" (content kinds, Trockman & Kolter 2023; layers.mimetic_init_)
     init: str = "random"
     #: alpha of init="conv", in 1/tokens^2; 1.0 is ConViT's default locality strength (the same
     #: score up to a constant per query)

@@ -33,8 +33,7 @@ __all__ = ["REPS", "MIN_SPEEDUP", "CompileTiming", "kept_state", "measure_paths"
 
 log = logging.getLogger(__name__)
 
-#: timed calls of each path, alternated across paths (paths within a few per cent of each other
-#: were ordered by noise with 3)
+#: timed calls of each path, alternated across paths
 REPS = 7
 #: compiled must be at least this much faster than eager, per step, to be chosen
 MIN_SPEEDUP = 1.10

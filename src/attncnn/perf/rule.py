@@ -19,8 +19,8 @@ import torch
 
 __all__ = ["Choice", "choose", "device_kind", "family", "PATHS", "COMPILE", "MIN_COMPILED_SECONDS"]
 
-#: a run compiles only where it would train at least this long eager (ten minutes): the
-#: compilation of a step takes 2-45 s on a 2-core CPU, 30-60 s on a GPU, paid again by every process
+#: a run compiles only where it would train at least this long eager (ten minutes), which a
+#: compilation's cost (seconds to a minute, paid by every process) cannot outweigh
 MIN_COMPILED_SECONDS = 600.0
 
 #: the attention families of the tables: each kind's family (kinds not named: ``"other"``)
@@ -73,10 +73,9 @@ PATHS: dict[tuple[str, str], tuple] = {
                                  "explicit-half / sdpa (at width 64 sdpa 3.9 ms, explicit-half 4.7 ms)"),
 }
 
-#: ``(device kind, family) -> (eager training images/s, source)``: where compiling was measured
-#: faster on every machine of that kind that recorded it (family ``None``: the ResNet). A run
-#: compiles when it would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest
-#: eager speed recorded at batch 100, so that the estimate never makes a run look longer than it is).
+#: ``(device kind, family) -> (eager training images/s, source)``: where compiling was faster on
+#: every machine of that kind that recorded it (family ``None``: the ResNet). A run compiles when it
+#: would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest recorded at batch 100).
 COMPILE: dict[tuple[str, str | None], tuple[float, str]] = {
     ("cpu", None): (912.5, "speedup-amd-epyc-2cores-2026-11-25.md, resnet18-mini row: 1.86x compiled, 912.5 "
                            "images/s eager"),

@@ -109,11 +109,9 @@ def _learned_buffers(config) -> Tensors:
     return {"relative_indices": _relative_indices(config.max_size)}
 
 
-#: The learned encoding names its axes the other way round: the reference's ``row_embeddings`` and
-#: ``head_keys_row`` score the shift along dim 2 of its (B, H, W, D) grid (image columns), its
-#: ``col_*`` the shift along dim 1 (rows); ours name the axis they score. Tables of
-#: ``2 * max_position_embeddings - 1`` rows, row ``d + M - 1`` for shift ``d = key - query`` on
-#: both sides, so with ``max_size = M`` they copy row for row.
+#: The reference's ``row_*`` tensors score the shift along image columns and its ``col_*`` along
+#: rows; ours name the axis they score. The tables' rows (shift ``d`` at row ``d + M - 1``) copy
+#: row for row with ``max_size = M``.
 LEARNED_RENAMES = (("row_embeddings.weight", "col_embeddings.weight"),
                    ("col_embeddings.weight", "row_embeddings.weight"),
                    ("head_keys_row.weight", "head_keys_col.weight"),

@@ -323,9 +323,7 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
     return {name: t.to(device) for name, t in tensors.items()}
 
 
-#: the older files :func:`_note_once` has spoken of in this process (resolved paths): a command that
-#: reads a run's checkpoints several times (a plot of every periodic checkpoint, an export that loads
-#: the weights and then reads the metadata) says it once per file
+#: the older files :func:`_note_once` has spoken of in this process (resolved paths): once per file
 _NOTED: set[str] = set()
 
 

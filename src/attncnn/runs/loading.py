@@ -39,9 +39,8 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
 
 Specs = dict  # {name: (torch dtype, shape tuple)}
 
-#: (file dtype, model dtype) pairs that load by widening: weights shipped in bfloat16 to halve the
-#: files of the paper-width models load exactly into their float32 parameters (every bfloat16 value
-#: is a float32 value); nothing narrows on load
+#: (file dtype, model dtype) pairs that load by widening exactly (bfloat16 weights into float32
+#: parameters); nothing narrows on load
 _WIDENED = {(torch.bfloat16, torch.float32)}
 
 
@@ -57,8 +56,7 @@ def file_specs(path: str | Path) -> Specs:
 log = logging.getLogger(__name__)
 
 #: the key of :func:`load_model`'s metadata that holds the machine fields an older checkpoint's
-#: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16", "device": "cuda"}``; absent
-#: for a checkpoint of today): read, e.g. as the run's precision, never written
+#: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16"}``); read, never written
 OLD_MACHINE_FIELDS = "old_machine_fields"
 
 
@@ -185,9 +183,7 @@ def _short(config: dict) -> str:
 
 
 #: The checkpoint every command and :func:`load_model` take from a run folder unless told otherwise:
-#: the final weights, the epoch that ``finished.json``, the reports and the READMEs quote. ``best``
-#: (the epoch of highest test accuracy) is chosen on the test set itself, so it is taken only when
-#: asked for (``--checkpoint best``, ``checkpoint="best"`` or the file's path).
+#: the final weights. ``best`` is selected on the test set itself, so it is taken only when asked for.
 DEFAULT_CHECKPOINT = "last"
 
 

@@ -112,8 +112,7 @@ def recorded_precision(folder: str | Path) -> str | None:
     return segments[0].get("precision") if segments else None
 
 
-#: (file, problem) that :func:`read_machine_file` has warned about in this process: a report reads
-#: each file twice (Table 1's run rows, the cost table), and one warning says it
+#: (file, problem) that :func:`read_machine_file` has warned about in this process
 _WARNED: set[tuple[str, str]] = set()
 
 

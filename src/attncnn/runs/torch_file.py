@@ -23,9 +23,8 @@ from .checkpoint import CheckpointError
 
 __all__ = ["read_torch_file", "write_torch_file"]
 
-#: how many times the bytes of a file's storages its tensors may declare in all: tensors that share
-#: one storage (tied weights, a table shared by every layer) are legitimate, a file that repeats
-#: one storage a thousand times is not
+#: how many times the bytes of a file's storages its tensors may declare in all (tied weights share
+#: a storage; a file that repeats one storage a thousand times is refused)
 _MAX_SHARING = 2
 #: declared bytes always allowed on top (small files of many tiny shared tensors)
 _SLACK_BYTES = 1 << 20

@@ -17,8 +17,7 @@ from ..runs.config import PRECISIONS, option
 
 __all__ = ["RunOptions", "COMPILE_MODES"]
 
-#: the ``torch.compile`` modes a run may compile its step in: ``"default"`` (inductor's fused kernels)
-#: and ``"reduce-overhead"`` (the same kernels replayed as CUDA graphs: one launch per graph, CUDA only)
+#: the ``torch.compile`` modes a run may compile its step in (``"reduce-overhead"``: CUDA graphs, CUDA only)
 COMPILE_MODES = ("default", "reduce-overhead")
 
 
