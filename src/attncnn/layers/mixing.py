@@ -184,11 +184,9 @@ class _FoldedMix(torch.autograd.Function):
                     gx.addmm_(gv[h], w[:, h])                                  # sum_h dL/dV_h W_h
                 g_tokens = gx.view(n, b, d).transpose(0, 1).to(token_dtype).reshape(token_shape)
             if ctx.needs_input_grad[2]:
-                # dL/dW_h = dL/dV_h^T x, computed transposed: the long contraction (over N*B) then
-                # reads both operands along their rows (faster eager: benchmarks/results/HISTORY.md)
+                # dL/dW_h = dL/dV_h^T x, transposed so the long contraction reads rows (faster eager)
                 if torch.compiler.is_compiling():
-                    # compiled, the transposed copy of x below is a strided write fused into
-                    # LayerNorm's kernel that costs more than the products save (benchmarks/results/HISTORY.md)
+                    # compiled, the transposed copy of x would cost more than it saves
                     g_w = torch.stack([gv[h].t() @ x for h in range(nh)])      # (N_h, D_out, D)
                     g_weight = g_w.permute(1, 0, 2).reshape(dout, nh * d).to(weight_dtype)
                 else:

@@ -133,8 +133,7 @@ class QuadraticAttention(PositionalAttention):
         """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)
         (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
         centers, spreads = self._score_parameters()
-        # The score depends on the shift alone: computed once per distinct shift (S = (2H-1)(2W-1),
-        # 961 for 16x16 tokens instead of 65,536 pairs, forward and backward), then gathered.
+        # the score depends on the shift alone: computed once per distinct shift, then gathered
         shifts, index = distinct_offsets(height, width, centers.device, centers.dtype)  # (S, 2), (N, N)
         diff = shifts[None] - centers[:, None, :]                                 # (N_h, S, 2)
         if self.full_covariance:
