@@ -1,12 +1,10 @@
 """What the commands of :mod:`attncnn.cli` share: the parser class (every option's default shown in
-``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig` (declared once
-there), ``KEY=VALUE`` values, ``--precision``, and quiet logs for machine-readable output.
+``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig`, ``KEY=VALUE``
+values, ``--precision``, and quiet logs for machine-readable output.
 
-Each field ``name`` becomes ``--name`` (underscores as dashes) with the field's help; booleans
-also get ``--no-name``; lists take several values; the ``model`` dict is given as repeated
-``--set KEY=VALUE``. No flag has a default: a flag the user did not pass is absent from the
-parsed namespace, so :func:`given_options` returns exactly what was given on the command line
-(a preset's recipe fills in the rest, and ``--resume`` can refuse what it would ignore).
+Each field ``name`` becomes ``--name`` (booleans also ``--no-name``; the ``model`` dict as repeated
+``--set KEY=VALUE``). No flag has a default, so :func:`given_options` returns exactly what was given
+on the command line.
 """
 
 from __future__ import annotations

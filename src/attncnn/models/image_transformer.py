@@ -8,11 +8,9 @@
            Linear D->512 -> GELU(erf) -> Linear 512->D -> dropout -> + residual -> LayerNorm
       -> mean over all positions -> Linear D -> classes
 
-No positional encoding is added to the tokens (position enters only through the attention
-layers) and all weights keep PyTorch's default initialisation, as in the reference code, unless
-``init="conv"``: then every attention layer starts as a convolution's attention pattern (head h
-on the h-th tap's shift, :func:`attncnn.layers.local_init_`; ConViT's local init), and with
-``value_init="conv"`` its folded value matrix holds a K x K kernel (:func:`attncnn.layers.conv_value_init_`).
+No positional encoding is added to the tokens and all weights keep PyTorch's default
+initialisation, as in the reference code, unless ``init`` or ``value_init`` says otherwise
+(:class:`ImageTransformerConfig`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tensor names between the reference's ``BertImage`` and our :class:`~attncnn.models.ImageTransformer`.
 
-Both are the same network (post-LN blocks, a 2x2 space-to-depth stem whose features are ordered
-(dy, dx, c) on both sides, mean pooling, a linear head), so most tensors copy under another name:
+Both are the same network (the stem's features ordered (dy, dx, c) on both sides), so most tensors
+copy under another name:
 
 =====================================================  ==========================================
 reference (``model_state_dict``)                       ours (``ImageTransformer.state_dict()``)
@@ -16,10 +16,9 @@ reference (``model_state_dict``)                       ours (``ImageTransformer.
 ``encoder.layer.i.attention.self.*``                   ``blocks.i.attention.*`` (per kind: :mod:`.kinds`)
 =====================================================  ==========================================
 
-Buffers: the reference's ``attention_mask`` (a float32 scalar 1.0 added to content scores, which
-the softmax ignores) and its learned layers' ``relative_indices`` (an index table) carry nothing
-ours needs; its Gaussian layers' ``R`` buffers are not in its checkpoints (``store_checkpoint``
-drops every key containing ``self.R``). On the way out they are written as its ``state_dict`` holds them.
+The reference's buffers (``attention_mask``, ``relative_indices``) carry nothing ours needs; its
+Gaussian layers' ``R`` is not in its checkpoints. On the way out they are written as its
+``state_dict`` holds them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,4 @@
-"""Starting a run from another run's weights (``--init-from``): weights only, checked before loading.
-
-Only the weights are taken: optimiser state, random state and epoch counters start anew, so the run
-is a fine-tune with its own schedule (the paper's pruned run, reference ``runs/quadratic-generalized-pruned``).
-"""
+"""Starting a run from another run's weights (``--init-from``): weights only, checked before loading."""
 
 from __future__ import annotations
 
