@@ -25,23 +25,19 @@ class LayerAttention(LayerMaps):
     """Attention of one layer: its probabilities and, where it has them, the two score terms.
 
     Shapes: ``(B, N_h, Q, H*W)`` with queries on dim -2 and keys on dim -1, tokens row-major
-    (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers (their maps do
-    not depend on the image) and for averaged maps; ``Q = H*W`` unless ``queries`` were chosen.
-    All on the CPU in float32. It is a :class:`~attncnn.analysis.LayerMaps`, so the figure
-    functions of :mod:`attncnn.analysis.figures` take a list of them.
+    (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers and for averaged
+    maps; ``Q = H*W`` unless ``queries`` were chosen. All on the CPU in float32. It is a
+    :class:`~attncnn.analysis.LayerMaps`, so the figure functions take a list of them.
 
     Attributes:
         layer: 0-based index of the block.
         probs: the attention probabilities, after the softmax.
-        height, width: the token grid ``H x W`` the layer saw (16 x 16 for 32 x 32 CIFAR images and
-            2 x 2 space-to-depth).
+        height, width: the token grid ``H x W`` the layer saw.
         position_only: True when the maps do not depend on the input (quadratic, learned).
         queries: the kept query indices, or None for all.
-        content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None
-            (position-only layers, or ``scores=False``).
-        positional: the positional term (q.r / sqrt(D_h) for content + learned layers, GPSA's
-            positional score, or the whole score of a position-only layer), or None (plain
-            content attention, or ``scores=False``).
+        content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None.
+        positional: the positional term (q.r / sqrt(D_h), GPSA's positional score, or the whole
+            score of a position-only layer), or None.
     """
 
     content: torch.Tensor | None = None

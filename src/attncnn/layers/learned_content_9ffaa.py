@@ -38,18 +38,15 @@ class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
     Score (module docstring): ``w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2) +
     q_h . k_h / sqrt(D)``. Parameters (``E = table_dim``, ``M = max_size``):
 
-    * ``row_embeddings.weight`` ``(2M - 1, E)``: row ``delta_1 + M - 1`` embeds the shift along
-      image rows (key row - query row);
-    * ``col_embeddings.weight`` ``(2M - 1, E)``: likewise along image columns;
-    * ``head_keys_row.weight``, ``head_keys_col.weight`` ``(N_h, E)``: head h's key vectors
-      ``w_row^(h)``, ``w_col^(h)`` (bias-free linear maps ``E -> N_h``);
+    * ``row_embeddings.weight``, ``col_embeddings.weight`` ``(2M - 1, E)``: row ``delta + M - 1``
+      embeds the shift along image rows (key row - query row), resp. columns;
+    * ``head_keys_row.weight``, ``head_keys_col.weight`` ``(N_h, E)``: head h's key vectors;
     * ``query``, ``key``: ``D -> N_h D_h`` with bias (:class:`~attncnn.layers.QueryKeyAttention`);
     * ``value`` (and ``value_in`` when ``head_dim != D``): :class:`~attncnn.layers.GridAttention`.
 
-    Tables start N(0, 1) and the linear maps with PyTorch's default init, as in the reference.
-    Its forward, :meth:`score_terms` and :meth:`input_scores` are the content layers'
-    (:class:`~attncnn.layers.ContentAttention`), with ``D`` for ``D_h`` in the content term and
-    the positional term not scaled; a grid larger than ``max_size`` raises InputError in them.
+    Tables start N(0, 1) and the linear maps with PyTorch's default init, as in the reference. Its
+    forward and scores are the content layers', with ``D`` for ``D_h`` in the content term and the
+    positional term not scaled; a grid larger than ``max_size`` raises InputError.
 
     Args:
         dim, num_heads, head_dim, out_dim, attn_drop, impl, eval_impl: see

@@ -49,13 +49,12 @@ class RunFolder:
         mode:
             * ``"new"``: create it; refuse an existing non-empty folder (use resume or overwrite);
             * ``"overwrite"``: delete the previous contents (refused for the home folder, the current
-              folder and its parents, so a slip such as ``--out . --overwrite`` cannot wipe them);
+              folder and its parents);
             * ``"resume"``: it must exist and hold ``config.json``;
-            * ``"read"``: it must exist; nothing is written (evaluate an existing run).
+            * ``"read"``: it must exist; nothing is written.
 
             The three writing modes hold an exclusive lock on the folder until :meth:`close`; a
-            folder locked by a live process is refused before its contents are looked at
-            (:class:`RunFolderError`: in use, naming its pid and host). ``"read"`` takes no lock.
+            folder locked by a live process is refused (naming its pid and host).
 
     Raises:
         ValueError: unknown ``mode``.

@@ -307,30 +307,25 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
             K odd, any C_in/C_out, groups 1, zero padding. The layer gets the weight's dtype
             and device.
         alpha: sharpness of every head (inverse squared token distance); default
-            :func:`default_alpha` of the dtype, which makes the attention exactly one-hot.
-            A finite small alpha gives the approximation of Lemma 2 (see :mod:`.lemma2`).
-        padding: ``"same"`` (zero padding of ``(K // 2) * dilation`` on every side: the zero-
-            padded grid is attended and cropped, so heads pointing at padding read zeros, as the
-            convolution does) or ``"valid"`` (no padding). Default (None): the Conv2d's own
-            (0: ``"valid"``, ``(K // 2) * dilation``: ``"same"``; any other is refused), or
-            ``"same"`` for a weight tensor. Given with a Conv2d, it must be the Conv2d's.
+            :func:`default_alpha` of the dtype (exactly one-hot). A small alpha gives the
+            approximation of Lemma 2 (see :mod:`.lemma2`).
+        padding: ``"same"`` (zero padding of ``(K // 2) * dilation`` on every side: heads pointing at
+            padding read zeros, as the convolution does) or ``"valid"`` (no padding). Default (None):
+            the Conv2d's own (0 or ``(K // 2) * dilation``; any other is refused), or ``"same"`` for a
+            weight tensor. Given with a Conv2d, it must be the Conv2d's.
         bias: ``(C_out,)``, only with a weight tensor.
-        stride, dilation: ints, only with a weight tensor (default 1). A stride is applied by
-            subsampling the stride-1 output (the paper's remark on stride).
-        head_dim: width D_h of each head (default C_in: the paper's full-width heads, no value
-            projection; exact for every C_out). With ``head_dim != C_in`` the layer has a value
-            projection C_in -> N_h*D_h and every W^(h) factors through D_h dimensions: heads at
-            least ``min(C_in, C_out)`` wide reproduce every channel; narrower ones reproduce
-            ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``).
-        channels: which output channels to reproduce with heads narrower than C_in (default the
-            first ``min(D_h, C_out)``); the others output 0 and a :class:`UserWarning` names them.
-            Ignored with heads at least C_in wide, which reproduce all.
+        stride, dilation: ints, only with a weight tensor (default 1). A stride subsamples the
+            stride-1 output (the paper's remark on stride).
+        head_dim: width D_h of each head (default C_in: the paper's full-width heads, exact for every
+            C_out). Otherwise a value projection C_in -> N_h*D_h: heads at least ``min(C_in, C_out)``
+            wide reproduce every channel, narrower ones ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``).
+        channels: which output channels narrower heads reproduce (default the first
+            ``min(D_h, C_out)``); the others output 0 and a :class:`UserWarning` names them.
 
     Returns:
-        :class:`AttentionConv2d` holding a :class:`~attncnn.layers.QuadraticAttention` with
-        K^2 heads (head ``u*K + v`` for tap ``(u, v)``); ``forward`` maps ``(B, H, W, C_in)`` to
-        ``(B, H', W', C_out)``. Memory: the attention probabilities take
-        ``K^2 * (H'' W'')^2`` numbers for the attended (padded) grid ``H'' x W''``.
+        :class:`AttentionConv2d` holding a :class:`~attncnn.layers.QuadraticAttention` with K^2
+        heads (head ``u*K + v`` for tap ``(u, v)``); ``forward`` maps ``(B, H, W, C_in)`` to
+        ``(B, H', W', C_out)``. Memory: ``K^2 * (H'' W'')^2`` probabilities for the padded grid.
 
     Raises:
         InputError: even or non-square kernel, groups != 1, non-zero padding mode, unequal
