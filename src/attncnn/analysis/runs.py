@@ -60,15 +60,12 @@ class Run:
         path: what was given (folder or checkpoint file).
         name: a short label: ``"<preset> seed <seed>"`` (:func:`run_label`), else the folder name
             (or the checkpoint's stem with its folder).
-        model: the network, eval mode, CPU; None for a run shipped without its weights, opened
-            with ``open_run(..., withheld=True)`` (:mod:`attncnn.runs.withheld`).
-        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...;
-            of a run without its weights, as its ``weights-withheld.json`` recorded it).
+        model: the network, eval mode, CPU; None for a run shipped without its weights.
+        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
         folder: the run folder, or None for a bare checkpoint outside one.
         metrics: the records of ``metrics.jsonl`` (empty for a bare checkpoint).
         checkpoint: the checkpoint file the weights came from (a folder's ``last``), if known.
-        withheld: the ``weights-withheld.json`` record of a run shipped without its weights (then
-            ``model`` is None), else None.
+        withheld: the ``weights-withheld.json`` record of a run shipped without its weights, else None.
     """
 
     path: Path
@@ -103,17 +100,16 @@ class Run:
 
 
 def open_run(path: str | Path, *, withheld: bool = False) -> Run:
-    """Load a run folder (its ``last`` checkpoint, as every command: see
-    :func:`attncnn.runs.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
+    """Load a run folder (its ``last`` checkpoint, as every command; the choice is logged) or a
+    checkpoint file.
 
     Args:
         withheld: accept a finished run folder shipped without its weights
             (:mod:`attncnn.runs.withheld`): its :class:`Run` has ``model=None`` and the metadata its
-            record kept (reports read such a run's records; nothing computes with its weights).
+            record kept.
 
     Raises:
-        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint (for a run
-            shipped without its weights, unless ``withheld``: the message says so and how to train it).
+        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint.
         attncnn.runs.RunFolderError, attncnn.runs.CheckpointError, ValueError: unreadable run.
     """
     path = Path(path)

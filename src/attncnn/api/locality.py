@@ -63,11 +63,8 @@ def locality(model: nn.Module, images=None, *, n_images: int = DEFAULT_LOCALITY_
 
 def attention_rollout(model: nn.Module, images=None, *, average: bool = False, batch_size: int = DEFAULT_BATCH_SIZE,
                       resize: bool | str = False) -> list[LayerMaps]:
-    """Attention rollout after every layer (Abnar & Zuidema 2020, section 3), from real activations.
-
-    Per layer the heads' probabilities are averaged, the residual is added as ``0.5 * (A + I)``
-    (rows renormalised), and the layers are multiplied from the first up; see
-    :mod:`attncnn.analysis.rollout`.
+    """Attention rollout after every layer (Abnar & Zuidema 2020, section 3; :mod:`attncnn.analysis.rollout`),
+    from real activations.
 
     Args:
         model, images, batch_size, resize: as :func:`attncnn.attention_maps` (None images: a

@@ -89,24 +89,21 @@ def table_features(max_size: int, like: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> torch.Tensor:
     """Give head ``h`` of ``layer`` the positional score ``-alpha |delta - Delta^(h)|^2`` (+ a constant
-    per query), ``Delta^(h)`` the h-th of :func:`kernel_shifts` (see the module docstring per kind).
+    per query), ``Delta^(h)`` the h-th of :func:`kernel_shifts`.
 
     Args:
         layer: a quadratic (isotropic or full), learned, learned-content or GPSA layer with
             ``N_h = K^2`` heads, K odd.
-        alpha: locality strength (> 0, inverse squared token distance). Peak probability of an
-            interior query: 0.16 at alpha 0.5, 0.32 at 1, 0.62 at 2, 0.97 at 5, 1 - 1.8e-4 at 10
-            (one-hot as alpha -> inf).
+        alpha: locality strength (> 0, inverse squared token distance; one-hot as alpha -> inf).
         dilation: spacing of the shifts in tokens.
 
     Returns:
         The centers ``(N_h, 2)`` (float64, CPU), row-major taps.
 
     Raises:
-        InputError: a layer without a positional term (plain content attention), ``N_h`` not the
-            square of an odd number, alpha not positive and finite, or tables too narrow
-            (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``): the layer's own
-            :meth:`~attncnn.layers.GridAttention.local_init_` says which.
+        InputError: a layer without a positional term, ``N_h`` not the square of an odd number,
+            alpha not positive and finite, or tables too narrow (the layer's own
+            :meth:`~attncnn.layers.GridAttention.local_init_` says which).
     """
     if not (alpha > 0 and math.isfinite(alpha)):
         raise InputError(f"locality strength alpha must be positive and finite, got {alpha}")

@@ -135,14 +135,13 @@ def choose(device: str, kind: str | None, grid: tuple[int, int], precision: str,
     """The attention paths and compile setting of a run (module docstring).
 
     Args:
-        device: the device kind (:func:`device_kind`: ``"cuda"``, ``"cpu-amx"``, ``"cpu"``; one
-            without table rows gets the layers' own rule and no compile).
+        device: the device kind (:func:`device_kind`; one without table rows gets the layers' own
+            rule and no compile).
         kind: the attention kind of the network's layers (``"quadratic"``, ...), None without any.
         grid: ``(H, W)`` token grid of the attention layers.
-        precision: ``"fp32"`` or ``"bf16"`` (the measured winners agree in both).
-        steps: training steps the run (or the resumed segment) takes; batch: images per step. The
-            run's eager length is estimated as ``steps * batch`` over the fastest eager speed
-            recorded (:data:`COMPILE`).
+        precision: ``"fp32"`` or ``"bf16"``.
+        steps: training steps the run (or the resumed segment) takes; batch: images per step (the
+            run's eager length is estimated from :data:`COMPILE`'s speeds).
 
     Returns:
         a :class:`Choice`.

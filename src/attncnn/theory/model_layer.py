@@ -55,8 +55,7 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
         model: an :class:`~attncnn.models.ImageTransformer` whose chosen layer is position-only
             (quadratic, generalised quadratic or learned position-only attention) with K^2 heads.
         images: normalised images ``(B, C, H, W)`` in the dtype to test (the model is cast to it).
-        layer: 1-based block index (1 = the first attention layer, the one the paper's figures and
-            Theorem 1 are about).
+        layer: 1-based block index.
 
     Returns:
         :class:`LayerCheck`; ``check.conv.report.errors`` holds the max absolute and relative
@@ -65,8 +64,7 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
 
     Raises:
         InputError: not an image transformer, ``layer`` out of range, or a layer whose attention
-            depends on the content (content, learned + content, GPSA): no single convolution
-            describes it; the message names the fix.
+            depends on the content (no single convolution describes it).
     """
     blocks = getattr(model, "blocks", None)
     if blocks is None or not hasattr(model, "tokens"):
