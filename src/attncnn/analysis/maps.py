@@ -93,12 +93,10 @@ Callback = Callable[[int, GridAttention, torch.Tensor], None]
 
 @contextlib.contextmanager
 def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
-    """Call ``callback(layer_index, attention_layer, x)`` with each attention layer's real input.
-
-    ``x`` is the ``(B, H, W, D)`` token grid entering block ``layer_index``'s attention during any
-    forward pass run inside the ``with`` block. The hooks are removed on exit, even on error.
-    The callback runs under :func:`torch.no_grad`; it must not call the layer through
-    ``__call__`` (use ``layer.forward(...)`` or the layer's methods), which would re-enter the hook.
+    """Call ``callback(layer_index, attention_layer, x)`` with each attention layer's real input, the
+    ``(B, H, W, D)`` grid entering block ``layer_index``'s attention in any forward pass inside the
+    ``with`` block (hooks removed on exit). The callback runs under :func:`torch.no_grad` and must call
+    ``layer.forward(...)``, not the layer itself (which would re-enter the hook).
 
     Raises:
         InputError: the model has no attention blocks.
@@ -205,13 +203,11 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
     """Attention maps of every layer for real images, from hooked activations.
 
     Args:
-        model: an :class:`~attncnn.models.ImageTransformer` (set to eval mode during the call,
-            then restored).
+        model: an :class:`~attncnn.models.ImageTransformer` (eval mode during the call, then restored).
         images: normalised images ``(B, C, H_img, W_img)`` on any device (moved to the model's).
         kind: see :func:`layer_values`.
-        average: average the maps over the images (paper Fig. 6: 100 test images) instead of
-            keeping one per image; position-only maps are the same for every image either way.
-        queries: keep only these query tokens (row-major indices ``row*W + col``), to save memory.
+        average: average the maps over the images (paper Fig. 6) instead of one per image.
+        queries: keep only these query tokens (row-major indices ``row*W + col``).
         batch_size: images per forward pass.
 
     Returns:

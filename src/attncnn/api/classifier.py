@@ -94,10 +94,8 @@ def _size(size: Sequence[int] | int) -> tuple[int, int]:
 
 
 class Classifier(nn.Module):
-    """A trained network with its input normalisation and class names.
-
-    ``model(images)`` normalises ``images`` exactly as training did and returns the network's
-    logits. The wrapped network is ``model.network`` (it takes normalised images).
+    """A trained network with its input normalisation and class names: ``model(images)`` normalises
+    ``images`` as training did and returns the network's logits; ``model.network`` takes normalised images.
 
     Args:
         network: an image classifier taking normalised images ``(B, C, H, W)``, e.g. from
@@ -108,10 +106,9 @@ class Classifier(nn.Module):
             uses the CIFAR-10 values for every data set).
         metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset_name``, ...).
         source: the checkpoint file the weights came from, if any.
-        image_size: ``(height, width)`` (or one side) in pixels of the images the network was
-            trained on; images of another size are refused unless resized on request (see
-            :meth:`preprocess`). Default: from ``metadata`` (:func:`training_image_size`), else
-            unchecked.
+        image_size: ``(height, width)`` (or one side) in pixels of the training images; images of
+            another size are refused unless resized (:meth:`preprocess`). Default: from ``metadata``
+            (:func:`training_image_size`), else unchecked.
 
     Attributes:
         network, classes, metadata, source: as given.
@@ -299,14 +296,12 @@ class Classifier(nn.Module):
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, checkpoint: str | None = None) -> Classifier:
-    """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``.
-
-    Loads through :func:`attncnn.runs.load_model` (safetensors only, checked before anything is
-    allocated) and wraps the network in a :class:`Classifier`.
+    """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``: the network of
+    :func:`attncnn.runs.load_model` in a :class:`Classifier`.
 
     Args:
-        path: a run folder (its ``last`` checkpoint: the final weights, which the reports quote)
-            or a ``.safetensors`` checkpoint written by ``attncnn train``.
+        path: a run folder (its ``last`` checkpoint) or a ``.safetensors`` checkpoint written by
+            ``attncnn train``.
         device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
         dtype: floating dtype of the weights (float32 by default; float64 for exact checks).
             For bfloat16 inference keep float32 weights and use :func:`torch.autocast`.
@@ -316,8 +311,7 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     Returns:
         A :class:`Classifier` in eval mode: ``model(images)`` gives logits ``(B, classes)``,
         ``model.predict(images)`` class names, ``model.network`` the bare network;
-        ``model.image_size`` is the training images' size (:func:`training_image_size`), which
-        ``model(images)`` requires unless asked to resize.
+        ``model.image_size`` is the training images' size.
 
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).

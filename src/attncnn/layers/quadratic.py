@@ -38,13 +38,11 @@ class QuadraticAttention(PositionalAttention):
         dim: token width D.
         num_heads: number of heads N_h (9 in the paper: one per shift of a 3x3 kernel).
         full_covariance: learn a full 2x2 ``Sigma^-1 = S S^T`` per head instead of one alpha.
-        center_init_std: std of the center initialisation, per coordinate (reference: 2.0;
-            the paper writes N(0, 2 I), i.e. std 1.41).
+        center_init_std: std of the center initialisation, per coordinate (reference: 2.0).
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
         head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.GridAttention` and
-            :class:`~attncnn.layers.PositionalAttention` (full-covariance heads have no
-            ``"separable"`` path).
+            :class:`~attncnn.layers.PositionalAttention` (full covariance: no ``"separable"`` path).
 
     Parameters ``centers`` ``(N_h, 2)`` (row, column shift) and ``spreads`` (``(N_h,)`` or
     ``(N_h, 2, 2)``) take no weight decay (:meth:`no_weight_decay`), as in the reference optimiser.

@@ -31,12 +31,10 @@ class LayerCheck:
     Attributes:
         layer: 1-based index of the block.
         kind: the attention class name (``QuadraticAttention``, ``LearnedRelativeAttention``).
-        init: the model's ``init`` option (``"random"`` or ``"conv"``) and alpha its
-            ``locality_strength`` (None for models without the option, e.g. old checkpoints).
+        init: the model's ``init`` option and alpha its ``locality_strength`` (None without them).
         conv: the extracted convolution, with its per-head report and output errors.
         lemma2_off_target: Lemma 2's bound on the attention mass off the target token for an
-            interior query at the configured alpha (None without a conv init); ``1 - target_mass``
-            in each head's report is the measured value.
+            interior query at the configured alpha (None without a conv init).
     """
 
     layer: int
