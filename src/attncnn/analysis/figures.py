@@ -116,10 +116,9 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
         degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the center.
 
     Returns:
-        ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The
-        x axis is the column shift, the y axis the row shift (pointing down, as in an image); the
-        query pixel is the black square at (0, 0). A head whose mass sits in one sample gets no
-        contour, only its center marker.
+        ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The x
+        axis is the column shift, the y axis the row shift (pointing down); the query pixel is the
+        black square at (0, 0).
     """
     centers = np.asarray(centers, dtype=np.float64).reshape(-1, 2)
     invs = np.asarray(inverse_covariances, dtype=np.float64).reshape(-1, 2, 2)
@@ -328,12 +327,12 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     Args:
         curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
         title: axes title.
-        xlabel: x-axis label (e.g. ``"seen images"``, ``"training images"``).
+        xlabel: x-axis label (e.g. ``"seen images"``).
         logx: logarithmic x axis.
         points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
-            line, e.g. each seed around a line of means (labels missing from ``curves`` are ignored).
-        bands: ``label -> (low, high)`` accuracies at ``label``'s x values, shaded in its colour,
-            e.g. the min and max over seeds around their mean (no band where low == high).
+            line (labels missing from ``curves`` are ignored).
+        bands: ``label -> (low, high)`` accuracies at ``label``'s x values, shaded in its colour
+            (no band where low == high).
 
     Raises:
         InputError: no curves.

@@ -139,17 +139,15 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         layer: an attention layer in eval mode.
         x: its real input.
         kind: one of :data:`VALUE_KINDS`: ``"probs"`` (after the softmax), ``"scores"`` (before it,
-            all terms), ``"positional"`` (the positional term only: q.r/sqrt(D_h) for content +
-            learned layers, the whole score for position-only layers) or ``"content"``
-            (q.k/sqrt(D_h) only, content layers). The two terms are the layer's own
+            all terms), ``"positional"`` (q.r/sqrt(D_h), or the whole score of a position-only layer)
+            or ``"content"`` (q.k/sqrt(D_h)): the layer's own
             :meth:`~attncnn.layers.ContentAttention.score_terms`.
 
     Returns:
         ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
 
     Raises:
-        InputError: unknown ``kind``, or a kind the layer does not have (content scores of a
-            position-only layer, positional scores of a plain content layer).
+        InputError: unknown ``kind``, or a kind the layer does not have.
     """
     return layer_values_by_kind(layer, x, (kind,))[kind]
 

@@ -99,11 +99,9 @@ def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tens
 
     Returns:
         ``"center"`` ``(N_h, 2)`` (row, col shift in tokens); ``"inverse_covariance"``
-        ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values
-        (:func:`torch.linalg.eigvalsh` on the symmetric matrix); ``"condition_number"`` ``(N_h,)``
-        (inf when only the smallest eigenvalue is 0, nan when both are, as for ``S = 0``: such a
-        head is degenerate by its largest eigenvalue); and for isotropic layers ``"alpha"``
-        ``(N_h,)``.
+        ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values;
+        ``"condition_number"`` ``(N_h,)`` (inf or nan where eigenvalues are 0); and for isotropic
+        layers ``"alpha"`` ``(N_h,)``.
     """
     with torch.no_grad():
         inv = layer.inverse_covariance.detach().double().cpu()
@@ -165,10 +163,8 @@ def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
 
 
 def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
-    """Exact minimum-cost assignment of every row to a distinct column.
-
-    scipy's :func:`scipy.optimize.linear_sum_assignment` (a shortest-augmenting-path Hungarian
-    method, as in :mod:`attncnn.theory.extract`), checked and returned in the row order.
+    """Exact minimum-cost assignment of every row to a distinct column
+    (:func:`scipy.optimize.linear_sum_assignment`, checked and returned in the row order).
 
     Args:
         cost: ``n x m`` matrix with ``n <= m`` (list of lists or a 2-D tensor); finite entries.
@@ -205,9 +201,8 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
     Returns:
         ``{"kernel_size": K, "distance": mean Euclidean distance (tokens) between the K^2 assigned
         heads and their shifts, "max_distance": the largest of them, "assignment": [[head, row
-        shift, col shift], ...] (0-based heads, sorted by head)}``. With ``N_h > K^2`` the ``N_h -
-        K^2`` heads left out of the optimal assignment are ignored. 0 exactly when the centers
-        contain a ``K x K`` grid.
+        shift, col shift], ...] (0-based heads, sorted by head)}``; heads left out of the optimal
+        assignment are ignored. 0 exactly when the centers contain a ``K x K`` grid.
 
     Raises:
         InputError: wrong shape or ``K^2 > N_h``.

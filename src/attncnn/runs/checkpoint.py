@@ -147,16 +147,14 @@ def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
 
 
 def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> None:
-    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`).
-
-    The parent folder is created if needed. A failure at any point leaves a previous file at
-    ``path`` untouched and removes the temporary file.
+    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`);
+    the parent folder is created if needed.
 
     Raises:
         TypeError: a non-tensor entry in the model state or the extra tensors, or metadata /
             optimizer hyper-parameters that are not JSON serialisable.
         OSError: the folder is not writable or the disk is full (the message names ``path``; its
-            ``errno`` is the system's, ENOSPC for a full disk, also when safetensors reported it).
+            ``errno`` is the system's, ENOSPC for a full disk).
     """
     from safetensors import SafetensorError
     from safetensors.torch import save_file
