@@ -173,12 +173,9 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
 
 
 def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
-    """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``).
-
-    It is the source run's stored recipe (``config.json`` / checkpoint ``config``; an older one's
-    machine fields left out, :func:`~attncnn.runs.config.recipe_from_dict`) with ``layer_heads``
-    added to the model options, ``init_from`` cleared, and ``overrides`` (``epochs``, ``lr``,
-    ``batch_size``, ``data``, ...; None means "keep") on top.
+    """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``):
+    the source run's stored recipe with ``layer_heads`` added to the model options, ``init_from``
+    cleared, and ``overrides`` (None means "keep") on top.
 
     Returns:
         An ``attncnn.runs.TrainConfig``.

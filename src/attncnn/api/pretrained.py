@@ -132,12 +132,9 @@ def _choose(name: str, seed: int, groups: list[list[Path]]) -> tuple[Path | None
 
 
 def list_pretrained(root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
-    """The ``(name, seed)`` of every trained model found (see :func:`model_folders`).
-
-    Names are what :func:`pretrained` takes: the preset alone for the run a preset's name means
-    (its longest finished run, e.g. ``("quadratic-mini", 0)`` for ``results/mini-long``), the path
-    under ``results/`` otherwise (``("mini/quadratic-mini", 0)``, ``("efficiency/gpsa-mini/10pct", 1)``).
-    """
+    """The ``(name, seed)`` of every trained model found (see :func:`model_folders`), named as
+    :func:`pretrained` takes them: the preset alone for a preset's longest run
+    (``("quadratic-mini", 0)``), the path under ``results/`` otherwise (``("mini/quadratic-mini", 0)``)."""
     groups = model_folders(root)
     found = set()
     for base in (base for roots in groups for base in roots):

@@ -189,7 +189,7 @@ DEFAULT_CHECKPOINT = "last"
 
 def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
     """``path`` itself if it is a file, or for a run folder its ``checkpoints/<checkpoint>.safetensors``
-    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``: the final weights).
+    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``).
 
     Args:
         path: a checkpoint file or a run folder.
@@ -197,8 +197,7 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
     Raises:
         FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
-            the checkpoints it holds, or, for a run shipped without its weights, says so and how to
-            train it again: :mod:`attncnn.runs.withheld`).
+            the checkpoints it holds, or says the run was shipped without its weights).
         InputError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)

@@ -19,10 +19,9 @@ log = logging.getLogger(__name__)
 
 def discard_if_unstarted(folder: RunFolder) -> bool:
     """Remove what a new run wrote in ``folder`` (opened ``"new"`` or ``"overwrite"``, its lock held)
-    when it holds no checkpoint and no epoch record (``metrics.jsonl``): ``config.json``,
-    ``machine.json``, TensorBoard events, and the folder itself where ``folder`` created it (an
-    existing folder is left empty), then close ``folder``. Anything else is kept as it is, and a
-    folder opened to resume or read is never touched.
+    when it holds no checkpoint and no epoch record, and the folder itself where ``folder`` created
+    it; then close ``folder``. Anything else is kept, and a folder opened to resume or read is never
+    touched.
 
     Returns:
         True where the run's files were removed.

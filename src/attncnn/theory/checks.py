@@ -202,8 +202,7 @@ def check_model_layer(model: str, *, layer: int = 1, overrides: dict | None = No
                       dtype: str = "float32", images: int = 100, data: str | None = None,
                       data_dir: str | None = None) -> dict:
     """One layer of a network against its closest convolution on the layer's real input
-    (:func:`~attncnn.theory.layer_as_conv`: Theorem 1 in a network, e.g. a conv-initialised model
-    at step 0).
+    (:func:`~attncnn.theory.layer_as_conv`).
 
     Args:
         model: a preset (built at step 0 with ``seed`` and ``overrides``, its model options) or a

@@ -90,21 +90,19 @@ def _single(value, name: str, dims: int) -> int:
 
 class AttentionConv2d(nn.Module):
     """A convolution computed by multi-head self-attention (Theorem 1 and its remarks on padding,
-    stride and dilation).
+    stride and dilation), built by :func:`attention_from_conv2d`.
 
     ``forward`` zero-pads the token grid (``"same"``), applies :attr:`attention` (a
     :class:`~attncnn.layers.QuadraticAttention` with one head per kernel tap), crops the frame of
     ``p = (K // 2) * dilation`` tokens, and keeps every ``stride``-th row and column.
 
-    Built by :func:`attention_from_conv2d`; not meant to be constructed by hand.
-
     Attributes:
         attention: the attention layer (the same class the networks use).
         kernel_size, dilation, stride: the emulated convolution's geometry (ints).
-        padding: ``"same"`` (zero padding of ``p`` on every side, output ``ceil(H / s)``) or
-            ``"valid"`` (no padding, output ``floor((H - 2p - 1) / s) + 1``).
+        padding: ``"same"`` (output ``ceil(H / s)``) or ``"valid"`` (no padding, output
+            ``floor((H - 2p - 1) / s) + 1``).
         exact_channels: output channels the layer reproduces exactly (all of them unless the
-            heads are narrower than both the input and the output; the module docstring).
+            heads are narrower than both the input and the output).
     """
 
     spatial_dims = 2

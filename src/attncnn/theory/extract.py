@@ -138,10 +138,9 @@ class ExtractionReport:
         grid: ``(H, W)`` grid used for centers of non-quadratic heads and for ``target_mass``.
         heads: one :class:`HeadReport` per head.
         max_center_distance: largest ``distance`` over assigned heads (tokens).
-        errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs
-            (None without inputs). A bare layer (no wrapper) is compared with the zero-padded
-            "same" convolution: its border differs by construction (the softmax renormalises
-            over the pixels that exist), so read the ``interior`` entries.
+        errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs (None
+            without inputs). A bare layer is compared with the zero-padded "same" convolution, so
+            its border differs by construction: read the ``interior`` entries.
     """
 
     kernel_size: int
@@ -326,13 +325,11 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         dilation: spacing of the kernel grid in tokens (default the wrapper's, else 1).
         inputs: optional channels-last inputs ``(B, H, W, C_in)`` (1-D wrapper: ``(B, T, C_in)``)
             on which to measure the output error between the layer and the convolution.
-        grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the
-            attention mass on the assigned shift (reference query: token ``(H//2, W//2)``).
-            Default: the inputs' grid, else the learned tables' ``max_size`` square, else the
-            smallest odd square holding every center and shift.
-        assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with
-            N_h != K^2 heads or shifts are left out) or ``"nearest"`` (each head to its nearest
-            shift; heads on the same shift add up).
+        grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the attention
+            mass on the assigned shift (reference query: ``(H//2, W//2)``). Default: the inputs' grid,
+            else the learned tables' square, else the smallest odd square holding every center and shift.
+        assignment: ``"optimal"`` (Hungarian assignment, one head per shift) or ``"nearest"`` (each
+            head to its nearest shift; heads on the same shift add up).
 
     Returns:
         :class:`ExtractedConv` with ``weight (C_out, C_in, K, K)`` (1-D: ``(C_out, C_in, K)``),

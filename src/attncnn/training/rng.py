@@ -59,13 +59,9 @@ def capture_rng(dist: Distributed) -> dict[str, torch.Tensor]:
 
 
 def restore_rng(dist: Distributed, tensors: Mapping[str, torch.Tensor], seed: int, epoch: int, step: int) -> None:
-    """Restore this process's generator states from a checkpoint's tensors.
-
-    A checkpoint without them for this rank (written by fewer processes, or by an older version)
-    cannot continue the same stream: this rank then starts a fresh one from
-    ``(seed, rank, epoch, step)`` and says so, so the run goes on but is no longer bit-identical
-    to an uninterrupted one.
-    """
+    """Restore this process's generator states from a checkpoint's tensors. Where the checkpoint has
+    none for this rank (written by fewer processes), this rank starts a fresh stream from
+    ``(seed, rank, epoch, step)`` and says so: the run is then no longer bit-identical."""
     keys = {name: f"rng.rank{dist.rank}.{name}" for name in _own_states(dist)}
     if all(key in tensors for key in keys.values()):
         torch.set_rng_state(tensors[keys["torch_cpu"]].cpu())

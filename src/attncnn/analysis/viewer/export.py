@@ -148,8 +148,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
         raw: the same images as uint8 ``(B, C, H_img, W_img)`` (drawn under the token grid).
         labels: one label per image (e.g. ``"2"`` for test image 2).
         average_images, average_raw: a batch ``(N, C, H_img, W_img)`` whose maps are averaged
-            (paper Fig. 6: 100 test images); None for no average. Ignored for position-only
-            models, whose maps do not depend on the image.
+            (paper Fig. 6); None for no average. Ignored for position-only models.
         classes: class names for the predicted labels shown in the page.
         batch_size: images per forward pass.
         delta: store the uint8 rows as differences along the keys (smaller files).
@@ -159,8 +158,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
 
     Raises:
         InputError: no attention blocks (ResNet), layers that mix position-only and content
-            attention, layers on different token grids, or ``images``, ``raw`` and ``labels``
-            (or the two average batches) of different lengths.
+            attention, layers on different token grids, or batches of different lengths.
     """
     _check_batches(images, raw, labels, average_images, average_raw)
     layers = attention_layers(model)
