@@ -189,11 +189,9 @@ def _say_unusable_results_env(name: str, chosen: Path) -> None:
 
 def _not_found(name: str, seed: int, roots: list[Path], candidates: list[Path],
                available: list[tuple[str, int]]) -> str:
-    """What :func:`pretrained_path` says of a model it cannot find: what helps most first (a run of
-    it shipped without its weights, :mod:`attncnn.runs.withheld`: how to train it again; the seeds
-    and the names close to ``name`` that are there; how to train a preset none of whose runs is
-    there), then where it looked (``roots``, once each), what is there, and last the three ways to
-    get a trained model (:func:`_ways`)."""
+    """What :func:`pretrained_path` says of a model it cannot find: what helps most first (a run shipped
+    without its weights, close names, how to train a preset), then where it looked, what is there, and
+    the ways to get a trained model (:func:`_ways`)."""
     sentences = [f"no trained model {name!r} seed {seed}."]
     for folder in candidates:           # trained, but shipped without its weights: say so first
         record = read_withheld(folder) if (folder / "finished.json").is_file() else None

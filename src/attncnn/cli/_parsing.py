@@ -116,10 +116,9 @@ def default_text(field: dataclasses.Field) -> str:
 
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        fields_of: type = TrainConfig) -> None:
-    """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`; e.g.
-    :class:`attncnn.training.RunOptions`, whose fields are declared with :func:`attncnn.runs.config.option`
-    too) to ``parser`` or an argument group (destination = the field name); each flag's help is the
-    field's help, followed by its default (:func:`default_text`) unless the help states it."""
+    """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`) to
+    ``parser`` or an argument group (destination = the field name), its help the field's, followed by
+    its default (:func:`default_text`) unless the help states it."""
     hints = typing.get_type_hints(fields_of)
     for field in dataclasses.fields(fields_of):
         extra = {k: v for k, v in field.metadata.items() if k not in ("flag", "help")}

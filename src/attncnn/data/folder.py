@@ -192,12 +192,8 @@ def _too_large(where: str, what: str, limit: int) -> str:
 
 
 def _decode(data: bytes, where: str) -> np.ndarray:
-    """``(H, W, 3)`` uint8 pixels of an encoded image.
-
-    Pillow warns about an image of more than ``PIL.Image.MAX_IMAGE_PIXELS`` pixels and fails on one
-    of more than twice that; both are refused here (such an image is no training image, and the
-    warning alone would let it fill the memory).
-    """
+    """``(H, W, 3)`` uint8 pixels of an encoded image; an image of more than
+    ``PIL.Image.MAX_IMAGE_PIXELS`` pixels is refused (Pillow would only warn)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)

@@ -36,12 +36,8 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 
 def autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
-    """A context that turns autocast off on ``device`` (a no-op context when it is off already).
-
-    Used around position-only score and softmax computations: they are small (``N_h x N x N``
-    at most, independent of the batch), so running them in float32 costs little, whereas autocast
-    would run their matrix products (full-covariance projection, learned per-head keys) in bf16.
-    """
+    """A context that turns autocast off on ``device`` (a no-op context when it is off already), around
+    position-only scores and softmaxes: small, batch-independent, so float32 costs little there."""
     if autocast_dtype(device) is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, enabled=False)

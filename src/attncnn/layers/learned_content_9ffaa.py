@@ -124,8 +124,7 @@ class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
         return self.grid_term(height, width).to(q.dtype).unsqueeze(0)
 
     def bilinear_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Not available: the base class's bilinear form scales by ``sqrt(D_h)`` and folds only a
-        positional term read by the queries, and this layer's is read by per-head key vectors.
+        """Not available: this layer's positional term is read by per-head key vectors, not the queries.
 
         Raises:
             InputError: always (this kind has no bilinear path).

@@ -42,10 +42,9 @@ MIN_SPEEDUP = 1.10
 @contextlib.contextmanager
 def kept_state(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device):
     """Inside, ``model`` and ``optimizer`` may be trained and evaluated; afterwards (after an error
-    too) they are as they were: weights and buffers (copied back in place, so the optimizer's
-    parameters stay the same objects), the optimizer's state and groups, each parameter's ``.grad``,
-    each module's train/eval mode, the attention layers' paths and the model's ``config``; and the
-    torch CPU random state with, on CUDA, ``device``'s."""
+    too) they are as they were: weights and buffers (copied back in place), the optimizer's state and
+    groups, gradients, train/eval modes, the attention layers' paths and the model's ``config``, and
+    the CPU (and ``device``'s CUDA) random state."""
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer_state = copy.deepcopy(optimizer.state_dict())
     grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]

@@ -130,9 +130,8 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
 
 def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
     """One warning per file naming the values a resume passes over because attncnn does not know them:
-    a precision in ``machine.json`` or in an older ``config.json`` (``old``: its machine fields), an
-    attention path in the latter (a hand-edited ``"fp8"`` or ``"warp"``). Known paths an older
-    ``config.json`` stored are passed over by design (this machine chooses its paths) and not named."""
+    a precision in ``machine.json`` or an older ``config.json`` (``old``: its machine fields), or an
+    attention path in the latter."""
     recorded = recorded_precision(folder)
     if recorded is not None and recorded not in ("fp32", "bf16"):
         log.warning("%s records precision %r, which attncnn does not know: ignored, resuming in %s",

@@ -41,9 +41,8 @@ def _isa_limit() -> str | None:
 
 def fast_bf16(device: torch.device) -> bool:
     """True when ``device`` has bfloat16 matrix units: CUDA with bf16 support, or a CPU with
-    AVX512-BF16 or AMX tiles (as oneDNN reports them through ``torch.cpu``) that oneDNN may use: an
-    ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) below ``AVX512_CORE_BF16`` keeps its kernels off
-    them, and bf16 products then run as slowly as on a CPU without them."""
+    AVX512-BF16 or AMX tiles that oneDNN may use (an ``ONEDNN_MAX_CPU_ISA`` below
+    ``AVX512_CORE_BF16`` keeps its kernels off them)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":

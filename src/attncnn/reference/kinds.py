@@ -122,11 +122,9 @@ _QUERY_KEY = tuple((f"{m}.{p}", f"{m}.{p}") for m in ("query", "key") for p in (
 
 
 def _content_in(ref: Tensors, ours: Tensors, heads: int, dim: int) -> None:
-    """BertSelfAttention projects values (``self.value``: D -> D) before the mix and has no map
-    after it but ``attention.output.dense``: ours holds the projection in ``value_in`` and an
-    identity ``value``. With one head ours has no ``value_in`` (heads as wide as the model): then
-    the projection goes after the mix, which gives the same output since each row of
-    probabilities sums to 1."""
+    """BertSelfAttention projects values before the mix (``self.value``) and has no map after it but
+    ``attention.output.dense``: ours holds the projection in ``value_in`` and an identity ``value``;
+    with one head, the projection goes after the mix (the same output, as rows sum to 1)."""
     weight, bias = ref["value.weight"], ref["value.bias"]
     if heads == 1:
         ours["value.weight"], ours["value.bias"] = weight, bias

@@ -358,8 +358,8 @@ class RunFolder:
 
     @staticmethod
     def check_not_in_use(path: str | os.PathLike[str]) -> None:
-        """Fail at once if a live process trains in ``path`` (before a caller spends time loading
-        data for a run it could not write); the lock itself is taken when the folder is opened.
+        """Fail at once if a live process trains in ``path`` (before a caller loads data for a run it
+        could not write).
 
         Raises:
             RunFolderError: naming the holder's pid and host.
@@ -387,8 +387,7 @@ class RunFolder:
 
     @staticmethod
     def resumable_config(path: str | os.PathLike[str]) -> dict:
-        """``config.json`` of a run that ``mode="resume"`` would accept, read without taking its
-        lock (every process of a torchrun job reads it; only rank 0 opens the folder to write).
+        """``config.json`` of a run that ``mode="resume"`` would accept, read without taking its lock.
 
         Raises:
             RunFolderError: the folder or its config.json is missing or unreadable.

@@ -223,10 +223,9 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
 
 def _checked_metadata(path: Path, meta) -> dict:
-    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated, read as a
-    checkpoint of today: the attention paths and the machine fields older checkpoints stored (in
-    ``model_config``, ``config`` and ``"attention_paths"``) left out (:func:`~attncnn.runs.config.recipe_from_dict`);
-    the machine fields of an older ``config`` under :data:`OLD_MACHINE_FIELDS`."""
+    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated and read as a
+    checkpoint of today (:func:`~attncnn.runs.config.recipe_from_dict`); an older ``config``'s machine
+    fields under :data:`OLD_MACHINE_FIELDS`."""
     if not isinstance(meta, dict):
         raise InputError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
     for key, kind in (("arch", str), ("model_config", dict)):
@@ -288,10 +287,8 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
 
 def trained_precision(checkpoint: str | Path, meta: dict) -> str | None:
     """The precision the run of ``checkpoint`` trained at when it started (``"fp32"`` or ``"bf16"``):
-    its run folder's ``machine.json`` (for a checkpoint in ``<run>/checkpoints/``,
-    :func:`~attncnn.runs.machine_file.run_precision`), else the ``"precision"`` an older
-    checkpoint's configuration stored (``meta`` from :func:`load_model`), else None (not known:
-    callers run it in fp32, as runs from before ``--precision`` trained)."""
+    its run folder's ``machine.json`` (:func:`~attncnn.runs.machine_file.run_precision`), else the
+    ``"precision"`` an older checkpoint's configuration stored, else None (not known: run it in fp32)."""
     return precision_source(checkpoint, meta)[0]
 
 
