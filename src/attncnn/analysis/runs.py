@@ -41,9 +41,8 @@ class ImageIndexError(InputError):
 
 def shareable_dataset(metadata: dict, data: str | None = None) -> str | None:
     """The data set of a run as pages and reports meant for sharing show it: its name and content
-    digest (``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``, stored by the trainer as ``dataset_name``),
-    never a local path. ``data``: a data set given on the command line instead (its file name is
-    shown). Runs written before ``dataset_name`` existed show the file name of their ``data``."""
+    digest (``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``), never a local path; ``data``: a data set
+    given on the command line instead (its file name is shown)."""
     if data is None and isinstance(metadata.get("dataset_name"), str):
         return metadata["dataset_name"]
     if data is None:
@@ -136,8 +135,7 @@ def open_run(path: str | Path, *, withheld: bool = False) -> Run:
 
 def run_label(metadata: dict, checkpoint: Path | None = None) -> str | None:
     """What figures, tables and pages call a run: ``"<preset> seed <seed>"`` from its stored
-    configuration (every shipped run folder is named ``seedN``, so folder names tell nothing),
-    followed by the checkpoint's stem for a checkpoint other than ``best``/``last``
+    configuration, followed by the checkpoint's stem for a checkpoint other than ``best``/``last``
     (``"quadratic-mini seed 0 epoch_0003"``). None when the metadata names no preset."""
     config = metadata.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("preset"), str):
@@ -225,8 +223,7 @@ def test_count(run: Run, *, data: str | None = None, data_dir: str | None = None
     """Number of test images of the run's data set (or ``data``), found as :func:`attncnn.data.run_data` says.
 
     Raises:
-        attncnn.data.DataError: the data set cannot be found (a run's own that is not here: the
-            message asks for ``data``, ``--data`` on the command line).
+        attncnn.data.DataError: the data set cannot be found.
     """
     stored = run.metadata.get("config", {})
     dataset = load_dataset(run_data(stored.get("data"), data, run=run.path),

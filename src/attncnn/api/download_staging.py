@@ -99,8 +99,8 @@ def remove_stale_staging(root: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def staging_folder(root: Path) -> Iterator[Path]:
-    """A new, empty ``root/.download-<random>`` folder, locked as this process's while the block
-    runs and removed with its lock file afterwards (when it was not renamed into place).
+    """A new, empty ``root/.download-<random>`` folder, locked while the block runs and removed with its
+    lock file afterwards (unless renamed into place).
 
     Raises:
         OSError: ``root`` is not writable (the caller names the cache and the fix).

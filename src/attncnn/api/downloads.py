@@ -166,8 +166,8 @@ def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float, deadli
 
 
 def _move_into_place(staging: Path, target: Path, files: dict) -> bool:
-    """Rename the checked ``staging`` folder to ``target``; a ``target`` that is not complete (an
-    older or damaged copy) is replaced, a complete one (another process's download) kept.
+    """Rename the checked ``staging`` folder to ``target``, replacing an incomplete ``target`` and
+    keeping a complete one (another process's download).
 
     Returns:
         True where this call put its folder in place, False where it kept another download's copy.

@@ -182,9 +182,8 @@ def time_compile(model: nn.Module, optimizer: torch.optim.Optimizer, images: tor
 def measure_compile(model: nn.Module, optimizer: torch.optim.Optimizer, *, image_shape: tuple[int, int, int],
                     num_classes: int, batch: int, precision: str, device: torch.device, steps: int) -> bool:
     """Whether the run compiles, timed on ``model`` and ``optimizer`` themselves with random images of
-    ``(batch, *image_shape)`` and labels below ``num_classes`` (:func:`time_compile`, :func:`pays_back`
-    over ``steps``). The caller puts their state back (:func:`kept_state`). A compiler that fails
-    here means False, with a warning."""
+    ``(batch, *image_shape)`` (:func:`time_compile`, :func:`pays_back` over ``steps``); a compiler
+    that fails here means False, with a warning. The caller puts their state back (:func:`kept_state`)."""
     images = torch.randn(batch, *image_shape, device=device)
     labels = torch.randint(0, num_classes, (batch,), device=device)
     model.train()

@@ -28,11 +28,8 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 
 def model_options(config: dict, entry: ReferenceKind, heads: list[int], num_classes: int) -> dict:
-    """Our ``ImageTransformerConfig`` keywords for a reference configuration (``num_classes`` included).
-
-    A pruned reference model (``prune_degenerated_heads``: layers keep different head counts) gets
-    ``layer_heads``; ``num_heads`` stays the configuration's.
-    """
+    """Our ``ImageTransformerConfig`` keywords for a reference configuration (``num_classes`` included;
+    ``layer_heads`` for a pruned reference model)."""
     num_heads = int(config["num_attention_heads"])
     options = {"attention": entry.kind, "num_layers": int(config["num_hidden_layers"]), "num_heads": num_heads,
                "dim": int(config["hidden_size"]), "mlp_dim": int(config["intermediate_size"]),

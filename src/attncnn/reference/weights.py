@@ -89,11 +89,9 @@ def to_ours(state: dict, entry: ReferenceKind, heads: list[int], dim: int) -> di
 
 
 def to_reference(ours: dict, entry: ReferenceKind, config) -> dict[str, torch.Tensor]:
-    """The reference ``model_state_dict`` for our state dict ``ours`` of a network with
-    configuration ``config`` (an :class:`~attncnn.models.ImageTransformerConfig`), with the
-    buffers the reference's ``state_dict`` holds (``attention_mask``, per kind) and without the
-    ``R`` buffers its ``store_checkpoint`` drops. Tensors are the same objects where names alone change.
-    """
+    """The reference ``model_state_dict`` for our state dict ``ours`` of a network with configuration
+    ``config``, with the buffers the reference's ``state_dict`` holds and without those its
+    ``store_checkpoint`` drops."""
     ref: dict[str, torch.Tensor] = {"attention_mask": torch.tensor(1.0)}
     ref.update({r: ours[o] for o, r in TOP_RENAMES[:2]})
     for i in range(config.num_layers):

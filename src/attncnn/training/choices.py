@@ -38,10 +38,9 @@ def use_paths(model: nn.Module, impl: str | None, eval_impl: str | None) -> None
 
 
 def choose_on(plan: RunPlan, state, dataset, train_loader, test_loader) -> RunPlan:
-    """``plan`` with what it leaves open decided on the run's real objects (``state``: the
-    :class:`~attncnn.training.state.TrainState`; the loaders' lengths and batch sizes are read,
-    nothing is drawn from them), the network put on the decided paths; ``plan.decided()`` where
-    it has no chooser."""
+    """``plan`` with what it leaves open decided on the run's real objects (``state``; the loaders'
+    lengths and batch sizes are read), the network put on the decided paths; ``plan.decided()``
+    where it has no chooser."""
     if plan.choose is None:
         return plan.decided()
     config, schedule = state.config, state.schedule

@@ -225,11 +225,8 @@ class Distributed:
         return result
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel` (which averages the
-        gradients over the processes during ``backward``), or ``model`` itself for one process.
-
-        Construction broadcasts rank 0's weights and buffers, so it is a collective too.
-        """
+        """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel` (a collective: it broadcasts
+        rank 0's weights and buffers), or ``model`` itself for one process."""
         if not self.enabled:
             return model
         device_ids = [self.device.index] if self.device.type == "cuda" else None

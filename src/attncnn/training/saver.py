@@ -34,11 +34,8 @@ def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] =
 
 
 class Saver:
-    """Writes ``state``'s checkpoints into ``run`` and remembers the newest ``last`` one.
-
-    Every process calls the same methods (the checkpoint gathers random states and sums from all
-    of them); rank 0 alone writes. Writes are atomic: a failure leaves the previous file intact.
-    """
+    """Writes ``state``'s checkpoints into ``run`` and remembers the newest ``last`` one. Every process
+    calls the same methods; rank 0 alone writes, atomically."""
 
     def __init__(self, run: MainProcessRunFolder, state: TrainState, repeat: tuple[str, ...] = ()) -> None:
         self.run, self.state = run, state
