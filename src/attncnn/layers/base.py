@@ -223,9 +223,8 @@ class GridAttention(nn.Module):
         raise NotImplementedError
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
-        """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``,
-        or None when it can (every path of the base classes; a path built on a kernel that some
-        devices lack says so here, and the path choice leaves it out there)."""
+        """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``, or
+        None when it can (the path choice leaves such paths out)."""
         return None
 
     def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
@@ -263,9 +262,8 @@ class GridAttention(nn.Module):
         return self.projected_values(x)
 
     def projected_values(self, x: torch.Tensor) -> torch.Tensor | None:
-        """Per-head values ``(B, N_h, H*W, D_h)`` of the projection ``value_in``, or None when heads
-        are as wide as the model (every head averages the tokens themselves: the products in
-        :mod:`~attncnn.layers.mixing` then read the tokens once for all heads)."""
+        """Per-head values ``(B, N_h, H*W, D_h)`` of the projection ``value_in``, or None when heads are
+        as wide as the model (every head then averages the tokens themselves)."""
         if self.value_in is None:
             return None
         b, h, w, _ = x.shape

@@ -201,9 +201,8 @@ class GatedPositionalAttention(QueryKeyAttention):
         return "explicit-half" if impl == "explicit-half" else "sdpa"
 
     def _split_mix(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
-        """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``)
-        or written out (explicit-half, :meth:`forward`); P is applied to the whole batch as one
-        matrix product (never expanded over it)."""
+        """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``) or
+        written out (explicit-half); P applied to the whole batch as one product."""
         h, w = x.shape[1], x.shape[2]
         dtype = matmul_dtype(x)
         q, k = self.queries_keys(x)

@@ -80,11 +80,8 @@ def quadratic_features(height: int, width: int, device: torch.device | str = "cp
 
 @_cached
 def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Shifts along one axis, ``out[i, k] = k - i``: ``(length, length)`` int64.
-
-    Used to index learned per-axis tables of ``2*max_size - 1`` rows (shift ``d`` -> row
-    ``d + max_size - 1``).
-    """
+    """Shifts along one axis, ``out[i, k] = k - i``: ``(length, length)`` int64 (shift ``d`` indexes
+    row ``d + max_size - 1`` of a learned per-axis table)."""
     if length < 1:
         raise InputError(f"axis length must be positive, got {length}")
     idx = torch.arange(length, device=device)

@@ -120,8 +120,7 @@ class ImageTransformerConfig:
 
     def _check_foreign_options(self, layer_class: type) -> None:
         """An option that another kind owns exclusively (its ``EXCLUSIVE_KEYS``, e.g. GPSA's
-        ``freeze_gate``), set away from its default: ValueError naming it. (Other kinds' options,
-        such as ``max_size``, are ignored by kinds that do not take them.)"""
+        ``freeze_gate``), set away from its default: ValueError naming it."""
         own = set(layer_class.CONFIG_KEYS)
         for key in sorted({k for cls in ATTENTION_LAYERS.values() for k in cls.EXCLUSIVE_KEYS} - own):
             default = type(self).__dataclass_fields__[key].default

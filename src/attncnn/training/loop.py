@@ -186,8 +186,7 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
 
 def _segment(state: TrainState, plan: RunPlan, dataset) -> dict:
     """This process's segment of ``machine.json`` as it starts (:mod:`attncnn.runs.machine_file`):
-    where it starts, how the plan runs it (a compiled one with its ``compile_mode``), and each
-    attention layer's path in training and in test passes."""
+    where it starts, how the plan runs it, and each attention layer's paths."""
     segment = {"epochs": [state.epoch + 1, state.epoch], "start": {"epoch": state.epoch, "step": state.step},
                "device": str(state.dist.device), "precision": plan.precision, "compiled": plan.compile,
                **({"compile_mode": plan.compile_mode} if plan.compile else {}),

@@ -21,8 +21,7 @@ log = logging.getLogger(__name__)
 
 def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] = ()) -> str:
     """The shell command that continues the run in ``run_path`` (under torchrun when it ran there),
-    with ``options``: the run-time flags this run was given (e.g. ``--device cpu --compile``), which
-    the run's ``config.json`` does not hold."""
+    with ``options``, the run-time flags this run was given."""
     command = shlex.join(["attncnn", "train", "--resume", str(run_path), *options])
     if not dist.enabled:
         return command
