@@ -59,8 +59,7 @@ def _owner_gone(lock: Path) -> int | None:
 
 def remove_stale_staging(root: Path) -> list[Path]:
     """Remove the temporary download folders under ``root`` that no live download writes; returns
-    those removed. Errors (a folder another process removes at the same moment, no permission) are
-    ignored: a stale folder costs disk space, never correctness."""
+    those removed (errors are ignored: a stale folder only costs disk space)."""
     removed: list[Path] = []
     try:
         entries = [p for p in root.iterdir() if p.name.startswith(STAGING_PREFIX)]

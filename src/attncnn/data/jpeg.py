@@ -71,8 +71,7 @@ def _first_jpeg(path: Path) -> bytes | None:
 
 def jpeg_encoding(path: str | os.PathLike[str]) -> JpegEncoding | None:
     """The encoding of the data set at ``path`` (an image zip or folder), read from one of its JPEG
-    files: None where it holds no JPEG file or the file cannot be read (the data set's own loader
-    reports unreadable files; this only describes)."""
+    files; None where it holds none or the file cannot be read."""
     try:
         data = _first_jpeg(Path(path))
         if data is None:

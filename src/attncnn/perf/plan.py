@@ -148,9 +148,8 @@ def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
 
 
 def _log_removed_paths(folder: str | Path, old: dict) -> None:
-    """One log line where the run's files name an attention path this version no longer has (its
-    last ``machine.json`` segment, or an older ``config.json``'s model options ``old``): it
-    continues on the path the rule (or ``--impl``) gives, which computes the same function."""
+    """One log line where the run's files name an attention path this version no longer has: it
+    continues on the rule's (or ``--impl``'s) path, which computes the same function."""
     recorded = (last_segment(folder) or {}).get("attention_paths")
     named = [old.get("impl"), old.get("eval_impl")]
     if isinstance(recorded, dict):

@@ -96,9 +96,8 @@ def _safetensors_dtype(dtype: torch.dtype) -> str:
 
 
 def _header_digest(metadata: dict[str, str], dtypes: dict[str, str]) -> str:
-    """``"sha256:<hex>"`` over the header metadata (every entry but ``header_digest`` itself) and
-    each tensor's safetensors dtype name. Shapes and bytes are covered by ``metadata["digest"]``,
-    which is one of the entries, so together the two digests cover everything a load reads."""
+    """``"sha256:<hex>"`` over the header metadata (every entry but ``header_digest`` itself, the tensor
+    digest included) and each tensor's safetensors dtype name."""
     covered = {key: value for key, value in metadata.items() if key != "header_digest"}
     text = json.dumps({"metadata": covered, "dtypes": dtypes}, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()

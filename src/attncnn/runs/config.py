@@ -188,8 +188,7 @@ def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
 
 def without_paths(model: dict) -> dict:
     """Model options (a checkpoint's ``"model_config"``, a recipe's ``"model"``) without the attention
-    paths (:data:`PATH_OPTIONS`) that older checkpoints stored: a network loads with the fastest exact
-    path for the device it lands on (``impl="auto"``, the layers' own rule)."""
+    paths (:data:`PATH_OPTIONS`) that older checkpoints stored."""
     return {k: v for k, v in model.items() if k not in PATH_OPTIONS}
 
 
@@ -210,8 +209,7 @@ def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig
 
 def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
     """The ``"model"`` entry of a configuration read from ``source``, checked key by key against its
-    preset's network, so that its errors name the file too (an unknown preset is left to
-    :class:`TrainConfig`, which names it)."""
+    preset's network, so that its errors name the file too."""
     preset = PRESETS.get(values.get("preset", TrainConfig.preset))
     if preset is not None and isinstance(values.get("model"), dict):
         check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
