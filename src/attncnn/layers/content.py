@@ -144,14 +144,12 @@ class QueryKeyAttention(GridAttention):
 class ContentAttention(QueryKeyAttention):
     """Plain content-based multi-head attention, no positional information (for ablations).
 
-    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only). With mean pooling this model
-    sees a bag of tokens. Subclasses add a positional term by overriding :meth:`positional_term`
-    (and setting :attr:`has_positional_term`); :meth:`score_terms` gives both terms to the
-    analysis tools.
+    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only). Subclasses add a positional term by
+    overriding :meth:`positional_term` (and setting :attr:`has_positional_term`); :meth:`score_terms`
+    gives both terms to the analysis tools.
 
     Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``,
-    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring; the ``"bilinear"`` path is
-    learned relative attention's, :mod:`~attncnn.layers.learned_content`).
+    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring).
     """
 
     KINDS = ("content",)
@@ -253,8 +251,7 @@ class ContentAttention(QueryKeyAttention):
 
     def positional_vectors(self, height: int, width: int) -> torch.Tensor | None:
         """The vectors the queries meet in :meth:`positional_term`, ``(N_h, D_h, S)``, or None (none
-        here). A subclass with a positional term linear in the queries returns them, with
-        :meth:`positional_queries` and :meth:`positional_keys` (the bilinear path)."""
+        here); with :meth:`positional_queries` and :meth:`positional_keys`, the bilinear path's."""
         return None
 
     def positional_queries(self, products: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, ...]:

@@ -186,9 +186,8 @@ class LearnedRelativeContentAttention(ContentAttention):
     # -- the bilinear path's positional columns (ContentAttention.bilinear_scores) -------------
 
     def positional_vectors(self, height: int, width: int) -> torch.Tensor:
-        """The table rows the queries meet, ``(N_h, D_h, (2H-1) + (2W-1))``: for every row shift the
-        row table's entry on the query's first half (zeros on the second), then likewise for every
-        column shift on the second half; the same for every head (the tables are shared).
+        """The table rows the queries meet, ``(N_h, D_h, (2H-1) + (2W-1))``: for every row shift the row
+        table's entry on the query's first half, then every column shift's on the second half.
 
         Raises:
             InputError: ``height`` or ``width`` exceeds ``max_size``.
