@@ -63,8 +63,9 @@ def softmax_in(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     the value products run in (:func:`matmul_dtype`).
 
     Scores already in ``dtype`` go through one softmax that computes in float32 and writes ``dtype``
-    directly, with autocast off around it, so no float32 copy of the map is kept for the backward
-    (the ``explicit-half`` paths). Other scores take a softmax in :func:`score_dtype`, then one cast.
+    directly, with autocast off around it (CUDA's autocast would write float32), so no float32 copy of
+    the map is kept for the backward (the ``explicit-half`` paths). Other scores take a softmax in
+    :func:`score_dtype`, then one cast.
     """
     if scores.dtype == dtype:
         # Autocast off: CUDA's autocast runs softmax in float32 and would write float32 probabilities

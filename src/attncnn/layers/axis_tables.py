@@ -58,7 +58,8 @@ class AxisTables:
     def local_init_tables_(self, shifts: torch.Tensor, alpha: float) -> None:
         """Lemma 2 inside the learned encoding: columns 0-2 of both axis tables become ``(d^2, d, 1)``
         for the shift d on that axis, the other columns 0; the head keys get ``(-alpha, 2 alpha
-        Delta_a, -alpha Delta_a^2)`` on those columns (the rest keeps its random values), so the row
+        Delta_a, -alpha Delta_a^2)`` on those columns (the rest keeps its random values, so the zero
+        table columns receive gradients), so the row
         term is ``-alpha (d_1 - Delta_1)^2`` and the column term ``-alpha (d_2 - Delta_2)^2``.
 
         Raises:

@@ -3,7 +3,7 @@
 Every layer maps a channels-last grid ``(B, H, W, D)`` to ``(B, H, W, D_out)``. Each of the N_h
 heads averages value vectors of width ``head_dim`` with its own attention map; the averages are
 concatenated and mapped by one linear layer ``value`` (``N_h*head_dim -> D_out``). With the paper's
-``head_dim = D`` there is no projection before the average: ``value`` holds the folded matrices
+``head_dim = D`` (as the reference code) there is no projection before the average: ``value`` holds the folded matrices
 ``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``); otherwise a
 projection ``value_in: D -> N_h*head_dim`` comes first.
 
@@ -39,7 +39,7 @@ def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, modu
     """Refuse an input whose dtype the products with ``parameter`` cannot take, before PyTorch
     answers with "mat1 and mat2 must have the same dtype" from deep inside the forward. Under
     :func:`torch.autocast` on the input's device, float32/float16/bfloat16 inputs and parameters mix
-    freely; float64 on either side does not.
+    freely; float64 on either side does not (autocast leaves float64 alone).
 
     Args:
         x: the input tensor.

@@ -12,17 +12,21 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
 * ``"explicit"``: the scores ``(B, N_h, N, N)`` materialised, a float32 softmax, the per-image
   product (:func:`~attncnn.layers.mixing.mix_per_image`); the plain formula.
 * ``"explicit-half"``: the same, except that under mixed precision the softmax (computed in
-  float32) writes its probabilities in bf16: the same forward output, less memory traffic.
+  float32) writes its probabilities in bf16: the same forward output (they were rounded to bf16
+  before the value product either way), less memory traffic; the backward reads the rounded ones.
 * ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` with the positional term
   as ``attn_mask``; ``q.k`` and its softmax run in float32 inside the fused kernel.
 * ``"bilinear"``: ``explicit-half`` with its scores through the query-key bilinear form
   (:mod:`~attncnn.layers.bilinear`): queries and keys are never formed.
 * ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``),
-  else ``"sdpa"`` (``benchmarks/results/attention-paths.md``). Learned relative attention adds
+  else ``"sdpa"`` (there the probabilities are smaller than the per-head vectors a fused kernel
+  needs; ``benchmarks/results/attention-paths.md``). Learned relative attention adds
   paths and a rule of its own (:mod:`~attncnn.layers.learned_content`).
 
 Mixed precision (bf16 autocast): queries, keys, ``q.k`` and the value products run in bf16
-(float32 accumulation), the explicit scores are rounded to bf16, the softmax computes in float32.
+(float32 accumulation), the explicit scores are rounded to bf16, the softmax computes in float32
+(a float32 ``q.k`` would cost several times more for an error of the same order: rounding ``q`` and
+``k`` to bf16 already moves the scores as much).
 """
 
 from __future__ import annotations
@@ -144,7 +148,8 @@ class QueryKeyAttention(GridAttention):
 class ContentAttention(QueryKeyAttention):
     """Plain content-based multi-head attention, no positional information (for ablations).
 
-    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only). Subclasses add a positional term by
+    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only): with mean pooling this model sees a
+    bag of tokens. Subclasses add a positional term by
     overriding :meth:`positional_term` (and setting :attr:`has_positional_term`); :meth:`score_terms`
     gives both terms to the analysis tools.
 

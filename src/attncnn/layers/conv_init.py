@@ -103,7 +103,8 @@ def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> tor
 
     Raises:
         InputError: a layer without a positional term, ``N_h`` not the square of an odd number,
-            alpha not positive and finite, or tables too narrow (the layer's own
+            alpha not positive and finite, or tables too narrow (learned: ``table_dim < 3``;
+            learned-content: ``head_dim < 6``; the layer's own
             :meth:`~attncnn.layers.GridAttention.local_init_` says which).
     """
     if not (alpha > 0 and math.isfinite(alpha)):
@@ -125,8 +126,9 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
     of ``value``, so ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)``
     (``h = u*K + v``) and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer
     output is ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside
-    the grid (at the border the softmax renormalises over the keys that exist). GPSA layers equal it
-    only through their positional part (weight ``g_h``).
+    the grid (at the border the softmax renormalises over the keys that exist; pad with zero tokens
+    and crop to match zero padding). GPSA layers equal it only through their positional part (weight
+    ``g_h``); the content part adds ``(1 - g_h)`` of a content average.
 
     Args:
         layer: an attention layer with ``N_h = K^2`` heads and ``head_dim == dim``.

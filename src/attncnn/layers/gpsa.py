@@ -176,7 +176,8 @@ class GatedPositionalAttention(QueryKeyAttention):
         Raises:
             ValueError: wrong rank or channel count.
 
-        Paths: with ``return_attention``, dropout in training, or ``impl="explicit"``, the gated map
+        Paths: with ``return_attention``, dropout in training (one mask on the gated map, which does
+        not split between the two parts), or ``impl="explicit"``, the gated map
         ``(B, N_h, N, N)`` is built and applied per image. Otherwise the two parts are applied apart,
         ``(1 - g) (C v) + g (P v)`` (skipping the renormalisation, a no-op in exact arithmetic), with P
         applied to the whole batch at once and ``C v`` through SDPA (``"sdpa"``, ``"auto"``) or written

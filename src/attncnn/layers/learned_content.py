@@ -4,7 +4,8 @@
 Score: ``(q . k + q . r_delta) / sqrt(D_h)`` (paper eq. 8, terms 1-2), with r_delta = [e_row(delta_1);
 e_col(delta_2)] from two tables of width ``D_h/2`` (:func:`~attncnn.layers.relative.table_rows`),
 read by each query's two halves, and no per-head key vectors: 29,484,282 parameters at the paper's
-size, Table 1's 29.5 M. The reference repository (9ffaa30) has another form instead,
+size, Table 1's 29.5 M. The reference repository (epfml/attention-cnn at 9ffaa30) has another
+form instead, ``Learned2DRelativeSelfAttention`` with scores ``w . r_delta + q . k / sqrt(D)``,
 ``learned-content-9ffaa`` (:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in
 a fork of it.
 
@@ -95,7 +96,8 @@ class LearnedRelativeContentAttention(ContentAttention):
         half ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against table columns
         ``(d^2, d, 1)``, likewise on the column half. The key weight rows of those 6 coordinates are set
         to 0, so ``q_h . k_h`` is the same for every key and cancels in the softmax, while
-        ``q_h . r_delta / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly.
+        ``q_h . r_delta / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly. (Leaving the key map untouched
+        would not cancel: ``c_h . W_key x_k`` varies with k.)
 
         Raises:
             InputError: heads too narrow for the 6 coordinates, or a layer without query bias.
@@ -216,7 +218,8 @@ class LearnedRelativeContentAttention(ContentAttention):
     def path(self, height: int = 0, width: int = 0) -> str:
         """The path :meth:`forward` takes without probabilities on an ``height x width`` grid (0: the
         tables' largest, ``max_size``): the mode's ``impl``, with ``"auto"`` resolved, for heads as wide
-        as the model, to ``"bilinear"`` where ``D >= 2 (S + 1)`` with ``S = (2H - 1) + (2W - 1)`` table
+        as the model, to ``"bilinear"`` where folding the query map saves at least a quarter of the
+        query and key maps' multiply-adds, ``D >= 2 (S + 1)`` with ``S = (2H - 1) + (2W - 1)`` table
         rows met, else ``"explicit-onehot"``; for narrower heads ``"sdpa"``
         (``benchmarks/results/attention-paths.md``)."""
         if self.mode_impl != "auto":

@@ -6,12 +6,15 @@ Score of head h for the query at ``(i, j)`` and the key at ``(k, l)`` (``delta =
     ``A = w_row^(h) . e_row(k - i) + w_col^(h) . e_col(l - j) + q_h . k_h / sqrt(D)``
 
 paper eq. 8, terms 1 and 4, where the content term is divided by the model width ``D`` (the
-reference's heads are always ``D`` wide) and the positional term is not scaled. The tables are
-``table_dim`` wide per axis (default ``D``, as the reference): 29,601,882 parameters at the
+reference's ``hidden_size``; its heads are always ``D`` wide) and the positional term is not scaled.
+The tables are ``table_dim`` wide per axis (default ``D``, the reference's
+``position_encoding_size = hidden_size``): 29,601,882 parameters at the
 paper's size, 117,600 more than ``learned-content`` (the q.r form).
 
-Unlike the reference's code (not its function): ``row_*`` here is the shift along image rows, which
-the reference names the other way round (limiting it to square grids); this layer takes any grid up
+Unlike the reference's code (not its function): ``row_*`` here is the shift along image rows
+(delta_1), ``col_*`` along image columns (delta_2); the reference names them the other way round
+(its ``row_embeddings``/``head_keys_row`` score the shift along image columns), which also limits
+it to square grids; this layer takes any grid up
 to ``max_size`` on each axis. Its forward ignores the reference's ``attention_mask`` argument, as
 the reference's layer does.
 

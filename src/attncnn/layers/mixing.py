@@ -214,6 +214,7 @@ def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, 
 
     Returns:
         ``(B, H, W, D_out)`` in ``dtype``; only the order of the sums differs from
-        ``value(mix_shared(...))``. The ``value`` module is not called (its hooks do not fire).
+        ``value(mix_shared(...))``; under bf16 the input gradient sums the heads' products in bf16.
+        The ``value`` module is not called (its hooks do not fire).
     """
     return _FoldedMix.apply(probs, tokens, weight, bias, dtype)

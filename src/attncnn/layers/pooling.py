@@ -1,5 +1,6 @@
 """Space-to-depth (the paper's "invertible pooling" of width 2, after i-RevNet) and its inverse, on channels-last grids.
 
+The paper flattens every non-overlapping 2x2 patch of the image into a token (Jacobsen et al. 2018).
 A token holds ``x[i*s + a, j*s + b, c]`` at channel ``(a*s + b)*C + c`` (row in patch, column in
 patch, channel): a fixed permutation that the following linear layer absorbs.
 """

@@ -5,13 +5,14 @@ For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
   ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
-  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation);
+  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation, reference ``GaussianSelfAttention``);
 * full covariance (the paper's appendix): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
   ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
 
 These differ from the dot-product form of eq. (9) by a term constant in k, which the softmax
-cancels. The probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the
-keys inside the grid (no padding), as in the reference code.
+cancels; the squared distance is computed directly because it is better conditioned. The
+probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the keys inside
+the grid (no padding), as in the reference code.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ class QuadraticAttention(PositionalAttention):
         dim: token width D.
         num_heads: number of heads N_h (9 in the paper: one per shift of a 3x3 kernel).
         full_covariance: learn a full 2x2 ``Sigma^-1 = S S^T`` per head instead of one alpha.
-        center_init_std: std of the center initialisation, per coordinate (reference: 2.0).
+        center_init_std: std of the center initialisation, per coordinate (reference: 2.0;
+            the paper writes N(0, 2 I), i.e. std 1.41).
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
         head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.GridAttention` and
@@ -132,6 +134,7 @@ class QuadraticAttention(PositionalAttention):
         (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
         centers, spreads = self._score_parameters()
         # the score depends on the shift alone: computed once per distinct shift, then gathered
+        # (S = (2H-1)(2W-1), 961 for 16x16 tokens instead of 65,536 pairs, forward and backward)
         shifts, index = distinct_offsets(height, width, centers.device, centers.dtype)  # (S, 2), (N, N)
         diff = shifts[None] - centers[:, None, :]                                 # (N_h, S, 2)
         if self.full_covariance:

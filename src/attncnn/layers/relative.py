@@ -69,7 +69,8 @@ def quadratic_features(height: int, width: int, device: torch.device | str = "cp
 
     Isotropic (paper eq. 9): ``r = (|delta|^2, delta_1, delta_2)``, shape ``(H*W, H*W, 3)``.
     Generalised (the paper's appendix): ``r = (delta_1, delta_2, delta_1^2, delta_2^2, delta_1*delta_2)``,
-    shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets` instead.
+    shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets` instead
+    (a squared distance is better conditioned than this dot-product form).
     """
     d = relative_offsets(height, width, device, dtype)
     d1, d2 = d[..., 0], d[..., 1]

@@ -151,7 +151,8 @@ _UNKNOWN = object()
 def read_reference_config(config: str | os.PathLike[str] | dict) -> tuple[dict, str]:
     """A reference configuration as a dict, and where it came from (the file, or ``"given"``),
     each value of a known key checked against the type of the reference's default. The YAML loader
-    refuses aliases before they are expanded, and files over :data:`MAX_CONFIG_BYTES`.
+    refuses aliases before they are expanded (nested aliases can expand a kilobyte into gigabytes;
+    the reference writes none), and files over :data:`MAX_CONFIG_BYTES`.
 
     Raises:
         MissingFileError: no such file.

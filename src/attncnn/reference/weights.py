@@ -1,6 +1,7 @@
 """Tensor names between the reference's ``BertImage`` and our :class:`~attncnn.models.ImageTransformer`.
 
-Both are the same network (the stem's features ordered (dy, dx, c) on both sides), so most tensors
+Both are the same network (post-LN blocks, the stem's features ordered (dy, dx, c) on both sides,
+mean pooling, a linear head), so most tensors
 copy under another name:
 
 =====================================================  ==========================================
@@ -16,8 +17,9 @@ reference (``model_state_dict``)                       ours (``ImageTransformer.
 ``encoder.layer.i.attention.self.*``                   ``blocks.i.attention.*`` (per kind: :mod:`.kinds`)
 =====================================================  ==========================================
 
-The reference's buffers (``attention_mask``, ``relative_indices``) carry nothing ours needs; its
-Gaussian layers' ``R`` is not in its checkpoints. On the way out they are written as its
+The reference's buffers (``attention_mask``, a scalar 1.0 added to content scores, which the softmax
+ignores; ``relative_indices``) carry nothing ours needs; its Gaussian layers' ``R`` is not in its
+checkpoints (``store_checkpoint`` drops every key containing ``self.R``). On the way out they are written as its
 ``state_dict`` holds them.
 """
 

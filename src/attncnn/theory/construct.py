@@ -51,8 +51,9 @@ def default_alpha(dtype: torch.dtype) -> float:
     run in (:func:`~attncnn.layers.autocast_rules.score_dtype`): 87.34 for float32, bfloat16 and
     float16, 708.40 for float64. A head's score is ``-alpha |delta - Delta|^2``: 0 on the target key
     and at most ``-alpha`` elsewhere (integer lattice), so every off-target weight is at most about
-    ``tiny``; over any grid of fewer than ``eps / (2 tiny)`` tokens their sum is below half an ulp of 1,
-    so the target probability is exactly 1 and the layer flushes the others to 0. Scores cannot
+    ``tiny`` (up to the rounding of the stored ``s = sqrt(2 alpha)``: a factor 1.5 in bfloat16);
+    over any grid of fewer than ``eps / (2 tiny)`` tokens their sum is below half an ulp of 1, so
+    the target probability is exactly 1 and the layer flushes the others to 0. Scores cannot
     overflow for any grid that fits in memory.
 
     Args:

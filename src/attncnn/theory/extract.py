@@ -328,7 +328,8 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the attention
             mass on the assigned shift (reference query: ``(H//2, W//2)``). Default: the inputs' grid,
             else the learned tables' square, else the smallest odd square holding every center and shift.
-        assignment: ``"optimal"`` (Hungarian assignment, one head per shift) or ``"nearest"`` (each
+        assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with N_h != K^2 heads
+            or shifts are left out) or ``"nearest"`` (each
             head to its nearest shift; heads on the same shift add up).
 
     Returns:

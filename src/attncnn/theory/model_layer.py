@@ -3,7 +3,8 @@
 :func:`layer_as_conv` (``attncnn theorem --model quadratic-conv-mini``) feeds real images through
 the model up to the chosen layer, extracts the closest convolution from the layer
 (:func:`conv_from_attention`) and measures the output difference on the layer's own input. With
-ConViT's alpha 1.0 the layer is a blurred convolution; at alpha >= 87.4 the interior error is
+ConViT's alpha 1.0 a head puts only 0.32 of an interior query's attention on its target token (a
+blurred convolution); at alpha >= 87.4 the interior error is
 rounding only (:func:`~attncnn.theory.default_alpha`). At the border the layer renormalises over
 the tokens that exist while the convolution reads zero padding, so the ``interior`` entries are
 the theorem's claim. A trained checkpoint shows how far its layer has moved from any convolution.
@@ -34,7 +35,8 @@ class LayerCheck:
         init: the model's ``init`` option and alpha its ``locality_strength`` (None without them).
         conv: the extracted convolution, with its per-head report and output errors.
         lemma2_off_target: Lemma 2's bound on the attention mass off the target token for an
-            interior query at the configured alpha (None without a conv init).
+            interior query at the configured alpha (None without a conv init); ``1 - target_mass``
+            in each head's report is the measured value.
     """
 
     layer: int
