@@ -6,22 +6,27 @@ reads them; without them nothing here creates a process group and training is si
 
 The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`):
 
-* ``batch_size`` is the *global* batch: each of the W processes trains on ``batch_size / W``
-  examples per step (:func:`per_process_batch`) and DDP averages the gradients.
+* ``batch_size`` is the *global* batch (the paper's 100): each of the W processes trains on
+  ``batch_size / W`` examples per step (:func:`per_process_batch`) and DDP averages the gradients,
+  so one step is the same SGD step as one process with the whole batch.
 * Only rank 0 writes files (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`); each
   write is followed by a collective in which rank 0 reports success, so a failed write stops every
   process at the same point.
 * Stop requests and NaN losses are agreed with a collective at points every process reaches in the
   same order (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`): a signal is honoured
   within ``loop.SYNC_EVERY`` steps (torchrun's ``--shutdown-timeout`` must cover them).
-* Ranks > 0 reseed torch's generator from ``(seed, rank)`` after the weight initialisation;
+* Each process draws its own dropout masks: ranks > 0 reseed torch's generator from ``(seed, rank)``
+  after the (identical) weight initialisation;
   checkpoints carry every rank's generator state (:mod:`attncnn.training.rng`).
 
 NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU. Limits: a process that
 dies outside the agreement points leaves the others in a collective until torchrun stops them;
-BatchNorm (ResNet18) normalises per process (no SyncBatchNorm); every process keeps the training
+BatchNorm (ResNet18) normalises per process (no SyncBatchNorm), so its runs are not the one-process
+computation (the attention models use LayerNorm only); every process keeps the training
 split on its device and must see the run folder; every parameter must get a gradient each step (no
-``find_unused_parameters``); a resume with another process count needs the same steps per epoch.
+``find_unused_parameters``); a resume with another process count needs the same steps per epoch
+(training images divisible by both counts), and ranks without a saved generator state start a fresh
+dropout stream, with a warning.
 """
 
 from __future__ import annotations

@@ -50,9 +50,11 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
     Args:
         precision: ``"fp32"`` or ``"bf16"`` (autocast of the forward pass; the loss and the sums
             are float32/float64 either way). Resolve ``"auto"`` with :func:`resolve_precision`.
-        model: the plain module (not the DDP wrapper).
-        dist: under DDP, the processes whose loaders together hold the test set; the sums are added
-            over them. ``EvalResult.seconds`` is this process's time.
+        model: the plain module (not the DDP wrapper: evaluation needs no gradient sync, and the
+            shards may differ by one batch).
+        dist: under DDP, the processes whose loaders together hold the test set (each example in
+            exactly one shard); the sums are added over them, so every process gets the result over
+            the whole set. ``EvalResult.seconds`` is this process's time.
         keep_predictions: also return each example's top-1 class (``EvalResult.predictions``);
             one process only.
         progress: show the pass's progress (:class:`~attncnn.training.progress.Progress`); off for

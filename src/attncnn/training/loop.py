@@ -105,7 +105,8 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
     Under ``torchrun`` every process calls this with the same arguments (see
     :mod:`attncnn.training.distributed`); only rank 0 writes ``out_dir``; every process returns the
     same summary. Compiled code is left as it was: a caller that trains many compiled runs in one
-    process calls ``torch._dynamo.reset()`` between them, as ``attncnn reproduce`` does.
+    process calls ``torch._dynamo.reset()`` between them, as ``attncnn reproduce`` does, or dynamo
+    stops compiling past its per-function cache limit.
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix

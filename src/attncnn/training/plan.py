@@ -27,12 +27,14 @@ __all__ = ["RunPlan", "RunParts", "Choices", "Chooser"]
 @dataclass(frozen=True)
 class RunParts:
     """The real objects of a run as its chooser gets them, before the first step (:attr:`RunPlan.choose`);
-    the chooser must leave them as it found them.
+    the chooser may run them (a timing trains and evaluates) but must leave them as it found them:
+    weights, buffers, optimizer state, gradients, random states.
 
     Attributes:
         model: the plain network (not a DDP or compiled wrapper) on ``device``, with the plan's
             attention paths.
-        optimizer: its optimizer, in the state the first step will find.
+        optimizer: its optimizer, in the state the first step will find (empty for a new run, the
+            checkpoint's for a resumed one).
         config: the run's recipe (a new run's fitted to its images).
         device: this process's device. precision: ``"fp32"`` or ``"bf16"``.
         batch: training images per step and process. image_shape: ``(C, H, W)`` of the images.

@@ -8,7 +8,8 @@
   from them must add them here, or a resumed run will differ from an uninterrupted one.
 
 Every process starts from ``seed`` (the same initial weights); after the model is built, ranks > 0
-switch to a stream of their own (:func:`rank_seed`).
+switch to a stream of their own (:func:`rank_seed`) so that their dropout masks differ, while rank 0
+keeps the single-process stream.
 """
 
 from __future__ import annotations

@@ -31,9 +31,10 @@ class RunOptions:
             ``"cuda:N"``. A resumed run takes this command's, whatever machine started it.
         precision: ``"fp32"``, ``"bf16"`` (mixed precision) or ``"auto"`` (bf16 where the device has
             fast bfloat16 units, else fp32). None (default): ``auto`` for a new run; a resumed run
-            keeps its own (:func:`attncnn.perf.machine_precision`).
+            keeps its own, but fp32 where bf16 is slow (:func:`attncnn.perf.machine_precision`).
         compile: compile the training step (True), never (False), or None (default): the written
-            rule (:func:`attncnn.perf.rule.choose`) or, with ``measure_compile``, a measurement
+            rule (:func:`attncnn.perf.rule.choose`: never for a run shorter than about ten minutes)
+            or, with ``measure_compile``, a measurement
             decides; off with ``deterministic`` and under torchrun unless given.
         compile_mode: one of :data:`COMPILE_MODES`: ``"default"`` or ``"reduce-overhead"`` (CUDA
             graphs, for small models bound by kernel launches; CUDA only, implies ``compile``).
@@ -42,8 +43,8 @@ class RunOptions:
         deterministic: deterministic algorithms only (with the CPU, runs and resumes are
             bit-identical); None (default): off for a new run, as the last segment ran for a resumed one.
         impl: the attention layers' training path (``"auto"``: the layers' own shape rule;
-            ``"measure"``: timed on the run's own first layer before the first step, not under
-            torchrun); None (default): the written rule's.
+            ``"measure"``: timed on the run's own first layer before the first step, forgotten at
+            exit, not under torchrun); None (default): the written rule's.
         eval_impl: the path of test passes (``"measure"`` as for ``impl``); None (default): the
             rule's where ``impl`` is not given, measured where it is ``"measure"``, else the training path.
         measure_compile: time the training step eager and compiled before the first step and compile

@@ -209,7 +209,8 @@ class TrainState:
 
     def end_epoch(self, record: dict) -> bool:
         """Close the epoch with its metrics ``record``; True when its test accuracy is the best so far
-        (selected on the test set, as the reference does), False for an epoch without evaluation."""
+        (selected on the test set, as the reference does: there is no validation split), False for an
+        epoch without evaluation."""
         self.epoch, self.step, self.record = self.epoch + 1, 0, record
         self.sums = RunningSums.zeros(self.dist.device)
         if "test_accuracy" not in record or record["test_accuracy"] <= self.best["accuracy"]:   # eval_every
