@@ -118,7 +118,8 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
     Returns:
         ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The x
         axis is the column shift, the y axis the row shift (pointing down); the query pixel is the
-        black square at (0, 0).
+        black square at (0, 0). A head whose mass sits in one sample gets no contour, only its
+        center marker.
     """
     centers = np.asarray(centers, dtype=np.float64).reshape(-1, 2)
     invs = np.asarray(inverse_covariances, dtype=np.float64).reshape(-1, 2, 2)

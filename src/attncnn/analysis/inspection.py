@@ -19,7 +19,8 @@ def inspect_run(path: str | os.PathLike[str], *, images: int = DEFAULT_LOCALITY_
 
     Args:
         path: a run folder or checkpoint file.
-        images: test images for models whose attention depends on the input.
+        images: test images for models whose attention depends on the input (position-only
+            models need none).
         margin: average only over queries at least this many tokens from the border.
         condition_number, min_eigenvalue: the degenerate-head thresholds (the reference code's).
         data, data_dir: the data set of the test images (default the run's own).

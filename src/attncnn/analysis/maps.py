@@ -147,7 +147,8 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         ``(B, N_h, H*W, H*W)``, or ``(1, N_h, H*W, H*W)`` for position-only layers.
 
     Raises:
-        InputError: unknown ``kind``, or a kind the layer does not have.
+        InputError: unknown ``kind``, or a kind the layer does not have (content scores of a
+            position-only layer, positional scores of a plain content layer).
     """
     return layer_values_by_kind(layer, x, (kind,))[kind]
 
@@ -204,7 +205,8 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
         model: an :class:`~attncnn.models.ImageTransformer` (eval mode during the call, then restored).
         images: normalised images ``(B, C, H_img, W_img)`` on any device (moved to the model's).
         kind: see :func:`layer_values`.
-        average: average the maps over the images (paper Fig. 6) instead of one per image.
+        average: average the maps over the images (paper Fig. 6: 100 test images) instead of one per
+            image.
         queries: keep only these query tokens (row-major indices ``row*W + col``).
         batch_size: images per forward pass.
 

@@ -5,7 +5,7 @@ Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distanc
 * ``distance``: mean attention distance, ConViT's non-locality,
   ``sum_k p(q, k) * |pos(k) - pos(q)|_2``, averaged over queries (and images);
 * ``peak``: the largest probability of a query's map, averaged over queries;
-* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries;
+* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries (0 one-hot, ``log(H*W)`` uniform);
 * in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`
   (``normalized_distance``, ``normalized_entropy``) and, per layer, ``min_distance`` and
   ``local_heads`` (heads within 1.5 tokens);
@@ -13,13 +13,15 @@ Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distanc
   the effective center of a head that has no center parameter.
 
 All ``H*W`` queries are averaged by default (ConViT's convention); ``margin=m`` keeps only queries
-at least ``m`` tokens from every border, where a head cannot reach its shift.
+at least ``m`` tokens from every border, where a head cannot reach its shift (the softmax is
+renormalised over the keys inside the grid), which pulls the average towards 0.
 
 Quadratic heads also report their center, alpha or Sigma^-1, the eigenvalues of Sigma^-1, its
 condition number, and whether the head is degenerate (reference ``find_degenerated_heads``); GPSA
-heads their ``gate`` ``sigmoid(lambda_h)``. Per layer, ``grid_distance`` measures how close the
-heads are to a convolution (Theorem 1): the mean distance between the centers of the best ``K^2``
-heads, ``K = floor(sqrt(N_h))``, and the nearest ``K x K`` grid of shifts, optimally assigned.
+heads their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional map. Per layer,
+``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the mean distance
+between the centers of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the nearest ``K x K``
+grid of shifts, optimally assigned.
 """
 
 from __future__ import annotations
@@ -100,7 +102,8 @@ def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tens
     Returns:
         ``"center"`` ``(N_h, 2)`` (row, col shift in tokens); ``"inverse_covariance"``
         ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values;
-        ``"condition_number"`` ``(N_h,)`` (inf or nan where eigenvalues are 0); and for isotropic
+        ``"condition_number"`` ``(N_h,)`` (inf when only the smallest eigenvalue is 0, nan when both
+        are, as for ``S = 0``: such a head is degenerate by its largest eigenvalue); and for isotropic
         layers ``"alpha"`` ``(N_h,)``.
     """
     with torch.no_grad():
@@ -296,7 +299,8 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [...]}``; each
         layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of the module
         docstring's statistics, ``min_distance``, ``local_heads``, ``grid_distance`` and ``grid``
-        (:func:`grid_distance`), ``degenerate_heads`` (quadratic) or the mean ``gate`` (GPSA), and
+        (:func:`grid_distance`; centers are the quadratic parameters, else each head's mean shift),
+        ``degenerate_heads`` (quadratic) or the mean ``gate`` (GPSA), and
         ``heads``: one dict per head (1-based ``head``, the statistics of :func:`head_statistics`, and
         the quadratic parameters or the GPSA ``gate``).
 

@@ -35,9 +35,10 @@ class LayerAttention(LayerMaps):
         height, width: the token grid ``H x W`` the layer saw.
         position_only: True when the maps do not depend on the input (quadratic, learned).
         queries: the kept query indices, or None for all.
-        content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None.
+        content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None
+            (position-only layers, or ``scores=False``).
         positional: the positional term (q.r / sqrt(D_h), GPSA's positional score, or the whole
-            score of a position-only layer), or None.
+            score of a position-only layer), or None (plain content attention, or ``scores=False``).
     """
 
     content: torch.Tensor | None = None

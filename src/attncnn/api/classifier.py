@@ -1,9 +1,11 @@
 """A trained network that takes ordinary images: :class:`Classifier` and :func:`load_model`.
 
 Training feeds every network images normalised with the CIFAR-10 mean and std
-(:data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``), whatever the data set. :class:`Classifier` wraps
+(:data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``), whatever the data set; a bare network fed images
+in ``[0, 1]`` silently gives wrong predictions. :class:`Classifier` wraps
 a network with that normalisation and the class names, so that ``model(images)`` takes images in
-``[0, 1]`` (or uint8) of the training size and refuses anything else (``resize=True`` resizes);
+``[0, 1]`` (or uint8) of the training size and refuses anything else (a network run on another
+size answers with an accuracy far below its own; ``resize=True`` resizes);
 the bare network stays available as ``model.network``.
 """
 
@@ -162,7 +164,8 @@ class Classifier(nn.Module):
 
         Raises:
             InputError: another rank or channel count, a dtype other than float or uint8, float values
-                that are not finite or outside ``[0, 1]``, images of another size than the training size
+                that are not finite or outside ``[0, 1]`` (already normalised, or 0..255 stored as
+                float), images of another size than the training size
                 without ``resize`` (the message names both sizes and the fix), or ``resize`` where the
                 training size is unknown or an unknown mode.
         """
@@ -311,7 +314,8 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     Returns:
         A :class:`Classifier` in eval mode: ``model(images)`` gives logits ``(B, classes)``,
         ``model.predict(images)`` class names, ``model.network`` the bare network;
-        ``model.image_size`` is the training images' size.
+        ``model.image_size`` is the training images' size, which ``model(images)`` requires unless
+        asked to resize.
 
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).

@@ -14,7 +14,7 @@ the suites; a path under ``results/`` names one run exactly.
    the package (``attncnn/pretrained_models/``: seed 0 of ``results/mini-long``, bfloat16 weights).
 
 Both places of step 2 are laid out like ``results/``, so a name means the same run wherever it is
-found.
+found; a clone's own ``results/`` wins over them.
 """
 
 from __future__ import annotations
@@ -256,7 +256,9 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
             (:func:`list_pretrained` lists them). An installed package without a clone has the five
             60-epoch mini models (seed 0), and the width-400 ones after :func:`attncnn.download`.
         seed: which seed's run.
-        root: a results folder to look in instead of every other place (see the module's description).
+        root: a results folder to look in instead of every other place (see the module's description;
+            ``$ATTNCNN_RESULTS`` replaces the clone's ``results/`` but keeps the downloaded and
+            packaged models).
         device, dtype: as :func:`load_model`.
 
     Returns:

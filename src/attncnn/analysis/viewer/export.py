@@ -10,7 +10,8 @@ Maps come from each layer's real input, every kind the page needs in one pass
   probability error by ``p * (exp(2 e) - 1)``. The batch average also stores the averaged
   ``probs`` (an average of softmaxes is not the softmax of averaged scores).
 
-Every set also holds ``rollout`` (scaled8; :mod:`attncnn.analysis.rollout`). Quadratic runs also
+Every set also holds ``rollout`` (scaled8; :mod:`attncnn.analysis.rollout`; for the batch average,
+the mean of the images' rollouts). Quadratic runs also
 carry each head's center and ellipses (:mod:`.centers`); GPSA runs each head's gate.
 """
 
