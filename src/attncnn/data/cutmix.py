@@ -6,8 +6,9 @@ box of its partner (image ``B - 1 - b``, as timm pairs them), and the labels are
 box follows the paper's Algorithm A1: ``lam ~ Beta(alpha, alpha)``, a box of side
 ``side * sqrt(1 - lam)`` centered at a uniformly random pixel, clipped to the image; the label
 weight is then ``lam = 1 - box area / image area``. One box per batch, as the paper's code draws
-them. The draws are a pure function of ``(seed, epoch)`` (:func:`draw_boxes`), apart from the crop,
-flip and order, so a run resumed mid-epoch mixes its batches as an uninterrupted one.
+them. The draws are a pure function of ``(seed, epoch)`` (:func:`draw_boxes`), drawn apart from the
+crop, flip and order (which stay the same with CutMix on or off), so a run resumed mid-epoch mixes
+its batches as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ def draw_boxes(seed: int, epoch: int, batches: int, height: int, width: int, pro
                alpha: float) -> torch.Tensor:
     """The boxes of an epoch's batches: ``(batches, 4)`` int64 ``(y0, y1, x0, x1)``, half-open pixel
     ranges; an empty box ``(0, 0, 0, 0)`` where the batch is not mixed (probability ``1 - p``).
-    Batch ``i``'s box depends only on ``(seed, epoch, i)`` and the arguments.
+    Batch ``i``'s box depends only on ``(seed, epoch, i)`` and the arguments (the first ``k`` rows
+    are the same for any ``batches >= k``).
 
     Raises:
         InputError: ``probability`` or ``alpha`` out of range (:func:`check_cutmix`).

@@ -4,7 +4,8 @@
 one batched random crop + horizontal flip (:func:`random_crop_flip`) and one normalisation.
 Augmentation follows the reference CIFAR recipe (``RandomCrop(32, padding=4)``,
 ``RandomHorizontalFlip()``, then ``Normalize(mean, std)``: zero padding before normalisation).
-CutMix (:mod:`.cutmix`), off unless asked for, mixes a batch after its crop and flip; its labels
+CutMix (:mod:`.cutmix`), off unless asked for, mixes a batch after its crop and flip, before
+normalisation; its labels
 are then ``(B, classes)`` float32 targets.
 """
 
@@ -77,11 +78,13 @@ class DeviceLoader:
         mean, std: per-channel normalisation ``x = (uint8 / 255 - mean) / std``.
         drop_last: drop the final partial batch (default: keep it).
         rank, world_size: distributed sharding. In training the shared permutation is truncated to a
-            multiple of ``world_size`` and rank ``r`` takes ``perm[r::world_size]``; in evaluation rank
+            multiple of ``world_size`` (so all ranks take the same number of steps) and rank ``r`` takes
+            ``perm[r::world_size]``; in evaluation rank
             ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
         dtype: floating dtype of the yielded images.
         cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; default 0). Above
-            0 every training batch's labels are ``(B, num_classes)`` float32 targets.
+            0 every training batch's labels are ``(B, num_classes)`` float32 targets (one-hot for an
+            unmixed batch, so that a step's loss has one form).
         cutmix_alpha: CutMix's Beta parameter.
         num_classes: the number of classes; needed with ``cutmix`` (the width of the targets).
 

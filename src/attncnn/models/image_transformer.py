@@ -8,7 +8,8 @@
            Linear D->512 -> GELU(erf) -> Linear 512->D -> dropout -> + residual -> LayerNorm
       -> mean over all positions -> Linear D -> classes
 
-No positional encoding is added to the tokens and all weights keep PyTorch's default
+No positional encoding is added to the tokens (position enters only through the attention
+layers) and all weights keep PyTorch's default
 initialisation, as in the reference code, unless ``init`` or ``value_init`` says otherwise
 (:class:`ImageTransformerConfig`).
 """
@@ -74,19 +75,24 @@ class ImageTransformerConfig:
     table_dim: int | None = None        #: learned, learned-content-9ffaa tables: width per axis (None: D)
     center_init_std: float = 2.0        #: quadratic: std of initial centers, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
-    #: heads per layer, first to last (None: num_heads everywhere); set by head pruning
+    #: heads per layer, first to last (None: num_heads everywhere); set by head pruning (reference
+    #: ``runs/quadratic-generalized-pruned``)
     layer_heads: list[int] | None = None
     #: "random" (PyTorch's default init, as the reference), "conv" (head h of every layer starts on
     #: the h-th shift of a K x K kernel, ConViT's local init; layers whose head count is not K^2
-    #: keep the random init) or "mimetic" (content kinds, Trockman & Kolter 2023; layers.mimetic_init_)
+    #: keep the random init) or "mimetic" (content kinds: W_q W_k^T near +0.7 I and W_v W_o near
+    #: -0.4 I, Trockman & Kolter 2023; layers.mimetic_init_)
     init: str = "random"
     #: alpha of init="conv", in 1/tokens^2; 1.0 is ConViT's default locality strength (the same
-    #: score up to a constant per query)
+    #: score up to a constant per query), twice the reference's random-init alpha (s^2/2 = 0.5);
+    #: it puts 0.32 of an interior query's attention on the target token
     locality_strength: float = 1.0
     conv_kernel_size: int | None = None  #: K of init="conv" (None: sqrt(num_heads)); K odd, K^2 == num_heads
     conv_dilation: int = 1              #: spacing of init="conv"'s shifts, tokens
     #: "random", or "conv" (with init="conv", heads as wide as the model): the folded value matrix
-    #: holds a K x K kernel drawn with nn.Conv2d's default init (the value map's own distribution)
+    #: holds a K x K kernel drawn with nn.Conv2d's default init (the value map's own distribution:
+    #: with init="conv" every layer already computes *some* K x K convolution at step 0; only the
+    #: random stream differs)
     value_init: str = "random"
     freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
     qk_bias: bool = True                #: content, gpsa: biases on queries and keys (ConViT: False)

@@ -188,7 +188,8 @@ def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
 
 def without_paths(model: dict) -> dict:
     """Model options (a checkpoint's ``"model_config"``, a recipe's ``"model"``) without the attention
-    paths (:data:`PATH_OPTIONS`) that older checkpoints stored."""
+    paths (:data:`PATH_OPTIONS`) that older checkpoints stored: a network loads with the fastest exact
+    path for the device it lands on."""
     return {k: v for k, v in model.items() if k not in PATH_OPTIONS}
 
 

@@ -234,7 +234,9 @@ class RunFolder:
     def rewind_metrics(self, epoch: int, record: dict | None = None) -> int:
         """Make ``metrics.jsonl`` what a resume from a checkpoint taken after ``epoch`` whole epochs
         continues: each epoch up to ``epoch`` once, in order (atomic rewrite, only where something
-        changes). Later epochs' records and lines cut short go (the latter with a warning); ``record``,
+        changes). Later epochs' records go (the run logs an epoch before it saves its checkpoint: a
+        kill between the two leaves an epoch the resume trains again), so do lines cut short (with a
+        warning); ``record``,
         the checkpoint's copy of epoch ``epoch``'s record, fills in where the file lacks it; an epoch
         recorded twice keeps its last record.
 

@@ -93,7 +93,8 @@ def _memory_of(device: torch.device) -> int:
 
 def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "the model") -> None:
     """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of a batch of
-    one on the meta device (shapes only; attention layers on their explicit path), catching whatever
+    one on the meta device (shapes only; attention layers on their explicit path, as a fused kernel
+    may lack a meta implementation), catching whatever
     the network checks of its input (pooling width, position embedding or table size).
 
     Raises:

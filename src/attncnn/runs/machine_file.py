@@ -56,7 +56,8 @@ def start_segment(folder: str | Path, segment: dict, machine: dict | None) -> No
     :func:`attncnn.perf.machine_info` record, or None) as the file's top level and the segment's
     ``"machine"``. A damaged file is started afresh. A newest segment still ``"running"`` belongs to a
     process that died (the caller holds the folder's lock): it is closed as ``"crashed"``, its last
-    epoch the one ``segment`` starts from.
+    epoch the one ``segment`` starts from; epochs it trained after its last checkpoint are trained
+    again by the new segment.
 
     Raises:
         OSError: the file cannot be written.
