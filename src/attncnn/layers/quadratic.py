@@ -5,7 +5,7 @@ For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
   ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
-  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation, reference ``GaussianSelfAttention``);
+  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation);
 * full covariance (the paper's appendix): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
   ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
 

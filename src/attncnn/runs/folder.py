@@ -236,9 +236,8 @@ class RunFolder:
         continues: each epoch up to ``epoch`` once, in order (atomic rewrite, only where something
         changes). Later epochs' records go (the run logs an epoch before it saves its checkpoint: a
         kill between the two leaves an epoch the resume trains again), so do lines cut short (with a
-        warning); ``record``,
-        the checkpoint's copy of epoch ``epoch``'s record, fills in where the file lacks it; an epoch
-        recorded twice keeps its last record.
+        warning); ``record``, the checkpoint's copy of epoch ``epoch``'s record, fills in where the
+        file lacks it; an epoch recorded twice keeps its last record.
 
         Returns the number of complete records dropped.
 
