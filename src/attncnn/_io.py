@@ -39,7 +39,8 @@ def make_folders(folder: str | os.PathLike[str]) -> Path:
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; move it onto ``dest`` if the block succeeds.
 
-    If the block raises, the temporary file is removed and ``dest`` is untouched. The file gets the
+    The temporary file lives in the same folder, so that the final rename never crosses a file
+    system. If the block raises, the temporary file is removed and ``dest`` is untouched. The file gets the
     mode a plain ``open()`` would give it (0666 less the umask).
 
     Raises:

@@ -2,7 +2,9 @@
 measure`` (the attention paths) and ``--measure-compile`` (whether a compiled step pays back).
 
 The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, once, on
-the run's real network and optimizer before the first step, and forget the answer at exit.
+the run's real network and optimizer before the first step, and forget the answer at exit (a
+timing taken beside other work ranks the candidates by how the load fell on them, so it is never
+handed to a later run).
 Whatever the timings do to the run's objects is put back (:func:`kept_state`).
 
 * paths (:func:`measure_paths`): each path of the network's first attention layer that can run

@@ -15,12 +15,16 @@ written into ``config.json`` (the loop records it in ``machine.json``):
   ``--deterministic`` / ``--no-deterministic`` says;
 * attention paths and compile: where not given, the written rule (:func:`attncnn.perf.rule.choose`)
   decides; ``--impl measure`` and ``--measure-compile`` time the candidates instead
-  (:mod:`attncnn.perf.measure`), not under torchrun. Deterministic runs and runs under torchrun
+  (:mod:`attncnn.perf.measure`), not under torchrun (each process would time its own share of the
+  machine). Deterministic runs and runs under torchrun
   never compile unless asked; ``--compile-mode reduce-overhead`` is refused off CUDA and with
   ``--no-compile`` (:func:`check_compile_mode`);
 * the optimizer's kernel: ``--fused-optimizer`` or not, as given.
 
-Bit-identical continuation is promised on one machine, deterministic, with the same paths. A
+Compiled and eager steps, and every attention path, compute the same function up to rounding;
+bit-identical continuation is promised on one machine, deterministic, with the same paths. The
+device of a resumed run is this command's ``--device`` (``auto`` by default), whatever machine
+started it. A
 resumed run whose ``machine.json`` names a path this version no longer has continues on the rule's
 path, with one log line saying so.
 """

@@ -2,9 +2,11 @@
 ``--precision`` and how ``auto`` is resolved on a device.
 
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
-parameters, the optimizer state, the attention scores and softmax, LayerNorm, the loss and the
-metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a CUDA GPU with
-bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else (docs/speed.md).
+parameters, the optimizer state, the attention scores and softmax (the layers compute them in
+float32 themselves, because CPU autocast does not), LayerNorm (the residual stream stays float32),
+the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a CUDA GPU with
+bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else, where bf16 matrix
+products run far slower than fp32 (docs/speed.md).
 
 A trained or resumed run is run at :func:`machine_precision`: its own precision, except that a
 bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16.
@@ -91,7 +93,8 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
                       what: str = "the run") -> str:
     """``"fp32"`` or ``"bf16"``: the precision to run a trained or resumed run at on ``device``.
 
-    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision`. Without it
+    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision` (``bf16``
+    is obeyed, with a warning where it is slow). Without it
     the run's ``stored`` precision is kept (None: ``fp32``), except that ``bf16`` becomes ``fp32`` on
     a device without fast bf16 (one INFO line naming ``what``, the device and how to keep bf16).
 

@@ -75,7 +75,8 @@ PATHS: dict[tuple[str, str], tuple] = {
 
 #: ``(device kind, family) -> (eager training images/s, source)``: where compiling was faster on
 #: every machine of that kind that recorded it (family ``None``: the ResNet). A run compiles when it
-#: would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest recorded at batch 100).
+#: would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest recorded at batch 100,
+#: so that the estimate never makes a run look longer than it is).
 COMPILE: dict[tuple[str, str | None], tuple[float, str]] = {
     ("cpu", None): (912.5, "speedup-amd-epyc-2cores-2026-11-25.md, resnet18-mini row: 1.86x compiled, 912.5 "
                            "images/s eager"),

@@ -109,7 +109,7 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
         impls: the paths to time (default: every path of the layer except ``"auto"`` and those
             that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_unavailable`).
         backward: time forward + backward (training); False: the forward alone under
-            :func:`torch.no_grad`.
+            :func:`torch.no_grad` (a test pass; put the layer in eval mode).
         warmup: untimed calls of each path first.
 
     Returns:
