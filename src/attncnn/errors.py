@@ -1,6 +1,7 @@
 """The errors attncnn raises on purpose: one family, :class:`AttncnnError`, for everything a user can fix.
 
-Each subclass also derives from the built-in exception its API documents:
+Each subclass also derives from the built-in exception its API documents, so ``except ValueError``
+/ ``except FileNotFoundError`` / ``except OSError`` code keeps working:
 
 - :class:`InputError` (a :class:`ValueError`): a bad option, argument, configuration or input;
 - :class:`MissingFileError` (a :class:`FileNotFoundError`): a file or folder the user named is not there;

@@ -4,7 +4,8 @@ values, ``--precision``, and quiet logs for machine-readable output.
 
 Each field ``name`` becomes ``--name`` (booleans also ``--no-name``; the ``model`` dict as repeated
 ``--set KEY=VALUE``). No flag has a default, so :func:`given_options` returns exactly what was given
-on the command line.
+on the command line (a preset's recipe fills in the rest, and ``--resume`` can refuse what it would
+ignore).
 """
 
 from __future__ import annotations

@@ -173,7 +173,8 @@ def _split_files(names: list[str], root: str, split: str, path: Path) -> dict[st
 
 
 def _read_bounded(stream: IO[bytes], where: str, limit: int | None = None) -> bytes:
-    """All of ``stream``, reading at most ``limit + 1`` bytes (default :data:`MAX_IMAGE_BYTES`).
+    """All of ``stream``, reading at most ``limit + 1`` bytes (default :data:`MAX_IMAGE_BYTES`): a zip
+    member may inflate to more than its declared size, and a file may grow after it was measured.
 
     Raises:
         DataError: more than ``limit`` bytes (the message names ``where`` and the limit).

@@ -1,7 +1,8 @@
 """How an image data set's JPEG files were encoded: quality and chroma subsampling, read from a file.
 
 A data set stored as JPEG is not the data set its images came from (``cifar10-jpeg.zip`` was
-encoded at quality 75 with 4:2:0 subsampling), so the loader names the encoding beside the data set
+encoded at quality 75 with 4:2:0 subsampling, its colour kept at 16 x 16): accuracies on it are not
+accuracies on the official binaries, so the loader names the encoding beside the data set
 (:func:`describe_jpeg`), read from the files themselves. The quality is found by matching the
 luminance quantisation table against the IJG scaling of the JPEG standard's example table (ITU-T
 T.81, Annex K, Table K.1); a file with another table reports only its subsampling.

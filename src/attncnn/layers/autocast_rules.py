@@ -37,7 +37,8 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 def autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
     """A context that turns autocast off on ``device`` (a no-op context when it is off already), around
-    position-only scores and softmaxes: small, batch-independent, so float32 costs little there."""
+    position-only scores and softmaxes: small, batch-independent, so float32 costs little there,
+    whereas autocast would run their matrix products in bf16."""
     if autocast_dtype(device) is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, enabled=False)

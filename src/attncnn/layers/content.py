@@ -92,7 +92,8 @@ class QueryKeyAttention(GridAttention):
 
         Args:
             x: the grid ``(B, H, W, D)``.
-            query_scale: multiply the queries by this, applied to ``W_qry`` and ``b_qry``.
+            query_scale: multiply the queries by this, applied to ``W_qry`` and ``b_qry`` (a
+                ``D x N_h D_h`` product instead of a pass over the queries, forward and backward).
 
         Returns:
             ``(q, k)``, each ``(B, N_h, H*W, D_h)`` (tokens row-major).

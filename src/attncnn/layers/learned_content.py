@@ -168,7 +168,9 @@ class LearnedRelativeContentAttention(ContentAttention):
 
         ``q' = [q, row, col] / sqrt(D_h)`` (:meth:`axis_scores`) and ``k' = [k, onehot(row(j)),
         onehot(col(j))]``: ``q'_i . k'_j = (q_i . k_j + row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``,
-        the content and q.r terms of paper eq. 8 in one product (``impl="explicit-onehot"``).
+        the content and q.r terms of paper eq. 8 in one product (``impl="explicit-onehot"``): the q.r
+        term enters the score inside the ``q.k`` product's float32 accumulator instead of as a
+        ``(B, N_h, N, N)`` tensor written and read, for ``H + W`` more columns in the product.
 
         Returns:
             ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.

@@ -44,8 +44,8 @@ _ENTRIES = ("model_state_dict", "epoch", "test_accuracy")
 
 def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int | None, float | None]:
     """``(model_state_dict, epoch, test_accuracy)`` of a reference checkpoint, tensors on the CPU,
-    without the ``module.`` prefix of ``torch.nn.DataParallel``. Any other entry of the file is
-    ignored, with one INFO line naming them.
+    without the ``module.`` prefix of ``torch.nn.DataParallel``. Any other entry of the file (an
+    optimiser state) is ignored, with one INFO line naming them: a converted run starts no training.
 
     Raises:
         MissingFileError, CheckpointError: as :func:`attncnn.runs.torch_file.read_torch_file`

@@ -62,7 +62,7 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
 
     Raises:
         InputError: ``loader`` sharded over a different number of processes than ``dist``, or
-            ``keep_predictions`` under DDP.
+            ``keep_predictions`` under DDP (each process sees only its shard).
     """
     dist = check_sharding(loader, dist)
     if keep_predictions and dist.enabled:
