@@ -40,8 +40,8 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
     """Yield a temporary path beside ``dest``; move it onto ``dest`` if the block succeeds.
 
     The temporary file lives in the same folder, so that the final rename never crosses a file
-    system. If the block raises, the temporary file is removed and ``dest`` is untouched. The file gets the
-    mode a plain ``open()`` would give it (0666 less the umask).
+    system. If the block raises, the temporary file is removed and ``dest`` is untouched. The file
+    gets the mode a plain ``open()`` would give it (0666 less the umask).
 
     Raises:
         attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it),

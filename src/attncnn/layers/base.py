@@ -3,9 +3,9 @@
 Every layer maps a channels-last grid ``(B, H, W, D)`` to ``(B, H, W, D_out)``. Each of the N_h
 heads averages value vectors of width ``head_dim`` with its own attention map; the averages are
 concatenated and mapped by one linear layer ``value`` (``N_h*head_dim -> D_out``). With the paper's
-``head_dim = D`` (as the reference code) there is no projection before the average: ``value`` holds the folded matrices
-``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``); otherwise a
-projection ``value_in: D -> N_h*head_dim`` comes first.
+``head_dim = D`` (as the reference code) there is no projection before the average: ``value`` holds
+the folded matrices ``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns
+``h*D:(h+1)*D``); otherwise a projection ``value_in: D -> N_h*head_dim`` comes first.
 
 What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis tools):
 ``KINDS`` (its names in the registry), ``CONFIG_KEYS`` (the model-configuration fields it takes as

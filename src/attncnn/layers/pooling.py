@@ -86,8 +86,8 @@ class SpaceToDepth(nn.Module):
     With the paper's ``p = 2``, a CIFAR batch ``(B, 32, 32, 3)`` becomes a ``(B, 16, 16, 12)``
     grid. Token ``[i, j]`` holds pixel ``x[i*p + a, j*p + b, c]`` at feature ``(a*p + b)*C + c``,
     the order of the reference code's ``downsample_concatenate`` (``BertImage.forward``,
-    ``models/transformer.py``); it
-    matters only to weights moved between implementations. :func:`depth_to_space` inverts it.
+    ``models/transformer.py``); it matters only to weights moved between implementations.
+    :func:`depth_to_space` inverts it.
 
     Args:
         size: the pooling width ``p`` (the reference code's ``pooling_concatenate_size``).

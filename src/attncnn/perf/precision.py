@@ -4,9 +4,9 @@
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
 parameters, the optimizer state, the attention scores and softmax (the layers compute them in
 float32 themselves, because CPU autocast does not), LayerNorm (the residual stream stays float32),
-the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a CUDA GPU with
-bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else, where bf16 matrix
-products run far slower than fp32 (docs/speed.md).
+the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a
+CUDA GPU with bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else, where
+bf16 matrix products run far slower than fp32 (docs/speed.md).
 
 A trained or resumed run is run at :func:`machine_precision`: its own precision, except that a
 bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16.

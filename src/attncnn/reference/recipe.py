@@ -5,9 +5,9 @@ Network sizes map one to one (``hidden_size`` -> ``dim``, ``num_hidden_layers`` 
 ``pooling_concatenate_size`` -> ``pooling``, the dropouts and ``layer_norm_eps``; per kind:
 :mod:`.kinds`). The recipe maps the reference's SGD with per-epoch LR updates
 (``lr_stepping="epoch"``; its cosine schedule is stepped once per epoch with the number of batches
-taken so far), its multistep schedule (``optimizer_decay_at_epochs``,
-``gamma = 1 / optimizer_decay_with_factor``), and its Adam
-without weight decay or schedule (``adamw``, weight decay 0, constant LR: the same update).
+taken so far), its multistep schedule (``optimizer_decay_at_epochs``, ``gamma = 1 /
+optimizer_decay_with_factor``), and its Adam without weight decay or schedule (``adamw``, weight
+decay 0, constant LR: the same update).
 """
 
 from __future__ import annotations

@@ -19,8 +19,8 @@ reference (``model_state_dict``)                       ours (``ImageTransformer.
 
 The reference's buffers (``attention_mask``, a scalar 1.0 added to content scores, which the softmax
 ignores; ``relative_indices``) carry nothing ours needs; its Gaussian layers' ``R`` is not in its
-checkpoints (``store_checkpoint`` drops every key containing ``self.R``). On the way out they are written as its
-``state_dict`` holds them.
+checkpoints (``store_checkpoint`` drops every key containing ``self.R``). On the way out they are
+written as its ``state_dict`` holds them.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`)
   process at the same point.
 * Stop requests and NaN losses are agreed with a collective at points every process reaches in the
   same order (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`): a signal is honoured
-  within ``loop.SYNC_EVERY`` steps (torchrun's ``--shutdown-timeout``, 30 s by default, must cover them).
+  within ``loop.SYNC_EVERY`` steps (torchrun's ``--shutdown-timeout``, 30 s by default, must cover
+  them).
 * Each process draws its own dropout masks: ranks > 0 reseed torch's generator from ``(seed, rank)``
   after the (identical) weight initialisation;
   checkpoints carry every rank's generator state (:mod:`attncnn.training.rng`).
