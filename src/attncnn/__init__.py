@@ -1,8 +1,6 @@
 """attncnn: self-attention as convolution, after Cordonnier, Loukas & Jaggi (ICLR 2020).
 
-From Python, three lines give a trained model's attention maps (the five 60-epoch mini models come
-with the package; a clone's ``results/`` holds every model; :func:`download` fetches the width-400
-ones into the user cache)::
+From Python, three lines give a trained model's attention maps::
 
     import attncnn
     model = attncnn.pretrained("learned-mini")          # a Classifier: model(images in [0, 1]) -> logits
@@ -10,9 +8,7 @@ ones into the user cache)::
 
 Public entry points: :func:`pretrained`, :func:`download`, :func:`load_model`, :func:`attention_maps`,
 :func:`locality`, :func:`attention_rollout` (:mod:`attncnn.api`); :func:`build_model`, :func:`list_presets`,
-:func:`count_parameters` (:mod:`attncnn.models`). Layers in :mod:`attncnn.layers`, networks in
-:mod:`attncnn.models`, data in :mod:`attncnn.data`, training in :mod:`attncnn.training`, Theorem 1 in
-:mod:`attncnn.theory`, figures and metrics in :mod:`attncnn.analysis`. Every error a user can fix is an
+:func:`count_parameters` (:mod:`attncnn.models`). Every error a user can fix is an
 :class:`AttncnnError` (:mod:`attncnn.errors`).
 """
 

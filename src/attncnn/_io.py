@@ -39,10 +39,9 @@ def make_folders(folder: str | os.PathLike[str]) -> Path:
 def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``dest``; move it onto ``dest`` if the block succeeds.
 
-    The temporary file lives in the same folder so that the final rename never crosses a
-    file system. If the block raises, the temporary file is removed and ``dest`` is untouched.
-    The file gets the mode a plain ``open()`` would give it (0666 less the umask, or the
-    folder's default ACL): written files are the user's to share, as with any other program.
+    The temporary file lives in the same folder, so that the final rename never crosses a file
+    system. If the block raises, the temporary file is removed and ``dest`` is untouched. The file
+    gets the mode a plain ``open()`` would give it (0666 less the umask).
 
     Raises:
         attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it),
@@ -73,12 +72,9 @@ def atomic_path(dest: str | os.PathLike[str], suffix: str = "") -> Iterator[Path
 
 
 def _create_temp(folder: Path, prefix: str, suffix: str) -> Path:
-    """Create a new empty file ``folder/<prefix><random><suffix>`` and return its path.
-
-    Not :func:`tempfile.mkstemp`: that creates the file with mode 0600 whatever the umask, so
-    every figure, configuration and checkpoint would be unreadable to the user's group. Creating
-    it with mode 0666 lets the kernel apply the umask (and any default ACL) as ``open()`` does;
-    reading the umask instead would mean setting it, which races with other threads.
+    """Create a new empty file ``folder/<prefix><random><suffix>`` and return its path, with mode
+    0666 less the umask (not :func:`tempfile.mkstemp`'s 0600, which would make every written file
+    unreadable to the user's group).
 
     Raises:
         attncnn.errors.OutputError (an OSError): the folder is not writable (the message names it).

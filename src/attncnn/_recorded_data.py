@@ -1,21 +1,14 @@
-"""Where the data set a run recorded is on this machine: one rule for every command that reads a run.
-
-``attncnn evaluate``, ``inspect``, ``viewer``, ``prune`` (through :func:`attncnn.data.run_data`) and
-``train --resume`` (through :mod:`attncnn.runs.data_location`) find a run's data set here; they
-share this module because ``data`` and ``runs`` import nothing from each other.
+"""Where the data set a run recorded is on this machine: one rule for every command that reads a run
+(:func:`attncnn.data.run_data` and :mod:`attncnn.runs.data_location`, which import nothing from
+each other).
 
 What a run's ``config.json`` records as ``"data"``, and where it is looked for:
 
 * a built-in name (``cifar10``, ``cifar100``): the official archives, through ``data_dir``;
-* an absolute path (what :func:`attncnn.runs.resolve_config` records for every new run): there,
-  and nowhere else;
-* a relative path: a run written before paths were recorded absolute (relative to the folder its
-  training started in, which no file records), or a bare file name (a shared run folder keeps
-  only its data set's file name). It is looked for relative to the current folder, then to the
-  run folder and each folder above it (the training started in one of them when ``--out`` was
-  relative, as the default ``runs/<preset>`` is). It is taken only where exactly one file is
-  found: two different files at those places are two candidate data sets, and the command asks
-  for ``--data`` rather than guess.
+* an absolute path (what every new run records): there, and nowhere else;
+* a relative path (an older run, or a shared run folder keeping only the file name): relative to
+  the current folder, then to the run folder and each folder above it, taken only where exactly
+  one file is found (else the command asks for ``--data``).
 
 A data set that is not found is never replaced by another one: the caller stops and asks for
 ``--data`` with :func:`not_here_message`.

@@ -22,14 +22,13 @@ __all__ = ["value_matches", "check_options", "type_words"]
 def check_options(options: dict, cls: type, kind: str, owner: str | None = None, *,
                   source: str | os.PathLike[str] | None = None) -> None:
     """Check every ``key: value`` of ``options`` against the dataclass ``cls``: the key must be one
-    of its fields and the value must match the field's annotation (:func:`value_matches`), so a typo
-    or a wrong type in a configuration file or ``--set`` fails by name before ``cls`` is built.
+    of its fields and the value must match the field's annotation (:func:`value_matches`).
 
     Args:
         kind: what the options are called in messages (``"model option"``, ``"training option"``).
         owner: what they belong to (an architecture name), named after an unknown key.
-        source: the file the options were read from (e.g. a run's ``config.json``): messages start
-            with it, show values as JSON and say what to write there.
+        source: the file the options were read from: messages start with it, show values as JSON and
+            say what to write there.
 
     Raises:
         InputError: ``[<source>: ]unknown <kind> 'key'[ for <owner>] (did you mean 'k'?); <fix>;

@@ -1,7 +1,7 @@
 """The errors attncnn raises on purpose: one family, :class:`AttncnnError`, for everything a user can fix.
 
-Each subclass also derives from the built-in exception its API documents, so existing ``except
-ValueError`` / ``except FileNotFoundError`` / ``except OSError`` code keeps working:
+Each subclass also derives from the built-in exception its API documents, so ``except ValueError``
+/ ``except FileNotFoundError`` / ``except OSError`` code keeps working:
 
 - :class:`InputError` (a :class:`ValueError`): a bad option, argument, configuration or input;
 - :class:`MissingFileError` (a :class:`FileNotFoundError`): a file or folder the user named is not there;
@@ -9,9 +9,8 @@ ValueError`` / ``except FileNotFoundError`` / ``except OSError`` code keeps work
 - ``attncnn.data.DataError``, ``attncnn.runs.RunFolderError``, ``attncnn.runs.CheckpointError`` and
   ``attncnn.training.TrainingError`` (a :class:`RuntimeError`) live beside the code that raises them.
 
-The command line prints an ``AttncnnError`` as one line, ``attncnn <command>: error: <message>``, and
-exits with status 2; any other exception is a bug and keeps its traceback. This module imports nothing
-from attncnn, so every package may raise these.
+The command line prints an ``AttncnnError`` as one line and exits with status 2. This module
+imports nothing from attncnn.
 """
 
 from __future__ import annotations

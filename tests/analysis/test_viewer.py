@@ -19,10 +19,11 @@ from attncnn.analysis.rollout import attention_rollout, model_rollout
 from attncnn.analysis.metrics import quadratic_head_parameters
 from attncnn.analysis.runs import ImageIndexError, open_run
 from attncnn.analysis.runs import test_images as load_test_images
-from attncnn.analysis.viewer import (PAGE_TEMPLATE, build_html, export_model, export_run, page_maps, quantize_affine,
+from attncnn.analysis.viewer import (PAGE_TEMPLATE, build_html, export_model, export_run, quantize_affine,
                                      quantize_scaled, quantize_separable, read_viewer, separate_axes, write_viewer)
 from attncnn.cli import main
 from attncnn.models import build_model
+from viewer_oracle import page_maps
 
 IMAGES = [0, 5]
 AVERAGE = 4
@@ -322,3 +323,4 @@ def test_command_rejects_a_resnet_run(tmp_path, capsys):
     _fails(["viewer", str(path), "--out", str(tmp_path / "v.html")], capsys, "no self-attention blocks",
            "quadratic, learned or content presets")
     assert not (tmp_path / "v.html").exists()
+

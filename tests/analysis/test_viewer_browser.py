@@ -2,8 +2,8 @@
 
 The page must decode its embedded data with the browser's own DecompressionStream, react to
 clicks on the image and to its controls, and show exactly the values that
-:func:`attncnn.analysis.viewer.page_maps` (the page's rules in numpy, checked against the model's
-maps in test_viewer.py) gives. Screenshots go to $ATTNCNN_TEST_ARTIFACTS (CI) or the test's
+:func:`viewer_oracle.page_maps` (the page's rules in numpy, checked against the model's maps in
+test_viewer.py) gives. Screenshots go to $ATTNCNN_TEST_ARTIFACTS (CI) or the test's
 tmp_path. Without Chromium or Playwright these tests skip, except under CI (or with
 $ATTNCNN_REQUIRE_BROWSER set, as .ci/run does), where they fail.
 """
@@ -21,7 +21,8 @@ from attncnn.analysis.maps import attention_maps
 from attncnn.analysis.metrics import quadratic_head_parameters
 from attncnn.analysis.runs import default_query, open_run
 from attncnn.analysis.runs import test_images as load_test_images
-from attncnn.analysis.viewer import page_maps, read_viewer, write_viewer
+from attncnn.analysis.viewer import read_viewer, write_viewer
+from viewer_oracle import page_maps
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 import pytest
 
-from attncnn.runs.config import TrainConfig, config_from_dict, resolve_config
+from attncnn.runs.config import TrainConfig, recipe_from_dict, resolve_config
 
 
 def test_defaults_are_the_paper_recipe():
@@ -30,9 +30,9 @@ def test_resolve_applies_preset_then_overrides():
 ])
 def test_bad_values_are_rejected_by_name(values, match):
     with pytest.raises(ValueError, match=match):
-        config_from_dict(values)
+        recipe_from_dict(values)
 
 
 def test_round_trip_through_dict():
     c = resolve_config("quadratic", epochs=3, model={"num_heads": 4})
-    assert config_from_dict(c.to_dict()) == c
+    assert recipe_from_dict(c.to_dict())[0] == c

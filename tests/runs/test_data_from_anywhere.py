@@ -1,5 +1,5 @@
 """A run's data set is found again from any folder, or the command stops and asks for --data: it is
-never replaced by another data set (attncnn._recorded_data, attncnn.data.run_data, attncnn.runs.data_is_here)."""
+never replaced by another data set (attncnn._recorded_data, attncnn.data.run_data)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,15 @@ import pytest
 
 from attncnn.cli import main
 from attncnn.data import DataError, run_data
-from attncnn.runs import data_is_here, point_at_data, resolve_config
+from attncnn._recorded_data import locate_recorded_data
+from attncnn.runs import point_at_data, resolve_config
 from attncnn.runs.data_location import pointed_config
+
+
+def _here(stored, folder=None):
+    """Whether a run's recorded data set is on this machine, found as every command finds it."""
+    return locate_recorded_data(stored, folder) is not None
+
 
 TRAIN = ["--preset", "demo", "--epochs", "1", "--batch-size", "10", "--set", "dim=16", "--set", "mlp_dim=16",
          "--device", "cpu", "--no-progress"]
@@ -72,7 +79,7 @@ def test_an_old_relative_path_is_found_from_the_run_folder_and_the_folders_above
     monkeypatch.chdir(tmp_path / "else" / "where")
     assert run_data("../shared/set.zip", run=run) == str(data.resolve())
     assert run_data("../shared/set.zip", run=run / "checkpoints" / "last.safetensors") == str(data.resolve())
-    assert data_is_here("../shared/set.zip", run) and not data_is_here("../shared/set.zip")
+    assert _here("../shared/set.zip", run) and not _here("../shared/set.zip")
     with pytest.raises(DataError, match="which is not here"):
         run_data("../shared/set.zip")                                  # without the run: the current folder only
     # a resume records the file found, so that training opens that file from any folder
@@ -89,7 +96,7 @@ def test_a_relative_path_that_fits_two_files_is_refused_naming_both(tmp_path, mo
         run_data("data/set.zip", run=run)
     assert str(second) in str(err.value) and str(first) in str(err.value) and "pass --data" in str(err.value)
     with pytest.raises(ValueError, match="both"):
-        data_is_here("data/set.zip", run)
+        _here("data/set.zip", run)
     monkeypatch.chdir(tmp_path / "a")                                  # the same file both ways: no doubt
     assert run_data("data/set.zip", run=run) == str(first.resolve())
 

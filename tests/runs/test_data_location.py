@@ -9,9 +9,15 @@ import time
 
 import pytest
 
-from attncnn.runs import (DATA_NAMES, RunFolderError, await_pointed, data_is_here, is_data_name, point_at_data,
+from attncnn.runs import (DATA_NAMES, RunFolderError, await_pointed, is_data_name, point_at_data,
                           same_data_file)
+from attncnn._recorded_data import locate_recorded_data
 from attncnn.runs.data_location import pointed_config
+
+
+def _here(stored, folder=None):
+    """Whether a run's recorded data set is on this machine, found as every command finds it."""
+    return locate_recorded_data(stored, folder) is not None
 
 
 def _shipped(tmp_path, data="cifar10-jpeg.zip", data_dir=None):
@@ -62,10 +68,10 @@ def test_a_shipped_run_is_pointed_at_the_data_set_here(tmp_path, monkeypatch):
 
 
 def test_whether_a_data_set_is_here(tmp_path):
-    assert data_is_here("cifar10") and data_is_here(" CIFAR100 ")
-    assert not data_is_here(str(tmp_path / "cifar10-jpeg.zip"))
+    assert _here("cifar10") and _here(" CIFAR100 ")
+    assert not _here(str(tmp_path / "cifar10-jpeg.zip"))
     (tmp_path / "cifar10-jpeg.zip").write_bytes(b"")
-    assert data_is_here(str(tmp_path / "cifar10-jpeg.zip"))
+    assert _here(str(tmp_path / "cifar10-jpeg.zip"))
 
 
 def test_pointed_config_changes_only_where_the_data_set_is():

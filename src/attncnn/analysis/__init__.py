@@ -1,15 +1,10 @@
 """See what attention learned: maps from real activations, per-head metrics, figures, reports.
 
-* :mod:`.maps`: capture attention probabilities/scores through forward hooks on real inputs;
-* :mod:`.metrics`: per-head distance, peak, entropy, quadratic parameters, degenerate heads,
-  distance to a convolution's grid of shifts; :func:`epoch_metrics` for the training log;
-* :mod:`.locality`: mean attention distance and normalised entropy per head (ViT Fig. 7);
-  :mod:`.rollout`: attention rollout (Abnar & Zuidema 2020); :mod:`.locality_figure`: ViT's Fig. 7;
-* :mod:`.figures`: the paper's figures (matplotlib, Agg);
-* :mod:`.report`: Table 1 for trained runs;
-* :mod:`.viewer`: the offline interactive page (``attncnn viewer``);
-* :mod:`.plotting`, :mod:`.inspection`: the figures and metrics of runs that ``attncnn plot`` and
-  ``attncnn inspect`` write (the command line is :mod:`attncnn.cli`).
+:mod:`.maps` (forward hooks on real inputs), :mod:`.metrics` (per-head statistics, degenerate
+heads, distance to a convolution's grid of shifts), :mod:`.locality` and :mod:`.locality_figure`
+(ViT Fig. 7), :mod:`.rollout` (Abnar & Zuidema 2020), :mod:`.figures` (the paper's figures),
+:mod:`.report` (Table 1), :mod:`.viewer` (``attncnn viewer``), :mod:`.plotting` and
+:mod:`.inspection` (``attncnn plot`` and ``attncnn inspect``).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
-"""Figures of runs followed over many epochs and several seeds (a long suite's report; its Fig. 2,
-the seeds' mean and band, is :func:`~attncnn.analysis.figures.accuracy_figure` with ``bands``).
+"""Figures of runs followed over many epochs and several seeds (a long suite's report).
 
-* :func:`seed_curves_figure`: one metric per layer against epoch, one panel per layer, one line per
-  seed, with a threshold line (e.g. the grid distance under which a layer has settled);
-* :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): rows of layers, columns of
-  epochs, each panel the heads' attention-mass contours at that epoch and each center's path so far,
-  drawn from logged centers and spreads, so no checkpoint per epoch is needed.
+* :func:`seed_curves_figure`: one metric per layer against epoch, one line per seed, with a
+  threshold line;
+* :func:`centers_over_epochs_figure` (paper Fig. 3 for several layers): the heads' contours at
+  chosen epochs and each center's path, drawn from logged centers and spreads.
 
-Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot; save
-them with :func:`~attncnn.analysis.figures.save_figure`.
+Like :mod:`.figures`, these build :class:`matplotlib.figure.Figure` objects without pyplot.
 """
 
 from __future__ import annotations
@@ -73,19 +70,15 @@ def centers_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
                                others: dict[str, dict[int, Sequence[tuple[int, np.ndarray, np.ndarray]]]] | None = None,
                                notes: dict[Column, str] | None = None) -> Figure:
     """Rows: layers; columns: the ``drawn`` epochs. Each panel: the layer's heads at that epoch as
-    50 % / 90 % attention-mass contours (as :func:`~attncnn.analysis.figures.draw_quadratic_layer`)
-    and, as a thin line in each head's colour, the path of its center from the first logged epoch.
+    50 % / 90 % attention-mass contours and the path of each center from the first logged epoch.
 
     Args:
-        layers: ``{layer: [(epoch, centers (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order
-            (e.g. :func:`attncnn.reproduce.reporting.epochs.quadratic_heads` of every record).
-        drawn: the columns, in order: an epoch of ``layers``, or ``(name, epoch)``, an epoch of the run
-            ``others[name]`` (e.g. another suite's run of the same model, set beside the epoch it is
-            compared with); a column a layer lacks stays empty.
+        layers: ``{layer: [(epoch, centers (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order.
+        drawn: the columns, in order: an epoch of ``layers``, or ``(name, epoch)``, an epoch of the
+            run ``others[name]``; a column a layer lacks stays empty.
         title: figure title.
         others: name -> another run's snapshots, as ``layers``.
-        notes: column (as in ``drawn``) -> a line added to the titles of its panels (e.g. the
-            learning rate there, to tell the end of a schedule from its middle).
+        notes: column (as in ``drawn``) -> a line added to the titles of its panels.
 
     Raises:
         InputError: no layer or no epoch to draw, or a column names a run ``others`` lacks.

@@ -1,22 +1,18 @@
 """The paper's figures with matplotlib (Figs. 2-6, and the reference's training plot).
 
 Figures are :class:`matplotlib.figure.Figure` objects rendered by :func:`save_figure` with the
-Agg/PDF canvases; pyplot and its global state are never used, so no backend is selected.
+Agg/PDF canvases; pyplot and its global state are never used.
 
-* :func:`quadratic_layers_figure` (paper Fig. 4, and the generalised/many-heads figures): for
-  each layer, every head's 50 % (solid) and 90 % (dotted) attention-mass contour around the
-  query pixel (black square), one colour per head;
+* :func:`quadratic_layers_figure` (paper Fig. 4): each layer's heads as 50 % (solid) and 90 %
+  (dotted) attention-mass contours around the query pixel (black square), one colour per head;
 * :func:`quadratic_epochs_figure` (Fig. 3): the same for one layer across checkpoints;
-* :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query
-  (position-only maps, one image's maps, or maps averaged over images);
+* :func:`attention_grid_figure` (Figs. 5-7): layers x heads grid of attention maps for one query;
 * :func:`accuracy_figure` (Fig. 2): test accuracy against epoch for several runs;
-* :func:`layer_curves_figure`: per-layer metrics (attention distance, distance to the grid of
-  shifts) against epoch, one line per layer.
+* :func:`layer_curves_figure`: per-layer metrics against epoch, one line per layer.
 
-Quadratic contours are drawn from the head's Gaussian evaluated on a sub-token grid around the
-query (the continuous version of the discrete map, ignoring the image border), normalised over
-that window; :func:`mass_threshold` finds the density level whose super-level set holds the
-stated mass, as the reference's training plot does (``utils/plotting.py``).
+Contours are drawn from each head's Gaussian on a sub-token grid around the query (ignoring the
+image border); :func:`mass_threshold` finds the level holding the stated mass, as the reference's
+training plot does (``utils/plotting.py``).
 """
 
 from __future__ import annotations
@@ -120,10 +116,10 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
         degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the center.
 
     Returns:
-        ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The
-        x axis is the column shift, the y axis the row shift (pointing down, as in an image); the
-        query pixel is the black square at (0, 0). A head whose mass sits in one sample gets no
-        contour, only its center marker.
+        ``{"radius": window half-width used, "contours": [(head, mass, ContourSet), ...]}``. The x
+        axis is the column shift, the y axis the row shift (pointing down); the query pixel is the
+        black square at (0, 0). A head whose mass sits in one sample gets no contour, only its
+        center marker.
     """
     centers = np.asarray(centers, dtype=np.float64).reshape(-1, 2)
     invs = np.asarray(inverse_covariances, dtype=np.float64).reshape(-1, 2, 2)
@@ -332,12 +328,12 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
     Args:
         curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
         title: axes title.
-        xlabel: x-axis label (e.g. ``"seen images"``, ``"training images"``).
+        xlabel: x-axis label (e.g. ``"seen images"``).
         logx: logarithmic x axis.
         points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
-            line, e.g. each seed around a line of means (labels missing from ``curves`` are ignored).
-        bands: ``label -> (low, high)`` accuracies at ``label``'s x values, shaded in its colour,
-            e.g. the min and max over seeds around their mean (no band where low == high).
+            line (labels missing from ``curves`` are ignored).
+        bands: ``label -> (low, high)`` accuracies at ``label``'s x values, shaded in its colour
+            (no band where low == high).
 
     Raises:
         InputError: no curves.

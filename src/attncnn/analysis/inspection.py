@@ -15,16 +15,16 @@ __all__ = ["inspect_run"]
 def inspect_run(path: str | os.PathLike[str], *, images: int = DEFAULT_LOCALITY_IMAGES, margin: int = 0,
                 condition_number: float = DEFAULT_CONDITION_NUMBER, min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE,
                 data: str | None = None, data_dir: str | None = None, precision: str = "fp32") -> dict:
-    """:func:`~attncnn.analysis.metrics.model_metrics` of a run's network on real activations.
+    """The :func:`~attncnn.analysis.metrics.model_metrics` of a run's network on real activations.
 
     Args:
         path: a run folder or checkpoint file.
-        images: test images for models whose attention depends on the input (fewer where the data
-            set has fewer); position-only models need none.
+        images: test images for models whose attention depends on the input (position-only
+            models need none).
         margin: average only over queries at least this many tokens from the border.
         condition_number, min_eigenvalue: the degenerate-head thresholds (the reference code's).
         data, data_dir: the data set of the test images (default the run's own).
-        precision: of the forward passes (``fp32``: the metrics are measurements).
+        precision: of the forward passes.
 
     Returns:
         ``model_metrics``'s dictionary with ``run``, ``checkpoint``, ``epoch`` and ``kind`` first.

@@ -1,31 +1,18 @@
 """How local each head's attention is: mean attention distance and normalised entropy, per layer and head.
 
-Both measures are taken from each layer's *real input* through the forward hooks of :mod:`.maps`
-(never from re-fed embeddings), averaged over the queries of the token grid and over the images:
+Both are taken from each layer's *real input* through the forward hooks of :mod:`.maps`, averaged
+over the queries of the token grid (border queries included, as in ViT and ConViT) and the images:
 
-* **mean attention distance** (Dosovitskiy et al., "An Image is Worth 16x16 Words", ICLR 2021,
-  Fig. 7 and appendix D.7): for query ``q``, ``sum_k p(q, k) * |pos(k) - pos(q)|_2``, the
-  Euclidean distance between query and key on the token grid weighted by the attention
-  probability; then the mean over all ``H*W`` queries and over the images. We give it in tokens
-  (one token is ``pooling`` image pixels on each axis; ViT gives it in pixels) and normalised by the
-  side of the token grid, ``distance / sqrt(H * W)``, which is ``distance / H`` on the square grids
-  of CIFAR. Santiago Toledo & Martínez ("Inducing Spatial Locality in Vision Transformers through
-  the Training Protocol", arXiv 2605.16390, 2026) report it this way, as a fraction of the image
-  side, so that grids of different sizes compare: since a token spans the same number of pixels
-  on both axes, the distance in tokens over the grid side equals the distance in pixels over the
-  image side. The geometric mean ``sqrt(H * W)`` is our choice for non-square grids, where a
-  single side does not exist.
+* **mean attention distance** (Dosovitskiy et al., ICLR 2021, Fig. 7 and appendix D.7): for query
+  ``q``, ``sum_k p(q, k) * |pos(k) - pos(q)|_2``. In tokens (one token is ``pooling`` image pixels;
+  ViT gives pixels) and normalised by the grid side, ``distance / sqrt(H * W)``, as a fraction of
+  the image side (Santiago Toledo & Martínez, arXiv 2605.16390, 2026; the geometric mean is our
+  choice for non-square grids).
 * **normalised entropy** (the same paper's second measure): for query ``q``,
-  ``-sum_k p(q, k) log p(q, k) / log(H*W)``, the entropy of its distribution over the ``H*W``
-  keys divided by that of the uniform distribution, then the mean over queries and images:
-  0 for a head that puts all of its mass on one key, 1 for a uniform head.
+  ``-sum_k p(q, k) log p(q, k) / log(H*W)``: 0 for a one-hot head, 1 for a uniform one.
 
-Every query counts, border queries included: near the border a head cannot reach its shift (the
-softmax is renormalised over the keys inside the grid), as in ViT and ConViT's non-locality. For the
-margin-restricted variant see :func:`~attncnn.analysis.metrics.head_statistics`.
-
-Position-only layers (quadratic, learned) do not depend on the input: their measures come from
-``layer.grid_probs(H, W)`` once, without images, and equal the image average exactly.
+For the margin-restricted variant see :func:`~attncnn.analysis.metrics.head_statistics`.
+Position-only layers are measured once from ``layer.grid_probs(H, W)``, without images.
 """
 
 from __future__ import annotations
@@ -234,10 +221,8 @@ def model_locality(model: nn.Module, images: torch.Tensor | None = None, *,
 
     Args:
         model: an :class:`~attncnn.models.ImageTransformer` (eval mode during the call, then restored).
-        images: normalised images ``(B, C, H_img, W_img)`` for a model with input-dependent layers:
-            each such layer's probabilities are computed from its real (hooked) input, batch by
-            batch, and averaged over all ``B`` images. Position-only layers are measured once
-            from ``grid_probs`` on the grid of these images. None: every layer must be position-only.
+        images: normalised images ``(B, C, H_img, W_img)``, averaged over batch by batch from each
+            layer's real input; None: every layer must be position-only.
         grid_size: token grid ``(H, W)`` without images (default that of 32 x 32 images).
         batch_size: images per forward pass.
 

@@ -1,11 +1,9 @@
 """ViT's Fig. 7 for our models: each head's mean attention distance against its layer, one dot per head.
 
-Dosovitskiy et al. (ICLR 2021, Fig. 7 right) plot, per layer, one dot per head at its mean attention
-distance; :func:`locality_figure` draws the same from :class:`~.locality.Locality` results (several
-runs, e.g. seeds, side by side in one colour each), with the normalised distance (``/ sqrt(H*W)``)
-on the right axis and, in a second panel, each head's normalised entropy (0 one-hot, 1 uniform).
-The dotted line at 1.5 tokens is the reach of a 3x3 convolution (its diagonal taps are 1.41 tokens
-from the center): heads below it attend, on average, within that window.
+As Dosovitskiy et al. (ICLR 2021, Fig. 7 right), from :class:`~.locality.Locality` results of
+several runs, with the normalised distance on the right axis and, in a second panel, each head's
+normalised entropy. The dotted line at 1.5 tokens is the reach of a 3x3 convolution (its diagonal
+taps are 1.41 tokens from the center): heads below it attend, on average, within that window.
 """
 
 from __future__ import annotations

@@ -1,18 +1,14 @@
-"""Attention maps captured from real activations (the paper's Figs. 5-6; convit#23 is what metrics taken
-from other inputs than the model's own get wrong).
+"""Attention maps captured from real activations (the paper's Figs. 5-6).
 
-The fast forward path of a layer never materialises its attention probabilities. To see them,
-:func:`record_attention` puts a forward pre-hook on every block's attention layer: the hook takes
-the layer's *real input* (the output of the previous block, not re-fed embeddings, which is the
-measurement bug of convit#23) and hands it to a callback together with the layer. The callback
-chooses what to compute; :func:`attention_maps` asks for the probabilities
-``(B or 1, N_h, H*W, H*W)`` (queries on dim -2, keys on dim -1, tokens row-major), or the scores
-or one of their terms (:func:`layer_values`), and :func:`attention_maps_by_kind` for several of
-these in one pass over the images (the viewer's export).
+The fast forward path never materialises the probabilities. :func:`record_attention` puts a
+forward pre-hook on every block's attention layer that hands the layer's *real input* (the output
+of the previous block, not re-fed embeddings: the measurement bug of convit#23) to a callback.
+:func:`attention_maps` asks for the probabilities ``(B or 1, N_h, H*W, H*W)`` (queries on dim -2,
+keys on dim -1, tokens row-major), the scores or one of their terms (:func:`layer_values`);
+:func:`attention_maps_by_kind` several of these in one pass (the viewer's export).
 
-Position-only layers (``layer.position_only``) do not depend on the input, so their maps come
-from ``layer.grid_probs(H, W)`` with ``(H, W)`` read off the real token grid, and have a
-batch dimension of 1. Without images, :func:`position_maps` computes them for a given grid.
+Position-only layers' maps come from ``layer.grid_probs(H, W)`` (batch dimension 1); without
+images, :func:`position_maps` computes them for a given grid.
 """
 
 from __future__ import annotations
@@ -97,12 +93,10 @@ Callback = Callable[[int, GridAttention, torch.Tensor], None]
 
 @contextlib.contextmanager
 def record_attention(model: nn.Module, callback: Callback) -> Iterator[None]:
-    """Call ``callback(layer_index, attention_layer, x)`` with each attention layer's real input.
-
-    ``x`` is the ``(B, H, W, D)`` token grid entering block ``layer_index``'s attention during any
-    forward pass run inside the ``with`` block. The hooks are removed on exit, even on error.
-    The callback runs under :func:`torch.no_grad`; it must not call the layer through
-    ``__call__`` (use ``layer.forward(...)`` or the layer's methods), which would re-enter the hook.
+    """Call ``callback(layer_index, attention_layer, x)`` with each attention layer's real input, the
+    ``(B, H, W, D)`` grid entering block ``layer_index``'s attention in any forward pass inside the
+    ``with`` block (hooks removed on exit). The callback runs under :func:`torch.no_grad` and must call
+    ``layer.forward(...)``, not the layer itself (which would re-enter the hook).
 
     Raises:
         InputError: the model has no attention blocks.
@@ -145,9 +139,8 @@ def layer_values(layer: GridAttention, x: torch.Tensor, kind: str = "probs") -> 
         layer: an attention layer in eval mode.
         x: its real input.
         kind: one of :data:`VALUE_KINDS`: ``"probs"`` (after the softmax), ``"scores"`` (before it,
-            all terms), ``"positional"`` (the positional term only: q.r/sqrt(D_h) for content +
-            learned layers, the whole score for position-only layers) or ``"content"``
-            (q.k/sqrt(D_h) only, content layers). The two terms are the layer's own
+            all terms), ``"positional"`` (q.r/sqrt(D_h), or the whole score of a position-only layer)
+            or ``"content"`` (q.k/sqrt(D_h)): the layer's own
             :meth:`~attncnn.layers.ContentAttention.score_terms`.
 
     Returns:
@@ -203,23 +196,18 @@ def _position_values(layer: GridAttention, height: int, width: int, kind: str) -
     return layer.grid_scores(height, width).unsqueeze(0)
 
 
-def _select(values: torch.Tensor, queries: Sequence[int] | None) -> torch.Tensor:
-    return values if queries is None else values[:, :, list(queries), :]
-
-
 @torch.no_grad()
 def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs", average: bool = False,
                    queries: Sequence[int] | None = None, batch_size: int = 50) -> list[LayerMaps]:
     """Attention maps of every layer for real images, from hooked activations.
 
     Args:
-        model: an :class:`~attncnn.models.ImageTransformer` (set to eval mode during the call,
-            then restored).
+        model: an :class:`~attncnn.models.ImageTransformer` (eval mode during the call, then restored).
         images: normalised images ``(B, C, H_img, W_img)`` on any device (moved to the model's).
         kind: see :func:`layer_values`.
-        average: average the maps over the images (paper Fig. 6: 100 test images) instead of
-            keeping one per image; position-only maps are the same for every image either way.
-        queries: keep only these query tokens (row-major indices ``row*W + col``), to save memory.
+        average: average the maps over the images (paper Fig. 6: 100 test images) instead of one per
+            image.
+        queries: keep only these query tokens (row-major indices ``row*W + col``).
         batch_size: images per forward pass.
 
     Returns:
@@ -236,10 +224,7 @@ def attention_maps(model: nn.Module, images: torch.Tensor, *, kind: str = "probs
 @torch.no_grad()
 def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequence[str], *, average: bool = False,
                            queries: Sequence[int] | None = None, batch_size: int = 50) -> dict[str, list[LayerMaps]]:
-    """:func:`attention_maps` of several kinds in one pass over the images.
-
-    The forward passes dominate the time of the paper-size content model, so every kind is taken
-    from each layer's real input in the same pass (:func:`layer_values_by_kind`).
+    """Several kinds of :func:`attention_maps` in one pass over the images (:func:`layer_values_by_kind`).
 
     Returns:
         ``{kind: [LayerMaps per block]}``, each list as :func:`attention_maps` returns it.
@@ -263,7 +248,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
         if layer.position_only and (kinds[0], index) in kept:
             return                                   # same maps for every batch
         for kind, values in layer_values_by_kind(layer, x, kinds).items():
-            values = _select(values, queries).float()
+            values = (values if queries is None else values[:, :, list(queries), :]).float()
             parts = kept.setdefault((kind, index), [])
             if average and not layer.position_only:
                 total = values.sum(0, keepdim=True).cpu()

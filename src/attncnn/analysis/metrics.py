@@ -1,34 +1,27 @@
 """Numbers that summarise what each attention head learned (the paper's figures and pruning; ConViT's non-locality).
 
-Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distances in tokens,
-i.e. pixels of the token grid; one token is ``pooling`` image pixels wide):
+Per head, from its probabilities ``p(q, k)`` on an ``H x W`` token grid (distances in tokens):
 
-* ``distance``: mean attention distance, the non-locality of ConViT:
+* ``distance``: mean attention distance, ConViT's non-locality,
   ``sum_k p(q, k) * |pos(k) - pos(q)|_2``, averaged over queries (and images);
 * ``peak``: the largest probability of a query's map, averaged over queries;
-* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries (0 for a one-hot head,
-  ``log(H*W)`` for a uniform one);
-* in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`:
-  ``normalized_distance`` (distance / sqrt(H*W)), ``normalized_entropy`` (entropy / log(H*W)) and,
-  per layer, ``min_distance`` (the most local head) and ``local_heads`` (heads within 1.5 tokens);
-* ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col),
-  averaged over queries: the effective center of a head that has no center parameter.
+* ``entropy``: ``-sum_k p log p`` in nats, averaged over queries (0 one-hot, ``log(H*W)`` uniform);
+* in :func:`model_metrics`' reports also the locality measures of :mod:`.locality`
+  (``normalized_distance``, ``normalized_entropy``) and, per layer, ``min_distance`` and
+  ``local_heads`` (heads within 1.5 tokens);
+* ``shift``: the attention-weighted mean shift ``sum_k p(q, k) (pos(k) - pos(q))`` (row, col):
+  the effective center of a head that has no center parameter.
 
-Which queries are averaged: by default all ``H*W`` (ConViT's convention). Near the border a head
-cannot reach its shift (the softmax is renormalised over keys inside the grid), which pulls the
-average towards 0; ``margin=m`` keeps only queries at least ``m`` tokens from every border, so a
-head that attends to shift (0, 1) has distance exactly 1 with ``margin >= 1``.
+All ``H*W`` queries are averaged by default (ConViT's convention); ``margin=m`` keeps only queries
+at least ``m`` tokens from every border, where a head cannot reach its shift (the softmax is
+renormalised over the keys inside the grid), which pulls the average towards 0.
 
-Quadratic heads also report their parameters: the center Delta (row, col shift in tokens), alpha
-(isotropic) or Sigma^-1 (full covariance), the eigenvalues of Sigma^-1 (isotropic: ``2 alpha``
-twice), its condition number, and whether the head is degenerate (reference ``find_degenerated_heads``).
-
-GPSA heads (ConViT) also report their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional
-map (read off the parameters, no forward pass).
-
-Per layer, ``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the
-mean distance between the centers of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the
-shifts of the nearest ``K x K`` kernel grid, under the optimal one-to-one assignment.
+Quadratic heads also report their center, alpha or Sigma^-1, the eigenvalues of Sigma^-1, its
+condition number, and whether the head is degenerate (reference ``find_degenerated_heads``); GPSA
+heads their ``gate`` ``sigmoid(lambda_h)``, the weight of the positional map. Per layer,
+``grid_distance`` measures how close the heads are to a convolution (Theorem 1): the mean distance
+between the centers of the best ``K^2`` heads, ``K = floor(sqrt(N_h))``, and the nearest ``K x K``
+grid of shifts, optimally assigned.
 """
 
 from __future__ import annotations
@@ -108,11 +101,10 @@ def quadratic_head_parameters(layer: QuadraticAttention) -> dict[str, torch.Tens
 
     Returns:
         ``"center"`` ``(N_h, 2)`` (row, col shift in tokens); ``"inverse_covariance"``
-        ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values
-        (:func:`torch.linalg.eigvalsh` on the symmetric matrix); ``"condition_number"`` ``(N_h,)``
-        (inf when only the smallest eigenvalue is 0, nan when both are, as for ``S = 0``: such a
-        head is degenerate by its largest eigenvalue); and for isotropic layers ``"alpha"``
-        ``(N_h,)``.
+        ``(N_h, 2, 2)``; ``"eigenvalues"`` ``(N_h, 2)`` of Sigma^-1, ascending, absolute values;
+        ``"condition_number"`` ``(N_h,)`` (inf when only the smallest eigenvalue is 0, nan when both
+        are, as for ``S = 0``: such a head is degenerate by its largest eigenvalue); and for isotropic
+        layers ``"alpha"`` ``(N_h,)``.
     """
     with torch.no_grad():
         inv = layer.inverse_covariance.detach().double().cpu()
@@ -174,10 +166,8 @@ def kernel_grids(kernel_size: int) -> list[torch.Tensor]:
 
 
 def optimal_assignment(cost: Sequence[Sequence[float]]) -> list[int]:
-    """Exact minimum-cost assignment of every row to a distinct column.
-
-    scipy's :func:`scipy.optimize.linear_sum_assignment` (a shortest-augmenting-path Hungarian
-    method, as in :mod:`attncnn.theory.extract`), checked and returned in the row order.
+    """Exact minimum-cost assignment of every row to a distinct column
+    (:func:`scipy.optimize.linear_sum_assignment`, checked and returned in the row order).
 
     Args:
         cost: ``n x m`` matrix with ``n <= m`` (list of lists or a 2-D tensor); finite entries.
@@ -214,9 +204,8 @@ def grid_distance(centers: torch.Tensor, kernel_size: int | None = None) -> dict
     Returns:
         ``{"kernel_size": K, "distance": mean Euclidean distance (tokens) between the K^2 assigned
         heads and their shifts, "max_distance": the largest of them, "assignment": [[head, row
-        shift, col shift], ...] (0-based heads, sorted by head)}``. With ``N_h > K^2`` the ``N_h -
-        K^2`` heads left out of the optimal assignment are ignored. 0 exactly when the centers
-        contain a ``K x K`` grid.
+        shift, col shift], ...] (0-based heads, sorted by head)}``; heads left out of the optimal
+        assignment are ignored. 0 exactly when the centers contain a ``K x K`` grid.
 
     Raises:
         InputError: wrong shape or ``K^2 > N_h``.
@@ -298,8 +287,8 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
     Args:
         model: an :class:`~attncnn.models.ImageTransformer`.
         images: normalised images ``(B, C, H, W)``; required when a layer depends on the input
-            (its statistics are computed per image from the hooked real input, then averaged);
-            optional for position-only models (the grid is then read off these images).
+            (statistics per image from the hooked real input, then averaged); optional for
+            position-only models (the grid is then read off these images).
         grid_size: token grid for position-only models without images (default: 32x32 images).
         margin: see :func:`head_statistics`.
         batch_size: images per forward pass.
@@ -307,15 +296,13 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
 
     Returns:
         ``{"grid": [H, W], "side": sqrt(H*W), "margin": m, "images": B or 0, "min_distance": the most
-        local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [layer report, ...]}``; each
-        layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of
-        ``distance``/``normalized_distance``/``peak``/``entropy``/``normalized_entropy``,
-        ``min_distance`` and ``local_heads`` (module docstring), ``grid_distance`` and ``grid`` (see
-        :func:`grid_distance`; centers are the quadratic parameters or else each head's mean shift),
-        for quadratic layers ``degenerate_heads``, for GPSA layers the mean ``gate``, and ``heads``: one dict per head
-        (1-based ``head``, the statistics of :func:`head_statistics`, plus ``center``, ``alpha`` or
-        ``inverse_covariance``, ``eigenvalues``, ``condition_number`` and ``degenerate`` for
-        quadratic heads, ``gate`` for GPSA heads).
+        local head's ``{"distance", "normalized_distance", "layer", "head"}``, "layers": [...]}``; each
+        layer report holds ``layer`` (1-based), ``kind``, ``num_heads``, the head means of the module
+        docstring's statistics, ``min_distance``, ``local_heads``, ``grid_distance`` and ``grid``
+        (:func:`grid_distance`; centers are the quadratic parameters, else each head's mean shift),
+        ``degenerate_heads`` (quadratic) or the mean ``gate`` (GPSA), and
+        ``heads``: one dict per head (1-based ``head``, the statistics of :func:`head_statistics`, and
+        the quadratic parameters or the GPSA ``gate``).
 
     Raises:
         InputError: no attention blocks, or an input-dependent model without images.
@@ -395,11 +382,9 @@ def flatten_metrics(metrics: dict, prefix: str = "attn") -> dict[str, float]:
 def epoch_metrics(model: nn.Module, grid_size: tuple[int, int] | None = None) -> dict[str, float]:
     """Cheap per-epoch attention metrics for the training log (metrics.jsonl and TensorBoard).
 
-    Position-only models (quadratic, learned): their maps do not depend on the input, so this
-    costs one softmax per layer and no forward pass. Models with GPSA layers, whose maps depend on
-    the input, give only the gates (``attn/layerL/gate`` and ``attn/layerL/headH/gate``, read off
-    the parameters). Any other model (content attention, ResNet) gives ``{}``. It does not touch
-    the model's mode, gradients or random state.
+    Position-only models: one softmax per layer, no forward pass. Models with GPSA layers give only
+    the gates (``attn/layerL/gate`` and ``attn/layerL/headH/gate``). Any other model gives ``{}``. It
+    does not touch the model's mode, gradients or random state.
 
     Args:
         model: the network being trained (any device).

@@ -1,9 +1,6 @@
-"""The paper's figures for runs, as ``attncnn plot`` writes them: every figure that applies to each run.
-
-Quadratic models: ``centers`` (all layers' 50 %/90 % mass contours, paper Fig. 4) and ``evolution``
-(one layer across the periodic checkpoints, Fig. 3); learned position-only models: ``maps`` (layers
-x heads, Fig. 5); content models: ``maps`` for one test image and ``average`` over N test images
-(Fig. 6); and ``accuracy`` (test accuracy against epoch of all runs on one plot, Fig. 2).
+"""The paper's figures for runs, as ``attncnn plot`` writes them: every figure that applies to each run
+(:data:`FIGURES`: quadratic ``centers`` and ``evolution``, Figs. 4 and 3; ``maps``, Fig. 5, and for
+content models ``average``, Fig. 6; ``accuracy``, Fig. 2).
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Pruning degenerate quadratic heads (the paper's pruning; reference runs quadratic-generalized -> -pruned).
 
 A head is degenerate when its attention is nearly uniform or a thin stripe
-(:func:`~attncnn.analysis.metrics.degenerate_heads`). Pruning removes it: its row of ``centers``
-and ``spreads``, its block of ``head_dim`` input columns of the folded value/output matrix
-``value`` (and, with a value projection, its block of ``value_in`` output rows); ``N_h`` drops.
-Queries, keys and the block's output projection are untouched, as in the reference.
-
-Each pruned layer is a new :class:`~attncnn.layers.QuadraticAttention` with fewer heads, and the
-model's configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``,
-so a pruned model is saved and rebuilt like any other (:func:`pruned_metadata` +
-``attncnn.runs.save_checkpoint``, then ``attncnn.runs.load_model``).
-
-Fine-tuning (:func:`attncnn.reproduce.prune.finetune_pruned`, a training run) follows the reference
-``runs/quadratic-generalized-pruned``: the pruned weights start a new run with a fresh optimiser and a
-restarted warm-up + cosine schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other
-options unchanged.
+(:func:`~attncnn.analysis.metrics.degenerate_heads`). Pruning removes its row of ``centers`` and
+``spreads`` and its block of input columns of ``value`` (and of output rows of ``value_in``);
+queries, keys and the output projection are untouched, as in the reference. The model's
+configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``, so a
+pruned model is saved (:func:`pruned_metadata`) and rebuilt like any other. Fine-tuning follows
+the reference ``runs/quadratic-generalized-pruned`` (:func:`finetune_config`): a new run with a fresh
+optimiser and a restarted warm-up + cosine schedule, 100 epochs at lr 0.01 (10x smaller than the
+original run), other options unchanged.
 """
 
 from __future__ import annotations
@@ -115,11 +109,9 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
                            min_eigenvalue: float = DEFAULT_MIN_EIGENVALUE) -> PruneResult:
     """Remove every degenerate head of a quadratic image transformer, in place, as the reference code prunes them.
 
-    A layer whose heads are all degenerate keeps its one least degenerate head (largest
-    eigenvalue of Sigma^-1), since a layer needs at least one head. Afterwards
-    ``model.config.layer_heads`` holds the per-layer head counts (always an explicit list), so
-    ``build_model_from_config("image-transformer", dataclasses.asdict(model.config))`` builds a
-    network that takes ``model.state_dict()`` as it is.
+    A layer whose heads are all degenerate keeps its least degenerate head (largest eigenvalue of
+    Sigma^-1). Afterwards ``model.config.layer_heads`` holds the per-layer head counts, so the model's
+    configuration builds a network that takes ``model.state_dict()`` as it is.
 
     Raises:
         InputError: the model has no attention blocks or non-quadratic ones.
@@ -149,13 +141,9 @@ def prune_degenerate_heads(model: nn.Module, *, condition_number: float = DEFAUL
 def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict, *, source: str,
                     condition_number: float, min_eigenvalue: float) -> dict:
     """Checkpoint metadata for a pruned image transformer, so that ``attncnn.runs.load_model``
-    (and ``attncnn evaluate / inspect / plot``) rebuild it like a network written by the trainer.
-
-    It is the source checkpoint's (``epoch``, ``classes``, ``dataset`` and ``dataset_name``, the name
-    and digest of the data set, ``image_size``, training ``config``) with
-    the pruned ``model_config`` (``layer_heads`` set), the training config's model options
-    extended by ``layer_heads``, the new parameter count, and a ``pruning`` entry: source,
-    thresholds and removed heads. Write it with
+    rebuilds it like a network written by the trainer: the source checkpoint's metadata with the
+    pruned ``model_config`` (``layer_heads`` set, also in the training config's model options), the
+    new parameter count, and a ``pruning`` entry (source, thresholds, removed heads). Write it with
     ``attncnn.runs.save_checkpoint(path, model=model, metadata=...)``.
 
     Args:
@@ -187,12 +175,9 @@ def pruned_metadata(model: nn.Module, result: PruneResult, source_metadata: dict
 
 
 def finetune_config(source_config: dict, layer_heads: list[int], **overrides):
-    """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``).
-
-    It is the source run's stored recipe (``config.json`` / checkpoint ``config``; an older one's
-    machine fields left out, :func:`~attncnn.runs.config.recipe_from_dict`) with ``layer_heads``
-    added to the model options, ``init_from`` cleared, and ``overrides`` (``epochs``, ``lr``,
-    ``batch_size``, ``data``, ...; None means "keep") on top.
+    """The training configuration that fine-tunes a pruned run (reference ``runs/quadratic-generalized-pruned``):
+    the source run's stored recipe with ``layer_heads`` added to the model options, ``init_from``
+    cleared, and ``overrides`` (None means "keep") on top.
 
     Returns:
         An ``attncnn.runs.TrainConfig``.

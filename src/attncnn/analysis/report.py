@@ -1,18 +1,15 @@
 """Table 1 for trained runs (the paper's Table 1): accuracy, size, compute and speed beside the paper's numbers.
 
-Conventions:
-
-* accuracy: the test accuracy logged at the last epoch, and the best over epochs, which is
-  *selected on the test set* as the reference code does (there is no validation split);
+* accuracy: the test accuracy of the last epoch, and the best over epochs (*selected on the test
+  set*, as the reference code does: there is no validation split);
 * parameters: trainable parameter values (:func:`attncnn.models.count_parameters`);
-* MACs per image: multiply-accumulates of one forward pass of one ``3 x S x S`` image, counted by
-  :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions and attention
-  kernels) and halved (1 MAC = 2 FLOPs); softmax, normalisation, activations and other
-  element-wise operations are not counted. The paper's "# FLOPS" used another, unstated
-  convention, so compare ratios rather than absolute values;
+* MACs per image: FLOPs of one forward pass of one ``3 x S x S`` image counted by
+  :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions, attention
+  kernels), halved (1 MAC = 2 FLOPs); softmax, normalisation and other element-wise operations are
+  not counted, and the paper's "# FLOPS" convention is unstated, so compare ratios;
 * images/s: batch size / median wall time of a step (training: forward, cross-entropy, backward,
-  SGD update; inference: forward under ``no_grad``) on random images, on this machine, with the
-  conventions of :mod:`attncnn.perf.bench.harness`.
+  SGD update; inference: forward under ``no_grad``) on random images, on this machine
+  (:mod:`attncnn.perf.bench.harness`).
 """
 
 from __future__ import annotations
@@ -56,11 +53,11 @@ def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) ->
 def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
     """The paper's "# FLOPS" of Table 1 for ``model``, one image: a reconstruction of its convention.
 
-    The paper's numbers fit two different counts: for the attention
-    models 2 x the multiply-accumulates of the linear layers only (attention products left out;
-    the 12.1 M quadratic model gives 6.18 B, the content model 15.0 B: the paper's 6.2 B and 15 B),
-    for ResNet18 the plain multiply-accumulates of every convolution and linear layer (0.56 B).
-    So: 2 x linear-layer MACs for a model with attention layers, :func:`macs_per_image` otherwise.
+    The paper's numbers fit 2 x the multiply-accumulates of the linear layers only for the attention
+    models (attention products left out: 6.18 B for the quadratic model, 15.0 B for the content one,
+    the paper's 6.2 B and 15 B) and the plain multiply-accumulates of every layer for ResNet18
+    (0.56 B); so: 2 x linear-layer MACs for a model with attention layers, :func:`macs_per_image`
+    otherwise.
 
     Raises:
         ValueError: an image size the model cannot take.

@@ -1,15 +1,11 @@
 """Attention rollout (Abnar & Zuidema, "Quantifying Attention Flow in Transformers", ACL 2020, section 3).
 
-How much each input token contributes to each token after layer ``l``, following the attention
-through the blocks. Per layer, the heads' probabilities are averaged, ``A_l = mean_h P_l`` ``(N, N)``,
-the residual connection is accounted for as ``A'_l = 0.5 * (A_l + I)`` with its rows renormalised to
-sum to 1, and the layers are multiplied from the first up: ``R_1 = A'_1``, ``R_l = A'_l R_{l-1}``.
-Row ``q`` of ``R_l`` is the share of each input token in token ``q`` after block ``l`` (queries on
-dim -2, input tokens on dim -1, as the attention maps).
-
-:func:`attention_rollout` takes per-layer probabilities already in hand; :func:`model_rollout`
-computes them from each layer's real input through the forward hooks of :mod:`.maps`, one batch
-at a time, so the per-head maps of all layers are never held at once.
+Per layer, the heads' probabilities are averaged, ``A_l = mean_h P_l`` ``(N, N)``, the residual is
+accounted for as ``A'_l = 0.5 * (A_l + I)`` (rows renormalised), and the layers are multiplied from
+the first up: ``R_1 = A'_1``, ``R_l = A'_l R_{l-1}``. Row ``q`` of ``R_l`` is the share of each
+input token in token ``q`` after block ``l`` (queries on dim -2, input tokens on dim -1).
+:func:`attention_rollout` takes per-layer probabilities in hand; :func:`model_rollout` computes
+them from each layer's real input, one batch at a time.
 """
 
 from __future__ import annotations

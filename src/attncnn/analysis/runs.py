@@ -41,9 +41,8 @@ class ImageIndexError(InputError):
 
 def shareable_dataset(metadata: dict, data: str | None = None) -> str | None:
     """The data set of a run as pages and reports meant for sharing show it: its name and content
-    digest (``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``, stored by the trainer as ``dataset_name``),
-    never a local path. ``data``: a data set given on the command line instead (its file name is
-    shown). Runs written before ``dataset_name`` existed show the file name of their ``data``."""
+    digest (``"cifar10-jpeg.zip (sha256:1a2b3c4d5e6f)"``), never a local path; ``data``: a data set
+    given on the command line instead (its file name is shown)."""
     if data is None and isinstance(metadata.get("dataset_name"), str):
         return metadata["dataset_name"]
     if data is None:
@@ -60,15 +59,12 @@ class Run:
         path: what was given (folder or checkpoint file).
         name: a short label: ``"<preset> seed <seed>"`` (:func:`run_label`), else the folder name
             (or the checkpoint's stem with its folder).
-        model: the network, eval mode, CPU; None for a run shipped without its weights, opened
-            with ``open_run(..., withheld=True)`` (:mod:`attncnn.runs.withheld`).
-        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...;
-            of a run without its weights, as its ``weights-withheld.json`` recorded it).
+        model: the network, eval mode, CPU; None for a run shipped without its weights.
+        metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset``, ``parameters``, ...).
         folder: the run folder, or None for a bare checkpoint outside one.
         metrics: the records of ``metrics.jsonl`` (empty for a bare checkpoint).
         checkpoint: the checkpoint file the weights came from (a folder's ``last``), if known.
-        withheld: the ``weights-withheld.json`` record of a run shipped without its weights (then
-            ``model`` is None), else None.
+        withheld: the ``weights-withheld.json`` record of a run shipped without its weights, else None.
     """
 
     path: Path
@@ -103,17 +99,16 @@ class Run:
 
 
 def open_run(path: str | Path, *, withheld: bool = False) -> Run:
-    """Load a run folder (its ``last`` checkpoint, as every command: see
-    :func:`attncnn.runs.loading.checkpoint_of`; the choice is logged) or a checkpoint file.
+    """Load a run folder (its ``last`` checkpoint, as every command; the choice is logged) or a
+    checkpoint file.
 
     Args:
         withheld: accept a finished run folder shipped without its weights
             (:mod:`attncnn.runs.withheld`): its :class:`Run` has ``model=None`` and the metadata its
-            record kept (reports read such a run's records; nothing computes with its weights).
+            record kept.
 
     Raises:
-        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint (for a run
-            shipped without its weights, unless ``withheld``: the message says so and how to train it).
+        FileNotFoundError: nothing at ``path``, or a folder without a ``last`` checkpoint.
         attncnn.runs.RunFolderError, attncnn.runs.CheckpointError, ValueError: unreadable run.
     """
     path = Path(path)
@@ -140,8 +135,7 @@ def open_run(path: str | Path, *, withheld: bool = False) -> Run:
 
 def run_label(metadata: dict, checkpoint: Path | None = None) -> str | None:
     """What figures, tables and pages call a run: ``"<preset> seed <seed>"`` from its stored
-    configuration (every shipped run folder is named ``seedN``, so folder names tell nothing),
-    followed by the checkpoint's stem for a checkpoint other than ``best``/``last``
+    configuration, followed by the checkpoint's stem for a checkpoint other than ``best``/``last``
     (``"quadratic-mini seed 0 epoch_0003"``). None when the metadata names no preset."""
     config = metadata.get("config")
     if not isinstance(config, dict) or not isinstance(config.get("preset"), str):
@@ -229,8 +223,7 @@ def test_count(run: Run, *, data: str | None = None, data_dir: str | None = None
     """Number of test images of the run's data set (or ``data``), found as :func:`attncnn.data.run_data` says.
 
     Raises:
-        attncnn.data.DataError: the data set cannot be found (a run's own that is not here: the
-            message asks for ``data``, ``--data`` on the command line).
+        attncnn.data.DataError: the data set cannot be found.
     """
     stored = run.metadata.get("config", {})
     dataset = load_dataset(run_data(stored.get("data"), data, run=run.path),

@@ -1,9 +1,7 @@
 """The way in from Python: trained models in one line, ready for images in ``[0, 1]``, and their
-attention maps. The functions and classes below are re-exported at the top level
-(``attncnn.pretrained``, ...).
+attention maps; re-exported at the top level (``attncnn.pretrained``, ...).
 
-* :func:`pretrained`: a model this project trained, by name: from a clone's ``results/``, the
-  models fetched with :func:`download`, or the mini models that come with the package;
+* :func:`pretrained`: a model this project trained, by name;
 * :func:`download`: fetch a width-400 model into the user cache, each file checked by sha256;
 * :func:`load_model`: a model from any run folder or checkpoint;
 * :class:`Classifier`: what both return, the network with its input normalisation and class names;
@@ -11,9 +9,7 @@ attention maps. The functions and classes below are re-exported at the top level
 * :func:`locality`: each head's mean attention distance and normalised entropy;
   :func:`attention_rollout`: attention rollout through the layers.
 
-This package sits at the top of the import arrow, beside the command line: it uses
-``training`` (loading), ``data`` (the normalisation) and ``analysis`` (the hooks), and no other
-package of attncnn imports it (the top-level ``attncnn`` re-exports it).
+No other package of attncnn imports this one (the top-level ``attncnn`` re-exports it).
 """
 
 from .attention import LayerAttention, attention_maps

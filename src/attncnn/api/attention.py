@@ -25,23 +25,20 @@ class LayerAttention(LayerMaps):
     """Attention of one layer: its probabilities and, where it has them, the two score terms.
 
     Shapes: ``(B, N_h, Q, H*W)`` with queries on dim -2 and keys on dim -1, tokens row-major
-    (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers (their maps do
-    not depend on the image) and for averaged maps; ``Q = H*W`` unless ``queries`` were chosen.
-    All on the CPU in float32. It is a :class:`~attncnn.analysis.LayerMaps`, so the figure
-    functions of :mod:`attncnn.analysis.figures` take a list of them.
+    (token ``(r, c)`` is index ``r * W + c``); ``B`` is 1 for position-only layers and for averaged
+    maps; ``Q = H*W`` unless ``queries`` were chosen. All on the CPU in float32. It is a
+    :class:`~attncnn.analysis.LayerMaps`, so the figure functions take a list of them.
 
     Attributes:
         layer: 0-based index of the block.
         probs: the attention probabilities, after the softmax.
-        height, width: the token grid ``H x W`` the layer saw (16 x 16 for 32 x 32 CIFAR images and
-            2 x 2 space-to-depth).
+        height, width: the token grid ``H x W`` the layer saw.
         position_only: True when the maps do not depend on the input (quadratic, learned).
         queries: the kept query indices, or None for all.
         content: the content term q.k / sqrt(D_h) of the pre-softmax score (paper eq. 8), or None
             (position-only layers, or ``scores=False``).
-        positional: the positional term (q.r / sqrt(D_h) for content + learned layers, GPSA's
-            positional score, or the whole score of a position-only layer), or None (plain
-            content attention, or ``scores=False``).
+        positional: the positional term (q.r / sqrt(D_h), GPSA's positional score, or the whole
+            score of a position-only layer), or None (plain content attention, or ``scores=False``).
     """
 
     content: torch.Tensor | None = None
@@ -91,31 +88,25 @@ def attention_maps(model: nn.Module, images=None, *, scores: bool = True, averag
     """Attention probabilities (and score terms) of every layer, from real activations.
 
     Args:
-        model: a :class:`Classifier` from :func:`attncnn.load_model` / :func:`attncnn.pretrained`
-            (then ``images`` are in ``[0, 1]`` or uint8), or a bare image transformer such as
-            :func:`attncnn.build_model` returns (then ``images`` are normalised as it was trained).
-            Switched to eval mode during the call, then restored.
+        model: a :class:`Classifier` (``images`` in ``[0, 1]`` or uint8), or a bare image transformer
+            (``images`` normalised as it was trained). Eval mode during the call, then restored.
         images: ``(B, 3, H_img, W_img)``, or None for a model whose layers are all position-only
-            (quadratic, learned): their maps do not depend on the input and are computed for
-            32 x 32 images.
+            (computed for 32 x 32 images).
         scores: also return the pre-softmax score terms (``content``, ``positional``) each layer has.
         average: average the maps over the images (paper Fig. 6) instead of one per image.
-        queries: keep only these query tokens (row-major ``r * W + c``, each in ``[0, H*W)``) to
-            save memory.
-        batch_size: images per forward pass, a positive integer (default 50, as :meth:`Classifier.predict`).
-        resize: for a :class:`Classifier`, as :meth:`Classifier.preprocess`: images of another
-            size than its training images are refused (False) or resized to it first.
+        queries: keep only these query tokens (row-major ``r * W + c``, each in ``[0, H*W)``).
+        batch_size: images per forward pass, a positive integer (default 50).
+        resize: for a :class:`Classifier`, as :meth:`Classifier.preprocess`.
 
     Returns:
         One :class:`LayerAttention` per block, first block first. Memory: each tensor holds
-        ``B * N_h * Q * (H*W)`` floats per layer (a content model at width 64 with 100 images:
-        about 240 MB per term and layer); use ``queries``, ``average=True`` or fewer images for more.
+        ``B * N_h * Q * (H*W)`` floats per layer; use ``queries``, ``average=True`` or fewer images
+        for less.
 
     Raises:
-        InputError: a model without attention layers (the ResNet baseline), images out of range or
-            of the wrong shape (for a :class:`Classifier`, also of another size than it was trained
-            on without ``resize``), no images for a model whose attention depends on them, query
-            indices outside the token grid, or a ``batch_size`` that is not a positive integer.
+        InputError: a model without attention layers (the ResNet baseline), images out of range,
+            of the wrong shape or (without ``resize``) size, no images for a model whose attention
+            depends on them, query indices outside the token grid, or a bad ``batch_size``.
     """
     batch_size = check_batch_size(batch_size)
     network, x = _inputs(model, images, resize)

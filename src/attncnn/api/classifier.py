@@ -1,14 +1,12 @@
 """A trained network that takes ordinary images: :class:`Classifier` and :func:`load_model`.
 
-Every attncnn training run feeds its network images normalised per channel with the CIFAR-10
-mean and std (``(x / 255 - mean) / std``, :data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``),
-whatever the data set. A bare network from a checkpoint does not know that, and an image in
-``[0, 1]`` runs through it silently into wrong predictions. :class:`Classifier` wraps the network
-with that normalisation and the class names, so that ``model(images)`` takes images in ``[0, 1]``
-(or uint8 in ``0..255``) and refuses anything else, images of another size than the network was
-trained on included (a network that runs on them answers, with an accuracy far below its own at
-that size); ``resize=True`` resizes them to that size instead. The training loop is untouched:
-it still feeds normalised batches to the bare network, which stays available as ``model.network``.
+Training feeds every network images normalised with the CIFAR-10 mean and std
+(:data:`attncnn.data.CIFAR_MEAN` / ``CIFAR_STD``), whatever the data set; a bare network fed images
+in ``[0, 1]`` silently gives wrong predictions. :class:`Classifier` wraps
+a network with that normalisation and the class names, so that ``model(images)`` takes images in
+``[0, 1]`` (or uint8) of the training size and refuses anything else (a network run on another
+size answers with an accuracy far below its own; ``resize=True`` resizes);
+the bare network stays available as ``model.network``.
 """
 
 from __future__ import annotations
@@ -33,8 +31,7 @@ __all__ = ["Classifier", "load_model", "training_image_size"]
 
 #: how far outside [0, 1] a float image may stray (rounding of a resize or a colour conversion)
 _RANGE_SLACK = 1e-3
-#: ``resize=`` modes: torch.nn.functional.interpolate's, antialiased where it can be (shrinking a
-#: photo without it aliases its fine detail into the few pixels left)
+#: ``resize=`` modes: torch.nn.functional.interpolate's, antialiased where it can be
 _RESIZE_MODES = ("bilinear", "bicubic", "area", "nearest")
 #: descriptions attncnn.data gives an image folder or zip only when its images are 32x32 CIFAR-10
 _CIFAR_NOTES = ("(CIFAR-10 JPEG mirror;", "(CIFAR-10 classes)")
@@ -43,8 +40,7 @@ DEFAULT_BATCH_SIZE = 50
 
 
 def check_batch_size(batch_size) -> int:
-    """``batch_size`` (images per forward pass) as an int, the one check of every batched call of
-    the API (:meth:`Classifier.predict`, :func:`attncnn.attention_maps`, ...).
+    """``batch_size`` (images per forward pass) as an int, for every batched call of the API.
 
     Raises:
         InputError: not a positive integer (a bool, a float or a value below 1).
@@ -75,10 +71,8 @@ def _check_range(values: torch.Tensor) -> None:
 def training_image_size(metadata: dict) -> tuple[int, int] | None:
     """``(height, width)`` in pixels of the images a checkpoint's network was trained on.
 
-    From the checkpoint's ``image_size`` (recorded by ``attncnn train``), else, for checkpoints
-    written before it was, from the data set: the official CIFAR-10/100 archives and an image
-    folder or zip that attncnn described as CIFAR-10 are 32x32. None where the metadata does not
-    say (an older run on other images).
+    From the checkpoint's ``image_size``, else (older checkpoints) 32x32 for CIFAR-10/100 and image
+    folders attncnn described as CIFAR-10; None where the metadata does not say.
     """
     stored = metadata.get("image_size")
     if (isinstance(stored, (list, tuple)) and len(stored) == 2
@@ -102,10 +96,8 @@ def _size(size: Sequence[int] | int) -> tuple[int, int]:
 
 
 class Classifier(nn.Module):
-    """A trained network with its input normalisation and class names.
-
-    ``model(images)`` normalises ``images`` exactly as training did and returns the network's
-    logits. The wrapped network is ``model.network`` (it takes normalised images).
+    """A trained network with its input normalisation and class names: ``model(images)`` normalises
+    ``images`` as training did and returns the network's logits; ``model.network`` takes normalised images.
 
     Args:
         network: an image classifier taking normalised images ``(B, C, H, W)``, e.g. from
@@ -116,10 +108,9 @@ class Classifier(nn.Module):
             uses the CIFAR-10 values for every data set).
         metadata: the checkpoint's metadata (``config``, ``epoch``, ``dataset_name``, ...).
         source: the checkpoint file the weights came from, if any.
-        image_size: ``(height, width)`` (or one side) in pixels of the images the network was
-            trained on; images of another size are refused unless resized on request (see
-            :meth:`preprocess`). Default: from ``metadata`` (:func:`training_image_size`), else
-            unchecked.
+        image_size: ``(height, width)`` (or one side) in pixels of the training images; images of
+            another size are refused unless resized (:meth:`preprocess`). Default: from ``metadata``
+            (:func:`training_image_size`), else unchecked.
 
     Attributes:
         network, classes, metadata, source: as given.
@@ -157,9 +148,6 @@ class Classifier(nn.Module):
             return f"{config['preset']} seed {config.get('seed', '?')}"
         return self.source.name if self.source is not None else "model"
 
-    def _parameter(self) -> torch.Tensor:
-        return next(self.network.parameters())
-
     def preprocess(self, images, *, resize: bool | str = False) -> torch.Tensor:
         """Normalise images as training did; the input of ``model.network``.
 
@@ -168,30 +156,25 @@ class Classifier(nn.Module):
                 in ``[0, 1]`` or uint8 in ``0..255``, on any device; ``H x W`` the training size
                 (:attr:`image_size`) unless ``resize`` is given.
             resize: False (the default) refuses images of another size than :attr:`image_size`;
-                True or a mode of :func:`torch.nn.functional.interpolate` (``"bilinear"``, the
-                mode True means, ``"bicubic"``, ``"area"``, ``"nearest"``; antialiased where the
-                mode allows) resizes them to it first. Images already of that size are unchanged.
+                True (``"bilinear"``) or a mode of :func:`torch.nn.functional.interpolate`
+                (``"bicubic"``, ``"area"``, ``"nearest"``; antialiased where it can be) resizes them.
 
         Returns:
             ``(B, C, *image_size)`` normalised images on the network's device and in its dtype.
 
         Raises:
-            InputError: another rank or channel count, an integer type other than uint8, a NumPy
-                array of another dtype than float or uint8 (object, text: the message says how to
-                convert it), float values that are not finite or outside ``[0, 1]`` (already
-                normalised, or 0..255 stored as float),
-                images of another size than the training size without ``resize`` (the message
-                names both sizes and the fix), or ``resize`` where the training size is unknown
-                or an unknown mode.
+            InputError: another rank or channel count, a dtype other than float or uint8, float values
+                that are not finite or outside ``[0, 1]`` (already normalised, or 0..255 stored as
+                float), images of another size than the training size
+                without ``resize`` (the message names both sizes and the fix), or ``resize`` where the
+                training size is unknown or an unknown mode.
         """
         mode = self._resize_mode(resize)
         return self._normalised(self._checked(images, mode), mode)
 
     def _checked(self, images, mode: str | None) -> torch.Tensor:
-        """``images`` as a ``(B, C, H, W)`` tensor, as given (uint8 or float, on its own device),
-        after every check of :meth:`preprocess` (whose errors it raises); ``mode`` from
-        :meth:`_resize_mode`. Allocates no float copy: only the range checks' temporaries (a byte per
-        value for the finiteness test)."""
+        """``images`` as a ``(B, C, H, W)`` tensor, as given, after every check of :meth:`preprocess`
+        (whose errors it raises); allocates no float copy."""
         if isinstance(images, np.ndarray) and images.dtype != np.uint8 and images.dtype.kind != "f":
             # torch converts neither object nor text arrays (a TypeError of its own): say what to pass
             raise InputError(f"images must be float in [0, 1] or uint8 in 0..255, got a NumPy array of dtype "
@@ -224,13 +207,11 @@ class Classifier(nn.Module):
         return x
 
     def _normalised(self, x: torch.Tensor, mode: str | None) -> torch.Tensor:
-        """Checked images ``(B, C, H, W)`` (:meth:`_checked`) -> the network's input: float32 in
-        ``[0, 1]`` on its device, resized with ``mode`` where their size is not the training size,
-        normalised, in its dtype. Allocates a few float32 copies of ``x`` (resized): called per
-        batch by :meth:`logits`."""
+        """Checked images ``(B, C, H, W)`` -> the network's input: on its device, resized with ``mode``
+        where needed, normalised, in its dtype."""
         if x.dtype == torch.uint8:
             x = x.float() / 255
-        param = self._parameter()
+        param = next(self.network.parameters())
         x = x.to(device=param.device, dtype=torch.float32)
         if self.image_size is not None and tuple(x.shape[-2:]) != self.image_size:
             x = F.interpolate(x, size=self.image_size, mode=mode,
@@ -259,16 +240,9 @@ class Classifier(nn.Module):
     def logits(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> torch.Tensor:
         """Logits ``(B, num_classes)`` of many images, ``batch_size`` at a time, without gradients.
 
-        ``model(images)`` runs all ``B`` images in one forward pass, whose activations grow with
-        ``B`` (gigabytes for 10,000 images through a paper-width model, allocated at once, which
-        fails under a memory limit); here each pass sees at most ``batch_size`` images, and each
-        batch is converted, resized (``resize``) and normalised on its own, so that memory does
-        not grow with ``B`` beyond the images themselves and the ``(B, num_classes)`` result. The
-        network runs in eval mode (dropout off, BatchNorm's running statistics), its mode restored
-        after, so that an image's logits do not depend on the others in its batch: they equal
-        ``model(images)`` in eval mode up to float rounding (a matrix product may sum in another
-        order for another number of rows), and the predicted classes do not depend on
-        ``batch_size`` unless two logits are that close.
+        Memory does not grow with ``B`` beyond the images and the result. The network runs in eval
+        mode (its mode restored after), so the logits equal ``model(images)`` in eval mode up to
+        float rounding, whatever ``batch_size``.
 
         Args:
             images, resize: as :meth:`preprocess`.
@@ -285,8 +259,7 @@ class Classifier(nn.Module):
         return torch.cat(list(self._batch_logits(images, resize, batch_size)))
 
     def _batch_logits(self, images, resize: bool | str, batch_size: int) -> Iterator[torch.Tensor]:
-        """The logits of each batch of ``batch_size`` images in turn (see :meth:`logits`); the one
-        loop of :meth:`logits`, :meth:`probabilities` and :meth:`predict`."""
+        """The logits of each batch of ``batch_size`` images in turn (see :meth:`logits`)."""
         batch_size = check_batch_size(batch_size)
         mode = self._resize_mode(resize)
         x = self._checked(images, mode)
@@ -310,9 +283,7 @@ class Classifier(nn.Module):
 
     @torch.no_grad()
     def predict(self, images, *, resize: bool | str = False, batch_size: int = DEFAULT_BATCH_SIZE) -> list[str]:
-        """The most likely class name of each image (``B`` names, in order), ``batch_size`` images
-        per forward pass in eval mode, as :meth:`logits` (whose arguments and errors it has): 10,000
-        images take the memory of ``batch_size`` of them plus the images themselves.
+        """The most likely class name of each image (``B`` names, in order), batched as :meth:`logits`.
 
         Raises:
             InputError: as :meth:`preprocess`, or a ``batch_size`` that is not a positive integer.
@@ -328,15 +299,12 @@ class Classifier(nn.Module):
 
 def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
                dtype: torch.dtype = torch.float32, checkpoint: str | None = None) -> Classifier:
-    """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``.
-
-    Loads through :func:`attncnn.runs.load_model` (safetensors only, the stored configuration
-    checked on the meta device before anything is allocated, the tensors' digest verified), then
-    wraps the network in a :class:`Classifier` that knows its input normalisation and class names.
+    """A trained model from a run folder or checkpoint, ready for images in ``[0, 1]``: the network of
+    :func:`attncnn.runs.load_model` in a :class:`Classifier`.
 
     Args:
-        path: a run folder (its ``last`` checkpoint: the final weights, which the reports quote)
-            or a ``.safetensors`` checkpoint written by ``attncnn train``.
+        path: a run folder (its ``last`` checkpoint) or a ``.safetensors`` checkpoint written by
+            ``attncnn train``.
         device: where the model runs (``"cpu"``, ``"cuda"``, ``"cuda:1"``).
         dtype: floating dtype of the weights (float32 by default; float64 for exact checks).
             For bfloat16 inference keep float32 weights and use :func:`torch.autocast`.
@@ -346,8 +314,8 @@ def load_model(path: str | os.PathLike, *, device: str | torch.device = "cpu",
     Returns:
         A :class:`Classifier` in eval mode: ``model(images)`` gives logits ``(B, classes)``,
         ``model.predict(images)`` class names, ``model.network`` the bare network;
-        ``model.image_size`` is the training images' size (:func:`training_image_size`), which
-        ``model(images)`` requires unless asked to resize.
+        ``model.image_size`` is the training images' size, which ``model(images)`` requires unless
+        asked to resize.
 
     Raises:
         FileNotFoundError: no checkpoint at ``path`` (or no ``checkpoint`` of that name in it).

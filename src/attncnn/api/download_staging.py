@@ -1,14 +1,11 @@
 """The temporary folders a download writes into (``<cache>/models/.download-*``), and the removal of
 those whose download is gone.
 
-A download writes its files into a new ``.download-<random>`` folder and renames it into place only
-when every file matches the manifest; it removes the folder itself when it fails or is stopped. A
-process killed outright (SIGKILL, a lost machine) cannot, so each download also holds an exclusive
-``fcntl.flock`` on ``.download-<random>.lock`` beside its folder while it writes: the kernel drops
-that lock when the process dies in any way. Every download first removes the folders whose lock
-nobody holds (their owner is gone); a folder without a lock file (left by a version that took
-none) is removed once it is older than :data:`STALE_AFTER_SECONDS`. A folder another live download
-is writing is never touched: its lock is held.
+A download writes into a new ``.download-<random>`` folder, renamed into place only when every
+file matches the manifest, and holds an exclusive ``fcntl.flock`` on ``.download-<random>.lock``
+while it writes (the kernel drops it when the process dies). Every download first removes the
+folders whose lock nobody holds; a folder without a lock file is removed once it is older than
+:data:`STALE_AFTER_SECONDS`.
 """
 
 from __future__ import annotations
@@ -62,8 +59,7 @@ def _owner_gone(lock: Path) -> int | None:
 
 def remove_stale_staging(root: Path) -> list[Path]:
     """Remove the temporary download folders under ``root`` that no live download writes; returns
-    those removed. Errors (a folder another process removes at the same moment, no permission) are
-    ignored: a stale folder costs disk space, never correctness."""
+    those removed (errors are ignored: a stale folder only costs disk space)."""
     removed: list[Path] = []
     try:
         entries = [p for p in root.iterdir() if p.name.startswith(STAGING_PREFIX)]
@@ -102,8 +98,8 @@ def remove_stale_staging(root: Path) -> list[Path]:
 
 @contextlib.contextmanager
 def staging_folder(root: Path) -> Iterator[Path]:
-    """A new, empty ``root/.download-<random>`` folder, locked as this process's while the block
-    runs and removed with its lock file afterwards (when it was not renamed into place).
+    """A new, empty ``root/.download-<random>`` folder, locked while the block runs and removed with its
+    lock file afterwards (unless renamed into place).
 
     Raises:
         OSError: ``root`` is not writable (the caller names the cache and the fix).

@@ -1,28 +1,15 @@
 """Trained models fetched on request into the user cache: :func:`download` (``attncnn download``).
 
-The five 60-epoch mini models come with the package; the width-400 models of ``results/paper-long``
-(too large for the wheel) do not. ``attncnn download NAME --from SOURCE`` copies one of them into
-``<user cache>/models/`` (:func:`downloads_folder`), where :func:`attncnn.pretrained` finds it.
+The width-400 models of ``results/paper-long`` are too large for the wheel: ``attncnn download
+NAME --from SOURCE`` copies one into ``<user cache>/models/`` (:func:`downloads_folder`), where
+:func:`attncnn.pretrained` finds it. The source is a copy of a clone's ``results/`` folder: a local
+folder, or an ``http(s)://`` address serving the same paths.
 
-The source is a copy of a clone's ``results/`` folder, laid out as ``results/`` is:
-
-* a local folder (e.g. ``<clone>/results``, or a copy on a shared disk), or
-* an ``http://`` or ``https://`` address under which the same paths are served (e.g. any static
-  file server started in ``<clone>/results``, or the raw-file address of that folder in a hosted
-  copy of the repository).
-
-For ``quadratic``, the files are ``SOURCE/paper-long/quadratic/seed0/`` + ``config.json``,
-``finished.json``, ``machine.json``, ``predictions.json`` and ``checkpoints/last.safetensors``.
 Every file's size and sha256 are recorded in a manifest shipped with the package
-(``attncnn/pretrained_models/downloads.json``, written from ``results/`` by
-``benchmarks/package_models.py``). Files are first written into a temporary folder in the cache
-(``.download-*``) and checked against the manifest; only a complete, matching set is moved into
-place (one rename), so a failed, interrupted or wrong download leaves nothing in the cache; the
-folder of a download that was killed outright is removed by the next download
-(:mod:`attncnn.api.download_staging`). Two downloads of one model into one cache may run at once:
-the one that finishes second keeps the copy the first stored. A download has a deadline as a
-whole, not only per read, so a server that trickles bytes cannot hold it. Nothing is ever
-downloaded unless :func:`download` is called: loading a model never reaches the network.
+(``attncnn/pretrained_models/downloads.json``, written by ``benchmarks/package_models.py``). Files
+are written into a temporary folder (:mod:`attncnn.api.download_staging`), checked, and moved into
+place with one rename, so a failed or interrupted download leaves nothing in the cache. A download
+has a deadline as a whole. Nothing is downloaded unless :func:`download` is called.
 """
 
 from __future__ import annotations
@@ -179,8 +166,8 @@ def _fetch(source: str, rel: str, dest: Path, spec: dict, timeout: float, deadli
 
 
 def _move_into_place(staging: Path, target: Path, files: dict) -> bool:
-    """Rename the checked ``staging`` folder to ``target``; a ``target`` that is not complete (an
-    older or damaged copy) is replaced, a complete one (another process's download) kept.
+    """Rename the checked ``staging`` folder to ``target``, replacing an incomplete ``target`` and
+    keeping a complete one (another process's download).
 
     Returns:
         True where this call put its folder in place, False where it kept another download's copy.
@@ -249,31 +236,26 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
     """Copy a trained model into the user cache from ``source``, checking every file's sha256.
 
     Args:
-        name: a model of the manifest (:func:`downloadable`: ``"quadratic"``,
-            ``"quadratic-generalized"``, ``"learned"``, ``"resnet18"``, the width-400 runs of
-            ``results/paper-long``), or its path there (``"paper-long/quadratic"``).
-        source: an ``http(s)://`` address or a local folder laid out like a clone's ``results/``
-            (see the module's description).
+        name: a model of the manifest (:func:`downloadable`: the width-400 runs of
+            ``results/paper-long``, e.g. ``"quadratic"``), or its path there (``"paper-long/quadratic"``).
+        source: an ``http(s)://`` address or a local folder laid out like a clone's ``results/``.
         manifest: a manifest file of the same format, for models hosted elsewhere (default: the
             package's, :data:`DOWNLOADS_MANIFEST`).
         timeout: seconds to wait for the server on each connection or read.
         deadline: seconds the whole download may take (default: ``timeout`` plus the model's size
-            at :data:`MIN_RATE`, 32 KiB/s: about 25 minutes for a 48 MB model); it stops at the
-            first read after it.
+            at :data:`MIN_RATE`).
 
     Returns:
         The model's run folder in the cache (``<cache>/models/paper-long/quadratic/seed0``), which
-        :func:`attncnn.pretrained` then finds by name. A model already there and complete is not
-        fetched again.
+        :func:`attncnn.pretrained` then finds by name. A complete model already there is not fetched again.
 
     Raises:
         InputError: an unknown name (the message lists the names), a source of another kind, or a
             ``timeout`` or ``deadline`` that is not a positive number.
         MissingFileError: a source folder that does not exist or lacks a file.
         DownloadError: an unreachable server, an HTTP error, a cut transfer, a download past its
-            deadline, a source file that is a folder, FIFO or other non-regular file (refused
-            without reading it), or a file whose size or sha256 is not the manifest's; nothing is
-            left in the cache.
+            deadline, a source file that is not a regular file, or a file whose size or sha256 is not
+            the manifest's; nothing is left in the cache.
         OutputError: the cache folder is not writable.
     """
     timeout = _checked_seconds(timeout, "timeout")

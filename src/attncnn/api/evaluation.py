@@ -24,28 +24,22 @@ def evaluate_run(path: str | os.PathLike[str], *, checkpoint: str | None = None,
         download: download official archives if missing.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
         batch_size: images per forward pass.
-        precision: ``fp32``, ``bf16`` or ``auto``; default the run's own (its ``machine.json``, or an
-            older checkpoint's configuration), but fp32 for a bf16 run on a device without fast
-            bf16, and fp32 where the run's precision is not known (a checkpoint outside its run
-            folder, a run from before ``--precision``).
-        sample: evaluate a fixed, class-balanced sample of this many test images (seed 0) instead
-            of all of them.
+        precision: ``fp32``, ``bf16`` or ``auto``; default the run's own, but fp32 for a bf16 run on a
+            device without fast bf16 and where the run's precision is not known.
+        sample: evaluate a fixed, class-balanced sample of this many test images (seed 0).
         predictions: also write the top-1 class of each evaluated image to this JSON file
             (:func:`attncnn.runs.write_predictions`).
-        progress: show the pass's progress as ``attncnn train`` shows an epoch's: a bar on a
-            terminal, else an INFO line about every tenth of a pass of half a minute or more.
+        progress: show the pass's progress as ``attncnn train`` shows an epoch's.
 
     Returns:
-        ``{"path", "checkpoint", "dataset", "epoch", "precision", "precision_from" (where the
-        precision came from, in words: ``"--precision"``, ``"the run's machine.json"``, ``"no run
-        folder: fp32 ..."``; :func:`_chosen_precision`), "test_accuracy" (fraction in [0, 1]),
-        "test_loss" (mean cross-entropy, nats), "examples", "seconds"}``, plus ``"sample"`` and
-        ``"predictions"`` when given.
+        ``{"path", "checkpoint", "dataset", "epoch", "precision", "precision_from" (in words),
+        "test_accuracy" (fraction in [0, 1]), "test_loss" (mean cross-entropy, nats), "examples",
+        "seconds"}``, plus ``"sample"`` and ``"predictions"`` when given.
 
     Raises:
-        InputError: weights holding NaN or infinite values (named; checked before the data set is
-            read); the data set has another number of classes or image size than the network
-            was trained on; ``sample`` outside ``1..test images``; a bad device or precision.
+        InputError: weights holding NaN or infinite values; a data set with another number of classes
+            or image size than the network was trained on; ``sample`` outside ``1..test images``; a
+            bad device or precision.
         MissingFileError: no such run folder or checkpoint.
         OutputError: ``predictions`` cannot be written.
     """
@@ -107,10 +101,8 @@ def _check_finite(model, checkpoint) -> None:
 
 def _chosen_precision(checkpoint, meta: dict, device, requested: str | None, what: str) -> tuple[str, str]:
     """``(precision, where it came from)`` for evaluating ``checkpoint`` on ``device``
-    (:func:`attncnn.perf.machine_precision`), the second in words for the printed result and the
-    records: ``"--precision"``; ``"the run's machine.json"`` (or an older checkpoint's
-    configuration), with the reason where a bf16 run runs in fp32 here; or why the run's precision
-    is not known (``"no run folder: fp32 ..."``, a checkpoint copied out of its run folder).
+    (:func:`attncnn.perf.machine_precision`), the second in words: ``"--precision"``, ``"the run's
+    machine.json"`` (with the reason where a bf16 run runs in fp32 here), or why it is not known.
 
     Raises:
         InputError: a bad ``requested`` or stored precision.

@@ -27,21 +27,15 @@ def _needs_images(network: nn.Module, images, what: str) -> None:
 
 def locality(model: nn.Module, images=None, *, n_images: int = DEFAULT_LOCALITY_IMAGES,
              batch_size: int = DEFAULT_BATCH_SIZE, resize: bool | str = False) -> Locality:
-    """Mean attention distance and normalised entropy of every head, per layer.
-
-    Mean attention distance: ``sum_k p(q, k) |pos(k) - pos(q)|`` in tokens, averaged over queries and
-    images (Dosovitskiy et al. 2021, Fig. 7, appendix D.7), also divided by the token grid's side
-    ``sqrt(H*W)`` (a fraction of the image side, as arXiv 2605.16390 reports it); normalised entropy:
-    each query's entropy over ``log(H*W)``, averaged likewise (0 one-hot, 1 uniform). Details in
-    :mod:`attncnn.analysis.locality`.
+    """Mean attention distance and normalised entropy of every head, per layer
+    (definitions and sources: :mod:`attncnn.analysis.locality`).
 
     Args:
         model: a :class:`~attncnn.Classifier` (``images`` in ``[0, 1]`` or uint8) or a bare image
             transformer (``images`` normalised as it was trained). Eval mode during the call.
         images: ``(N, 3, H_img, W_img)`` test images; the first ``n_images`` of them are used.
-            None for a model whose layers are all position-only (quadratic, learned): their maps
-            do not depend on the image, so the measures are computed once, for 32 x 32 images,
-            and equal the average over any images.
+            None for a model whose layers are all position-only: the measures are computed once,
+            for 32 x 32 images.
         n_images: how many of ``images`` to average over (default 1,000), a positive integer.
         batch_size: images per forward pass, a positive integer.
         resize: for a :class:`~attncnn.Classifier`, as :meth:`~attncnn.Classifier.preprocess`.
@@ -69,11 +63,8 @@ def locality(model: nn.Module, images=None, *, n_images: int = DEFAULT_LOCALITY_
 
 def attention_rollout(model: nn.Module, images=None, *, average: bool = False, batch_size: int = DEFAULT_BATCH_SIZE,
                       resize: bool | str = False) -> list[LayerMaps]:
-    """Attention rollout after every layer (Abnar & Zuidema 2020, section 3), from real activations.
-
-    Per layer the heads' probabilities are averaged, the residual is added as ``0.5 * (A + I)``
-    (rows renormalised), and the layers are multiplied from the first up; see
-    :mod:`attncnn.analysis.rollout`.
+    """Attention rollout after every layer (Abnar & Zuidema 2020, section 3; :mod:`attncnn.analysis.rollout`),
+    from real activations.
 
     Args:
         model, images, batch_size, resize: as :func:`attncnn.attention_maps` (None images: a

@@ -1,26 +1,20 @@
 """The trained models of this project, by name: :func:`pretrained`.
 
 ``results/<suite>/...`` holds ordinary run folders, one per trained model and seed
-(``results/mini/quadratic-mini/seed0``, ``results/efficiency/gpsa-mini/10pct/seed1``). A preset's
-name alone means its longest finished run among the suites (``"quadratic-mini"``: the 60-epoch
-run of ``results/mini-long`` rather than the 6-epoch one of ``results/mini``; ``"quadratic"``: the
-paper-width run of ``results/paper-long``); a path under ``results/`` names one run exactly.
+(``results/mini/quadratic-mini/seed0``). A preset's name alone means its longest finished run among
+the suites; a path under ``results/`` names one run exactly.
 
-A model comes one of three ways, and :func:`pretrained` looks for it in this order:
+:func:`pretrained` looks, in this order:
 
-1. a results folder: the folder passed as ``root`` (then the only place looked in); else the
-   folder named by the environment variable ``ATTNCNN_RESULTS``; else ``results/`` of the source
-   checkout this package runs from (an editable install of a clone), then ``results/`` in the
-   working directory;
-2. where none of those holds it: the models fetched with ``attncnn download NAME --from ...``
-   (:func:`attncnn.download`) into ``<user cache>/models/`` (:func:`attncnn._cache_dir.user_cache_dir`:
-   ``$ATTNCNN_CACHE_DIR``, else ``$XDG_CACHE_HOME/attncnn``, else ``~/.cache/attncnn``), then the
-   five 60-epoch mini models that come with the installed package (``attncnn/pretrained_models/``:
-   seed 0 of ``results/mini-long`` with bfloat16 weights, made from ``results/`` by
-   ``benchmarks/package_models.py``).
+1. in a results folder: ``root`` if given (then the only place); else ``$ATTNCNN_RESULTS``; else
+   ``results/`` of the source checkout this package runs from, then ``results/`` in the working
+   directory;
+2. then in the models fetched with :func:`attncnn.download` into ``<user cache>/models/``
+   (:func:`attncnn._cache_dir.user_cache_dir`), then the five 60-epoch mini models that come with
+   the package (``attncnn/pretrained_models/``: seed 0 of ``results/mini-long``, bfloat16 weights).
 
-Both places of step 2 are laid out like ``results/`` (``mini-long/quadratic-mini/seed0/``), so a
-name means the same run wherever it is found; a clone's own ``results/`` wins over them.
+Both places of step 2 are laid out like ``results/``, so a name means the same run wherever it is
+found; a clone's own ``results/`` wins over them.
 """
 
 from __future__ import annotations
@@ -71,10 +65,8 @@ def results_folders(root: str | os.PathLike | None = None) -> list[Path]:
 
 def model_folders(root: str | os.PathLike | None = None) -> list[list[Path]]:
     """Every folder trained models are looked for in, as groups in order of precedence: the results
-    folders (:func:`results_folders`), then the models fetched into the user cache
-    (:func:`attncnn.api.downloads.downloads_folder`) and those that come with the package
-    (:data:`PACKAGED_MODELS`). A name is taken from the first group that holds a finished run of
-    it, so a clone's ``results/`` wins over a packaged copy; within a group, its longest run.
+    folders (:func:`results_folders`), then the downloaded and packaged models. A name is taken from
+    the first group that holds a finished run of it; within a group, its longest run.
 
     Args:
         root: a folder given by the caller; when set, the only place looked in.
@@ -140,12 +132,9 @@ def _choose(name: str, seed: int, groups: list[list[Path]]) -> tuple[Path | None
 
 
 def list_pretrained(root: str | os.PathLike | None = None) -> list[tuple[str, int]]:
-    """The ``(name, seed)`` of every trained model found (see :func:`model_folders`).
-
-    Names are what :func:`pretrained` takes: the preset alone for the run a preset's name means
-    (its longest finished run, e.g. ``("quadratic-mini", 0)`` for ``results/mini-long``), the path
-    under ``results/`` otherwise (``("mini/quadratic-mini", 0)``, ``("efficiency/gpsa-mini/10pct", 1)``).
-    """
+    """The ``(name, seed)`` of every trained model found (see :func:`model_folders`), named as
+    :func:`pretrained` takes them: the preset alone for a preset's longest run
+    (``("quadratic-mini", 0)``), the path under ``results/`` otherwise (``("mini/quadratic-mini", 0)``)."""
     groups = model_folders(root)
     found = set()
     for base in (base for roots in groups for base in roots):
@@ -200,11 +189,9 @@ def _say_unusable_results_env(name: str, chosen: Path) -> None:
 
 def _not_found(name: str, seed: int, roots: list[Path], candidates: list[Path],
                available: list[tuple[str, int]]) -> str:
-    """What :func:`pretrained_path` says of a model it cannot find: what helps most first (a run of
-    it shipped without its weights, :mod:`attncnn.runs.withheld`: how to train it again; the seeds
-    and the names close to ``name`` that are there; how to train a preset none of whose runs is
-    there), then where it looked (``roots``, once each), what is there, and last the three ways to
-    get a trained model (:func:`_ways`)."""
+    """What :func:`pretrained_path` says of a model it cannot find: what helps most first (a run shipped
+    without its weights, close names, how to train a preset), then where it looked, what is there, and
+    the ways to get a trained model (:func:`_ways`)."""
     sentences = [f"no trained model {name!r} seed {seed}."]
     for folder in candidates:           # trained, but shipped without its weights: say so first
         record = read_withheld(folder) if (folder / "finished.json").is_file() else None
@@ -264,25 +251,23 @@ def pretrained(name: str, seed: int = 0, *, root: str | os.PathLike | None = Non
 
     Args:
         name: a preset, meaning its longest finished run (``"quadratic"``: width 400, 60 epochs;
-            ``"quadratic-mini"``: width 64, 60 epochs, seeds 0-2; ``"learned-mini"``,
-            ``"resnet18-mini"`` likewise; the choice is logged when several runs exist); or a path
-            under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"`` (6 epochs) or
-            ``"efficiency/gpsa-mini/10pct"`` (:func:`list_pretrained` lists them).
-            From an installed package without a clone, the five 60-epoch mini models come with
-            it (seed 0, bfloat16 weights); the width-400 ones after :func:`attncnn.download`.
+            ``"quadratic-mini"``: width 64, 60 epochs; the choice is logged when several runs exist);
+            or a path under ``results/`` without the seed, e.g. ``"mini/quadratic-mini"``
+            (:func:`list_pretrained` lists them). An installed package without a clone has the five
+            60-epoch mini models (seed 0), and the width-400 ones after :func:`attncnn.download`.
         seed: which seed's run.
-        root: a results folder to look in instead of every other place (see the module's
-            description; ``$ATTNCNN_RESULTS`` replaces the clone's ``results/`` but keeps the
-            downloaded and packaged models).
+        root: a results folder to look in instead of every other place (see the module's description;
+            ``$ATTNCNN_RESULTS`` replaces the clone's ``results/`` but keeps the downloaded and
+            packaged models).
         device, dtype: as :func:`load_model`.
 
     Returns:
         A :class:`Classifier` in eval mode (``model(images)``, ``model.predict(images)``,
-        ``model.network``; :func:`attncnn.attention_maps` takes it as it is).
+        ``model.network``).
 
     Raises:
         FileNotFoundError: the model is not there (the message names where it looked, what is
-            there, and the three ways to get a model: packaged, a clone's ``results/``, ``attncnn download``).
+            there, and the ways to get a model).
         InputError, attncnn.runs.CheckpointError: as :func:`load_model`.
     """
     return load_model(pretrained_path(name, seed, root=root), device=device, dtype=dtype)

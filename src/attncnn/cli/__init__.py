@@ -1,16 +1,13 @@
 """Command line: ``attncnn <command>``. Thin: parses arguments, calls the library.
 
-One module per command in this package (:data:`COMMANDS`), each with ``register(sub)``: it adds its
-parser(s) to the subparsers ``sub`` with ``set_defaults(handler=fn)``, where ``fn(args)`` runs the
-command and returns the exit status, importing the library it calls only then (``attncnn --help``
-stays quick). The parser pieces they share are in :mod:`._parsing`. Nothing in the library imports
-this package: it sits at the top of the import arrow.
+One module per command (:data:`COMMANDS`), each with ``register(sub)``: it adds its parser(s) with
+``set_defaults(handler=fn)``, where ``fn(args)`` runs the command (importing the library only then)
+and returns the exit status. Shared parser pieces: :mod:`._parsing`. Nothing in the library imports
+this package.
 
 User errors (:class:`attncnn.AttncnnError`) become one line on stderr and exit status 2; any other
-exception keeps its traceback (exit status 1). A training run stopped
-by SIGINT / SIGTERM saves a resumable checkpoint, prints the ``--resume`` command on stderr and
-exits with 130 / 143. Called in-process, :func:`main` lets Ctrl-C through as KeyboardInterrupt
-(so that a test suite calling it stops); the executable, :func:`console_main`, makes it 130.
+exception keeps its traceback (status 1). A training run stopped by SIGINT / SIGTERM saves a
+resumable checkpoint, prints the ``--resume`` command and exits with 130 / 143.
 """
 
 from __future__ import annotations
@@ -51,15 +48,11 @@ _MODEL_COMMANDS = ("train", "evaluate", "bench", "reproduce", "prune")
 
 
 def _process_setup(args: argparse.Namespace) -> None:
-    """The process-wide state the library leaves to its caller, set once before the command runs.
-
-    cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` when CUDA first uses it, so a deterministic run's value is
-    set before anything touches CUDA: for ``train --deterministic``, and for ``train --resume``, whose
-    stored recipe may be deterministic (the value only fixes cuBLAS's workspace: 8 buffers of 4 MiB;
-    the library checks it, :func:`attncnn.training.components.deterministic_algorithms`). On the
-    CPU, glibc keeps freed memory for reuse (:mod:`attncnn.perf.host_memory`): the large tensors of
-    a step no longer page-fault in every step. An environment already set wins.
-    """
+    """The process-wide state the library leaves to its caller, set once before the command runs (an
+    environment already set wins): ``CUBLAS_WORKSPACE_CONFIG`` for ``train --deterministic`` and
+    ``train --resume`` (cuBLAS reads it when CUDA is first used;
+    :func:`attncnn.training.components.deterministic_algorithms` checks it), and on the CPU glibc's
+    keeping of freed memory (:mod:`attncnn.perf.host_memory`)."""
     if args.command == "train" and (getattr(args, "deterministic", False) or args.resume):
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     if args.command in _MODEL_COMMANDS:
@@ -77,16 +70,14 @@ class _ReportedInterrupt(KeyboardInterrupt):
 def main(argv: list[str] | None = None) -> int:
     """Run the ``attncnn`` command given by ``argv`` in this process; returns the exit status.
 
-    Errors a user can fix (:class:`attncnn.AttncnnError` and its subclasses) become one line on stderr,
-    ``attncnn <command>: error: <message>``, and status 2; SIGTERM during training, status 143 after the
-    ``--resume`` line. Any other exception is a bug: it propagates with its traceback
-    (:func:`console_main` then exits with Python's status 1).
+    Errors a user can fix (:class:`attncnn.AttncnnError`) become one line on stderr,
+    ``attncnn <command>: error: <message>``, and status 2; SIGTERM during training, status 143 after
+    the ``--resume`` line. Any other exception propagates with its traceback.
 
     Raises:
-        KeyboardInterrupt: Ctrl-C (SIGINT), also when training turned it into a saved checkpoint
-            (the ``--resume`` line is printed first). It is not turned into a status here so that
-            an in-process caller stops too: a test suite calling ``main`` must end on Ctrl-C, not
-            record one failed test and go on. :func:`console_main` turns it into status 130.
+        KeyboardInterrupt: Ctrl-C (SIGINT), also after training saved a checkpoint (the ``--resume``
+            line is printed first), so that an in-process caller stops too; :func:`console_main`
+            turns it into status 130.
     """
     argv = sys.argv[1:] if argv is None else [str(arg) for arg in argv]
     args = build_parser().parse_args(argv)

@@ -1,12 +1,11 @@
 """What the commands of :mod:`attncnn.cli` share: the parser class (every option's default shown in
-``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig` (declared once
-there), ``KEY=VALUE`` values, ``--precision``, and quiet logs for machine-readable output.
+``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig`, ``KEY=VALUE``
+values, ``--precision``, and quiet logs for machine-readable output.
 
-Each field ``name`` becomes ``--name`` (underscores as dashes) with the field's help; booleans
-also get ``--no-name``; lists take several values; the ``model`` dict is given as repeated
-``--set KEY=VALUE``. No flag has a default: a flag the user did not pass is absent from the
-parsed namespace, so :func:`given_options` returns exactly what was given on the command line
-(a preset's recipe fills in the rest, and ``--resume`` can refuse what it would ignore).
+Each field ``name`` becomes ``--name`` (booleans also ``--no-name``; the ``model`` dict as repeated
+``--set KEY=VALUE``). No flag has a default, so :func:`given_options` returns exactly what was given
+on the command line (a preset's recipe fills in the rest, and ``--resume`` can refuse what it would
+ignore).
 """
 
 from __future__ import annotations
@@ -118,10 +117,9 @@ def default_text(field: dataclasses.Field) -> str:
 
 def add_config_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
                        fields_of: type = TrainConfig) -> None:
-    """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`; e.g.
-    :class:`attncnn.training.RunOptions`, whose fields are declared with :func:`attncnn.runs.config.option`
-    too) to ``parser`` or an argument group (destination = the field name); each flag's help is the
-    field's help, followed by its default (:func:`default_text`) unless the help states it."""
+    """Add one flag per field of the dataclass ``fields_of`` (default :class:`TrainConfig`) to
+    ``parser`` or an argument group (destination = the field name), its help the field's, followed by
+    its default (:func:`default_text`) unless the help states it."""
     hints = typing.get_type_hints(fields_of)
     for field in dataclasses.fields(fields_of):
         extra = {k: v for k, v in field.metadata.items() if k not in ("flag", "help")}
@@ -169,16 +167,13 @@ RUN_HELP = "run folder, checkpoint file, or a trained model's name (quadratic-mi
 
 def run_or_model(text: str) -> str:
     """A ``RUN`` argument (argparse ``type``): a run folder or checkpoint file as given, or, where no
-    such path exists and ``text`` is a preset's name (``quadratic``, ``quadratic-mini``), the run
-    folder of that trained model, as :func:`attncnn.pretrained` finds it (seed 0). A path that
-    exists wins over a trained model of the same name, with one warning naming both. Anything else
-    is returned as given, so the command's own "no run folder or checkpoint" message names it,
-    except a bare name close to a preset's (a misspelt model name), which is refused here.
+    such path exists and ``text`` is a preset's name, the run folder of that trained model as
+    :func:`attncnn.pretrained` finds it (seed 0). A path that exists wins, with one warning naming
+    both. Anything else is returned as given, except a bare name close to a preset's.
 
     Raises:
-        argparse.ArgumentTypeError: a preset's name with no trained model found (the message says
-            where it looked and the ways to get one); a bare name that is no path and no preset but
-            close to one (the message names the closest).
+        argparse.ArgumentTypeError: a preset's name with no trained model found (where it looked and
+            the ways to get one); a bare name that is no path and no preset but close to one.
     """
     from ..api.pretrained import pretrained_path
     from ..errors import AttncnnError

@@ -1,7 +1,5 @@
-"""``attncnn download NAME --from URL_OR_FOLDER``: fetch a width-400 trained model into the user cache.
-
-The handler calls :func:`attncnn.api.downloads.download`, imported only when the command runs; its
-user errors (:class:`attncnn.AttncnnError`) become one line and exit status 2 in :mod:`attncnn.cli`.
+"""``attncnn download NAME --from URL_OR_FOLDER``: fetch a width-400 trained model into the user cache
+(:func:`attncnn.api.downloads.download`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """``attncnn reproduce STUDY``: train a study (resumable), then write its report, figures and viewer
-page; or only estimate (``--dry-run``), or only report (``--report-only``); a grid's
-``--calibrate`` and ``--lr-sweep`` measure its seen images per cell and its shared rate. Which
-options each of these takes is declared once, in :data:`attncnn.reproduce.request.RULES`; this
-module turns the flags into a :class:`~attncnn.reproduce.request.StudyRequest` and calls
-:func:`attncnn.reproduce.orchestration.run_study`.
+page; or ``--dry-run``, ``--report-only``, a grid's ``--calibrate`` and ``--lr-sweep``. The flags
+become a :class:`~attncnn.reproduce.request.StudyRequest` (rules in
+:data:`attncnn.reproduce.request.RULES`) for :func:`attncnn.reproduce.orchestration.run_study`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """``attncnn theorem``: build the attention layer of Theorem 1 and check it against the convolution.
 
-Runs both on the same images (by default 100 standard-normal random images drawn with a fixed seed,
-which need no download; ``--data`` for a data set's test images) and prints the max absolute and relative
-errors (interior, border, all), the Lemma 2 bound for the alpha used, and timings. With ``--model``
-(a preset such as ``quadratic-conv-mini``, or a checkpoint) it checks one layer of that network
-instead: the convolution closest to it, per head, and the output error on the layer's real input
-(:mod:`attncnn.theory.checks`).
+Runs both on the same images (seeded standard-normal images, or ``--data``'s test images) and
+prints the errors (interior, border, all), the Lemma 2 bound and timings. With ``--model`` it
+checks one layer of that network against its closest convolution (:mod:`attncnn.theory.checks`).
 """
 
 from __future__ import annotations

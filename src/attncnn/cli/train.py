@@ -40,10 +40,9 @@ def register(sub) -> None:
 
 def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> None:
     """``train --resume RUN --data PATH``: record where the run's own data set is on this machine
-    (:func:`attncnn.runs.point_at_data`). Without ``--data``, a run whose data set is not here is
-    refused before anything loads, with the flag that fixes it. Under ``torchrun`` only rank 0
-    (``main``) rewrites ``config.json``; the other ranks check the same options and wait for it
-    (:func:`attncnn.runs.await_pointed`), so no rank resumes with the old configuration.
+    (:func:`attncnn.runs.point_at_data`); without ``--data``, a run whose data set is not here is
+    refused before anything loads. Under ``torchrun`` only rank 0 rewrites ``config.json``; the other
+    ranks wait for it (:func:`attncnn.runs.await_pointed`).
 
     Raises:
         InputError: ``--data`` names another data set (file name) than the run's; no ``--data`` for

@@ -1,11 +1,8 @@
 """Data: CIFAR-10/100 archives, image folders and zips, a decoded-array cache, device-resident batches.
 
-Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`.
-
-A data set read from a folder or zip is decoded once and cached on disk (:mod:`attncnn.data.cache`);
-the last one read is also kept in memory, so that loading it again (a run after its plan, the runs
-of a suite) costs nothing. That copy outlives the :class:`Dataset` you hold: call
-:func:`forget_cached_dataset` to let it go (the next load reads the cache file again).
+Entry point: :func:`load_dataset`; batches: :class:`DeviceLoader`. A folder or zip is decoded once
+and cached on disk (:mod:`attncnn.data.cache`); the last one read is also kept in memory until
+:func:`forget_cached_dataset` lets it go.
 """
 
 from __future__ import annotations
@@ -104,9 +101,8 @@ def load_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 
 def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[str] | None = None) -> DataShape:
     """The sizes :func:`load_dataset` would give ``spec``, without decoding or downloading it:
-    CIFAR-10/100's are known (no file is read); a folder or zip is listed and its first training
-    image decoded. For plans and estimates (``attncnn reproduce --dry-run``), which must not spend
-    the minutes a first decoding takes.
+    CIFAR-10/100's are known; a folder or zip is listed and its first training image decoded (for
+    plans and estimates such as ``attncnn reproduce --dry-run``).
 
     Args:
         spec, data_dir: as :func:`load_dataset`.
@@ -129,16 +125,13 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 def run_data(stored: str | None, given: str | None = None, *, run: str | os.PathLike[str] | None = None) -> str:
     """The data set a command uses for a trained run: ``given`` if any, else the run's own.
 
-    A run records the data set it was trained on (``config["data"]``): a built-in name, an absolute
-    path (every run since paths are recorded absolute), or a relative one (an older run, or a
-    shared run folder, which keeps only the file name). A relative one is looked for relative to
-    the current folder, then to the run folder and the folders above it, and taken only where one
-    file is found (the rule: :mod:`attncnn._recorded_data`). A data set that is not here is never
-    replaced by another one: the command stops and asks for ``--data``.
+    A run records its data set (``config["data"]``): a built-in name, an absolute path, or (older or
+    shared runs) a relative one, looked for relative to the current folder, then to the run folder and
+    the folders above it, and taken only where one file is found (:mod:`attncnn._recorded_data`). A
+    data set that is not here is never replaced by another one.
 
     Args:
-        stored: the run's ``config["data"]`` (None: not recorded, so the run trained on the default,
-            :data:`DEFAULT_DATA`, which a configuration without ``data`` means).
+        stored: the run's ``config["data"]`` (None: not recorded, i.e. :data:`DEFAULT_DATA`).
         given: the data set given on the command line, which always wins.
         run: the run folder or checkpoint file, where a relative ``stored`` is also looked for.
 

@@ -3,18 +3,12 @@
 A data set decoded from ``<path>`` is stored in ``<data_dir>/decoded/<name>-<key>.safetensors``
 (tensors ``train_images``, ``train_labels``, ``test_images``, ``test_labels``; the class names in
 the metadata). The key hashes the resolved path with, for a zip, its size and modification time,
-and for a folder, the sorted list of the files the loader reads
-(:func:`~attncnn.data.folder.folder_files`: the files of a class folder that is a symbolic link
-too) with their sizes and modification times, and for a file reached through a link, the real
-path it leads to; so any change to the data, a re-pointed link included, makes a new key. Files
-are written atomically; a cache file that cannot be read is ignored (with a warning) and rebuilt,
-and a cache that cannot be written only costs speed.
+and for a folder, the files the loader reads (:func:`~attncnn.data.folder.folder_files`) with
+their sizes, modification times and link targets, so any change to the data makes a new key.
+Files are written atomically; an unreadable cache file is rebuilt (with a warning), and one that
+cannot be written only costs speed.
 
-The last cache file read is also kept in memory, with its size and modification time: the plan
-of an ``attncnn train`` (which measures on the run's own data) and the run itself, or the jobs of
-a suite trained in one process, read the same file, and one copy serves them all. Nothing in
-attncnn writes into the loaded tensors (batches are new tensors gathered from them). That copy
-(all of CIFAR-10 decoded: 184 MB) stays alive after the caller has dropped its data set, until
+The last cache file read is also kept in memory (nothing writes into the loaded tensors), until
 another cache file is read or the caller lets it go with :func:`forget_cached_dataset`.
 """
 

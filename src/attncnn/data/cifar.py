@@ -1,18 +1,14 @@
 """The official CIFAR-10 / CIFAR-100 archives (Krizhevsky, 2009): find, download, verify, extract, parse.
 
 Both the *binary* versions (preferred; what ``--download`` fetches) and the *python* (pickle)
-versions are understood. In ``data_dir`` each may be present as the ``.tar.gz`` archive or as the
-folder the archive extracts to; the folder is used when present, otherwise the archive is checked
-against its published md5 and extracted (atomically: into a temporary folder beside it, then
-renamed, so an interrupted extraction leaves nothing half-written).
+versions are read, from the extracted folder or from the ``.tar.gz`` archive (checked against its
+published md5 and extracted atomically).
 
 Binary layout: every record is ``<label byte> <3072 pixel bytes>`` for CIFAR-10 and
-``<coarse byte> <fine byte> <3072 pixel bytes>`` for CIFAR-100 (fine labels are used). The pixels
-are 1024 red, then 1024 green, then 1024 blue values, each a row-major 32x32 plane, so a record
-reshapes directly to ``(3, 32, 32)``.
-
-The python versions are pickles; they are read with an unpickler that refuses every global except
-the three numpy names needed to rebuild an array, so a tampered file cannot run code.
+``<coarse byte> <fine byte> <3072 pixel bytes>`` for CIFAR-100 (fine labels are used); the pixels
+are the red, green and blue row-major 32x32 planes, so a record reshapes to ``(3, 32, 32)``. The
+pickles are read with an unpickler that refuses every global except the three numpy names an
+array needs, so a tampered file cannot run code.
 """
 
 from __future__ import annotations

@@ -2,16 +2,13 @@
 Features", ICCV 2019), batched on the device.
 
 With probability ``p`` a batch is mixed: one box is cut out of every image and filled with the same
-box of its partner in the batch, and the labels are mixed by area. The box follows the paper's
-Algorithm A1: ``lam ~ Beta(alpha, alpha)``, a box of side ``side * sqrt(1 - lam)`` centered at a
-uniformly random pixel, clipped to the image; the label weight is then the area that is left,
-``lam = 1 - box area / image area``. One box and one ``lam`` per batch, as the paper's code draws
-them; the partner of image ``b`` is image ``B - 1 - b`` (the batch reversed, as timm pairs them),
-so pairing needs no random draw.
-
-The draws are a pure function of ``(seed, epoch)`` (:func:`draw_boxes`), drawn apart from the crop,
-flip and order (which stay the same with CutMix on or off), so a run resumed in the middle of an
-epoch mixes its batches exactly as an uninterrupted one.
+box of its partner (image ``B - 1 - b``, as timm pairs them), and the labels are mixed by area. The
+box follows the paper's Algorithm A1: ``lam ~ Beta(alpha, alpha)``, a box of side
+``side * sqrt(1 - lam)`` centered at a uniformly random pixel, clipped to the image; the label
+weight is then ``lam = 1 - box area / image area``. One box per batch, as the paper's code draws
+them. The draws are a pure function of ``(seed, epoch)`` (:func:`draw_boxes`), drawn apart from the
+crop, flip and order (which stay the same with CutMix on or off), so a run resumed mid-epoch mixes
+its batches as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -45,10 +42,8 @@ def draw_boxes(seed: int, epoch: int, batches: int, height: int, width: int, pro
                alpha: float) -> torch.Tensor:
     """The boxes of an epoch's batches: ``(batches, 4)`` int64 ``(y0, y1, x0, x1)``, half-open pixel
     ranges; an empty box ``(0, 0, 0, 0)`` where the batch is not mixed (probability ``1 - p``).
-
-    Batch ``i``'s box depends only on ``(seed, epoch, i)`` and the arguments (every draw of the
-    epoch is made whatever ``batches`` a caller asks for first: the first ``k`` rows are the same
-    for any ``batches >= k``).
+    Batch ``i``'s box depends only on ``(seed, epoch, i)`` and the arguments (the first ``k`` rows
+    are the same for any ``batches >= k``).
 
     Raises:
         InputError: ``probability`` or ``alpha`` out of range (:func:`check_cutmix`).

@@ -1,32 +1,22 @@
 """Image data sets stored as ``train/<class>/*`` and ``test/<class>/*``, in a folder or a ``.zip``.
 
-Labels follow the **sorted** class-folder names: label ``k`` is ``sorted(train class folders)[k]``.
-For CIFAR-10 that is the official label order (airplane, automobile, bird, cat, deer, dog, frog,
-horse, ship, truck), which happens to be alphabetical. Within a class, files are taken in sorted
-name order. Images are decoded with Pillow and converted to RGB; all must share one size.
+Labels follow the **sorted** class-folder names (for CIFAR-10 the official label order); within a
+class, files are taken in sorted name order. Images are decoded with Pillow and converted to RGB;
+all must share one size. The layout may be wrapped in one top-level folder
+(``cifar10/train/...``). Names starting with ``.`` are skipped.
 
-A folder or zip may also wrap that layout in one top-level folder (``cifar10/train/...``).
-Names starting with ``.`` are skipped, in folders and zips alike.
+Symbolic links: in a folder, a link to a folder is followed like a folder (as torchvision's
+``ImageFolder`` does); a dangling link where a class folder would be and a link back to a folder
+containing it are refused with :class:`DataError`. A zip member stored as a link below ``train/``
+or ``test/`` is refused, with the fix.
 
-Symbolic links. In a folder, a link to a folder is followed like a folder (as torchvision's
-``ImageFolder`` does), wherever it points: a class folder may live elsewhere, and the data set is
-the user's own files on their own machine. A link that points at nothing, where a class folder
-would be, and a link that leads back to a folder containing it (a loop) are refused with
-:class:`DataError`; nothing is ever dropped without a word. A zip is read without extracting it,
-so a member stored as a link (``zip -y``) has nothing to lead to inside the zip: one below
-``train/`` or ``test/`` is refused, with the fix (re-create the zip so that it holds the files).
+A ``test/`` that is ``train/``, or a test class folder that is a training class folder (by device
+and inode), would test on training images: refused with :class:`DataError` naming both folders
+(copies are not detected).
 
-Test images apart from training images. A folder whose ``test/`` is its ``train/`` (a link to it),
-or a test class folder that is a training class folder (a link to it, or a link to the same folder
-elsewhere), would test on training images: both are refused with :class:`DataError` naming both
-folders. Folders are compared by identity (device and inode, which also sees bind mounts), not by
-content: a copy of training images under ``test/``, or a linked image file, is not detected (hashing
-every image would cost more than reading the data set).
-
-Sizes. An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is
-read, whatever size a zip declares for it, and at most that many bytes (plus one) are ever read or
-inflated; an image with more pixels than Pillow's ``PIL.Image.MAX_IMAGE_PIXELS`` (a decompression
-bomb) is refused too. A data set needs at least two classes.
+An image file or zip member larger than :data:`MAX_IMAGE_BYTES` is refused before it is read (at
+most that many bytes plus one are read or inflated), as is an image with more pixels than
+``PIL.Image.MAX_IMAGE_PIXELS``. A data set needs at least two classes.
 """
 
 from __future__ import annotations
@@ -54,9 +44,8 @@ logger = logging.getLogger(__name__)
 #: File name endings read as images (compared case-insensitively); other files are ignored.
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp")
 _SPLITS = ("train", "test")
-#: Largest image file or zip member read, in bytes. CIFAR images are 1-3 KB and ImageNet JPEGs a few MB;
-#: 64 MiB is far above any image a network here trains on, yet small enough that a hostile or broken
-#: zip (a few MB inflating to GiBs) cannot exhaust memory: nothing larger is ever read or inflated.
+#: Largest image file or zip member read or inflated, in bytes: far above any real image, small
+#: enough that a hostile zip cannot exhaust memory.
 MAX_IMAGE_BYTES = 64 * 2**20
 #: Folder levels read below a data set's folder: ``[wrapper/]split/class/image``.
 _DEPTH = 4
@@ -152,11 +141,6 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
     return out
 
 
-def _list_files(path: Path, zf: zipfile.ZipFile | None) -> list[str]:
-    """The file paths below ``path`` (a folder, or the open zip ``zf``), as posix paths relative to it."""
-    return _list_zip(path, zf) if zf is not None else folder_files(path)
-
-
 def _find_root(names: list[str], path: Path) -> str:
     """The prefix under which ``train/`` and ``test/`` live: ``""`` or ``"<single folder>/"``."""
     if any(n.startswith("train/") for n in names):
@@ -208,12 +192,8 @@ def _too_large(where: str, what: str, limit: int) -> str:
 
 
 def _decode(data: bytes, where: str) -> np.ndarray:
-    """``(H, W, 3)`` uint8 pixels of an encoded image.
-
-    Pillow warns about an image of more than ``PIL.Image.MAX_IMAGE_PIXELS`` pixels and fails on one
-    of more than twice that; both are refused here (such an image is no training image, and the
-    warning alone would let it fill the memory).
-    """
+    """``(H, W, 3)`` uint8 pixels of an encoded image; an image of more than
+    ``PIL.Image.MAX_IMAGE_PIXELS`` pixels is refused (Pillow would only warn)."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
@@ -253,9 +233,8 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
     Raises:
         DataError: no train/ or test/, a split without images, class folders that differ between the
             splits, fewer than two classes, a refused symbolic link or a test folder that is a
-            training folder (module docstring), an image
-            file larger than :data:`MAX_IMAGE_BYTES`, an unreadable image, or images of different
-            sizes (the message names the file, folder or zip member).
+            training folder (module docstring), an image file larger than :data:`MAX_IMAGE_BYTES`, an
+            unreadable image, or images of different sizes (the message names the file or member).
     """
     path = Path(path)
     zf = _open_zip(path) if is_zip(path) else None
@@ -280,7 +259,7 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
 
 def peek_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], int, int, tuple[int, int]]:
     """What :func:`read_image_folder` would return, without decoding it: the file listing and the
-    first training image (milliseconds where decoding CIFAR-10 takes tens of seconds).
+    first training image.
 
     Returns:
         ``(classes, train images, test images, (height, width))``; the size is the first training
@@ -307,7 +286,7 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
                                                               dict[str, list[str]]]:
     """``(sorted class names, train files, test files)`` of a folder or open zip, each split as
     ``{class: sorted image paths}``; both splits must have the same classes, at least two."""
-    names = _list_files(path, zf)
+    names = _list_zip(path, zf) if zf is not None else folder_files(path)
     root = _find_root(names, path)
     train_files = _split_files(names, root, "train", path)
     test_files = _split_files(names, root, "test", path)
@@ -329,9 +308,8 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
 
 
 def check_splits_apart(path: str | os.PathLike[str], root: str | None = None) -> None:
-    """Refuse an image folder whose test split, or one of its test class folders, is the same
-    folder as its training split or one of its class folders (module docstring): a few ``stat``
-    calls, no listing of the images, so that a decoded copy in the cache is checked too.
+    """Refuse an image folder whose test split, or one of its test class folders, is the same folder
+    as its training split or one of its class folders (module docstring), with a few ``stat`` calls.
 
     Args:
         path: the data set's folder (a zip has no links: nothing is checked).

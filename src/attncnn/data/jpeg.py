@@ -1,16 +1,11 @@
 """How an image data set's JPEG files were encoded: quality and chroma subsampling, read from a file.
 
-A data set stored as JPEG is not the data set its images came from: the CIFAR-10 copy the project
-trains on (``cifar10-jpeg.zip``) was encoded at the Independent JPEG Group's quality 75 with 4:2:0
-chroma subsampling, so each 32 x 32 image keeps its colour at 16 x 16. Accuracies on it are not
-accuracies on the official binaries, and a reader comparing with a published number should see how
-far the pixels were changed. The loader names the encoding beside the data set
-(:func:`describe_jpeg`); it is read from the files themselves, never assumed from a file name.
-
-The quality is found by matching the file's luminance quantisation table against the IJG scaling
-of the example table of the JPEG standard (ITU-T T.81, Annex K, Table K.1), the scaling every
-libjpeg-based encoder (Pillow, OpenCV, ImageMagick) applies; a file whose table is not one of
-those (another encoder, a custom table) has no quality to report, only its subsampling.
+A data set stored as JPEG is not the data set its images came from (``cifar10-jpeg.zip`` was
+encoded at quality 75 with 4:2:0 subsampling, its colour kept at 16 x 16): accuracies on it are not
+accuracies on the official binaries, so the loader names the encoding beside the data set
+(:func:`describe_jpeg`), read from the files themselves. The quality is found by matching the
+luminance quantisation table against the IJG scaling of the JPEG standard's example table (ITU-T
+T.81, Annex K, Table K.1); a file with another table reports only its subsampling.
 """
 
 from __future__ import annotations
@@ -77,8 +72,7 @@ def _first_jpeg(path: Path) -> bytes | None:
 
 def jpeg_encoding(path: str | os.PathLike[str]) -> JpegEncoding | None:
     """The encoding of the data set at ``path`` (an image zip or folder), read from one of its JPEG
-    files: None where it holds no JPEG file or the file cannot be read (the data set's own loader
-    reports unreadable files; this only describes)."""
+    files; None where it holds none or the file cannot be read."""
     try:
         data = _first_jpeg(Path(path))
         if data is None:

@@ -1,15 +1,12 @@
 """Device-resident batches: the whole split lives on the device as uint8, augmentation is batched.
 
-:class:`DeviceLoader` replaces a ``DataLoader`` with workers: it moves a split to the device once,
-and per batch does one ``index_select``, one batched random crop + horizontal flip
-(:func:`random_crop_flip`) and one normalisation, so there is no per-image Python work.
-
-Augmentation follows the reference CIFAR recipe (torchvision ``RandomCrop(32, padding=4)``,
-``RandomHorizontalFlip()``, then ``Normalize(mean, std)``): the uint8 image is padded with zeros
-(black) *before* normalisation, a window of the original size is cut at a uniformly random offset,
-and it is mirrored left-right with probability 1/2. CutMix (:mod:`.cutmix`), off unless asked
-for, mixes a batch after its crop and flip, before normalisation; the batch's labels are then
-``(B, classes)`` float32 targets instead of class indices.
+:class:`DeviceLoader` moves a split to the device once and per batch does one ``index_select``,
+one batched random crop + horizontal flip (:func:`random_crop_flip`) and one normalisation.
+Augmentation follows the reference CIFAR recipe (``RandomCrop(32, padding=4)``,
+``RandomHorizontalFlip()``, then ``Normalize(mean, std)``: zero padding before normalisation).
+CutMix (:mod:`.cutmix`), off unless asked for, mixes a batch after its crop and flip, before
+normalisation; its labels
+are then ``(B, classes)`` float32 targets.
 """
 
 from __future__ import annotations
@@ -70,27 +67,24 @@ def epoch_generator(seed: int, epoch: int) -> torch.Generator:
 class DeviceLoader:
     """Whole split resident on ``device`` as uint8; yields normalised float batches.
 
-    No workers and no per-image Python: each batch is gathered, augmented and normalised with a few
-    batched tensor operations on the device.
-
     Args:
         split: the images (uint8 ``(N, C, H, W)``) and labels.
         batch_size: examples per batch *for this rank*.
         device: where the split and the batches live.
         train: shuffle and augment (random crop with ``crop_padding`` zero padding, and horizontal
             flip if ``flip``); otherwise the split is read in order without augmentation.
-        seed: with the epoch set by :meth:`set_epoch`, fixes the order and the augmentation: they are
-            a pure function of ``(seed, epoch)``, identical on every rank and in every run.
+        seed: with the epoch set by :meth:`set_epoch`, fixes the order and the augmentation (a pure
+            function of ``(seed, epoch)``, identical on every rank).
         mean, std: per-channel normalisation ``x = (uint8 / 255 - mean) / std``.
         drop_last: drop the final partial batch (default: keep it).
-        rank, world_size: distributed sharding. Every rank draws the same permutation; in training
-            it is truncated to a multiple of ``world_size`` (so all ranks take the same number of
-            steps) and rank ``r`` takes ``perm[r::world_size]``. In evaluation nothing is dropped:
-            rank ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
+        rank, world_size: distributed sharding. In training the shared permutation is truncated to a
+            multiple of ``world_size`` (so all ranks take the same number of steps) and rank ``r`` takes
+            ``perm[r::world_size]``; in evaluation rank
+            ``r`` takes examples ``r, r + world_size, ...`` (ranks may differ by one example).
         dtype: floating dtype of the yielded images.
-        cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; 0, the
-            default: never). With it above 0 every training batch's labels are ``(B, num_classes)``
-            float32 targets (one-hot for a batch left unmixed), so that a step's loss has one form.
+        cutmix: probability that a training batch is mixed by CutMix (:mod:`.cutmix`; default 0). Above
+            0 every training batch's labels are ``(B, num_classes)`` float32 targets (one-hot for an
+            unmixed batch, so that a step's loss has one form).
         cutmix_alpha: CutMix's Beta parameter.
         num_classes: the number of classes; needed with ``cutmix`` (the width of the targets).
 

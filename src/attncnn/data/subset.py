@@ -12,11 +12,10 @@ __all__ = ["class_balanced_subset", "held_out_indices"]
 def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tensor:
     """Indices of ``n`` examples, as equally many per class as possible.
 
-    Each of the ``K`` classes present in ``labels`` gets ``n // K`` examples and the remainder goes
-    one each to the classes with the smallest labels. A class with too few examples gives all it has
-    and the rest is shared among the others the same way (so the per-class counts of the classes
-    that still have examples left differ by at most one). Within a class the examples are a random choice made by a
-    generator seeded with ``seed`` (so the result is a pure function of ``labels, n, seed``).
+    Each of the ``K`` classes present gets ``n // K`` examples and the remainder goes one each to the
+    classes with the smallest labels; a class with too few examples gives all it has and the rest is
+    shared among the others the same way. Within a class the examples are drawn by a generator seeded
+    with ``seed`` (a pure function of ``labels, n, seed``).
 
     Returns:
         sorted ``int64`` CPU tensor of ``n`` distinct indices into ``labels``.
@@ -57,11 +56,8 @@ def class_balanced_subset(labels: torch.Tensor, n: int, seed: int) -> torch.Tens
 
 def held_out_indices(labels: torch.Tensor, subset: int, seed: int, n: int) -> torch.Tensor:
     """Indices of up to ``n`` examples that a run trained on ``class_balanced_subset(labels, subset,
-    seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``).
-
-    A validation set for choosing hyper-parameters on a subset cell without looking at the test set
-    (the ``efficiency-scarce`` learning-rate sweep): e.g. 10,000 of the 45,000 CIFAR-10
-    training images left out by a 5,000-image cell.
+    seed)`` never saw, chosen from the rest class-balanced in the same way (same ``seed``): a
+    validation set for a subset cell that does not look at the test set.
 
     Returns:
         sorted ``int64`` CPU tensor of ``min(n, len(labels) - subset)`` distinct indices into

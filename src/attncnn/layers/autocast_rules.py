@@ -1,12 +1,9 @@
 """Which dtype attention computes in under mixed precision (autocast or half-precision tensors).
 
-The rule every layer follows: the softmax computes in at least float32 (its max, exponentials
-and sums); the matrix products that mix value vectors run in the dtype autocast chooses (bfloat16
-or float16), which is where the speed of mixed precision is. Content attention's training path
-lets the softmax write its (batch-sized) probabilities in that dtype directly
-(``impl="explicit-half"`` of the content layers); position-only maps are batch-shared and stay
-float32. Helpers here answer "is autocast on for this device, and in which dtype", so that
-layers can cast once, explicitly, instead of letting each autocast-listed op cast its own copy.
+The softmax computes in at least float32; the products that mix value vectors run in the dtype
+autocast chooses. Content attention's ``"explicit-half"`` path lets the softmax write its
+probabilities in that dtype; position-only maps stay float32. The helpers here tell whether
+autocast is on for a device and in which dtype, so that layers cast once, explicitly.
 """
 
 from __future__ import annotations
@@ -39,12 +36,9 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
 
 
 def autocast_off(device: torch.device) -> contextlib.AbstractContextManager:
-    """A context that turns autocast off on ``device`` (a no-op context when it is off already).
-
-    Used around position-only score and softmax computations: they are small (``N_h x N x N``
-    at most, independent of the batch), so running them in float32 costs little, whereas autocast
-    would run their matrix products (full-covariance projection, learned per-head keys) in bf16.
-    """
+    """A context that turns autocast off on ``device`` (a no-op context when it is off already), around
+    position-only scores and softmaxes: small, batch-independent, so float32 costs little there,
+    whereas autocast would run their matrix products in bf16."""
     if autocast_dtype(device) is None:
         return contextlib.nullcontext()
     return torch.autocast(device.type, enabled=False)
@@ -69,13 +63,10 @@ def softmax_in(scores: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Softmax over the last dimension of ``scores`` (any shape), returned in ``dtype``, the dtype
     the value products run in (:func:`matmul_dtype`).
 
-    Scores already in ``dtype`` go through one softmax that reads them, computes its max,
-    exponentials and sums in float32 (PyTorch's kernels accumulate half types in float32) and
-    writes ``dtype`` directly, with autocast off around it (CUDA's autocast would run softmax in
-    float32 and write float32; CPU autocast leaves softmax alone): no float32 copy of a
-    ``(B, N_h, N, N)`` map is made, cast and kept for the backward (the ``explicit-half`` paths of
-    content attention and GPSA). Other scores take a softmax in :func:`score_dtype` (float32 at
-    least), then one cast.
+    Scores already in ``dtype`` go through one softmax that computes in float32 and writes ``dtype``
+    directly, with autocast off around it (CUDA's autocast would write float32), so no float32 copy of
+    the map is kept for the backward (the ``explicit-half`` paths). Other scores take a softmax in
+    :func:`score_dtype`, then one cast.
     """
     if scores.dtype == dtype:
         # Autocast off: CUDA's autocast runs softmax in float32 and would write float32 probabilities

@@ -1,11 +1,9 @@
 """Learned row/column relative tables read by per-head key vectors: the positional term that
-``learned`` (position only) and ``learned-content-9ffaa`` (content + position) share.
+``learned`` and ``learned-content-9ffaa`` share.
 
-Each axis has a table of ``2*max_size - 1`` rows, one per relative shift ``-(max_size-1) ..
-max_size-1`` (:func:`~attncnn.layers.relative.table_rows`); ``row_embeddings`` is indexed by the
-vertical shift delta_1 = key row - query row and ``col_embeddings`` by the horizontal shift
-delta_2. Head h scores a pair ``w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2)`` (paper
-eq. 8, term 4 with r_delta = [e_row(delta_1); e_col(delta_2)]), not scaled.
+Each axis has a table of ``2*max_size - 1`` rows, one per shift (:func:`~attncnn.layers.relative.table_rows`):
+``row_embeddings`` for delta_1 = key row - query row, ``col_embeddings`` for delta_2. Head h
+scores ``w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2)`` (paper eq. 8, term 4), not scaled.
 """
 
 from __future__ import annotations
@@ -60,9 +58,9 @@ class AxisTables:
     def local_init_tables_(self, shifts: torch.Tensor, alpha: float) -> None:
         """Lemma 2 inside the learned encoding: columns 0-2 of both axis tables become ``(d^2, d, 1)``
         for the shift d on that axis, the other columns 0; the head keys get ``(-alpha, 2 alpha
-        Delta_a, -alpha Delta_a^2)`` on those columns for axis a (the rest keeps its random values,
-        so the zero table columns receive gradients): the row term is exactly ``-alpha (d_1 -
-        Delta_1)^2`` and the column term ``-alpha (d_2 - Delta_2)^2``.
+        Delta_a, -alpha Delta_a^2)`` on those columns (the rest keeps its random values, so the zero
+        table columns receive gradients), so the row
+        term is ``-alpha (d_1 - Delta_1)^2`` and the column term ``-alpha (d_2 - Delta_2)^2``.
 
         Raises:
             InputError: tables narrower than 3 columns.

@@ -1,30 +1,21 @@
 """Multi-head self-attention over a token grid: what every attention layer shares.
 
 Every layer maps a channels-last grid ``(B, H, W, D)`` to ``(B, H, W, D_out)``. Each of the N_h
-heads averages value vectors of width ``head_dim`` with its own attention map; the N_h averages
-are concatenated and mapped by one linear layer ``value`` of shape ``N_h*head_dim -> D_out``.
-With the paper's default ``head_dim = D`` (as the reference code) there is no projection before the
-average: each head averages the tokens themselves and ``value`` holds the folded matrices
-``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns ``h*D:(h+1)*D``). With
-``head_dim != D`` a projection ``value_in: D -> N_h*head_dim`` comes first.
+heads averages value vectors of width ``head_dim`` with its own attention map; the averages are
+concatenated and mapped by one linear layer ``value`` (``N_h*head_dim -> D_out``). With the paper's
+``head_dim = D`` (as the reference code) there is no projection before the average: ``value`` holds
+the folded matrices ``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns
+``h*D:(h+1)*D``); otherwise a projection ``value_in: D -> N_h*head_dim`` comes first.
 
-What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis
-tools, so that none of them needs to know the class):
+What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis tools):
+``KINDS`` (its names in the registry), ``CONFIG_KEYS`` (the model-configuration fields it takes as
+constructor arguments) and ``EXCLUSIVE_KEYS`` (those other kinds must leave at their default),
+``check_config(kind, config)``, ``local_init_(shifts, alpha)``, ``IMPLS`` (its computation paths),
+and the capabilities ``position_only``, ``has_positional_term``, ``has_centers``, ``has_gates``.
 
-* ``KINDS``: its names in the registry (the models' ``attention`` option);
-* ``CONFIG_KEYS``: the model-configuration fields it takes, passed as constructor arguments of
-  the same name (every layer also takes ``head_dim``, ``attn_drop`` and ``impl``), and
-  ``EXCLUSIVE_KEYS``, those another kind must leave at their default;
-* ``check_config(kind, config)``: its own checks of a configuration, before any weight exists;
-* ``local_init_(shifts, alpha)``: its convolutional ("local") initialisation;
-* ``IMPLS``: the computation paths it has, chosen by the constructor argument ``impl``;
-* capabilities: ``position_only``, ``has_positional_term``, ``has_centers``, ``has_gates``.
-
-Two families implement the maps: position-only layers (:mod:`~attncnn.layers.position_only`,
-maps of the grid size alone, shared by the batch) and content layers
-(:mod:`~attncnn.layers.content`, maps of the input). :meth:`GridAttention.attention_probs` gives
-either family's probabilities for a real input; the products with the values are in
-:mod:`~attncnn.layers.mixing`.
+Two families implement the maps: position-only layers (:mod:`~attncnn.layers.position_only`) and
+content layers (:mod:`~attncnn.layers.content`); :meth:`GridAttention.attention_probs` gives
+either's probabilities; the products with the values are in :mod:`~attncnn.layers.mixing`.
 """
 
 from __future__ import annotations
@@ -46,13 +37,9 @@ _AUTOCAST_CASTS = (torch.float32, torch.float16, torch.bfloat16)
 def check_input_dtype(x: torch.Tensor, parameter: torch.Tensor, owner: str, module: str = "layer",
                       name: str = "x") -> None:
     """Refuse an input whose dtype the products with ``parameter`` cannot take, before PyTorch
-    answers with "mat1 and mat2 must have the same dtype" from deep inside the forward.
-
-    One dtype comparison when the dtypes agree (every training and test pass); the autocast
-    question is asked only when they differ. Under :func:`torch.autocast` on the input's device, a
-    float32/float16/bfloat16 input to float32/float16/bfloat16 parameters is fine (autocast casts
-    both to its dtype in every product); float64 on either side is not (autocast leaves float64
-    alone, so the product still meets two dtypes).
+    answers with "mat1 and mat2 must have the same dtype" from deep inside the forward. Under
+    :func:`torch.autocast` on the input's device, float32/float16/bfloat16 inputs and parameters mix
+    freely; float64 on either side does not (autocast leaves float64 alone).
 
     Args:
         x: the input tensor.
@@ -87,8 +74,7 @@ class GridAttention(nn.Module):
         impl: computation path of the forward without probabilities, one of the layer's
             :attr:`impls` (``"auto"`` lets the layer choose; every path computes the same output).
         eval_impl: the path in eval mode (test passes), when it should differ from ``impl``; None:
-            ``impl`` in both modes. (Without a backward another path can be the fastest: a fused
-            kernel stores nothing for the gradient; ``attncnn train`` measures both.)
+            ``impl`` in both modes.
 
     Raises:
         InputError: a size below 1, or an ``impl``/``eval_impl`` the layer does not have (the
@@ -237,9 +223,8 @@ class GridAttention(nn.Module):
         raise NotImplementedError
 
     def path_unavailable(self, impl: str, device: torch.device, *, backward: bool) -> str | None:
-        """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``,
-        or None when it can (every path of the base classes; a path built on a kernel that some
-        devices lack says so here, and the path choice leaves it out there)."""
+        """Why the path ``impl`` cannot train (``backward``) or run a test pass fast on ``device``, or
+        None when it can (the path choice leaves such paths out)."""
         return None
 
     def attention_probs(self, x: torch.Tensor) -> torch.Tensor:
@@ -277,9 +262,8 @@ class GridAttention(nn.Module):
         return self.projected_values(x)
 
     def projected_values(self, x: torch.Tensor) -> torch.Tensor | None:
-        """Per-head values ``(B, N_h, H*W, D_h)`` of the projection ``value_in``, or None when heads
-        are as wide as the model (every head averages the tokens themselves: the products in
-        :mod:`~attncnn.layers.mixing` then read the tokens once for all heads)."""
+        """Per-head values ``(B, N_h, H*W, D_h)`` of the projection ``value_in``, or None when heads are
+        as wide as the model (every head then averages the tokens themselves)."""
         if self.value_in is None:
             return None
         b, h, w, _ = x.shape

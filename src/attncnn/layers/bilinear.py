@@ -1,26 +1,16 @@
 """Scores of content attention through the query-key bilinear form, without forming the queries.
 
 Paper eq. 8 writes the content score as a bilinear form of the two tokens, ``x_i W_qry W_key^T
-x_j^T``; eq. 2 and every implementation form the queries ``q_i = W_qry x_i + b_qry`` and the
-keys first. Every term of a content layer's score is a query dotted with some vector ``c``: a key
-(``q_i . k_j = q_i . (W_key x_j) + q_i . b_key``) or a relative-position vector (``q_i .
-r_delta``). So each term is ``x_i . (W_qry^T c) + b_qry . c``: fold the query map into the ``K``
-vectors ``c`` a head's queries meet (:func:`fold_query_map`) and one matrix product of the tokens
-gives every head's ``K`` products at once. For keys this means meeting ``W_key`` itself (``D``
-vectors of width ``D_h``: the products against ``x_j`` then need no key map) and ``b_key``.
+x_j^T``. Every term of a content layer's score is a query dotted with some vector ``c`` (a key
+``W_key x_j + b_key``, or a relative-position vector ``r_delta``), so each term is
+``x_i . (W_qry^T c) + b_qry . c``: :func:`fold_query_map` folds the query map into the ``K``
+vectors a head's queries meet, and one matrix product of the tokens gives every head's products
+at once. With heads as wide as the model this saves the key map's cost; with narrow heads it
+costs more.
 
-What it saves: the query and key maps cost ``2 D N_h D_h`` multiply-adds per token; the folded map
-costs ``D N_h K`` with ``K = D + (a few)``, and the ``q.k`` product runs over ``D + (a few)``
-channels instead of ``D_h``. With the paper's heads as wide as the model (``D_h = D``) the key
-map's cost is saved, forward and backward (about a fifth of the paper-width ``learned-content``
-layer's products); with narrow heads (``D_h << D``) it costs more. The folding itself is a
-``D x D_h x N_h K`` product per step, independent of the batch.
-
-It is exact: the same scores, term for term (the per-query constant ``q_i . b_key`` included, so
-``b_key`` gets its gradient, which is zero up to rounding since a softmax ignores a per-query
-constant, exactly as on the other paths). In bf16 the rounding moves: the folded map is built in
-float32 and rounded once, then the products ``x W`` round once, where the other paths round ``q``
-and ``k`` (tests bound both errors against float64).
+It is exact: the same scores, term for term (the per-query constant ``q_i . b_key`` included). In
+bf16 the rounding moves (the folded map is built in float32 and rounded once; tests bound both
+paths' errors against float64).
 """
 
 from __future__ import annotations

@@ -11,27 +11,22 @@ Paths (``impl``) of :class:`ContentAttention`'s forward without probabilities:
 
 * ``"explicit"``: the scores ``(B, N_h, N, N)`` materialised, a float32 softmax, the per-image
   product (:func:`~attncnn.layers.mixing.mix_per_image`); the plain formula.
-* ``"explicit-half"``: the same, except that under mixed precision the softmax writes its
-  probabilities in the products' dtype (bf16). It still computes max, exponentials and sums in
-  float32, and the probabilities were rounded to bf16 before the value product either way, so the
-  forward output is the same; the backward reads the bf16-rounded probabilities. Less memory
-  traffic on the largest tensor of the layer.
+* ``"explicit-half"``: the same, except that under mixed precision the softmax (computed in
+  float32) writes its probabilities in bf16: the same forward output (they were rounded to bf16
+  before the value product either way), less memory traffic; the backward reads the rounded ones.
 * ``"sdpa"``: :func:`torch.nn.functional.scaled_dot_product_attention` with the positional term
   as ``attn_mask``; ``q.k`` and its softmax run in float32 inside the fused kernel.
 * ``"bilinear"``: ``explicit-half`` with its scores through the query-key bilinear form
-  (:mod:`~attncnn.layers.bilinear`): the queries and keys are never formed, the tokens meet the
-  key map itself; fewer products when heads are as wide as the model.
-* ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``:
-  there the probabilities are smaller than the per-head vectors a fused kernel needs, and the
-  fused kernel with a bias measured slower), else ``"sdpa"``. (Learned relative attention adds paths
-  of its own and its own rule: :mod:`~attncnn.layers.learned_content`.)
+  (:mod:`~attncnn.layers.bilinear`): queries and keys are never formed.
+* ``"auto"``: ``"explicit-half"`` for heads as wide as the model (the paper's ``head_dim = D``),
+  else ``"sdpa"`` (there the probabilities are smaller than the per-head vectors a fused kernel
+  needs; ``benchmarks/results/attention-paths.md``). Learned relative attention adds
+  paths and a rule of its own (:mod:`~attncnn.layers.learned_content`).
 
-The measurements behind ``"auto"`` are in ``benchmarks/results/attention-paths.md``
-(``benchmarks/paths.py`` repeats them). Mixed precision (bf16 autocast): queries, keys and the
-``q.k`` product run in bf16 (float32 accumulation), the explicit scores are rounded to bf16, the
-softmax computes in float32, the value products run in bf16 (a float32 ``q.k`` would cost several
-times the bf16 product for an error of the same order: rounding ``q`` and ``k`` to bf16 already
-moves the scores as much as rounding their product).
+Mixed precision (bf16 autocast): queries, keys, ``q.k`` and the value products run in bf16
+(float32 accumulation), the explicit scores are rounded to bf16, the softmax computes in float32
+(a float32 ``q.k`` would cost several times more for an error of the same order: rounding ``q`` and
+``k`` to bf16 already moves the scores as much).
 """
 
 from __future__ import annotations
@@ -50,9 +45,8 @@ from .mixing import mix_per_image
 
 __all__ = ["QueryKeyAttention", "ContentAttention"]
 
-#: the bilinear path pads its products' inner and outer widths to multiples of this many columns:
-#: rows of 16 bytes in bf16, the alignment tensor-core matrix kernels read fastest (zero columns
-#: add nothing to a dot product)
+#: the bilinear path pads its products' widths to multiples of this many columns (16-byte bf16 rows,
+#: what tensor-core kernels read fastest; zero columns add nothing to a dot product)
 _ALIGN = 8
 
 
@@ -99,8 +93,7 @@ class QueryKeyAttention(GridAttention):
         Args:
             x: the grid ``(B, H, W, D)``.
             query_scale: multiply the queries by this, applied to ``W_qry`` and ``b_qry`` (a
-                ``D x N_h D_h`` product instead of a pass over the ``(B, N_h, H*W, D_h)`` queries
-                forward and their gradient backward).
+                ``D x N_h D_h`` product instead of a pass over the queries, forward and backward).
 
         Returns:
             ``(q, k)``, each ``(B, N_h, H*W, D_h)`` (tokens row-major).
@@ -131,12 +124,8 @@ class QueryKeyAttention(GridAttention):
             scale: the factor instead of ``1 / sqrt(D_h)`` (a layer's :attr:`content_scale`), or None.
 
         Returns:
-            ``(B, N_h, N, N)``, in the products' dtype (bf16 under autocast).
-
-        One ``baddbmm``: the product applies the factor (and adds ``onto``) to its float32
-        accumulator, so the scores, the largest tensor of the layer, are written once and rounded
-        once, instead of being written, read back, scaled and written again (with a second
-        rounding in bf16, and the same again for their gradient). Measured: ``benchmarks/results/HISTORY.md``.
+            ``(B, N_h, N, N)``, in the products' dtype (bf16 under autocast); one ``baddbmm``, so the
+            scores are written and rounded once.
         """
         b, nh, n, dh = q.shape
         if onto is None:
@@ -160,14 +149,13 @@ class QueryKeyAttention(GridAttention):
 class ContentAttention(QueryKeyAttention):
     """Plain content-based multi-head attention, no positional information (for ablations).
 
-    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only). With mean pooling this model
-    sees a bag of tokens. Subclasses add a positional term by overriding :meth:`positional_term`
-    (and setting :attr:`has_positional_term`); :meth:`score_terms` gives both terms to the
-    analysis tools.
+    Scores ``q_h . k_h / sqrt(D_h)`` (paper eq. 8, term 1 only): with mean pooling this model sees a
+    bag of tokens. Subclasses add a positional term by
+    overriding :meth:`positional_term` (and setting :attr:`has_positional_term`); :meth:`score_terms`
+    gives both terms to the analysis tools.
 
     Args: as :class:`~attncnn.layers.GridAttention`; ``impl`` is one of ``"auto"``,
-    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring; the ``"bilinear"`` path is
-    learned relative attention's, :mod:`~attncnn.layers.learned_content`).
+    ``"explicit"``, ``"explicit-half"``, ``"sdpa"`` (module docstring).
     """
 
     KINDS = ("content",)
@@ -178,9 +166,8 @@ class ContentAttention(QueryKeyAttention):
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor | None:
         """The positional score term, already divided by ``sqrt(D_h)``, or None when there is none.
 
-        The single place where a subclass writes its positional term (paper eq. 8, term 2 for
-        learned relative encodings). Both paths use it: the explicit path adds ``q.k / sqrt(D_h)``
-        onto it, the fused path passes it to the kernel as ``attn_mask``.
+        Where a subclass writes its positional term (paper eq. 8, term 2): the explicit path adds
+        ``q.k / sqrt(D_h)`` onto it, the fused path passes it as ``attn_mask``.
 
         Args:
             q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
@@ -270,8 +257,7 @@ class ContentAttention(QueryKeyAttention):
 
     def positional_vectors(self, height: int, width: int) -> torch.Tensor | None:
         """The vectors the queries meet in :meth:`positional_term`, ``(N_h, D_h, S)``, or None (none
-        here). A subclass with a positional term linear in the queries returns them, with
-        :meth:`positional_queries` and :meth:`positional_keys` (the bilinear path)."""
+        here); with :meth:`positional_queries` and :meth:`positional_keys`, the bilinear path's."""
         return None
 
     def positional_queries(self, products: torch.Tensor, height: int, width: int) -> tuple[torch.Tensor, ...]:
@@ -286,10 +272,8 @@ class ContentAttention(QueryKeyAttention):
 
     def bilinear_scores(self, x: torch.Tensor) -> torch.Tensor:
         """Pre-softmax scores ``(B, N_h, H*W, H*W)`` of the grid ``x (B, H, W, D)`` through the
-        query-key bilinear form ``x_i W_qry W_key^T x_j^T`` (paper eq. 8, term 1; term 2 where a
-        subclass has one): equal to :meth:`input_scores` up to rounding (every term, the
-        per-query constant ``q_i . b_key`` included), with neither queries nor keys formed: the
-        product of :meth:`bilinear_queries_keys`.
+        query-key bilinear form ``x_i W_qry W_key^T x_j^T`` (paper eq. 8): :meth:`input_scores` up
+        to rounding, as the product of :meth:`bilinear_queries_keys`.
 
         Raises:
             InputError: wrong rank or channel count (or, for a positional term, a grid its tables

@@ -1,20 +1,15 @@
 """Convolutional ("local") initialisation of attention layers: Theorem 1 at step 0.
 
-A layer with N_h = K^2 heads gets one head per tap of a K x K kernel. Head ``h = u*K + v`` serves
-tap ``(u, v)`` and its center of attention is the shift that tap reads,
-``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens (row, column), as
-:func:`torch.nn.functional.conv2d`'s taps. :func:`kernel_shifts` is the one place this order is
-written: :mod:`attncnn.theory` (``attention_from_conv2d``) uses it too.
+A layer with N_h = K^2 heads gets one head per tap of a K x K kernel: head ``h = u*K + v`` serves
+tap ``(u, v)`` with center ``Delta^(h) = ((u - K//2) d, (v - K//2) d)`` for dilation d, in tokens
+(row, column), as :func:`torch.nn.functional.conv2d`'s taps (:func:`kernel_shifts`, which
+:mod:`attncnn.theory` uses too).
 
 :func:`local_init_` makes every head's positional score ``-alpha |delta - Delta^(h)|^2`` up to a
-constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1),
-where ``alpha`` is the locality strength (sharpness, an inverse squared token distance). Each
-layer class writes its own (``GridAttention.local_init_``: quadratic centers and spreads, the
-learned tables and head keys, learned-content's query bias, GPSA's ``v_pos``); the helpers
-:func:`axis_coefficients` and :func:`table_features` give the Lemma 2 coefficients they share.
-
-:func:`conv_value_init_` writes a convolution kernel into the folded value matrix (Lemma 1), so
-that with a large alpha the layer *is* that convolution (same padding, renormalised at borders).
+constant per query (paper eq. 9, Lemma 2; ConViT's local init, d'Ascoli et al. 2021, sec. 3.1);
+each layer class writes its own ``local_init_``, with the shared coefficients of
+:func:`axis_coefficients` and :func:`table_features`. :func:`conv_value_init_` writes a kernel into
+the folded value matrix (Lemma 1), so that with a large alpha the layer *is* that convolution.
 """
 
 from __future__ import annotations
@@ -94,24 +89,23 @@ def table_features(max_size: int, like: torch.Tensor) -> torch.Tensor:
 @torch.no_grad()
 def local_init_(layer: GridAttention, *, alpha: float, dilation: int = 1) -> torch.Tensor:
     """Give head ``h`` of ``layer`` the positional score ``-alpha |delta - Delta^(h)|^2`` (+ a constant
-    per query), ``Delta^(h)`` the h-th of :func:`kernel_shifts` (see the module docstring per kind).
+    per query), ``Delta^(h)`` the h-th of :func:`kernel_shifts`.
 
     Args:
         layer: a quadratic (isotropic or full), learned, learned-content or GPSA layer with
             ``N_h = K^2`` heads, K odd.
         alpha: locality strength (> 0, inverse squared token distance). Peak probability of an
-            interior query: 0.16 at alpha 0.5, 0.32 at 1, 0.62 at 2, 0.97 at 5, 1 - 1.8e-4 at 10
-            (one-hot as alpha -> inf).
+            interior query: 0.16 at alpha 0.5, 0.32 at 1, 0.62 at 2, 0.97 at 5 (one-hot as alpha -> inf).
         dilation: spacing of the shifts in tokens.
 
     Returns:
         The centers ``(N_h, 2)`` (float64, CPU), row-major taps.
 
     Raises:
-        InputError: a layer without a positional term (plain content attention), ``N_h`` not the
-            square of an odd number, alpha not positive and finite, or tables too narrow
-            (learned: ``table_dim < 3``; learned-content: ``head_dim < 6``): the layer's own
-            :meth:`~attncnn.layers.GridAttention.local_init_` says which.
+        InputError: a layer without a positional term, ``N_h`` not the square of an odd number,
+            alpha not positive and finite, or tables too narrow (learned: ``table_dim < 3``;
+            learned-content: ``head_dim < 6``; the layer's own
+            :meth:`~attncnn.layers.GridAttention.local_init_` says which).
     """
     if not (alpha > 0 and math.isfinite(alpha)):
         raise InputError(f"locality strength alpha must be positive and finite, got {alpha}")
@@ -128,21 +122,18 @@ def conv_value_init_(layer: GridAttention, kernel: torch.Tensor | None = None,
                      bias: torch.Tensor | None = None) -> None:
     """Copy a convolution kernel's taps into the folded value matrix (Lemma 1).
 
-    With heads as wide as the input (``value_in`` is None) the layer computes
-    ``value(concat_h sum_k p_hk x_k)``; head h owns input columns ``h*D:(h+1)*D`` of ``value``, so
-    ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)`` (``h = u*K + v``)
-    and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer output is
-    ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside the grid
-    (at the border the softmax renormalises over the keys that exist; pad with zero tokens and
-    crop to match zero padding). GPSA layers equal it only through their positional part
-    (weight ``g_h``); the content part adds ``(1 - g_h)`` of a content average.
+    With heads as wide as the input (``value_in`` is None) head h owns input columns ``h*D:(h+1)*D``
+    of ``value``, so ``value.weight[:, h*D:(h+1)*D] = kernel[:, :, u, v]`` for its tap ``(u, v)``
+    (``h = u*K + v``) and ``value.bias = bias``. After :func:`local_init_` with a large alpha the layer
+    output is ``conv2d(x, kernel, bias, padding=(K//2) d, dilation=d)`` wherever every tap is inside
+    the grid (at the border the softmax renormalises over the keys that exist; pad with zero tokens
+    and crop to match zero padding). GPSA layers equal it only through their positional part (weight
+    ``g_h``); the content part adds ``(1 - g_h)`` of a content average.
 
     Args:
         layer: an attention layer with ``N_h = K^2`` heads and ``head_dim == dim``.
-        kernel: ``(D_out, D, K, K)``; None draws one with :class:`torch.nn.Conv2d`'s default
-            init (its bias too, unless ``bias`` is given). That is the same distribution as the
-            value map's default init (both uniform in ``+-1/sqrt(D K^2)``): only the random
-            stream differs, so this matters when a given kernel is copied.
+        kernel: ``(D_out, D, K, K)``; None draws one with :class:`torch.nn.Conv2d`'s default init
+            (its bias too, unless ``bias`` is given).
         bias: ``(D_out,)``; None with a given kernel means no bias (0).
 
     Raises:

@@ -6,23 +6,19 @@ Each head h mixes a content map and a positional map *after* their softmaxes:
     positional  P_h = softmax_k(v_pos^(h) . r_delta)                         (1, N_h, N, N)
     gated       A_h = ((1 - g_h) C_h + g_h P_h) / sum_k[(1 - g_h) C_h + g_h P_h],   g_h = sigmoid(lambda_h)
 
-with ``q = x W_qry + b``, ``k = x W_key + b`` split into heads of width D_h, the shift
-``delta = key - query`` in tokens (component 0 along the rows), and the fixed relative encoding
-``r_delta = (delta_1, delta_2, delta_1^2 + delta_2^2)`` (ConViT's; the quadratic encoding of
-paper eq. 9 with its components reordered). ``v_pos^(h)`` (``v_pos``, ``(N_h, 3)``) is learned per
-head; ``lambda_h`` (``gate_logits``, ``(N_h,)``) is ConViT's gating parameter, 1 at
-initialisation (``g = 0.73``). The renormalisation is ConViT's; both maps already sum to 1, so it
-only removes rounding.
+with ``delta = key - query`` in tokens (component 0 along the rows) and the fixed encoding
+``r_delta = (delta_1, delta_2, delta_1^2 + delta_2^2)`` (ConViT's; paper eq. 9 reordered).
+``v_pos`` ``(N_h, 3)`` is learned per head; ``gate_logits`` ``(N_h,)`` is ConViT's ``lambda``, 1 at
+initialisation (``g = 0.73``). The renormalisation is ConViT's (it only removes rounding).
 
-Local ("convolutional") initialisation (ConViT sec. 3.1, :meth:`GatedPositionalAttention.local_init_`):
+Local initialisation (ConViT sec. 3.1, :meth:`GatedPositionalAttention.local_init_`):
 ``v_pos^(h) = alpha (2 Delta_1^(h), 2 Delta_2^(h), -1)`` gives the positional score
-``-alpha |delta - Delta^(h)|^2 + alpha |Delta^(h)|^2``, a discrete Gaussian around the head's shift.
-Without it ``v_pos`` starts like the weight of ``nn.Linear(3, N_h)`` (uniform in +-1/sqrt(3)).
+``-alpha |delta - Delta^(h)|^2 + alpha |Delta^(h)|^2``. Without it ``v_pos`` starts like the
+weight of ``nn.Linear(3, N_h)``.
 
-Weight decay: ``v_pos`` and ``gate_logits`` are excluded (:meth:`GatedPositionalAttention.no_weight_decay`),
-by the project's rule for positional parameters (the reference code exempts the quadratic centers
-and spreads, as the reference optimiser): decay would pull ``v_pos`` to 0, i.e. every positional map towards
-uniform, and the gates towards 1/2, which is a prior on the geometry rather than a size penalty.
+Weight decay: ``v_pos`` and ``gate_logits`` are excluded
+(:meth:`GatedPositionalAttention.no_weight_decay`), as the reference exempts the quadratic centers
+and spreads: decay would pull the maps towards uniform and the gates towards 1/2.
 """
 
 from __future__ import annotations
@@ -54,16 +50,13 @@ class GatedPositionalAttention(QueryKeyAttention):
 
     Args:
         dim, num_heads, head_dim, out_dim, attn_drop: see :class:`~attncnn.layers.GridAttention`
-            (``head_dim`` is the width of queries, keys and values; default D, the paper's
-            full-width heads). Dropout acts on the gated probabilities, one mask per image.
+            (``head_dim`` is the width of queries, keys and values; default D). Dropout acts on the
+            gated probabilities, one mask per image.
         gate_init: initial ``lambda_h`` of every head (ConViT: 1).
         freeze_gate: keep ``lambda`` fixed at ``gate_init`` (``requires_grad=False``).
         qk_bias, qk_init_std: see :class:`~attncnn.layers.QueryKeyAttention` (ConViT: no bias, 0.02).
-        impl: ``"sdpa"`` (fused content attention plus the batch-shared positional product),
-            ``"explicit-half"`` (the same split, content attention written out with its
-            probabilities in the products' dtype, as :class:`~attncnn.layers.ContentAttention`'s
-            path of that name), ``"explicit"`` (the gated map materialised per image) or ``"auto"``
-            (``"sdpa"``); see :meth:`forward`.
+        impl: ``"sdpa"``, ``"explicit-half"``, ``"explicit"`` or ``"auto"`` (``"sdpa"``); see
+            :meth:`forward`.
 
     Parameters: ``query`` and ``key`` (``D -> N_h*D_h``), ``v_pos`` ``(N_h, 3)``, ``gate_logits``
     ``(N_h,)``, and the value/output maps of :class:`~attncnn.layers.GridAttention`.
@@ -127,9 +120,8 @@ class GatedPositionalAttention(QueryKeyAttention):
     def positional_probs(self, height: int, width: int) -> torch.Tensor:
         """The positional maps ``P`` ``(1, N_h, H*W, H*W)``, shared by the batch; rows sum to 1.
 
-        Softmax in float32 at least (autocast off); entries below ``eps(dtype)**2`` are set to 0,
-        as :meth:`~attncnn.layers.PositionalAttention.grid_probs` does (same reason: keep the
-        backward products out of the subnormal range).
+        Softmax in float32 at least (autocast off); entries below ``eps(dtype)**2`` are set to 0, as
+        :meth:`~attncnn.layers.PositionalAttention.grid_probs` does.
         """
         with autocast_off(self.v_pos.device):
             probs = torch.softmax(self.positional_scores(height, width), dim=-1)
@@ -184,16 +176,12 @@ class GatedPositionalAttention(QueryKeyAttention):
         Raises:
             ValueError: wrong rank or channel count.
 
-        Paths: with ``return_attention``, dropout in training (one mask on the gated map, which
-        does not split between the two parts), or ``impl="explicit"``, the gated map ``(B, N_h, N,
-        N)`` is built and applied per image. Otherwise the two parts are applied apart, ``(1 - g)
-        (C v) + g (P v)``, with P applied to the whole batch at once; this skips the
-        renormalisation, a no-op in exact arithmetic. ``C v`` is SDPA's fused kernel (``impl``
-        "sdpa" or "auto") or, with ``impl="explicit-half"``, the scores written out and their
-        softmax stored in the products' dtype (bf16 under autocast; max, exponentials and sums in
-        float32): the content numerics of :class:`~attncnn.layers.ContentAttention`'s path of that
-        name, which the DeiT-style baseline trains with. Which is faster depends on the machine and
-        the head width; ``attncnn train`` takes it from its written rule (:mod:`attncnn.perf.rule`).
+        Paths: with ``return_attention``, dropout in training (one mask on the gated map, which does
+        not split between the two parts), or ``impl="explicit"``, the gated map
+        ``(B, N_h, N, N)`` is built and applied per image. Otherwise the two parts are applied apart,
+        ``(1 - g) (C v) + g (P v)`` (skipping the renormalisation, a no-op in exact arithmetic), with P
+        applied to the whole batch at once and ``C v`` through SDPA (``"sdpa"``, ``"auto"``) or written
+        out as :class:`~attncnn.layers.ContentAttention`'s ``"explicit-half"``.
         """
         b, h, w = self.check_input(x)
         path = "explicit" if return_attention else self.path(h, w)
@@ -214,9 +202,8 @@ class GatedPositionalAttention(QueryKeyAttention):
         return "explicit-half" if impl == "explicit-half" else "sdpa"
 
     def _split_mix(self, x: torch.Tensor, fused: bool) -> torch.Tensor:
-        """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``)
-        or written out (explicit-half, :meth:`forward`); P is applied to the whole batch as one
-        matrix product (never expanded over it)."""
+        """``(1 - g) (C v) + g (P v)``, ``(B, N_h, N, D_h)``: the content part by SDPA (``fused``) or
+        written out (explicit-half); P applied to the whole batch as one product."""
         h, w = x.shape[1], x.shape[2]
         dtype = matmul_dtype(x)
         q, k = self.queries_keys(x)

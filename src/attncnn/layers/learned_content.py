@@ -3,18 +3,15 @@
 
 Score: ``(q . k + q . r_delta) / sqrt(D_h)`` (paper eq. 8, terms 1-2), with r_delta = [e_row(delta_1);
 e_col(delta_2)] from two tables of width ``D_h/2`` (:func:`~attncnn.layers.relative.table_rows`),
-read by each query's two halves, and no per-head key vectors. At the paper's size (6 layers, width
-400, 9 heads) the network has 29,484,282 parameters, the count that matches Table 1's 29.5 M. The
-reference repository (epfml/attention-cnn at 9ffaa30) does not contain this form: its
-``Learned2DRelativeSelfAttention`` with content scores ``w . r_delta + q . k / sqrt(D)`` with
-400-wide tables and per-head key vectors (29,601,882 parameters), the kind ``learned-content-9ffaa``
-(:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in a fork of it.
+read by each query's two halves, and no per-head key vectors: 29,484,282 parameters at the paper's
+size, Table 1's 29.5 M. The reference repository (epfml/attention-cnn at 9ffaa30) has another
+form instead, ``Learned2DRelativeSelfAttention`` with scores ``w . r_delta + q . k / sqrt(D)``,
+``learned-content-9ffaa`` (:mod:`~attncnn.layers.learned_content_9ffaa`); the q.r form is found in
+a fork of it.
 
-Its paths are the content family's (:class:`~attncnn.layers.ContentAttention`; ``impl``: explicit,
-explicit-half, sdpa, with the q.r term as the fused kernel's bias), ``bilinear``, where the query map
-is folded into the key map and into the tables' rows, so that the queries are never formed
-(:mod:`~attncnn.layers.bilinear`), and ``explicit-onehot``, which puts the q.r term inside the q.k
-product (:meth:`LearnedRelativeContentAttention.joint_queries_keys`).
+Paths: the content family's (:class:`~attncnn.layers.ContentAttention`), ``bilinear``
+(:mod:`~attncnn.layers.bilinear`: the queries are never formed) and ``explicit-onehot`` (the q.r
+term inside the q.k product, :meth:`LearnedRelativeContentAttention.joint_queries_keys`).
 """
 
 from __future__ import annotations
@@ -95,13 +92,12 @@ class LearnedRelativeContentAttention(ContentAttention):
     def local_init_(self, shifts: torch.Tensor, alpha: float) -> None:
         """Content attention starts switched off and is learned; the q.r term starts local.
 
-        The query weight is 0 and the query bias of head h, ``c_h``, is non-zero on 6 coordinates
-        only: on the row half ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against
-        table columns ``(d^2, d, 1)``, likewise on the column half. The key weight rows of those 6
-        coordinates are set to 0 (the rest of the key map keeps its random values), so ``q_h . k_h
-        = c_h . b_key`` is the same for every key and cancels in the softmax, while ``q_h . r_delta
-        / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly. (Leaving the key map untouched would not
-        cancel: ``c_h . W_key x_k`` varies with k.) Other table columns meet zero query coordinates.
+        The query weight is 0 and the query bias of head h is non-zero on 6 coordinates only: on the row
+        half ``sqrt(D_h) (-alpha, 2 alpha Delta_1, -alpha Delta_1^2)`` against table columns
+        ``(d^2, d, 1)``, likewise on the column half. The key weight rows of those 6 coordinates are set
+        to 0, so ``q_h . k_h`` is the same for every key and cancels in the softmax, while
+        ``q_h . r_delta / sqrt(D_h) = -alpha |delta - Delta|^2`` exactly. (Leaving the key map untouched
+        would not cancel: ``c_h . W_key x_k`` varies with k.)
 
         Raises:
             InputError: heads too narrow for the 6 coordinates, or a layer without query bias.
@@ -147,10 +143,8 @@ class LearnedRelativeContentAttention(ContentAttention):
         return row.reshape(b, nh, n, height), col.reshape(b, nh, n, width)
 
     def positional_term(self, q: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``.
-
-        Paper eq. 8, term 2, with r_delta = [e_row(delta_1); e_col(delta_2)] and no separate key map
-        for positions (the q.r form; the module docstring says where it comes from).
+        """The q.r term ``(q_h[:D_h/2] . e_row(delta_1) + q_h[D_h/2:] . e_col(delta_2)) / sqrt(D_h)``
+        (paper eq. 8, term 2).
 
         Args:
             q: queries ``(B, N_h, H*W, D_h)`` from :meth:`queries_keys`.
@@ -174,12 +168,9 @@ class LearnedRelativeContentAttention(ContentAttention):
 
         ``q' = [q, row, col] / sqrt(D_h)`` (:meth:`axis_scores`) and ``k' = [k, onehot(row(j)),
         onehot(col(j))]``: ``q'_i . k'_j = (q_i . k_j + row[i, row(j)] + col[i, col(j)]) / sqrt(D_h)``,
-        the content and q.r terms of paper eq. 8 together. The q.r term then enters the score inside
-        the ``q.k`` product (its float32 accumulator under autocast) instead of as a ``(B, N_h, N,
-        N)`` tensor written, read and, for the gradient, summed twice; the price is ``H + W`` more
-        columns in the product (``impl="explicit-onehot"``). The scale is
-        applied to the query map's weight and bias (:meth:`queries_keys`), so no pass over the
-        queries or the scores applies it, forward or backward.
+        the content and q.r terms of paper eq. 8 in one product (``impl="explicit-onehot"``): the q.r
+        term enters the score inside the ``q.k`` product's float32 accumulator instead of as a
+        ``(B, N_h, N, N)`` tensor written and read, for ``H + W`` more columns in the product.
 
         Returns:
             ``(q', k')``, each ``(B, N_h, H*W, D_h + H + W)`` and contiguous, in the products' dtype.
@@ -199,9 +190,8 @@ class LearnedRelativeContentAttention(ContentAttention):
     # -- the bilinear path's positional columns (ContentAttention.bilinear_scores) -------------
 
     def positional_vectors(self, height: int, width: int) -> torch.Tensor:
-        """The table rows the queries meet, ``(N_h, D_h, (2H-1) + (2W-1))``: for every row shift the
-        row table's entry on the query's first half (zeros on the second), then likewise for every
-        column shift on the second half; the same for every head (the tables are shared).
+        """The table rows the queries meet, ``(N_h, D_h, (2H-1) + (2W-1))``: for every row shift the row
+        table's entry on the query's first half, then every column shift's on the second half.
 
         Raises:
             InputError: ``height`` or ``width`` exceeds ``max_size``.
@@ -228,14 +218,12 @@ class LearnedRelativeContentAttention(ContentAttention):
         return _axis_onehot(height, width, device, dtype)
 
     def path(self, height: int = 0, width: int = 0) -> str:
-        """The path :meth:`forward` takes without probabilities on an ``height x width`` grid (0:
-        the tables' largest, ``max_size``): the mode's ``impl``, with ``"auto"`` resolved, for heads
-        as wide as the model (the paper's ``head_dim = D``), to ``"bilinear"`` where folding the query
-        map saves at least a quarter of the query and key maps' multiply-adds, ``D >= 2 (S + 1)`` with
-        ``S = (2H - 1) + (2W - 1)`` table rows met (paper width 400 on 16 x 16 tokens: measured
-        faster in bf16 and fp32), else ``"explicit-onehot"`` (width 64: the fold saves nothing there;
-        both measured faster than ``explicit-half``; ``benchmarks/results/attention-paths.md``); for
-        narrower heads ``"sdpa"``."""
+        """The path :meth:`forward` takes without probabilities on an ``height x width`` grid (0: the
+        tables' largest, ``max_size``): the mode's ``impl``, with ``"auto"`` resolved, for heads as wide
+        as the model, to ``"bilinear"`` where folding the query map saves at least a quarter of the
+        query and key maps' multiply-adds, ``D >= 2 (S + 1)`` with ``S = (2H - 1) + (2W - 1)`` table
+        rows met, else ``"explicit-onehot"``; for narrower heads ``"sdpa"``
+        (``benchmarks/results/attention-paths.md``)."""
         if self.mode_impl != "auto":
             return self.mode_impl
         if self.value_in is not None:

@@ -5,26 +5,21 @@ Score of head h for the query at ``(i, j)`` and the key at ``(k, l)`` (``delta =
 
     ``A = w_row^(h) . e_row(k - i) + w_col^(h) . e_col(l - j) + q_h . k_h / sqrt(D)``
 
-paper eq. 8, terms 1 and 4 (r_delta = [e_row(delta_1); e_col(delta_2)] read by a per-head key
-vector, the same for every query), where the content term is divided by the model width ``D``
-(the reference's ``hidden_size``; its heads are always ``D`` wide, so that this is ``sqrt(D_h)``
-there) and the positional term is not scaled. The tables are ``table_dim`` wide per axis
-(default ``D``, the reference's ``position_encoding_size = hidden_size``: 400 at the paper's size).
-At the paper's size (6 layers, width 400, 9 heads, 2x2 space-to-depth on CIFAR-10) the network has
-29,601,882 parameters, 117,600 more than :class:`~attncnn.layers.LearnedRelativeContentAttention`
-(``learned-content``, the q.r form whose 29,484,282 match Table 1's 29.5 M).
+paper eq. 8, terms 1 and 4, where the content term is divided by the model width ``D`` (the
+reference's ``hidden_size``; its heads are always ``D`` wide) and the positional term is not scaled.
+The tables are ``table_dim`` wide per axis (default ``D``, the reference's
+``position_encoding_size = hidden_size``): 29,601,882 parameters at the
+paper's size, 117,600 more than ``learned-content`` (the q.r form).
 
-What differs from the reference's code, not its function: ``row_*`` here is the shift along
-image rows (delta_1), ``col_*`` along image columns (delta_2); the reference names them the other
-way round (its ``row_embeddings``/``head_keys_row`` score the shift along image columns), which
-also limits it to square grids; this layer takes any grid up to ``max_size`` on each axis. Its
-forward ignores the reference's ``attention_mask`` argument, as the reference's layer does.
+Unlike the reference's code (not its function): ``row_*`` here is the shift along image rows
+(delta_1), ``col_*`` along image columns (delta_2); the reference names them the other way round
+(its ``row_embeddings``/``head_keys_row`` score the shift along image columns), which also limits
+it to square grids; this layer takes any grid up
+to ``max_size`` on each axis. Its forward ignores the reference's ``attention_mask`` argument, as
+the reference's layer does.
 
-Paths (``impl``): ``explicit`` and ``explicit-half`` (as :class:`~attncnn.layers.ContentAttention`:
-the ``(B, N_h, HW, HW)`` scores written, the positional term added in the same product) and
-``sdpa`` (the fused kernel with the positional term as a batch-shared ``(1, N_h, HW, HW)``
-``attn_mask``); ``auto`` follows the content layers' rule (``explicit-half`` for heads as wide as
-the model, else ``sdpa``).
+Paths (``impl``): ``explicit``, ``explicit-half`` and ``sdpa`` (the positional term as a
+batch-shared ``attn_mask``), as :class:`~attncnn.layers.ContentAttention`, whose ``auto`` rule it follows.
 """
 
 from __future__ import annotations
@@ -46,18 +41,15 @@ class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
     Score (module docstring): ``w_row^(h) . e_row(delta_1) + w_col^(h) . e_col(delta_2) +
     q_h . k_h / sqrt(D)``. Parameters (``E = table_dim``, ``M = max_size``):
 
-    * ``row_embeddings.weight`` ``(2M - 1, E)``: row ``delta_1 + M - 1`` embeds the shift along
-      image rows (key row - query row);
-    * ``col_embeddings.weight`` ``(2M - 1, E)``: likewise along image columns;
-    * ``head_keys_row.weight``, ``head_keys_col.weight`` ``(N_h, E)``: head h's key vectors
-      ``w_row^(h)``, ``w_col^(h)`` (bias-free linear maps ``E -> N_h``);
+    * ``row_embeddings.weight``, ``col_embeddings.weight`` ``(2M - 1, E)``: row ``delta + M - 1``
+      embeds the shift along image rows (key row - query row), resp. columns;
+    * ``head_keys_row.weight``, ``head_keys_col.weight`` ``(N_h, E)``: head h's key vectors;
     * ``query``, ``key``: ``D -> N_h D_h`` with bias (:class:`~attncnn.layers.QueryKeyAttention`);
     * ``value`` (and ``value_in`` when ``head_dim != D``): :class:`~attncnn.layers.GridAttention`.
 
-    Tables start N(0, 1) and the linear maps with PyTorch's default init, as in the reference.
-    Its forward, :meth:`score_terms` and :meth:`input_scores` are the content layers'
-    (:class:`~attncnn.layers.ContentAttention`), with ``D`` for ``D_h`` in the content term and
-    the positional term not scaled; a grid larger than ``max_size`` raises InputError in them.
+    Tables start N(0, 1) and the linear maps with PyTorch's default init, as in the reference. Its
+    forward and scores are the content layers', with ``D`` for ``D_h`` in the content term and the
+    positional term not scaled; a grid larger than ``max_size`` raises InputError.
 
     Args:
         dim, num_heads, head_dim, out_dim, attn_drop, impl, eval_impl: see
@@ -88,15 +80,11 @@ class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
         """The content term the same for every key (so that it cancels in the softmax), the
         positional term local (Lemma 2 in the learned encoding).
 
-        The query weight becomes 0 and head h's query bias the first unit vector ``e_0``, and the
-        key weight's row of that coordinate 0 in every head: then ``q_h . k_h = b_key[h, 0]`` for
-        every key. (A zero query would cancel the content term too, but the key map would get no
-        gradient at the first step; this way every parameter learns from the start.) The tables
-        and head keys are set as :meth:`LearnedRelativeAttention.local_init_
-        <attncnn.layers.LearnedRelativeAttention.local_init_>` sets them: columns 0-2 of both
-        tables ``(d^2, d, 1)``, the others 0; head keys ``(-alpha, 2 alpha Delta_a, -alpha
-        Delta_a^2)`` on those columns. The score is then ``-alpha |delta - Delta_h|^2`` plus a
-        constant per head.
+        The query weight becomes 0, head h's query bias the unit vector ``e_0``, and the key weight's row
+        of that coordinate 0: then ``q_h . k_h = b_key[h, 0]`` for every key, while every parameter still
+        gets a gradient. The tables and head keys are set as :meth:`LearnedRelativeAttention.local_init_
+        <attncnn.layers.LearnedRelativeAttention.local_init_>` sets them, so that the score is
+        ``-alpha |delta - Delta_h|^2`` plus a constant per head.
 
         Raises:
             InputError: tables narrower than 3 columns, or a layer without query bias.
@@ -139,8 +127,7 @@ class LearnedContent9ffaaAttention(AxisTables, ContentAttention):
         return self.grid_term(height, width).to(q.dtype).unsqueeze(0)
 
     def bilinear_queries_keys(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Not available: the base class's bilinear form scales by ``sqrt(D_h)`` and folds only a
-        positional term read by the queries, and this layer's is read by per-head key vectors.
+        """Not available: this layer's positional term is read by per-head key vectors, not the queries.
 
         Raises:
             InputError: always (this kind has no bilinear path).

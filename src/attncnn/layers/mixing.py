@@ -4,22 +4,19 @@ Three shapes of probabilities, three products (all exact; tests compare them wit
 ``probs @ values`` of the explicit path):
 
 * :func:`mix_shared`: one map per head ``(N_h, N, N)`` for the whole batch (position-only
-  attention, GPSA's positional part). Applied as one large matrix product over the batch, never
-  expanded over it (position-only attention does not depend on the input).
+  attention, GPSA's positional part), never expanded over the batch.
 * :func:`mix_per_image`: a map per image and head ``(B, N_h, N, N)`` (content attention, GPSA's
   gated map).
-* :func:`separable_mix`: a row factor ``(N_h, H, H)`` and a column factor ``(N_h, W, W)`` whose
-  product is the map. When a head's score of query (i, j) and key (k, l) is a row term plus a
-  column term, ``A = row[i, k] + col[j, l]`` (isotropic quadratic heads, paper eq. 9; learned
-  position-only heads, paper eq. 8 term 4), the softmax over all keys factors
-  exactly: ``P[(i, j), (k, l)] = softmax_k(row[i, :])[k] * softmax_l(col[j, :])[l]``, so a head's
-  average is a product along rows followed by one along columns: ``2 N (H + W)`` multiply-adds
-  per value channel instead of ``2 N^2`` (N = H W; 8x fewer for 16 x 16 tokens).
+* :func:`separable_mix`: a row factor ``(N_h, H, H)`` and a column factor ``(N_h, W, W)``. When a
+  head's score is a row term plus a column term (isotropic quadratic heads, paper eq. 9; learned
+  position-only heads, eq. 8 term 4), the softmax factors exactly:
+  ``P[(i, j), (k, l)] = softmax_k(row[i, :])[k] * softmax_l(col[j, :])[l]``, so a head's average
+  is a product along rows then one along columns (``2 N (H + W)`` multiply-adds per channel
+  instead of ``2 N^2``).
 
-Values come either as the tokens themselves ``(B, H, W, D)`` (heads as wide as the model,
-``head_dim == dim``: every head averages the same tokens, which are then never copied per head)
-or as per-head values from a value projection. :func:`flush_below` zeroes the tiny probabilities
-that would make CPU products subnormal (see the position-only layers' ``grid_probs``).
+Values come either as the tokens themselves ``(B, H, W, D)`` (``head_dim == dim``) or as per-head
+values from a value projection. :func:`flush_below` zeroes the tiny probabilities that would make
+CPU products subnormal.
 """
 
 from __future__ import annotations
@@ -111,12 +108,6 @@ def separable_mix(rows: torch.Tensor, cols: torch.Tensor, values: torch.Tensor,
     Returns:
         ``(B, H, W, N_h * D_h)``: head h's average in channels ``h*D_h:(h+1)*D_h``, i.e. the
         input of the layer's output map (the layout ``GridAttention.output`` builds).
-
-    Both products are large GEMMs over the batch; the factors are never expanded over it.
-    The values are laid out ``(H, B, D, W)`` (one copy, fused with the dtype cast), so the row
-    product contracts the leading axis and the column product the trailing one:
-    row:    ``(N_h*H, H) @ (H, B*D*W)``       (one GEMM; a bmm over heads for per-head values)
-    column: ``(N_h, H*B*D, W) @ (N_h, W, W)`` (a bmm over heads with a tall left operand).
     """
     nh, h, _ = rows.shape
     w = cols.shape[-1]
@@ -153,10 +144,8 @@ class _FoldedMix(torch.autograd.Function):
         x = x.reshape(n * b, d)                 # a view after a cast; the copy when no cast was needed
         w = weight.to(dtype).view(dout, nh, d)                      # W_h = w[:, h]: (D_out, D)
         if torch.compiler.is_compiling():
-            # inductor turns the out= products below into nine products and a copy of all nine into
-            # v; one batched product writes v itself (aten's bmm still copies the expanded tokens
-            # once; one product over the nine W_h side by side and a permutation into v measured the
-            # same). Measured: benchmarks/results/HISTORY.md ("The folded path, compiled")
+            # one batched product writes v itself, where inductor turns out= products into one per
+            # head and a copy (benchmarks/results/HISTORY.md, "The folded path, compiled")
             v = torch.bmm(x.unsqueeze(0).expand(nh, n * b, d), w.permute(1, 2, 0))
         else:
             v = x.new_empty(nh, n * b, dout)                            # V_h = x W_h^T, head-major
@@ -195,11 +184,9 @@ class _FoldedMix(torch.autograd.Function):
                     gx.addmm_(gv[h], w[:, h])                                  # sum_h dL/dV_h W_h
                 g_tokens = gx.view(n, b, d).transpose(0, 1).to(token_dtype).reshape(token_shape)
             if ctx.needs_input_grad[2]:
-                # dL/dW_h = dL/dV_h^T x, computed transposed: the long contraction (over N*B) then
-                # reads both operands along their rows (faster eager: benchmarks/results/HISTORY.md)
+                # dL/dW_h = dL/dV_h^T x, transposed so the long contraction reads rows (faster eager)
                 if torch.compiler.is_compiling():
-                    # compiled, the transposed copy of x below is a strided write fused into
-                    # LayerNorm's kernel that costs more than the products save (benchmarks/results/HISTORY.md)
+                    # compiled, the transposed copy of x would cost more than it saves
                     g_w = torch.stack([gv[h].t() @ x for h in range(nh)])      # (N_h, D_out, D)
                     g_weight = g_w.permute(1, 0, 2).reshape(dout, nh * d).to(weight_dtype)
                 else:
@@ -214,17 +201,10 @@ class _FoldedMix(torch.autograd.Function):
 def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                dtype: torch.dtype) -> torch.Tensor:
     """Batch-shared maps and the output map of full-width heads, output map first (Lemma 1's
-    folded matrices): ``y = sum_h P_h (x W_h^T) + b``.
+    folded matrices): ``y = sum_h P_h (x W_h^T) + b`` with ``W_h = weight[:, h*D:(h+1)*D]``.
 
-    The layer's output is ``sum_h (P_h x) W_h^T + b`` with ``W_h = weight[:, h*D:(h+1)*D]`` (the
-    folded value/output matrix of head h, Lemma 1). Applying ``W_h`` to the tokens
-    before the average gives the same sum with the same number of multiply-adds when ``D_out = D``,
-    but lets the two products read and write their operands as they lie: ``V_h = x W_h^T`` is
-    written head-major ``(N_h, N*B, D_out)``, which is exactly the ``(N_h*N, B*D_out)`` right operand
-    of one product with the maps laid side by side ``(N, N_h*N)``; the ``(B, N, N_h*D)`` head
-    averages that :func:`mix_shared` + ``value`` must permute (twice per layer and step, forward and
-    backward, the largest tensors of the layer) never exist. Only tensors of the output's size are
-    transposed.
+    The same sum as ``value(mix_shared(...))``, with operands laid out so that no per-head average
+    ``(B, N, N_h*D)`` is formed or permuted.
 
     Args:
         probs: ``(N_h, N, N)`` maps in ``dtype`` (queries on dim -2), shared by the batch.
@@ -233,9 +213,8 @@ def folded_mix(probs: torch.Tensor, tokens: torch.Tensor, weight: torch.Tensor, 
         dtype: dtype of the products (autocast's, or the tokens' own).
 
     Returns:
-        ``(B, H, W, D_out)`` in ``dtype``. Exact in real arithmetic; in floating point only the
-        order of the sums differs from ``value(mix_shared(...))``. Under bf16 the input gradient
-        sums the heads' products in bf16 (one rounding per head, ``N_h`` in all, instead of one).
-        The ``value`` module itself is not called (hooks on it do not fire on this path).
+        ``(B, H, W, D_out)`` in ``dtype``; only the order of the sums differs from
+        ``value(mix_shared(...))``; under bf16 the input gradient sums the heads' products in bf16.
+        The ``value`` module is not called (its hooks do not fire).
     """
     return _FoldedMix.apply(probs, tokens, weight, bias, dtype)

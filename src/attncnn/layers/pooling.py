@@ -1,9 +1,8 @@
 """Space-to-depth (the paper's "invertible pooling" of width 2, after i-RevNet) and its inverse, on channels-last grids.
 
-The paper turns the 32x32x3 image into a 16x16 grid of 12-channel tokens by flattening every
-non-overlapping 2x2 patch (Jacobsen et al. 2018). The order of the channels inside a token is a
-fixed permutation that a following linear layer absorbs; ours is (row in patch, column in patch,
-channel), i.e. a token holds ``x[i*s + a, j*s + b, c]`` at channel ``(a*s + b)*C + c``.
+The paper flattens every non-overlapping 2x2 patch of the image into a token (Jacobsen et al. 2018).
+A token holds ``x[i*s + a, j*s + b, c]`` at channel ``(a*s + b)*C + c`` (row in patch, column in
+patch, channel): a fixed permutation that the following linear layer absorbs.
 """
 
 from __future__ import annotations
@@ -85,12 +84,9 @@ class SpaceToDepth(nn.Module):
     ``p*p*C`` values (no parameters; :func:`space_to_depth` as a module).
 
     With the paper's ``p = 2``, a CIFAR batch ``(B, 32, 32, 3)`` becomes a ``(B, 16, 16, 12)``
-    grid. Token ``[i, j]`` holds pixel ``x[i*p + a, j*p + b, c]`` at feature ``(a*p + b)*C + c``:
-    row in the patch, then column, then channel, the order of the reference code's
-    ``downsample_concatenate`` (``BertImage.forward``, ``models/transformer.py``: a view to
-    ``(B, H, W/p, p*C)``, a transpose, a view to ``(B, W/p, H/p, p*p*C)`` and a transpose back
-    give the same layout). The order is a fixed permutation that the following linear embedding
-    absorbs; it matters only to weights moved between implementations.
+    grid. Token ``[i, j]`` holds pixel ``x[i*p + a, j*p + b, c]`` at feature ``(a*p + b)*C + c``,
+    the order of the reference code's ``downsample_concatenate`` (``BertImage.forward``,
+    ``models/transformer.py``); it matters only to weights moved between implementations.
     :func:`depth_to_space` inverts it.
 
     Args:
@@ -105,9 +101,7 @@ class SpaceToDepth(nn.Module):
     Raises:
         InputError: (in the forward) an input that is not 4-D, of another channel count than
             ``channels``, or whose ``H`` or ``W`` is not divisible by ``p``; an input that looks like
-            channels-first images (``channels`` in dim 1 instead of the last; without ``channels``,
-            a dim 1 of 4 or less, a last dim above 4 and a grid ``p`` does not divide) is named as
-            such, with the ``permute`` that fixes it.
+            channels-first images is named as such, with the ``permute`` that fixes it.
     """
 
     def __init__(self, size: int = 2, channels: int | None = None) -> None:

@@ -2,22 +2,18 @@
 
 Quadratic (:mod:`~attncnn.layers.quadratic`) and learned position-only
 (:mod:`~attncnn.layers.learned`) layers implement :meth:`PositionalAttention.grid_scores`;
-their probabilities do not depend on the input, so they are computed once per forward, shared by
-the batch and never expanded over it. Dropout on them therefore uses one mask for the whole
-batch, which is what the reference code does for these layers.
+their probabilities are computed once per forward and shared by the batch, so dropout on them uses
+one mask for the whole batch, as the reference code does for these layers.
 
 Paths (``impl``): ``"dense"`` applies the ``(N_h, N, N)`` map as one batch-shared product
 (:func:`~attncnn.layers.mixing.mix_shared`); ``"folded"`` (heads as wide as the model) applies
-the output map ``value`` to the tokens first and then the maps, as one product whose operands need
-no permutation (:func:`~attncnn.layers.mixing.folded_mix`); ``"separable"`` (layers whose every
-head scores a row term plus a column term) applies a row factor and a column factor
+the output map to the tokens first (:func:`~attncnn.layers.mixing.folded_mix`); ``"separable"``
+(every head scores a row term plus a column term) applies a row factor and a column factor
 (:func:`~attncnn.layers.mixing.separable_mix`); ``"auto"`` takes the separable path on grids
-with ``H W >= 6 (H + W)`` (why 6, and the speed of each path: ``benchmarks/paths.py``, whose
-measurements are kept in ``benchmarks/results/attention-paths.md``).
+with ``H W >= 6 (H + W)`` (``benchmarks/results/attention-paths.md``).
 
 Mixed precision (:mod:`~attncnn.layers.autocast_rules`): scores and softmax are computed with
-autocast off, in float32 at least (float16/bfloat16 parameters are upcast); only the products
-with the values run in autocast's dtype.
+autocast off, in float32 at least; only the products with the values run in autocast's dtype.
 """
 
 from __future__ import annotations
@@ -104,20 +100,11 @@ class PositionalAttention(GridAttention):
     def grid_probs(self, height: int, width: int) -> torch.Tensor:
         """Attention probabilities ``(1, N_h, H*W, H*W)``; each row sums to 1 over the keys.
 
-        Computed with autocast off, in float32 at least (float64 for float64 parameters), and
-        returned in that dtype; the forward casts them to the product dtype afterwards.
-
-        Probabilities below ``eps(dtype)**2`` of that float32/float64 dtype (1.4e-14 in float32,
-        4.9e-32 in float64) are set to exactly 0. Gaussian heads give tiny values far from their
-        center, and their products with gradients in the backward matrix products fall into the
-        subnormal range, which CPUs process many times slower (measured:
-        ``benchmarks/results/attention-paths.md``). The change to any output is at
-        most ``H*W * eps**2 * max|value|`` (4e-12 relative for a 16x16 grid in float32).
-        Under bf16 autocast the threshold stays float32's: bfloat16 has float32's exponent range
-        and CPU bf16 GEMMs accumulate in float32, so the same values keep the products normal,
-        whereas bfloat16's own ``eps**2`` (6.1e-5) would drop up to ``H*W * 6.1e-5`` (1.6 % at
-        16x16) of a row's mass. (float16 products: values below 6.1e-5 become float16 subnormals
-        in the cast, which GPUs process at full speed and CPU GEMMs widen to normal float32.)
+        Computed with autocast off, in float32 at least (float64 for float64 parameters), and returned
+        in that dtype. Probabilities below ``eps(dtype)**2`` of that dtype are set to exactly 0, so that
+        the backward products stay out of the subnormal range (slow on CPUs); any output moves by at most
+        ``H*W * eps**2 * max|value|``. Under bf16 autocast the threshold stays float32's (bfloat16 has
+        float32's exponent range; its own ``eps**2`` would drop a visible share of a row's mass).
         """
         with self._score_context():
             probs = torch.softmax(self.grid_scores(height, width), dim=-1)
@@ -136,15 +123,8 @@ class PositionalAttention(GridAttention):
         Returns:
             ``(row, col)``: ``(N_h, H, H)`` and ``(N_h, W, W)``, softmaxes of :meth:`axis_scores`
             over the key axis (dim -1), in float32 at least (autocast off, as :meth:`grid_probs`).
-            Entries below ``eps(dtype)`` (1.2e-7 in float32, 2.2e-16 in float64) are set to 0, so
-            each row sums to 1 within ``H * eps`` (``W * eps``).
-
-        Why ``eps`` and not the dense path's ``eps**2``: in the backward of the two products a
-        gradient meets a row factor times a column factor (``dL/dv = rows^T (cols^T g)``), so the
-        smallest products are ``t**2 * |g|`` for a threshold ``t``; ``t = eps`` keeps them at
-        ``eps**2 * |g|``, as normal as the dense path's. The outputs move by at most
-        ``(H + W) * eps * max|value|`` (3.8e-6 relative for 16x16 in float32, below the rounding
-        of a float32 sum over 256 keys; 7e-15 in float64).
+            Entries below ``eps(dtype)`` are set to 0 (so their products stay at ``eps**2`` or more,
+            as the dense path's), so each row sums to 1 within ``H * eps`` (``W * eps``).
 
         Raises:
             InputError: the layer is not separable, or the grid is too large for its tables.
@@ -158,15 +138,9 @@ class PositionalAttention(GridAttention):
         return flush_below(row, threshold), flush_below(col, threshold)
 
     def factored_probs(self, height: int, width: int) -> torch.Tensor:
-        """The ``(N_h, H*W, H*W)`` map the folded path uses: for separable layers the outer product
-        of :meth:`axis_probs` (``P[h, (i, j), (k, l)] = row[h, i, k] * col[h, j, l]``, exact since
-        the softmax factors, paper eq. 9; no softmax over ``N^2`` entries per head and a backward
-        through ``H^2 + W^2`` scores only), else :meth:`grid_probs`. Float32 at least.
-
-        The outer product inherits the factors' flush at ``eps``: rows still sum to 1 within
-        ``(H + W) eps`` and every nonzero entry is at least ``eps**2``, so the products stay normal
-        (see :meth:`axis_probs` and :meth:`grid_probs`).
-        """
+        """The ``(N_h, H*W, H*W)`` map the folded path uses: for separable layers the outer product of
+        :meth:`axis_probs` (exact since the softmax factors, paper eq. 9; rows sum to 1 within
+        ``(H + W) eps``), else :meth:`grid_probs`. Float32 at least."""
         if not self.is_separable:
             return self.grid_probs(height, width)[0]
         rows, cols = self.axis_probs(height, width)                          # (N_h, H, H), (N_h, W, W)
@@ -177,12 +151,9 @@ class PositionalAttention(GridAttention):
         """The path :meth:`forward` takes without probabilities: ``"separable"``, ``"dense"`` or
         ``"folded"``.
 
-        ``"folded"`` is taken only when asked for (``impl="folded"``; dropout is no obstacle, its
-        mask is shared by the batch). The separable path is exact, so it needs a separable layer
-        and no dropout on the map (a dropout mask on ``(N, N)`` entries does not factor), i.e. eval
-        mode or ``attn_drop.p == 0``. Then ``impl`` decides: ``"separable"`` takes it, ``"dense"`` never,
-        ``"auto"`` when the grid is large enough to gain, ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio;
-        12x12 and larger squares; ``benchmarks/results/attention-paths.md``).
+        ``"folded"`` is taken only when asked for. The separable path needs a separable layer and no
+        dropout on the map (eval mode or ``attn_drop.p == 0``); then ``"separable"`` takes it, ``"dense"``
+        never, ``"auto"`` when ``H*W >= 6 (H + W)`` (the dense/separable multiply-add ratio).
         """
         impl = self.mode_impl
         if impl == "folded":

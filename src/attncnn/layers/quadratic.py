@@ -5,14 +5,14 @@ For a query q and key k with relative shift delta = k - q its score is
 
 * isotropic (paper eq. 9, reference ``GaussianSelfAttention``):
   ``A = -alpha^(h) * |delta - Delta^(h)|^2`` with ``alpha = s^2 / 2`` for the learned spread ``s``
-  (``spreads``, shape ``(N_h,)``), so alpha is about 0.5 at initialisation (reference ``GaussianSelfAttention``);
+  (``spreads``, shape ``(N_h,)``; alpha about 0.5 at initialisation);
 * full covariance (the paper's appendix): ``A = -1/2 (delta - Delta)^T Sigma^-1 (delta - Delta)`` with
   ``Sigma^-1 = S S^T`` for a learned ``S`` (``spreads``, shape ``(N_h, 2, 2)``).
 
-The dot-product form of eq. (9) differs from these by a term constant in k, which the softmax
+These differ from the dot-product form of eq. (9) by a term constant in k, which the softmax
 cancels; the squared distance is computed directly because it is better conditioned. The
-probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the keys
-inside the grid (no padding), exactly as in the reference code.
+probabilities are a discrete Gaussian centered on q + Delta^(h), renormalised over the keys inside
+the grid (no padding), as in the reference code.
 """
 
 from __future__ import annotations
@@ -44,8 +44,7 @@ class QuadraticAttention(PositionalAttention):
         spread_init_std: std of the noise on the spread initialisation ``s = 1 + N(0, std^2)``
             or ``S = I + N(0, std^2)`` (reference: 0.01).
         head_dim, out_dim, attn_drop, impl: see :class:`~attncnn.layers.GridAttention` and
-            :class:`~attncnn.layers.PositionalAttention` (full-covariance heads have no
-            ``"separable"`` path).
+            :class:`~attncnn.layers.PositionalAttention` (full covariance: no ``"separable"`` path).
 
     Parameters ``centers`` ``(N_h, 2)`` (row, column shift) and ``spreads`` (``(N_h,)`` or
     ``(N_h, 2, 2)``) take no weight decay (:meth:`no_weight_decay`), as in the reference optimiser.
@@ -134,8 +133,8 @@ class QuadraticAttention(PositionalAttention):
         """Scores ``(N_h, H*W, H*W)``: minus the (Mahalanobis) squared distance of delta to Delta^(h)
         (paper eq. 9, in token units); float32 for float16/bfloat16 parameters."""
         centers, spreads = self._score_parameters()
-        # The score depends on the shift alone: computed once per distinct shift (S = (2H-1)(2W-1),
-        # 961 for 16x16 tokens instead of 65,536 pairs, forward and backward), then gathered.
+        # the score depends on the shift alone: computed once per distinct shift, then gathered
+        # (S = (2H-1)(2W-1), 961 for 16x16 tokens instead of 65,536 pairs, forward and backward)
         shifts, index = distinct_offsets(height, width, centers.device, centers.dtype)  # (S, 2), (N, N)
         diff = shifts[None] - centers[:, None, :]                                 # (N_h, S, 2)
         if self.full_covariance:

@@ -78,16 +78,9 @@ def attention_modules(model: nn.Module) -> list[GridAttention]:
 @contextlib.contextmanager
 def dense_attention(model: nn.Module) -> Iterator[None]:
     """While the block runs, every layer of ``model`` takes the path that writes its ``(HW x HW)``
-    map out: ``"dense"`` where it has one (position-only layers), else ``"explicit"`` (the content
-    layers and GPSA), in both modes; the previous paths come back afterwards.
-
-    The other paths compute the same outputs with other multiply-adds (the separable path fewer,
-    learned-content's one-hot paths ``H + W`` more columns in the q.k product, a fused kernel
-    some that a counter may not see), and some call the linear maps through their weights rather
-    than as modules. Counts of a model's operations meant to be compared with the paper (Table 1's
-    MACs, "model FLOP/s") must not depend on the path a machine chose, so they are taken under this
-    context.
-    """
+    map out: ``"dense"`` where it has one (position-only layers), else ``"explicit"``, in both modes;
+    the previous paths come back afterwards. Operation counts meant to be compared with the paper
+    (Table 1's MACs, "model FLOP/s") are taken under it, so they do not depend on a machine's paths."""
     layers = [m for m in attention_modules(model) if {"dense", "explicit"} & set(m.impls)]
     saved = [(layer.impl, layer.eval_impl) for layer in layers]
     for layer in layers:

@@ -69,9 +69,8 @@ def quadratic_features(height: int, width: int, device: torch.device | str = "cp
 
     Isotropic (paper eq. 9): ``r = (|delta|^2, delta_1, delta_2)``, shape ``(H*W, H*W, 3)``.
     Generalised (the paper's appendix): ``r = (delta_1, delta_2, delta_1^2, delta_2^2, delta_1*delta_2)``,
-    shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets`
-    directly (a squared distance is better conditioned than this dot-product form); these
-    features are exposed for the theory module and for tests of eq. (9).
+    shape ``(H*W, H*W, 5)``. The layers compute their scores from :func:`relative_offsets` instead
+    (a squared distance is better conditioned than this dot-product form).
     """
     d = relative_offsets(height, width, device, dtype)
     d1, d2 = d[..., 0], d[..., 1]
@@ -82,11 +81,8 @@ def quadratic_features(height: int, width: int, device: torch.device | str = "cp
 
 @_cached
 def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Shifts along one axis, ``out[i, k] = k - i``: ``(length, length)`` int64.
-
-    Used to index learned per-axis tables of ``2*max_size - 1`` rows (shift ``d`` -> row
-    ``d + max_size - 1``).
-    """
+    """Shifts along one axis, ``out[i, k] = k - i``: ``(length, length)`` int64 (shift ``d`` indexes
+    row ``d + max_size - 1`` of a learned per-axis table)."""
     if length < 1:
         raise InputError(f"axis length must be positive, got {length}")
     idx = torch.arange(length, device=device)
@@ -96,10 +92,8 @@ def axis_offsets(length: int, device: torch.device | str = "cpu") -> torch.Tenso
 @_cached
 def distinct_offsets(height: int, width: int, device: torch.device | str = "cpu",
                      dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``S = (2H-1)(2W-1)`` distinct shifts of an ``H x W`` grid, and which one each pair has.
-
-    A score that depends on the shift alone (the quadratic encoding, paper eq. 9) needs computing
-    ``S`` times, not ``(H W)^2`` times (961 against 65,536 for 16 x 16 tokens), then gathering.
+    """The ``S = (2H-1)(2W-1)`` distinct shifts of an ``H x W`` grid, and which one each pair has (a
+    score of the shift alone is computed ``S`` times, then gathered).
 
     Returns:
         ``(shifts, index)``: ``shifts (S, 2)`` row-major from ``(-(H-1), -(W-1))`` to ``(H-1, W-1)``,

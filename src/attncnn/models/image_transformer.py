@@ -9,10 +9,9 @@
       -> mean over all positions -> Linear D -> classes
 
 No positional encoding is added to the tokens (position enters only through the attention
-layers) and all weights keep PyTorch's default initialisation, as in the reference code, unless
-``init="conv"``: then every attention layer starts as a convolution's attention pattern (head h
-on the h-th tap's shift, :func:`attncnn.layers.local_init_`; ConViT's local init), and with
-``value_init="conv"`` its folded value matrix holds a K x K kernel (:func:`attncnn.layers.conv_value_init_`).
+layers) and all weights keep PyTorch's default
+initialisation, as in the reference code, unless ``init`` or ``value_init`` says otherwise
+(:class:`ImageTransformerConfig`).
 """
 
 from __future__ import annotations
@@ -56,13 +55,10 @@ class ImageTransformerConfig:
     """
 
     attention: str = "quadratic"        #: one of attncnn.layers.ATTENTION_KINDS
-    #: computation path of every attention layer: "auto" (the layer chooses) or one of the paths
-    #: its kind has (position-only: dense, separable, folded; content: explicit, explicit-half, sdpa; gpsa:
-    #: explicit, explicit-half, sdpa). Every path computes the same output. Missing in configs written
-    #: before it existed: "auto", which is what those runs used.
+    #: computation path of every attention layer: "auto" (the layer chooses) or one of its kind's
+    #: paths (every path computes the same output); missing in older configs: "auto"
     impl: str = "auto"
     #: the path in eval mode (test passes) when it differs from impl; None: impl in both modes
-    #: (and in configs written before it existed). attncnn train takes it from its rule (perf.rule).
     eval_impl: str | None = None
     num_layers: int = 6
     num_heads: int = 9                  #: heads N_h of every layer (unless layer_heads is given)
@@ -79,28 +75,24 @@ class ImageTransformerConfig:
     table_dim: int | None = None        #: learned, learned-content-9ffaa tables: width per axis (None: D)
     center_init_std: float = 2.0        #: quadratic: std of initial centers, token units
     spread_init_std: float = 0.01       #: quadratic: noise std of initial spreads
-    #: heads per layer, first to last (None: num_heads everywhere). Set by head pruning
-    #: (reference ``runs/quadratic-generalized-pruned``), whose layers keep different numbers of heads.
+    #: heads per layer, first to last (None: num_heads everywhere); set by head pruning (reference
+    #: ``runs/quadratic-generalized-pruned``)
     layer_heads: list[int] | None = None
-    #: "random" (PyTorch's default init, as the reference) or "conv": head h of every layer starts
-    #: on the h-th shift of a K x K kernel (row-major taps, as attncnn.theory), positional score
-    #: -locality_strength * |delta - Delta_h|^2 (ConViT's local init). Layers whose head count is
-    #: not K^2 (a pruned model's layer_heads) keep the random init: their weights come from a checkpoint.
-    #: "mimetic" (content kinds whose heads together are as wide as the model): W_q W_k^T near
-    #: +0.7 I and W_v W_o near -0.4 I (Trockman & Kolter 2023; attncnn.layers.mimetic_init_).
+    #: "random" (PyTorch's default init, as the reference), "conv" (head h of every layer starts on
+    #: the h-th shift of a K x K kernel, ConViT's local init; layers whose head count is not K^2
+    #: keep the random init) or "mimetic" (content kinds: W_q W_k^T near +0.7 I and W_v W_o near
+    #: -0.4 I, Trockman & Kolter 2023; layers.mimetic_init_)
     init: str = "random"
-    #: alpha of init="conv", in 1/tokens^2. 1.0 is ConViT's default locality strength, whose score
-    #: alpha * (-|delta|^2 + 2 Delta.delta) is this project's -alpha |delta - Delta|^2 up to a constant,
-    #: so no rescaling is needed; it is twice the reference's random-init alpha (s^2/2 = 0.5), and
-    #: puts 0.32 of an interior query's attention on the target pixel (0.62 at 2, 0.97 at 5).
+    #: alpha of init="conv", in 1/tokens^2; 1.0 is ConViT's default locality strength (the same
+    #: score up to a constant per query), twice the reference's random-init alpha (s^2/2 = 0.5);
+    #: it puts 0.32 of an interior query's attention on the target token
     locality_strength: float = 1.0
     conv_kernel_size: int | None = None  #: K of init="conv" (None: sqrt(num_heads)); K odd, K^2 == num_heads
     conv_dilation: int = 1              #: spacing of init="conv"'s shifts, tokens
     #: "random", or "conv" (with init="conv", heads as wide as the model): the folded value matrix
-    #: holds a K x K kernel drawn with nn.Conv2d's default init. Note: with init="conv" every layer
-    #: already computes *some* K x K convolution at step 0 (up to the finite-alpha softmax), since any
-    #: folded value matrix is a kernel under the head -> tap map, and nn.Conv2d's init has the same
-    #: distribution as the value map's (uniform +-1/sqrt(D K^2)): the two differ only in the random stream.
+    #: holds a K x K kernel drawn with nn.Conv2d's default init (the value map's own distribution:
+    #: with init="conv" every layer already computes *some* K x K convolution at step 0; only the
+    #: random stream differs)
     value_init: str = "random"
     freeze_gate: bool = False           #: gpsa: keep the gates' lambda at its initial value 1
     qk_bias: bool = True                #: content, gpsa: biases on queries and keys (ConViT: False)
@@ -134,8 +126,7 @@ class ImageTransformerConfig:
 
     def _check_foreign_options(self, layer_class: type) -> None:
         """An option that another kind owns exclusively (its ``EXCLUSIVE_KEYS``, e.g. GPSA's
-        ``freeze_gate``), set away from its default: ValueError naming it. (Other kinds' options,
-        such as ``max_size``, are ignored by kinds that do not take them.)"""
+        ``freeze_gate``), set away from its default: ValueError naming it."""
         own = set(layer_class.CONFIG_KEYS)
         for key in sorted({k for cls in ATTENTION_LAYERS.values() for k in cls.EXCLUSIVE_KEYS} - own):
             default = type(self).__dataclass_fields__[key].default

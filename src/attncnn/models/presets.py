@@ -81,15 +81,10 @@ PRESETS: dict[str, Preset] = {p.name: p for p in [
 ]}
 
 
-# The CPU-scale study (`attncnn reproduce mini`): the paper's geometry (2x2
-# space-to-depth -> 16x16 tokens, 6 layers, 9 heads, heads as wide as the model, post-LN blocks)
-# and recipe shape (SGD 0.1 / 0.9 / 1e-4, 5 % warm-up + cosine, batch 100), at width 64 and
-# 6 epochs so that the whole suite fits in hours on 2 CPU cores. Why these numbers: at width 64 an
-# epoch of the quadratic model takes minutes there, and a few epochs already show the paper's
-# phenomenon (first-layer centers moving toward the 3x3 grid of shifts); the measurement is in
-# benchmarks/results/HISTORY.md. Dropout is off because a few epochs underfit:
-# there is nothing to regularise. The ResNet's widths (11, 22, 44, 88) give a parameter count
-# comparable to the attention models (332 k vs 349 k).
+# The CPU-scale study (`attncnn reproduce mini`): the paper's geometry and recipe shape at width 64
+# and 6 epochs, so that the suite fits in hours on 2 CPU cores (benchmarks/results/HISTORY.md).
+# Dropout is off: a few epochs underfit, there is nothing to regularise. The ResNet's widths
+# (11, 22, 44, 88) give a parameter count comparable to the attention models' (332 k vs 349 k).
 _MINI_MODEL = {"num_layers": 6, "num_heads": 9, "dim": 64, "mlp_dim": 128, "pooling": 2,
                "dropout": 0.0, "attn_dropout": 0.0}
 _MINI_RECIPE = {**_PAPER_RECIPE, "epochs": 6, "checkpoint_every": 1, "keep_checkpoints": 0,
@@ -114,15 +109,10 @@ PRESETS.update({p.name: p for p in [
 ]})
 
 
-# Convolutional initialisation and ConViT's gated positional self-attention (GPSA,
-# d'Ascoli et al. 2021). `gpsa` has the paper's geometry and recipe (heads as wide as the model, so
-# queries and keys are N_h*D wide as in the learned + content model); GPSA starts with ConViT's local
-# init (init="conv", locality strength 1), as ConViT does. `gpsa-mini` splits its width like ConViT
-# (heads of width 16, not 64): 351,810 parameters, next to quadratic-mini's 349,164, and a training
-# step markedly cheaper than with full-width heads (measured: benchmarks/results/HISTORY.md), which
-# the sample-efficiency grid needs.
-# The `*-conv-mini` presets are the mini
-# quadratic and learned models with every head starting on one shift of the 3x3 kernel.
+# Convolutional initialisation and ConViT's gated positional self-attention (GPSA, d'Ascoli et al.
+# 2021), which starts with ConViT's local init. `gpsa-mini` splits its width like ConViT (heads of
+# width 16), for a step cheap enough for the sample-efficiency grid. The `*-conv-mini` presets are
+# the mini quadratic and learned models with every head starting on one shift of the 3x3 kernel.
 _INIT_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (local init, GPSA)"}
 
 PRESETS.update({p.name: p for p in [
@@ -146,14 +136,11 @@ PRESETS.update({p.name: p for p in [
 ]})
 
 
-# ConViT's claim as ConViT states it. `deit-mini` is the DeiT-style baseline ConViT compares
-# GPSA with: plain content attention and a learned absolute position embedding, no locality prior.
-# `convit-mini` is GPSA with ConViT's own choices: the width split N_h x D_h = D (9 heads of 8 on width
-# 72), so that the local init sets the value projection to the identity; queries and keys without
-# bias, drawn at std 0.02; local init with locality strength 1. Both train with ConViT's optimiser
-# (AdamW, lr 5e-4, weight decay 0.05; no decay on positional parameters, gates and the position
-# embedding); `convit-mini --set init=random` is ConViT's ablation without local init. `gpsa-mini`
-# (width 64, heads of 16, a random value projection, biased queries/keys, SGD) stays as it was.
+# ConViT's claim as ConViT states it: `deit-mini` is the DeiT-style baseline (content attention and
+# a learned absolute position embedding); `convit-mini` is GPSA with ConViT's choices (9 heads of 8
+# on width 72, so the local init sets the value projection to the identity; queries and keys without
+# bias, std 0.02). Both train with ConViT's AdamW recipe; `convit-mini --set init=random` is
+# ConViT's ablation without local init.
 _CONVIT_MODEL = {**_MINI_MODEL, "dim": 72, "mlp_dim": 144, "head_dim": 8}
 _CONVIT_RECIPE = {**_MINI_RECIPE, "optimizer": "adamw", "lr": 5e-4, "weight_decay": 0.05}
 _CONVIT_NOTE = {"accuracy": None, "params": "-", "note": "not in the paper (ConViT's setup)"}
@@ -206,10 +193,8 @@ def build_model_from_config(arch: str, config: dict) -> nn.Module:
 
 
 def preset_model_config(name: str, num_classes: int = 10, **overrides):
-    """The configuration dataclass of a preset network, without building it (no weights allocated).
-
-    Use it to validate model options cheaply: everything :func:`build_model` would reject for
-    these arguments is rejected here.
+    """The configuration dataclass of a preset network, without building it (no weights allocated):
+    everything :func:`build_model` would reject for these arguments is rejected here.
 
     Returns:
         ``(arch, config)``: the key of :data:`ARCHITECTURES` and its configuration dataclass.

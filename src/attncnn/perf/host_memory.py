@@ -1,31 +1,18 @@
 """Keep freed host memory for reuse, so that large CPU tensors do not page-fault on every step.
 
-Why: glibc's ``malloc`` serves large blocks with ``mmap`` and returns them to the system with
-``munmap`` when they are freed (blocks above its mmap threshold, which grows with use but never
-past 32 MiB, and the top of the heap above the trim threshold). A training step allocates and frees
-the same large tensors every step (activations, attention scores, their gradients), so each step
-maps fresh pages and the kernel zero-fills every one of them on first touch; content attention,
-whose scores are the largest tensors of a step, spends a large part of its step there (the page
-faults and system time measured per step are in ``docs/speed.md``).
+glibc's ``malloc`` serves large blocks with ``mmap`` and unmaps them when freed, and trims the top
+of its heap; a training step frees and allocates the same large tensors every step, so each step
+maps fresh pages that the kernel zero-fills on first touch (``docs/speed.md``).
+:func:`reuse_freed_memory` sets ``M_MMAP_MAX = 0`` and ``M_TRIM_THRESHOLD = -1`` ("disables
+trimming completely"; a finite threshold is at most 2 GiB, less than a large test pass frees), so
+the second step reuses the first step's pages. The numbers computed do not change; the process
+keeps its peak resident memory until it exits.
 
-:func:`reuse_freed_memory` tells glibc to serve every block from its heap (``M_MMAP_MAX = 0``)
-and never to give the heap's free top back (``M_TRIM_THRESHOLD = -1``, which glibc documents as
-"disables trimming completely"), so the second step reuses the first step's pages. A finite
-threshold is not enough: ``mallopt`` takes an ``int``, so the largest one is 2 GiB, and a pass
-that frees more than that at once (a test batch of 500 through content attention frees several
-GiB per layer) had the whole top trimmed (down to 128 KiB) and zero-filled again on every layer.
-
-The numbers computed do not change (only where the memory comes from); the cost is that the
-process keeps its peak resident memory until it exits. The effect through the
-real trainer is measured by ``benchmarks/speedup.py`` (results in ``benchmarks/results/``).
-
-It changes the whole process, so the library never calls it on its own (planning, training and
-evaluation leave the allocator as they found it): the ``attncnn`` executable calls it once at
-start-up for the commands that run models on the CPU (``train``, ``evaluate``, ``bench``,
-``reproduce``, ``prune``), and so does the benchmark harness in the processes it starts; a Python
-caller who wants the same speed calls it once, first (docs/python-api.md). :func:`heap_policy` says
-which policy is in force. ``ATTNCNN_MALLOC=system`` (environment) keeps glibc's defaults. Elsewhere
-(macOS, Windows, musl) it does nothing: those allocators behave differently, and ``mallopt`` is glibc's.
+It changes the whole process, so the library never calls it on its own: the ``attncnn``
+executable calls it at start-up for the commands that run models on the CPU, and so does the
+benchmark harness; a Python caller calls it once, first (docs/python-api.md). :func:`heap_policy`
+says which policy is in force. ``ATTNCNN_MALLOC=system`` keeps glibc's defaults. Elsewhere (macOS,
+Windows, musl) it does nothing.
 """
 
 from __future__ import annotations
@@ -55,14 +42,13 @@ _state: dict[str, str] = {}
 
 
 def reuse_freed_memory() -> str:
-    """Make glibc keep freed memory for reuse (see the module docstring) for the rest of the
-    process: a process-wide setting, which only an application sets (the ``attncnn`` command does);
+    """Make glibc keep freed memory for reuse (see the module docstring) for the rest of the process;
     idempotent.
 
     Returns:
         What was done, for the log: ``"heap"`` (set now or earlier in this process), ``"system"``
-        (``ATTNCNN_MALLOC=system``), or ``"unsupported"`` (not Linux with glibc, or ``mallopt``
-        refused a setting; nothing is changed then).
+        (``ATTNCNN_MALLOC=system``), or ``"unsupported"`` (not glibc, or ``mallopt`` refused a
+        setting; nothing is changed then).
 
     Raises:
         InputError: ``ATTNCNN_MALLOC`` holds something other than ``heap`` or ``system``.

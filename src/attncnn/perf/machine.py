@@ -1,10 +1,9 @@
 """The machine at hand, described once: for machine.json, epoch records, benchmark files and the device.
 
 :func:`machine_info` is the description every report and benchmark writes (CPU and GPU names,
-cores, threads, library versions, date); :func:`epoch_machine` the part each epoch record of a
-study keeps. :func:`resolve_device` turns ``--device`` into a :class:`torch.device`.
-:func:`cpu_load` and :func:`busy_cpu` say whether other work shared the CPU while a dry run timed
-its steps, which slows every timing taken meanwhile.
+cores, threads, library versions, date). :func:`resolve_device` turns ``--device`` into a
+:class:`torch.device`. :func:`cpu_load` and :func:`busy_cpu` say whether other work shared the CPU
+while a dry run timed its steps.
 """
 
 from __future__ import annotations
@@ -16,13 +15,12 @@ from pathlib import Path
 
 import torch
 
-from ..runs.machine_file import short_machine
 from ..training.components import resolve_device
 
-__all__ = ["resolve_device", "cpu_name", "device_name", "machine_info", "epoch_machine", "MACHINE_KEY", "cpu_load",
+__all__ = ["resolve_device", "cpu_name", "device_name", "machine_info", "MACHINE_KEY", "cpu_load",
            "busy_cpu"]
 
-#: the key of an epoch record that names the machine that trained it (:func:`epoch_machine`)
+#: the key of an epoch record that names the machine that trained it
 MACHINE_KEY = "machine"
 
 #: where Linux describes the CPU (a module attribute so that tests can point it at another file)
@@ -65,13 +63,6 @@ def machine_info(device: torch.device) -> dict:
     return info
 
 
-def epoch_machine(device: torch.device) -> dict:
-    """What identifies the machine an epoch ran on (recorded in each epoch of a study's runs):
-    CPU model name, torch threads, torch version, device, and the GPU's name on a GPU; a subset of
-    :func:`machine_info`."""
-    return short_machine(machine_info(device))
-
-
 def cpu_load() -> float | None:
     """The CPU's 1-minute load average (runnable processes, this one included), or None where the
     system does not report one."""
@@ -82,11 +73,8 @@ def cpu_load() -> float | None:
 
 
 def busy_cpu(loads: list[float | None], cores: int | None = None) -> str | None:
-    """A warning when the CPU was busy with other work while a dry run timed its steps, else None.
-
-    The timing of a step grows with every process sharing the cores (the mini suite was estimated
-    at 5.1 h on an idle 2-core machine and 31 h while a training shared it), so an estimate
-    measured beside other work is not the time the suite will take alone.
+    """A warning when the CPU was busy with other work while a dry run timed its steps, else None
+    (every process sharing the cores slows a step, so such an estimate is too long).
 
     Args:
         loads: 1-minute load averages sampled before and after the timing (:func:`cpu_load`).

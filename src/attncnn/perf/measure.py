@@ -1,17 +1,15 @@
 """Timing a run's choices on its own objects, only when the user asks: ``attncnn train --impl
 measure`` (the attention paths) and ``--measure-compile`` (whether a compiled step pays back).
 
-The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, inside the
-training call, once, on the run's real network and optimizer before the first step, and forget the
-answer when the process exits (nothing is cached: a timing taken beside other work ranks the
-candidates by how the load fell on them, so it is never handed to a later run). Whatever the
-timings do to the run's objects is put back (:func:`kept_state`), so the run trains the steps it
-would have trained had it been handed the same choices.
+The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, once, on
+the run's real network and optimizer before the first step, and forget the answer at exit (a
+timing taken beside other work ranks the candidates by how the load fell on them, so it is never
+handed to a later run).
+Whatever the timings do to the run's objects is put back (:func:`kept_state`).
 
 * paths (:func:`measure_paths`): each path of the network's first attention layer that can run
-  here, forward + backward in training mode on a random batch of the training batch's shape, and
-  the forward alone in eval mode on the test batch, :data:`REPS` alternated calls each
-  (:func:`attncnn.perf.timing.time_impls`); the fastest of each mode is taken.
+  here, forward + backward in training mode and the forward alone in eval mode, :data:`REPS`
+  alternated calls each (:func:`attncnn.perf.timing.time_impls`); the fastest of each mode wins.
 * compile (:func:`measure_compile`): the training step eager and ``torch.compile(model,
   dynamic=False)``, alternated (:func:`time_compile`); compiled where it is at least
   :data:`MIN_SPEEDUP` faster and saves more than its warm-up over the run (:func:`pays_back`).
@@ -37,8 +35,7 @@ __all__ = ["REPS", "MIN_SPEEDUP", "CompileTiming", "kept_state", "measure_paths"
 
 log = logging.getLogger(__name__)
 
-#: timed calls of each path, alternated across paths (paths within a few per cent of each other
-#: were ordered by noise with 3)
+#: timed calls of each path, alternated across paths
 REPS = 7
 #: compiled must be at least this much faster than eager, per step, to be chosen
 MIN_SPEEDUP = 1.10
@@ -47,10 +44,9 @@ MIN_SPEEDUP = 1.10
 @contextlib.contextmanager
 def kept_state(model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device):
     """Inside, ``model`` and ``optimizer`` may be trained and evaluated; afterwards (after an error
-    too) they are as they were: weights and buffers (copied back in place, so the optimizer's
-    parameters stay the same objects), the optimizer's state and groups, each parameter's ``.grad``,
-    each module's train/eval mode, the attention layers' paths and the model's ``config``; and the
-    torch CPU random state with, on CUDA, ``device``'s."""
+    too) they are as they were: weights and buffers (copied back in place), the optimizer's state and
+    groups, gradients, train/eval modes, the attention layers' paths and the model's ``config``, and
+    the CPU (and ``device``'s CUDA) random state."""
     weights = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer_state = copy.deepcopy(optimizer.state_dict())
     grads = [(p, None if p.grad is None else p.grad.detach().clone()) for p in model.parameters()]
@@ -188,9 +184,8 @@ def time_compile(model: nn.Module, optimizer: torch.optim.Optimizer, images: tor
 def measure_compile(model: nn.Module, optimizer: torch.optim.Optimizer, *, image_shape: tuple[int, int, int],
                     num_classes: int, batch: int, precision: str, device: torch.device, steps: int) -> bool:
     """Whether the run compiles, timed on ``model`` and ``optimizer`` themselves with random images of
-    ``(batch, *image_shape)`` and labels below ``num_classes`` (:func:`time_compile`, :func:`pays_back`
-    over ``steps``). The caller puts their state back (:func:`kept_state`). A compiler that fails
-    here means False, with a warning."""
+    ``(batch, *image_shape)`` (:func:`time_compile`, :func:`pays_back` over ``steps``); a compiler
+    that fails here means False, with a warning. The caller puts their state back (:func:`kept_state`)."""
     images = torch.randn(batch, *image_shape, device=device)
     labels = torch.randint(0, num_classes, (batch,), device=device)
     model.train()

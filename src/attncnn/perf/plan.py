@@ -1,42 +1,32 @@
 """Making a run's plan for the machine at hand: :func:`make_plan` for a new run, :func:`resume_plan`
 for a run continued here.
 
-The plan (:class:`attncnn.training.RunPlan`) holds every choice of a run that depends on the
-machine rather than on the experiment: the device, the precision of this segment, the attention
-paths, whether to compile and to run deterministically. It is made from the recipe
-(:class:`~attncnn.runs.TrainConfig`) and the run-time options (:class:`attncnn.training.RunOptions`,
-the command's flags). What needs neither the data nor a network is decided here, and cheap
-mistakes are found here, before anything is loaded (a bad device or precision, a given attention
-path the network's layers lack); the paths and compile, which depend on the token grid and the
-run's length, are left to a :class:`RunChooser` in the plan, which the training loop calls with
-its real model, optimizer and batch shapes before the first step. Nothing here loads the data set
-or builds a model, and nothing of the plan is written into ``config.json`` (the loop records the
-decided plan in ``machine.json``):
+The plan (:class:`attncnn.training.RunPlan`) holds every choice that depends on the machine rather
+than on the experiment, made from the recipe (:class:`~attncnn.runs.TrainConfig`) and the run-time
+options (:class:`attncnn.training.RunOptions`). What needs neither the data nor a network is decided
+here, and cheap mistakes are found before anything is loaded; the paths and compile are left to a
+:class:`RunChooser`, which the training loop calls on its real objects. Nothing of the plan is
+written into ``config.json`` (the loop records it in ``machine.json``):
 
-* precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``
-  (:func:`~attncnn.perf.precision.resolve_precision`); a resumed run keeps its own (its first
-  segment's in ``machine.json``, or an older run's ``config.json`` ``"precision"``), except that
-  ``bf16`` runs in ``fp32`` where bf16 is slow, and an explicit ``--precision`` wins
+* precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``; a
+  resumed run keeps its own, except ``bf16`` where bf16 is slow, and ``--precision`` wins
   (:func:`~attncnn.perf.precision.machine_precision`);
-* deterministic: off for a new run unless asked; a resumed run runs as its last segment ran (or as
-  an older run's ``config.json`` says) unless ``--deterministic`` / ``--no-deterministic`` says;
-* attention paths and compile: where ``--impl``, ``--eval-impl`` or ``--compile`` are not given,
-  the written rule (:func:`attncnn.perf.rule.choose`: device type, attention kind, token grid,
-  precision, run length) decides, for a resumed run too; nothing is measured and nothing is read
-  from an earlier run. ``--impl measure`` and ``--measure-compile`` time the candidates on the
-  run's own objects instead (:mod:`attncnn.perf.measure`), not under torchrun (each process would
-  time its own share of the machine). Deterministic runs and runs under torchrun never compile
-  unless asked.
-  ``--compile-mode reduce-overhead`` (CUDA graphs) compiles: it is refused off CUDA and with
+* deterministic: off for a new run unless asked; a resumed run runs as its last segment ran unless
+  ``--deterministic`` / ``--no-deterministic`` says;
+* attention paths and compile: where not given, the written rule (:func:`attncnn.perf.rule.choose`)
+  decides; ``--impl measure`` and ``--measure-compile`` time the candidates instead
+  (:mod:`attncnn.perf.measure`), not under torchrun (each process would time its own share of the
+  machine). Deterministic runs and runs under torchrun
+  never compile unless asked; ``--compile-mode reduce-overhead`` is refused off CUDA and with
   ``--no-compile`` (:func:`check_compile_mode`);
 * the optimizer's kernel: ``--fused-optimizer`` or not, as given.
 
 Compiled and eager steps, and every attention path, compute the same function up to rounding;
-bit-identical continuation is promised on one machine, deterministic, with the same paths (the
-rule gives the same paths to the same command). The device of a resumed run is this command's
-``--device`` (``auto`` by default), whatever machine started it. A resumed run whose
-``machine.json`` names an attention path this version no longer has continues on the rule's path,
-with one log line saying so.
+bit-identical continuation is promised on one machine, deterministic, with the same paths. The
+device of a resumed run is this command's ``--device`` (``auto`` by default), whatever machine
+started it. A
+resumed run whose ``machine.json`` names a path this version no longer has continues on the rule's
+path, with one log line saying so.
 """
 
 from __future__ import annotations
@@ -90,9 +80,8 @@ def plan_device(device: str, *, source: str | None = None) -> torch.device:
 
 
 def make_plan(config: TrainConfig, options: RunOptions | None = None) -> RunPlan:
-    """The plan of a new run of the recipe ``config`` on this machine, from the run-time
-    ``options`` (default: none given; see the module's description). Loads no data and builds no
-    model: what is measured is measured by the plan's chooser inside the training call.
+    """The plan of a new run of the recipe ``config`` on this machine, from the run-time ``options``
+    (default: none given; see the module's description). Loads no data and builds no model.
 
     Raises:
         ValueError: a bad ``device`` or ``precision``, or a given attention path the network's
@@ -113,10 +102,8 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
         folder: the run folder (its ``config.json`` and ``machine.json`` are read, not changed).
         options: this command's run-time options (default: none given). Where not given, the
             precision is the run's own (fp32 where bf16 is slow) and ``deterministic`` as its last
-            segment ran; an older run's ``config.json`` supplies those and its ``data_dir`` (the
-            cache folder its archives were in); device, compile and attention paths are chosen
-            on this machine as for a new run (compile and paths by the plan's chooser, when the
-            loop has rebuilt the run).
+            segment ran (an older run's ``config.json`` supplies those and its ``data_dir``); device,
+            compile and paths are chosen here as for a new run.
 
     Raises:
         RunFolderError: no resumable run in ``folder``. ValueError: a bad device or precision, or an
@@ -147,9 +134,8 @@ def resume_plan(folder: str | Path, options: RunOptions | None = None) -> RunPla
 
 def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
     """One warning per file naming the values a resume passes over because attncnn does not know them:
-    a precision in ``machine.json`` or in an older ``config.json`` (``old``: its machine fields), an
-    attention path in the latter (a hand-edited ``"fp8"`` or ``"warp"``). Known paths an older
-    ``config.json`` stored are passed over by design (this machine chooses its paths) and not named."""
+    a precision in ``machine.json`` or an older ``config.json`` (``old``: its machine fields), or an
+    attention path in the latter."""
     recorded = recorded_precision(folder)
     if recorded is not None and recorded not in ("fp32", "bf16"):
         log.warning("%s records precision %r, which attncnn does not know: ignored, resuming in %s",
@@ -166,9 +152,8 @@ def _say_unknown_values(folder: str | Path, old: dict, precision: str) -> None:
 
 
 def _log_removed_paths(folder: str | Path, old: dict) -> None:
-    """One log line where the run's files name an attention path this version no longer has (its
-    last ``machine.json`` segment, or an older ``config.json``'s model options ``old``): it
-    continues on the path the rule (or ``--impl``) gives, which computes the same function."""
+    """One log line where the run's files name an attention path this version no longer has: it
+    continues on the rule's (or ``--impl``'s) path, which computes the same function."""
     recorded = (last_segment(folder) or {}).get("attention_paths")
     named = [old.get("impl"), old.get("eval_impl")]
     if isinstance(recorded, dict):
@@ -246,12 +231,10 @@ class RunChooser:
     ``chooser(parts)`` with a :class:`~attncnn.training.RunParts`, before the first step.
 
     Attributes:
-        impl, eval_impl: who decides the training and the test-pass path: ``"rule"``
-            (:func:`attncnn.perf.rule.choose`), ``"measure"`` (:func:`attncnn.perf.measure.measure_paths`),
-            or None (given by the options; a test-pass path not given follows a given training path).
-        compile: who decides compile: ``"rule"``, ``"measure"`` (:func:`~attncnn.perf.measure.measure_compile`)
-            or None (given). deterministic: the run is deterministic: the rule never compiles it (nor
-            a run under torchrun: compile is asked for there).
+        impl, eval_impl: who decides the training and the test-pass path: ``"rule"``, ``"measure"``
+            or None (given; a test-pass path not given follows a given training path).
+        compile: who decides compile: ``"rule"``, ``"measure"`` or None (given).
+        deterministic: the run is deterministic: the rule never compiles it.
     """
 
     impl: str | None = "rule"
@@ -295,10 +278,8 @@ class RunChooser:
 def for_images(config: TrainConfig, data) -> TrainConfig:
     """``config`` as the trainer builds a new run's network for ``data``'s images (a
     :class:`~attncnn.data.Dataset` or its :class:`~attncnn.data.DataShape`;
-    :func:`~attncnn.training.components.fitted_to_images`), checked to take them, so that images the
-    network refuses fail with its own message and fix. Not used by the plans (they load no data):
-    it stays here for the estimates made before a run exists (``attncnn reproduce --dry-run``,
-    whose run shape must be the one the trainer builds).
+    :func:`~attncnn.training.components.fitted_to_images`), checked to take them; for estimates made
+    before a run exists (``attncnn reproduce --dry-run``).
 
     Raises:
         ValueError: the network refuses the images (:func:`~attncnn.runs.loading.check_images`).

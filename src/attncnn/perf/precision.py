@@ -1,19 +1,15 @@
 """Numeric precision of a run: ``fp32``, or ``bf16`` mixed precision (autocast); the values of
-``--precision`` and how ``auto`` is resolved on a device (the analysis commands' flag is
-:func:`attncnn.cli._parsing.add_precision_option`).
+``--precision`` and how ``auto`` is resolved on a device.
 
 ``bf16`` runs matrix products and convolutions in bfloat16 under :func:`torch.autocast`; the
 parameters, the optimizer state, the attention scores and softmax (the layers compute them in
-float32 themselves, because CPU autocast does not), LayerNorm (the transformer keeps its residual
-stream in float32), the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the
-device runs it fast: a CUDA GPU with bfloat16 support, or a CPU whose oneDNN kernels have
-AVX512-BF16 or AMX instructions; ``fp32`` everywhere else, where bf16 matrix products run far
-slower than fp32 (``attncnn bench`` measures the matrix-product peak of both; the figures per
-machine are in docs/speed.md).
+float32 themselves, because CPU autocast does not), LayerNorm (the residual stream stays float32),
+the loss and the metric sums stay float32. ``auto`` picks ``bf16`` where the device runs it fast (a
+CUDA GPU with bfloat16 support, or a CPU with AVX512-BF16 or AMX), ``fp32`` everywhere else, where
+bf16 matrix products run far slower than fp32 (docs/speed.md).
 
-A trained or resumed run is run at :func:`machine_precision`: the run's own precision, except that
-a bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16 (the machine's
-choice, not the run's: ``evaluate``, ``prune``'s fine-tune, ``train --resume``, ``reproduce``).
+A trained or resumed run is run at :func:`machine_precision`: its own precision, except that a
+bf16 run becomes fp32 on a device without fast bf16 unless the user asks for bf16.
 """
 
 from __future__ import annotations
@@ -47,9 +43,8 @@ def _isa_limit() -> str | None:
 
 def fast_bf16(device: torch.device) -> bool:
     """True when ``device`` has bfloat16 matrix units: CUDA with bf16 support, or a CPU with
-    AVX512-BF16 or AMX tiles (as oneDNN reports them through ``torch.cpu``) that oneDNN may use: an
-    ``ONEDNN_MAX_CPU_ISA`` (or ``DNNL_MAX_CPU_ISA``) below ``AVX512_CORE_BF16`` keeps its kernels off
-    them, and bf16 products then run as slowly as on a CPU without them."""
+    AVX512-BF16 or AMX tiles that oneDNN may use (an ``ONEDNN_MAX_CPU_ISA`` below
+    ``AVX512_CORE_BF16`` keeps its kernels off them)."""
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
     if device.type == "cpu":
@@ -98,11 +93,10 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
                       what: str = "the run") -> str:
     """``"fp32"`` or ``"bf16"``: the precision to run a trained or resumed run at on ``device``.
 
-    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision`
-    (``auto``: the device's choice; ``bf16`` is obeyed, with a warning where it is slow). Without it
-    the run's ``stored`` precision is kept (None or missing: ``fp32``, as runs from before
-    ``--precision`` trained), except that ``bf16`` becomes ``fp32`` on a device without fast bf16
-    (one INFO line naming ``what``, the device and how to keep bf16).
+    ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision` (``bf16``
+    is obeyed, with a warning where it is slow). Without it
+    the run's ``stored`` precision is kept (None: ``fp32``), except that ``bf16`` becomes ``fp32`` on
+    a device without fast bf16 (one INFO line naming ``what``, the device and how to keep bf16).
 
     Raises:
         InputError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.

@@ -1,20 +1,14 @@
 """The one written rule for a run's attention paths and compile: :func:`choose`.
 
 A pure function of the device kind, the attention kind, the token grid, the precision and the
-run's length: the same command on the same kind of machine takes the same paths and the same
-compile setting, whatever ran before (nothing is measured, nothing is read from or written to a
-file). Each entry of the tables below comes from a measurement recorded in ``benchmarks/results/``
-(the ``source`` of each entry names the file and the row); ``docs/speed.md`` shows the table.
-``attncnn train --impl``, ``--eval-impl`` and ``--compile`` / ``--no-compile`` override it;
-``--impl measure`` and ``--measure-compile`` time the candidates on the run's own objects instead
-(:mod:`attncnn.perf.measure`), forgotten when the process exits.
+run's length: nothing is measured, nothing is read from or written to a file. Each table entry
+names its measurement in ``benchmarks/results/`` (its ``source``); ``docs/speed.md`` shows the
+table. ``attncnn train --impl``, ``--eval-impl`` and ``--compile`` / ``--no-compile`` override it;
+``--impl measure`` and ``--measure-compile`` time the candidates instead (:mod:`attncnn.perf.measure`).
 
 The device kind (:func:`device_kind`) is the device type, with CPUs split by whether they have AMX
-tiles: the fastest position-only path flips between the two CPU kinds measured (folded on an Intel
-Xeon with AMX, separable on an AMD EPYC with AVX512-BF16 alone, 1.2-1.3x apart), a property of the
-CPU read from its instruction set, never timed. ``"auto"`` in a table stands for the layers' own
-shape rule (the head width decides between written-out scores and the fused kernel: see each
-layer's ``path``), where the measurements agree with it.
+tiles (the fastest position-only path differs between the two). ``"auto"`` in a table stands for
+the layers' own shape rule.
 """
 
 from __future__ import annotations
@@ -25,8 +19,8 @@ import torch
 
 __all__ = ["Choice", "choose", "device_kind", "family", "PATHS", "COMPILE", "MIN_COMPILED_SECONDS"]
 
-#: a run compiles only where it would train at least this long eager (ten minutes): the
-#: compilation of a step takes 2-45 s on a 2-core CPU, 30-60 s on a GPU, paid again by every process
+#: a run compiles only where it would train at least this long eager (ten minutes), which a
+#: compilation's cost (seconds to a minute, paid by every process) cannot outweigh
 MIN_COMPILED_SECONDS = 600.0
 
 #: the attention families of the tables: each kind's family (kinds not named: ``"other"``)
@@ -79,10 +73,10 @@ PATHS: dict[tuple[str, str], tuple] = {
                                  "explicit-half / sdpa (at width 64 sdpa 3.9 ms, explicit-half 4.7 ms)"),
 }
 
-#: ``(device kind, family) -> (eager training images/s, source)``: where compiling was measured
-#: faster on every machine of that kind that recorded it (family ``None``: the ResNet). A run
-#: compiles when it would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest
-#: eager speed recorded at batch 100, so that the estimate never makes a run look longer than it is).
+#: ``(device kind, family) -> (eager training images/s, source)``: where compiling was faster on
+#: every machine of that kind that recorded it (family ``None``: the ResNet). A run compiles when it
+#: would train at least :data:`MIN_COMPILED_SECONDS` at that speed (the fastest recorded at batch 100,
+#: so that the estimate never makes a run look longer than it is).
 COMPILE: dict[tuple[str, str | None], tuple[float, str]] = {
     ("cpu", None): (912.5, "speedup-amd-epyc-2cores-2026-11-25.md, resnet18-mini row: 1.86x compiled, 912.5 "
                            "images/s eager"),
@@ -142,14 +136,13 @@ def choose(device: str, kind: str | None, grid: tuple[int, int], precision: str,
     """The attention paths and compile setting of a run (module docstring).
 
     Args:
-        device: the device kind (:func:`device_kind`: ``"cuda"``, ``"cpu-amx"``, ``"cpu"``; one
-            without table rows gets the layers' own rule and no compile).
+        device: the device kind (:func:`device_kind`; one without table rows gets the layers' own
+            rule and no compile).
         kind: the attention kind of the network's layers (``"quadratic"``, ...), None without any.
         grid: ``(H, W)`` token grid of the attention layers.
-        precision: ``"fp32"`` or ``"bf16"`` (the measured winners agree in both).
-        steps: training steps the run (or the resumed segment) takes; batch: images per step. The
-            run's eager length is estimated as ``steps * batch`` over the fastest eager speed
-            recorded (:data:`COMPILE`).
+        precision: ``"fp32"`` or ``"bf16"``.
+        steps: training steps the run (or the resumed segment) takes; batch: images per step (the
+            run's eager length is estimated from :data:`COMPILE`'s speeds).
 
     Returns:
         a :class:`Choice`.

@@ -3,13 +3,8 @@
 :func:`seconds` times one call (waiting for the GPU before and after); :func:`time_alternated` times
 several candidates side by side, alternating them round by round (the order reversed every other
 round) so that a machine that gets busier slows every candidate alike; :func:`time_median` is the
-one-candidate case. Every measurement of the package goes through these: the timings a user asks
-for (``--impl measure``: :func:`time_impls`; ``--measure-compile``; :mod:`attncnn.perf.measure`)
-and the bench harness (:mod:`attncnn.perf.bench.harness`).
-
-A timing that runs for :data:`LONG_TIMING_SECONDS` or more (a paper-width training step on a
-2-core CPU takes minutes) says so once, as it goes: one INFO line with the seconds so far and
-about how many are left, so that a log is not silent for minutes.
+one-candidate case. A timing that runs for :data:`LONG_TIMING_SECONDS` or more says so once, with
+the seconds so far and about how many are left.
 """
 
 from __future__ import annotations
@@ -110,14 +105,12 @@ def time_impls(layer: GridAttention, x: torch.Tensor, *, autocast_dtype: torch.d
             ``eval_impl`` are restored after.
         x: ``(B, H, W, D)`` input grid.
         autocast_dtype: run under :func:`torch.autocast` in this dtype (None: no autocast).
-        reps: timed repetitions per path, alternated across paths (the order reversed every other
-            round, after the untimed warm-up), so a busy machine slows every path alike.
+        reps: timed repetitions per path, alternated across paths (:func:`time_alternated`).
         impls: the paths to time (default: every path of the layer except ``"auto"`` and those
             that cannot run on ``x``'s device, :meth:`~attncnn.layers.GridAttention.path_unavailable`).
         backward: time forward + backward (training); False: the forward alone under
             :func:`torch.no_grad` (a test pass; put the layer in eval mode).
-        warmup: untimed calls of each path first (0 when the caller has just run each, as
-            :mod:`attncnn.perf.measure` does to find the paths that run at all).
+        warmup: untimed calls of each path first.
 
     Returns:
         ``{impl: seconds}``.

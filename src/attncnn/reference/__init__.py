@@ -1,15 +1,11 @@
 """Checkpoints of the reference code (epfml/attention-cnn at 9ffaa30) in and out.
 
 :func:`convert_reference` turns a reference ``*.checkpoint`` (and its ``config.yaml``) into an
-attncnn run folder that every command and :func:`attncnn.load_model` read;
-:func:`export_reference` writes an attncnn network as a reference checkpoint and ``config.yaml``.
-The kinds both sides have, all five of the reference's: the isotropic and full-covariance Gaussian
-("quadratic") models, learned relative position-only attention, learned relative + content
-attention in the reference's own form (``learned-content-9ffaa``), and plain content attention
-(:data:`REFERENCE_KINDS`); the
-tensor names: :mod:`attncnn.reference.weights`; the hyperparameters: :mod:`attncnn.reference.recipe`.
-
-This package reads runs, models and layers; nothing in attncnn below the command line imports it.
+attncnn run folder; :func:`export_reference` writes an attncnn network as a reference checkpoint
+and ``config.yaml``. All five of the reference's attention kinds are covered
+(:data:`REFERENCE_KINDS`); the tensor names: :mod:`attncnn.reference.weights`; the
+hyperparameters: :mod:`attncnn.reference.recipe`. Nothing in attncnn below the command line
+imports this package.
 """
 
 from .config import REFERENCE_DEFAULTS, infer_from_tensors, read_reference_config, resolve_reference_config

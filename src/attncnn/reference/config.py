@@ -1,10 +1,8 @@
 """The reference's run configuration (``config.yaml``) read, inferred from tensors, and written.
 
-The reference's ``train.py`` keeps every hyperparameter in one flat dictionary and writes it as
-``config.yaml`` beside its checkpoints (``store_config``); the checkpoint holds none of them. A
-conversion takes them from that file (or a given one), and from the tensors' shapes where the file
-is missing or silent; values the shapes cannot tell (the head count of plain content attention)
-are an error naming them.
+The reference keeps every hyperparameter in one flat dictionary written as ``config.yaml`` beside
+its checkpoints. A conversion takes them from that file (or a given one), and from the tensors'
+shapes where the file is missing or silent; values neither tells are an error naming them.
 """
 
 from __future__ import annotations
@@ -152,17 +150,15 @@ _UNKNOWN = object()
 
 def read_reference_config(config: str | os.PathLike[str] | dict) -> tuple[dict, str]:
     """A reference configuration as a dict, and where it came from (the file, or ``"given"``),
-    each value of a known key checked against the type of the reference's default.
-
-    The file is read with a YAML loader that refuses aliases (``*name``) before they are expanded
-    (a kilobyte of nested aliases expands into gigabytes; the reference writes none) and files over
-    :data:`MAX_CONFIG_BYTES` (its config.yaml is about 2 KB).
+    each value of a known key checked against the type of the reference's default. The YAML loader
+    refuses aliases before they are expanded (nested aliases can expand a kilobyte into gigabytes;
+    the reference writes none), and files over :data:`MAX_CONFIG_BYTES`.
 
     Raises:
         MissingFileError: no such file.
         InputError: not YAML, an alias, a file too large or not a regular file, not a mapping of
-            names to values, a value of the wrong type for its key (``hidden_dropout_prob: abc``), or
-            one a run folder cannot record (a YAML date): each names the file, the key and the fix.
+            names to values, a value of the wrong type for its key, or one a run folder cannot record
+            (a YAML date): each names the file, the key and the fix.
     """
     if isinstance(config, dict):
         return _checked(dict(config), "the given configuration"), "given"

@@ -1,11 +1,10 @@
 """Reference checkpoints in (:func:`convert_reference`) and ours out (:func:`export_reference`).
 
 The reference's ``train.py`` saves ``{"epoch", "test_accuracy", "model_state_dict"}`` with
-``torch.save`` (``store_checkpoint``: ``best.checkpoint``, ``final.checkpoint``, ``NNNN.checkpoint``)
-and its hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
-``weights_only``: tensors and plain values only) and writes an ordinary attncnn run folder that
-every command reads: ``config.json`` (the recipe), ``checkpoints/last.safetensors``,
-``finished.json`` and ``reference.json`` (where the weights came from).
+``torch.save`` (``best.checkpoint``, ``final.checkpoint``, ``NNNN.checkpoint``) and its
+hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
+``weights_only``) and writes an ordinary attncnn run folder: ``config.json``,
+``checkpoints/last.safetensors``, ``finished.json`` and ``reference.json`` (where the weights came from).
 """
 
 from __future__ import annotations
@@ -45,11 +44,8 @@ _ENTRIES = ("model_state_dict", "epoch", "test_accuracy")
 
 def read_reference_checkpoint(path: str | os.PathLike[str]) -> tuple[dict, int | None, float | None]:
     """``(model_state_dict, epoch, test_accuracy)`` of a reference checkpoint, tensors on the CPU,
-    without the ``module.`` prefix a ``torch.nn.DataParallel`` model gives every name.
-
-    Only those three entries are read: any other entry of the file (an ``optimizer_state_dict``, a
-    ``scheduler``, as other training scripts save beside the weights) is ignored, and one INFO log
-    line names them; a converted run starts no training, so nothing of them would be used.
+    without the ``module.`` prefix of ``torch.nn.DataParallel``. Any other entry of the file (an
+    optimiser state) is ignored, with one INFO line naming them: a converted run starts no training.
 
     Raises:
         MissingFileError, CheckpointError: as :func:`attncnn.runs.torch_file.read_torch_file`
@@ -126,9 +122,8 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
 
     Args:
         checkpoint: a reference ``*.checkpoint`` file (``torch.save`` of ``{"epoch", "test_accuracy",
-            "model_state_dict"}``), saved on any device, with or without ``DataParallel``'s ``module.``.
-            Other entries (``optimizer_state_dict``, ``scheduler``...) are ignored, with one INFO
-            log line naming them: the converted run is finished, nothing resumes its optimiser.
+            "model_state_dict"}``), saved on any device, with or without ``DataParallel``'s ``module.``;
+            other entries are ignored (one INFO line names them).
         out: the run folder to write; it must not exist (or be empty) unless ``overwrite``.
         config: the run's ``config.yaml`` (a path) or its values (a dict); default: ``config.yaml``
             beside ``checkpoint`` if there is one, else the sizes are inferred from the tensors.
@@ -136,22 +131,19 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
         overwrite: replace an existing ``out``.
 
     Returns:
-        ``out``: ``config.json``, ``checkpoints/last.safetensors`` (the reference's weights under
-        our names; its ``epoch`` + 1 as our count of finished epochs), ``finished.json`` and
-        :data:`PROVENANCE_FILE` (source file, its sha256, the epoch and test accuracy stored in it,
-        the configuration used and which values were inferred).
+        ``out``: ``config.json``, ``checkpoints/last.safetensors`` (its ``epoch`` + 1 as our count of
+        finished epochs), ``finished.json`` and :data:`PROVENANCE_FILE` (source file, sha256, epoch,
+        test accuracy, the configuration used and which values were inferred).
 
     Raises:
         MissingFileError: no checkpoint or configuration file there.
         CheckpointError: an unreadable file, one holding more than tensors and plain values, or
-            tensors declaring more values than the file stores (stride-0 views, one storage shared
-            many times over), refused from their shapes before anything is expanded.
+            tensors declaring more values than the file stores.
         InputError: not a reference checkpoint, weights holding NaN or infinite values, tensors that
-            disagree with the configuration, a configuration value of the wrong type, a YAML alias, a
-            value neither gives (named), or a kind attncnn does not have (named).
+            disagree with the configuration, a bad configuration value, a YAML alias, a value neither
+            gives, or a kind attncnn does not have (named).
         OutputError, RunFolderError: ``out`` exists or cannot be written, or a live training holds
-            its lock (refused with or without ``overwrite``, before any work and again, holding
-            that lock, while it is replaced). Nothing is left behind on any error.
+            its lock. Nothing is left behind on any error.
     """
     checkpoint, out = Path(checkpoint), Path(out)
     _check_out(out, overwrite)

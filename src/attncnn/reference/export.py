@@ -1,10 +1,8 @@
-"""Our run or checkpoint out as a reference checkpoint (:func:`export_reference`).
-
-What the reference's ``train.py`` itself leaves: a ``torch.save`` file of ``{"epoch",
-"test_accuracy", "model_state_dict"}`` under its names, with the buffers its ``store_checkpoint``
-keeps (``attention_mask``; learned layers' ``relative_indices``) and without those it drops (the
-Gaussian layers' ``R``), and ``config.yaml`` beside it with every key of its configuration.
-Converting the file back (:func:`~attncnn.reference.convert_reference`) gives identical tensors.
+"""Our run or checkpoint out as a reference checkpoint (:func:`export_reference`): a ``torch.save``
+file of ``{"epoch", "test_accuracy", "model_state_dict"}`` under the reference's names, with the
+buffers its ``store_checkpoint`` keeps (``attention_mask``; learned layers' ``relative_indices``) and
+without those it drops (the Gaussian layers' ``R``), and ``config.yaml`` beside it; converting it back
+(:func:`~attncnn.reference.convert_reference`) gives identical tensors.
 """
 
 from __future__ import annotations

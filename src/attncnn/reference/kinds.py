@@ -1,14 +1,11 @@
 """The table of attention kinds the reference code has, and how each one's weights map to ours.
 
 The reference's ``BertImage`` (epfml/attention-cnn at 9ffaa30, ``models/transformer.py`` and
-``models/bert.py``) chooses each layer's attention with three flags of its ``config.yaml``:
-``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian`` picks one
-spread per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
-``use_attention_data`` adds content scores ``q.k / sqrt(D)``: our ``learned-content-9ffaa``) and
-neither (``BertSelfAttention``, plain content attention over the flattened grid): five kinds, all
-of them here. One :class:`ReferenceKind` per kind says which flags select it,
-which of our attention kinds computes the same function, and how the tensors of one layer's
-attention are named on each side. Adding a kind is one more entry of :data:`REFERENCE_KINDS`.
+``models/bert.py``) chooses each layer's attention with three ``config.yaml`` flags:
+``use_gaussian_attention`` (``GaussianSelfAttention``; ``attention_isotropic_gaussian``: one spread
+per head or a 2x2 matrix), ``use_learned_2d_encoding`` (``Learned2DRelativeSelfAttention``;
+``use_attention_data`` adds content scores: our ``learned-content-9ffaa``) and neither
+(``BertSelfAttention``): five kinds, one :class:`ReferenceKind` each in :data:`REFERENCE_KINDS`.
 
 Names below are relative to a layer: ours under ``blocks.{i}.attention.``, the reference's under
 ``encoder.layer.{i}.attention.self.``.
@@ -112,11 +109,9 @@ def _learned_buffers(config) -> Tensors:
     return {"relative_indices": _relative_indices(config.max_size)}
 
 
-#: The learned encoding names its axes the other way round: the reference's ``row_embeddings`` and
-#: ``head_keys_row`` score the shift along dim 2 of its (B, H, W, D) grid (image columns), its
-#: ``col_*`` the shift along dim 1 (rows); ours name the axis they score. Tables of
-#: ``2 * max_position_embeddings - 1`` rows, row ``d + M - 1`` for shift ``d = key - query`` on
-#: both sides, so with ``max_size = M`` they copy row for row.
+#: The reference's ``row_*`` tensors score the shift along image columns and its ``col_*`` along
+#: rows; ours name the axis they score. The tables' rows (shift ``d`` at row ``d + M - 1``) copy
+#: row for row with ``max_size = M``.
 LEARNED_RENAMES = (("row_embeddings.weight", "col_embeddings.weight"),
                    ("col_embeddings.weight", "row_embeddings.weight"),
                    ("head_keys_row.weight", "head_keys_col.weight"),
@@ -127,11 +122,9 @@ _QUERY_KEY = tuple((f"{m}.{p}", f"{m}.{p}") for m in ("query", "key") for p in (
 
 
 def _content_in(ref: Tensors, ours: Tensors, heads: int, dim: int) -> None:
-    """BertSelfAttention projects values (``self.value``: D -> D) before the mix and has no map
-    after it but ``attention.output.dense``: ours holds the projection in ``value_in`` and an
-    identity ``value``. With one head ours has no ``value_in`` (heads as wide as the model): then
-    the projection goes after the mix, which gives the same output since each row of
-    probabilities sums to 1."""
+    """BertSelfAttention projects values before the mix (``self.value``) and has no map after it but
+    ``attention.output.dense``: ours holds the projection in ``value_in`` and an identity ``value``;
+    with one head, the projection goes after the mix (the same output, as rows sum to 1)."""
     weight, bias = ref["value.weight"], ref["value.bias"]
     if heads == 1:
         ours["value.weight"], ours["value.bias"] = weight, bias

@@ -2,12 +2,12 @@
 
 Network sizes map one to one (``hidden_size`` -> ``dim``, ``num_hidden_layers`` -> ``num_layers``,
 ``num_attention_heads`` -> ``num_heads``, ``intermediate_size`` -> ``mlp_dim``,
-``pooling_concatenate_size`` -> ``pooling``, the dropouts and ``layer_norm_eps``; per kind: :mod:`.kinds`).
-The training recipe maps as closely as ours can say it: the reference's SGD with per-epoch LR
-updates (``lr_stepping="epoch"``; its cosine schedule is stepped once per epoch with the number
-of batches taken so far), its multistep schedule (``optimizer_decay_at_epochs``, ``gamma = 1 /
-optimizer_decay_with_factor``), and its Adam, which takes neither weight decay nor a schedule
-(``adamw`` with weight decay 0 and a constant LR: the same update).
+``pooling_concatenate_size`` -> ``pooling``, the dropouts and ``layer_norm_eps``; per kind:
+:mod:`.kinds`). The recipe maps the reference's SGD with per-epoch LR updates
+(``lr_stepping="epoch"``; its cosine schedule is stepped once per epoch with the number of batches
+taken so far), its multistep schedule (``optimizer_decay_at_epochs``, ``gamma = 1 /
+optimizer_decay_with_factor``), and its Adam without weight decay or schedule (``adamw``, weight
+decay 0, constant LR: the same update).
 """
 
 from __future__ import annotations
@@ -30,11 +30,8 @@ CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog
 
 
 def model_options(config: dict, entry: ReferenceKind, heads: list[int], num_classes: int) -> dict:
-    """Our ``ImageTransformerConfig`` keywords for a reference configuration (``num_classes`` included).
-
-    A pruned reference model (``prune_degenerated_heads``: layers keep different head counts) gets
-    ``layer_heads``; ``num_heads`` stays the configuration's.
-    """
+    """Our ``ImageTransformerConfig`` keywords for a reference configuration (``num_classes`` included;
+    ``layer_heads`` for a pruned reference model)."""
     num_heads = int(config["num_attention_heads"])
     options = {"attention": entry.kind, "num_layers": int(config["num_hidden_layers"]), "num_heads": num_heads,
                "dim": int(config["hidden_size"]), "mlp_dim": int(config["intermediate_size"]),

@@ -1,7 +1,8 @@
 """Tensor names between the reference's ``BertImage`` and our :class:`~attncnn.models.ImageTransformer`.
 
-Both are the same network (post-LN blocks, a 2x2 space-to-depth stem whose features are ordered
-(dy, dx, c) on both sides, mean pooling, a linear head), so most tensors copy under another name:
+Both are the same network (post-LN blocks, the stem's features ordered (dy, dx, c) on both sides,
+mean pooling, a linear head), so most tensors
+copy under another name:
 
 =====================================================  ==========================================
 reference (``model_state_dict``)                       ours (``ImageTransformer.state_dict()``)
@@ -16,10 +17,10 @@ reference (``model_state_dict``)                       ours (``ImageTransformer.
 ``encoder.layer.i.attention.self.*``                   ``blocks.i.attention.*`` (per kind: :mod:`.kinds`)
 =====================================================  ==========================================
 
-Buffers: the reference's ``attention_mask`` (a float32 scalar 1.0 added to content scores, which
-the softmax ignores) and its learned layers' ``relative_indices`` (an index table) carry nothing
-ours needs; its Gaussian layers' ``R`` buffers are not in its checkpoints (``store_checkpoint``
-drops every key containing ``self.R``). On the way out they are written as its ``state_dict`` holds them.
+The reference's buffers (``attention_mask``, a scalar 1.0 added to content scores, which the softmax
+ignores; ``relative_indices``) carry nothing ours needs; its Gaussian layers' ``R`` is not in its
+checkpoints (``store_checkpoint`` drops every key containing ``self.R``). On the way out they are
+written as its ``state_dict`` holds them.
 """
 
 from __future__ import annotations
@@ -90,11 +91,9 @@ def to_ours(state: dict, entry: ReferenceKind, heads: list[int], dim: int) -> di
 
 
 def to_reference(ours: dict, entry: ReferenceKind, config) -> dict[str, torch.Tensor]:
-    """The reference ``model_state_dict`` for our state dict ``ours`` of a network with
-    configuration ``config`` (an :class:`~attncnn.models.ImageTransformerConfig`), with the
-    buffers the reference's ``state_dict`` holds (``attention_mask``, per kind) and without the
-    ``R`` buffers its ``store_checkpoint`` drops. Tensors are the same objects where names alone change.
-    """
+    """The reference ``model_state_dict`` for our state dict ``ours`` of a network with configuration
+    ``config``, with the buffers the reference's ``state_dict`` holds and without those its
+    ``store_checkpoint`` drops."""
     ref: dict[str, torch.Tensor] = {"attention_mask": torch.tensor(1.0)}
     ref.update({r: ours[o] for o, r in TOP_RENAMES[:2]})
     for i in range(config.num_layers):

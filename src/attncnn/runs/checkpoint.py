@@ -1,7 +1,5 @@
-"""Single-file training checkpoints in safetensors format (never pickle).
-
-The reference code saves ``torch.save`` pickles. Loading a
-pickle can run arbitrary code, so attncnn writes and reads safetensors only:
+"""Single-file training checkpoints in safetensors format (never pickle; the reference code saves
+``torch.save`` pickles, and loading a pickle can run arbitrary code):
 
 * tensors ``model.<name>`` for ``model.state_dict()``;
 * tensors ``optim.<param_index>.<state_key>`` for the optimizer's tensor state
@@ -9,19 +7,13 @@ pickle can run arbitrary code, so attncnn writes and reads safetensors only:
 * tensors ``extra.<key>`` for caller tensors (e.g. RNG states as uint8 tensors);
 * in the safetensors header metadata (string -> string): ``"format_version": "1"``,
   ``"attncnn"`` = the caller's metadata as JSON, ``"optimizer"`` = the optimizer's non-tensor
-  state (param-group hyper-parameters with their parameter indices, scalar per-parameter state)
-  as JSON, ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes, and
-  ``"header_digest"`` = ``"sha256:<hex>"`` of every other metadata entry (the tensor digest
-  included) and every tensor's dtype.
+  state as JSON, ``"digest"`` = ``"sha256:<hex>"`` of every tensor's name, shape and bytes, and
+  ``"header_digest"`` = ``"sha256:<hex>"`` of every other metadata entry and every tensor's dtype.
 
-Files are written atomically (temp file in the same folder + ``os.replace``). Loading verifies
-both digests, so a flipped bit on disk or in a copy, in the weights or in what is read beside them
-(the epoch, the step inside it, the recipe, the optimiser's hyper-parameters), is an error naming
-the file, not a silently different run. Two digests rather than one so that files written before
-the header digest existed keep their tensor check: they load with a note that their metadata is
-not covered (and files from before either digest with a warning that nothing is checked), each
-said once per file and process; ``python tools/checkpoint_upgrade.py`` (in a checkout) re-saves such
-a file with both digests, its tensors byte for byte as they were.
+Files are written atomically. Loading verifies both digests, so a flipped bit anywhere is an error
+naming the file. Files written before the header digest load with a note that their metadata is not
+covered (before either digest: a warning that nothing is checked), once per file and process;
+``python tools/checkpoint_upgrade.py`` (in a checkout) re-saves them with both digests.
 """
 
 from __future__ import annotations
@@ -94,9 +86,8 @@ def _digest(entries) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _safetensors_dtype(dtype: torch.dtype) -> str:
-    """The dtype name safetensors writes in a file's header for ``dtype`` (``"F32"``, ``"BF16"``...),
-    learnt from safetensors itself (an empty tensor serialised once per dtype) so that the header
-    digest computed before writing equals the one recomputed from the written header."""
+    """The dtype name safetensors writes in a header for ``dtype`` (``"F32"``, ``"BF16"``...), learnt
+    from safetensors itself, so that the digest computed before writing matches the written header."""
     from safetensors.torch import save
 
     raw = save({"t": torch.empty(0, dtype=dtype)})
@@ -105,9 +96,8 @@ def _safetensors_dtype(dtype: torch.dtype) -> str:
 
 
 def _header_digest(metadata: dict[str, str], dtypes: dict[str, str]) -> str:
-    """``"sha256:<hex>"`` over the header metadata (every entry but ``header_digest`` itself) and
-    each tensor's safetensors dtype name. Shapes and bytes are covered by ``metadata["digest"]``,
-    which is one of the entries, so together the two digests cover everything a load reads."""
+    """``"sha256:<hex>"`` over the header metadata (every entry but ``header_digest`` itself, the tensor
+    digest included) and each tensor's safetensors dtype name."""
     covered = {key: value for key, value in metadata.items() if key != "header_digest"}
     text = json.dumps({"metadata": covered, "dtypes": dtypes}, sort_keys=True, separators=(",", ":"))
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
@@ -156,16 +146,14 @@ def save_checkpoint(path: str | os.PathLike[str], *, model: torch.nn.Module,
 
 
 def write_checkpoint(path: str | os.PathLike[str], checkpoint: Checkpoint) -> None:
-    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`).
-
-    The parent folder is created if needed. A failure at any point leaves a previous file at
-    ``path`` untouched and removes the temporary file.
+    """Write ``checkpoint`` to one safetensors file atomically (the inverse of :func:`load_checkpoint`);
+    the parent folder is created if needed.
 
     Raises:
         TypeError: a non-tensor entry in the model state or the extra tensors, or metadata /
             optimizer hyper-parameters that are not JSON serialisable.
         OSError: the folder is not writable or the disk is full (the message names ``path``; its
-            ``errno`` is the system's, ENOSPC for a full disk, also when safetensors reported it).
+            ``errno`` is the system's, ENOSPC for a full disk).
     """
     from safetensors import SafetensorError
     from safetensors.torch import save_file
@@ -229,10 +217,9 @@ def _optimizer_tensors(opt: dict, header: dict) -> dict[str, torch.Tensor]:
 def _looks_like_pickle(head: bytes) -> bool:
     """``torch.save`` zip archive (``PK\\x03\\x04``) or a pickle stream starting with PROTO 2-5.
 
-    Only consulted when the file is not a plausible safetensors file (a valid safetensors header is
-    always recognised first). Even then a truncated safetensors file whose header-length bytes start
-    with 0x80 is not mistaken for a pickle: its third byte is 0 for headers under 64 KiB, whereas a
-    pickle's third byte is an opcode, never 0.
+    Only consulted when the file is not a plausible safetensors file. A truncated safetensors file whose
+    header-length bytes start with 0x80 is not mistaken for a pickle: its third byte is 0 (headers under
+    64 KiB), a pickle's is an opcode.
     """
     if head[:4] == b"PK\x03\x04":
         return True
@@ -333,9 +320,7 @@ def _verified_tensors(path: Path, header: dict, data_start: int, device: str) ->
     return {name: t.to(device) for name, t in tensors.items()}
 
 
-#: the older files :func:`_note_once` has spoken of in this process (resolved paths): a command that
-#: reads a run's checkpoints several times (a plot of every periodic checkpoint, an export that loads
-#: the weights and then reads the metadata) says it once per file
+#: the older files :func:`_note_once` has spoken of in this process (resolved paths): once per file
 _NOTED: set[str] = set()
 
 
@@ -379,9 +364,8 @@ def _attncnn_metadata(path: Path, header: dict) -> tuple[dict, dict | None]:
 
 
 def read_metadata(path: str | os.PathLike[str]) -> dict:
-    """The metadata given to :func:`save_checkpoint`, from the file's header alone (no tensor data
-    is read, so it is cheap for any file size). The header digest is checked here; the tensor
-    digest when the tensors are loaded.
+    """The metadata given to :func:`save_checkpoint`, from the file's header alone (header digest
+    checked; the tensor digest is checked when the tensors are loaded).
 
     Raises:
         FileNotFoundError, CheckpointError: as :func:`load_checkpoint`.

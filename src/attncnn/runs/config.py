@@ -1,11 +1,10 @@
 """Typed training configuration, resolved from a preset plus explicit overrides.
 
-Every option is declared once, here: the field's type and default, and its command-line help in
-``metadata`` (:func:`option`); ``attncnn train``'s flags are built from these fields
-(:mod:`attncnn.cli._parsing`). Defaults are the paper's recipe (reference ``runs/*.sh`` and ``train.py``): SGD with
-lr 0.1, momentum 0.9, weight decay 1e-4 (none on Gaussian centers and spreads), batch 100,
-300 epochs, 5 % linear warm-up then cosine decay updated every batch. ``lr_stepping="epoch"``
-reproduces the reference code's per-epoch stepping (LR 0 during epoch 0).
+Every option is declared once, here, with its command-line help (:func:`option`). Defaults are
+the paper's recipe (reference ``runs/*.sh`` and ``train.py``): SGD with lr 0.1, momentum 0.9,
+weight decay 1e-4 (none on Gaussian centers and spreads), batch 100, 300 epochs, 5 % linear
+warm-up then cosine decay updated every batch. ``lr_stepping="epoch"`` reproduces the reference
+code's per-epoch stepping (LR 0 during epoch 0).
 """
 
 from __future__ import annotations
@@ -23,7 +22,7 @@ from ..models import get_preset, preset_model_config
 from ..models.presets import ARCHITECTURES, PRESETS
 
 __all__ = ["PRECISIONS", "MAX_EPOCHS", "MACHINE_FIELDS", "PATH_OPTIONS", "TrainConfig", "resolve_config",
-           "config_from_dict", "recipe_from_dict", "without_paths", "option"]
+           "recipe_from_dict", "without_paths", "option"]
 
 #: values of ``--precision``; ``auto`` is resolved to one of the others when a run starts
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -162,37 +161,21 @@ class TrainConfig:
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainConfig)}
 
 
-def config_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> TrainConfig:
-    """Validate and build a :class:`TrainConfig` (e.g. from ``config.json`` or a checkpoint): the
-    recipe of :func:`recipe_from_dict`, without the machine fields an older file stored.
-
-    Raises:
-        ValueError: as :func:`recipe_from_dict`.
-    """
-    return recipe_from_dict(values, source=source)[0]
-
-
 def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = None) -> tuple[TrainConfig, dict]:
     """The recipe in ``values`` (a ``config.json`` or a checkpoint's ``"config"``), and the machine
-    fields that runs written before the recipe was kept apart stored beside it.
-
-    A one-way reader: :data:`MACHINE_FIELDS` and the model options :data:`PATH_OPTIONS` are taken
-    out and returned, unchecked, as a dict by the names of :class:`attncnn.training.RunOptions`'
-    fields (``impl``, ``eval_impl`` too); a resume reads some of them as its defaults
-    (:func:`attncnn.perf.resume_plan`). Nothing writes them back.
+    fields that older runs stored beside it (:data:`MACHINE_FIELDS`, :data:`PATH_OPTIONS`; returned
+    unchecked by the names of :class:`attncnn.training.RunOptions`' fields, never written back).
 
     Args:
         values: the options, by field name.
-        source: the file they were read from (a run's ``config.json``): every error then starts with
-            it, and says what to write there.
+        source: the file they were read from: every error then starts with it.
 
     Returns:
         ``(recipe, machine fields)``.
 
     Raises:
-        InputError: unknown key or wrong type, naming the key, the expected type in words, the value
-            and the fix (see :func:`attncnn._typecheck.check_options`); an out-of-range value or a
-            model option the preset rejects (named), prefixed with ``source``.
+        InputError: unknown key or wrong type (the key, the expected type, the value and the fix), an
+            out-of-range value or a model option the preset rejects, prefixed with ``source``.
     """
     values = dict(values)
     machine = {name: values.pop(name) for name in MACHINE_FIELDS if name in values}
@@ -206,7 +189,7 @@ def recipe_from_dict(values: dict, *, source: str | os.PathLike[str] | None = No
 def without_paths(model: dict) -> dict:
     """Model options (a checkpoint's ``"model_config"``, a recipe's ``"model"``) without the attention
     paths (:data:`PATH_OPTIONS`) that older checkpoints stored: a network loads with the fastest exact
-    path for the device it lands on (``impl="auto"``, the layers' own rule)."""
+    path for the device it lands on."""
     return {k: v for k, v in model.items() if k not in PATH_OPTIONS}
 
 
@@ -227,8 +210,7 @@ def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig
 
 def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
     """The ``"model"`` entry of a configuration read from ``source``, checked key by key against its
-    preset's network, so that its errors name the file too (an unknown preset is left to
-    :class:`TrainConfig`, which names it)."""
+    preset's network, so that its errors name the file too."""
     preset = PRESETS.get(values.get("preset", TrainConfig.preset))
     if preset is not None and isinstance(values.get("model"), dict):
         check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
@@ -237,13 +219,12 @@ def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
 
 def resolve_config(preset: str, **overrides) -> TrainConfig:
     """The preset's recipe with ``overrides`` on top (None values mean "not given"): a new run's
-    configuration. A ``data`` path that exists is made absolute (symbolic links resolved), so that
-    the run records where its data set is, not where it was from the folder the command ran in,
-    and every later command finds it again from any folder.
+    configuration. A ``data`` path that exists is made absolute (links resolved), so later commands
+    find it from any folder.
 
     Raises:
-        InputError: unknown preset or option (named in the message; a machine's option such as
-            ``device`` too: it belongs to :class:`attncnn.training.RunOptions`).
+        InputError: unknown preset or option (a machine's option such as ``device`` too: it belongs to
+            :class:`attncnn.training.RunOptions`).
     """
     recipe = dict(get_preset(preset).train)
     recipe.update({k: v for k, v in overrides.items() if v is not None})

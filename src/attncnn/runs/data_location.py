@@ -1,15 +1,10 @@
-"""Where a run's data set is on this machine: a run folder that travelled between machines.
+"""Where a run's data set is on this machine, for a run folder that travelled between machines.
 
-A run folder records its data set in ``config.json`` (``"data"``): a built-in name (``cifar10``,
-``cifar100``, found or downloaded through ``"data_dir"``), or the path of a file, absolute since
-:func:`attncnn.runs.resolve_config` records it so (older runs may hold a relative one). Every
-command finds it by one rule (:mod:`attncnn._recorded_data`, which :func:`data_is_here` applies),
-and none replaces a data set that is not here by another one. A run shipped mid-way from another
-machine keeps only that file's name (the repository's ``tools/ship.py`` replaces local paths by names),
-so before it resumes here its configuration must learn where the same file is on this machine.
-:func:`point_at_data` does that, once, on the process that writes the folder; under ``torchrun``
-the other processes wait for it with :func:`await_pointed`, so that every process resumes with the
-same configuration.
+A run records its data set in ``config.json`` (``"data"``); every command finds it by one rule
+(:mod:`attncnn._recorded_data`), and none replaces a missing data set by another one. A run shipped
+mid-way keeps only the data file's name, so before it resumes here :func:`point_at_data` records
+where the same file is on this machine, once, on the process that writes the folder; under
+``torchrun`` the other processes wait for it with :func:`await_pointed`.
 """
 
 from __future__ import annotations
@@ -26,21 +21,8 @@ from .folder import RunFolder
 
 log = logging.getLogger("attncnn.runs")
 
-__all__ = ["DATA_NAMES", "is_data_name", "data_is_here", "same_data_file", "pointed_config", "point_at_data",
+__all__ = ["DATA_NAMES", "is_data_name", "same_data_file", "pointed_config", "point_at_data",
            "await_pointed"]
-
-
-def data_is_here(stored: str, folder: str | Path | None = None) -> bool:
-    """Whether the data set a run's ``config.json`` names (``stored``) is on this machine, found as every
-    command finds it (:func:`attncnn._recorded_data.locate_recorded_data`): ``cifar10`` / ``cifar100``
-    (found or downloaded through ``data_dir``), an absolute path that exists, or a relative path found
-    once relative to the current folder or (given ``folder``, the run folder) to the run folder and
-    the folders above it.
-
-    Raises:
-        InputError: a relative ``stored`` fits two different files (the message names both and ``--data``).
-    """
-    return locate_recorded_data(stored, folder) is not None
 
 
 def same_data_file(stored: str, data: str) -> bool:
@@ -54,11 +36,9 @@ def same_data_file(stored: str, data: str) -> bool:
 
 def pointed_config(config: dict, data: str | None = None, *, folder: str | Path | None = None) -> dict | None:
     """``config`` (a run's ``config.json``) pointed at this machine's copy of its data set, or None
-    when it needs no change: its data set is here as recorded, as a built-in name or an absolute
-    path. A run whose data set is not here gets ``data``, made absolute where it exists; one that
-    recorded a relative path found here (:func:`data_is_here`) gets that file's absolute path, so
-    that it resumes on the same file from any folder. Only ``"data"`` changes: the cache folder of
-    the official archives (``--data-dir``) is this machine's run-time option, never recorded.
+    when its data set is here as recorded (a built-in name or an absolute path). A run whose data set
+    is not here gets ``data``, made absolute where it exists; one that recorded a relative path found
+    here gets that file's absolute path. Only ``"data"`` changes.
 
     Args:
         config: the stored configuration (not changed).
@@ -67,9 +47,8 @@ def pointed_config(config: dict, data: str | None = None, *, folder: str | Path 
             looked for.
 
     Raises:
-        InputError: ``data`` has another file name than the run's own data set (the message
-            names the run's); no ``data`` for a run whose data set is not here (the message asks
-            for ``--data``); the run's relative path fits two different files here.
+        InputError: ``data`` has another file name than the run's own data set; no ``data`` for a
+            run whose data set is not here; the run's relative path fits two different files here.
     """
     stored = config.get("data")
     if not isinstance(stored, str):
@@ -122,8 +101,7 @@ def await_pointed(folder: str | Path, data: str | None = None, *,
                   timeout: float = 120.0, poll: float = 0.1) -> None:
     """On a process that does not write the run folder (rank > 0 under ``torchrun``): return once
     ``config.json`` needs no pointing any more (:func:`pointed_config` is None), i.e. once rank 0's
-    :func:`point_at_data` has rewritten it, or at once where it needed none. The configuration is
-    read whole each time (it is replaced atomically), so no process resumes with the old one.
+    :func:`point_at_data` has rewritten it, or at once where it needed none.
 
     Args:
         folder, data: as given to :func:`point_at_data` on rank 0.
@@ -133,8 +111,8 @@ def await_pointed(folder: str | Path, data: str | None = None, *,
     Raises:
         InputError: ``data`` names another data set than the run's, or none for a run whose data set
             is not here (rank 0 refuses it too).
-        RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds (rank 0 failed
-            before it got there: its own message says why), or the folder holds no configuration.
+        RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds, or the folder
+            holds no configuration.
     """
     deadline = time.monotonic() + timeout
     while pointed_config(RunFolder(folder, mode="read").read_config(), data, folder=folder) is not None:

@@ -20,12 +20,9 @@ _DENIED = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 def write_error_message(path: str | os.PathLike[str], err: OSError) -> str:
-    """One sentence for a failed write of ``path``: what failed, why, and the fix.
-
-    A full disk (ENOSPC, EDQUOT) asks to free space or choose another ``--out``; a read-only or
-    permission-denied folder asks to fix permissions or choose another ``--out``. Both state that
-    the previous files are intact (every write is atomic).
-    """
+    """One sentence for a failed write of ``path``: what failed, why, and the fix (free space or another
+    ``--out`` for a full disk; permissions or another ``--out`` otherwise), stating that the previous
+    files are intact."""
     path = Path(path)
     reason = os.strerror(err.errno) if err.errno else str(err)
     if err.errno in _FULL:

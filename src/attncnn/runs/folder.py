@@ -9,12 +9,10 @@ Layout::
     <run>/finished.json          written at the very end; a run without it is unfinished
     <run>/.lock                  locked while a process trains in the folder; names that process
 
-Every file except the TensorBoard events is written atomically (temporary file in the same folder,
-fsync, rename), so a crash or a full disk during a write leaves the previous version intact; a
-failed write raises :class:`RunFolderError` naming the file, the cause and the fix.
-
-This replaces the reference's ``config.yaml`` + ``*.checkpoint`` pickles + TensorBoardX folder
-(``train.py``).
+Every file except the TensorBoard events is written atomically, so a crash or a full disk leaves
+the previous version intact; a failed write raises :class:`RunFolderError` naming the file, the
+cause and the fix. (The reference writes ``config.yaml``, ``*.checkpoint`` pickles and a
+TensorBoardX folder.)
 """
 
 from __future__ import annotations
@@ -51,13 +49,12 @@ class RunFolder:
         mode:
             * ``"new"``: create it; refuse an existing non-empty folder (use resume or overwrite);
             * ``"overwrite"``: delete the previous contents (refused for the home folder, the current
-              folder and its parents, so a slip such as ``--out . --overwrite`` cannot wipe them);
+              folder and its parents);
             * ``"resume"``: it must exist and hold ``config.json``;
-            * ``"read"``: it must exist; nothing is written (evaluate an existing run).
+            * ``"read"``: it must exist; nothing is written.
 
             The three writing modes hold an exclusive lock on the folder until :meth:`close`; a
-            folder locked by a live process is refused before its contents are looked at
-            (:class:`RunFolderError`: in use, naming its pid and host). ``"read"`` takes no lock.
+            folder locked by a live process is refused (naming its pid and host).
 
     Raises:
         ValueError: unknown ``mode``.
@@ -170,13 +167,10 @@ class RunFolder:
         return self._writer
 
     def append_metrics(self, record: dict) -> None:
-        """Add ``record`` as one JSON line to ``metrics.jsonl`` and log it to TensorBoard.
+        """Add ``record`` as one JSON line to ``metrics.jsonl`` (atomic rewrite) and log it to TensorBoard.
 
-        The file is rewritten atomically with the new line at the end (a few hundred short lines at
-        most), so a failed write leaves the previous records exactly as they were. Every int/float
-        value (bools and non-numbers skipped) except ``"epoch"`` is written to TensorBoard with
-        ``tag = key`` and ``step = record["epoch"]``. A last line cut short (a crash in an older
-        version, a copy that stopped mid-file) is dropped with a logged warning, not left mid-file.
+        Every int/float value except ``"epoch"`` goes to TensorBoard with ``tag = key`` and
+        ``step = record["epoch"]``. A last line cut short is dropped with a logged warning.
 
         Raises:
             ValueError: ``record`` has no integer ``"epoch"``.
@@ -239,13 +233,11 @@ class RunFolder:
 
     def rewind_metrics(self, epoch: int, record: dict | None = None) -> int:
         """Make ``metrics.jsonl`` what a resume from a checkpoint taken after ``epoch`` whole epochs
-        continues: each epoch up to ``epoch`` once, in order, and nothing else (atomic rewrite, only
-        where something changes). Records of later epochs go (the run logs an epoch before it saves
-        its checkpoint: a kill between the two leaves an epoch the resume trains again); so do lines
-        cut short by a crash (with a warning: left in place they would end up mid-file once the next
-        epoch is appended). ``record``, the checkpoint's copy of epoch ``epoch``'s record, takes its
-        place where the file lacks it (its line was the torn one); an epoch recorded twice keeps
-        its last record.
+        continues: each epoch up to ``epoch`` once, in order (atomic rewrite, only where something
+        changes). Later epochs' records go (the run logs an epoch before it saves its checkpoint: a
+        kill between the two leaves an epoch the resume trains again), so do lines cut short (with a
+        warning); ``record``, the checkpoint's copy of epoch ``epoch``'s record, fills in where the
+        file lacks it; an epoch recorded twice keeps its last record.
 
         Returns the number of complete records dropped.
 
@@ -304,9 +296,8 @@ class RunFolder:
         return self.checkpoint_path(f"epoch_{epoch:04d}")
 
     def prune_periodic(self, keep: int) -> list[Path]:
-        """Delete the periodic checkpoints beyond the newest ``keep`` (newest by epoch number, not by
-        name or file time); ``keep <= 0`` keeps them all. ``best``, ``last`` and any other file are
-        never touched. A periodic save is :meth:`periodic_path`, the write, then this.
+        """Delete the periodic checkpoints beyond the newest ``keep`` (by epoch number); ``keep <= 0``
+        keeps them all. ``best``, ``last`` and any other file are never touched.
 
         Returns:
             The deleted files, oldest first.
@@ -368,8 +359,8 @@ class RunFolder:
 
     @staticmethod
     def check_not_in_use(path: str | os.PathLike[str]) -> None:
-        """Fail at once if a live process trains in ``path`` (before a caller spends time loading
-        data for a run it could not write); the lock itself is taken when the folder is opened.
+        """Fail at once if a live process trains in ``path`` (before a caller loads data for a run it
+        could not write).
 
         Raises:
             RunFolderError: naming the holder's pid and host.
@@ -397,8 +388,7 @@ class RunFolder:
 
     @staticmethod
     def resumable_config(path: str | os.PathLike[str]) -> dict:
-        """``config.json`` of a run that ``mode="resume"`` would accept, read without taking its
-        lock (every process of a torchrun job reads it; only rank 0 opens the folder to write).
+        """``config.json`` of a run that ``mode="resume"`` would accept, read without taking its lock.
 
         Raises:
             RunFolderError: the folder or its config.json is missing or unreadable.

@@ -1,16 +1,10 @@
 """Networks from checkpoint files: rebuild a model (``load_model``), check weights against a
 model, start a run from another run's weights (``--init-from``).
 
-A stored configuration is never trusted with memory: :func:`build_checked` first builds the
-network on PyTorch's ``meta`` device (shapes only, no storage), compares every parameter and
-buffer name, shape and dtype with the file's tensor headers (read without loading any data) and
-the total size with the device's memory, and only then allocates. An edited ``config.json`` or
-checkpoint that asks for a 2 TB model is a one-line error, not an out-of-memory crash.
-
-Every command that reads a model from a file (``evaluate``, ``inspect``, ``plot``, ``report``,
-``viewer``, ``prune``, ``theorem --conv-from``, ``train --init-from`` and ``--resume``) goes through
-here, so they all refuse the same bad files with the same messages. The file format itself is in
-:mod:`attncnn.runs.checkpoint`.
+A stored configuration is never trusted with memory: :func:`build_checked` builds the network on
+PyTorch's ``meta`` device, compares every tensor's name, shape and dtype with the file's headers
+and the total size with the device's memory, and only then allocates. Every command that reads a
+model from a file goes through here. The file format is in :mod:`attncnn.runs.checkpoint`.
 """
 
 from __future__ import annotations
@@ -45,9 +39,8 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
 
 Specs = dict  # {name: (torch dtype, shape tuple)}
 
-#: (file dtype, model dtype) pairs that load by widening: weights shipped in bfloat16 to halve the
-#: files of the paper-width models load exactly into their float32 parameters (every bfloat16 value
-#: is a float32 value); nothing narrows on load
+#: (file dtype, model dtype) pairs that load by widening exactly (bfloat16 weights into float32
+#: parameters); nothing narrows on load
 _WIDENED = {(torch.bfloat16, torch.float32)}
 
 
@@ -63,8 +56,7 @@ def file_specs(path: str | Path) -> Specs:
 log = logging.getLogger(__name__)
 
 #: the key of :func:`load_model`'s metadata that holds the machine fields an older checkpoint's
-#: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16", "device": "cuda"}``; absent
-#: for a checkpoint of today): read, e.g. as the run's precision, never written
+#: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16"}``); read, never written
 OLD_MACHINE_FIELDS = "old_machine_fields"
 
 
@@ -100,12 +92,10 @@ def _memory_of(device: torch.device) -> int:
 
 
 def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "the model") -> None:
-    """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of an empty
-    batch of one on the meta device (shapes only, nothing computed; a model on another device is
-    not run), with every attention layer on the path that writes its map out (a fused kernel may
-    lack a meta implementation). What it catches is whatever the network checks of its input: a
-    size the pooling width does not divide, a learned position embedding built for another size, a
-    token grid larger than a learned table. Training calls it before its run folder exists.
+    """Raise unless ``model`` takes images of shape ``images = (C, H, W)``: one forward of a batch of
+    one on the meta device (shapes only; attention layers on their explicit path, as a fused kernel
+    may lack a meta implementation), catching whatever
+    the network checks of its input (pooling width, position embedding or table size).
 
     Raises:
         InputError: the network refuses such images: ``"{source} cannot take CxHxW images: ..."``
@@ -133,8 +123,7 @@ def check_images(model: nn.Module, images: tuple[int, int, int], source: str = "
 def check_options_take_images(arch: str, config, images: tuple[int, int, int],
                               source: str = "the configuration") -> None:
     """:func:`check_images` for the network of ``arch`` and ``config`` (options dict or dataclass),
-    built on the meta device for it. A process remembers the networks and image shapes that passed
-    (a study trains many runs of one network; the check takes a few tenths of a second).
+    built on the meta device; a process remembers the networks and image shapes that passed.
 
     Raises:
         InputError: as :func:`check_images`; unknown or ill-typed options.
@@ -195,15 +184,13 @@ def _short(config: dict) -> str:
 
 
 #: The checkpoint every command and :func:`load_model` take from a run folder unless told otherwise:
-#: the final weights, the epoch that ``finished.json``, the reports and the READMEs quote. ``best``
-#: (the epoch of highest test accuracy) is chosen on the test set itself, so it is taken only when
-#: asked for (``--checkpoint best``, ``checkpoint="best"`` or the file's path).
+#: the final weights. ``best`` is selected on the test set itself, so it is taken only when asked for.
 DEFAULT_CHECKPOINT = "last"
 
 
 def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
     """``path`` itself if it is a file, or for a run folder its ``checkpoints/<checkpoint>.safetensors``
-    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``: the final weights).
+    (default :data:`DEFAULT_CHECKPOINT`, ``"last"``).
 
     Args:
         path: a checkpoint file or a run folder.
@@ -211,8 +198,7 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
     Raises:
         FileNotFoundError: no such file, or a run folder without that checkpoint (the message lists
-            the checkpoints it holds, or, for a run shipped without its weights, says so and how to
-            train it again: :mod:`attncnn.runs.withheld`).
+            the checkpoints it holds, or says the run was shipped without its weights).
         InputError: ``checkpoint`` given with a checkpoint file, or not a plain name.
     """
     path = Path(path)
@@ -238,10 +224,9 @@ def checkpoint_of(path: str | Path, checkpoint: str | None = None) -> Path:
 
 
 def _checked_metadata(path: Path, meta) -> dict:
-    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated, read as a
-    checkpoint of today: the attention paths and the machine fields older checkpoints stored (in
-    ``model_config``, ``config`` and ``"attention_paths"``) left out (:func:`~attncnn.runs.config.recipe_from_dict`);
-    the machine fields of an older ``config`` under :data:`OLD_MACHINE_FIELDS`."""
+    """The checkpoint's metadata, with ``arch``, ``model_config`` and ``config`` validated and read as a
+    checkpoint of today (:func:`~attncnn.runs.config.recipe_from_dict`); an older ``config``'s machine
+    fields under :data:`OLD_MACHINE_FIELDS`."""
     if not isinstance(meta, dict):
         raise InputError(f"checkpoint {path}: its metadata is not a JSON object; it was not written by attncnn train")
     for key, kind in (("arch", str), ("model_config", dict)):
@@ -267,14 +252,11 @@ def _checked_metadata(path: Path, meta) -> dict:
 def load_model(path: str | Path, device: str | torch.device = "cpu",
                checkpoint: str | None = None) -> tuple[nn.Module, dict]:
     """Rebuild a network from a checkpoint file, or from a run folder's ``checkpoint`` (default
-    ``last``, the final weights; see :func:`checkpoint_of`). For a run folder, the checkpoint taken
-    and its epoch are logged (INFO), so that every command says which weights it used.
+    ``last``, the final weights; see :func:`checkpoint_of`; the checkpoint taken is logged).
 
-    The stored configuration is validated (unknown keys and wrong types are named) and checked on
-    the meta device against the file's tensors (:func:`build_checked`) before anything is
-    allocated; the weights are read after that. The network takes the fastest exact attention path
-    for ``device`` (``impl="auto"``, the layers' own rule): a checkpoint holds no path, and the
-    paths an older one recorded are not used.
+    The stored configuration is validated and checked on the meta device against the file's tensors
+    (:func:`build_checked`) before anything is allocated. The network takes the fastest exact
+    attention path for ``device`` (``impl="auto"``): paths an older checkpoint recorded are not used.
 
     Returns:
         ``(model in eval mode, checkpoint metadata)``: the metadata as :func:`_checked_metadata`
@@ -306,19 +288,14 @@ def load_model(path: str | Path, device: str | torch.device = "cpu",
 
 def trained_precision(checkpoint: str | Path, meta: dict) -> str | None:
     """The precision the run of ``checkpoint`` trained at when it started (``"fp32"`` or ``"bf16"``):
-    its run folder's ``machine.json`` (for a checkpoint in ``<run>/checkpoints/``,
-    :func:`~attncnn.runs.machine_file.run_precision`), else the ``"precision"`` an older
-    checkpoint's configuration stored (``meta`` from :func:`load_model`), else None (not known:
-    callers run it in fp32, as runs from before ``--precision`` trained)."""
+    its run folder's ``machine.json`` (:func:`~attncnn.runs.machine_file.run_precision`), else the
+    ``"precision"`` an older checkpoint's configuration stored, else None (not known: run it in fp32)."""
     return precision_source(checkpoint, meta)[0]
 
 
 def precision_source(checkpoint: str | Path, meta: dict) -> tuple[str | None, str]:
-    """:func:`trained_precision` and where it was found, in words for a user: ``"the run's
-    machine.json"``, ``"the checkpoint's configuration"`` (an older run's), or why it is not known
-    (``"no run folder"``: a checkpoint outside ``<run>/checkpoints/``; ``"<run folder> records
-    none"``: a run from before ``--precision``, or its ``machine.json`` gone; ``"<run
-    folder>/machine.json records precision 'fp64', which attncnn does not know"``)."""
+    """:func:`trained_precision` and where it was found, in words for a user (``"the run's
+    machine.json"``, ``"the checkpoint's configuration"``), or why it is not known."""
     checkpoint = Path(checkpoint)
     folder = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
     found = run_precision(folder) if folder is not None else None

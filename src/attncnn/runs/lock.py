@@ -23,10 +23,9 @@ _HOLDER_WAIT = 1.0
 
 
 class RunLock:
-    """An exclusive advisory lock (``fcntl.flock``) on ``<run>/.lock``, held while a process writes
-    the run. The kernel releases it when the process ends in any way (SIGKILL, power loss: the
-    lock dies with the machine), so a stale lock never blocks a resume; the file itself stays and
-    names the last holder."""
+    """An exclusive advisory lock (``fcntl.flock``) on ``<run>/.lock``, held while a process writes the
+    run. The kernel releases it when the process ends in any way, so a stale lock never blocks a
+    resume; the file stays and names the last holder."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -50,11 +49,8 @@ class RunLock:
 
     @staticmethod
     def probe(folder: Path) -> None:
-        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise change nothing.
-
-        The probe asks for a *shared* lock and writes nothing: two processes probing at the same
-        moment (the ranks of one torchrun job, two ``reproduce`` commands) must not see each other
-        as a trainer, which an exclusive probe lock made them do."""
+        """Raise as :meth:`take` if a live process holds ``folder``'s lock; otherwise change nothing. The
+        probe asks for a *shared* lock, so two processes probing at once do not see each other as a trainer."""
         path = folder / LOCK_FILE
         if not path.is_file():
             return

@@ -1,9 +1,8 @@
 """``machine.json``: how each machine ran a run, one segment per process run, beside the recipe.
 
-A run folder's ``config.json`` is the recipe and stays the same wherever the run trains; how a
-machine ran it goes here. The training loop (rank 0) writes it: :func:`start_segment` appends a
-segment when a process starts or resumes the run, :func:`end_segment` completes it when the
-process finishes, is interrupted or fails. Each write replaces the file atomically. The file::
+``config.json`` is the recipe, the same wherever the run trains; how a machine ran it goes here.
+The training loop (rank 0) writes it: :func:`start_segment` appends a segment when a process starts
+or resumes the run, :func:`end_segment` completes it. Each write replaces the file atomically::
 
     {<the machine of the newest segment: date, cpu, cores, torch_threads, torch, python, device,
       gpu and cuda on a GPU (attncnn.perf.machine_info)>,
@@ -12,20 +11,17 @@ process finishes, is interrupted or fails. Each write replaces the file atomical
                    "machine": {"cpu", "threads", "torch", "device", "gpu"},
                    "device": "cuda:0", "precision": "bf16", "compiled": true,
                    "compile_mode": "default",           # compiled segments only: or "reduce-overhead"
-                   "fused_optimizer": false,            # the optimizer's fused kernel, or its foreach ones
+                   "fused_optimizer": false,
                    "deterministic": false,
                    "attention_paths": {"train": [...per layer], "test": [...]},   # attention networks only
                    "ended": "running" | "finished" | "interrupted" | "failed" | "crashed"}, ...]}
 
-A segment stays ``"running"`` while its process trains. A process that stops without completing it
-(killed by SIGKILL or the out-of-memory killer, a power cut, an error the loop does not record)
-leaves it ``"running"``; the next process that resumes the run closes it as ``"crashed"``
-(:func:`start_segment`), so that no two segments of the file are ``"running"``.
+A process that stops without completing its segment (SIGKILL, a power cut) leaves it
+``"running"``; the next process that resumes the run closes it as ``"crashed"``.
 
-Files written before the training loop wrote it (by ``attncnn reproduce`` when it finished a run)
-have the same top level and segments of ``epochs``, ``machine``, ``precision`` and ``compiled``
-only, one per stretch of epochs on one machine: :func:`read_machine_file` reads both, its
-structure checked, and is the one reader (the reports, a resume's defaults, ``attncnn evaluate``).
+Older files (written by ``attncnn reproduce`` when it finished a run) have segments of ``epochs``,
+``machine``, ``precision`` and ``compiled`` only: :func:`read_machine_file`, the one reader, reads
+both, its structure checked.
 """
 
 from __future__ import annotations
@@ -57,14 +53,11 @@ def short_machine(info: dict) -> dict:
 def start_segment(folder: str | Path, segment: dict, machine: dict | None) -> None:
     """Append ``segment`` (the keys of the module's description but ``machine`` and ``ended``) to the
     run's ``machine.json``, marked ``"running"``, with ``machine`` (a
-    :func:`attncnn.perf.machine_info` record, or None: not known) as the file's top level and the
-    segment's ``"machine"``. A damaged file (:func:`read_machine_file` warns) is started afresh.
-
-    A newest segment still ``"running"`` is one whose process died without ending it (the caller
-    holds the folder's lock, so no live process trains there): it is closed as ``"crashed"``, its
-    last epoch the epochs ``segment`` starts from (``segment["start"]["epoch"]``, what the newest
-    checkpoint kept; none where that checkpoint is older than the segment). Epochs it trained after
-    its last checkpoint were lost with it, and are trained again by the new segment.
+    :func:`attncnn.perf.machine_info` record, or None) as the file's top level and the segment's
+    ``"machine"``. A damaged file is started afresh. A newest segment still ``"running"`` belongs to a
+    process that died (the caller holds the folder's lock): it is closed as ``"crashed"``, its last
+    epoch the one ``segment`` starts from; epochs it trained after its last checkpoint are trained
+    again by the new segment.
 
     Raises:
         OSError: the file cannot be written.
@@ -120,23 +113,15 @@ def recorded_precision(folder: str | Path) -> str | None:
     return segments[0].get("precision") if segments else None
 
 
-#: (file, problem) that :func:`read_machine_file` has warned about in this process: a report reads
-#: each file twice (Table 1's run rows, the cost table), and one warning says it
+#: (file, problem) that :func:`read_machine_file` has warned about in this process
 _WARNED: set[tuple[str, str]] = set()
 
 
 def read_machine_file(folder: str | Path) -> dict | None:
     """The run's ``machine.json`` (:data:`MACHINE_FILE`), its structure checked: None when the
-    folder has none (the machine was not recorded).
-
-    A file that cannot be read, is not JSON, or is not a machine record (not an object; a
-    ``"segments"`` that is not a list of ``{"epochs": [first, last], "machine": {...} or null}``; a
-    ``cpu``, ``torch`` or ``gpu`` that is not text, ``torch_threads`` not a whole number) does not
-    stop its reader: it is one logged warning naming the file and the fix (once per file, problem
-    and process), and the reader gets ``{}``, a record that knows nothing, so that a report is still
-    written, with this run's machines taken from its epoch records (``metrics.jsonl``) where they
-    name one, else shown as unknown. The fix is to restore it (from git, where the run is
-    committed) or delete it.
+    folder has none. A file that cannot be read or is not a machine record does not stop its reader:
+    one logged warning names the file and the fix (restore it from git, or delete it), once per file,
+    problem and process, and the reader gets ``{}``, a record that knows nothing.
 
     Raises nothing.
     """

@@ -1,10 +1,9 @@
 """The run folder as every process of a torchrun job sees it: rank 0 writes, every rank reads.
 
-Under DDP the training loop runs the same code on every process. :class:`MainProcessRunFolder`
-mirrors the parts of :class:`~attncnn.runs.folder.RunFolder` the loop uses, so that the
-loop calls one method everywhere and only rank 0 touches the disk. Each write is also a barrier
-that tells every process whether rank 0's write failed (:meth:`Distributed.on_main`), so a full
-disk stops all of them at the same point. With one process it is the plain run folder.
+:class:`MainProcessRunFolder` mirrors the parts of :class:`~attncnn.runs.folder.RunFolder` the loop
+uses, so that the loop calls one method everywhere and only rank 0 touches the disk; each write is
+also a barrier that tells every process whether it failed (:meth:`Distributed.on_main`). With one
+process it is the plain run folder.
 """
 
 from __future__ import annotations
@@ -30,13 +29,8 @@ class MainProcess(Protocol):
 
 
 class MainProcessRunFolder:
-    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank.
-
-    On ranks > 0 the writes do nothing but wait for rank 0, so all processes leave each write
-    together and all of them raise if it failed on rank 0.
-
-    Use :meth:`open` rather than the constructor.
-    """
+    """A :class:`RunFolder` whose writes happen on rank 0 only; reads work on every rank. On ranks > 0
+    the writes wait for rank 0 and raise if it failed. Use :meth:`open` rather than the constructor."""
 
     def __init__(self, folder: RunFolder, dist: MainProcess) -> None:
         self._folder, self._dist = folder, dist

@@ -1,21 +1,15 @@
 """A trained model's per-image test predictions, kept beside its run: ``predictions.json``.
 
-Evaluating a paper-width model on the 10,000 test images takes minutes on a CPU (content
-attention at width 400: about 20 images per second on two cores). ``attncnn evaluate RUN
---predictions FILE`` records, once, the top-1 class it predicted for every image; the record
-reproduces the run's accuracy by itself (it names the images' classes), and a later check
-evaluates a fixed class-balanced sample of the images (``attncnn evaluate RUN --sample N``) and
-compares image by image: a change of weights, loading or an attention path shows as
-disagreements, where rounding on another machine flips a few images in a thousand
-(:func:`disagreements`).
+``attncnn evaluate RUN --predictions FILE`` records, once, the top-1 class predicted for every
+image (the record reproduces the run's accuracy by itself); a later check evaluates a fixed
+class-balanced sample (``attncnn evaluate RUN --sample N``) and compares image by image
+(:func:`disagreements`): rounding on another machine flips a few images in a thousand.
 
 The file (JSON): ``checkpoint`` (its file name), ``epoch``, ``dataset`` (the data set's shareable
 name, no path), ``precision``, ``torch``, ``test_accuracy``, ``indices`` (the test images
-evaluated, in order; ``null`` for the whole split), ``predictions`` (one class index per image) and
-``device`` (where it was evaluated, e.g. ``"cuda: NVIDIA H200"`` or ``"cpu: AMD EPYC"``) and
-``precision_from`` (where the precision came from, in words: ``"the run's machine.json"``,
-``"--precision"``, ``"no run folder: fp32 ..."``); the last two are absent from records written
-before they were kept, read as None.
+evaluated, in order; ``null`` for the whole split), ``predictions`` (one class index per image),
+``device`` (e.g. ``"cpu: AMD EPYC"``) and ``precision_from`` (where the precision came from, in
+words); the last two are absent from older records, read as None.
 """
 
 from __future__ import annotations

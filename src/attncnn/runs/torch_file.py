@@ -1,18 +1,11 @@
-"""Files in PyTorch's own format (``torch.save``), for exchange with code that writes and reads them.
+"""Files in PyTorch's own format (``torch.save``), for exchange with other programs, such as the
+reference code's ``*.checkpoint`` files (``{"epoch", "test_accuracy", "model_state_dict"}``).
 
-attncnn keeps its own checkpoints in safetensors (:mod:`attncnn.runs.checkpoint`); these two
-functions exist for other programs' files, such as the reference code's ``*.checkpoint`` files
-(``{"epoch", "test_accuracy", "model_state_dict"}``, written by its ``train.py`` with
-``torch.save``). Reading never unpickles arbitrary objects: :func:`torch.load` runs with
-``weights_only=True``, which accepts tensors and plain Python values only. Writing is atomic, as
-every file this package writes.
-
-A ``torch.save`` file stores each tensor as a view (shape, strides, offset) of a storage, and a
-view may promise far more values than the file holds: a stride-0 view of one number can declare a
-20,000 x 20,000 matrix, which costs nothing until it is copied. :func:`read_torch_file` therefore
-refuses, from the declared shapes and strides alone, any tensor whose values are not all stored
-(an overlapping view) and a file whose tensors together declare more than twice the bytes of its
-storages, before any caller materialises them.
+Reading never unpickles arbitrary objects (:func:`torch.load` with ``weights_only=True``); writing
+is atomic. A tensor in such a file is a view of a storage and may declare far more values than the
+file holds (a stride-0 view of one number as a huge matrix): :func:`read_torch_file` refuses, from
+the declared shapes and strides alone, any overlapping view and a file whose tensors declare more
+than twice the bytes of its storages.
 """
 
 from __future__ import annotations
@@ -30,9 +23,8 @@ from .checkpoint import CheckpointError
 
 __all__ = ["read_torch_file", "write_torch_file"]
 
-#: how many times the bytes of a file's storages its tensors may declare in all: tensors that share
-#: one storage (tied weights, a table shared by every layer) are legitimate, a file that repeats
-#: one storage a thousand times is not
+#: how many times the bytes of a file's storages its tensors may declare in all (tied weights share
+#: a storage; a file that repeats one storage a thousand times is refused)
 _MAX_SHARING = 2
 #: declared bytes always allowed on top (small files of many tiny shared tensors)
 _SLACK_BYTES = 1 << 20

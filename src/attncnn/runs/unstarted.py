@@ -1,9 +1,6 @@
-"""A new run that stops before its first epoch ends leaves nothing behind.
-
-Ctrl-C while a run loads its data, measures its attention paths or compiles its step (or a NaN in
-its first steps) comes after ``config.json`` is written and before anything worth keeping: no
-checkpoint, no epoch record. A folder left holding only that would make the same command refuse
-it as "already exists"; :func:`discard_if_unstarted` removes it instead.
+"""A new run that stops before its first epoch ends leaves nothing behind: a folder holding only
+``config.json`` would make the same command refuse it as "already exists", so
+:func:`discard_if_unstarted` removes it.
 """
 
 from __future__ import annotations
@@ -22,10 +19,9 @@ log = logging.getLogger(__name__)
 
 def discard_if_unstarted(folder: RunFolder) -> bool:
     """Remove what a new run wrote in ``folder`` (opened ``"new"`` or ``"overwrite"``, its lock held)
-    when it holds no checkpoint and no epoch record (``metrics.jsonl``): ``config.json``,
-    ``machine.json``, TensorBoard events, and the folder itself where ``folder`` created it (an
-    existing folder is left empty), then close ``folder``. Anything else is kept as it is, and a
-    folder opened to resume or read is never touched.
+    when it holds no checkpoint and no epoch record, and the folder itself where ``folder`` created
+    it; then close ``folder``. Anything else is kept, and a folder opened to resume or read is never
+    touched.
 
     Returns:
         True where the run's files were removed.

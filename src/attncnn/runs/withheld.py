@@ -1,19 +1,12 @@
 """A finished run shipped without its weights: ``weights-withheld.json`` where ``checkpoints/`` was.
 
-A clone carries its trained models in ``results/`` and must stay lean; a model too large for that
-(the paper-width content model: 29.5 M parameters, 59 MB even in bfloat16) can ship its records
-alone: ``config.json``, ``metrics.jsonl`` (every epoch's accuracy; position-only models' attention
-metrics too), ``finished.json``, ``machine.json`` and ``predictions.json`` (what the weights
-predicted for each test image, recorded before they were withheld), with this file in place of the
-checkpoints (which move to a folder outside the committed tree: the repository's ``tools/withhold.py``
-writes this file). It says
-which file the weights were (path in the folder, bytes, sha256 of the file, dtype), holds the
-checkpoint's metadata (architecture, model options, epoch, data set), and gives the command that
-trains the run again.
-
-Every command that needs the weights (``evaluate``, ``inspect``, ``plot``, ``viewer``, ``prune``,
-:func:`attncnn.pretrained`) refuses such a run with :func:`withheld_message`; reports read what
-they need from the records (:func:`attncnn.analysis.runs.open_run` with ``withheld=True``).
+A model too large for a clone's ``results/`` ships its records alone (``config.json``,
+``metrics.jsonl``, ``finished.json``, ``machine.json``, ``predictions.json``) with this file in
+place of the checkpoints (written by the repository's ``tools/withhold.py``). It says which file
+the weights were (path, bytes, sha256, dtype), holds the checkpoint's metadata, and gives the
+command that trains the run again. Every command that needs the weights refuses such a run with
+:func:`withheld_message`; reports read its records (:func:`attncnn.analysis.runs.open_run` with
+``withheld=True``).
 """
 
 from __future__ import annotations

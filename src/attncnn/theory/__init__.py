@@ -1,15 +1,10 @@
 """Theorem 1 as code, with its lemmas and corollaries: attention layers that are convolutions, and the converse.
 
-* :func:`attention_from_conv2d` / :func:`attention_from_conv1d`: the multi-head self-attention
-  layer (the project's :class:`~attncnn.layers.QuadraticAttention`) equal to a given convolution,
-  with zero padding, stride, dilation and narrow heads (Theorem 1, Lemma 1 and the remarks after them);
-* :func:`conv_from_attention`: the convolution closest to a positional attention layer, with a
-  per-head report;
-* :func:`layer_as_conv`: one layer of an image transformer (e.g. a conv-initialised model at step 0)
-  against its closest convolution on the layer's real input;
-* :func:`off_target_mass` / :func:`lemma2_bound`: Lemma 2 for finite alpha;
-* :func:`check_theorem` / :func:`check_model_layer`: both measured on real images, as ``attncnn
-  theorem`` prints them (:mod:`attncnn.theory.checks`).
+:func:`attention_from_conv2d` / :func:`attention_from_conv1d` (the attention layer equal to a given
+convolution, Theorem 1 and Lemma 1 with their remarks), :func:`conv_from_attention` (the closest
+convolution to a positional attention layer), :func:`layer_as_conv` (one layer of a network),
+:func:`off_target_mass` / :func:`lemma2_bound` (Lemma 2 for finite alpha), and
+:func:`check_theorem` / :func:`check_model_layer` (``attncnn theorem``).
 """
 
 from __future__ import annotations

@@ -113,19 +113,17 @@ def check_theorem(*, kernel: int | None = None, dilation: int | None = None, str
                   data_dir: str | None = None, conv_from: str | None = None, seed: int = 0,
                   repeats: int = 3) -> dict:
     """Build the ``K*K``-head quadratic attention layer equal to a ``KxK`` convolution (paper
-    Theorem 1, :func:`~attncnn.theory.attention_from_conv2d`) and run both on the same images
-    (seeded random ones unless ``data`` names a data set).
+    Theorem 1, :func:`~attncnn.theory.attention_from_conv2d`) and run both on the same images.
 
     Args:
         kernel, dilation, stride, padding, in_channels, out_channels: the convolution (defaults
             3, 1, 1, ``"same"``, 3, 16); a random kernel (PyTorch's default Conv2d scale, ``seed``),
-            or with ``conv_from`` the first convolution of that checkpoint (whose own geometry
-            the options may not contradict; ``stride`` and ``padding`` may change how it applies).
+            or with ``conv_from`` the first convolution of that checkpoint (whose geometry the
+            options may not contradict).
         alpha: sharpness of every head (default: exactly one-hot in ``dtype``).
         dtype: ``"float64"`` or ``"float32"``.
-        images: how many test images of ``data`` (a data set as for training), normalised, image
-            channels repeated cyclically to fill ``in_channels``; ``data`` None (default): that many
-            standard-normal 32 x 32 images drawn with ``seed``.
+        images: how many test images of ``data`` (normalised, channels repeated cyclically to fill
+            ``in_channels``); ``data`` None (default): standard-normal 32 x 32 images drawn with ``seed``.
         repeats: timing repetitions; the best is reported.
 
     Returns:
@@ -204,8 +202,7 @@ def check_model_layer(model: str, *, layer: int = 1, overrides: dict | None = No
                       dtype: str = "float32", images: int = 100, data: str | None = None,
                       data_dir: str | None = None) -> dict:
     """One layer of a network against its closest convolution on the layer's real input
-    (:func:`~attncnn.theory.layer_as_conv`: Theorem 1 in a network, e.g. a conv-initialised model
-    at step 0).
+    (:func:`~attncnn.theory.layer_as_conv`).
 
     Args:
         model: a preset (built at step 0 with ``seed`` and ``overrides``, its model options) or a

@@ -1,27 +1,24 @@
 """Theorem 1 as code: the multi-head self-attention layer that *is* a given convolution.
 
-Construction (Lemmas 1-2, Theorem 1 and its remarks), with the project's own
-:class:`~attncnn.layers.QuadraticAttention`:
+Construction (Lemmas 1-2, Theorem 1 and its remarks), with :class:`~attncnn.layers.QuadraticAttention`:
 
 * one head per kernel tap: N_h = K^2 heads; head ``h = u*K + v`` serves tap ``(u, v)`` and has
-  center ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in token units
-  (:func:`~attncnn.layers.kernel_shifts`, re-exported here; the models' ``init="conv"`` uses it too);
+  center ``Delta^(h) = ((u - c) d, (v - c) d)`` (``c = K // 2``, ``d`` the dilation), in tokens
+  (:func:`~attncnn.layers.kernel_shifts`, re-exported here);
 * the quadratic encoding (paper eq. 9) with a sharpness alpha so large that each head's softmax is
-  exactly one-hot on the key ``q + Delta^(h)`` in floating point (Lemma 2, see :func:`default_alpha`);
+  exactly one-hot on the key ``q + Delta^(h)`` in floating point (:func:`default_alpha`);
 * the folded value matrices of Lemma 1 set to the kernel slices,
   ``W^(h) = weight[:, :, u, v]^T`` (``C_in x C_out``), and the output bias to the convolution's bias.
 
 Then ``MHSA(X)_q = b + sum_h X_{q + Delta^(h)} W^(h)``, which is exactly
-:func:`torch.nn.functional.conv2d` (a cross-correlation, so no kernel flip is involved).
+:func:`torch.nn.functional.conv2d` (a cross-correlation: no kernel flip).
 
-Padding, stride and dilation (the paper's remarks after Theorem 1): the token grid is padded with
-zero tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
-is the stride-1 layer followed by keeping every ``s``-th row and column; a dilation only moves the
-centers. :class:`AttentionConv2d` is that thin wrapper around the attention layer.
-
-Heads of width ``D_h`` other than ``C_in`` add a value projection, and ``W^(h)`` must factor through
-``D_h`` dimensions: heads at least ``min(C_in, C_out)`` wide still reproduce every output channel;
-narrower ones reproduce ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``), and the others are 0.
+Padding, stride and dilation (the remarks after Theorem 1): the token grid is padded with zero
+tokens and the output cropped ("same"), or only the interior is kept ("valid"); a stride ``s``
+keeps every ``s``-th row and column of the stride-1 output; a dilation only moves the centers
+(:class:`AttentionConv2d`). Heads of width ``D_h`` other than ``C_in`` add a value projection:
+heads at least ``min(C_in, C_out)`` wide reproduce every output channel, narrower ones ``D_h`` of
+them (Theorem 1's ``min(D_h, D_out)``), the others are 0.
 """
 
 from __future__ import annotations
@@ -50,21 +47,14 @@ PADDINGS = ("same", "valid")
 def default_alpha(dtype: torch.dtype) -> float:
     """Sharpness that makes every head exactly one-hot in ``dtype`` (Lemma 2 with finite alpha).
 
-    Rule: ``alpha = -ln(tiny)``, where ``tiny`` is the smallest normal number of the dtype the
-    layer's scores and softmax run in (:func:`~attncnn.layers.autocast_rules.score_dtype`: float32
-    for float16 and bfloat16 parameters): 87.34 for float32, bfloat16 and float16, 708.40 for
-    float64. Why this is enough: a head's score is ``-alpha |delta - Delta|^2``; the target key
-    scores exactly 0 (its center is an integer shift), and every other key lies at squared
-    distance >= 1 on the integer lattice, so its unnormalised weight is at most
-    ``exp(-alpha) = tiny`` (times ``1 + O(alpha eps)``, as the layer stores ``s = sqrt(2 alpha)``
-    rounded in the parameter dtype: within a factor 1.5 in bfloat16). The sum of these weights over
-    any grid of fewer than ``eps / (2 tiny)`` tokens (about 5e30 in float32) is below half an ulp
-    of 1, so the softmax denominator rounds to exactly 1, the target probability is exactly 1, and
-    every off-target probability is about ``tiny`` or less; the layer then sets it to exactly 0,
-    being below its ``eps**2`` threshold. Scores cannot overflow for any grid that fits in memory
-    (``alpha |delta - Delta|^2`` is about ``710 (H^2 + W^2)`` at most, far below the float32
-    maximum 3.4e38), and an infinite score would only make that weight 0, since the target score
-    is finite.
+    Rule: ``alpha = -ln(tiny)``, ``tiny`` the smallest normal number of the dtype the layer's scores
+    run in (:func:`~attncnn.layers.autocast_rules.score_dtype`): 87.34 for float32, bfloat16 and
+    float16, 708.40 for float64. A head's score is ``-alpha |delta - Delta|^2``: 0 on the target key
+    and at most ``-alpha`` elsewhere (integer lattice), so every off-target weight is at most about
+    ``tiny`` (up to the rounding of the stored ``s = sqrt(2 alpha)``: a factor 1.5 in bfloat16);
+    over any grid of fewer than ``eps / (2 tiny)`` tokens their sum is below half an ulp of 1, so
+    the target probability is exactly 1 and the layer flushes the others to 0. Scores cannot
+    overflow for any grid that fits in memory.
 
     Args:
         dtype: a floating dtype.
@@ -101,21 +91,19 @@ def _single(value, name: str, dims: int) -> int:
 
 class AttentionConv2d(nn.Module):
     """A convolution computed by multi-head self-attention (Theorem 1 and its remarks on padding,
-    stride and dilation).
+    stride and dilation), built by :func:`attention_from_conv2d`.
 
     ``forward`` zero-pads the token grid (``"same"``), applies :attr:`attention` (a
     :class:`~attncnn.layers.QuadraticAttention` with one head per kernel tap), crops the frame of
     ``p = (K // 2) * dilation`` tokens, and keeps every ``stride``-th row and column.
 
-    Built by :func:`attention_from_conv2d`; not meant to be constructed by hand.
-
     Attributes:
         attention: the attention layer (the same class the networks use).
         kernel_size, dilation, stride: the emulated convolution's geometry (ints).
-        padding: ``"same"`` (zero padding of ``p`` on every side, output ``ceil(H / s)``) or
-            ``"valid"`` (no padding, output ``floor((H - 2p - 1) / s) + 1``).
+        padding: ``"same"`` (output ``ceil(H / s)``) or ``"valid"`` (no padding, output
+            ``floor((H - 2p - 1) / s) + 1``).
         exact_channels: output channels the layer reproduces exactly (all of them unless the
-            heads are narrower than both the input and the output; the module docstring).
+            heads are narrower than both the input and the output).
     """
 
     spatial_dims = 2
@@ -318,30 +306,25 @@ def attention_from_conv2d(conv: nn.Conv2d | torch.Tensor, *, alpha: float | None
             K odd, any C_in/C_out, groups 1, zero padding. The layer gets the weight's dtype
             and device.
         alpha: sharpness of every head (inverse squared token distance); default
-            :func:`default_alpha` of the dtype, which makes the attention exactly one-hot.
-            A finite small alpha gives the approximation of Lemma 2 (see :mod:`.lemma2`).
-        padding: ``"same"`` (zero padding of ``(K // 2) * dilation`` on every side: the zero-
-            padded grid is attended and cropped, so heads pointing at padding read zeros, as the
-            convolution does) or ``"valid"`` (no padding). Default (None): the Conv2d's own
-            (0: ``"valid"``, ``(K // 2) * dilation``: ``"same"``; any other is refused), or
-            ``"same"`` for a weight tensor. Given with a Conv2d, it must be the Conv2d's.
+            :func:`default_alpha` of the dtype (exactly one-hot). A small alpha gives the
+            approximation of Lemma 2 (see :mod:`.lemma2`).
+        padding: ``"same"`` (zero padding of ``(K // 2) * dilation`` on every side: heads pointing at
+            padding read zeros, as the convolution does) or ``"valid"`` (no padding). Default (None):
+            the Conv2d's own (0 or ``(K // 2) * dilation``; any other is refused), or ``"same"`` for a
+            weight tensor. Given with a Conv2d, it must be the Conv2d's.
         bias: ``(C_out,)``, only with a weight tensor.
-        stride, dilation: ints, only with a weight tensor (default 1). A stride is applied by
-            subsampling the stride-1 output (the paper's remark on stride).
-        head_dim: width D_h of each head (default C_in: the paper's full-width heads, no value
-            projection; exact for every C_out). With ``head_dim != C_in`` the layer has a value
-            projection C_in -> N_h*D_h and every W^(h) factors through D_h dimensions: heads at
-            least ``min(C_in, C_out)`` wide reproduce every channel; narrower ones reproduce
-            ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``).
-        channels: which output channels to reproduce with heads narrower than C_in (default the
-            first ``min(D_h, C_out)``); the others output 0 and a :class:`UserWarning` names them.
-            Ignored with heads at least C_in wide, which reproduce all.
+        stride, dilation: ints, only with a weight tensor (default 1). A stride subsamples the
+            stride-1 output (the paper's remark on stride).
+        head_dim: width D_h of each head (default C_in: the paper's full-width heads, exact for every
+            C_out). Otherwise a value projection C_in -> N_h*D_h: heads at least ``min(C_in, C_out)``
+            wide reproduce every channel, narrower ones ``D_h`` of them (Theorem 1's ``min(D_h, D_out)``).
+        channels: which output channels narrower heads reproduce (default the first
+            ``min(D_h, C_out)``); the others output 0 and a :class:`UserWarning` names them.
 
     Returns:
-        :class:`AttentionConv2d` holding a :class:`~attncnn.layers.QuadraticAttention` with
-        K^2 heads (head ``u*K + v`` for tap ``(u, v)``); ``forward`` maps ``(B, H, W, C_in)`` to
-        ``(B, H', W', C_out)``. Memory: the attention probabilities take
-        ``K^2 * (H'' W'')^2`` numbers for the attended (padded) grid ``H'' x W''``.
+        :class:`AttentionConv2d` holding a :class:`~attncnn.layers.QuadraticAttention` with K^2
+        heads (head ``u*K + v`` for tap ``(u, v)``); ``forward`` maps ``(B, H, W, C_in)`` to
+        ``(B, H', W', C_out)``. Memory: ``K^2 * (H'' W'')^2`` probabilities for the padded grid.
 
     Raises:
         InputError: even or non-square kernel, groups != 1, non-zero padding mode, unequal

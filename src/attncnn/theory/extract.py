@@ -1,20 +1,13 @@
 """The converse of Theorem 1: the convolution closest to a positional attention layer, and how close.
 
-Given a position-only attention layer (quadratic, generalised quadratic or learned relative
-encoding), :func:`conv_from_attention`
-
-1. reads each head's center of attention (the quadratic layers' ``centers``; for other encodings
-   the probability-weighted mean shift of one query in the middle of a grid),
-2. assigns heads to the K x K grid of kernel shifts (the paper's ``ΔΔ_K``, times the dilation)
-   by an optimal assignment that minimises the total squared center-to-shift distance (or each
-   head to its nearest shift),
-3. reads each head's folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift,
-
-and reports per head the center, the assigned shift and their distance, the sharpness alpha, the
-attention mass on the assigned shift, and, on given inputs, the relative output error between the
-layer and the extracted convolution. For a layer built by :func:`~attncnn.theory.attention_from_conv2d`
-it returns the original kernel and zero distances (on the channels the layer reproduces: heads
-narrower than both the input and the output leave the others at 0).
+For a position-only attention layer (quadratic, generalised quadratic or learned relative),
+:func:`conv_from_attention` reads each head's center of attention (quadratic ``centers``, else the
+mean shift of the middle query of a grid), assigns heads to the K x K grid of kernel shifts (the
+paper's ``ΔΔ_K`` times the dilation; optimal assignment or nearest shift), and reads each head's
+folded value matrix W^(h) of Lemma 1 as the kernel slice of its shift. It reports per head the
+center, shift, distance, sharpness and target mass, and on given inputs the output error. For a
+layer built by :func:`~attncnn.theory.attention_from_conv2d` it returns the original kernel and
+zero distances (on the channels the layer reproduces).
 """
 
 from __future__ import annotations
@@ -24,7 +17,6 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..errors import InputError
 from ..layers import PositionalAttention, QuadraticAttention
@@ -146,10 +138,9 @@ class ExtractionReport:
         grid: ``(H, W)`` grid used for centers of non-quadratic heads and for ``target_mass``.
         heads: one :class:`HeadReport` per head.
         max_center_distance: largest ``distance`` over assigned heads (tokens).
-        errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs
-            (None without inputs). A bare layer (no wrapper) is compared with the zero-padded
-            "same" convolution: its border differs by construction (the softmax renormalises
-            over the pixels that exist), so read the ``interior`` entries.
+        errors: :func:`output_errors` of layer vs. extracted convolution on the given inputs (None
+            without inputs). A bare layer is compared with the zero-padded "same" convolution, so
+            its border differs by construction: read the ``interior`` entries.
     """
 
     kernel_size: int
@@ -199,17 +190,6 @@ class ExtractedConv:
             return F.conv1d(x.transpose(1, 2), self.weight, self.bias, self.stride, p, self.dilation).transpose(1, 2)
         y = F.conv2d(x.permute(0, 3, 1, 2), self.weight, self.bias, self.stride, p, self.dilation)
         return y.permute(0, 2, 3, 1)
-
-    def to_module(self) -> nn.Module:
-        """An equivalent :class:`torch.nn.Conv2d` (or ``Conv1d``) holding copies of the weights."""
-        c_out, c_in, k = self.weight.shape[:3]
-        cls = nn.Conv1d if self.weight.dim() == 3 else nn.Conv2d
-        conv = cls(c_in, c_out, k, stride=self.stride, padding=self.pad if self.padding == "same" else 0,
-                   dilation=self.dilation).to(self.weight)
-        with torch.no_grad():
-            conv.weight.copy_(self.weight)
-            conv.bias.copy_(self.bias)
-        return conv
 
 
 def _centers_and_alpha(layer: PositionalAttention, probs: torch.Tensor, query: int,
@@ -345,13 +325,12 @@ def conv_from_attention(layer: AttentionConv2d | PositionalAttention, *, kernel_
         dilation: spacing of the kernel grid in tokens (default the wrapper's, else 1).
         inputs: optional channels-last inputs ``(B, H, W, C_in)`` (1-D wrapper: ``(B, T, C_in)``)
             on which to measure the output error between the layer and the convolution.
-        grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the
-            attention mass on the assigned shift (reference query: token ``(H//2, W//2)``).
-            Default: the inputs' grid, else the learned tables' ``max_size`` square, else the
-            smallest odd square holding every center and shift.
-        assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with
-            N_h != K^2 heads or shifts are left out) or ``"nearest"`` (each head to its nearest
-            shift; heads on the same shift add up).
+        grid: ``(H, W)`` token grid used to find centers of non-quadratic heads and the attention
+            mass on the assigned shift (reference query: ``(H//2, W//2)``). Default: the inputs' grid,
+            else the learned tables' square, else the smallest odd square holding every center and shift.
+        assignment: ``"optimal"`` (Hungarian assignment, one head per shift; with N_h != K^2 heads
+            or shifts are left out) or ``"nearest"`` (each
+            head to its nearest shift; heads on the same shift add up).
 
     Returns:
         :class:`ExtractedConv` with ``weight (C_out, C_in, K, K)`` (1-D: ``(C_out, C_in, K)``),

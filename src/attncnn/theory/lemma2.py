@@ -100,10 +100,9 @@ class Lemma2Bound:
 
 @torch.no_grad()
 def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
-    """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2).
-
-    Holds for a layer whose heads' centers sit exactly on their kernel shifts, as
-    :func:`~attncnn.theory.attention_from_conv2d` builds them (with any ``alpha``).
+    """Bound the output error of a convolution-emulating layer with finite alpha (Lemma 2), for a
+    layer whose heads' centers sit exactly on their kernel shifts, as
+    :func:`~attncnn.theory.attention_from_conv2d` builds them.
 
     Args:
         module: an :class:`~attncnn.theory.AttentionConv2d` or ``AttentionConv1d``.
@@ -111,13 +110,12 @@ def lemma2_bound(module: AttentionConv2d, x: torch.Tensor) -> Lemma2Bound:
 
     Returns:
         :class:`Lemma2Bound`; ``output_bound`` bounds ``max |module(x) - conv(x)|`` over every
-        batch item, position and reproduced channel (``module.exact_channels``: every channel
-        unless the heads are narrower than both the input and the output, whose other channels
-        are 0), up to floating-point rounding.
+        batch item, position and reproduced channel (``module.exact_channels``), up to
+        floating-point rounding.
 
     Raises:
         InputError: bad alpha (see :func:`off_target_mass`), input width, or a head whose center
-            is not its kernel shift (the bound says nothing then).
+            is not its kernel shift.
     """
     if x.shape[-1] != module.in_channels:
         raise InputError(f"expected {module.in_channels} input channels, got shape {tuple(x.shape)}")

@@ -1,18 +1,13 @@
 """Theorem 1 inside a network: one attention layer of an image transformer against its convolution.
 
-``attncnn theorem --model quadratic-conv-mini`` asks the question behind convolutional initialisation:
-does layer 1 of a conv-initialised model (``init="conv"``) compute a K x K convolution at step 0?
-:func:`layer_as_conv` feeds real images through the model's embedding (and the blocks before the
-chosen layer), takes the layer's own input grid, extracts the closest convolution with
-:func:`conv_from_attention` (each head's folded value matrix of Lemma 1 on the tap of its center) and
-measures the output difference.
-
-The answer depends on the locality strength alpha: with ConViT's default 1.0 a head puts only 0.32
-of an interior query's attention on its target token, so the layer is a blurred convolution; at
-alpha >= 87.4 the softmax is one-hot in float32 and the interior error is rounding only
-(:func:`~attncnn.theory.default_alpha`). At the border the layer renormalises over the tokens that
-exist while the convolution reads zero padding, so the ``interior`` entries are the theorem's claim.
-The same function reads a trained checkpoint: how far its layer has moved from any convolution.
+:func:`layer_as_conv` (``attncnn theorem --model quadratic-conv-mini``) feeds real images through
+the model up to the chosen layer, extracts the closest convolution from the layer
+(:func:`conv_from_attention`) and measures the output difference on the layer's own input. With
+ConViT's alpha 1.0 a head puts only 0.32 of an interior query's attention on its target token (a
+blurred convolution); at alpha >= 87.4 the interior error is
+rounding only (:func:`~attncnn.theory.default_alpha`). At the border the layer renormalises over
+the tokens that exist while the convolution reads zero padding, so the ``interior`` entries are
+the theorem's claim. A trained checkpoint shows how far its layer has moved from any convolution.
 """
 
 from __future__ import annotations
@@ -37,8 +32,7 @@ class LayerCheck:
     Attributes:
         layer: 1-based index of the block.
         kind: the attention class name (``QuadraticAttention``, ``LearnedRelativeAttention``).
-        init: the model's ``init`` option (``"random"`` or ``"conv"``) and alpha its
-            ``locality_strength`` (None for models without the option, e.g. old checkpoints).
+        init: the model's ``init`` option and alpha its ``locality_strength`` (None without them).
         conv: the extracted convolution, with its per-head report and output errors.
         lemma2_off_target: Lemma 2's bound on the attention mass off the target token for an
             interior query at the configured alpha (None without a conv init); ``1 - target_mass``
@@ -61,8 +55,7 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
         model: an :class:`~attncnn.models.ImageTransformer` whose chosen layer is position-only
             (quadratic, generalised quadratic or learned position-only attention) with K^2 heads.
         images: normalised images ``(B, C, H, W)`` in the dtype to test (the model is cast to it).
-        layer: 1-based block index (1 = the first attention layer, the one the paper's figures and
-            Theorem 1 are about).
+        layer: 1-based block index.
 
     Returns:
         :class:`LayerCheck`; ``check.conv.report.errors`` holds the max absolute and relative
@@ -71,8 +64,7 @@ def layer_as_conv(model: nn.Module, images: torch.Tensor, *, layer: int = 1) -> 
 
     Raises:
         InputError: not an image transformer, ``layer`` out of range, or a layer whose attention
-            depends on the content (content, learned + content, GPSA): no single convolution
-            describes it; the message names the fix.
+            depends on the content (no single convolution describes it).
     """
     blocks = getattr(model, "blocks", None)
     if blocks is None or not hasattr(model, "tokens"):

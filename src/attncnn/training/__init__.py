@@ -1,20 +1,15 @@
 """Training and evaluation, one concern per module.
 
-``options`` (the ``train`` flags, built from :class:`attncnn.runs.TrainConfig`); ``components``
-(loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that survives a
-restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this machine
-runs a run, apart from its recipe) and ``plan`` (:class:`RunPlan`: those options resolved, the
-device, precision, attention paths and compile decision a run takes, made by
-:func:`attncnn.perf.make_plan`, with a chooser for what depends on the run's network and
-length) and ``choices`` (the loop's call of that chooser on its real objects, :class:`RunParts`
-in, :class:`Choices` out);
-``loop`` (:func:`train`) with ``progress``, ``signals``, ``saver`` and ``errors``, its step in
-``step``; ``evaluation``; ``distributed`` (DDP under torchrun). Run folders and checkpoints are
-:mod:`attncnn.runs`'; this package measures nothing itself (that is :mod:`attncnn.perf`, whose
-chooser it calls).
+``components`` (loaders, optimizer, schedule) and ``schedule``; ``state`` (TrainState: all that
+survives a restart) with ``rng`` and ``init_from``; ``run_options`` (:class:`RunOptions`: how this
+machine runs a run), ``plan`` (:class:`RunPlan`: those options resolved by
+:func:`attncnn.perf.make_plan`) and ``choices`` (the loop's call of the plan's chooser,
+:class:`RunParts` in, :class:`Choices` out); ``loop`` (:func:`train`) with ``progress``,
+``signals``, ``saver`` and ``errors``, its step in ``step``; ``evaluation``; ``distributed`` (DDP
+under torchrun). This package measures nothing itself (that is :mod:`attncnn.perf`).
 """
 
-from ..runs.config import TrainConfig, config_from_dict, resolve_config
+from ..runs.config import TrainConfig, resolve_config
 from .components import make_optimizer
 from .distributed import Distributed, launch_from_env, per_process_batch, process_group
 from .errors import NonFiniteLossError, TrainingError, TrainingInterrupted
@@ -25,7 +20,7 @@ from .run_options import RunOptions
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["TrainConfig", "config_from_dict", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
+__all__ = ["TrainConfig", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
            "LRSchedule",
            "warmup_cosine_multiplier",
            "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",

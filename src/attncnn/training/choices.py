@@ -1,13 +1,11 @@
 """The run-time choices a plan leaves open, made once on the run's real objects: :func:`choose_on`.
 
-The loop (:func:`attncnn.training.train`) calls :func:`choose_on` after it has built the model,
-the optimizer and the loaders (a resumed run: after the checkpoint is loaded) and before the
-first step. Where the plan has a chooser (:attr:`~attncnn.training.RunPlan.choose`, from
-:mod:`attncnn.perf`), it is given those objects (:class:`~attncnn.training.RunParts`), and its
-answer is applied to the network (:func:`use_paths`) and to the plan, which ``machine.json``'s
-segment then records. The chooser is trusted to leave the objects' state as it found them (the
-one in :mod:`attncnn.perf.plan` applies a written rule, and restores the state where the user asked
-it to time something; tested for that); the loaders are not handed to it at all, so it cannot move them.
+The loop calls :func:`choose_on` after it has built the model, the optimizer and the loaders (and
+loaded a resumed run's checkpoint) and before the first step. Where the plan has a chooser
+(:attr:`~attncnn.training.RunPlan.choose`, from :mod:`attncnn.perf`), it is given those objects
+(:class:`~attncnn.training.RunParts`, without the loaders), and its answer is applied to the
+network (:func:`use_paths`) and to the plan, which ``machine.json`` then records. The chooser must
+leave the objects' state as it found them.
 """
 
 from __future__ import annotations
@@ -23,10 +21,9 @@ __all__ = ["choose_on", "use_paths"]
 
 
 def use_paths(model: nn.Module, impl: str | None, eval_impl: str | None) -> None:
-    """Put every attention layer of ``model`` on the training path ``impl`` and the test-pass
-    path ``eval_impl`` (None: ``impl`` in both modes), as a network built with those model options
-    would be; ``impl`` None changes nothing. The model's ``config`` (where it has these fields)
-    says the same afterwards.
+    """Put every attention layer of ``model`` on the training path ``impl`` and the test-pass path
+    ``eval_impl`` (None: ``impl`` in both modes), and its ``config`` with them; ``impl`` None changes
+    nothing.
 
     Raises:
         InputError: a path the layers do not have (the layer's message).
@@ -41,10 +38,9 @@ def use_paths(model: nn.Module, impl: str | None, eval_impl: str | None) -> None
 
 
 def choose_on(plan: RunPlan, state, dataset, train_loader, test_loader) -> RunPlan:
-    """``plan`` with what it leaves open decided on the run's real objects (``state``: the
-    :class:`~attncnn.training.state.TrainState`; the loaders' lengths and batch sizes are read,
-    nothing is drawn from them), the network put on the decided paths; ``plan.decided()`` where
-    it has no chooser."""
+    """``plan`` with what it leaves open decided on the run's real objects (``state``; the loaders'
+    lengths and batch sizes are read), the network put on the decided paths; ``plan.decided()``
+    where it has no chooser."""
     if plan.choose is None:
         return plan.decided()
     config, schedule = state.config, state.schedule

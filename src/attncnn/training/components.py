@@ -39,18 +39,15 @@ def _device_choices() -> str:
 def resolve_device(name: str, *, source: str | None = None) -> torch.device:
     """The device named by a ``--device`` value (or a stored one): ``"auto"`` -> CUDA when
     available, else CPU; ``cpu``, ``cuda``, ``cuda:N`` (and ``mps``) -> that device, if this
-    machine has it. Every device string a command takes goes through here, so a typo (``gpu``) is
-    one line naming where it came from, not torch's parser error.
+    machine has it.
 
     Args:
         name: the device string.
-        source: where ``name`` came from, to start the message (default ``--device 'NAME'``; e.g.
-            ``"run X: config.json's device 'gpu'"`` for a stored one).
+        source: where ``name`` came from, to start the message (default ``--device 'NAME'``).
 
     Raises:
-        InputError: ``name`` is no device (``gpu``, ``tpu``), a device type no run trains on
-            (``meta``, ``xla``, ...), CUDA or MPS requested where it is not available, or a GPU
-            index this machine does not have; the message names ``source`` and the values to use.
+        InputError: ``name`` is no device, a device type no run trains on (``meta``, ``xla``, ...),
+            or a device this machine does not have; the message names ``source`` and the values to use.
     """
     source = source or f"--device {name!r}"
     if name == "auto":
@@ -84,11 +81,8 @@ CUBLAS_DETERMINISTIC = (":4096:8", ":16:8")
 @contextlib.contextmanager
 def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[None]:
     """While the block runs, ``torch.use_deterministic_algorithms(True)`` if ``enabled``; the
-    previous setting comes back afterwards.
-
-    On CUDA, cuBLAS is deterministic only with ``CUBLAS_WORKSPACE_CONFIG`` set to one of
-    :data:`CUBLAS_DETERMINISTIC` before the process first uses it: the environment is the caller's
-    (the ``attncnn`` command sets it at start-up for ``--deterministic``), so this only checks it.
+    previous setting comes back afterwards. On CUDA, cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG``
+    set before its first use (the ``attncnn`` command sets it): this only checks it.
 
     Raises:
         TrainingError: ``enabled`` on a CUDA device and ``CUBLAS_WORKSPACE_CONFIG`` not one of
@@ -111,10 +105,9 @@ def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[No
 
 def make_loaders(config: TrainConfig, dist: Distributed, *, data_dir: str | None = None,
                  download: bool = False) -> tuple[Dataset, DeviceLoader, DeviceLoader]:
-    """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global
-    batch, each process trains on its share (the evaluation batch is per process: it only sets
-    memory use). ``data_dir`` and ``download``: the run-time options of the official archives'
-    cache (:class:`~attncnn.training.RunOptions`; default: the usual cache folder, no download).
+    """``(dataset, train loader, test loader)`` for this process; ``batch_size`` is the global batch,
+    each process trains on its share (the evaluation batch is per process). ``data_dir`` and
+    ``download``: the official archives' cache (:class:`~attncnn.training.RunOptions`).
 
     Raises:
         DataError: the data cannot be read (on ranks > 0: rank 0 could not read it).
@@ -147,15 +140,11 @@ def make_loaders(config: TrainConfig, dist: Distributed, *, data_dir: str | None
 
 
 def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> TrainConfig:
-    """``config`` with its network built for the data set's images where it holds a learned absolute
-    position embedding (``pos_embed="learned"``, e.g. ``deit-mini``) made for another size and its
-    model options name none: ``model.image_size`` becomes the images' side, as a new run records
-    it in ``config.json``. Otherwise ``config`` itself: other networks take any size their pooling
-    width divides, and non-square images, a side the pooling width does not divide, or an
-    ``image_size`` the options name are left for the network's own check to refuse with its fix
-    (:func:`attncnn.runs.loading.check_images`). Only a new run is fitted: a resumed one keeps its
-    weights' size. ``dataset`` may be the data set or only its sizes (a dry run's estimate).
-    """
+    """``config`` with ``model.image_size`` set to the images' side where its network holds a learned
+    absolute position embedding (``pos_embed="learned"``) made for another size and its options name
+    none; otherwise ``config`` itself (other mismatches are left to
+    :func:`attncnn.runs.loading.check_images`). Only new runs are fitted. ``dataset`` may be the data
+    set or only its sizes."""
     if "image_size" in config.model:
         return config
     _, model_config = preset_model_config(config.preset, dataset.num_classes, **config.model)
@@ -172,13 +161,11 @@ def fitted_to_images(config: TrainConfig, dataset: Dataset | DataShape) -> Train
 def make_optimizer(model: nn.Module, config: TrainConfig, *, fused: bool = False) -> torch.optim.Optimizer:
     """``config.optimizer`` (SGD, the paper's, or AdamW, ConViT's) with two groups: weight decay on
     everything except the model's ``no_weight_decay()`` names (Gaussian centers and spreads, as the
-    reference optimiser in ``train.py``; by the same rule GPSA's positional vectors ``v_pos`` and gates).
+    reference optimiser in ``train.py``; by the same rule GPSA's ``v_pos`` and gates).
 
-    ``fused``: the optimizer's fused kernel (``fused=True``, one kernel over all parameters of a
-    device and dtype; CPU and CUDA) instead of torch's default choice, the ``foreach`` kernels on
-    CUDA and CPU alike. The same update up to float32 rounding; a run-time option
-    (:class:`~attncnn.training.RunOptions`), never the recipe's. Without it the optimizer is built
-    exactly as before the option existed (its state dict's ``fused`` stays None)."""
+    ``fused``: the optimizer's fused kernel instead of torch's default ``foreach`` kernels (the same
+    update up to float32 rounding; a run-time option, never the recipe's).
+    """
     skip = getattr(model, "no_weight_decay", lambda: set())()
     decay = [p for n, p in model.named_parameters() if n not in skip]
     no_decay = [p for n, p in model.named_parameters() if n in skip]

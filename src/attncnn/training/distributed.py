@@ -1,48 +1,33 @@
-"""Data-parallel training with PyTorch DDP when the process was started by ``torchrun``.
+"""Data-parallel training with PyTorch DDP when the process was started by ``torchrun``
+(user guide: docs/distributed.md).
 
-``torchrun --nproc_per_node N -m attncnn train ...`` starts N copies of the command and gives each
-the environment variables ``WORLD_SIZE`` (N times the number of nodes), ``RANK`` (0 ... WORLD_SIZE-1)
-and ``LOCAL_RANK`` (its index on the node). :func:`launch_from_env` reads them; without them (a
-plain ``attncnn train``) nothing here creates a process group and training is single-process.
+``torchrun`` gives each process ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``; :func:`launch_from_env`
+reads them; without them nothing here creates a process group and training is single-process.
 
 The rules the training loop follows under DDP (see :mod:`attncnn.training.loop`):
 
 * ``batch_size`` is the *global* batch (the paper's 100): each of the W processes trains on
-  ``batch_size / W`` examples per step (:func:`per_process_batch`), and DDP averages the gradients,
+  ``batch_size / W`` examples per step (:func:`per_process_batch`) and DDP averages the gradients,
   so one step is the same SGD step as one process with the whole batch.
-* Every process holds the same weights, optimiser state and LR; only rank 0 writes files
-  (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`). Each write is followed
-  by one small collective in which rank 0 reports success, so a failed write (full disk) stops
-  every process at the same point instead of leaving the others waiting in the next gradient
-  all-reduce.
-* Decisions that one process could take alone (stop on SIGINT/SIGTERM, stop on a NaN loss) are
-  agreed with a collective at points every process reaches in the same order
-  (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`).
-* Each process draws its own dropout masks: ranks > 0 reseed torch's generator from
-  ``(seed, rank)`` after the (identical) weight initialisation; checkpoints carry every rank's
-  generator state (:mod:`attncnn.training.rng`) so a resumed run continues the same streams.
+* Only rank 0 writes files (:class:`~attncnn.runs.main_process_folder.MainProcessRunFolder`); each
+  write is followed by a collective in which rank 0 reports success, so a failed write stops every
+  process at the same point.
+* Stop requests and NaN losses are agreed with a collective at points every process reaches in the
+  same order (:meth:`Distributed.max_int`, :meth:`Distributed.all_gather`): a signal is honoured
+  within ``loop.SYNC_EVERY`` steps (torchrun's ``--shutdown-timeout``, 30 s by default, must cover
+  them).
+* Each process draws its own dropout masks: ranks > 0 reseed torch's generator from ``(seed, rank)``
+  after the (identical) weight initialisation;
+  checkpoints carry every rank's generator state (:mod:`attncnn.training.rng`).
 
-NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU.
-
-Limitations (kept simple on purpose):
-
-* A signal is honoured at the next agreement point (every ``loop.SYNC_EVERY`` = 25 steps, at
-  mid-epoch checkpoints, at the end of each epoch), not after the current step as with one
-  process; torchrun forwards SIGINT/SIGTERM to every process and kills them after its
-  ``--shutdown-timeout`` (30 s by default), which must cover those steps plus a checkpoint.
-* A process that dies outside those points (out of memory, SIGKILL) leaves the others inside a
-  collective until torchrun stops them (gloo notices the lost peer at once, NCCL may wait).
-* BatchNorm (the ResNet18 baseline) normalises with each process's ``batch_size / W`` examples
-  (no SyncBatchNorm), so its runs are not the one-process computation; the attention models use
-  LayerNorm only and are.
-* Every process keeps the whole training split on its device, and the run folder must be visible
-  to every process (one node, or a shared file system on several).
-* DDP is built without ``find_unused_parameters``: every parameter must get a gradient in each
-  step (true for all presets).
-* Resuming with another number of processes works when the global batch still splits evenly and
-  the steps per epoch stay the same (training images divisible by both process counts, e.g.
-  CIFAR's 50,000 with 1, 2 or 4); ranks without a saved generator state start a fresh dropout
-  stream, with a warning.
+NCCL is used on CUDA (each process on ``cuda:LOCAL_RANK``), gloo on CPU. Limits: a process that
+dies outside the agreement points leaves the others in a collective until torchrun stops them;
+BatchNorm (ResNet18) normalises per process (no SyncBatchNorm), so its runs are not the one-process
+computation (the attention models use LayerNorm only); every process keeps the training
+split on its device and must see the run folder; every parameter must get a gradient each step (no
+``find_unused_parameters``); a resume with another process count needs the same steps per epoch
+(training images divisible by both counts), and ranks without a saved generator state start a fresh
+dropout stream, with a warning.
 """
 
 from __future__ import annotations
@@ -91,10 +76,8 @@ def _env_int(environ: Mapping[str, str], name: str) -> int:
 
 
 def launch_from_env(environ: Mapping[str, str] | None = None) -> Launch | None:
-    """This process's :class:`Launch` from torchrun's variables, or ``None`` for a single process.
-
-    ``WORLD_SIZE`` unset or ``1`` (e.g. ``torchrun --nproc_per_node 1``) means single-process:
-    no process group is created, which is the same computation without the overhead.
+    """This process's :class:`Launch` from torchrun's variables, or ``None`` for a single process
+    (``WORLD_SIZE`` unset or ``1``: no process group is created).
 
     Raises:
         InputError: ``WORLD_SIZE`` > 1 with ``RANK``/``LOCAL_RANK`` missing, not integers or out of
@@ -248,11 +231,8 @@ class Distributed:
         return result
 
     def wrap(self, model: nn.Module) -> nn.Module:
-        """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel` (which averages the
-        gradients over the processes during ``backward``), or ``model`` itself for one process.
-
-        Construction broadcasts rank 0's weights and buffers, so it is a collective too.
-        """
+        """``model`` in :class:`~torch.nn.parallel.DistributedDataParallel` (a collective: it broadcasts
+        rank 0's weights and buffers), or ``model`` itself for one process."""
         if not self.enabled:
             return model
         device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -262,11 +242,8 @@ class Distributed:
 @contextlib.contextmanager
 def process_group(launch: Launch, device: torch.device) -> Iterator[Distributed]:
     """Create the default process group for ``launch`` (NCCL on CUDA, gloo on CPU), yield its
-    :class:`Distributed`, and destroy the group on the way out, also after an error.
-
-    Rendezvous uses torchrun's ``MASTER_ADDR``/``MASTER_PORT``. A group that already exists (the
-    caller set one up) is used as it is and left alone. While the block runs, ranks > 0 log only
-    warnings and errors of the ``attncnn`` logger, so the console shows each epoch once.
+    :class:`Distributed`, and destroy the group on the way out, also after an error. An existing group
+    is used as it is and left alone. While the block runs, ranks > 0 log only warnings and errors.
 
     Raises:
         InputError: an existing group whose size or rank differs from ``launch``.

@@ -57,10 +57,8 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
             the whole set. ``EvalResult.seconds`` is this process's time.
         keep_predictions: also return each example's top-1 class (``EvalResult.predictions``);
             one process only.
-        progress: show the pass's progress as training shows an epoch's
-            (:class:`~attncnn.training.progress.Progress`: a bar on a terminal, else a line about
-            every tenth of a pass that takes half a minute or more, with the accuracy so far: one
-            host sync per line). Off for the test passes inside training, whose epoch line follows.
+        progress: show the pass's progress (:class:`~attncnn.training.progress.Progress`); off for
+            the test passes inside training.
 
     Raises:
         InputError: ``loader`` sharded over a different number of processes than ``dist``, or

@@ -1,8 +1,4 @@
-"""Starting a run from another run's weights (``--init-from``): weights only, checked before loading.
-
-Only the weights are taken: optimiser state, random state and epoch counters start anew, so the run
-is a fine-tune with its own schedule (the paper's pruned run, reference ``runs/quadratic-generalized-pruned``).
-"""
+"""Starting a run from another run's weights (``--init-from``): weights only, checked before loading."""
 
 from __future__ import annotations
 
@@ -21,10 +17,8 @@ log = logging.getLogger(__name__)
 
 
 def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``).
-
-    Only the weights are taken: optimiser state, random state and epoch counters start anew, so
-    the run is a fine-tune with its own schedule (the paper's pruned run, reference
+    """Load a checkpoint's weights into a freshly built ``model`` (``TrainConfig.init_from``); optimiser
+    state, random state and epoch counters start anew (a fine-tune, as the reference's
     ``runs/quadratic-generalized-pruned``).
 
     Raises:

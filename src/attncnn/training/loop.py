@@ -1,46 +1,27 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
-How one run flows: the caller has made the run's :class:`~attncnn.training.RunPlan` (device,
-precision, deterministic, and what it gives of the attention paths and compile:
-:func:`attncnn.perf.make_plan` or :func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe
-(a resumed run's own ``config.json``, never rewritten) and, under torchrun, joins the process
-group; :func:`_train` builds the data loaders, builds the :class:`~attncnn.training.state.TrainState`
-(model, optimizer, schedule, position, sums; the network with the plan's attention paths), opens
-the run folder (a new run writes ``config.json``) and, on ``--resume``, restores the state from its
-last checkpoint; then the plan's chooser, where it has one, decides what the plan left open on
-those real objects, putting their state back (:func:`~attncnn.training.choices.choose_on`;
-nothing here measures: the chooser is :mod:`attncnn.perf`'s), and this process's segment is
-appended to ``machine.json`` (device, precision, compile and its mode, the optimizer's kernel,
-paths as decided); :func:`_loop` trains. Per step, in this order: learning rate, with CUDA graphs
-(``compile_mode="reduce-overhead"``) the mark of a new step,
-:func:`~attncnn.training.step.training_step` (forward under autocast in bf16, float32 loss,
-backward, optimizer step), running sums (on the device, no host
-sync), every ``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request
-(SIGINT/SIGTERM) and the mid-epoch checkpoint. Per epoch: evaluation,
-the metrics record (``metrics.jsonl`` and TensorBoard), checkpoints ``best``, periodic, ``last``.
-The evaluation runs every ``eval_every`` epochs and after the last one; the other epochs' records
-have no ``test_*`` keys (readers of ``metrics.jsonl`` skip them for test curves).
+The caller makes the run's :class:`~attncnn.training.RunPlan` (:func:`attncnn.perf.make_plan` or
+:func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe and, under torchrun, joins the
+process group; :func:`_train` builds the loaders and the :class:`~attncnn.training.state.TrainState`,
+opens the run folder and, on ``--resume``, restores the state from its last checkpoint; then the
+plan's chooser decides what the plan left open (:func:`~attncnn.training.choices.choose_on`) and
+this process's segment is appended to ``machine.json``; :func:`_loop` trains. Per step: learning
+rate, :func:`~attncnn.training.step.training_step`, running sums (on the device), every
+``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request and the
+mid-epoch checkpoint. Per epoch: evaluation (every ``eval_every`` epochs and after the last; other
+records have no ``test_*`` keys), the metrics record, checkpoints ``best``, periodic, ``last``.
 
 What survives what:
 
-* **SIGINT / SIGTERM** (handlers installed only while the loop runs): the current step finishes,
-  a resumable ``last`` checkpoint is written and :class:`TrainingInterrupted` is raised (the CLI
-  exits with 130 / 143 and prints the ``--resume`` command). A second signal stops at once.
-* **Resume**, also in the middle of an epoch: see :mod:`attncnn.training.state`; bit-identical to
-  an uninterrupted run on CPU in deterministic mode. ``checkpoint_every_steps`` refreshes ``last``
-  within epochs, so even SIGKILL loses little.
-* **Non-finite loss**: each step records the first non-finite loss on the device; it is read at
-  every sync point and before every checkpoint, so the error names the exact step, batch and
-  learning rate, and nothing is written after the failure: the last checkpoint is the last good one.
+* **SIGINT / SIGTERM**: the current step finishes, a resumable ``last`` checkpoint is written and
+  :class:`TrainingInterrupted` is raised (the CLI exits with 130 / 143 and prints the ``--resume``
+  command). A second signal stops at once.
+* **Resume**, also mid-epoch (:mod:`attncnn.training.state`): bit-identical to an uninterrupted run
+  on CPU in deterministic mode; ``checkpoint_every_steps`` refreshes ``last`` within epochs.
+* **Non-finite loss**: read at every sync point and before every checkpoint, so the error names
+  the exact step, batch and learning rate, and nothing is written after the failure.
 
-**Several processes** (``torchrun --nproc_per_node N -m attncnn train ...``; see
-:mod:`attncnn.training.distributed`): the model is wrapped in DistributedDataParallel, the global
-``batch_size`` is split evenly over the processes, and rank 0 alone writes the run folder and shows
-progress. Epoch metrics are summed over the processes. Stop requests and non-finite losses are
-agreed with one small collective at fixed points (every ``SYNC_EVERY`` steps, at mid-epoch
-checkpoints and at the end of each epoch), so every process stops after the same step. Limitation:
-under DDP a signal is therefore honoured within ``SYNC_EVERY`` steps rather than after the current
-one (torchrun waits 30 s, ``--shutdown-timeout``, before it kills the processes).
+Several processes: see :mod:`attncnn.training.distributed`.
 """
 
 from __future__ import annotations
@@ -90,10 +71,9 @@ def evaluates(epoch: int, epochs: int, eval_every: int) -> bool:
 
 
 def count_test_passes(epochs: int, eval_every: int) -> int:
-    """How many test passes a run of ``epochs`` makes (:func:`evaluates`): the multiples of
-    ``eval_every`` up to ``epochs``, plus the last epoch when it is not one of them, which is
-    ``ceil(epochs / eval_every)`` (0 for no epochs). Counted, not looped: a dry run of 10**9 epochs
-    took 100 s to count its passes epoch by epoch.
+    """How many test passes a run of ``epochs`` makes (:func:`evaluates`):
+    ``ceil(epochs / eval_every)`` (the multiples of ``eval_every``, plus the last epoch), counted
+    without a loop.
 
     Raises:
         InputError: ``eval_every`` < 1 (no schedule).
@@ -111,32 +91,22 @@ def train(config: TrainConfig | None, out_dir: str | Path, plan: RunPlan, *, mod
         config: the recipe (ignored on resume: the run's own ``config.json`` is used).
             ``config.batch_size`` is the global batch, whatever the number of processes.
         out_dir: run folder.
-        plan: how this machine trains it: device, precision, attention paths, compile, deterministic
-            (:class:`~attncnn.training.RunPlan`, from :func:`attncnn.perf.make_plan` for a new run or
-            :func:`attncnn.perf.resume_plan` for a resumed one). What it leaves open is decided by its
-            chooser (``plan.choose``) on this run's model, optimizer and batch shapes before the first
-            step, their state put back. A new run
-            writes the recipe to ``config.json``, and nothing rewrites it afterwards; the decided plan goes to
-            ``machine.json``, one segment per call (:mod:`attncnn.runs.machine_file`), and each
-            epoch record names the precision that trained it (``"precision"``) and whether a
-            compiled step did (``"compiled"``).
+        plan: how this machine trains it (:class:`~attncnn.training.RunPlan`, from
+            :func:`attncnn.perf.make_plan` or :func:`attncnn.perf.resume_plan`); what it leaves open
+            is decided by ``plan.choose`` before the first step. A new run writes the recipe to
+            ``config.json`` (never rewritten); the decided plan goes to ``machine.json``, one segment
+            per call, and each epoch record names its ``"precision"`` and ``"compiled"``.
         mode: ``"new"`` (refuse a non-empty folder), ``"overwrite"``, or ``"resume"``
-            (continue from the folder's last checkpoint with its stored recipe, also from the
-            middle of an epoch).
+            (continue from the folder's last checkpoint with its stored recipe, also mid-epoch).
         progress: show a tqdm progress bar on stderr (rank 0 only under DDP).
         epoch_metrics: called with the model after each epoch's evaluation; its numbers join the
             epoch's record. It must not draw random numbers (a resumed run would differ).
 
-    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process calls this with the same arguments: it
-    creates the process group (NCCL with each process on ``cuda:LOCAL_RANK``; gloo on CPU), trains
-    with DistributedDataParallel on ``batch_size / WORLD_SIZE`` examples per process and step, and
-    destroys the group at the end, also after an error. Only rank 0 writes ``out_dir``; every
-    process returns the same summary. ``out_dir`` must be visible to all of them.
-
-    The process's compiled code (``torch.compile``) is left as it was (a caller's own compiled
-    functions stay compiled; nothing here or in the chooser resets dynamo): a caller that trains many
-    compiled runs in one process calls ``torch._dynamo.reset()`` between them, as ``attncnn
-    reproduce`` does, or dynamo stops compiling past its per-function cache limit.
+    Under ``torchrun`` every process calls this with the same arguments (see
+    :mod:`attncnn.training.distributed`); only rank 0 writes ``out_dir``; every process returns the
+    same summary. Compiled code is left as it was: a caller that trains many compiled runs in one
+    process calls ``torch._dynamo.reset()`` between them, as ``attncnn reproduce`` does, or dynamo
+    stops compiling past its per-function cache limit.
 
     Raises:
         RunFolderError, DataError, ValueError, TrainingError: with a message naming the fix
@@ -217,8 +187,7 @@ def _train(config: TrainConfig, out_dir: str | Path, plan: RunPlan, mode: str, p
 
 def _segment(state: TrainState, plan: RunPlan, dataset) -> dict:
     """This process's segment of ``machine.json`` as it starts (:mod:`attncnn.runs.machine_file`):
-    where it starts, how the plan runs it (a compiled one with its ``compile_mode``), and each
-    attention layer's path in training and in test passes."""
+    where it starts, how the plan runs it, and each attention layer's paths."""
     segment = {"epochs": [state.epoch + 1, state.epoch], "start": {"epoch": state.epoch, "step": state.step},
                "device": str(state.dist.device), "precision": plan.precision, "compiled": plan.compile,
                **({"compile_mode": plan.compile_mode} if plan.compile else {}),

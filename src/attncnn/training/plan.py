@@ -1,21 +1,13 @@
 """What a run takes from the machine at hand: :class:`RunPlan`, and the hand-over of the choices
 left open in it (:class:`RunParts`, :class:`Choices`, :data:`Chooser`).
 
-A recipe (:class:`~attncnn.runs.TrainConfig`, a run folder's ``config.json``) says what to train;
-the plan says how this machine trains it: the device, the precision of this machine's segment of
-the run, the attention paths, whether to compile and to run deterministically. It is
-:class:`~attncnn.training.RunOptions` resolved for this machine by :func:`attncnn.perf.make_plan`
-(a new run) or :func:`attncnn.perf.resume_plan` (a run continued, perhaps on another machine),
-which decide what needs no data and no network (device, precision, deterministic). What depends
-on the run's network and length (the attention paths, whether to compile: the written rule, or a
-timing the user asked for) is left to the plan's :attr:`RunPlan.choose`: the loop
-(:func:`attncnn.training.train`) calls it once, after it has built the real model, optimizer and
-loaders and before the first step, with those objects (:class:`RunParts`), and trains with the
-:class:`Choices` it returns. This package only
-calls it (the import arrow keeps :mod:`attncnn.perf` above :mod:`attncnn.training`). The decided
-plan goes to ``machine.json``, never to ``config.json``. A plan written by hand works too (tests
-do that): without a chooser, an open ``compile`` (None) means eager and open paths the layers' own
-rule.
+The recipe (:class:`~attncnn.runs.TrainConfig`) says what to train; the plan says how this machine
+trains it: :class:`~attncnn.training.RunOptions` resolved by :func:`attncnn.perf.make_plan` or
+:func:`attncnn.perf.resume_plan`. What depends on the run's network and length (attention paths,
+compile) is left to :attr:`RunPlan.choose`, which the loop calls once on the real objects
+(:class:`RunParts`) before the first step; it trains with the :class:`Choices` returned. The plan
+goes to ``machine.json``, never to ``config.json``. Without a chooser, an open ``compile`` means
+eager and open paths the layers' own rule.
 """
 
 from __future__ import annotations
@@ -34,14 +26,13 @@ __all__ = ["RunPlan", "RunParts", "Choices", "Chooser"]
 
 @dataclass(frozen=True)
 class RunParts:
-    """The real objects of a run as its chooser gets them, before the first step (:attr:`RunPlan.choose`).
-
-    The chooser may run them (a timing trains and evaluates) but must leave them as it found them:
-    weights, buffers, optimizer state, gradients, random states, and the loaders it is not given.
+    """The real objects of a run as its chooser gets them, before the first step (:attr:`RunPlan.choose`);
+    the chooser may run them (a timing trains and evaluates) but must leave them as it found them:
+    weights, buffers, optimizer state, gradients, random states.
 
     Attributes:
         model: the plain network (not a DDP or compiled wrapper) on ``device``, with the plan's
-            attention paths (the layers' own rule where the plan leaves them open).
+            attention paths.
         optimizer: its optimizer, in the state the first step will find (empty for a new run, the
             checkpoint's for a resumed one).
         config: the run's recipe (a new run's fitted to its images).
@@ -93,21 +84,18 @@ class RunPlan:
 
     Attributes:
         device: where this process trains (under torchrun: its own GPU, ``cuda:LOCAL_RANK``).
-        precision: ``"fp32"`` or ``"bf16"``, this segment's (each epoch record names the one that
-            trained it, ``machine.json`` each segment's).
+        precision: ``"fp32"`` or ``"bf16"``, this segment's.
         compile: compile the model (``torch.compile(dynamic=False)``; default False); None: left to
             :attr:`choose` (eager without one).
-        compile_mode: the ``torch.compile`` mode of a compiled model, one of
-            :data:`~attncnn.training.run_options.COMPILE_MODES` (default ``"default"``);
-            ``"reduce-overhead"`` (CUDA graphs) only with ``compile`` True, on CUDA
-            (:func:`attncnn.perf.make_plan` refuses it elsewhere).
+        compile_mode: one of :data:`~attncnn.training.run_options.COMPILE_MODES` (default
+            ``"default"``); ``"reduce-overhead"`` only with ``compile`` True, on CUDA.
         fused_optimizer: the optimizer's fused kernel instead of its foreach ones (default False).
         deterministic: deterministic algorithms only (default False).
-        impl: the attention path to train with (None, the default: the layers' own rule, ``"auto"``,
-            unless :attr:`choose` decides it).
+        impl: the attention path to train with (None, the default: the layers' own rule, unless
+            :attr:`choose` decides it).
         eval_impl: the attention path of test passes (None: the training path).
-        options: the run-time options this plan was made from (default: none given): where the data
-            cache is, and the flags an interrupted run's ``--resume`` command repeats.
+        options: the run-time options this plan was made from (the data cache, and the flags an
+            interrupted run's ``--resume`` command repeats).
         machine: the machine, as ``machine.json`` records it (:func:`attncnn.perf.machine_info`);
             None (default): not recorded.
         choose: what decides the choices left open on the run's real objects (:data:`Chooser`,

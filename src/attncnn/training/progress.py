@@ -28,13 +28,10 @@ MIN_EPOCH_SECONDS = 30.0
 
 class Progress:
     """The progress of a loop of ``total`` steps: a tqdm bar on stderr when ``enabled`` and stderr
-    is a terminal; when stderr is not one (CI, ``nohup``, a scheduler's log file, where the bar's
-    carriage-return frames would pile up) one INFO line about every :data:`LINE_EVERY` of the steps,
-    at most one per :data:`MIN_LINE_SECONDS` and none in a loop shorter than
-    :data:`MIN_EPOCH_SECONDS` at its pace so far, and none at its last step (the caller's own result
-    line follows). What the bar and the lines say is asked of the caller only when drawn, so a
-    caller whose numbers cost a host sync pays it only then. Close it (or use it as a context
-    manager) to remove the bar.
+    is a terminal; otherwise one INFO line about every :data:`LINE_EVERY` of the steps, at most one
+    per :data:`MIN_LINE_SECONDS`, none in a loop shorter than :data:`MIN_EPOCH_SECONDS` and none at
+    its last step. What the bar and the lines say is asked of the caller only when drawn (a host sync
+    only then). Close it (or use it as a context manager) to remove the bar.
 
     Args:
         total: steps in the loop.
@@ -87,11 +84,8 @@ class Progress:
 
 class EpochMeter:
     """Measures one epoch from its first step (or its resume point) to its last, with its
-    :class:`Progress`: a tqdm bar on a terminal; without one, for a long epoch (several minutes of a
-    paper-width model on a 2-core CPU), a line about every :data:`LINE_EVERY` of its steps (step,
-    running loss and accuracy, images/s); the loop's line per epoch follows as before. Lines are only
-    written where the loop already syncs with the device (:meth:`show`), so they add no host sync of
-    their own. Use as a context manager: the bar is closed on any exit.
+    :class:`Progress` (lines: step, running loss and accuracy, images/s), written only where the loop
+    already syncs with the device (:meth:`show`). Use as a context manager.
 
     Args:
         epoch: 0-based epoch.

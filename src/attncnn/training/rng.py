@@ -1,19 +1,15 @@
 """Random-number state of every process: seeding, and capture/restore through checkpoints.
 
-What draws random numbers while a model trains, and how each survives a restart:
-
-* dropout draws from torch's default generators (the CPU one, and on a GPU the device's one):
-  their states are saved in every checkpoint, for every process, under one key scheme,
-  ``rng.rank{r}.torch_cpu`` and ``rng.rank{r}.torch_cuda`` (the process's own GPU);
+* dropout draws from torch's default generators: their states are saved in every checkpoint, for
+  every process, as ``rng.rank{r}.torch_cpu`` and ``rng.rank{r}.torch_cuda``;
 * the batch order and the augmentation come from a generator rebuilt from ``(seed, epoch)``
   (:func:`attncnn.data.epoch_generator`): nothing to save;
-* Python's ``random`` and NumPy's global generator are used by nothing in attncnn, so they are
-  neither seeded nor saved. Code added to the loop that draws from them must add them here,
-  or a resumed run will differ from an uninterrupted one.
+* Python's ``random`` and NumPy's global generator are used by nothing in attncnn: code that draws
+  from them must add them here, or a resumed run will differ from an uninterrupted one.
 
-Every process starts from ``seed`` (so all build the same initial weights); after the model is
-built, ranks > 0 switch to a stream of their own (:func:`rank_seed`) so that their dropout
-masks differ, while rank 0 keeps the single-process stream.
+Every process starts from ``seed`` (the same initial weights); after the model is built, ranks > 0
+switch to a stream of their own (:func:`rank_seed`) so that their dropout masks differ, while rank 0
+keeps the single-process stream.
 """
 
 from __future__ import annotations
@@ -64,13 +60,9 @@ def capture_rng(dist: Distributed) -> dict[str, torch.Tensor]:
 
 
 def restore_rng(dist: Distributed, tensors: Mapping[str, torch.Tensor], seed: int, epoch: int, step: int) -> None:
-    """Restore this process's generator states from a checkpoint's tensors.
-
-    A checkpoint without them for this rank (written by fewer processes, or by an older version)
-    cannot continue the same stream: this rank then starts a fresh one from
-    ``(seed, rank, epoch, step)`` and says so, so the run goes on but is no longer bit-identical
-    to an uninterrupted one.
-    """
+    """Restore this process's generator states from a checkpoint's tensors. Where the checkpoint has
+    none for this rank (written by fewer processes), this rank starts a fresh stream from
+    ``(seed, rank, epoch, step)`` and says so: the run is then no longer bit-identical."""
     keys = {name: f"rng.rank{dist.rank}.{name}" for name in _own_states(dist)}
     if all(key in tensors for key in keys.values()):
         torch.set_rng_state(tensors[keys["torch_cpu"]].cpu())

@@ -1,12 +1,9 @@
 """How this machine runs a run: :class:`RunOptions`, the run-time options of ``attncnn train``,
 ``evaluate`` and ``reproduce``, kept apart from the recipe (:class:`~attncnn.runs.TrainConfig`).
 
-A run folder's ``config.json`` is the recipe: what the experiment is, the same on every machine
-that trains or resumes it. Where it runs (device), at which numeric precision, compiled or not,
-deterministically or not, through which attention computation path, and where the official
-archives are cached are this machine's choices: they are given here, resolved by
-:func:`attncnn.perf.make_plan` / :func:`attncnn.perf.resume_plan` into a
-:class:`~attncnn.training.RunPlan`, and recorded per segment of the run in ``machine.json``
+Device, precision, compile, determinism, attention paths and the archives' cache are this
+machine's choices: resolved by :func:`attncnn.perf.make_plan` / :func:`attncnn.perf.resume_plan`
+into a :class:`~attncnn.training.RunPlan` and recorded per segment in ``machine.json``
 (:mod:`attncnn.runs.machine_file`), never in ``config.json`` or a checkpoint.
 """
 
@@ -20,8 +17,7 @@ from ..runs.config import PRECISIONS, option
 
 __all__ = ["RunOptions", "COMPILE_MODES"]
 
-#: the ``torch.compile`` modes a run may compile its step in: ``"default"`` (inductor's fused kernels)
-#: and ``"reduce-overhead"`` (the same kernels replayed as CUDA graphs: one launch per graph, CUDA only)
+#: the ``torch.compile`` modes a run may compile its step in (``"reduce-overhead"``: CUDA graphs, CUDA only)
 COMPILE_MODES = ("default", "reduce-overhead")
 
 
@@ -35,33 +31,24 @@ class RunOptions:
             ``"cuda:N"``. A resumed run takes this command's, whatever machine started it.
         precision: ``"fp32"``, ``"bf16"`` (mixed precision) or ``"auto"`` (bf16 where the device has
             fast bfloat16 units, else fp32). None (default): ``auto`` for a new run; a resumed run
-            keeps the precision its first segment trained at (``machine.json``; a run from before
-            ``machine.json`` existed: its ``config.json``'s ``"precision"``), but fp32 where bf16 is
-            slow (:func:`attncnn.perf.machine_precision`).
+            keeps its own, but fp32 where bf16 is slow (:func:`attncnn.perf.machine_precision`).
         compile: compile the training step (True), never (False), or None (default): the written
-            rule decides (:func:`attncnn.perf.rule.choose`: never for a run shorter than about ten
-            minutes), or the measurement where ``measure_compile``; off with ``deterministic`` and
-            under torchrun unless given.
-            ``compile_mode="reduce-overhead"`` compiles.
-        compile_mode: how a compiled step is compiled, one of :data:`COMPILE_MODES`: ``"default"``
-            (``torch.compile``'s default mode), or ``"reduce-overhead"``: CUDA graphs, for small
-            models whose step is bound by kernel launches; CUDA only, and it implies ``compile``
-            (refused with ``compile=False``, :func:`attncnn.perf.make_plan`). The loop then marks
-            each step's start (``torch.compiler.cudagraph_mark_step_begin``).
-        fused_optimizer: update the weights with the optimizer's fused kernel (``fused=True``: one
-            kernel for all parameters) instead of its default ``foreach`` kernels (default False);
-            the recipe (learning rate, momentum, weight decay) is the same, the rounding may differ.
+            rule (:func:`attncnn.perf.rule.choose`: never for a run shorter than about ten minutes)
+            or, with ``measure_compile``, a measurement
+            decides; off with ``deterministic`` and under torchrun unless given.
+        compile_mode: one of :data:`COMPILE_MODES`: ``"default"`` or ``"reduce-overhead"`` (CUDA
+            graphs, for small models bound by kernel launches; CUDA only, implies ``compile``).
+        fused_optimizer: the optimizer's fused kernel instead of its ``foreach`` kernels (default
+            False; the same update, the rounding may differ).
         deterministic: deterministic algorithms only (with the CPU, runs and resumes are
-            bit-identical); None (default): off for a new run, and for a resumed one as its last
-            segment ran (``machine.json``, else its old ``config.json``'s ``"deterministic"``).
+            bit-identical); None (default): off for a new run, as the last segment ran for a resumed one.
         impl: the attention layers' training path (``"auto"``: the layers' own shape rule;
             ``"measure"``: timed on the run's own first layer before the first step, forgotten at
-            exit, not under torchrun); None (default): the written rule's (:func:`attncnn.perf.rule.choose`).
+            exit, not under torchrun); None (default): the written rule's.
         eval_impl: the path of test passes (``"measure"`` as for ``impl``); None (default): the
             rule's where ``impl`` is not given, measured where it is ``"measure"``, else the training path.
-        measure_compile: time the training step eager and compiled on the run's own objects before
-            the first step and compile where it pays back (default False: the rule decides); not
-            with ``compile`` given, nor under torchrun.
+        measure_compile: time the training step eager and compiled before the first step and compile
+            where it pays back (default False); not with ``compile`` given, nor under torchrun.
         data_dir: cache folder of the official archives and decoded images (default None:
             ``$ATTNCNN_DATA_DIR`` or ``~/.cache/attncnn``).
         download: download official archives if missing (default False).

@@ -21,8 +21,7 @@ log = logging.getLogger(__name__)
 
 def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] = ()) -> str:
     """The shell command that continues the run in ``run_path`` (under torchrun when it ran there),
-    with ``options``: the run-time flags this run was given (e.g. ``--device cpu --compile``), which
-    the run's ``config.json`` does not hold."""
+    with ``options``, the run-time flags this run was given."""
     command = shlex.join(["attncnn", "train", "--resume", str(run_path), *options])
     if not dist.enabled:
         return command
@@ -34,11 +33,8 @@ def resume_command(run_path: Path, dist: Distributed, options: tuple[str, ...] =
 
 
 class Saver:
-    """Writes ``state``'s checkpoints into ``run`` and remembers the newest ``last`` one.
-
-    Every process calls the same methods (the checkpoint gathers random states and sums from all
-    of them); rank 0 alone writes. Writes are atomic: a failure leaves the previous file intact.
-    """
+    """Writes ``state``'s checkpoints into ``run`` and remembers the newest ``last`` one. Every process
+    calls the same methods; rank 0 alone writes, atomically."""
 
     def __init__(self, run: MainProcessRunFolder, state: TrainState, repeat: tuple[str, ...] = ()) -> None:
         self.run, self.state = run, state

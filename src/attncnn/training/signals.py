@@ -23,8 +23,8 @@ class StopRequest:
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[StopRequest]:
     """While the block runs, SIGINT and SIGTERM only record a stop request (a second one raises
-    KeyboardInterrupt at once). The previous handlers come back afterwards. Outside the main
-    thread (where Python cannot install handlers) signals keep their usual effect."""
+    KeyboardInterrupt at once); the previous handlers come back afterwards. Outside the main thread
+    signals keep their usual effect."""
     stop = StopRequest()
     if threading.current_thread() is not threading.main_thread():
         yield stop

@@ -1,16 +1,14 @@
 """Everything a run must carry across a restart, in one object: :class:`TrainState`.
 
-A checkpoint is :meth:`TrainState.to_checkpoint`; a resume is :meth:`TrainState.from_checkpoint`.
-Nothing else in the training loop survives a restart, so a field added here is a field resumed.
-The batch order and augmentation are a pure function of ``(seed, epoch)`` and the learning rate a
-pure function of ``(epoch, step)``, so the position ``(epoch, step)`` is all the loop needs to take
-the same steps as an uninterrupted run (bit-identical on CPU in deterministic mode).
+A checkpoint is :meth:`TrainState.to_checkpoint`; a resume is :meth:`TrainState.from_checkpoint`;
+a field added here is a field resumed. The batch order and augmentation are a pure function of
+``(seed, epoch)`` and the learning rate of ``(epoch, step)``, so the position ``(epoch, step)`` is
+all the loop needs to continue as an uninterrupted run.
 
 Checkpoint contents: the weights, the optimizer state, every process's random state
 (:mod:`attncnn.training.rng`), and as metadata the position, the last metrics record, the best
-accuracy so far, the model's and the run's configuration; in the middle of an epoch also the
-epoch's running loss/accuracy sums (tensors ``train_loss_sum``, ``train_correct``, metadata
-``train_count``), summed over the processes.
+accuracy so far, the model's and the run's configuration; mid-epoch also the epoch's running sums
+(tensors ``train_loss_sum``, ``train_correct``, metadata ``train_count``), summed over processes.
 """
 
 from __future__ import annotations
@@ -151,15 +149,11 @@ class TrainState:
     def start(cls, config: TrainConfig, dataset: Dataset, train_loader: DeviceLoader, dist: Distributed, *,
               init_from: str | None = None, shaped_like: Path | None = None,
               paths: dict | None = None, fused_optimizer: bool = False) -> "TrainState":
-        """A fresh state: the network built once from ``config`` (seeded identically on every
-        process) with the attention ``paths`` of the run's plan (model options ``impl`` /
-        ``eval_impl``; None: the layers' own rule), with the weights of ``init_from`` if given,
-        then each process's dropout stream; its optimizer on the fused kernel where
-        ``fused_optimizer`` says (:func:`~attncnn.training.components.make_optimizer`).
-
-        Before any weight is allocated the network is checked on the meta device against
-        ``init_from`` or ``shaped_like`` (the checkpoint a resume will load), against memory, and
-        against the data set's image size (:func:`~attncnn.runs.loading.check_options_take_images`).
+        """A fresh state: the network built once from ``config`` (seeded identically on every process)
+        with the plan's attention ``paths``, the weights of ``init_from`` if given, then each process's
+        dropout stream; its optimizer fused where ``fused_optimizer`` says. The network is first checked
+        on the meta device against ``init_from`` or ``shaped_like`` (the checkpoint a resume will load),
+        against memory and the data set's image size.
 
         Raises:
             ValueError: the network does not fit that checkpoint, the device's memory or the
@@ -214,9 +208,9 @@ class TrainState:
             epoch=self.epoch, batch_index=bad, lr=lr, loss=value)
 
     def end_epoch(self, record: dict) -> bool:
-        """Close the epoch with its metrics ``record``; returns True when its test accuracy is the
-        best so far (selected on the test set, as the reference does: there is no validation split);
-        False for an epoch without evaluation (``eval_every``)."""
+        """Close the epoch with its metrics ``record``; True when its test accuracy is the best so far
+        (selected on the test set, as the reference does: there is no validation split), False for an
+        epoch without evaluation."""
         self.epoch, self.step, self.record = self.epoch + 1, 0, record
         self.sums = RunningSums.zeros(self.dist.device)
         if "test_accuracy" not in record or record["test_accuracy"] <= self.best["accuracy"]:   # eval_every

@@ -1,9 +1,7 @@
-"""One training step as ``attncnn train`` takes it, shared by the loop and by what times it.
-
-Forward under the run's autocast (:func:`~attncnn.layers.autocast_rules.autocast`), the loss in
-float32, gradients cleared, backward, optimizer step. The loop (:mod:`attncnn.training.loop`), the
-compile timing ``--measure-compile`` asks for (:mod:`attncnn.perf.measure`) and ``attncnn bench``
-call this one function, so what is timed is what trains.
+"""One training step as ``attncnn train`` takes it: forward under the run's autocast, the loss in
+float32, gradients cleared, backward, optimizer step. The loop, ``--measure-compile``
+(:mod:`attncnn.perf.measure`) and ``attncnn bench`` call this one function, so what is timed is
+what trains.
 """
 
 from __future__ import annotations

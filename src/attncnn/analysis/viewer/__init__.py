@@ -1,17 +1,10 @@
 """The paper's interactive website (epfml.github.io/attention-cnn) as one self-contained, offline HTML file.
 
 :func:`write_viewer` exports the attention of one or more runs, for a few test images and the
-average over a batch of test images, into a single HTML file (no network, all JS and CSS inline).
-One idea per module:
-
-* :mod:`.encoding`: how maps are stored (uint8 quantisation, packed arrays, page-safe base85);
-* :mod:`.export`: maps of a model or run from real activations
-  (:func:`~attncnn.analysis.maps.attention_maps_by_kind`) into a manifest and blobs;
-* :mod:`.centers`: quadratic heads' centers and mass ellipses for the centers view;
-* :mod:`.page`: the HTML page (template ``page.html`` + ``page.css``, ``decode.js``, ``page.js``)
-  and writing it atomically;
-* :mod:`.decode`: reading a page back and :func:`page_maps`, the page's computation in numpy;
-* the ``attncnn viewer`` command: :mod:`attncnn.cli.viewer`.
+average over a batch of test images, into a single HTML file (no network, all JS and CSS inline):
+:mod:`.encoding` (how maps are stored), :mod:`.export` (maps into a manifest and blobs),
+:mod:`.centers` (quadratic heads' centers and ellipses), :mod:`.page` (the HTML page) and
+:mod:`.decode` (reading a page back); the command is :mod:`attncnn.cli.viewer`.
 
 The names below load their module on first use, so the command registers without importing the
 training code.
@@ -28,13 +21,13 @@ _EXPORTS = {
     "quantize_separable": "encoding", "separate_axes": "encoding",
     "RunExport": "export", "export_model": "export", "export_run": "export",
     "PAGE_TEMPLATE": "page", "build_html": "page", "write_viewer": "page",
-    "DISPLAY_KINDS": "decode", "ViewerData": "decode", "read_viewer": "decode", "page_maps": "decode",
+    "DISPLAY_KINDS": "decode", "ViewerData": "decode", "read_viewer": "decode",
 }
 
 __all__ = list(_EXPORTS)
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time __getattr__ loads them
-    from .decode import DISPLAY_KINDS, ViewerData, page_maps, read_viewer
+    from .decode import DISPLAY_KINDS, ViewerData, read_viewer
     from .encoding import ENCODING_VERSION, quantize_affine, quantize_scaled, quantize_separable, separate_axes
     from .export import RunExport, export_model, export_run
     from .page import PAGE_TEMPLATE, build_html, write_viewer

@@ -101,7 +101,7 @@ const attncnnData = (() => {
     return s;
   }
 
-  // The values shown for (layer, head, query): the same rules as page_maps() in decode.py.
+  // The values shown for (layer, head, query): the same rules as page_maps() in tests/analysis/viewer_oracle.py.
   function mapValues(run, set, A, kind, softmax, layer, head, query) {
     const [H, W] = run.grid, maps = set.maps;
     const dec = (name) => decodeRow(maps[name][layer], A, head, query, H, W, new Float64Array(H * W));

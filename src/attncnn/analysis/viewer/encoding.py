@@ -2,12 +2,10 @@
 
 Encoding (version 1). Each *set* of maps (one test image, the batch average, or the single set of
 a position-only model) is one binary blob: little-endian arrays, each 4-byte aligned
-(:class:`Blob`), compressed with zlib (``DecompressionStream("deflate")`` in the page) and written
-as base85 text (:func:`blob_text`; RFC 1924 alphabet, :func:`base64.b85encode`, with ``.`` in
-place of ``<`` so the text can neither end nor escape its ``<script>`` element; 25 % larger than
-the bytes, against 33 % for base64). The page's JSON manifest says where each array lies and how
-each map kind of each layer is encoded; every encoded row is one query's values over the ``H*W``
-keys (row-major):
+(:class:`Blob`), compressed with zlib and written as base85 text (:func:`blob_text`; RFC 1924
+alphabet with ``.`` in place of ``<``, so the text cannot end its ``<script>`` element). The JSON
+manifest says where each array lies and how each map kind of each layer is encoded; every encoded
+row is one query's values over the ``H*W`` keys (row-major):
 
 ``affine8``
     uint8 ``q (N_h, N, N)`` with per-row float32 ``lo (N_h, N)`` and ``step (N_h, N)``:
@@ -18,16 +16,13 @@ keys (row-major):
     ``scale / 2``. Used for probabilities.
 ``separable8``
     uint8 ``q (N_h, N, H+W)`` with per-row float32 ``lo`` and ``step``:
-    ``value[(k, l)] = lo + step * (q[k] + q[H + l])``. The learned relative q.r term is a row term
-    plus a column term (the learned encoding), so ``H + W`` numbers give all ``H * W`` keys; the two parts
-    share the step ``max(range(row), range(col)) / 255`` and the error is at most ``step``. Used
-    only when a measured decomposition reproduces the full map to 1e-4 of its scale.
+    ``value[(k, l)] = lo + step * (q[k] + q[H + l])`` (the learned q.r term is a row term plus a
+    column term); shared step ``max(range(row), range(col)) / 255``, error at most ``step``. Used
+    only when the decomposition reproduces the full map to 1e-4 of its scale.
 
-With ``delta`` (affine8 and scaled8), ``q`` is stored as differences along the keys modulo 256 (the
-page takes the running sum): neighbouring keys are alike, so deflate compresses the differences
-better (8 % smaller for the paper-size content model with random weights).
-
-The page (``decode.js``) and :mod:`.decode` (the same rules in numpy) read these encodings back.
+With ``delta`` (affine8 and scaled8), ``q`` is stored as differences along the keys modulo 256
+(the page takes the running sum), which deflate compresses better. The page (``decode.js``) reads
+these encodings back.
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
 """Export an image transformer's attention (or a run's) into the viewer's manifest and blobs.
 
-Maps come from each layer's real input through forward hooks, every kind the page needs in one
-pass (:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set holds:
+Maps come from each layer's real input, every kind the page needs in one pass
+(:func:`~attncnn.analysis.maps.attention_maps_by_kind`). What each set holds:
 
 * position-only models: one set for every image, ``probs`` (scaled8) and ``scores`` (affine8);
 * content models, per test image: ``content`` (q.k/sqrt(D_h), affine8) and, with learned relative
   encodings, ``positional`` (q.r/sqrt(D_h), separable8); the page recomputes the probabilities as
-  ``softmax(content + positional)`` over the keys, exactly as the layer does, so a score error of at
-  most ``e`` per key bounds the probability error by ``p * (exp(2 e) - 1)``. The batch average also
-  stores the averaged ``probs`` (scaled8), because an average of softmaxes is not the softmax of
-  averaged scores.
+  ``softmax(content + positional)``, so a score error of at most ``e`` per key bounds the
+  probability error by ``p * (exp(2 e) - 1)``. The batch average also stores the averaged
+  ``probs`` (an average of softmaxes is not the softmax of averaged scores).
 
-Every set also holds ``rollout`` (scaled8): per layer one map, the attention rollout through the
-blocks up to it (Abnar & Zuidema 2020, :mod:`attncnn.analysis.rollout`; for the batch average, the
-mean of the images' rollouts), about as large as one more head per layer.
-
-Encodings: :mod:`.encoding`. Quadratic runs also carry each head's center and ellipses
-(:mod:`.centers`); GPSA runs each head's gate ``sigmoid(lambda_h)`` (ConViT), shown under its maps.
+Every set also holds ``rollout`` (scaled8; :mod:`attncnn.analysis.rollout`; for the batch average,
+the mean of the images' rollouts). Quadratic runs also
+carry each head's center and ellipses (:mod:`.centers`); GPSA runs each head's gate.
 """
 
 from __future__ import annotations
@@ -153,8 +149,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
         raw: the same images as uint8 ``(B, C, H_img, W_img)`` (drawn under the token grid).
         labels: one label per image (e.g. ``"2"`` for test image 2).
         average_images, average_raw: a batch ``(N, C, H_img, W_img)`` whose maps are averaged
-            (paper Fig. 6: 100 test images); None for no average. Ignored for position-only
-            models, whose maps do not depend on the image.
+            (paper Fig. 6); None for no average. Ignored for position-only models.
         classes: class names for the predicted labels shown in the page.
         batch_size: images per forward pass.
         delta: store the uint8 rows as differences along the keys (smaller files).
@@ -164,8 +159,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
 
     Raises:
         InputError: no attention blocks (ResNet), layers that mix position-only and content
-            attention, layers on different token grids, or ``images``, ``raw`` and ``labels``
-            (or the two average batches) of different lengths.
+            attention, layers on different token grids, or batches of different lengths.
     """
     _check_batches(images, raw, labels, average_images, average_raw)
     layers = attention_layers(model)

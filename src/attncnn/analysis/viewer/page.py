@@ -120,11 +120,11 @@ def _check_output(out: Path) -> None:
 def write_viewer(runs: Sequence[Run | str | os.PathLike], out: str | os.PathLike, *, indices: Sequence[int],
                  data: str | None = None, data_dir: str | None = None, average: int = 100,
                  batch_size: int = 50, title: str | None = None) -> Path:
-    """Export ``runs`` and write the viewer page to ``out`` atomically (no half-written file).
+    """Export ``runs`` and write the viewer page to ``out`` atomically.
 
     Args:
         runs: run folders or checkpoint files (or loaded :class:`~attncnn.analysis.runs.Run`).
-        out: the HTML file to write (mode 0666 less the umask, like any file a user saves).
+        out: the HTML file to write.
         indices: test images shown one by one (e.g. the paper site's 2, 3, 19, 56).
         data, data_dir: data set override (default: each run's own).
         average: test images averaged for the "average" entry of content models (0: none).

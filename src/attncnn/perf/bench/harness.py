@@ -2,17 +2,14 @@
 
 Conventions:
 - images/s: batch size / median wall time of one step over ``reps`` repetitions after ``warmup``
-  untimed ones (CUDA timings synchronise before reading the clock).
-- training step: forward, cross-entropy, backward, SGD(momentum 0.9) update, on random normalised
-  images (speed does not depend on pixel values).
-- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products, convolutions
-  and attention kernels; element-wise ops, softmax and normalisation are not counted). A
-  multiply-accumulate is 2 FLOPs. "model FLOP/s" = counted training FLOPs per step / step time.
-- peak memory: CUDA: ``torch.cuda.max_memory_allocated`` during the timed steps; CPU: growth of
-  the process's peak resident set (``ru_maxrss``) over its value before the first step, measured
-  in a fresh process per configuration so earlier runs do not hide it.
-- attention paths: those ``attncnn train`` takes on this device by default (the written rule,
-  :func:`attncnn.perf.rule.choose`), unless the model options name an ``impl``.
+  untimed ones, on random normalised images; a training step is forward, cross-entropy, backward,
+  SGD(momentum 0.9) update.
+- FLOPs: counted by :class:`torch.utils.flop_counter.FlopCounterMode` (matrix products,
+  convolutions, attention kernels; a multiply-accumulate is 2 FLOPs). "model FLOP/s" = counted
+  training FLOPs per step / step time.
+- peak memory: CUDA: ``torch.cuda.max_memory_allocated``; CPU: growth of the peak resident set,
+  in a fresh process per configuration.
+- attention paths: those ``attncnn train`` takes here by default, unless the options name ``impl``.
 """
 
 from __future__ import annotations
@@ -99,11 +96,9 @@ def flops_per_image(model: torch.nn.Module, images: torch.Tensor, labels: torch.
                     dense: bool = True) -> tuple[float, float]:
     """(forward, forward+backward) FLOPs per image of one step on ``batch_size`` images.
 
-    A step's count is affine in the batch: per-image products plus per-step ones that the batch does
-    not change (the bilinear path's folded query map, a batch-shared position-only map). A count on
-    2 images divided by 2 would charge the per-step ones to 2 images instead of ``batch_size``, so
-    this counts (:func:`count_training_flops`) on the first 2 and 4 of ``images`` and extrapolates,
-    ``F(B) = F(2) + (B - 2) (F(4) - F(2)) / 2`` (exact for an affine count); a batch of 4 or fewer is
+    A step's count is affine in the batch (per-image products plus per-step ones such as a
+    batch-shared map), so this counts (:func:`count_training_flops`) on the first 2 and 4 of
+    ``images`` and extrapolates, ``F(B) = F(2) + (B - 2) (F(4) - F(2)) / 2``; a batch of 4 or fewer is
     counted as it is.
 
     Raises:
@@ -192,13 +187,11 @@ def bench_preset(preset: str, *, baseline: Callable[[torch.nn.Module], torch.nn.
 
     Args:
         baseline: times ``baseline(model)`` in the model's place: another formulation of the same
-            network reading its weights, such as ``reference_style_model`` of the repository's
-            ``benchmarks/reference_style.py`` (the original code's). The caller supplies it, so the
-            package depends on no file outside it; for :func:`bench_preset_isolated` it must be a
-            module-level function the child process can import (it inherits the caller's
-            ``sys.path``). The model's paths are then those its options name, none measured.
-        overrides: model options (e.g. ``{"num_layers": 2}`` to time fewer identical layers);
-            without an ``impl``, the attention paths are those a run would measure and take here.
+            network reading its weights (e.g. ``benchmarks/reference_style.py``'s); for
+            :func:`bench_preset_isolated` a module-level function the child process can import.
+            The model's paths are then those its options name.
+        overrides: model options (e.g. ``{"num_layers": 2}``); without an ``impl``, the paths a
+            run would take here.
         precision: ``"fp32"`` or ``"bf16"`` (autocast). compile: ``torch.compile`` the model.
     """
     dev = torch.device(device)

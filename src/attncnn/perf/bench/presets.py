@@ -31,8 +31,7 @@ def parse_variants(text: str) -> list[tuple[str, bool]]:
 
 def default_variants(slow_bf16: str | None) -> tuple[str, str | None]:
     """The variants ``attncnn bench`` times without ``--variants``, and the line that says why bf16
-    is left out (None when it is not): bf16 only where the device runs it fast, since elsewhere its
-    matrix-product peak and steps alone take minutes (a 2048^3 product at ~1 GFLOP/s).
+    is left out (None when it is not): bf16 only where the device runs it fast.
 
     Args:
         slow_bf16: why bf16 is slow on the device
