@@ -7,6 +7,8 @@
   :mod:`.rollout`: attention rollout (Abnar & Zuidema 2020); :mod:`.locality_figure`: ViT's Fig. 7;
 * :mod:`.figures`: the paper's figures (matplotlib, Agg);
 * :mod:`.report`: Table 1 for trained runs;
+* :mod:`.pruning`: degenerate heads removed; :mod:`.pruned_run`: a run pruned, then fine-tuned
+  (``attncnn prune``);
 * :mod:`.viewer`: the offline interactive page (``attncnn viewer``);
 * :mod:`.plotting`, :mod:`.inspection`: the figures and metrics of runs that ``attncnn plot`` and
   ``attncnn inspect`` write (the command line is :mod:`attncnn.cli`).

@@ -11,7 +11,7 @@ model's configuration records the new per-layer counts in ``ImageTransformerConf
 so a pruned model is saved and rebuilt like any other (:func:`pruned_metadata` +
 ``attncnn.runs.save_checkpoint``, then ``attncnn.runs.load_model``).
 
-Fine-tuning (:func:`attncnn.reproduce.prune.finetune_pruned`, a training run) follows the reference
+Fine-tuning (:func:`attncnn.analysis.pruned_run.finetune_pruned`, a training run) follows the reference
 ``runs/quadratic-generalized-pruned``: the pruned weights start a new run with a fresh optimiser and a
 restarted warm-up + cosine schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other
 options unchanged.

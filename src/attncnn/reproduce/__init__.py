@@ -21,7 +21,7 @@ command line (:mod:`attncnn.cli`), which turns its flags into a :class:`StudyReq
 
 from .orchestration import run_study
 from .request import StudyRequest
-from .running.jobs import Job, job_state, plan, plan_grid, plan_study
+from .running.runner import Job, job_state, plan, plan_grid, plan_study
 from .studies import GRIDS, STUDIES, SUITES, Claim, Criterion, Grid, Suite, get_study, get_suite
 
 __all__ = ["STUDIES", "SUITES", "GRIDS", "Suite", "Grid", "Claim", "Criterion", "Job", "get_study", "get_suite",

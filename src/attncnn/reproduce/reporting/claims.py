@@ -19,7 +19,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..running.jobs import Job, row_of
+from ..running.runner import Job, row_of
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
 from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 

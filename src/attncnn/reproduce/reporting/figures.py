@@ -50,7 +50,7 @@ from ...analysis.locality_figure import locality_figure
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
 from ...runs import RunFolder, load_model
-from ..running.jobs import Job, row_of
+from ..running.runner import Job, row_of
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
 from .locality import run_locality

@@ -24,7 +24,7 @@ from ...analysis.locality import LOCAL_HEAD_DISTANCE
 from ...analysis.runs import shareable_dataset
 from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import count_parameters, get_preset
-from ..running.jobs import Job, job_state, row_of
+from ..running.runner import Job, job_state, row_of
 from ..running.machines import progress_text, run_progress, run_segments, segments_text
 from ..studies import Grid, Study, Suite
 from .claims import RunNumbers, cell_numbers, evaluate_claims, points
@@ -127,7 +127,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
     md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
     report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "locality": locality,
               "claims": found, "missing": missing, "unfinished": progress}
-    later = {"presets": {p: get_preset(p).description for p in suite.presets}}
+    later = {"presets": {p: get_preset(p).description for p in suite.rows}}
     if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
         started = [j for j in planned if j.label in progress]          # unfinished, with epochs so far
         lines, later["epoch_study"] = epoch_sections(suite, out, rows, results, started)
@@ -186,7 +186,7 @@ def _cells(jobs: Sequence[Job]) -> list[str]:
 
 
 def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
-    """One row per grid row: ``preset`` (the row's name: a preset or a grid's variant of one),
+    """One row per grid row: ``preset`` (the row's name: a preset, or a name whose recipe names its preset),
     ``parameters`` and ``cells``: cell -> ``seeds``, ``accuracies``, ``accuracy_mean``/``accuracy_std``
     (fractions), ``train_images``, ``epochs``, ``seen_images``, ``train_hours`` (mean per seed),
     ``images_per_second`` (None where not run)."""
@@ -243,13 +243,13 @@ def table_lines(rows: Sequence[dict], cells: Sequence[str], recipe: str) -> list
 
 
 def model_lines(grid: Grid, rows: Sequence[str]) -> list[str]:
-    """One line per row: the preset's description, or a variant's preset, options and description."""
+    """One line per row: the preset's description, or the preset its recipe names, its model options and note."""
     lines = []
     for row in rows:
-        if row in grid.variants:
-            variant = grid.variants[row]
-            options = " ".join(f"--set {k}={v}" for k, v in variant.model)
-            lines.append(f"- `{row}`: `{variant.preset}` with `{options}`: {variant.description}")
+        recipe = grid.rows[row]
+        if "preset" in recipe:
+            options = " ".join(f"--set {k}={v}" for k, v in recipe.get("model", {}).items())
+            lines.append(f"- `{row}`: `{recipe['preset']}` with `{options}`: {grid.notes.get(row, '')}")
         else:
             lines.append(f"- `{row}`: {get_preset(row).description}")
     return lines

@@ -25,7 +25,7 @@ from ...layers import attention_modules
 from ...models import count_parameters, get_preset
 from ...runs.loading import OLD_MACHINE_FIELDS
 from ...runs.machine_file import run_precision
-from ..running.jobs import Job
+from ..running.runner import Job
 from ..running.machines import (machine_segments, read_machine_file, report_segments, run_segments, segments_text,
                                 shared_epochs)
 from ..studies import Suite
@@ -127,7 +127,7 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
     ``images_per_second``, ``precision``, ``dataset``, ``paper`` (its Table 1 entry).
     """
     rows = []
-    for preset in suite.presets:
+    for preset in suite.rows:
         paper_name = suite.paper_names.get(preset, preset)
         done = results.get(preset, [])
         row = {"preset": preset, "paper_preset": paper_name, "paper": dict(get_preset(paper_name).paper),
@@ -347,7 +347,7 @@ def _settling_runs(suite: Suite, results: dict[str, list[RunResult]], unfinished
     planned epochs), in the suite's order of presets, then seed."""
     runs = [(preset, r.job.seed, r.epoch_records, None) for preset, found in results.items() for r in found]
     runs += [(job.preset, job.seed, epoch_records(job), dict(job.overrides).get("epochs")) for job in unfinished]
-    order = {preset: n for n, preset in enumerate(suite.presets)}
+    order = {preset: n for n, preset in enumerate(suite.rows)}
     return sorted(runs, key=lambda run: (order.get(run[0], len(order)), run[1]))
 
 

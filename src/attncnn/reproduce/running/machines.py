@@ -40,7 +40,7 @@ from typing import Sequence
 from ...perf.machine import MACHINE_KEY
 from ...runs import RunFolder
 from ...runs.machine_file import MACHINE_FILE, read_machine_file
-from .jobs import Job, job_state
+from .runner import Job, job_state
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
            "machine_segments", "segment_text", "segments_text", "machine_text",
@@ -166,7 +166,7 @@ def run_progress(job: Job) -> dict | None:
         test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
 
     Raises:
-        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.runner.job_state`).
     """
     if job_state(job) != "interrupted":
         return None

@@ -14,7 +14,7 @@
   subset, so the test set that the grid reports does not choose it; among the rates every row has
   finished), and becomes the grid's ``lr``, shared by all its content rows.
 
-Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.Job`s of a cell), trained by the same
+Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.runner.Job`s of a cell), trained by the same
 resumable runner, so the same command continues an interrupted measurement. What they measured is
 written here too: the calibration's train - test gaps beside the grid's ``overfit`` criterion
 (:func:`calibration_lines`), and the sweep's report, ``<out>/lr-sweep/report.md`` and ``report.json``
@@ -47,27 +47,11 @@ from ...training import evaluate
 from ..reporting.claims import judge
 from ..reporting.results import read_records, train_test_gap
 from ..studies import Criterion, Grid
-from .jobs import Job, cell_name, cell_options, folder_name, plan_grid, row_of
+from .runner import Job, cell_name, folder_name, grid_cells, plan_grid, row_job, row_of
 
-__all__ = ["parse_rates", "plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
+__all__ = ["plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
            "held_out_result", "held_out_results", "cached_held_out", "calibration_lines", "sweep_results",
            "write_sweep_report"]
-
-
-def parse_rates(text: str) -> tuple[float, ...]:
-    """``"2.5e-4,5e-4,1e-3"`` -> ``(0.00025, 0.0005, 0.001)``.
-
-    Raises:
-        InputError: an entry that is not a positive number, or a repeated rate.
-    """
-    try:
-        rates = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InputError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
-            from None
-    if not rates or any(r <= 0 for r in rates) or len(set(rates)) != len(rates):
-        raise InputError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
-    return rates
 
 
 def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[str, ...]:
@@ -84,7 +68,7 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
 
     Raises:
         InputError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
-            :func:`~attncnn.reproduce.running.jobs.plan_grid`).
+            :func:`~attncnn.reproduce.running.runner.plan_grid`).
     """
     rows = _rows(grid, grid.calibrate_rows, "calibration rows", "--calibrate")
     if grid.overfit is None:
@@ -102,19 +86,14 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
 
     Raises:
         InputError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
-            number of epochs (see :func:`~attncnn.reproduce.running.jobs.cell_options`).
+            number of epochs (see :func:`~attncnn.reproduce.running.runner.grid_cells`).
     """
     rows = _rows(grid, grid.sweep_rows, "learning-rate sweep rows", "--lr-sweep")
-    passes = grid.passes if passes is None else passes
-    if passes < 1:
-        raise InputError(f"--passes must be >= 1, got {passes}")
     fraction = fraction or grid.fractions[0]
-    cell = cell_options(fraction, train_images=train_images or grid.train_images, passes=passes,
-                        evaluations=grid.evaluations)
+    cell = grid_cells(grid, passes=passes, train_images=train_images, fractions=(fraction,))[fraction]
     folder = Path(out) / "lr-sweep"
-    return [Job(grid.preset_of(row), 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
-                    tuple(sorted({**cell, **grid.row_overrides(row), "lr": rate}.items())),
-                    f"{cell_name(fraction)} lr {rate:g}", row=row)
+    return [row_job(grid, row, 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
+                    {**cell, "lr": rate}, f"{cell_name(fraction)} lr {rate:g}")
             for rate in rates for row in rows]
 
 

@@ -13,12 +13,11 @@ from __future__ import annotations
 from ...errors import InputError
 from .claims import Claim, Criterion
 from .efficiency import EFFICIENCY, EFFICIENCY_SCARCE
-from .shapes import Grid, ModelOptions, Suite, Variant
+from .shapes import Grid, Suite
 from .table1 import LOCALITY_MINI, MINI, MINI_300, MINI_LONG, PAPER, PAPER_LONG
 
-__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Variant", "ModelOptions",
-           "Claim", "Criterion", "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY",
-           "EFFICIENCY_SCARCE"]
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
+           "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY", "EFFICIENCY_SCARCE"]
 
 Study = Suite | Grid
 

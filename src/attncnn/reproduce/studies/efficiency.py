@@ -6,7 +6,7 @@ declaration says what it asks and why it is shaped so.
 from __future__ import annotations
 
 from .claims import SMALLEST, Claim, Criterion, Gain, Layers, PerRow, Scarcity, Versus
-from .shapes import Grid, Variant
+from .shapes import Grid
 
 __all__ = ["EFFICIENCY", "EFFICIENCY_SCARCE", "OVERFITS"]
 
@@ -71,7 +71,7 @@ EFFICIENCY = Grid(
     name="efficiency",
     description=("sample efficiency: random vs convolutional init (quadratic, learned) vs GPSA vs ResNet on "
                  "10/25/100 % of the training set, 100,000 seen images per cell, seeds 0 and 1 on the 10 % cells"),
-    presets=EFFICIENCY_ROWS,
+    rows={row: {} for row in EFFICIENCY_ROWS},
     fractions=(0.1, 0.25, 1.0),
     passes=2,
     more_seeds={0.1: (0, 1)},
@@ -108,6 +108,8 @@ EFFICIENCY = Grid(
 # the third way here of starting attention as something local, beside the quadratic layers' conv init
 # (Theorem 1) and ConViT's local init; claim (d) sets the three gains side by side, at the first and
 # the last evaluation.
+#: the content models' shared rate (the sweep's choice)
+SHARED_LR = 1e-3
 #: the smallest cell is scarce data when these rows overfit it
 CALIBRATE_ROWS = ("resnet18-mini", "deit-mini")
 #: by at least 15 points of train - test accuracy at its last epoch
@@ -154,16 +156,16 @@ EFFICIENCY_SCARCE = Grid(
                  "without ConViT's local init (AdamW, one shared rate) vs quadratic attention with random and "
                  "conv init and the ResNet (SGD) on 10 and 100 % of the training set, equal seen images per cell "
                  "(chosen so that the 10 % cell overfits), seeds 0 and 1 on the 10 % cells"),
-    presets=("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini",
-             "quadratic-conv-mini", "deit-mini-mimetic"),
+    # the content models share one AdamW rate (``--lr`` replaces it); the others keep their presets' recipe
+    rows={"resnet18-mini": {}, "deit-mini": {"lr": SHARED_LR}, "convit-mini": {"lr": SHARED_LR},
+          "convit-mini-random": {"preset": "convit-mini", "model": {"init": "random"}, "lr": SHARED_LR},
+          "quadratic-mini": {}, "quadratic-conv-mini": {},
+          "deit-mini-mimetic": {"preset": "deit-mini", "model": {"init": "mimetic"}, "lr": SHARED_LR}},
     fractions=(0.1, 1.0), passes=8, more_seeds={0.1: (0, 1)}, evaluations=8,
-    variants={"convit-mini-random": Variant("convit-mini", (("init", "random"),),
-                                            "ConViT's ablation: convit-mini without local init (--set init=random: "
-                                            "random positional vectors, random value projection)"),
-              "deit-mini-mimetic": Variant("deit-mini", (("init", "mimetic"),),
-                                           "deit-mini with mimetic init (Trockman & Kolter 2023; --set "
-                                           "init=mimetic): W_q W_k^T near +0.7 I, W_v W_o near -0.4 I")},
-    lr=1e-3, lr_rows=("deit-mini", "convit-mini", "convit-mini-random", "deit-mini-mimetic"),
+    notes={"convit-mini-random": "ConViT's ablation: convit-mini without local init (--set init=random: random "
+                                 "positional vectors, random value projection)",
+           "deit-mini-mimetic": "deit-mini with mimetic init (Trockman & Kolter 2023; --set init=mimetic): W_q W_k^T "
+                                "near +0.7 I, W_v W_o near -0.4 I"},
     sweep_rows=("deit-mini", "convit-mini"),
     calibrate_rows=CALIBRATE_ROWS, overfit=OVERFITS, gate_rows=GATE_ROWS,
     recipe="AdamW at the grid's shared rate for the content models, SGD for the others; warm-up 5 % + cosine "

@@ -40,7 +40,7 @@ MINI = Suite(
     "mini",
     # its measured hours per CPU are on its study page (docs/study-mini.md), not in the help
     "Table 1 at CPU scale: width 64, 6 epochs, the paper's geometry and recipe shape",
-    presets=tuple(f"{name}-mini" for name in PAPER_ROWS),
+    rows={f"{name}-mini": {} for name in PAPER_ROWS},
     # three seeds for the two models whose comparisons need a spread: quadratic's grid claim,
     # and learned, which the content claim and learned-vs-quadratic compare against
     more_seeds={"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2)},
@@ -61,12 +61,11 @@ MINI_LONG = Suite(
     "mini-long",
     "Table 1 at CPU scale for 60 epochs: the mini presets and recipe (width 64, SGD 0.1/0.9/1e-4, "
     "5 % warm-up + cosine, batch 100), 60 epochs for every model; whether the grid of shifts forms",
-    presets=tuple(f"{name}-mini" for name in PAPER_ROWS),
+    rows={f"{name}-mini": {"epochs": 60, "checkpoint_every": 10} for name in PAPER_ROWS},
     more_seeds={"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2), "resnet18-mini": (0, 1, 2)},
     paper_names={f"{name}-mini": name for name in PAPER_ROWS},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 60), ("checkpoint_every", 10)),
     last=("learned-content-mini",),
     settle_epochs=(6, 20, 40, 60),
     baseline="mini",
@@ -92,12 +91,11 @@ MINI_300 = Suite(
     "Whether the grid of shifts forms at the paper's length: quadratic-mini and learned-mini (width 64) for "
     "300 epochs with the paper's recipe (SGD 0.1/0.9/1e-4, 5 % warm-up = 15 epochs, cosine to zero at epoch "
     "300, batch 100), three seeds each; for a GPU",
-    presets=("quadratic-mini", "learned-mini"),
+    rows={preset: {"epochs": 300, "checkpoint_every": 50} for preset in ("quadratic-mini", "learned-mini")},
     seeds=(0, 1, 2),
     paper_names={"quadratic-mini": "quadratic", "learned-mini": "learned"},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 300), ("checkpoint_every", 50)),
     settle_epochs=(6, 20, 60, 150, 300),
     baseline="mini-long",
     claims=TABLE1_CLAIMS,
@@ -118,12 +116,11 @@ LOCALITY_MINI = Suite(
     "locality-mini",
     "Whether CutMix makes attention local: mini-long's quadratic-mini and learned-mini (width 64, 60 epochs, "
     "SGD 0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100) with CutMix on (p 0.5, Beta(1, 1))",
-    presets=("quadratic-mini", "learned-mini"),
-    seeds=(0,),
+    rows={preset: {"epochs": 60, "checkpoint_every": 10, "cutmix": 0.5, "cutmix_alpha": 1.0}
+          for preset in ("quadratic-mini", "learned-mini")},
     paper_names={"quadratic-mini": "quadratic", "learned-mini": "learned"},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 60), ("checkpoint_every", 10), ("cutmix", 0.5), ("cutmix_alpha", 1.0)),
     settle_epochs=(6, 20, 60),
     baseline="mini-long",
     differs="CutMix",
@@ -138,14 +135,12 @@ PAPER_LONG = Suite(
     "paper-long",
     "Table 1 at the paper's width (400) for 60 epochs: the paper's presets and recipe (SGD "
     "0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100), mini-long's length; for a GPU",
-    presets=PAPER_ROWS,
+    # The ResNet preset's own schedule is the reference's MultiStepLR at epochs 80/150/250 of 300: cut
+    # at 60 epochs it never decays. mini-long trains its ResNet with the attention models' cosine.
+    rows={name: {"epochs": 60, **({"schedule": "cosine"} if name == "resnet18" else {})} for name in PAPER_ROWS},
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",
     evolution_from="metrics",
-    overrides=(("epochs", 60),),
-    # The preset's own schedule is the reference's MultiStepLR at epochs 80/150/250 of 300: cut at
-    # 60 epochs it never decays. mini-long trains its ResNet with the attention models' cosine.
-    preset_overrides={"resnet18": (("schedule", "cosine"),)},
     last=("learned-content",),
     settle_epochs=(6, 20, 40, 60),
     claims=TABLE1_CLAIMS,
@@ -155,7 +150,7 @@ PAPER_LONG = Suite(
 PAPER = Suite(
     "paper",
     "Table 1 at the paper's scale: width 400, 300 epochs; for a GPU",
-    presets=PAPER_ROWS,
+    rows={name: {} for name in PAPER_ROWS},
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",
     claims=TABLE1_CLAIMS,
