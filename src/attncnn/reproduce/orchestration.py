@@ -66,16 +66,19 @@ def run_study(request: StudyRequest) -> Path | None:
     study = check_request(request)
     out = Path(request.out or f"results/{request.study}")
     options = _options(request)
-    if request.measurement is not None:
-        _measure(request, study, out, options)
-        return None
     planned = _plan_options(request, study, options)
-    jobs = plan_study(study, out, only=_only(request), **planned)
+    if request.measurement is None:
+        jobs = plan_study(study, out, only=_only(request), **planned)
+    else:
+        jobs = _measurement_jobs(request, study, out, only=_only(request))
     if request.action == "dry-run":
         dry_run(jobs, options, out, request.study)
         return None
     if request.action == "train":
         _train(jobs, options, request)
+    if request.measurement is not None:
+        _report_measurement(request, study, out, options)
+        return None
     jobs = study_jobs(study, out, **planned)
     results = finished_results(study, jobs)
     run = "cell" if isinstance(study, Grid) else "run"
@@ -125,42 +128,43 @@ def _viewer(results, out: Path, request: StudyRequest) -> None:
         log.info("viewer: %s (%.1f MB)", page, page.stat().st_size / 1e6)
 
 
-def _measure(request: StudyRequest, grid, out: Path, options) -> None:
-    """A grid's calibration or learning-rate sweep: train its jobs (resumable), then print its result."""
-    from .running.estimate import dry_run
-    from .running.measurements import calibration_lines, plan_calibration, plan_lr_sweep, swept_rates
-    from .running.measurements import write_sweep_report
+def _measurement_jobs(request: StudyRequest, grid, out: Path, only: tuple[str, ...] | None = None) -> list:
+    """A grid's calibration or learning-rate sweep: its jobs (``only``: of these rows; one process per
+    model, e.g. side by side on a GPU, while the printed result still covers every row)."""
+    from .running.measurements import plan_calibration, plan_lr_sweep
     from .running.runner import row_of
 
-    fraction = min(parse_fractions(request.fractions)) if request.fractions else None   # default: the grid's smallest
-    sizes = dict(passes=request.passes, train_images=request.train_images, fraction=fraction)
-    calibrate = request.measurement == "calibrate"
-    if calibrate:
-        jobs = plan_calibration(grid, out, lr=request.lr, **sizes)
+    if request.measurement == "calibrate":
+        jobs = plan_calibration(grid, out, lr=request.lr, **_sizes(request))
     else:
-        rates = parse_rates(request.rates)
-        jobs = plan_lr_sweep(grid, out, rates, **sizes)
-    mine = jobs
-    if request.only:
-        # one process per model (e.g. side by side on a GPU); the printed result still covers every row
-        rows = sorted({row_of(job) for job in jobs})
-        only = _only(request)
-        unknown = [name for name in only if name not in rows]
-        if unknown:
-            raise InputError(f"--only {','.join(unknown)}: not measured by --{request.measurement}, which trains "
-                             f"{', '.join(rows)}")
-        mine = [job for job in jobs if row_of(job) in only]
-    if request.action == "dry-run":
-        dry_run(mine, options, out, request.study)
-        return
-    if request.action == "train":
-        _train(mine, options, request)
-    if not calibrate:
-        rates = swept_rates(jobs, rates)       # the report covers every rate already swept under --out
-        jobs = plan_lr_sweep(grid, out, rates, **sizes)
-    if calibrate:
+        jobs = plan_lr_sweep(grid, out, parse_rates(request.rates), **_sizes(request))
+    if only is None:
+        return jobs
+    rows = sorted({row_of(job) for job in jobs})
+    unknown = [name for name in only if name not in rows]
+    if unknown:
+        raise InputError(f"--only {','.join(unknown)}: not measured by --{request.measurement}, which trains "
+                         f"{', '.join(rows)}")
+    return [job for job in jobs if row_of(job) in only]
+
+
+def _sizes(request: StudyRequest) -> dict:
+    """A measurement's cell: ``passes``, ``train_images`` and ``fraction`` (default: the grid's smallest)."""
+    fraction = min(parse_fractions(request.fractions)) if request.fractions else None
+    return dict(passes=request.passes, train_images=request.train_images, fraction=fraction)
+
+
+def _report_measurement(request: StudyRequest, grid, out: Path, options) -> None:
+    """Print what a calibration or a sweep measured (a sweep's report covers every rate already swept
+    under ``out``)."""
+    from .running.measurements import calibration_lines, plan_lr_sweep, swept_rates, write_sweep_report
+
+    jobs = _measurement_jobs(request, grid, out)
+    if request.measurement == "calibrate":
         lines = calibration_lines(jobs, grid.overfit)
     else:
+        rates = swept_rates(jobs, parse_rates(request.rates))
+        jobs = plan_lr_sweep(grid, out, rates, **_sizes(request))
         lines = write_sweep_report(grid, out, jobs, rates, command=_command(request),
                                    held_out=_held_out(jobs, options))
     print("\n".join(lines))

@@ -14,20 +14,16 @@
   subset, so the test set that the grid reports does not choose it; among the rates every row has
   finished), and becomes the grid's ``lr``, shared by all its content rows.
 
-Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.runner.Job`s of a cell), trained by the same
-resumable runner, so the same command continues an interrupted measurement. What they measured is
-written here too: the calibration's train - test gaps beside the grid's ``overfit`` criterion
-(:func:`calibration_lines`), and the sweep's report, ``<out>/lr-sweep/report.md`` and ``report.json``
-(:func:`write_sweep_report`), read from the runs' ``metrics.jsonl`` and held-out results.
+Both are ordinary grid jobs of a cell, trained by the same resumable runner, so the same command
+continues an interrupted measurement; :func:`calibration_lines` and :func:`write_sweep_report`
+(``<out>/lr-sweep/report.md`` and ``report.json``) say what they measured.
 
-Held-out accuracy (:func:`held_out_result`): the sweep chooses the rate that the grid's content
-cells then train with, and the grid reports their test accuracy. Choosing it by that same test accuracy
-would let the test set pick a hyper-parameter of what it measures; the sweep's 10 % cell trains on
-5,000 of CIFAR-10's 50,000 training images, so the 45,000 it never sees hold a clean validation
-set. :func:`held_out_result` evaluates a finished run's ``last`` checkpoint (the epoch the sweep
-compares) on ``images`` of them (:func:`attncnn.data.held_out_indices`: class-balanced, seeded
-by the run's seed) and caches the result in the run folder as ``held_out.json``, so the report is
-rewritten without the data set once every run has one.
+Why held-out accuracy: the grid reports its content cells' test accuracy, so choosing their rate by
+that same test accuracy would let the test set pick a hyper-parameter of what it measures. The
+sweep's 10 % cell trains on 5,000 of CIFAR-10's 50,000 training images; the 45,000 it never sees
+hold a clean validation set (:func:`attncnn.data.held_out_indices`: class-balanced, seeded by the
+run's seed). The result is cached in the run folder as ``held_out.json``, so the report is rewritten
+without the data set once every run has one.
 """
 
 from __future__ import annotations
@@ -50,7 +46,7 @@ from ..studies import Criterion, Grid
 from .runner import Job, cell_name, folder_name, grid_cells, plan_grid, row_job, row_of
 
 __all__ = ["plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
-           "held_out_result", "held_out_results", "cached_held_out", "calibration_lines", "sweep_results",
+           "held_out_result", "held_out_results", "calibration_lines", "sweep_results",
            "write_sweep_report"]
 
 
@@ -151,13 +147,6 @@ def _cached(folder: Path, key: dict | None) -> dict | None:
     return cached if all(cached.get(k) == v for k, v in key.items()) else None
 
 
-def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dict | None:
-    """The run's cached held-out result if it matches its ``last`` checkpoint, else None (also for a
-    run that has not finished)."""
-    folder = Path(folder)
-    return _cached(folder, _key(folder, images))
-
-
 def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
                     device: str = "cpu") -> dict | None:
     """Loss and accuracy of a finished subset run's ``last`` checkpoint on ``images`` training
@@ -173,12 +162,7 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
             ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
             set.
     """
-    folder = Path(folder)
-    key = _key(folder, images)
-    cached = _cached(folder, key)
-    if cached is not None or key is None:
-        return cached
-    return _measure(folder, key, dataset, device)
+    return held_out_results([folder], lambda: dataset, images=images, device=device)[Path(folder)]
 
 
 def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> dict:
@@ -193,10 +177,10 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     device = resolve_device(device)
     idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])
     split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
-    model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
+    last = RunFolder(folder, mode="read").checkpoint_path("last")
+    model, meta = load_model(last, device)
     # the run's own precision, but fp32 for a bf16 run where bf16 is slow (same accuracy, many times faster there)
-    precision = machine_precision(trained_precision(RunFolder(folder, mode="read").checkpoint_path("last"), meta),
-                                  device, what=f"run {folder}")
+    precision = machine_precision(trained_precision(last, meta), device, what=f"run {folder}")
     result = evaluate(model, DeviceLoader(split, batch_size=500, device=device, train=False), precision=precision)
     found = {**key, "accuracy": result.accuracy, "loss": result.loss, "examples": result.examples,
              "precision": precision}
