@@ -223,10 +223,5 @@ def one_of(flags: Iterable[str], kind: str) -> str | None:
     if len(given) <= 1:
         return given[0] if given else None
     if kind == "action":
-        last = given[-1]
-        return _refuse(f"--{last} {ACTIONS[last]}; leave out {', '.join('--' + g for g in given[:-1])}")
-    return _refuse(f"{' and '.join('--' + g for g in given)} are two measurements; run them one at a time")
-
-
-def _refuse(message: str):
-    raise InputError(message)
+        raise InputError(f"--{given[-1]} {ACTIONS[given[-1]]}; leave out {', '.join('--' + g for g in given[:-1])}")
+    raise InputError(f"{' and '.join('--' + g for g in given)} are two measurements; run them one at a time")

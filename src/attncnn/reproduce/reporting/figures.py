@@ -15,12 +15,10 @@ A Table 1 suite's, from its trained models (the paper's Figs. 2-6):
 
 A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
 Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
-``metrics.jsonl`` logged every epoch (every layer, as in Fig. 4, at the first epoch, the suite's
-``settle_epochs`` and the last, each with its learning rate; beside them, the last epoch of the
-suite's ``baseline`` run of the same model and seed where its folder is beside this suite's, e.g.
-``mini-long``'s epoch 60, the end of its schedule, beside ``mini-300``'s epoch 60, the middle of its
-own) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the grid
-distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
+``metrics.jsonl`` logged every epoch when the suite's ``evolution_from`` is ``"metrics"`` (every
+layer at the first epoch, the ``settle_epochs`` and the last, beside the last epoch of the same run
+of the ``baseline`` suite where its folder is there); Fig. 4 of every seed; and the grid distance per
+layer over epochs, one line per seed, with the 0.5-token line of "settled".
 
 A sample-efficiency grid's, from its cells' logs:
 

@@ -86,6 +86,11 @@ def data_line(dataset: str | None, data: str | None) -> str:
     return line + "."
 
 
+def _missing(jobs: Sequence[Job], results: dict, key) -> list[str]:
+    """The labels of the planned ``jobs`` without a finished run in ``results`` (by ``key(job)``)."""
+    return [j.label for j in jobs if j.seed not in [r.job.seed for r in results.get(key(j), [])]]
+
+
 def _claim_line(claim: dict) -> str:
     verdict = f"**{claim['verdict']}**: " if claim.get("verdict") else ""
     return f"- {verdict}{claim['claim']}: {claim['metric']}: {claim['values']}"
@@ -102,8 +107,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
         if row["preset"] in locality:
             row["locality"] = locality_summary(locality[row["preset"]])
     found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
-    missing = [j.label for j in planned if j.preset not in results or
-               j.seed not in [r.job.seed for r in results[j.preset]]]
+    missing = _missing(planned, results, lambda job: job.preset)
     # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
     progress = {j.label: run_progress(j) for j in planned if j.label in missing}
     progress = {label: p for label, p in progress.items() if p is not None}
@@ -124,7 +128,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
           "First seed of each model; content models averaged over 100 test images.", "", *layer_lines(layers), "",
           *_locality_section(locality, rows_dataset(rows)),
           "## The paper's claims, measured", ""]
-    md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
+    md += [_claim_line(c) for c in found] or ["- (no finished run tests a claim yet)"]
     report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "locality": locality,
               "claims": found, "missing": missing, "unfinished": progress}
     later = {"presets": {p: get_preset(p).description for p in suite.rows}}
@@ -162,8 +166,7 @@ def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
     (none after)."""
     rows, cells = grid_rows(jobs, results), list(dict.fromkeys(job.cell for job in jobs))
     found = evaluate_claims(grid.claims, cell_numbers(jobs))
-    missing = [j.label for j in jobs if (row_of(j), j.cell) not in results
-               or j.seed not in [r.job.seed for r in results[(row_of(j), j.cell)]]]
+    missing = _missing(jobs, results, lambda job: (row_of(job), job.cell))
     dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
     md = [f"# Sample-efficiency grid `{grid.name}`", "", grid.description + ".", "",
           f"{data_line(dataset, data)} Report written by `{command}` with torch {torch.__version__}, Python "

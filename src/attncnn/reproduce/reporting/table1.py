@@ -155,13 +155,14 @@ def _precision(result: RunResult) -> str | None:
     return run_precision(result.job.folder) or old.get("precision")
 
 
-def _accuracy_cell(row: dict) -> str:
-    if row["accuracy_mean"] is None:
-        return f"unfinished ({row['unfinished']})" if row.get("unfinished") else "not run yet"
-    text = f"{100 * row['accuracy_mean']:.2f}"
-    if row["accuracy_std"] is not None:
-        text += f" ± {100 * row['accuracy_std']:.2f}"
-    return text + f" ({len(row['seeds'])} seed{'s' if len(row['seeds']) != 1 else ''})"
+def _accuracy_cell(mean, std, seeds, unfinished: str | None = None, epochs: int | None = None) -> str:
+    """``"71.35 ± 0.20 (3 seeds)"`` (``", 60 epochs"`` inside the brackets where ``epochs`` is given), or
+    how far an ``unfinished`` run got, or ``"not run yet"``."""
+    if mean is None:
+        return f"unfinished ({unfinished})" if unfinished else "not run yet"
+    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
+    count = len(seeds or [])
+    return text + f" ({count} seed{'s' if count != 1 else ''}{'' if epochs is None else f', {epochs} epochs'})"
 
 
 def _fmt(value, spec: str) -> str:
@@ -181,7 +182,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
     for row in rows:
         paper = row["paper"]
         paper_acc = "-" if paper.get("accuracy") is None else f"{100 * paper['accuracy']:.1f}"
-        cells = [row["preset"], _accuracy_cell(row), _fmt(row["parameters"], ","),
+        cells = [row["preset"], _accuracy_cell(row["accuracy_mean"], row["accuracy_std"], row["seeds"],
+                                               row.get("unfinished")), _fmt(row["parameters"], ","),
                  _fmt(None if row["macs"] is None else row["macs"] / 1e9, ".3f"),
                  _fmt(None if row["paper_flops"] is None else row["paper_flops"] / 1e9, ".3f"),
                  _fmt(row["epochs"], "d"), _fmt(row["train_hours"], ".2f"), _fmt(row["images_per_second"], ".0f"),
@@ -265,18 +267,13 @@ def center_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list
                         "every head."]
 
 
-def _segments(result: RunResult) -> list[dict]:
-    """Which epochs ran where (:func:`~attncnn.reproduce.running.machines.run_segments`)."""
-    return run_segments(result.job.folder, result.epoch_records)
-
-
 def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:
     """Per finished run: ``preset``, ``seed``, ``epochs``, ``hours`` (logged training +
     evaluation), ``images_per_second`` (median over epochs), ``machines`` (segments of epochs per
     machine) and ``shared_epochs`` (epochs that shared the CPU, by their load average, or a GPU
     with other runs of the same job)."""
     return [{"preset": preset, "seed": r.job.seed, "epochs": len(r.epoch_records), "hours": r.train_seconds / 3600,
-             "images_per_second": r.images_per_second, "machines": _segments(r),
+             "images_per_second": r.images_per_second, "machines": run_segments(r.job.folder, r.epoch_records),
              "shared_epochs": shared_epochs(r.epoch_records)}
             for preset, runs in results.items() for r in runs]
 
@@ -323,21 +320,15 @@ def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
     return out
 
 
-def _acc(mean, std, seeds, epochs, unfinished: str | None = None) -> str:
-    if mean is None:
-        return f"unfinished ({unfinished})" if unfinished else "not run yet"
-    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
-    return text + f" ({len(seeds or [])} seed{'s' if len(seeds or []) != 1 else ''}, {epochs} epochs)"
-
-
 def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
     """Markdown table of :func:`baseline_rows`."""
     lines = [f"| model | test acc. % (this suite) | test acc. % (`{baseline}`) | paper (300 epochs) |",
              "|---|---|---|---|"]
     for row in table:
         paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
-        ours = _acc(row["mean"], row["std"], row["seeds"], row["epochs"], row.get("unfinished"))
-        theirs = _acc(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"], row["baseline_epochs"])
+        ours = _accuracy_cell(row["mean"], row["std"], row["seeds"], row.get("unfinished"), row["epochs"])
+        theirs = _accuracy_cell(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"],
+                                epochs=row["baseline_epochs"])
         lines.append(f"| {row['preset']} | {ours} | {theirs} | {paper} |")
     return lines
 

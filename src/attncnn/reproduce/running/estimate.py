@@ -30,10 +30,10 @@ __all__ = ["Estimate", "estimate_job", "job_precision", "dry_run", "busy_cpu", "
 
 
 def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
-    """``"fp32"`` or ``"bf16"``: the precision the job trains at on ``device``, what
-    :func:`train_jobs` will run. A new job: ``--precision`` or its preset's (``auto``: the device's
-    choice). An interrupted one resumes at ``--precision`` if given, else at its stored precision,
-    but fp32 for a bf16 run on a device without fast bf16
+    """``"fp32"`` or ``"bf16"``: the precision the job trains at on ``device``
+    (:func:`~attncnn.reproduce.running.runner.train_jobs`). A new job: ``--precision`` or its
+    preset's (``auto``: the device's choice). An interrupted one resumes at ``--precision`` if given,
+    else at its stored precision, but fp32 for a bf16 run on a device without fast bf16
     (:func:`~attncnn.perf.precision.machine_precision`).
 
     Raises:
@@ -96,20 +96,19 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
     train_images = min(config.train_subset or data.train, data.train)
     evaluation = data.test / config.batch_size * timing["infer_seconds"]
     evaluations = count_test_passes(config.epochs, config.eval_every)
-    step, warmup, note = _compiled_step(job, options, config, precision, device,
-                                        timing["step_seconds"], config.epochs * -(-train_images // config.batch_size),
-                                        data.image_shape[1:])
+    note = _compile_note(options, config, precision, device, config.epochs * -(-train_images // config.batch_size),
+                         data.image_shape[1:])
+    step = timing["step_seconds"]
     epoch = train_images / config.batch_size * step
-    return Estimate(step, timing["infer_seconds"], epoch + evaluation,
-                    epoch * config.epochs + evaluation * evaluations + warmup, precision, note)
+    return Estimate(step, timing["infer_seconds"], epoch + evaluation, epoch * config.epochs + evaluation * evaluations,
+                    precision, note)
 
 
-def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precision: str, device: torch.device,
-                   eager: float, steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
-    """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
-    takes ``eager`` seconds: where the job compiles (``--compile``, or the written rule when unset,
-    :func:`attncnn.perf.rule.choose`), the estimate stays the eager step (nothing here measures a
-    compiled one), and says so."""
+def _compile_note(options: TrainOptions, config: TrainConfig, precision: str, device: torch.device, steps: int,
+                  image_size: tuple[int, int]) -> str:
+    """What the estimate assumes of compiling: where the job compiles (``--compile``, or the written
+    rule when unset, :func:`attncnn.perf.rule.choose`), the estimate stays the eager step (nothing
+    here measures a compiled one), and says so."""
     will = options.compile
     if will is None:
         model = preset_model_config(config.preset, **config.model)[1]
@@ -118,8 +117,8 @@ def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precisi
         will = choose(device_kind(device), getattr(model, "attention", None), grid, precision, steps,
                       batch=config.batch_size).compile
     if not will:
-        return eager, 0.0, "eager"
-    return eager, 0.0, f"compiled{' by the rule' if options.compile is None else ''}, estimated at the eager step"
+        return "eager"
+    return f"compiled{' by the rule' if options.compile is None else ''}, estimated at the eager step"
 
 
 def dry_run(jobs: list[Job], options: TrainOptions, out: Path, suite: str) -> None:

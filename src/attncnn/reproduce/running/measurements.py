@@ -269,6 +269,14 @@ def _percent(value: float | None) -> str:
     return "not finished yet" if value is None else f"{100 * value:.2f}"
 
 
+def _rate_table(found: dict, key: str) -> list[str]:
+    """Markdown table of :func:`sweep_results`' ``key`` accuracies (``"held_out"`` or ``"test"``) per rate and row."""
+    rows = found["rows"]
+    return ["| lr | " + " | ".join(rows) + " | mean |", "|---" * (len(rows) + 2) + "|"] + [
+        f"| {entry['lr']:g} | " + " | ".join(_percent(entry[key].get(row)) for row in rows)
+        + f" | {_percent(entry[f'{key}_mean'])} |" for entry in found["rates"]]
+
+
 def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: Sequence[float], *,
                        command: str, held_out: Mapping[Path, dict | None] | None = None) -> list[str]:
     """Write ``<out>/lr-sweep/report.md`` and ``report.json`` (:func:`sweep_results`); returns the
@@ -280,19 +288,13 @@ def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: 
     found = sweep_results(grid, jobs, rates, held_out)
     rows = found["rows"]
     cell = dict(jobs[0].overrides)
-    header = "| lr | " + " | ".join(rows) + " | mean |"
-    rule = "|---" * (len(rows) + 2) + "|"
     lines = [f"# Learning-rate sweep of the {grid.name} grid's content models", "",
              f"AdamW on the {jobs[0].cell.split(' lr')[0]} cell, seed 0 ({cell['epochs']} epochs of "
              f"{cell['train_subset']:,} images). Written by `{command}`.", "",
              f"Held-out accuracy (%) at the last epoch, which chooses the rate: {HELD_OUT_IMAGES:,} training images "
              f"outside the cell's {cell['train_subset']:,} (class-balanced, never trained on), so that the test set, "
-             "which the grid reports, does not choose it:", "", header, rule]
-    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["held_out"].get(row)) for row in rows)
-              + f" | {_percent(entry['held_out_mean'])} |" for entry in found["rates"]]
-    lines += ["", "Test accuracy (%) at the last epoch, for information:", "", header, rule]
-    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["test"].get(row)) for row in rows)
-              + f" | {_percent(entry['test_mean'])} |" for entry in found["rates"]]
+             "which the grid reports, does not choose it:", "", *_rate_table(found, "held_out"), "",
+             "Test accuracy (%) at the last epoch, for information:", "", *_rate_table(found, "test")]
     best = found["best"]
     missing = sum(entry["held_out_mean"] is None for entry in found["rates"])
     if best is None:

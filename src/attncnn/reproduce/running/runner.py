@@ -3,18 +3,13 @@ after another.
 
 A job is one run of a study: a row trained with a seed into ``<out>/<preset>/seed<seed>`` for a
 Table 1 suite (:func:`plan`), or a grid's row on one training-set fraction into
-``<out>/<row>/<pct>pct/seed<seed>`` (:func:`plan_grid`); :func:`plan_study` plans either. Each job's
-``overrides`` are its row's recipe overrides (``Suite.rows``, ``Grid.rows``) under what the call sets
-(a grid cell's size and epochs, ``--epochs``, ``--lr``), so its ``config.json`` records them and a
-folder trained with other values is refused. A grid cell's subset comes from the seed, so every
-model of a seed sees the same images.
-
-Each folder is an ordinary run folder, so that every ``attncnn`` command works on it, and each job is
-an ordinary :func:`attncnn.training.train` call into it: ``new`` for a job never started, ``resume``
-for an interrupted one (a folder without ``finished.json``: from its last, possibly mid-epoch,
-checkpoint), nothing for a finished one (:func:`job_state`). So the study can be stopped at any moment
-(Ctrl-C, SIGTERM, a lost machine) and the same command continues it, unlike the reference code's
-``runs/*/run.sh`` scripts.
+``<out>/<row>/<pct>pct/seed<seed>`` (:func:`plan_grid`). Its ``overrides`` are its row's recipe
+overrides under what the call sets (:func:`row_job`); its ``config.json`` records them, so a folder
+trained with other values is refused. Each folder is an ordinary run folder, and each job an ordinary
+:func:`attncnn.training.train` call into it: ``new``, ``resume`` for an interrupted one (a folder
+without ``finished.json``), nothing for a finished one (:func:`job_state`). So a study can be stopped
+at any moment (Ctrl-C, SIGTERM, a lost machine) and the same command continues it, unlike the
+reference code's ``runs/*/run.sh`` scripts.
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 (the one table a new study is added to).
 
 A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
-(models x training-set sizes at equal seen images): its runs, its recipe over the presets', and
-the claims it measures with their criteria (:mod:`.claims`). Planning, training and reporting
-take any study: :mod:`attncnn.reproduce.running` and :mod:`attncnn.reproduce.reporting`.
+(models x training-set sizes at equal seen images): its rows with their recipe overrides, and the
+claims it measures with their criteria (:mod:`.claims`).
 """
 
 from __future__ import annotations

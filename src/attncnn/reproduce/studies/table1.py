@@ -74,18 +74,12 @@ MINI_LONG = Suite(
 
 # ``mini-300``: the quadratic and learned position-only ``mini`` models at the paper's own length,
 # 300 epochs, to see whether the grid of shifts forms with the paper's schedule where ``mini-long``'s
-# 60 epochs did not form it (no layer of any run below 0.5 tokens).
-#
-# Three seeds of each, the ``mini`` presets' recipe (SGD 0.1/0.9/1e-4, a linear warm-up over 5 % of the
-# steps, then cosine to zero at the last step, batch 100) with 300 epochs: the warm-up is a ratio, so
-# it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs (the repository's ``tools/gpu_job.py``;
-# ``docs/development.md``): one run takes hours there, days on a CPU.
-#
-# The centres over epochs come from ``metrics.jsonl``; a periodic checkpoint every 50 epochs stays
-# while training (six in a run, not thirty) and none is shipped. The report judges, per layer and seed,
-# whether the heads have settled on a grid at epochs 6, 20, 60, 150 and 300, sets that beside
-# ``mini-long``'s judgement at its epoch 60 (the end of its cosine, mid-schedule here) and at each
-# suite's end, and Table 1 beside ``mini-long``'s.
+# 60 epochs did not form it (no layer of any run below 0.5 tokens). The warm-up is a ratio of the
+# steps, so it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs
+# (``tools/gpu_job.py``; ``docs/development.md``): one run takes hours there, days on a CPU. A
+# periodic checkpoint every 50 epochs stays while training (six in a run, not thirty), none is
+# shipped. The report also sets each run beside ``mini-long``'s at its epoch 60 (the end of its
+# cosine, mid-schedule here) and at each suite's end.
 MINI_300 = Suite(
     "mini-300",
     "Whether the grid of shifts forms at the paper's length: quadratic-mini and learned-mini (width 64) for "
@@ -102,16 +96,12 @@ MINI_300 = Suite(
 )
 
 # ``locality-mini``: does the training protocol make attention local? ``mini-long``'s quadratic and
-# learned models and recipe (width 64, 60 epochs), with CutMix on.
-#
-# Santiago Toledo & Martinez ("Inducing Spatial Locality in Vision Transformers through the Training
-# Protocol", arXiv 2605.16390) report that, with the architecture and optimiser fixed, CutMix alone
-# decides whether early-layer attention becomes local. Here CutMix is the CutMix paper's CIFAR setting
-# (Yun et al. 2019: each batch mixed with probability 0.5, ``lam ~ Beta(1, 1)``); nothing else
-# changes from ``mini-long``, whose runs are the baseline at the same epochs (the first 20 epochs of
-# a 60-epoch schedule have the same learning rates, so epoch 20 compares fairly before a run ends).
-# The report judges, per layer and seed, whether the heads have settled on a grid (grid distance
-# below 0.5 tokens, the criterion fixed before these runs) at epochs 6, 20 and 60.
+# learned models and recipe with CutMix on. Santiago Toledo & Martinez ("Inducing Spatial Locality in
+# Vision Transformers through the Training Protocol", arXiv 2605.16390) report that, with the
+# architecture and optimiser fixed, CutMix alone decides whether early-layer attention becomes local.
+# CutMix is the CutMix paper's CIFAR setting (Yun et al. 2019). ``mini-long``'s runs are the baseline
+# at the same epochs (the first 20 epochs of a 60-epoch schedule have the same learning rates, so
+# epoch 20 compares fairly before a run ends), judged by the criterion fixed before these runs.
 LOCALITY_MINI = Suite(
     "locality-mini",
     "Whether CutMix makes attention local: mini-long's quadratic-mini and learned-mini (width 64, 60 epochs, "
