@@ -1,12 +1,10 @@
 """A study's report: ``report.md`` and ``report.json`` in its folder, written atomically, for any study.
 
-:func:`write_report` writes the shape the study declares: a Table 1 suite's (Table 1 beside the
-paper's, every run, the attention per layer, the paper's claims measured, and for a suite followed
-over epochs the sections of :func:`~.table1.epoch_sections`) or a grid's (accuracy per row and training-set
-size, its claims measured and judged, the machines, the models: :func:`grid_rows`, :func:`table_lines`,
-:func:`machine_lines`, :func:`model_lines`, :func:`gap_lines`, read from the cells' run folders, so
-the report of a grid run in parts says which cells are missing). Both measure the study's declared
-claims with :func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
+:func:`write_report` writes the shape the study declares: a Table 1 suite's (the sections of
+:mod:`.table1`) or a grid's (accuracy per row and training-set size, its claims judged, the
+machines, the models, read from the cells' run folders, so the report of a grid run in parts says
+which cells are missing). Both measure the study's declared claims with
+:func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The sections of a Table 1 suite's report: Table 1 beside the paper's (:func:`table_rows`,
-:func:`markdown_table`), every run, and the attention per layer after training
-(:func:`final_layer_metrics`); and, for a suite followed over epochs (``settle_epochs``), those of
-:func:`epoch_sections`: whether each layer has settled on a grid at the chosen epochs, that answer
-per run in words beside the baseline suite's (:mod:`.epochs`), where the centres went, the cost and
-machines of every run, and Table 1 beside the baseline suite's (``mini-long`` beside the 6-epoch
-``mini``, ``mini-300`` beside ``mini-long``). Everything is read from the run folders
-(``metrics.jsonl``, ``machine.json``) and, for the comparison, from the baseline suite's
-``report.json``. :func:`~attncnn.reproduce.reporting.report.write_report` puts them together.
+:func:`markdown_table`), every run, the attention per layer after training
+(:func:`final_layer_metrics`) and, for a suite followed over epochs (``settle_epochs``),
+:func:`epoch_sections`. Everything is read from the run folders and, for the comparison with a
+baseline suite, from its ``report.json``; :func:`~attncnn.reproduce.reporting.report.write_report`
+puts them together.
 """
 
 from __future__ import annotations

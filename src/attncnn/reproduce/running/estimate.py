@@ -61,11 +61,9 @@ class Estimate:
 
 def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None,
                  data: DataShape | None = None) -> Estimate:
-    """Time a few training steps of the job's model at its batch size and at the precision it will
-    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), on
-    images of the data set's size, and scale them to the whole run (the data set's training images
-    or ``train_subset``; an evaluation of its test images every ``eval_every`` epochs and after the
-    last).
+    """Time a training step of the job's model at its batch size and at the precision it will train
+    at here (:func:`job_precision`), on images of the data set's size, and scale it to the whole run
+    (its training images; a test pass every ``eval_every`` epochs and after the last).
 
     ``data``: the data set's sizes (default: :func:`~attncnn.data.peek_dataset` of the options'
     data, which decodes no images). ``measured`` caches the step timing per network, precision and

@@ -1,18 +1,14 @@
-"""The two measurements that set the ``efficiency-scarce`` grid's attributes before it trains.
+"""The two measurements that set the ``efficiency-scarce`` grid's attributes before it trains, each
+on its smallest cell, seed 0 (:func:`plan_calibration`, :func:`plan_lr_sweep`).
 
-* Calibration of ``passes`` (seen images per cell, in full training sets): train the grid's
-  ``calibrate_rows`` (``resnet18-mini``, ``deit-mini``) on the smallest cell, seed 0, for a given
-  number of passes, into ``<out>/calibrate/passes<P>/<row>/<pct>pct/seed0``, and compare their
-  train - test gap at the end of the cell with the grid's ``overfit`` criterion (>= 15 points: the
-  cell overfits, so it is scarce data). Those folders are the grid's own seed-0 cells at that
-  ``passes``: move them into ``<out>`` once the grid's ``passes`` is set, rather than training
-  them again.
-* Learning-rate sweep of the content models: train the grid's ``sweep_rows`` (``deit-mini``,
-  ``convit-mini``) on the smallest cell, seed 0, at each rate into
-  ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; the best rate is the one with the highest mean
-  final accuracy over those rows on held-out training images (:func:`held_out_result`: outside the cell's
-  subset, so the test set that the grid reports does not choose it; among the rates every row has
-  finished), and becomes the grid's ``lr``, shared by all its content rows.
+* Calibration of ``passes`` (seen images per cell, in full training sets): the grid's
+  ``calibrate_rows``' train - test gap at the end of the cell against the grid's ``overfit``
+  criterion (>= 15 points: the cell overfits, so it is scarce data). Those folders are the grid's own
+  seed-0 cells at that ``passes``: move them into ``<out>`` once ``passes`` is set, rather than
+  training them again.
+* Learning-rate sweep of the content models (``sweep_rows``): the best rate is the one with the
+  highest mean final accuracy over those rows on held-out training images (among the rates every row
+  has finished), and becomes the ``lr`` of the grid's content rows.
 
 Both are ordinary grid jobs of a cell, trained by the same resumable runner, so the same command
 continues an interrupted measurement; :func:`calibration_lines` and :func:`write_sweep_report`

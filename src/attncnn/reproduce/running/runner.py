@@ -365,12 +365,11 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
     """Train every job that is not finished, in order; returns each job's state before this call.
 
-    The training writes each job's ``machine.json`` (:mod:`attncnn.runs.machine_file`), so the report
-    can say where its timings come from. An interrupted run shipped from another machine is first
-    pointed at this machine's data set (:func:`attncnn.runs.point_at_data`), and resumes with this
-    machine's plan (:func:`attncnn.perf.resume_plan`); at ``options.precision`` when given, else at
-    its own precision, but fp32 for a bf16 run on a device without fast bf16; compiled or eager as
-    ``options.compile`` says, else as this machine's rule decides (each epoch record says which).
+    An interrupted run shipped from another machine is first pointed at this machine's data set
+    (:func:`attncnn.runs.point_at_data`), and resumes with this machine's plan
+    (:func:`attncnn.perf.resume_plan`: precision as
+    :func:`~attncnn.reproduce.running.estimate.job_precision` says, compiled as ``options.compile``
+    or this machine's rule decides); ``machine.json`` records where each ran.
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
