@@ -15,7 +15,8 @@ PY_FILES = sorted(SRC.rglob("*.py"))
 # package may import from attncnn. The command line (cli) sits at the top: it may import every package
 # and none imports it. api, the way in from Python, sits just below it: only cli imports it. perf sits
 # above training because it times the real training step to make the plan the loop takes; training
-# imports nothing from perf. Reading a run goes through runs, never training.
+# imports nothing from perf. Reading a run goes through runs, never training: analysis trains only to
+# fine-tune a pruned run (ANALYSIS_USES_OF_TRAINING).
 ALLOWED = {
     "layers": set(),
     "models": {"layers"},
@@ -24,7 +25,7 @@ ALLOWED = {
     "training": {"runs", "models", "layers", "data"},
     "perf": {"training", "runs", "models", "layers", "data"},
     "theory": {"perf", "runs", "layers", "models", "data"},
-    "analysis": {"perf", "runs", "layers", "models", "data", "theory"},
+    "analysis": {"perf", "training", "runs", "layers", "models", "data", "theory"},
     "reproduce": {"training", "perf", "runs", "layers", "models", "data", "theory", "analysis"},
     "api": {"perf", "training", "runs", "layers", "models", "data", "analysis"},
     "reference": {"runs", "models", "layers"},
@@ -129,6 +130,22 @@ def test_the_studies_only_train_and_evaluate_through_training():
         extra = {n.rsplit(".", 1)[-1] for n in _names_from(path, "training")} - REPRODUCE_USES_OF_TRAINING
         if extra:
             found[str(path.relative_to(SRC))] = sorted(extra)
+    assert not found
+
+
+#: what analysis may take from training, and where: the fine-tune of a pruned run (``attncnn prune``) is a
+#: training run from the pruned weights
+ANALYSIS_USES_OF_TRAINING = {"analysis/pruned_run.py": {"train", "RunOptions"}}
+
+
+def test_analysis_trains_only_to_fine_tune_a_pruned_run():
+    found = {}
+    for path in sorted((SRC / "analysis").rglob("*.py")):
+        where = str(path.relative_to(SRC))
+        allowed = ANALYSIS_USES_OF_TRAINING.get(where, set())
+        extra = {n.rsplit(".", 1)[-1] for n in _names_from(path, "training")} - allowed
+        if extra:
+            found[where] = sorted(extra)
     assert not found
 
 

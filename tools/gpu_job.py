@@ -150,7 +150,7 @@ def _job(spec: RunSpec, root: Path, epochs: int | None = None):
     ``--epochs``, else the suite's length). Whether it compiles is no part of it: a run-time option
     of the worker (``TrainOptions.compile``), never of a run's recipe."""
     from attncnn.reproduce import get_suite, plan
-    if spec.preset not in get_suite(spec.suite).presets:
+    if spec.preset not in get_suite(spec.suite).rows:
         return _carried_job(spec, root)
     if spec.fit:
         raise ValueError(f"{spec.text}: a run of the job's own length is planned once sized (fitted_spec)")

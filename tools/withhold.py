@@ -23,7 +23,7 @@ from attncnn.errors import InputError, MissingFileError
 from attncnn.reproduce.reporting.locality import run_locality
 from attncnn.reproduce.reporting.results import RunResult
 from attncnn.reproduce.reporting.table1 import final_layer_metrics
-from attncnn.reproduce.running.jobs import Job, job_state, row_of
+from attncnn.reproduce.running.runner import Job, job_state, row_of
 from attncnn.reproduce.studies import Study
 from attncnn.runs import PREDICTIONS_FILE, WITHHELD_FILE, RunFolder, read_metadata, read_withheld
 from attncnn.runs.withheld import KEYS
@@ -38,9 +38,9 @@ def presets_named(study: Study, text: str, flag: str) -> list[str]:
         InputError: an empty list, or a name that is not one of the study's presets (they are listed).
     """
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in study.presets]
+    unknown = [name for name in names if name not in study.rows]
     if not names or unknown:
-        raise InputError(f"{flag} takes presets of {study.name} ({', '.join(study.presets)}), got {text!r}")
+        raise InputError(f"{flag} takes presets of {study.name} ({', '.join(study.rows)}), got {text!r}")
     return names
 
 
@@ -53,7 +53,7 @@ def withholdable(jobs: Sequence[Job], presets: Sequence[str]) -> list[Job]:
     ``convit-mini-random``, by their own names) whose weights are still here.
 
     Raises:
-        InputError: a job folder holding another run (from :func:`attncnn.reproduce.running.jobs.job_state`).
+        InputError: a job folder holding another run (from :func:`attncnn.reproduce.running.runner.job_state`).
     """
     return [job for job in jobs if row_of(job) in presets and job_state(job) == "finished"
             and not _withheld_already(job)]

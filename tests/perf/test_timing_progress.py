@@ -10,7 +10,7 @@ import torch
 
 from attncnn.data import DataShape
 from attncnn.perf import precision, timing
-from attncnn.reproduce.running import runner
+from attncnn.reproduce.running import estimate, runner
 
 CPU = torch.device("cpu")
 
@@ -58,11 +58,11 @@ def test_the_dry_run_names_the_step_it_times_before_timing_it(monkeypatch, caplo
         order.append(("timed", kwargs["what"]))
         return {"step_seconds": 2.0, "infer_seconds": 0.5, "peak_memory_bytes": 0}
 
-    monkeypatch.setattr(runner, "time_steps", fake_time_steps)
-    monkeypatch.setattr(runner.log, "info", lambda msg, *args: order.append(("logged", msg % args)))
+    monkeypatch.setattr(estimate, "time_steps", fake_time_steps)
+    monkeypatch.setattr(estimate.log, "info", lambda msg, *args: order.append(("logged", msg % args)))
     data = DataShape("tiny", train=120, test=30, num_classes=3, image_shape=(3, 16, 16))
-    runner.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "q"),
-                        runner.TrainOptions(compile=False, epochs=2, batch_size=10), data=data)
+    estimate.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "q"),
+                          runner.TrainOptions(compile=False, epochs=2, batch_size=10), data=data)
     assert expected == ("bf16" if fast else "fp32")
     assert order == [("logged", f"timing one training step and one test batch of quadratic-mini (batch 10, {expected}) "
                                 "on cpu for the estimate..."),

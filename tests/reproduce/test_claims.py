@@ -131,6 +131,6 @@ def test_every_study_declares_its_claims_as_data():
             grid_measure = isinstance(claim.measure, (PerRow, Scarcity, Versus, Gain, Layers))
             assert grid_measure == isinstance(study, Grid), (study.name, claim.name)
             for criterion in claim.criteria:
-                assert criterion.row is None or criterion.row in study.presets
+                assert criterion.row is None or criterion.row in study.rows
     judged = {study.name for study in STUDIES.values() if any(claim.criteria for claim in study.claims)}
     assert judged == {"efficiency-scarce"}

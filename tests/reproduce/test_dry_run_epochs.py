@@ -50,9 +50,9 @@ def test_epochs_past_any_run_are_refused_before_anything_runs(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_dry_run_of_a_billion_epochs_prints_a_finite_estimate(make_tiny_data, tmp_path, capsys, monkeypatch):
-    from attncnn.reproduce.running import runner
+    from attncnn.reproduce.running import estimate
 
-    monkeypatch.setattr(runner, "time_steps", lambda *a, **k: {"step_seconds": 2.0, "infer_seconds": 0.5})
+    monkeypatch.setattr(estimate, "time_steps", lambda *a, **k: {"step_seconds": 2.0, "infer_seconds": 0.5})
     data = make_tiny_data(40, 10, size=16)            # 3 classes: 120 train, 30 test images of 16x16
     assert main(["reproduce", "mini", "--dry-run", "--only", "quadratic-mini", "--seeds", "0", "--out",
                  str(tmp_path / "m"), "--epochs", str(10**9), "--no-compile", "--batch-size", "10",

@@ -9,7 +9,7 @@ import pytest
 
 from attncnn.models import get_preset
 from attncnn.reproduce import job_state
-from attncnn.reproduce.running.jobs import cell_options, plan_grid
+from attncnn.reproduce.running.runner import cell_options, plan_grid
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 from attncnn.reproduce.studies import EFFICIENCY
 
@@ -32,10 +32,10 @@ def test_cells_that_are_not_whole_epochs_are_refused():
 
 def test_plan_puts_the_smallest_subset_first_and_every_preset_exists(tmp_path):
     jobs = plan_grid(EFFICIENCY, tmp_path, seeds=(0,))
-    assert len(jobs) == len(EFFICIENCY.presets) * len(EFFICIENCY.fractions)
-    assert [j.cell for j in jobs[:len(EFFICIENCY.presets)]] == ["10 %"] * len(EFFICIENCY.presets)
-    assert [j.preset for j in jobs[:len(EFFICIENCY.presets)]] == list(EFFICIENCY.presets)
-    assert all(get_preset(p).name == p for p in EFFICIENCY.presets)
+    assert len(jobs) == len(EFFICIENCY.rows) * len(EFFICIENCY.fractions)
+    assert [j.cell for j in jobs[:len(EFFICIENCY.rows)]] == ["10 %"] * len(EFFICIENCY.rows)
+    assert [j.preset for j in jobs[:len(EFFICIENCY.rows)]] == list(EFFICIENCY.rows)
+    assert all(get_preset(p).name == p for p in EFFICIENCY.rows)
     assert jobs[0].folder == tmp_path / "resnet18-mini" / "10pct" / "seed0"
     assert jobs[0].label == "resnet18-mini 10 % seed 0"
     only = plan_grid(EFFICIENCY, tmp_path, seeds=(1,), only=("gpsa-mini",), train_images=1_000)
@@ -47,10 +47,10 @@ def test_plan_puts_the_smallest_subset_first_and_every_preset_exists(tmp_path):
 
 def test_the_scarce_data_cells_get_a_second_seed_after_the_first_seeds_whole_grid(tmp_path):
     jobs = plan_grid(EFFICIENCY, tmp_path)
-    whole = len(EFFICIENCY.presets) * len(EFFICIENCY.fractions)
+    whole = len(EFFICIENCY.rows) * len(EFFICIENCY.fractions)
     first, more = jobs[:whole], jobs[whole:]
     assert {j.seed for j in first} == {0} and first[-1].cell == "100 %"
-    assert [(j.preset, j.seed, j.cell) for j in more] == [(p, 1, "10 %") for p in EFFICIENCY.presets]
+    assert [(j.preset, j.seed, j.cell) for j in more] == [(p, 1, "10 %") for p in EFFICIENCY.rows]
     assert more[0].folder == tmp_path / "resnet18-mini" / "10pct" / "seed1"
     # --seeds gives every cell the same seeds
     assert {(j.seed, j.cell) for j in plan_grid(EFFICIENCY, tmp_path, seeds=(2,))} == {(2, "10 %"), (2, "25 %"),

@@ -34,8 +34,8 @@ def _records(folder):
 def test_every_cell_sees_the_same_images_and_the_report_gives_its_final_accuracy(grid):
     out, report = grid
     # --only trains part of the grid; the report still has every preset, the others listed as missing
-    assert [row["preset"] for row in report["rows"]] == list(EFFICIENCY.presets)
-    untrained = [p for p in EFFICIENCY.presets if p not in MODELS]
+    assert [row["preset"] for row in report["rows"]] == list(EFFICIENCY.rows)
+    untrained = [p for p in EFFICIENCY.rows if p not in MODELS]
     assert sorted(report["missing"]) == sorted([f"{p} {cell} seed 0" for p in untrained
                                                 for cell in ("10 %", "25 %", "100 %")]
                                                + [f"{p} 10 % seed 1" for p in untrained])   # the scarce cell's 2nd seed

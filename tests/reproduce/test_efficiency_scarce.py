@@ -13,8 +13,9 @@ from attncnn.reproduce import job_state
 from attncnn.reproduce.reporting.claims import cell_numbers, evaluate_claims, verdict
 from attncnn.reproduce.reporting.report import gap_lines
 from attncnn.reproduce.running.measurements import sweep_results, write_sweep_report
-from attncnn.reproduce.running.jobs import plan_grid
-from attncnn.reproduce.running.measurements import parse_rates, plan_calibration, plan_lr_sweep, swept_rates
+from attncnn.reproduce.running.runner import plan_grid
+from attncnn.reproduce.request import parse_rates
+from attncnn.reproduce.running.measurements import plan_calibration, plan_lr_sweep, swept_rates
 from attncnn.reproduce.running.runner import TrainOptions, job_config, train_command
 from attncnn.reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE, GRIDS
 
@@ -77,7 +78,7 @@ def test_the_efficiency_grid_plan_is_unchanged(tmp_path):
                                                       "train_subset": 5_000}]
     assert all([name for name, _ in j.overrides] == ["checkpoint_every", "epochs", "eval_every", "train_subset"]
                for j in jobs)
-    assert [(j.preset, j.seed, j.cell) for j in jobs[18:]] == [(p, 1, "10 %") for p in EFFICIENCY.presets]
+    assert [(j.preset, j.seed, j.cell) for j in jobs[18:]] == [(p, 1, "10 %") for p in EFFICIENCY.rows]
 
 
 def test_the_lr_sweep_and_the_calibration_plans(tmp_path):

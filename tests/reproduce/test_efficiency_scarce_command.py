@@ -62,13 +62,13 @@ def test_calibration_and_sweep_print_their_measurements(scarce, capsys, make_tin
 
 def test_every_row_trains_and_the_report_judges_the_claims(scarce):
     out, report = scarce
-    assert [row["preset"] for row in report["rows"]] == list(EFFICIENCY_SCARCE.presets)
+    assert [row["preset"] for row in report["rows"]] == list(EFFICIENCY_SCARCE.rows)
     assert report["missing"] == []
     config = json.loads((out / "convit-mini-random" / "50pct" / "seed0" / "config.json").read_text())
-    # the variant's option, beside the attention path the run measured (impl): `attncnn train --preset
+    # the row's model option, beside the attention path the run measured (impl): `attncnn train --preset
     # convit-mini --set init=random` trains the same row
     assert (config["preset"], config["model"]["init"], config["optimizer"], config["lr"]) == (
-        "convit-mini", "random", "adamw", EFFICIENCY_SCARCE.lr)
+        "convit-mini", "random", "adamw", EFFICIENCY_SCARCE.rows["convit-mini-random"]["lr"])
     claims = {c["claim"][:3]: c for c in report["claims"]}
     assert set(claims) == {"pre", "(a)", "(b)", "(c)", "(d)"}
     assert all(c["verdict"] in ("holds", "fails") for c in claims.values())      # every cell is in

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from attncnn.reproduce.reporting.epochs import compare_settling, run_settling, settling_lines
-from attncnn.reproduce.running.jobs import plan
+from attncnn.reproduce.running.runner import plan
 from attncnn.reproduce.studies import MINI_LONG, get_suite
 
 from test_mini_300 import _mini_long_report, _records
@@ -13,10 +13,10 @@ from test_mini_300 import _mini_long_report, _records
 
 def test_the_study_is_mini_longs_recipe_with_cutmix_and_nothing_else(tmp_path):
     suite = get_suite("locality-mini")
-    assert suite.presets == ("quadratic-mini", "learned-mini") and suite.seeds == (0,)
-    overrides = dict(suite.overrides)
-    assert {k: v for k, v in overrides.items() if not k.startswith("cutmix")} == dict(MINI_LONG.overrides)
-    assert (overrides["cutmix"], overrides["cutmix_alpha"]) == (0.5, 1.0)
+    assert tuple(suite.rows) == ("quadratic-mini", "learned-mini") and suite.seeds == (0,)
+    for row, recipe in suite.rows.items():
+        assert {k: v for k, v in recipe.items() if not k.startswith("cutmix")} == MINI_LONG.rows[row]
+        assert (recipe["cutmix"], recipe["cutmix_alpha"]) == (0.5, 1.0)
     assert (suite.baseline, suite.differs, suite.compare_at, suite.settle_epochs) == (
         "mini-long", "CutMix", (6, 20, 60), (6, 20, 60))
     jobs = plan(suite, tmp_path)

@@ -26,11 +26,11 @@ from attncnn.training.schedule import LRSchedule, warmup_cosine_multiplier
 def test_the_suite_declares_six_runs_at_the_papers_length(tmp_path):
     suite = get_suite("mini-300")
     assert STUDIES["mini-300"] is suite and "GPU" in suite.description
-    assert suite.presets == ("quadratic-mini", "learned-mini")
+    assert tuple(suite.rows) == ("quadratic-mini", "learned-mini")
     assert [(j.preset, j.seed) for j in plan(suite, tmp_path)] == [
         ("quadratic-mini", 0), ("learned-mini", 0), ("quadratic-mini", 1), ("learned-mini", 1),
         ("quadratic-mini", 2), ("learned-mini", 2)]
-    assert suite.epochs == 300 and dict(suite.overrides) == {"epochs": 300, "checkpoint_every": 50}
+    assert all(recipe == {"epochs": 300, "checkpoint_every": 50} for recipe in suite.rows.values())
     assert suite.settle_epochs == (6, 20, 60, 150, 300) and suite.settled_below == 0.5
     assert (suite.baseline, suite.evolution_preset, suite.evolution_from) == ("mini-long", "quadratic-mini", "metrics")
     assert suite.claims == get_suite("mini-long").claims == TABLE1_CLAIMS
@@ -232,10 +232,10 @@ def test_the_figure_titles_each_column_with_its_run_and_note():
 
 def test_a_dry_run_prints_the_six_runs_and_their_time_without_training(make_tiny_data, tmp_path, capsys, monkeypatch):
     from attncnn.cli import main
-    from attncnn.reproduce.running import runner
+    from attncnn.reproduce.running import estimate
 
     # one timed step per model, made up (2 s a step, 0.5 s a test batch): the plan is what is tested
-    monkeypatch.setattr(runner, "time_steps", lambda *a, **k: {"step_seconds": 2.0, "infer_seconds": 0.5})
+    monkeypatch.setattr(estimate, "time_steps", lambda *a, **k: {"step_seconds": 2.0, "infer_seconds": 0.5})
     data = make_tiny_data(40, 10, size=16)            # 3 classes: 120 train, 30 test images of 16x16
     out = tmp_path / "mini-300"
     assert main(["reproduce", "mini-300", "--dry-run", "--out", str(out), "--no-compile", "--batch-size", "10",

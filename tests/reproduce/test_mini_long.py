@@ -30,7 +30,8 @@ def test_plan_order_seeds_and_epochs(tmp_path):
         ("quadratic-mini", 0), ("learned-mini", 0), ("resnet18-mini", 0), ("quadratic-generalized-mini", 0),
         ("quadratic-mini", 1), ("learned-mini", 1), ("resnet18-mini", 1),
         ("quadratic-mini", 2), ("learned-mini", 2), ("resnet18-mini", 2), ("learned-content-mini", 0)]
-    assert suite.presets == get_suite("mini").presets and suite.epochs == 60
+    assert tuple(suite.rows) == tuple(get_suite("mini").rows)
+    assert all(recipe["epochs"] == 60 for recipe in suite.rows.values())
     for job in jobs:
         config = job_config(job, TrainOptions())
         recipe = get_preset(job.preset).train

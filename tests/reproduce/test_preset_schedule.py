@@ -1,4 +1,4 @@
-"""A suite preset with a schedule of its own (``Suite.preset_overrides``): the longest schedule that
+"""A suite preset with a schedule of its own (its row's recipe overrides, ``Suite.rows``): the longest schedule that
 fits where the suite's does not (a width-400 model on a short GPU job). It is planned, trained and
 reported with its own epochs, and a folder of another length is refused."""
 
@@ -17,9 +17,9 @@ from attncnn.training.schedule import LRSchedule
 
 def _shortened(name: str, preset: str, epochs: int, suite_epochs: int | None = None):
     suite = get_suite(name)
-    overrides = suite.overrides if suite_epochs is None else (("epochs", suite_epochs),)
-    return dataclasses.replace(suite, overrides=overrides,
-                               preset_overrides={**suite.preset_overrides, preset: (("epochs", epochs),)})
+    rows = {row: {**recipe, **({} if suite_epochs is None else {"epochs": suite_epochs})}
+            for row, recipe in suite.rows.items()}
+    return dataclasses.replace(suite, rows={**rows, preset: {**rows[preset], "epochs": epochs}})
 
 
 @pytest.mark.parametrize("name", ["mini-long", "mini-300", "paper-long"])
@@ -32,7 +32,7 @@ def test_every_run_of_a_long_suite_decays_to_zero_by_its_last_step(name, tmp_pat
         schedule = LRSchedule(base_lr=config.lr, epochs=config.epochs, steps_per_epoch=500, kind=config.schedule,
                               warmup_ratio=config.warmup_ratio, stepping=config.lr_stepping,
                               milestones=tuple(config.milestones), gamma=config.gamma)
-        assert config.epochs == dict(suite.overrides_of(job.preset))["epochs"] and config.schedule == "cosine"
+        assert config.epochs == suite.rows[job.preset]["epochs"] and config.schedule == "cosine"
         assert schedule.lr_at(config.epochs - 1, 499) < 1e-3 * config.lr, job.label
         assert schedule.lr_at(config.epochs // 2, 0) > 0.4 * config.lr, job.label
 
@@ -42,7 +42,7 @@ def test_a_preset_override_changes_that_presets_jobs_alone(tmp_path):
     epochs = {job.preset: dict(job.overrides)["epochs"] for job in plan(suite, tmp_path)}
     assert epochs == {"quadratic": 60, "learned": 60, "resnet18": 60, "quadratic-generalized": 60,
                       "learned-content": 40}
-    assert suite.overrides_of("learned-content") == (("epochs", 40),) and suite.epochs == 60
+    assert suite.rows["learned-content"] == {"epochs": 40} and suite.rows["quadratic"] == {"epochs": 60}
     # a smoke run's --epochs is every job's length
     assert {dict(job.overrides)["epochs"] for job in plan(suite, tmp_path, epochs=1)} == {1}
 
@@ -65,7 +65,7 @@ def test_a_shortened_preset_trains_and_reports_its_own_epochs(make_tiny_data, tm
     assert trained == {"quadratic-mini": 2, "resnet18-mini": 1}
     assert not any(label.startswith(("quadratic-mini ", "resnet18-mini ")) for label in report["missing"])
     # the suite's length is not the shortened run's: that folder is refused, not retrained
-    full = dataclasses.replace(suite, preset_overrides={})
+    full = dataclasses.replace(suite, rows={**suite.rows, "resnet18-mini": suite.rows["quadratic-mini"]})
     (resnet,) = plan(full, out, seeds=(0,), only=("resnet18-mini",))
     with pytest.raises(ValueError, match="holds a run with epochs=1, but resnet18-mini seed 0 needs epochs=2"):
         job_state(resnet)

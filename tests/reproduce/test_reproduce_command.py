@@ -238,9 +238,9 @@ def test_bad_options_are_named(tmp_path, capsys):
 
 
 def test_dry_run_skips_finished_runs_and_says_when_all_are(suite, capsys, monkeypatch):
-    from attncnn.reproduce.running import runner
+    from attncnn.reproduce.running import estimate
 
-    monkeypatch.setattr(runner, "cpu_load", lambda: 0.0)           # an idle machine: no warning
+    monkeypatch.setattr(estimate, "cpu_load", lambda: 0.0)           # an idle machine: no warning
     out, _ = suite
     assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--seeds", "0", "--out", str(out)]) == 0
     text = capsys.readouterr().out
@@ -255,9 +255,9 @@ def test_dry_run_skips_finished_runs_and_says_when_all_are(suite, capsys, monkey
 
 
 def test_dry_run_warns_when_the_cpu_was_busy(tmp_path, capsys, monkeypatch):
-    from attncnn.reproduce.running import runner
+    from attncnn.reproduce.running import estimate
 
-    monkeypatch.setattr(runner, "cpu_load", lambda: 1000.0)        # far more runnable processes than cores
+    monkeypatch.setattr(estimate, "cpu_load", lambda: 1000.0)        # far more runnable processes than cores
     assert main(["reproduce", "mini", "--dry-run", "--only", "resnet18-mini", "--out", str(tmp_path)]) == 0
     text = capsys.readouterr().out
     assert "# warning: the CPU was busy while the steps were timed (load average 1000.0 on" in text
@@ -265,7 +265,7 @@ def test_dry_run_warns_when_the_cpu_was_busy(tmp_path, capsys, monkeypatch):
 
 
 def test_the_busy_cpu_rule():
-    from attncnn.reproduce.running.runner import busy_cpu
+    from attncnn.reproduce.running.estimate import busy_cpu
 
     assert busy_cpu([0.3, 1.2], cores=2) is None                    # this process alone
     assert busy_cpu([None, None], cores=2) is None                  # no load average on this system
@@ -274,7 +274,7 @@ def test_the_busy_cpu_rule():
 
 
 def test_a_dry_run_times_the_data_sets_images_and_counts_its_images(make_tiny_data, tmp_path, capsys, monkeypatch):
-    from attncnn.reproduce.running import runner
+    from attncnn.reproduce.running import estimate, runner
 
     timed = []
 
@@ -282,7 +282,7 @@ def test_a_dry_run_times_the_data_sets_images_and_counts_its_images(make_tiny_da
         timed.append((tuple(images.shape), model.config.num_classes, int(labels.max()) < 3))
         return {"step_seconds": 2.0, "infer_seconds": 0.5}
 
-    monkeypatch.setattr(runner, "time_steps", fake_time_steps)
+    monkeypatch.setattr(estimate, "time_steps", fake_time_steps)
     data = make_tiny_data(40, 10, size=16)            # 3 classes: 120 train, 30 test images of 16x16
     common = ["reproduce", "mini", "--dry-run", "--only", "quadratic-mini", "--seeds", "0", "--out",
               str(tmp_path / "m"), "--epochs", "2", "--no-compile", "--batch-size", "10", "--data", str(data)]
@@ -292,9 +292,9 @@ def test_a_dry_run_times_the_data_sets_images_and_counts_its_images(make_tiny_da
     assert f"# {data.name}: 120 training and 30 test images of 16x16, 3 classes" in text
     # 12 steps of 2 s an epoch and a test pass of 3 batches of 0.5 s after each: 25.5 s an epoch, 51 s in all
     assert "# 2.00 s/step, ~0.4 min/epoch, ~0.01 h (" in text and "images of 16x16;" in text
-    estimate = runner.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "m" / "q"),
-                                   runner.TrainOptions(data=str(data), compile=False, epochs=2, batch_size=10))
-    assert (estimate.epoch_seconds, estimate.total_seconds) == (25.5, 51.0)
+    found = estimate.estimate_job(runner.Job("quadratic-mini", 0, tmp_path / "m" / "q"),
+                                  runner.TrainOptions(data=str(data), compile=False, epochs=2, batch_size=10))
+    assert (found.epoch_seconds, found.total_seconds) == (25.5, 51.0)
     assert not (tmp_path / "m").exists()
     # a data set the network cannot take is refused with the network's own message, as training refuses it
     odd = make_tiny_data(2, 1, size=15)

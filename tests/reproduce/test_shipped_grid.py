@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from attncnn.reproduce import job_state, plan_grid
-from attncnn.reproduce.running.jobs import row_of
+from attncnn.reproduce.running.runner import row_of
 from attncnn.reproduce.studies import EFFICIENCY, EFFICIENCY_SCARCE
 
 ROOT = Path(__file__).resolve().parents[2] / "results"

@@ -103,7 +103,7 @@ def test_every_cpu_evaluates_each_table_1_model_once():
     if not (ROOT / EVERYWHERE_SUITE / "report.json").is_file():
         pytest.skip(f"no committed results/{EVERYWHERE_SUITE} report")
     models = {(EVERYWHERE_SUITE, row["preset"], 0) for row in _report(EVERYWHERE_SUITE)["rows"]}
-    assert {preset for _, preset, _ in models} == set(get_suite(EVERYWHERE_SUITE).presets)
+    assert {preset for _, preset, _ in models} == set(get_suite(EVERYWHERE_SUITE).rows)
     assert chosen == models | {run for run in EVERYWHERE if (ROOT / run[0] / "report.json").is_file()}
 
 

@@ -9,17 +9,17 @@ import pytest
 from attncnn.analysis.report import macs_per_image, paper_flops_per_image
 from attncnn.models import build_model, get_preset
 from attncnn.reproduce import SUITES, Job, get_suite, job_state, plan
-from attncnn.reproduce.running.jobs import parse_seeds
+from attncnn.reproduce.request import parse_seeds
 from attncnn.reproduce.running.runner import TrainOptions, train_command
 
 
 def test_every_suite_preset_exists_and_names_a_paper_row():
     for suite in SUITES.values():
-        for preset in suite.presets:
+        for preset in suite.rows:
             assert get_preset(preset).name == preset
             assert suite.paper_names[preset] in ("quadratic", "quadratic-generalized", "learned",
                                                  "learned-content", "resnet18")
-        assert suite.evolution_preset in suite.presets
+        assert suite.evolution_preset in suite.rows
 
 
 def test_plan_trains_every_model_once_before_further_seeds(tmp_path):
@@ -116,13 +116,13 @@ def test_paper_flops_of_a_resnet_are_its_plain_macs():
 
 def test_the_report_covers_every_run_folder_of_a_study_run_in_parts_lowest_seed_first(tmp_path):
     from attncnn.reproduce import STUDIES
-    from attncnn.reproduce.orchestration import _whole_study
+    from attncnn.reproduce.running.runner import study_jobs
 
     out = tmp_path / "mini"
     for seed in (0, 3):                      # seed 0 (a default) and seed 3 trained by earlier calls
         (out / "resnet18-mini" / f"seed{seed}").mkdir(parents=True)
     (out / "quadratic-mini" / "seed2").mkdir(parents=True)
-    jobs = _whole_study(STUDIES["mini"], out, {"seeds": (1,), "epochs": None})      # this call: --seeds 1
+    jobs = study_jobs(STUDIES["mini"], out, seeds=(1,), epochs=None)      # this call: --seeds 1
     by_row = {}
     for job in jobs:
         by_row.setdefault(job.preset, []).append(job.seed)

@@ -133,7 +133,7 @@ def test_a_move_cut_short_leaves_loadable_weights_and_the_same_call_finishes_it(
 def test_weights_are_withheld_by_row_so_a_grid_variant_is_its_own(tmp_path, monkeypatch):
     import withhold
 
-    from attncnn.reproduce.running.jobs import Job
+    from attncnn.reproduce.running.runner import Job
 
     monkeypatch.setattr(withhold, "job_state", lambda job: "finished")
     jobs = [Job("convit-mini", 0, tmp_path / row / "10pct" / "seed0", cell="10 %", row=row)

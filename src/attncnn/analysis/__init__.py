@@ -3,7 +3,8 @@
 :mod:`.maps` (forward hooks on real inputs), :mod:`.metrics` (per-head statistics, degenerate
 heads, distance to a convolution's grid of shifts), :mod:`.locality` and :mod:`.locality_figure`
 (ViT Fig. 7), :mod:`.rollout` (Abnar & Zuidema 2020), :mod:`.figures` (the paper's figures),
-:mod:`.report` (Table 1), :mod:`.viewer` (``attncnn viewer``), :mod:`.plotting` and
+:mod:`.report` (Table 1), :mod:`.pruning` and :mod:`.pruned_run` (``attncnn prune``: degenerate
+heads removed, then a fine-tuning run), :mod:`.viewer` (``attncnn viewer``), :mod:`.plotting` and
 :mod:`.inspection` (``attncnn plot`` and ``attncnn inspect``).
 """
 

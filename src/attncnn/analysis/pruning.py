@@ -5,10 +5,10 @@ A head is degenerate when its attention is nearly uniform or a thin stripe
 ``spreads`` and its block of input columns of ``value`` (and of output rows of ``value_in``);
 queries, keys and the output projection are untouched, as in the reference. The model's
 configuration records the new per-layer counts in ``ImageTransformerConfig.layer_heads``, so a
-pruned model is saved (:func:`pruned_metadata`) and rebuilt like any other. Fine-tuning follows
-the reference ``runs/quadratic-generalized-pruned`` (:func:`finetune_config`): a new run with a fresh
-optimiser and a restarted warm-up + cosine schedule, 100 epochs at lr 0.01 (10x smaller than the
-original run), other options unchanged.
+pruned model is saved (:func:`pruned_metadata`) and rebuilt like any other. Fine-tuning
+(:func:`attncnn.analysis.pruned_run.finetune_pruned`) follows the reference
+``runs/quadratic-generalized-pruned``: a new run with a fresh optimiser and a restarted warm-up +
+cosine schedule, 100 epochs at lr 0.01 (10x smaller than the original run), other options unchanged.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """``attncnn prune``: remove the degenerate heads of a quadratic run and, if asked, fine-tune the rest
-(:func:`attncnn.reproduce.prune.prune_run`)."""
+(:func:`attncnn.analysis.pruned_run.prune_run`)."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ def register(sub) -> None:
 
 def handle(args: argparse.Namespace) -> int:
     """Run ``attncnn prune``; prints the counts (text or JSON) and returns the exit status."""
-    from ..reproduce.prune import prune_run
+    from ..analysis.pruned_run import prune_run
 
     say = None if args.json else (lambda text: print(text, flush=True))
     out = prune_run(args.run, condition_number=args.condition_number, min_eigenvalue=args.min_eigenvalue,

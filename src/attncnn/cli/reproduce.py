@@ -59,9 +59,10 @@ def register(sub) -> None:
                         f"{','.join(f'{f:g}' for f in efficiency.fractions)}, {scarce.name} "
                         f"{','.join(f'{f:g}' for f in scarce.fractions)}; e.g. 0.1,0.25,1 adds the 25 %% cell); "
                         "--calibrate and --lr-sweep train the smallest")
+    shared = {row: recipe["lr"] for row, recipe in scarce.rows.items() if "lr" in recipe}
     r.add_argument("--lr", type=float, metavar="RATE",
                    help=f"{scarce.name}: the learning rate shared by its content models "
-                        f"({', '.join(scarce.lr_rows)}; default {scarce.lr:g})")
+                        f"({', '.join(shared)}; default {next(iter(shared.values())):g})")
     r.add_argument("--calibrate", action="store_true",
                    help=f"{scarce.name}: train {' and '.join(scarce.calibrate_rows)} on the 10 %% cell "
                         "(seed 0) for --passes into <out>/calibrate/passes<P>/ and print their train - test gap "

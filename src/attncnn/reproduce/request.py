@@ -10,13 +10,13 @@ the calls that would ignore it; nothing else in the package repeats these checks
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..errors import InputError
 from .studies import GRIDS, STUDIES, Grid, Study
 
 __all__ = ["ACTIONS", "MEASUREMENTS", "StudyRequest", "Rule", "RULES", "check_request", "flag_of", "viewer_images",
-           "one_of"]
+           "one_of", "parse_list", "parse_seeds", "parse_rates", "parse_fractions"]
 
 #: what a call does: ``train`` (train what is left, then report; the default), ``dry-run`` (print
 #: each job's command and estimated time), ``report-only`` (train nothing, report what has
@@ -133,7 +133,7 @@ def check_request(request: StudyRequest) -> Study:
     study = STUDIES[request.study]
     grid = isinstance(study, Grid)
     context = {"action": request.action, "shape": "grid" if grid else "suite", "measurement": request.measurement,
-               "shared_rate": grid and bool(study.lr_rows)}
+               "shared_rate": grid and any("lr" in recipe for recipe in study.rows.values())}
     given = _given(request)
     for rule in RULES:
         refused = [name for name in rule.options if name in given]
@@ -159,6 +159,41 @@ def _check_values(request: StudyRequest) -> None:
     viewer_images(request.viewer_images)
     if request.viewer_average < 0:
         raise InputError(f"--viewer-average must be >= 0 (0: no average), got {request.viewer_average}")
+
+
+def parse_list(text: str | None, flag: str, what: str, example: str, convert=int,
+               bound: tuple[str, Callable] | None = None) -> tuple | None:
+    """``"0, 1,2"`` -> ``(0, 1, 2)``: ``flag``'s comma-separated ``what`` (``convert`` each entry);
+    None stays None (the study's default). With ``bound`` (``(">= 0", test)``): at least one entry,
+    distinct, each passing ``test``.
+
+    Raises:
+        InputError: an entry ``convert`` refuses; with ``bound``, none, a repeat or one out of bounds.
+    """
+    if text is None:
+        return None
+    try:
+        values = tuple(convert(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise InputError(f"{flag} must be comma-separated {what} like {example}, got {text!r}") from None
+    if bound and (not values or not all(map(bound[1], values)) or len(set(values)) != len(values)):
+        raise InputError(f"{flag} must list distinct {what} {bound[0]}, like {example}; got {text!r}")
+    return values
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    """``--seeds``: ``"0,1,2"`` -> ``(0, 1, 2)`` (:func:`parse_list`: distinct integers >= 0)."""
+    return parse_list(text, "--seeds", "integers", "0,1,2", bound=(">= 0", lambda seed: seed >= 0))
+
+
+def parse_rates(text: str) -> tuple[float, ...]:
+    """``--lr-sweep``: ``"2.5e-4,5e-4"`` -> ``(0.00025, 0.0005)`` (:func:`parse_list`: distinct, > 0)."""
+    return parse_list(text, "--lr-sweep", "learning rates", "2.5e-4,5e-4,1e-3", float, ("> 0", lambda r: r > 0))
+
+
+def parse_fractions(text: str | None) -> tuple[float, ...] | None:
+    """``--fractions``: ``"0.1,0.25,1"`` -> ``(0.1, 0.25, 1.0)`` (:func:`parse_list`; the planner checks them)."""
+    return parse_list(text, "--fractions", "fractions", "0.1,0.25,1", float)
 
 
 def viewer_images(text: str) -> list[int]:
@@ -188,10 +223,5 @@ def one_of(flags: Iterable[str], kind: str) -> str | None:
     if len(given) <= 1:
         return given[0] if given else None
     if kind == "action":
-        last = given[-1]
-        return _refuse(f"--{last} {ACTIONS[last]}; leave out {', '.join('--' + g for g in given[:-1])}")
-    return _refuse(f"{' and '.join('--' + g for g in given)} are two measurements; run them one at a time")
-
-
-def _refuse(message: str):
-    raise InputError(message)
+        raise InputError(f"--{given[-1]} {ACTIONS[given[-1]]}; leave out {', '.join('--' + g for g in given[:-1])}")
+    raise InputError(f"{' and '.join('--' + g for g in given)} are two measurements; run them one at a time")

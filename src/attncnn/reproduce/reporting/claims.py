@@ -1,14 +1,11 @@
 """Any study's claims, evaluated from their declarations (:mod:`attncnn.reproduce.studies.claims`).
 
 Each claim's measure reads its numbers, as :class:`Term` values (named numbers of one row and
-cell), and writes them as the report's ``values``; each of its criteria then judges the numbers it
-names (:func:`judge`), and :func:`verdict` combines the conditions: a claim ``fails`` as soon as one
-measured condition is false, is ``not measured yet`` while a number it needs is missing (or none
-is judged), and ``holds`` otherwise. A claim without criteria gets no verdict.
-
-A grid's claims read :class:`CellNumbers` (the finished cells' ``metrics.jsonl``: no model is
-loaded); a Table 1 suite's read :class:`RunNumbers` (its Table 1 rows, its per-layer analysis and
-its finished runs). Accuracies are fractions in the numbers and points (percent) in the text.
+cell), and writes them as the report's ``values``; its criteria judge the numbers they name
+(:func:`judge`) and :func:`verdict` combines the conditions. A grid's claims read
+:class:`CellNumbers` (the finished cells' ``metrics.jsonl``: no model is loaded); a Table 1 suite's
+read :class:`RunNumbers` (its Table 1 rows, its per-layer analysis and its finished runs).
+Accuracies are fractions in the numbers and points (percent) in the text.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..running.jobs import Job, row_of
+from ..running.runner import Job, row_of
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
 from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 

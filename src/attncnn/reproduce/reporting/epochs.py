@@ -4,27 +4,15 @@
 Position-only models log every layer's grid distance (``attn/layerL/grid_distance``, tokens) and,
 for quadratic heads, every head's centre and spread (``attn/layerL/headH/center_row``,
 ``center_col``, ``alpha`` or ``inverse_covariance_rr/_rc/_cc``) after each epoch
-(:func:`~attncnn.analysis.metrics.epoch_metrics`). From them:
-
-* :func:`settled_rows` / :func:`settled_table`: the criterion fixed before the long runs were trained:
-  **a layer has settled on a grid when its grid distance is below** :data:`SETTLED_BELOW` **= 0.5
-  tokens**, per layer and seed at chosen epochs;
-* :func:`seed_layer_curves`: a metric per layer over epochs, one curve per seed;
-* :func:`accuracy_bands`: test accuracy over epochs as the mean and the min/max over seeds;
-* :func:`quadratic_heads`: one layer's centres and Sigma^-1 at one epoch (paper Fig. 3);
-* :func:`run_settling`, :func:`compare_settling`, :func:`settling_lines`: the answer in words, for
-  each model and seed, at which of the suite's epochs a layer had settled (grid distance below the
-  suite's ``settled_below`` tokens), which of them the run did not reach, and, beside the same model
-  and seed of a baseline suite (``Suite.baseline``, e.g. ``mini-300`` beside ``mini-long``), whether
-  the other length changed that: at the baseline's last judged epoch (the end of its schedule,
-  mid-schedule in a longer suite) and at each suite's end. An unfinished run is judged at the epochs
-  it has reached so far (between the short GPU jobs of ``mini-300`` every run is unfinished);
-* the report's sections built on them are :func:`~attncnn.reproduce.reporting.table1.epoch_sections`.
+(:func:`~attncnn.analysis.metrics.epoch_metrics`). The criterion, fixed before the long runs were
+trained: **a layer has settled on a grid when its grid distance is below** :data:`SETTLED_BELOW`
+**= 0.5 tokens**, judged per layer and seed at the suite's epochs (:func:`settled_table`); an
+unfinished run is judged at the epochs it has reached so far. :func:`settling_lines` says it in
+words, beside the same model and seed of a baseline suite (``Suite.baseline``) where there is one.
 
 Nothing here is hard-coded about any suite: the epochs, the criterion and the baseline's judgement
 (its ``report.json``'s ``epoch_study.settled`` rows, judged again by this suite's criterion) are
-read from the suite and the run folders (``metrics.jsonl``, ``machine.json``); nothing is trained or
-timed here.
+read from the suite and the run folders; nothing is trained or timed here.
 """
 
 from __future__ import annotations

@@ -1,38 +1,27 @@
 """Any study's figures: :func:`draw_figures` draws those of the shape the study declares (the
 figure code is :mod:`attncnn.analysis.figures`; this module only chooses which run feeds which figure).
 
-A Table 1 suite's, from its trained models (the paper's Figs. 2-6):
-
-* Fig. 2: test accuracy against epoch of every model (first finished seed of each);
-* Fig. 3: the centres of one quadratic layer after each epoch (periodic checkpoints);
-* Fig. 4: every layer's Gaussian contours of the trained quadratic models;
-* Fig. 5: layers x heads maps of the learned position-only model for the central query;
-* Fig. 6: layers x heads maps of the content model for one test image and averaged over 100;
-* per-layer attention distance and distance to the grid of shifts against epoch (position-only
-  models log them every epoch; the curve is the mean over the finished seeds);
-* ``locality-<model>``: ViT's Fig. 7, every head's mean attention distance (and normalised entropy)
-  against its layer after training, one colour per seed (:mod:`.locality`).
+A Table 1 suite's, from its trained models (the paper's Figs. 2-6): Fig. 2, test accuracy against
+epoch (first finished seed of each model); Fig. 3, the centres of one quadratic layer after each
+epoch (periodic checkpoints); Fig. 4, every layer's Gaussian contours of the trained quadratic
+models; Fig. 5, layers x heads maps of the learned position-only model for the central query;
+Fig. 6, layers x heads maps of the content model for one test image and averaged over 100; the
+per-layer attention distance and distance to the grid of shifts against epoch (mean over the
+finished seeds); ``locality-<model>``: ViT's Fig. 7 after training, one colour per seed.
 
 A suite followed over epochs (``settle_epochs``, e.g. ``mini-long``) draws instead, or besides:
 Fig. 2 with every seed (mean line, min/max band); Fig. 3 from the centres and spreads that
-``metrics.jsonl`` logged every epoch (every layer, as in Fig. 4, at the first epoch, the suite's
-``settle_epochs`` and the last, each with its learning rate; beside them, the last epoch of the
-suite's ``baseline`` run of the same model and seed where its folder is beside this suite's, e.g.
-``mini-long``'s epoch 60, the end of its schedule, beside ``mini-300``'s epoch 60, the middle of its
-own) when the suite's ``evolution_from`` is ``"metrics"``; Fig. 4 of every seed; and the grid
-distance per layer over epochs, one line per seed, with the 0.5-token line of "settled".
+``metrics.jsonl`` logged every epoch when the suite's ``evolution_from`` is ``"metrics"`` (every
+layer at the first epoch, the ``settle_epochs`` and the last, beside the last epoch of the same run
+of the ``baseline`` suite where its folder is there); Fig. 4 of every seed; and the grid distance per
+layer over epochs, one line per seed, with the 0.5-token line of "settled".
 
-A sample-efficiency grid's, from its cells' logs:
-
-* ``efficiency-accuracy``: final test accuracy against training-set size, one line per model;
-* ``efficiency-seen-<pct>``: test accuracy against seen images in one training-set size;
-* ``efficiency-distance-<pct>``: per-layer attention distance over training of each position-only
-  model (logged every epoch), for one training-set size;
-* ``efficiency-gates``: GPSA's mean gate per layer over training, one panel per GPSA row and
-  training-set size.
-
-A grid's curves are means over the finished seeds of a cell, against seen images (epoch x subset
-size); ``efficiency-accuracy`` also marks each seed of the cells that have several."""
+A sample-efficiency grid's, from its cells' logs, as means over a cell's finished seeds against seen
+images (epoch x subset size): ``efficiency-accuracy`` (final test accuracy against training-set size,
+one line per model, each seed marked where a cell has several); ``efficiency-seen-<pct>`` (test
+accuracy against seen images); ``efficiency-distance-<pct>`` (per-layer attention distance of each
+position-only model); ``efficiency-gates`` (GPSA's mean gate per layer, one panel per GPSA row and
+training-set size)."""
 
 from __future__ import annotations
 
@@ -50,7 +39,7 @@ from ...analysis.locality_figure import locality_figure
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
 from ...runs import RunFolder, load_model
-from ..running.jobs import Job, row_of
+from ..running.runner import Job, row_of
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
 from .locality import run_locality

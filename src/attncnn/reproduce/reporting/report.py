@@ -1,12 +1,10 @@
 """A study's report: ``report.md`` and ``report.json`` in its folder, written atomically, for any study.
 
-:func:`write_report` writes the shape the study declares: a Table 1 suite's (Table 1 beside the
-paper's, every run, the attention per layer, the paper's claims measured, and for a suite followed
-over epochs the sections of :func:`~.table1.epoch_sections`) or a grid's (accuracy per row and training-set
-size, its claims measured and judged, the machines, the models: :func:`grid_rows`, :func:`table_lines`,
-:func:`machine_lines`, :func:`model_lines`, :func:`gap_lines`, read from the cells' run folders, so
-the report of a grid run in parts says which cells are missing). Both measure the study's declared
-claims with :func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
+:func:`write_report` writes the shape the study declares: a Table 1 suite's (the sections of
+:mod:`.table1`) or a grid's (accuracy per row and training-set size, its claims judged, the
+machines, the models, read from the cells' run folders, so the report of a grid run in parts says
+which cells are missing). Both measure the study's declared claims with
+:func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
 """
 
 from __future__ import annotations
@@ -24,7 +22,7 @@ from ...analysis.locality import LOCAL_HEAD_DISTANCE
 from ...analysis.runs import shareable_dataset
 from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import count_parameters, get_preset
-from ..running.jobs import Job, job_state, row_of
+from ..running.runner import Job, job_state, row_of
 from ..running.machines import progress_text, run_progress, run_segments, segments_text
 from ..studies import Grid, Study, Suite
 from .claims import RunNumbers, cell_numbers, evaluate_claims, points
@@ -86,6 +84,11 @@ def data_line(dataset: str | None, data: str | None) -> str:
     return line + "."
 
 
+def _missing(jobs: Sequence[Job], results: dict, key) -> list[str]:
+    """The labels of the planned ``jobs`` without a finished run in ``results`` (by ``key(job)``)."""
+    return [j.label for j in jobs if j.seed not in [r.job.seed for r in results.get(key(j), [])]]
+
+
 def _claim_line(claim: dict) -> str:
     verdict = f"**{claim['verdict']}**: " if claim.get("verdict") else ""
     return f"- {verdict}{claim['claim']}: {claim['metric']}: {claim['values']}"
@@ -102,8 +105,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
         if row["preset"] in locality:
             row["locality"] = locality_summary(locality[row["preset"]])
     found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
-    missing = [j.label for j in planned if j.preset not in results or
-               j.seed not in [r.job.seed for r in results[j.preset]]]
+    missing = _missing(planned, results, lambda job: job.preset)
     # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
     progress = {j.label: run_progress(j) for j in planned if j.label in missing}
     progress = {label: p for label, p in progress.items() if p is not None}
@@ -124,10 +126,10 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
           "First seed of each model; content models averaged over 100 test images.", "", *layer_lines(layers), "",
           *_locality_section(locality, rows_dataset(rows)),
           "## The paper's claims, measured", ""]
-    md += [f"- {c['claim']}: {c['metric']}: {c['values']}" for c in found] or ["- (no finished run tests a claim yet)"]
+    md += [_claim_line(c) for c in found] or ["- (no finished run tests a claim yet)"]
     report = {"suite": suite.name, "command": command, "rows": rows, "layers": layers, "locality": locality,
               "claims": found, "missing": missing, "unfinished": progress}
-    later = {"presets": {p: get_preset(p).description for p in suite.presets}}
+    later = {"presets": {p: get_preset(p).description for p in suite.rows}}
     if suite.settle_epochs:                  # a suite followed over epochs (mini-long)
         started = [j for j in planned if j.label in progress]          # unfinished, with epochs so far
         lines, later["epoch_study"] = epoch_sections(suite, out, rows, results, started)
@@ -162,8 +164,7 @@ def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
     (none after)."""
     rows, cells = grid_rows(jobs, results), list(dict.fromkeys(job.cell for job in jobs))
     found = evaluate_claims(grid.claims, cell_numbers(jobs))
-    missing = [j.label for j in jobs if (row_of(j), j.cell) not in results
-               or j.seed not in [r.job.seed for r in results[(row_of(j), j.cell)]]]
+    missing = _missing(jobs, results, lambda job: (row_of(job), job.cell))
     dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
     md = [f"# Sample-efficiency grid `{grid.name}`", "", grid.description + ".", "",
           f"{data_line(dataset, data)} Report written by `{command}` with torch {torch.__version__}, Python "
@@ -186,7 +187,7 @@ def _cells(jobs: Sequence[Job]) -> list[str]:
 
 
 def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
-    """One row per grid row: ``preset`` (the row's name: a preset or a grid's variant of one),
+    """One row per grid row: ``preset`` (the row's name: a preset, or a name whose recipe names its preset),
     ``parameters`` and ``cells``: cell -> ``seeds``, ``accuracies``, ``accuracy_mean``/``accuracy_std``
     (fractions), ``train_images``, ``epochs``, ``seen_images``, ``train_hours`` (mean per seed),
     ``images_per_second`` (None where not run)."""
@@ -243,13 +244,13 @@ def table_lines(rows: Sequence[dict], cells: Sequence[str], recipe: str) -> list
 
 
 def model_lines(grid: Grid, rows: Sequence[str]) -> list[str]:
-    """One line per row: the preset's description, or a variant's preset, options and description."""
+    """One line per row: the preset's description, or the preset its recipe names, its model options and note."""
     lines = []
     for row in rows:
-        if row in grid.variants:
-            variant = grid.variants[row]
-            options = " ".join(f"--set {k}={v}" for k, v in variant.model)
-            lines.append(f"- `{row}`: `{variant.preset}` with `{options}`: {variant.description}")
+        recipe = grid.rows[row]
+        if "preset" in recipe:
+            options = " ".join(f"--set {k}={v}" for k, v in recipe.get("model", {}).items())
+            lines.append(f"- `{row}`: `{recipe['preset']}` with `{options}`: {grid.notes.get(row, '')}")
         else:
             lines.append(f"- `{row}`: {get_preset(row).description}")
     return lines

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from ...analysis.runs import Run, open_run
 from ...runs import RunFolder
-from ..running.jobs import Job, job_state, row_of
+from ..running.runner import Job, job_state, row_of
 from ..studies import Grid, Study
 
 __all__ = ["RunResult", "Cells", "Records", "finished_results", "read_records",
@@ -67,7 +67,7 @@ class RunResult:
 def finished_results(study: Study, jobs: Sequence[Job]) -> dict:
     """The finished runs of any study's jobs (jobs without ``finished.json`` are left out), seeds in
     plan order: a suite's by preset (``preset -> runs``), a grid's by row and cell (:data:`Cells`; a
-    row is a preset, or a grid's variant of one: :func:`~attncnn.reproduce.running.jobs.row_of`)."""
+    row is a preset, or a name whose recipe names its preset: :func:`~attncnn.reproduce.running.runner.row_of`)."""
     results: dict = {}
     for job in jobs:
         if job_state(job) == "finished":
@@ -80,7 +80,7 @@ def read_records(jobs: Sequence[Job]) -> Records:
     """``(row, cell) -> [epoch records of each finished seed]`` from the cells' ``metrics.jsonl``.
 
     Raises:
-        ValueError: a job folder holding another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        ValueError: a job folder holding another run (from :func:`~attncnn.reproduce.running.runner.job_state`).
     """
     found: Records = {}
     for job in jobs:

@@ -1,12 +1,9 @@
 """The sections of a Table 1 suite's report: Table 1 beside the paper's (:func:`table_rows`,
-:func:`markdown_table`), every run, and the attention per layer after training
-(:func:`final_layer_metrics`); and, for a suite followed over epochs (``settle_epochs``), those of
-:func:`epoch_sections`: whether each layer has settled on a grid at the chosen epochs, that answer
-per run in words beside the baseline suite's (:mod:`.epochs`), where the centres went, the cost and
-machines of every run, and Table 1 beside the baseline suite's (``mini-long`` beside the 6-epoch
-``mini``, ``mini-300`` beside ``mini-long``). Everything is read from the run folders
-(``metrics.jsonl``, ``machine.json``) and, for the comparison, from the baseline suite's
-``report.json``. :func:`~attncnn.reproduce.reporting.report.write_report` puts them together.
+:func:`markdown_table`), every run, the attention per layer after training
+(:func:`final_layer_metrics`) and, for a suite followed over epochs (``settle_epochs``),
+:func:`epoch_sections`. Everything is read from the run folders and, for the comparison with a
+baseline suite, from its ``report.json``; :func:`~attncnn.reproduce.reporting.report.write_report`
+puts them together.
 """
 
 from __future__ import annotations
@@ -25,7 +22,7 @@ from ...layers import attention_modules
 from ...models import count_parameters, get_preset
 from ...runs.loading import OLD_MACHINE_FIELDS
 from ...runs.machine_file import run_precision
-from ..running.jobs import Job
+from ..running.runner import Job
 from ..running.machines import (machine_segments, read_machine_file, report_segments, run_segments, segments_text,
                                 shared_epochs)
 from ..studies import Suite
@@ -127,7 +124,7 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
     ``images_per_second``, ``precision``, ``dataset``, ``paper`` (its Table 1 entry).
     """
     rows = []
-    for preset in suite.presets:
+    for preset in suite.rows:
         paper_name = suite.paper_names.get(preset, preset)
         done = results.get(preset, [])
         row = {"preset": preset, "paper_preset": paper_name, "paper": dict(get_preset(paper_name).paper),
@@ -155,13 +152,14 @@ def _precision(result: RunResult) -> str | None:
     return run_precision(result.job.folder) or old.get("precision")
 
 
-def _accuracy_cell(row: dict) -> str:
-    if row["accuracy_mean"] is None:
-        return f"unfinished ({row['unfinished']})" if row.get("unfinished") else "not run yet"
-    text = f"{100 * row['accuracy_mean']:.2f}"
-    if row["accuracy_std"] is not None:
-        text += f" ± {100 * row['accuracy_std']:.2f}"
-    return text + f" ({len(row['seeds'])} seed{'s' if len(row['seeds']) != 1 else ''})"
+def _accuracy_cell(mean, std, seeds, unfinished: str | None = None, epochs: int | None = None) -> str:
+    """``"71.35 ± 0.20 (3 seeds)"`` (``", 60 epochs"`` inside the brackets where ``epochs`` is given), or
+    how far an ``unfinished`` run got, or ``"not run yet"``."""
+    if mean is None:
+        return f"unfinished ({unfinished})" if unfinished else "not run yet"
+    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
+    count = len(seeds or [])
+    return text + f" ({count} seed{'s' if count != 1 else ''}{'' if epochs is None else f', {epochs} epochs'})"
 
 
 def _fmt(value, spec: str) -> str:
@@ -181,7 +179,8 @@ def markdown_table(rows: Sequence[dict]) -> str:
     for row in rows:
         paper = row["paper"]
         paper_acc = "-" if paper.get("accuracy") is None else f"{100 * paper['accuracy']:.1f}"
-        cells = [row["preset"], _accuracy_cell(row), _fmt(row["parameters"], ","),
+        cells = [row["preset"], _accuracy_cell(row["accuracy_mean"], row["accuracy_std"], row["seeds"],
+                                               row.get("unfinished")), _fmt(row["parameters"], ","),
                  _fmt(None if row["macs"] is None else row["macs"] / 1e9, ".3f"),
                  _fmt(None if row["paper_flops"] is None else row["paper_flops"] / 1e9, ".3f"),
                  _fmt(row["epochs"], "d"), _fmt(row["train_hours"], ".2f"), _fmt(row["images_per_second"], ".0f"),
@@ -265,18 +264,13 @@ def center_lines(rows: Sequence[dict], sharp_alpha: float = SHARP_ALPHA) -> list
                         "every head."]
 
 
-def _segments(result: RunResult) -> list[dict]:
-    """Which epochs ran where (:func:`~attncnn.reproduce.running.machines.run_segments`)."""
-    return run_segments(result.job.folder, result.epoch_records)
-
-
 def run_costs(results: dict[str, list[RunResult]]) -> list[dict]:
     """Per finished run: ``preset``, ``seed``, ``epochs``, ``hours`` (logged training +
     evaluation), ``images_per_second`` (median over epochs), ``machines`` (segments of epochs per
     machine) and ``shared_epochs`` (epochs that shared the CPU, by their load average, or a GPU
     with other runs of the same job)."""
     return [{"preset": preset, "seed": r.job.seed, "epochs": len(r.epoch_records), "hours": r.train_seconds / 3600,
-             "images_per_second": r.images_per_second, "machines": _segments(r),
+             "images_per_second": r.images_per_second, "machines": run_segments(r.job.folder, r.epoch_records),
              "shared_epochs": shared_epochs(r.epoch_records)}
             for preset, runs in results.items() for r in runs]
 
@@ -323,21 +317,15 @@ def baseline_rows(rows: Sequence[dict], baseline: dict | None) -> list[dict]:
     return out
 
 
-def _acc(mean, std, seeds, epochs, unfinished: str | None = None) -> str:
-    if mean is None:
-        return f"unfinished ({unfinished})" if unfinished else "not run yet"
-    text = f"{100 * mean:.2f}" + (f" ± {100 * std:.2f}" if std is not None else "")
-    return text + f" ({len(seeds or [])} seed{'s' if len(seeds or []) != 1 else ''}, {epochs} epochs)"
-
-
 def baseline_lines(table: Sequence[dict], baseline: str) -> list[str]:
     """Markdown table of :func:`baseline_rows`."""
     lines = [f"| model | test acc. % (this suite) | test acc. % (`{baseline}`) | paper (300 epochs) |",
              "|---|---|---|---|"]
     for row in table:
         paper = "-" if row["paper"] is None else f"{100 * row['paper']:.1f}"
-        ours = _acc(row["mean"], row["std"], row["seeds"], row["epochs"], row.get("unfinished"))
-        theirs = _acc(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"], row["baseline_epochs"])
+        ours = _accuracy_cell(row["mean"], row["std"], row["seeds"], row.get("unfinished"), row["epochs"])
+        theirs = _accuracy_cell(row["baseline_mean"], row["baseline_std"], row["baseline_seeds"],
+                                epochs=row["baseline_epochs"])
         lines.append(f"| {row['preset']} | {ours} | {theirs} | {paper} |")
     return lines
 
@@ -347,7 +335,7 @@ def _settling_runs(suite: Suite, results: dict[str, list[RunResult]], unfinished
     planned epochs), in the suite's order of presets, then seed."""
     runs = [(preset, r.job.seed, r.epoch_records, None) for preset, found in results.items() for r in found]
     runs += [(job.preset, job.seed, epoch_records(job), dict(job.overrides).get("epochs")) for job in unfinished]
-    order = {preset: n for n, preset in enumerate(suite.presets)}
+    order = {preset: n for n, preset in enumerate(suite.rows)}
     return sorted(runs, key=lambda run: (order.get(run[0], len(order)), run[1]))
 
 

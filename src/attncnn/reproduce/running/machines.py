@@ -21,15 +21,10 @@ versions of ``attncnn reproduce``):
 * ``"compiled"`` (written by the training loop since resumed runs may change it): whether a
   ``torch.compile``d step trained the epoch.
 
-:func:`machine_segments` turns them into consecutive stretches of epochs per machine, precision and
-compile setting, for runs whose ``machine.json`` says none (the training loop writes one segment per
-process run there: :mod:`attncnn.runs.machine_file`, whose :func:`read_machine_file` is the one
-reader); :func:`report_segments` turns that file's segments into the report's.
-
-How far a started, unfinished run got (:func:`run_progress`, :func:`progress_text`): epochs done, the
-newest test accuracy, and what its epochs cost on each machine (the reason a run is still unfinished,
-e.g. ``learned-content-mini`` on two CPU cores). Such a run may have travelled between machines (the
-repository's ``tools/ship.py`` readies it for committing); the same ``attncnn reproduce`` resumes it.
+:func:`run_segments` gives a run's stretches of epochs per machine, precision and compile setting:
+``machine.json``'s (:mod:`attncnn.runs.machine_file`), else those of these records.
+:func:`run_progress` says how far a started, unfinished run got: epochs done, the newest test
+accuracy, and what its epochs cost on each machine (the reason a run is still unfinished).
 """
 
 from __future__ import annotations
@@ -40,7 +35,7 @@ from typing import Sequence
 from ...perf.machine import MACHINE_KEY
 from ...runs import RunFolder
 from ...runs.machine_file import MACHINE_FILE, read_machine_file
-from .jobs import Job, job_state
+from .runner import Job, job_state
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
            "machine_segments", "segment_text", "segments_text", "machine_text",
@@ -64,20 +59,9 @@ def machine_segments(records: Sequence[dict], precision: str | None = None) -> l
         precision: the precision of records that name none (written before epochs recorded it: the
             run's own from ``config.json``, which such a run never changed on resuming).
     """
-    segments: list[dict] = []
-    for record in records:
-        epoch = record.get("epoch")
-        if not isinstance(epoch, int):
-            continue
-        machine, ran, compiled = record.get(MACHINE_KEY), record.get(PRECISION_KEY, precision), record.get(COMPILED_KEY)
-        last = segments[-1] if segments else None
-        if (last and last["machine"] == machine and last["precision"] == ran and last.get(COMPILED_KEY) == compiled
-                and last["epochs"][1] == epoch - 1):
-            last["epochs"][1] = epoch
-        else:
-            segments.append({"epochs": [epoch, epoch], "machine": machine, "precision": ran,
-                             **({} if compiled is None else {COMPILED_KEY: compiled})})
-    return segments
+    return report_segments([{"epochs": [r["epoch"], r["epoch"]], "machine": r.get(MACHINE_KEY),
+                             "precision": r.get(PRECISION_KEY, precision), COMPILED_KEY: r.get(COMPILED_KEY)}
+                            for r in records if isinstance(r.get("epoch"), int)])
 
 
 def machine_text(machine: dict | None) -> str:
@@ -126,10 +110,10 @@ def shared_epochs(records: Sequence[dict]) -> list[int]:
 
 
 def report_segments(segments: Sequence[dict]) -> list[dict]:
-    """``machine.json``'s segments as a report shows them: segments that finished no epoch left out,
-    and consecutive ones on the same machine, at the same precision and compile setting, joined (a
-    run resumed on the machine that started it is one stretch of epochs there, as
-    :func:`machine_segments` makes them from the epoch records)."""
+    """``machine.json``'s segments (or :func:`machine_segments`' of single epochs) as a report shows
+    them: segments that finished no epoch left out, and consecutive ones on the same machine, at the
+    same precision and compile setting, joined (a run resumed on the machine that started it is one
+    stretch of epochs there)."""
     out: list[dict] = []
     for segment in segments:
         first, last = segment["epochs"]
@@ -166,7 +150,7 @@ def run_progress(job: Job) -> dict | None:
         test accuracy is the newest evaluated one (a run evaluating every k epochs has none in between).
 
     Raises:
-        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.jobs.job_state`).
+        InputError: the folder holds another run (from :func:`~attncnn.reproduce.running.runner.job_state`).
     """
     if job_state(job) != "interrupted":
         return None

@@ -1,33 +1,25 @@
-"""The two measurements that set the ``efficiency-scarce`` grid's attributes before it trains.
+"""The two measurements that set the ``efficiency-scarce`` grid's attributes before it trains, each
+on its smallest cell, seed 0 (:func:`plan_calibration`, :func:`plan_lr_sweep`).
 
-* Calibration of ``passes`` (seen images per cell, in full training sets): train the grid's
-  ``calibrate_rows`` (``resnet18-mini``, ``deit-mini``) on the smallest cell, seed 0, for a given
-  number of passes, into ``<out>/calibrate/passes<P>/<row>/<pct>pct/seed0``, and compare their
-  train - test gap at the end of the cell with the grid's ``overfit`` criterion (>= 15 points: the
-  cell overfits, so it is scarce data). Those folders are the grid's own seed-0 cells at that
-  ``passes``: move them into ``<out>`` once the grid's ``passes`` is set, rather than training
-  them again.
-* Learning-rate sweep of the content models: train the grid's ``sweep_rows`` (``deit-mini``,
-  ``convit-mini``) on the smallest cell, seed 0, at each rate into
-  ``<out>/lr-sweep/<row>/lr<rate>/<pct>pct/seed0``; the best rate is the one with the highest mean
-  final accuracy over those rows on held-out training images (:func:`held_out_result`: outside the cell's
-  subset, so the test set that the grid reports does not choose it; among the rates every row has
-  finished), and becomes the grid's ``lr``, shared by all its content rows.
+* Calibration of ``passes`` (seen images per cell, in full training sets): the grid's
+  ``calibrate_rows``' train - test gap at the end of the cell against the grid's ``overfit``
+  criterion (>= 15 points: the cell overfits, so it is scarce data). Those folders are the grid's own
+  seed-0 cells at that ``passes``: move them into ``<out>`` once ``passes`` is set, rather than
+  training them again.
+* Learning-rate sweep of the content models (``sweep_rows``): the best rate is the one with the
+  highest mean final accuracy over those rows on held-out training images (among the rates every row
+  has finished), and becomes the ``lr`` of the grid's content rows.
 
-Both are ordinary grid jobs (:class:`~attncnn.reproduce.running.jobs.Job`s of a cell), trained by the same
-resumable runner, so the same command continues an interrupted measurement. What they measured is
-written here too: the calibration's train - test gaps beside the grid's ``overfit`` criterion
-(:func:`calibration_lines`), and the sweep's report, ``<out>/lr-sweep/report.md`` and ``report.json``
-(:func:`write_sweep_report`), read from the runs' ``metrics.jsonl`` and held-out results.
+Both are ordinary grid jobs of a cell, trained by the same resumable runner, so the same command
+continues an interrupted measurement; :func:`calibration_lines` and :func:`write_sweep_report`
+(``<out>/lr-sweep/report.md`` and ``report.json``) say what they measured.
 
-Held-out accuracy (:func:`held_out_result`): the sweep chooses the rate that the grid's content
-cells then train with, and the grid reports their test accuracy. Choosing it by that same test accuracy
-would let the test set pick a hyper-parameter of what it measures; the sweep's 10 % cell trains on
-5,000 of CIFAR-10's 50,000 training images, so the 45,000 it never sees hold a clean validation
-set. :func:`held_out_result` evaluates a finished run's ``last`` checkpoint (the epoch the sweep
-compares) on ``images`` of them (:func:`attncnn.data.held_out_indices`: class-balanced, seeded
-by the run's seed) and caches the result in the run folder as ``held_out.json``, so the report is
-rewritten without the data set once every run has one.
+Why held-out accuracy: the grid reports its content cells' test accuracy, so choosing their rate by
+that same test accuracy would let the test set pick a hyper-parameter of what it measures. The
+sweep's 10 % cell trains on 5,000 of CIFAR-10's 50,000 training images; the 45,000 it never sees
+hold a clean validation set (:func:`attncnn.data.held_out_indices`: class-balanced, seeded by the
+run's seed). The result is cached in the run folder as ``held_out.json``, so the report is rewritten
+without the data set once every run has one.
 """
 
 from __future__ import annotations
@@ -47,27 +39,11 @@ from ...training import evaluate
 from ..reporting.claims import judge
 from ..reporting.results import read_records, train_test_gap
 from ..studies import Criterion, Grid
-from .jobs import Job, cell_name, cell_options, folder_name, plan_grid, row_of
+from .runner import Job, cell_name, folder_name, grid_cells, plan_grid, row_job, row_of
 
-__all__ = ["parse_rates", "plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
-           "held_out_result", "held_out_results", "cached_held_out", "calibration_lines", "sweep_results",
+__all__ = ["plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
+           "held_out_result", "held_out_results", "calibration_lines", "sweep_results",
            "write_sweep_report"]
-
-
-def parse_rates(text: str) -> tuple[float, ...]:
-    """``"2.5e-4,5e-4,1e-3"`` -> ``(0.00025, 0.0005, 0.001)``.
-
-    Raises:
-        InputError: an entry that is not a positive number, or a repeated rate.
-    """
-    try:
-        rates = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise InputError(f"--lr-sweep must be comma-separated learning rates like 2.5e-4,5e-4,1e-3, got {text!r}") \
-            from None
-    if not rates or any(r <= 0 for r in rates) or len(set(rates)) != len(rates):
-        raise InputError(f"--lr-sweep must list distinct learning rates > 0, like 2.5e-4,5e-4,1e-3; got {text!r}")
-    return rates
 
 
 def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[str, ...]:
@@ -84,7 +60,7 @@ def plan_calibration(grid: Grid, out: str | Path, *, passes: int | None = None, 
 
     Raises:
         InputError: a grid without ``calibrate_rows`` or ``overfit``; bad ``passes`` (see
-            :func:`~attncnn.reproduce.running.jobs.plan_grid`).
+            :func:`~attncnn.reproduce.running.runner.plan_grid`).
     """
     rows = _rows(grid, grid.calibrate_rows, "calibration rows", "--calibrate")
     if grid.overfit is None:
@@ -102,19 +78,14 @@ def plan_lr_sweep(grid: Grid, out: str | Path, rates: Sequence[float], *, passes
 
     Raises:
         InputError: a grid without ``sweep_rows``; ``passes`` < 1; a cell that is not a whole
-            number of epochs (see :func:`~attncnn.reproduce.running.jobs.cell_options`).
+            number of epochs (see :func:`~attncnn.reproduce.running.runner.grid_cells`).
     """
     rows = _rows(grid, grid.sweep_rows, "learning-rate sweep rows", "--lr-sweep")
-    passes = grid.passes if passes is None else passes
-    if passes < 1:
-        raise InputError(f"--passes must be >= 1, got {passes}")
     fraction = fraction or grid.fractions[0]
-    cell = cell_options(fraction, train_images=train_images or grid.train_images, passes=passes,
-                        evaluations=grid.evaluations)
+    cell = grid_cells(grid, passes=passes, train_images=train_images, fractions=(fraction,))[fraction]
     folder = Path(out) / "lr-sweep"
-    return [Job(grid.preset_of(row), 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
-                    tuple(sorted({**cell, **grid.row_overrides(row), "lr": rate}.items())),
-                    f"{cell_name(fraction)} lr {rate:g}", row=row)
+    return [row_job(grid, row, 0, folder / row / f"lr{rate:g}" / folder_name(fraction) / "seed0",
+                    {**cell, "lr": rate}, f"{cell_name(fraction)} lr {rate:g}")
             for rate in rates for row in rows]
 
 
@@ -172,13 +143,6 @@ def _cached(folder: Path, key: dict | None) -> dict | None:
     return cached if all(cached.get(k) == v for k, v in key.items()) else None
 
 
-def cached_held_out(folder: str | Path, *, images: int = HELD_OUT_IMAGES) -> dict | None:
-    """The run's cached held-out result if it matches its ``last`` checkpoint, else None (also for a
-    run that has not finished)."""
-    folder = Path(folder)
-    return _cached(folder, _key(folder, images))
-
-
 def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
                     device: str = "cpu") -> dict | None:
     """Loss and accuracy of a finished subset run's ``last`` checkpoint on ``images`` training
@@ -194,12 +158,7 @@ def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int 
             ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
             set.
     """
-    folder = Path(folder)
-    key = _key(folder, images)
-    cached = _cached(folder, key)
-    if cached is not None or key is None:
-        return cached
-    return _measure(folder, key, dataset, device)
+    return held_out_results([folder], lambda: dataset, images=images, device=device)[Path(folder)]
 
 
 def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> dict:
@@ -214,10 +173,10 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     device = resolve_device(device)
     idx = held_out_indices(dataset.train.labels, key["train_subset"], key["seed"], key["images"])
     split = ImageSplit(dataset.train.images[idx], dataset.train.labels[idx])
-    model, meta = load_model(RunFolder(folder, mode="read").checkpoint_path("last"), device)
+    last = RunFolder(folder, mode="read").checkpoint_path("last")
+    model, meta = load_model(last, device)
     # the run's own precision, but fp32 for a bf16 run where bf16 is slow (same accuracy, many times faster there)
-    precision = machine_precision(trained_precision(RunFolder(folder, mode="read").checkpoint_path("last"), meta),
-                                  device, what=f"run {folder}")
+    precision = machine_precision(trained_precision(last, meta), device, what=f"run {folder}")
     result = evaluate(model, DeviceLoader(split, batch_size=500, device=device, train=False), precision=precision)
     found = {**key, "accuracy": result.accuracy, "loss": result.loss, "examples": result.examples,
              "precision": precision}
@@ -306,6 +265,14 @@ def _percent(value: float | None) -> str:
     return "not finished yet" if value is None else f"{100 * value:.2f}"
 
 
+def _rate_table(found: dict, key: str) -> list[str]:
+    """Markdown table of :func:`sweep_results`' ``key`` accuracies (``"held_out"`` or ``"test"``) per rate and row."""
+    rows = found["rows"]
+    return ["| lr | " + " | ".join(rows) + " | mean |", "|---" * (len(rows) + 2) + "|"] + [
+        f"| {entry['lr']:g} | " + " | ".join(_percent(entry[key].get(row)) for row in rows)
+        + f" | {_percent(entry[f'{key}_mean'])} |" for entry in found["rates"]]
+
+
 def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: Sequence[float], *,
                        command: str, held_out: Mapping[Path, dict | None] | None = None) -> list[str]:
     """Write ``<out>/lr-sweep/report.md`` and ``report.json`` (:func:`sweep_results`); returns the
@@ -317,19 +284,13 @@ def write_sweep_report(grid: Grid, out: str | Path, jobs: Sequence[Job], rates: 
     found = sweep_results(grid, jobs, rates, held_out)
     rows = found["rows"]
     cell = dict(jobs[0].overrides)
-    header = "| lr | " + " | ".join(rows) + " | mean |"
-    rule = "|---" * (len(rows) + 2) + "|"
     lines = [f"# Learning-rate sweep of the {grid.name} grid's content models", "",
              f"AdamW on the {jobs[0].cell.split(' lr')[0]} cell, seed 0 ({cell['epochs']} epochs of "
              f"{cell['train_subset']:,} images). Written by `{command}`.", "",
              f"Held-out accuracy (%) at the last epoch, which chooses the rate: {HELD_OUT_IMAGES:,} training images "
              f"outside the cell's {cell['train_subset']:,} (class-balanced, never trained on), so that the test set, "
-             "which the grid reports, does not choose it:", "", header, rule]
-    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["held_out"].get(row)) for row in rows)
-              + f" | {_percent(entry['held_out_mean'])} |" for entry in found["rates"]]
-    lines += ["", "Test accuracy (%) at the last epoch, for information:", "", header, rule]
-    lines += [f"| {entry['lr']:g} | " + " | ".join(_percent(entry["test"].get(row)) for row in rows)
-              + f" | {_percent(entry['test_mean'])} |" for entry in found["rates"]]
+             "which the grid reports, does not choose it:", "", *_rate_table(found, "held_out"), "",
+             "Test accuracy (%) at the last epoch, for information:", "", *_rate_table(found, "test")]
     best = found["best"]
     missing = sum(entry["held_out_mean"] is None for entry in found["rates"])
     if best is None:

@@ -1,43 +1,265 @@
-"""Training a study's jobs one after another, and estimating how long that takes (``--dry-run``).
+"""A study's jobs (which runs it trains, where each lives, the state of each) and training them one
+after another.
 
-Each job is an ordinary :func:`attncnn.training.train` call into its run folder: ``new`` for a job
-never started, ``resume`` for an interrupted one (from its last, possibly mid-epoch, checkpoint),
-nothing for a finished one. So the study can be stopped at any moment (Ctrl-C, SIGTERM, a lost
-machine) and the same command continues it.
+A job is one run of a study: a row trained with a seed into ``<out>/<preset>/seed<seed>`` for a
+Table 1 suite (:func:`plan`), or a grid's row on one training-set fraction into
+``<out>/<row>/<pct>pct/seed<seed>`` (:func:`plan_grid`). Its ``overrides`` are its row's recipe
+overrides under what the call sets (:func:`row_job`); its ``config.json`` records them, so a folder
+trained with other values is refused. Each folder is an ordinary run folder, and each job an ordinary
+:func:`attncnn.training.train` call into it: ``new``, ``resume`` for an interrupted one (a folder
+without ``finished.json``), nothing for a finished one (:func:`job_state`). So a study can be stopped
+at any moment (Ctrl-C, SIGTERM, a lost machine) and the same command continues it, unlike the
+reference code's ``runs/*/run.sh`` scripts.
 """
 
 from __future__ import annotations
 
 import ast
-import copy
-import json
 import logging
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-from ...data import DataShape, peek_dataset
 from ...errors import InputError
-from ...models import build_model, preset_model_config
 from ...perf import make_plan, resolve_device, resume_plan
-from ...perf.bench.harness import time_steps
-from ...perf.machine import busy_cpu, cpu_load
-from ...perf.plan import for_images
-from ...perf.rule import choose, device_kind
-from ...perf.precision import machine_precision, resolve_precision
-from ...runs import TrainConfig, point_at_data, resolve_config, resumable_recipe
+from ...runs import RunFolder, TrainConfig, point_at_data, resolve_config
 from ...runs.config import MAX_EPOCHS
-from ...runs.machine_file import MACHINE_FILE, run_precision
-from ...training import RunOptions, TrainingInterrupted, count_test_passes, train
-from .jobs import Job, job_state
+from ...training import RunOptions, TrainingInterrupted, train
+from ..studies import Grid, Study, Suite
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["MACHINE_FILE", "MAX_EPOCHS", "TrainOptions", "job_config", "job_precision", "train_jobs", "train_command",
-           "resume_command", "Estimate", "estimate_job", "cpu_load", "busy_cpu"]
+__all__ = ["Job", "ModelOptions", "plan", "plan_grid", "plan_study", "study_jobs", "row_job", "grid_cells",
+           "job_state", "select_rows", "cell_options", "cell_name", "folder_name", "row_of", "TrainOptions",
+           "job_config", "train_jobs", "train_command", "resume_command"]
 
+
+class ModelOptions(dict):
+    """A row's ``model`` override (``{"init": "random"}``): a plain dict to everything that reads it
+    (it equals the ``model`` of a ``config.json`` and is written as one), but hashable, as every field
+    of a :class:`Job` must be. Treat it as read-only: its hash is its items'."""
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted(self.items())))
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of a study: ``preset`` trained with ``seed`` into ``folder``.
+
+    ``overrides`` are the recipe options the job sets, as ``(name, value)`` pairs (:func:`row_job`);
+    ``cell`` names a grid cell for people (``"10 %"``) and ``row`` the grid's row (a preset, or a
+    name whose recipe says which preset it trains); Table 1 jobs have neither.
+    """
+
+    preset: str
+    seed: int
+    folder: Path
+    overrides: tuple[tuple[str, object], ...] = ()
+    cell: str = ""
+    row: str = ""
+
+    @property
+    def label(self) -> str:
+        return f"{self.row or self.preset}{' ' + self.cell if self.cell else ''} seed {self.seed}"
+
+
+def row_of(job: Job) -> str:
+    """The grid row of ``job``: its ``row``, else its preset."""
+    return job.row or job.preset
+
+
+def row_job(study: Study, row: str, seed: int, folder: Path, given: dict | None = None, cell: str = "") -> Job:
+    """The job of ``row`` with ``seed`` in ``folder``: ``given`` (what the call or the cell sets: a
+    cell's size, ``--epochs``, ``--lr``), then the row's recipe overrides that ``given`` leaves; the
+    recipe's ``preset`` is the preset it trains (default: the row)."""
+    given = given or {}
+    recipe = {**given, **{k: v for k, v in study.rows[row].items() if k not in given}}
+    preset = recipe.pop("preset", row)
+    overrides = tuple((k, ModelOptions(v) if k == "model" else v) for k, v in recipe.items())
+    return Job(preset, seed, Path(folder), overrides, cell, row=row if isinstance(study, Grid) else "")
+
+
+def select_rows(rows: tuple[str, ...], only: tuple[str, ...] | None, what: str) -> tuple[str, ...]:
+    """``rows`` restricted to ``only`` (None: all), in their own order.
+
+    Raises:
+        InputError: a name in ``only`` that is not in ``rows`` (the message lists ``what``'s).
+    """
+    if only is None:
+        return rows
+    unknown = [p for p in only if p not in rows]
+    if unknown:
+        raise InputError(f"--only names {', '.join(unknown)}, not in {what}; its presets are {', '.join(rows)}")
+    return tuple(p for p in rows if p in only)
+
+
+def plan(suite: Suite, out: str | Path, *, seeds: tuple[int, ...] | None = None,
+         only: tuple[str, ...] | None = None, epochs: int | None = None) -> list[Job]:
+    """The suite's jobs: every preset's first seed in suite order, then the further seeds, then
+    the suite's ``last`` presets (all their seeds), so that an interrupted suite has the whole
+    table (one seed) before it has error bars.
+
+    Args:
+        out: the suite's folder; job folders are ``<out>/<preset>/seed<seed>``.
+        seeds: seeds for every preset (None: the suite's defaults).
+        only: restrict to these presets (None: all of the suite's).
+        epochs: replaces every row's ``epochs`` (``--epochs`` of a smoke run), or becomes it, so that
+            a folder trained to another length is named, not taken as finished or resumed to this one.
+
+    Raises:
+        InputError: a name in ``only`` that is not one of the suite's presets.
+    """
+    rows = select_rows(tuple(suite.rows), only, f"suite {suite.name!r}")
+    per_row = {row: suite.seeds_of(row, seeds) for row in rows}
+    given = {} if epochs is None else {"epochs": epochs}
+    jobs = [row_job(suite, row, per_row[row][i], Path(out) / row / f"seed{per_row[row][i]}", given)
+            for i in range(max(len(s) for s in per_row.values())) for row in rows if i < len(per_row[row])]
+    return sorted(jobs, key=lambda job: job.preset in suite.last)          # stable: the order otherwise kept
+
+
+def cell_name(fraction: float) -> str:
+    """``0.1`` -> ``"10 %"`` (labels) ; folders use :func:`folder_name`."""
+    return f"{100 * fraction:g} %"
+
+
+def folder_name(fraction: float) -> str:
+    """``0.1`` -> ``"10pct"``, the cell's folder."""
+    return f"{100 * fraction:g}pct"
+
+
+def cell_options(fraction: float, *, train_images: int, passes: int, evaluations: int) -> dict:
+    """Training options of one cell: ``train_subset``, ``epochs``, ``eval_every``, ``checkpoint_every``.
+
+    Raises:
+        InputError: the subset is empty, or the seen images (``passes * train_images``) are not a
+            whole number of epochs of the subset (the message names a size that works).
+    """
+    subset = round(fraction * train_images)
+    seen = passes * train_images
+    if subset < 1 or subset > train_images:
+        raise InputError(f"{cell_name(fraction)} of {train_images} training images is {subset} images; "
+                         "choose fractions in (0, 1] and a larger --train-images")
+    if seen % subset:
+        raise InputError(f"{seen} seen images ({passes} passes of {train_images}) are not a whole number of epochs "
+                         f"of {subset} images ({cell_name(fraction)} of {train_images}); choose --train-images and "
+                         "--passes so that they are (the defaults, 50,000 and 2, give 20, 8 and 2 epochs)")
+    epochs = seen // subset
+    # no periodic checkpoints: a cell resumes from `last` (refreshed every epoch and every
+    # checkpoint_every_steps) and ships `last` alone
+    return {"checkpoint_every": 0, "epochs": epochs, "eval_every": max(1, epochs // evaluations),
+            "train_subset": subset}
+
+
+def grid_cells(grid: Grid, *, passes: int | None = None, train_images: int | None = None,
+               fractions: tuple[float, ...] | None = None) -> dict[float, dict]:
+    """Each cell's options (:func:`cell_options`) by fraction, smallest first; None: the grid's.
+
+    Raises:
+        InputError: ``passes`` < 1, a fraction outside (0, 1], a cell that is not a whole number of epochs.
+    """
+    passes = grid.passes if passes is None else passes
+    if passes < 1:
+        raise InputError(f"--passes must be >= 1, got {passes}")
+    fractions = grid.fractions if fractions is None else tuple(sorted(set(fractions)))
+    if not fractions or not all(0 < f <= 1 for f in fractions):
+        raise InputError(f"--fractions must be fractions of the training set in (0, 1], like 0.1,1; got {fractions}")
+    return {f: cell_options(f, train_images=train_images or grid.train_images, passes=passes,
+                            evaluations=grid.evaluations) for f in fractions}
+
+
+def plan_grid(grid: Grid, out: str | Path, *, seeds: tuple[int, ...] | None = None,
+              only: tuple[str, ...] | None = None, train_images: int | None = None,
+              passes: int | None = None, fractions: tuple[float, ...] | None = None,
+              lr: float | None = None) -> list[Job]:
+    """The grid's jobs: per seed, the smallest fraction's cells first (every row), then larger, so
+    that a grid run in parts has the scarce-data comparison first, and the first seed's whole grid
+    before any further seed.
+
+    Args:
+        out: the grid's folder; cells are ``<out>/<row>/<pct>pct/seed<N>``.
+        seeds: seeds of every cell (None: the grid's, per fraction).
+        only: restrict to these rows.
+        train_images, passes, fractions: the cells' sizes (:func:`grid_cells`; None: the grid's).
+        lr: replaces the ``lr`` of the rows whose recipe sets one (None: theirs).
+
+    Raises:
+        InputError: a row in ``only`` that is not in the grid; bad sizes (:func:`grid_cells`).
+    """
+    rows = select_rows(tuple(grid.rows), only, f"the {grid.name} grid")
+    cells = grid_cells(grid, passes=passes, train_images=train_images, fractions=fractions)
+    per_fraction = {f: grid.seeds_of(f, seeds) for f in cells}
+    rated = {row: {"lr": lr} if lr is not None and "lr" in grid.rows[row] else {} for row in rows}
+    return [row_job(grid, row, seed, Path(out) / row / folder_name(fraction) / f"seed{seed}",
+                    {**cells[fraction], **rated[row]}, cell_name(fraction))
+            for seed in dict.fromkeys(s for f in cells for s in per_fraction[f]) for fraction in cells
+            if seed in per_fraction[fraction] for row in rows]
+
+
+def plan_study(study: Study, out: str | Path, **options) -> list[Job]:
+    """The jobs of any study: :func:`plan` of a suite, :func:`plan_grid` of a grid, with their
+    keyword ``options``.
+
+    Raises:
+        InputError: as :func:`plan` or :func:`plan_grid`.
+    """
+    return plan_grid(study, out, **options) if isinstance(study, Grid) else plan(study, out, **options)
+
+
+def study_jobs(study: Study, out: Path, **options) -> list[Job]:
+    """The jobs to trim and report: the whole study, not only what this call trained, so that a
+    study run in parts (``--only`` one model, ``--seeds`` one seed at a time) keeps the runs made
+    earlier in its report: every row with this call's seeds, and every run folder that exists of the
+    study's own seeds or of any other seed (``seed<N>`` beside a planned one; a smoke run with
+    ``--seeds 0`` does not list the default seeds it never meant to train). Ordered as planned, each
+    row's (and cell's) seeds ascending, so that its first run is its lowest seed whatever this
+    call's ``--seeds`` (the figures draw a row's first run)."""
+    jobs = plan_study(study, out, **options)
+    candidates = plan_study(study, out, **{**options, "seeds": None})
+    on_disk = {int(folder.name.removeprefix("seed")) for job in [*jobs, *candidates]
+               for folder in job.folder.parent.glob("seed*")
+               if folder.is_dir() and folder.name.removeprefix("seed").isdigit()}
+    if on_disk:
+        candidates += plan_study(study, out, **{**options, "seeds": tuple(sorted(on_disk))})
+    folders = {job.folder for job in jobs}
+    for job in candidates:
+        if job.folder not in folders and job.folder.is_dir():
+            jobs.append(job)
+            folders.add(job.folder)
+    places = list(dict.fromkeys((row_of(job), job.cell) for job in jobs))
+    return sorted(jobs, key=lambda job: (places.index((row_of(job), job.cell)), job.seed))
+
+
+def job_state(job: Job) -> str:
+    """``"finished"``, ``"interrupted"`` (a run folder without ``finished.json``) or ``"new"``.
+
+    Raises:
+        InputError: the folder holds a run of another preset or seed, or with other values of the
+            job's ``overrides`` (the message names both).
+    """
+    folder = RunFolder(job.folder, mode="read") if (job.folder / "config.json").is_file() else None
+    if folder is None:
+        if job.folder.exists() and any(p.name != ".lock" for p in job.folder.iterdir()):
+            raise InputError(f"{job.folder} exists but holds no config.json, so it is not a run of {job.label}; "
+                             "move it away or choose another --out")
+        return "new"
+    stored = folder.read_config()
+    preset, seed = stored.get("preset", TrainConfig.preset), stored.get("seed", TrainConfig.seed)
+    if (preset, seed) != (job.preset, job.seed):
+        raise InputError(f"{job.folder} holds a run of {preset} seed {seed}, not {job.label}; "
+                         "move it away or choose another --out")
+    for name, value in job.overrides:
+        found = stored.get(name)
+        if name == "model" and isinstance(found, dict):     # the options it sets; a run adds the path it measured
+            found = {key: found.get(key) for key in value}
+        if found != value:
+            raise InputError(f"{job.folder} holds a run with {name}={stored.get(name)!r}, but {job.label} needs "
+                             f"{name}={value!r} (another --epochs, --train-images or --passes?); move it away or "
+                             "choose another --out")
+    return "finished" if folder.finished else "interrupted"
 
 
 @dataclass(frozen=True)
@@ -86,8 +308,7 @@ class TrainOptions:
 
 def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     """The job's training configuration: its preset's recipe, the options, then the job's own
-    ``overrides`` (a grid cell's subset and epochs win over the command line's; a grid variant's
-    ``model`` options).
+    ``overrides`` (a grid cell's subset and epochs win over the command line's).
 
     Raises:
         InputError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
@@ -96,41 +317,26 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
     return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
 
 
-def job_precision(job: Job, options: TrainOptions, device: torch.device) -> str:
-    """``"fp32"`` or ``"bf16"``: the precision the job trains at on ``device``, what
-    :func:`train_jobs` will run. A new job: ``--precision`` or its preset's (``auto``: the device's
-    choice). An interrupted one resumes at ``--precision`` if given, else at its stored precision,
-    but fp32 for a bf16 run on a device without fast bf16
-    (:func:`~attncnn.perf.precision.machine_precision`).
+def _machine_flags(options: TrainOptions) -> tuple[tuple[str, str | None], ...]:
+    """``--device`` and ``--precision`` as ``(flag, value or None)``."""
+    return ("--device", None if options.device == "auto" else options.device), ("--precision", options.precision)
 
-    Raises:
-        InputError: an option the preset rejects; RunFolderError: an interrupted job without a
-            readable ``config.json``.
-    """
-    if job_state(job) == "interrupted":
-        own = run_precision(job.folder) or resumable_recipe(job.folder)[1].get("precision")
-        return machine_precision(own, device, options.precision, what=job.label)
-    return resolve_precision(options.precision or "auto", device)
+
+def _compile_flags(options: TrainOptions) -> list[str]:
+    """``--compile``/``--no-compile``, ``--compile-mode`` and ``--fused-optimizer`` where ``options`` set them."""
+    return (([] if options.compile is None else ["--compile" if options.compile else "--no-compile"])
+            + (["--compile-mode", options.compile_mode] if options.compile_mode != "default" else [])
+            + (["--fused-optimizer"] if options.fused_optimizer else []))
+
+
+def _words(pairs) -> list[str]:
+    return [word for flag, value in pairs if value is not None for word in (flag, str(value))]
 
 
 def resume_command(job: Job, options: TrainOptions) -> str:
     """The ``attncnn train --resume`` command equivalent to resuming an interrupted job."""
-    words = ["attncnn", "train", "--resume", str(job.folder)]
-    for flag, value in (("--device", None if options.device == "auto" else options.device),
-                        ("--precision", options.precision)):
-        if value is not None:
-            words += [flag, value]
-    return shlex.join(words + _compile_flag(options.compile) + _kernel_flags(options))
-
-
-def _compile_flag(value: bool | None) -> list[str]:
-    return [] if value is None else ["--compile" if value else "--no-compile"]
-
-
-def _kernel_flags(options: TrainOptions) -> list[str]:
-    """``--compile-mode`` and ``--fused-optimizer`` where ``options`` differ from the defaults."""
-    return ((["--compile-mode", options.compile_mode] if options.compile_mode != "default" else [])
-            + (["--fused-optimizer"] if options.fused_optimizer else []))
+    return shlex.join(["attncnn", "train", "--resume", str(job.folder), *_words(_machine_flags(options)),
+                       *_compile_flags(options)])
 
 
 def train_command(job: Job, options: TrainOptions) -> str:
@@ -139,18 +345,11 @@ def train_command(job: Job, options: TrainOptions) -> str:
              "--out", str(job.folder)]
     given = {"epochs": options.epochs, "train_subset": options.train_subset, "batch_size": options.batch_size,
              **dict(job.overrides)}
-    compiled = options.compile
-    for key, value in given.pop("model", {}).items():        # a grid variant's model options
+    for key, value in given.pop("model", {}).items():        # a grid row's model options
         words += ["--set", f"{key}={value!r}" if isinstance(value, str) and _literal(value) else f"{key}={value}"]
-    for flag, value in (("--data-dir", options.data_dir), ("--device", None if options.device == "auto"
-                                                           else options.device),
-                        ("--precision", options.precision),
-                        *((f"--{name.replace('_', '-')}", value) for name, value in given.items())):
-        if value is not None:
-            words += [flag, str(value)]
-    if options.download:
-        words.append("--download")
-    return shlex.join(words + _compile_flag(compiled) + _kernel_flags(options))
+    words += _words((("--data-dir", options.data_dir), *_machine_flags(options),
+                     *((f"--{name.replace('_', '-')}", value) for name, value in given.items())))
+    return shlex.join(words + (["--download"] if options.download else []) + _compile_flags(options))
 
 
 def _literal(text: str) -> bool:
@@ -166,20 +365,11 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                epoch_metrics: Callable | None = None, resume_hint: str = "") -> dict[Job, str]:
     """Train every job that is not finished, in order; returns each job's state before this call.
 
-    The training writes each job's ``machine.json``
-    (:mod:`attncnn.runs.machine_file`: a segment per process run, which epochs ran where and how), so
-    the report can say where its timings come from. An interrupted run shipped from another machine
-    is first pointed at this machine's data set
-    (:func:`attncnn.runs.point_at_data`), and resumes with this machine's
-    plan (:func:`attncnn.perf.resume_plan`: device, attention paths chosen again here); an interrupted
-    run resumes at ``options.precision`` when given, else at its own precision, but fp32 for a bf16
-    run on a device without fast bf16 (each epoch record names the precision that ran, and
-    ``machine.json``'s segments say it too), and compiled or eager as ``options.compile`` says, else
-    as this machine's rule decides (each epoch record says which).
-    Once a job of this call may have compiled (``--compile``, or the written rule where ``compile``
-    is left to it), every later job starts with ``torch._dynamo.reset()`` (the
-    process's compiled code dropped, the caller's included), so the suite never reaches dynamo's
-    per-function cache limit.
+    An interrupted run shipped from another machine is first pointed at this machine's data set
+    (:func:`attncnn.runs.point_at_data`), and resumes with this machine's plan
+    (:func:`attncnn.perf.resume_plan`: precision as
+    :func:`~attncnn.reproduce.running.estimate.job_precision` says, compiled as ``options.compile``
+    or this machine's rule decides); ``machine.json`` records where each ran.
 
     Raises:
         TrainingInterrupted: SIGINT/SIGTERM during a job (its checkpoint is written); the message
@@ -218,79 +408,3 @@ def train_jobs(jobs: list[Job], options: TrainOptions, *, progress: bool = True,
                                       signum=err.signum, checkpoint=err.checkpoint) from err
         compiled_before = compiled_before or plan.compile is not False     # None: the rule may have compiled
     return states
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """Measured cost of one job on this device (seconds); ``compile`` says whether the training
-    step is estimated compiled and from what."""
-
-    step_seconds: float
-    infer_seconds: float
-    epoch_seconds: float
-    total_seconds: float
-    precision: str
-    compile: str = "eager"
-
-
-def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = None,
-                 data: DataShape | None = None) -> Estimate:
-    """Time a few training steps of the job's model at its batch size and at the precision it will
-    train at here (:func:`job_precision`: an interrupted job's own, or fp32 where bf16 is slow), on
-    images of the data set's size, and scale them to the whole run (the data set's training images
-    or ``train_subset``; an evaluation of its test images every ``eval_every`` epochs and after the
-    last).
-
-    ``data``: the data set's sizes (default: :func:`~attncnn.data.peek_dataset` of the options'
-    data, which decodes no images). ``measured`` caches the step timing per network, precision and
-    image shape (seeds of a preset cost the same).
-
-    Raises:
-        DataError: the options' data set is not there or has not the expected layout.
-        InputError: an option the preset rejects; a network that cannot take the data set's images
-            (:func:`~attncnn.runs.loading.check_images`, with its fix).
-    """
-    data = data or peek_dataset(options.data, data_dir=options.data_dir)
-    config = for_images(job_config(job, options), data)     # resumed or not, the network the run has
-    device = resolve_device(options.device)
-    precision = job_precision(job, options, device)
-    measured = {} if measured is None else measured
-    key = (job.preset, json.dumps(config.model, sort_keys=True), precision, data.image_shape, data.num_classes)
-    if key not in measured:
-        torch.manual_seed(0)
-        model = build_model(job.preset, data.num_classes, **config.model).to(device)
-        images = torch.randn(config.batch_size, *data.image_shape, device=device)
-        labels = torch.randint(0, data.num_classes, (config.batch_size,), device=device)
-        what = f"{job.preset} (batch {config.batch_size}, {precision})"
-        # a paper-width step takes minutes on a small CPU: say what the dry run is doing before it starts
-        log.info("timing one training step and one test batch of %s on %s for the estimate...", what, device)
-        measured[key] = time_steps(copy.deepcopy(model), images, labels, precision=precision, warmup=1, reps=1,
-                                   what=what)
-    timing = measured[key]
-    train_images = min(config.train_subset or data.train, data.train)
-    evaluation = data.test / config.batch_size * timing["infer_seconds"]
-    evaluations = count_test_passes(config.epochs, config.eval_every)
-    step, warmup, note = _compiled_step(job, options, config, precision, device,
-                                        timing["step_seconds"], config.epochs * -(-train_images // config.batch_size),
-                                        data.image_shape[1:])
-    epoch = train_images / config.batch_size * step
-    return Estimate(step, timing["infer_seconds"], epoch + evaluation,
-                    epoch * config.epochs + evaluation * evaluations + warmup, precision, note)
-
-
-def _compiled_step(job: Job, options: TrainOptions, config: TrainConfig, precision: str, device: torch.device,
-                   eager: float, steps: int, image_size: tuple[int, int]) -> tuple[float, float, str]:
-    """``(seconds per step, warm-up seconds, what the estimate assumes)`` for a job whose eager step
-    takes ``eager`` seconds: where the job compiles (``--compile``, or the written rule when unset,
-    :func:`attncnn.perf.rule.choose`), the estimate stays the eager step (nothing here measures a
-    compiled one), and says so."""
-    will = options.compile
-    if will is None:
-        model = preset_model_config(config.preset, **config.model)[1]
-        pooling = getattr(model, "pooling", 1)
-        grid = (image_size[0] // pooling, image_size[1] // pooling)
-        will = choose(device_kind(device), getattr(model, "attention", None), grid, precision, steps,
-                      batch=config.batch_size).compile
-    if not will:
-        return eager, 0.0, "eager"
-    return eager, 0.0, f"compiled{' by the rule' if options.compile is None else ''}, estimated at the eager step"

@@ -3,9 +3,8 @@
 (the one table a new study is added to).
 
 A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
-(models x training-set sizes at equal seen images): its runs, its recipe over the presets', and
-the claims it measures with their criteria (:mod:`.claims`). Planning, training and reporting
-take any study: :mod:`attncnn.reproduce.running` and :mod:`attncnn.reproduce.reporting`.
+(models x training-set sizes at equal seen images): its rows with their recipe overrides, and the
+claims it measures with their criteria (:mod:`.claims`).
 """
 
 from __future__ import annotations
@@ -13,12 +12,11 @@ from __future__ import annotations
 from ...errors import InputError
 from .claims import Claim, Criterion
 from .efficiency import EFFICIENCY, EFFICIENCY_SCARCE
-from .shapes import Grid, ModelOptions, Suite, Variant
+from .shapes import Grid, Suite
 from .table1 import LOCALITY_MINI, MINI, MINI_300, MINI_LONG, PAPER, PAPER_LONG
 
-__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Variant", "ModelOptions",
-           "Claim", "Criterion", "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY",
-           "EFFICIENCY_SCARCE"]
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
+           "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY", "EFFICIENCY_SCARCE"]
 
 Study = Suite | Grid
 

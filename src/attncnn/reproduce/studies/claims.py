@@ -1,23 +1,17 @@
 """A study's claims as data: what each measures, and the criterion that judges it.
 
 A :class:`Claim` is a statement, a metric in words, a *measure* (which rows, cells and quantity it
-reads, see below) and its :class:`Criterion` list. The report writes each claim with the numbers
-its measure reads and, when it has criteria, a verdict; all of that is computed by one generic
-evaluator, :mod:`attncnn.reproduce.reporting.claims`, from the declaration and the runs' numbers.
-Nothing here reads a run.
+reads: one of the dataclasses below, each naming its numbers) and its :class:`Criterion` list; one
+generic evaluator, :mod:`attncnn.reproduce.reporting.claims`, computes the report's numbers and
+verdicts from them. Nothing here reads a run.
 
-Measures of a grid read the finished cells' ``metrics.jsonl``. Their quantities, per row and
-cell, mean over the cell's finished seeds (fractions):
-
-* ``"first"``: test accuracy at the cell's first evaluation;
-* ``"last"``: test accuracy after the last epoch;
-* ``"train"``: training accuracy of the last epoch (augmented images, as logged);
-* ``"gap"``: the last epoch's training minus test accuracy (per seed, then the mean).
-
-Cells are named by position among the cells planned: :data:`SMALLEST` (0) and :data:`LARGEST` (-1).
-Measures of a Table 1 suite (:class:`Curve`, :class:`PerLayer`, :class:`Accuracies`) name rows by
-the paper's preset (``"quadratic"``), which each suite maps to its own (``quadratic-mini``); a
-claim whose numbers no finished run has yet is left out of such a report.
+A grid's measures read, per row and cell, the mean over the cell's finished seeds (fractions) of a
+quantity of :data:`QUANTITIES`: ``"first"`` (test accuracy at the cell's first evaluation), ``"last"``
+(after the last epoch), ``"train"`` (the last epoch's training accuracy, augmented images, as logged)
+or ``"gap"`` (the last epoch's training minus test accuracy, per seed, then the mean); they name
+cells by position, :data:`SMALLEST` (0) and :data:`LARGEST` (-1). A Table 1 suite's measures
+(:class:`Curve`, :class:`PerLayer`, :class:`Accuracies`) name rows by the paper's preset
+(``"quadratic"``), which each suite maps to its own (``quadratic-mini``).
 
 Texts (``statement``, ``metric``) may name ``{small}`` and ``{large}`` (a grid's smallest and
 largest cell), ``{row}`` (a suite's preset the claim reads), ``{first_epoch}`` and ``{last_epoch}``

@@ -6,29 +6,19 @@ declaration says what it asks and why it is shaped so.
 from __future__ import annotations
 
 from .claims import SMALLEST, Claim, Criterion, Gain, Layers, PerRow, Scarcity, Versus
-from .shapes import Grid, Variant
+from .shapes import Grid
 
 __all__ = ["EFFICIENCY", "EFFICIENCY_SCARCE", "OVERFITS"]
 
 # ``efficiency``: the sample-efficiency grid, CPU-scale models x training-set sizes, equal seen images.
 #
 # ConViT (d'Ascoli et al., ICML 2021, Table 3) found that starting attention local helps most when
-# data is scarce. This grid asks the same of the paper's layers at CPU scale: each model is trained
-# on class-balanced subsets of 10 %, 25 % and 100 % of the training set, every cell for the same
-# number of seen images (``passes`` times the full training set: 2 x 50,000 = 100,000 images on
-# CIFAR-10, i.e. 20, 8 and 2 epochs), with the preset's recipe (warm-up + cosine over the cell's
-# steps). The test set is evaluated about ``evaluations`` times per cell (accuracy against seen
-# images) and after the last epoch.
-#
-# Why 25 % and not 30 %: every cell must be a whole number of epochs of the same seen images, and
-# with 30 % that means multiples of 150,000 images (30, 10, 3 epochs); at the 2-core machine's speed
-# (GPSA's content attention costs several times a position-only step) that grid would take far more
-# than the ~4 hours the study was given, while 25 % fits 100,000.
-#
-# The 10 % cells get a second seed by default (measured on a 2-core Intel Xeon: ~9 min per
-# position-only cell, ~2 min for the ResNet, ~30 min for GPSA): the claims are about them, and a seed
-# there changes both the initialisation and which 5,000 images are seen. The claims are reported with
-# their numbers and no verdict: ``docs/study-efficiency.md`` judges them.
+# data is scarce; this grid asks the same of the paper's layers at CPU scale. Every cell sees
+# ``passes`` x 50,000 = 100,000 images (20, 8 and 2 epochs of 10 %, 25 % and 100 %), which must be a
+# whole number of epochs of each subset: 25 %, not 30 % (multiples of 150,000 images, beyond the ~4
+# hours the study was given on 2 cores). The 10 % cells, where the claims are, get a second seed
+# (it changes both the initialisation and which 5,000 images are seen). The claims are reported with
+# their numbers and no verdict: ``docs/study-efficiency.md`` judges them and gives the measured costs.
 EFFICIENCY_ROWS = ("resnet18-mini", "quadratic-mini", "quadratic-conv-mini", "gpsa-mini", "learned-mini",
                    "learned-conv-mini")
 #: every row but the ResNet
@@ -71,7 +61,7 @@ EFFICIENCY = Grid(
     name="efficiency",
     description=("sample efficiency: random vs convolutional init (quadratic, learned) vs GPSA vs ResNet on "
                  "10/25/100 % of the training set, 100,000 seen images per cell, seeds 0 and 1 on the 10 % cells"),
-    presets=EFFICIENCY_ROWS,
+    rows={row: {} for row in EFFICIENCY_ROWS},
     fractions=(0.1, 0.25, 1.0),
     passes=2,
     more_seeds={0.1: (0, 1)},
@@ -86,28 +76,23 @@ EFFICIENCY = Grid(
 # ConViT (d'Ascoli et al., ICML 2021) claims that (a) GPSA beats a DeiT of the same size when data is
 # scarce, by less as data grows; (b) the local (convolutional) init gives a head start early in
 # training; (c) after training, the gates of the early layers stay positional while later layers
-# turn to content. Each claim here is judged by its criteria on the cells' numbers (read from their
-# ``metrics.jsonl``; accuracies are fractions in the records and points in the report): it fails as
-# soon as one measured condition is false, is not measured yet while a cell it needs has not
-# finished, and holds otherwise. The precondition (the smallest cell is scarce data: the ResNet and
-# the DeiT-style model end it at least 15 points above their test accuracy on their training images)
-# is judged the same way.
+# turn to content. Each claim is judged by its criteria on the cells' numbers
+# (:mod:`attncnn.reproduce.reporting.claims`), as is the precondition that the smallest cell is scarce
+# data (the ResNet and the DeiT-style model end it at least 15 points above their test accuracy on
+# their training images).
 #
-# The content models (DeiT-style baseline, GPSA with ConViT's local init, GPSA without it: ConViT's
-# ablation) train with AdamW at one shared rate, 1e-3: the three-point sweep on the 10 % cell
-# (2.5e-4, 5e-4, 1e-3; ``results/efficiency-scarce/lr-sweep``) chose it by held-out accuracy, mean over
-# deit-mini and convit-mini 59.30 % (5e-4: 57.84, 2.5e-4: 54.28; the presets' own rate is 5e-4);
-# position-only models and the ResNet train with the paper's SGD. ``passes`` = 8 (400,000 seen images
-# per cell) is the calibration's choice: at 8 the 10 % cell overfits by the criterion (train - test
-# accuracy >= 15 points: resnet18-mini +25.9, deit-mini +23.7, seed 0, 2026-11-26), at 4 it does not
-# (resnet18-mini +13.0). The 25 % cell is off by default (``--fractions 0.1,0.25,1``). Both
-# measurements are :mod:`attncnn.reproduce.running.measurements`.
+# The content models (DeiT-style, GPSA with ConViT's local init, GPSA without it: ConViT's ablation)
+# train with AdamW at one shared rate, 1e-3, the choice of the three-point sweep on the 10 % cell by
+# held-out accuracy (``results/efficiency-scarce/lr-sweep``); position-only models and the ResNet train
+# with the paper's SGD. ``passes`` = 8 is the calibration's choice: at 8 the 10 % cell overfits by the
+# criterion, at 4 it does not (:mod:`attncnn.reproduce.running.measurements`; the numbers are in
+# ``docs/study-efficiency.md``). The 25 % cell is off by default (``--fractions 0.1,0.25,1``).
 #
 # ``deit-mini-mimetic`` is the DeiT-style baseline with mimetic initialisation (Trockman & Kolter,
-# ICML 2023: ``W_q W_k^T`` near a positive and ``W_v W_o`` near a negative multiple of the identity),
-# the third way here of starting attention as something local, beside the quadratic layers' conv init
-# (Theorem 1) and ConViT's local init; claim (d) sets the three gains side by side, at the first and
-# the last evaluation.
+# ICML 2023), the third way here of starting attention local, beside the quadratic layers' conv init
+# (Theorem 1) and ConViT's local init; claim (d) sets the three gains side by side.
+#: the content models' shared rate (the sweep's choice)
+SHARED_LR = 1e-3
 #: the smallest cell is scarce data when these rows overfit it
 CALIBRATE_ROWS = ("resnet18-mini", "deit-mini")
 #: by at least 15 points of train - test accuracy at its last epoch
@@ -154,16 +139,16 @@ EFFICIENCY_SCARCE = Grid(
                  "without ConViT's local init (AdamW, one shared rate) vs quadratic attention with random and "
                  "conv init and the ResNet (SGD) on 10 and 100 % of the training set, equal seen images per cell "
                  "(chosen so that the 10 % cell overfits), seeds 0 and 1 on the 10 % cells"),
-    presets=("resnet18-mini", "deit-mini", "convit-mini", "convit-mini-random", "quadratic-mini",
-             "quadratic-conv-mini", "deit-mini-mimetic"),
+    # the content models share one AdamW rate (``--lr`` replaces it); the others keep their presets' recipe
+    rows={"resnet18-mini": {}, "deit-mini": {"lr": SHARED_LR}, "convit-mini": {"lr": SHARED_LR},
+          "convit-mini-random": {"preset": "convit-mini", "model": {"init": "random"}, "lr": SHARED_LR},
+          "quadratic-mini": {}, "quadratic-conv-mini": {},
+          "deit-mini-mimetic": {"preset": "deit-mini", "model": {"init": "mimetic"}, "lr": SHARED_LR}},
     fractions=(0.1, 1.0), passes=8, more_seeds={0.1: (0, 1)}, evaluations=8,
-    variants={"convit-mini-random": Variant("convit-mini", (("init", "random"),),
-                                            "ConViT's ablation: convit-mini without local init (--set init=random: "
-                                            "random positional vectors, random value projection)"),
-              "deit-mini-mimetic": Variant("deit-mini", (("init", "mimetic"),),
-                                           "deit-mini with mimetic init (Trockman & Kolter 2023; --set "
-                                           "init=mimetic): W_q W_k^T near +0.7 I, W_v W_o near -0.4 I")},
-    lr=1e-3, lr_rows=("deit-mini", "convit-mini", "convit-mini-random", "deit-mini-mimetic"),
+    notes={"convit-mini-random": "ConViT's ablation: convit-mini without local init (--set init=random: random "
+                                 "positional vectors, random value projection)",
+           "deit-mini-mimetic": "deit-mini with mimetic init (Trockman & Kolter 2023; --set init=mimetic): W_q W_k^T "
+                                "near +0.7 I, W_v W_o near -0.4 I"},
     sweep_rows=("deit-mini", "convit-mini"),
     calibrate_rows=CALIBRATE_ROWS, overfit=OVERFITS, gate_rows=GATE_ROWS,
     recipe="AdamW at the grid's shared rate for the content models, SGD for the others; warm-up 5 % + cosine "

@@ -40,7 +40,7 @@ MINI = Suite(
     "mini",
     # its measured hours per CPU are on its study page (docs/study-mini.md), not in the help
     "Table 1 at CPU scale: width 64, 6 epochs, the paper's geometry and recipe shape",
-    presets=tuple(f"{name}-mini" for name in PAPER_ROWS),
+    rows={f"{name}-mini": {} for name in PAPER_ROWS},
     # three seeds for the two models whose comparisons need a spread: quadratic's grid claim,
     # and learned, which the content claim and learned-vs-quadratic compare against
     more_seeds={"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2)},
@@ -61,12 +61,11 @@ MINI_LONG = Suite(
     "mini-long",
     "Table 1 at CPU scale for 60 epochs: the mini presets and recipe (width 64, SGD 0.1/0.9/1e-4, "
     "5 % warm-up + cosine, batch 100), 60 epochs for every model; whether the grid of shifts forms",
-    presets=tuple(f"{name}-mini" for name in PAPER_ROWS),
+    rows={f"{name}-mini": {"epochs": 60, "checkpoint_every": 10} for name in PAPER_ROWS},
     more_seeds={"quadratic-mini": (0, 1, 2), "learned-mini": (0, 1, 2), "resnet18-mini": (0, 1, 2)},
     paper_names={f"{name}-mini": name for name in PAPER_ROWS},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 60), ("checkpoint_every", 10)),
     last=("learned-content-mini",),
     settle_epochs=(6, 20, 40, 60),
     baseline="mini",
@@ -75,55 +74,43 @@ MINI_LONG = Suite(
 
 # ``mini-300``: the quadratic and learned position-only ``mini`` models at the paper's own length,
 # 300 epochs, to see whether the grid of shifts forms with the paper's schedule where ``mini-long``'s
-# 60 epochs did not form it (no layer of any run below 0.5 tokens).
-#
-# Three seeds of each, the ``mini`` presets' recipe (SGD 0.1/0.9/1e-4, a linear warm-up over 5 % of the
-# steps, then cosine to zero at the last step, batch 100) with 300 epochs: the warm-up is a ratio, so
-# it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs (the repository's ``tools/gpu_job.py``;
-# ``docs/development.md``): one run takes hours there, days on a CPU.
-#
-# The centres over epochs come from ``metrics.jsonl``; a periodic checkpoint every 50 epochs stays
-# while training (six in a run, not thirty) and none is shipped. The report judges, per layer and seed,
-# whether the heads have settled on a grid at epochs 6, 20, 60, 150 and 300, sets that beside
-# ``mini-long``'s judgement at its epoch 60 (the end of its cosine, mid-schedule here) and at each
-# suite's end, and Table 1 beside ``mini-long``'s.
+# 60 epochs did not form it (no layer of any run below 0.5 tokens). The warm-up is a ratio of the
+# steps, so it lasts 15 epochs here, 3 in ``mini-long``. For a GPU, in short jobs
+# (``tools/gpu_job.py``; ``docs/development.md``): one run takes hours there, days on a CPU. A
+# periodic checkpoint every 50 epochs stays while training (six in a run, not thirty), none is
+# shipped. The report also sets each run beside ``mini-long``'s at its epoch 60 (the end of its
+# cosine, mid-schedule here) and at each suite's end.
 MINI_300 = Suite(
     "mini-300",
     "Whether the grid of shifts forms at the paper's length: quadratic-mini and learned-mini (width 64) for "
     "300 epochs with the paper's recipe (SGD 0.1/0.9/1e-4, 5 % warm-up = 15 epochs, cosine to zero at epoch "
     "300, batch 100), three seeds each; for a GPU",
-    presets=("quadratic-mini", "learned-mini"),
+    rows={preset: {"epochs": 300, "checkpoint_every": 50} for preset in ("quadratic-mini", "learned-mini")},
     seeds=(0, 1, 2),
     paper_names={"quadratic-mini": "quadratic", "learned-mini": "learned"},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 300), ("checkpoint_every", 50)),
     settle_epochs=(6, 20, 60, 150, 300),
     baseline="mini-long",
     claims=TABLE1_CLAIMS,
 )
 
 # ``locality-mini``: does the training protocol make attention local? ``mini-long``'s quadratic and
-# learned models and recipe (width 64, 60 epochs), with CutMix on.
-#
-# Santiago Toledo & Martinez ("Inducing Spatial Locality in Vision Transformers through the Training
-# Protocol", arXiv 2605.16390) report that, with the architecture and optimiser fixed, CutMix alone
-# decides whether early-layer attention becomes local. Here CutMix is the CutMix paper's CIFAR setting
-# (Yun et al. 2019: each batch mixed with probability 0.5, ``lam ~ Beta(1, 1)``); nothing else
-# changes from ``mini-long``, whose runs are the baseline at the same epochs (the first 20 epochs of
-# a 60-epoch schedule have the same learning rates, so epoch 20 compares fairly before a run ends).
-# The report judges, per layer and seed, whether the heads have settled on a grid (grid distance
-# below 0.5 tokens, the criterion fixed before these runs) at epochs 6, 20 and 60.
+# learned models and recipe with CutMix on. Santiago Toledo & Martinez ("Inducing Spatial Locality in
+# Vision Transformers through the Training Protocol", arXiv 2605.16390) report that, with the
+# architecture and optimiser fixed, CutMix alone decides whether early-layer attention becomes local.
+# CutMix is the CutMix paper's CIFAR setting (Yun et al. 2019). ``mini-long``'s runs are the baseline
+# at the same epochs (the first 20 epochs of a 60-epoch schedule have the same learning rates, so
+# epoch 20 compares fairly before a run ends), judged by the criterion fixed before these runs.
 LOCALITY_MINI = Suite(
     "locality-mini",
     "Whether CutMix makes attention local: mini-long's quadratic-mini and learned-mini (width 64, 60 epochs, "
     "SGD 0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100) with CutMix on (p 0.5, Beta(1, 1))",
-    presets=("quadratic-mini", "learned-mini"),
-    seeds=(0,),
+    rows={preset: {"epochs": 60, "checkpoint_every": 10, "cutmix": 0.5, "cutmix_alpha": 1.0}
+          for preset in ("quadratic-mini", "learned-mini")},
     paper_names={"quadratic-mini": "quadratic", "learned-mini": "learned"},
     evolution_preset="quadratic-mini",
     evolution_from="metrics",
-    overrides=(("epochs", 60), ("checkpoint_every", 10), ("cutmix", 0.5), ("cutmix_alpha", 1.0)),
     settle_epochs=(6, 20, 60),
     baseline="mini-long",
     differs="CutMix",
@@ -138,14 +125,12 @@ PAPER_LONG = Suite(
     "paper-long",
     "Table 1 at the paper's width (400) for 60 epochs: the paper's presets and recipe (SGD "
     "0.1/0.9/1e-4, 5 % warm-up + cosine, batch 100), mini-long's length; for a GPU",
-    presets=PAPER_ROWS,
+    # The ResNet preset's own schedule is the reference's MultiStepLR at epochs 80/150/250 of 300: cut
+    # at 60 epochs it never decays. mini-long trains its ResNet with the attention models' cosine.
+    rows={name: {"epochs": 60, **({"schedule": "cosine"} if name == "resnet18" else {})} for name in PAPER_ROWS},
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",
     evolution_from="metrics",
-    overrides=(("epochs", 60),),
-    # The preset's own schedule is the reference's MultiStepLR at epochs 80/150/250 of 300: cut at
-    # 60 epochs it never decays. mini-long trains its ResNet with the attention models' cosine.
-    preset_overrides={"resnet18": (("schedule", "cosine"),)},
     last=("learned-content",),
     settle_epochs=(6, 20, 40, 60),
     claims=TABLE1_CLAIMS,
@@ -155,7 +140,7 @@ PAPER_LONG = Suite(
 PAPER = Suite(
     "paper",
     "Table 1 at the paper's scale: width 400, 300 epochs; for a GPU",
-    presets=PAPER_ROWS,
+    rows={name: {} for name in PAPER_ROWS},
     paper_names={name: name for name in PAPER_ROWS},
     evolution_preset="quadratic",
     claims=TABLE1_CLAIMS,

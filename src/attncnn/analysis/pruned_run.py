@@ -1,9 +1,8 @@
 """Remove the degenerate heads of a quadratic run and, if asked, fine-tune the rest (``attncnn prune``).
 
 The paper's pruning experiment (the reference's ``runs/quadratic-generalized-pruned``):
-which heads are degenerate and the pruned network come from :mod:`attncnn.analysis.pruning`; the
-fine-tune is a new training run that starts from the pruned weights, so it lives here, above both
-the analysis and the training.
+which heads are degenerate and the pruned network come from :mod:`.pruning`; the fine-tune is a new
+training run that starts from the pruned weights (the one use analysis makes of ``attncnn.training``).
 """
 
 from __future__ import annotations
@@ -19,8 +18,8 @@ from typing import Callable
 
 from torch import nn
 
-from ..analysis.metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, epoch_metrics
-from ..analysis.pruning import PRUNED_CHECKPOINT
+from .metrics import DEFAULT_CONDITION_NUMBER, DEFAULT_MIN_EIGENVALUE, epoch_metrics
+from .pruning import PRUNED_CHECKPOINT
 from ..errors import InputError
 from ..perf import machine_precision, make_plan, resolve_device
 from ..runs import RunFolder, RunFolderError, save_checkpoint, trained_precision
@@ -130,9 +129,9 @@ def prune_run(path: str | os.PathLike[str], *, condition_number: float = DEFAULT
         InputError: options that do not fit (see :func:`_pruned_out`), a run without a stored recipe
             to fine-tune. Anything :func:`finetune_pruned` raises.
     """
-    from ..analysis.pruning import FINETUNE_LR, finetune_config, prune_degenerate_heads, pruned_metadata
-    from ..analysis.report import macs_per_image
-    from ..analysis.runs import open_run
+    from .pruning import FINETUNE_LR, finetune_config, prune_degenerate_heads, pruned_metadata
+    from .report import macs_per_image
+    from .runs import open_run
 
     run = open_run(path)
     out_path = _pruned_out(run, out, finetune_epochs, overwrite, dict(
