@@ -125,7 +125,8 @@ def _share_the_cores_between_workers() -> None:
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0"))
     if workers < 2:
         return
-    threads = str(max(1, len(os.sched_getaffinity(0)) // workers))
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    threads = str(max(1, cores // workers))
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[variable] = threads
     import torch
