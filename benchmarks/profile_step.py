@@ -138,15 +138,18 @@ def _path(preset: str, impl: str, batch_size: int, precision: str, device: torch
 
 
 def profile_preset(preset: str, batch_size: int, precision: str, steps: int, impl: str = "auto",
-                   device: str = "cpu", compile: bool = False) -> dict:
+                   device: str = "cpu", compile: bool = False, num_classes: int = 10,
+                   model_options: dict | None = None) -> dict:
     """One preset's training step and test pass: FLOPs, unprofiled wall time, profiled groups (see
-    the module docstring). ``compile``: time and profile ``torch.compile(model)``."""
+    the module docstring). ``compile``: time and profile ``torch.compile(model)``; ``num_classes``
+    and ``model_options`` (e.g. ``{"dim": 16}``) change the preset's model."""
     dev = torch.device(device)
     path = _path(preset, impl, batch_size, precision, dev)
     torch.manual_seed(0)
-    model = (build_model(preset) if path is None else build_model(preset, impl=path)).to(dev)
+    options = dict(model_options or {}, **({} if path is None else {"impl": path}))
+    model = build_model(preset, num_classes, **options).to(dev)
     images = torch.randn(batch_size, 3, 32, 32).to(dev)
-    labels = torch.randint(0, 10, (batch_size,)).to(dev)
+    labels = torch.randint(0, num_classes, (batch_size,)).to(dev)
     fwd_flops, train_flops = flops_per_image(model, images, labels, batch_size, dense=False)
     run_model = torch.compile(model, dynamic=False) if compile else None     # as attncnn train compiles
     train_step, test_pass = step_functions(model, images, labels, run_model=run_model, precision=precision)

@@ -249,12 +249,15 @@ def test_batch_larger_than_dataset_is_refused(tmp_path, tiny_dataset, capsys):
 
 @pytest.mark.slow
 def test_demo_on_a_subset_of_real_cifar10(tmp_path, cifar10_path, data_cache_dir, capsys):
-    """The main job's command end to end on real images: 1 epoch on 1,000 training images, then the
-    full 10,000-image test set; accuracy well above chance (10 %)."""
+    """The main job's command end to end on real images: 2 epochs on 1,000 training images, then the
+    full 10,000-image test set once (``--eval-every 2``: the last epoch is always evaluated); accuracy
+    well above chance (10 %)."""
     code = main(["train", "--preset", "demo", "--data", str(cifar10_path), "--data-dir", str(data_cache_dir),
-                 "--train-subset", "1000", "--epochs", "2", "--out", str(tmp_path / "run"), "--no-progress"])
+                 "--train-subset", "1000", "--epochs", "2", "--eval-every", "2", "--out", str(tmp_path / "run"),
+                 "--no-progress"])
     assert code == 0
     lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["epoch"] for line in lines if "test_accuracy" in line] == [2]
     assert lines[-1]["test_accuracy"] > 0.2
     assert "test accuracy:" in capsys.readouterr().out
 

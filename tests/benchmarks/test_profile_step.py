@@ -11,19 +11,27 @@ from attncnn import build_model
 from attncnn.perf.bench.harness import count_training_flops
 
 
+#: the trainer tests' model and batch (tests/training/test_trainer.py): the compiled step's training graph is
+#: then the one those tests compile, in inductor's cache for all of them (a compilation here costs tens of seconds)
+SMALL = {"dim": 16, "mlp_dim": 16}
+BATCH, CLASSES = 10, 3
+
+
 @pytest.fixture(scope="module")
 def eager_profile() -> dict:
     """The eager profile of a small preset, made once: the tests below only read it."""
-    return profile_preset("demo", batch_size=4, precision="fp32", steps=1)
+    return profile_preset("demo", batch_size=BATCH, precision="fp32", steps=1, num_classes=CLASSES,
+                          model_options=SMALL)
 
 
 def test_profile_of_a_small_preset_is_complete_and_counts_the_run_flops(eager_profile):
     result = eager_profile
     torch.manual_seed(0)
-    model = build_model("demo")
-    forward, train = count_training_flops(model, torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 3]), dense=False)
-    assert result["train"]["flops_per_image"] == train / 4
-    assert result["test"]["flops_per_image"] == forward / 4
+    model = build_model("demo", CLASSES, **SMALL)
+    forward, train = count_training_flops(model, torch.randn(BATCH, 3, 32, 32), torch.arange(BATCH) % CLASSES,
+                                          dense=False)
+    assert result["train"]["flops_per_image"] == train / BATCH
+    assert result["test"]["flops_per_image"] == forward / BATCH
     for mode in ("train", "test"):
         shares = result[mode]["shares"]
         # the product kernels' names are recognised (shares of tiny steps vary too much to bound more)
@@ -58,7 +66,8 @@ def test_gpu_kernels_are_grouped_by_their_names():
 @pytest.mark.slow
 def test_a_compiled_step_is_profiled_with_the_eager_models_flops(eager_profile):
     eager = eager_profile
-    compiled = profile_preset("demo", batch_size=4, precision="fp32", steps=1, compile=True)
+    compiled = profile_preset("demo", batch_size=BATCH, precision="fp32", steps=1, compile=True, num_classes=CLASSES,
+                              model_options=SMALL)
     assert compiled["compiled"] and not eager["compiled"]
     for mode in ("train", "test"):
         assert compiled[mode]["flops_per_image"] == eager[mode]["flops_per_image"]

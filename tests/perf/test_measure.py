@@ -160,7 +160,8 @@ def test_a_compiler_failure_means_training_eager(monkeypatch, caplog):
 def test_time_compile_times_both_and_the_compiled_step_trains_the_same_network():
     torch.manual_seed(0)
     model = build_model("demo", 3, **SMALL).train()
-    images, labels = torch.randn(4, 3, 32, 32), torch.tensor([0, 1, 2, 0])
+    # the trainer tests' batch (tests/training/test_trainer.py): one compiled graph, in inductor's cache for both
+    images, labels = torch.randn(10, 3, 32, 32), torch.arange(10) % 3
     from torch._dynamo.utils import counters
     graphs = counters["stats"]["unique_graphs"]
     timing = time_compile(model, make_optimizer(model, resolve_config("demo")), images, labels, precision="fp32",
@@ -180,7 +181,7 @@ def test_a_measured_compile_leaves_the_run_exactly_as_before():
     model = build_model("demo", 3, **SMALL)
     optimizer = make_optimizer(model, config)
     before = _snapshot(model, optimizer)
-    choices = RunChooser(impl=None, eval_impl=None, compile="measure")(_parts(model, optimizer, config))
+    choices = RunChooser(impl=None, eval_impl=None, compile="measure")(_parts(model, optimizer, config, batch=10))
     assert_same_state(before, model, optimizer)
     assert optimizer.state_dict()["state"] == {} and all(p.grad is None for p in model.parameters())
     assert choices.impl is None and isinstance(choices.compile, bool)
