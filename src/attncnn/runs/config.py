@@ -133,13 +133,9 @@ class TrainConfig:
         if not (math.isfinite(self.cutmix_alpha) and self.cutmix_alpha > 0):
             raise InputError(f"cutmix_alpha must be a finite number > 0 (the Beta distribution's parameter; 1.0 draws "
                              f"the mixed fraction uniformly), got {self.cutmix_alpha} (--cutmix-alpha)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise InputError(f"label_smoothing must be in [0, 1), got {self.label_smoothing} (--label-smoothing)")
-        if not 0 <= self.momentum < 1:
-            raise InputError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
-        # the schedule's own checks, here so that they fail before the data is loaded
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise InputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio} (--warmup-ratio)")
+        for name in ("label_smoothing", "momentum", "warmup_ratio"):   # warmup_ratio: the schedule's, checked here
+            if not 0.0 <= getattr(self, name) < 1.0:                      # so that it fails before the data loads
+                raise InputError(f"{name} must be in [0, 1), got {getattr(self, name)} (--{name.replace('_', '-')})")
         if not (math.isfinite(self.gamma) and self.gamma > 0):
             raise InputError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
         if any(m < 1 for m in self.milestones):
