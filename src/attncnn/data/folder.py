@@ -51,6 +51,12 @@ MAX_IMAGE_BYTES = 64 * 2**20
 _DEPTH = 4
 
 
+def _ident(folder: Path | str) -> tuple[int, int]:
+    """``(device, inode)`` of a folder, links followed: the same for two paths of one folder."""
+    st = os.stat(folder)
+    return st.st_dev, st.st_ino
+
+
 def is_zip(path: Path) -> bool:
     """True for a file whose name ends in ``.zip`` (case-insensitive)."""
     return path.is_file() and path.suffix.lower() == ".zip"
@@ -100,10 +106,6 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
     path = Path(path)
     out: list[str] = []
 
-    def ident(where: str) -> tuple[int, int]:
-        st = os.stat(where)
-        return st.st_dev, st.st_ino
-
     def visit(folder: str, rel: tuple[str, ...], above: tuple[tuple[int, int], ...]) -> None:
         try:
             with os.scandir(folder) as it:
@@ -119,7 +121,7 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
                 if len(sub) >= _DEPTH:                          # where an image is expected: not read
                     continue
                 try:
-                    here = ident(entry.path)
+                    here = _ident(entry.path)
                 except OSError as err:
                     raise DataError(f"cannot read the folder {entry.path} ({err.strerror}); make it "
                                     "readable or remove it") from err
@@ -134,7 +136,7 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
                 out.append("/".join(sub))
 
     try:
-        root = ident(str(path))
+        root = _ident(path)
     except OSError as err:
         raise DataError(f"cannot read the folder {path} ({err.strerror})") from err
     visit(str(path), (), (root,))
@@ -291,14 +293,10 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
     train_files = _split_files(names, root, "train", path)
     test_files = _split_files(names, root, "test", path)
     classes = tuple(sorted(train_files))
-    for c in classes:
-        if c not in test_files:
-            raise DataError(f"{path}: class folder {root}test/{c}/ is missing or has no images, but "
-                            f"{root}train/{c}/ exists; both splits need the same class folders")
-    for c in sorted(test_files):
-        if c not in train_files:
-            raise DataError(f"{path}: class folder {root}train/{c}/ is missing or has no images, but "
-                            f"{root}test/{c}/ exists; both splits need the same class folders")
+    for c in [c for c in classes if c not in test_files] + sorted(set(test_files) - set(train_files)):
+        missing, present = ("test", "train") if c in train_files else ("train", "test")
+        raise DataError(f"{path}: class folder {root}{missing}/{c}/ is missing or has no images, but "
+                        f"{root}{present}/{c}/ exists; both splits need the same class folders")
     if zf is None:
         check_splits_apart(path, root)
     if len(classes) < 2:
@@ -331,17 +329,13 @@ def check_splits_apart(path: str | os.PathLike[str], root: str | None = None) ->
     if not (train.is_dir() and test.is_dir()):
         return                                  # no layout: the loader says what is missing
 
-    def ident(folder: Path | str) -> tuple[int, int]:
-        st = os.stat(folder)
-        return st.st_dev, st.st_ino
-
     def classes(split: Path) -> dict[tuple[int, int], Path]:
         with os.scandir(split) as entries:
-            return {ident(entry.path): split / entry.name for entry in entries
+            return {_ident(entry.path): split / entry.name for entry in entries
                     if not entry.name.startswith(".") and entry.is_dir()}
 
     try:
-        same_split = ident(train) == ident(test)
+        same_split = _ident(train) == _ident(test)
         trained, tested = classes(train), classes(test)
     except OSError as err:
         raise DataError(f"cannot read the folders of {path / root} ({err}); make them readable") from err
