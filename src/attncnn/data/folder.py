@@ -21,6 +21,7 @@ most that many bytes plus one are read or inflated), as is an image with more pi
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -239,8 +240,7 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
             unreadable image, or images of different sizes (the message names the file or member).
     """
     path = Path(path)
-    zf = _open_zip(path) if is_zip(path) else None
-    try:
+    with _open_zip(path) if is_zip(path) else contextlib.nullcontext() as zf:
         classes, train_files, test_files = _layout(path, zf)
         read, where = _reader(path, zf)
         splits = []
@@ -251,9 +251,6 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
             images, size, first = _decode_split(ordered, read, where, size, first)
             tensor = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
             splits.append(ImageSplit(tensor, torch.from_numpy(labels)))
-    finally:
-        if zf is not None:
-            zf.close()
     logger.info("decoded %s: %d classes, %d train, %d test images of %dx%d", path, len(classes),
                 len(splits[0]), len(splits[1]), size[1], size[0])
     return classes, splits[0], splits[1]
@@ -271,15 +268,11 @@ def peek_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], in
         DataError: as :func:`read_image_folder` for the layout and the first image.
     """
     path = Path(path)
-    zf = _open_zip(path) if is_zip(path) else None
-    try:
+    with _open_zip(path) if is_zip(path) else contextlib.nullcontext() as zf:
         classes, train_files, test_files = _layout(path, zf)
         read, where = _reader(path, zf)
         first = train_files[classes[0]][0]
         height, width = _decode(read(first), where(first)).shape[:2]
-    finally:
-        if zf is not None:
-            zf.close()
     return (classes, sum(map(len, train_files.values())), sum(map(len, test_files.values())),
             (int(height), int(width)))
 
