@@ -179,13 +179,13 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
     if size > _memory_of(device):
         raise InputError(f"{source} asks for a model of {size / 2**30:,.1f} GiB of weights, more than the "
                          f"{_memory_of(device) / 2**30:,.1f} GiB of memory on {device} (model options: "
-                         f"{', '.join(f'{k}={v}' for k, v in config.items() if k in _SIZE_OPTIONS)}); check the "
-                         "model options")
+                         f"{_short(config)}); check the model options")
     return build_model_from_config(arch, dict(config)).to(device)
 
 
-#: the model options :func:`build_checked` names when a model is too large
-_SIZE_OPTIONS = ("dim", "num_layers", "num_heads", "mlp_dim", "head_dim", "widths", "blocks")
+def _short(config: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in config.items() if k in ("dim", "num_layers", "num_heads", "mlp_dim",
+                                                                     "head_dim", "widths", "blocks"))
 
 
 #: The checkpoint every command and :func:`load_model` take from a run folder unless told otherwise:
