@@ -220,7 +220,8 @@ def _new_folder(out: Path, overwrite: bool):
             if overwrite:
                 shutil.rmtree(out)
             else:                               # empty but for the lock file just made
-                _remove_lock_file(out)
+                with contextlib.suppress(FileNotFoundError):
+                    (out / LOCK_FILE).unlink()
                 out.rmdir()
         os.rename(tmp, out)
     except BaseException:
@@ -229,12 +230,6 @@ def _new_folder(out: Path, overwrite: bool):
     finally:
         if lock is not None:
             lock.release()
-
-
-def _remove_lock_file(folder: Path) -> None:
-    """Remove the lock file this conversion created in an empty ``folder`` so that it can go."""
-    with contextlib.suppress(FileNotFoundError):
-        (folder / LOCK_FILE).unlink()
 
 
 def reference_kinds() -> list[str]:

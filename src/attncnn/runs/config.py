@@ -191,8 +191,11 @@ def without_paths(model: dict) -> dict:
 
 def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig:
     check_options(values, TrainConfig, "training option", source=source)
-    if source is not None:
-        _check_model_options(values, source)
+    preset = PRESETS.get(values.get("preset", TrainConfig.preset))
+    if source is not None and preset is not None and isinstance(values.get("model"), dict):
+        # the "model" entry of a file, checked key by key against its preset's network: errors name the file
+        check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
+                      source=f"{source} (its \"model\" entry)")
     values = dict(values)
     if "milestones" in values:
         values["milestones"] = list(values["milestones"])
@@ -202,15 +205,6 @@ def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig
         if source is None:
             raise
         raise InputError(f"{source}: {err}; correct it there") from err
-
-
-def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
-    """The ``"model"`` entry of a configuration read from ``source``, checked key by key against its
-    preset's network, so that its errors name the file too."""
-    preset = PRESETS.get(values.get("preset", TrainConfig.preset))
-    if preset is not None and isinstance(values.get("model"), dict):
-        check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
-                      source=f"{source} (its \"model\" entry)")
 
 
 def resolve_config(preset: str, **overrides) -> TrainConfig:
