@@ -95,13 +95,6 @@ def _check_finite(path, state: dict) -> None:
 
 
 
-def _given_config(checkpoint: Path, config) -> tuple[dict | None, str | None]:
-    if config is not None:
-        return read_reference_config(config)
-    beside = checkpoint.parent / "config.yaml"
-    return read_reference_config(beside) if beside.is_file() else (None, None)
-
-
 def _network(state: dict, options: dict, entry, heads: list[int]) -> torch.nn.Module:
     """Our network with the reference tensors, checked name by name and shape by shape."""
     with torch.device("meta"):
@@ -153,7 +146,9 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
     checkpoint, out = Path(checkpoint), Path(out)
     _check_out(out, overwrite)
     state, epoch, accuracy = read_reference_checkpoint(checkpoint)
-    given, source = _given_config(checkpoint, config)
+    if config is None and (checkpoint.parent / "config.yaml").is_file():
+        config = checkpoint.parent / "config.yaml"
+    given, source = (None, None) if config is None else read_reference_config(config)
     ref_config, entry, heads, inferred = resolve_reference_config(state, given)
     num_classes = state["classifier.weight"].shape[0]
     options = model_options(ref_config, entry, heads, num_classes)
