@@ -133,8 +133,9 @@ class TrainConfig:
         if not (math.isfinite(self.cutmix_alpha) and self.cutmix_alpha > 0):
             raise InputError(f"cutmix_alpha must be a finite number > 0 (the Beta distribution's parameter; 1.0 draws "
                              f"the mixed fraction uniformly), got {self.cutmix_alpha} (--cutmix-alpha)")
-        for name in ("label_smoothing", "momentum", "warmup_ratio"):   # warmup_ratio: the schedule's, checked here
-            if not 0.0 <= getattr(self, name) < 1.0:                      # so that it fails before the data loads
+        # warmup_ratio: the schedule's own check, here so that it fails before the data is loaded
+        for name in ("label_smoothing", "momentum", "warmup_ratio"):
+            if not 0.0 <= getattr(self, name) < 1.0:
                 raise InputError(f"{name} must be in [0, 1), got {getattr(self, name)} (--{name.replace('_', '-')})")
         if not (math.isfinite(self.gamma) and self.gamma > 0):
             raise InputError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
