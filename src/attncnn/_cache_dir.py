@@ -21,14 +21,10 @@ def xdg_cache_folder() -> Path:
     where attncnn's caches go when no variable of its own names a folder (also the data folder's
     default, :func:`attncnn.data.default_data_dir`). Only the path: nothing is created."""
     xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg:
-        return Path(xdg).expanduser() / "attncnn"
-    return Path.home() / ".cache" / "attncnn"
+    return Path(xdg).expanduser() / "attncnn" if xdg else Path.home() / ".cache" / "attncnn"
 
 
 def user_cache_dir() -> Path:
     """``$ATTNCNN_CACHE_DIR`` if set, else :func:`xdg_cache_folder`. Only the path: nothing is created."""
     env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser()
-    return xdg_cache_folder()
+    return Path(env).expanduser() if env else xdg_cache_folder()

@@ -96,9 +96,7 @@ def _create_temp(folder: Path, prefix: str, suffix: str) -> Path:
 
 
 def atomic_write_bytes(dest: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``dest`` atomically (temp file in the same folder, fsync, rename).
-
-    The file gets the mode a plain ``open()`` would: 0666 less the umask.
+    """Write ``data`` to ``dest`` atomically (:func:`atomic_path`, with an fsync before the rename).
 
     Raises:
         OSError: if the folder is not writable (the message names the folder) or the write fails.

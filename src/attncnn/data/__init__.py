@@ -123,12 +123,8 @@ def peek_dataset(spec: str | os.PathLike[str], *, data_dir: str | os.PathLike[st
 
 
 def run_data(stored: str | None, given: str | None = None, *, run: str | os.PathLike[str] | None = None) -> str:
-    """The data set a command uses for a trained run: ``given`` if any, else the run's own.
-
-    A run records its data set (``config["data"]``): a built-in name, an absolute path, or (older or
-    shared runs) a relative one, looked for relative to the current folder, then to the run folder and
-    the folders above it, and taken only where one file is found (:mod:`attncnn._recorded_data`). A
-    data set that is not here is never replaced by another one.
+    """The data set a command uses for a trained run: ``given`` if any, else the run's own, found by
+    the rule of :mod:`attncnn._recorded_data` (never replaced by another one where it is not here).
 
     Args:
         stored: the run's ``config["data"]`` (None: not recorded, i.e. :data:`DEFAULT_DATA`).

@@ -130,6 +130,4 @@ def default_data_dir() -> Path:
     (:func:`attncnn._cache_dir.xdg_cache_folder`).
     """
     env = os.environ.get("ATTNCNN_DATA_DIR")
-    if env:
-        return Path(env).expanduser()
-    return xdg_cache_folder()
+    return Path(env).expanduser() if env else xdg_cache_folder()

@@ -72,14 +72,11 @@ def cache_key(path: str | os.PathLike[str]) -> str:
     return f"{where}-{h.hexdigest()[:24]}"
 
 
-def _stem(path: Path) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", path.resolve().name) or "data"
-
-
 def cache_file(data_dir: str | os.PathLike[str], path: str | os.PathLike[str]) -> Path:
     """Where the decoded arrays of ``path`` are cached under ``data_dir``."""
     path = Path(path)
-    return Path(data_dir) / "decoded" / f"{_stem(path)}-{cache_key(path)}.safetensors"
+    stem = re.sub(r"[^A-Za-z0-9._-]", "_", path.resolve().name) or "data"
+    return Path(data_dir) / "decoded" / f"{stem}-{cache_key(path)}.safetensors"
 
 
 #: ``(file, size, modification time)`` of the last cache file read in this process, and what it held

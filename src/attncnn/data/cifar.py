@@ -40,16 +40,6 @@ logger = logging.getLogger(__name__)
 
 CIFAR10_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
-_BASE_URL = "https://www.cs.toronto.edu/~kriz/"
-
-#: Where each archive is downloaded from (module constant; tests point it at a local file).
-URLS: dict[str, str] = {
-    "cifar-10-binary.tar.gz": _BASE_URL + "cifar-10-binary.tar.gz",
-    "cifar-100-binary.tar.gz": _BASE_URL + "cifar-100-binary.tar.gz",
-    "cifar-10-python.tar.gz": _BASE_URL + "cifar-10-python.tar.gz",
-    "cifar-100-python.tar.gz": _BASE_URL + "cifar-100-python.tar.gz",
-}
-
 #: Published md5 of each archive (module constant; tests patch it for their tiny archives).
 MD5: dict[str, str] = {
     "cifar-10-binary.tar.gz": "c32a1d4ab5d03f1284b67883e8d87530",
@@ -57,6 +47,9 @@ MD5: dict[str, str] = {
     "cifar-10-python.tar.gz": "c58f30108f718f92721af3b95e74349a",
     "cifar-100-python.tar.gz": "eb9058c3a382ffc7106e4002c42a8d85",
 }
+
+#: Where each archive is downloaded from (module constant; tests point it at a local file).
+URLS: dict[str, str] = {name: "https://www.cs.toronto.edu/~kriz/" + name for name in MD5}
 
 _PIXELS = 3 * 32 * 32
 

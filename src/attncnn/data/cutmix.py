@@ -33,11 +33,6 @@ def check_cutmix(probability: float, alpha: float) -> None:
                          f"draws lam uniformly), got {alpha!r} (--cutmix-alpha)")
 
 
-def _rng(seed: int, epoch: int) -> np.random.Generator:
-    digest = hashlib.sha256(f"attncnn-cutmix\0{int(seed)}\0{int(epoch)}".encode()).digest()
-    return np.random.default_rng(int.from_bytes(digest[:8], "little"))
-
-
 def draw_boxes(seed: int, epoch: int, batches: int, height: int, width: int, probability: float,
                alpha: float) -> torch.Tensor:
     """The boxes of an epoch's batches: ``(batches, 4)`` int64 ``(y0, y1, x0, x1)``, half-open pixel
@@ -49,7 +44,8 @@ def draw_boxes(seed: int, epoch: int, batches: int, height: int, width: int, pro
         InputError: ``probability`` or ``alpha`` out of range (:func:`check_cutmix`).
     """
     check_cutmix(probability, alpha)
-    rng = _rng(seed, epoch)
+    digest = hashlib.sha256(f"attncnn-cutmix\0{int(seed)}\0{int(epoch)}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
     # Four draws per batch, batch after batch, whether or not the batch is mixed: row i depends on
     # nothing but the rows before it, so any number of batches gives the same first rows.
     draws = np.array([(rng.random(), rng.beta(alpha, alpha), rng.integers(0, height), rng.integers(0, width))

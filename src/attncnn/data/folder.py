@@ -21,6 +21,7 @@ most that many bytes plus one are read or inflated), as is an image with more pi
 
 from __future__ import annotations
 
+import contextlib
 import io
 import logging
 import os
@@ -49,6 +50,12 @@ _SPLITS = ("train", "test")
 MAX_IMAGE_BYTES = 64 * 2**20
 #: Folder levels read below a data set's folder: ``[wrapper/]split/class/image``.
 _DEPTH = 4
+
+
+def _ident(folder: Path | str) -> tuple[int, int]:
+    """``(device, inode)`` of a folder, links followed: the same for two paths of one folder."""
+    st = os.stat(folder)
+    return st.st_dev, st.st_ino
 
 
 def is_zip(path: Path) -> bool:
@@ -100,10 +107,6 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
     path = Path(path)
     out: list[str] = []
 
-    def ident(where: str) -> tuple[int, int]:
-        st = os.stat(where)
-        return st.st_dev, st.st_ino
-
     def visit(folder: str, rel: tuple[str, ...], above: tuple[tuple[int, int], ...]) -> None:
         try:
             with os.scandir(folder) as it:
@@ -119,7 +122,7 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
                 if len(sub) >= _DEPTH:                          # where an image is expected: not read
                     continue
                 try:
-                    here = ident(entry.path)
+                    here = _ident(entry.path)
                 except OSError as err:
                     raise DataError(f"cannot read the folder {entry.path} ({err.strerror}); make it "
                                     "readable or remove it") from err
@@ -134,7 +137,7 @@ def folder_files(path: str | os.PathLike[str]) -> list[str]:
                 out.append("/".join(sub))
 
     try:
-        root = ident(str(path))
+        root = _ident(path)
     except OSError as err:
         raise DataError(f"cannot read the folder {path} ({err.strerror})") from err
     visit(str(path), (), (root,))
@@ -237,8 +240,7 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
             unreadable image, or images of different sizes (the message names the file or member).
     """
     path = Path(path)
-    zf = _open_zip(path) if is_zip(path) else None
-    try:
+    with _open_zip(path) if is_zip(path) else contextlib.nullcontext() as zf:
         classes, train_files, test_files = _layout(path, zf)
         read, where = _reader(path, zf)
         splits = []
@@ -249,9 +251,6 @@ def read_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], Im
             images, size, first = _decode_split(ordered, read, where, size, first)
             tensor = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
             splits.append(ImageSplit(tensor, torch.from_numpy(labels)))
-    finally:
-        if zf is not None:
-            zf.close()
     logger.info("decoded %s: %d classes, %d train, %d test images of %dx%d", path, len(classes),
                 len(splits[0]), len(splits[1]), size[1], size[0])
     return classes, splits[0], splits[1]
@@ -269,15 +268,11 @@ def peek_image_folder(path: str | os.PathLike[str]) -> tuple[tuple[str, ...], in
         DataError: as :func:`read_image_folder` for the layout and the first image.
     """
     path = Path(path)
-    zf = _open_zip(path) if is_zip(path) else None
-    try:
+    with _open_zip(path) if is_zip(path) else contextlib.nullcontext() as zf:
         classes, train_files, test_files = _layout(path, zf)
         read, where = _reader(path, zf)
         first = train_files[classes[0]][0]
         height, width = _decode(read(first), where(first)).shape[:2]
-    finally:
-        if zf is not None:
-            zf.close()
     return (classes, sum(map(len, train_files.values())), sum(map(len, test_files.values())),
             (int(height), int(width)))
 
@@ -291,14 +286,10 @@ def _layout(path: Path, zf: zipfile.ZipFile | None) -> tuple[tuple[str, ...], di
     train_files = _split_files(names, root, "train", path)
     test_files = _split_files(names, root, "test", path)
     classes = tuple(sorted(train_files))
-    for c in classes:
-        if c not in test_files:
-            raise DataError(f"{path}: class folder {root}test/{c}/ is missing or has no images, but "
-                            f"{root}train/{c}/ exists; both splits need the same class folders")
-    for c in sorted(test_files):
-        if c not in train_files:
-            raise DataError(f"{path}: class folder {root}train/{c}/ is missing or has no images, but "
-                            f"{root}test/{c}/ exists; both splits need the same class folders")
+    for c in [c for c in classes if c not in test_files] + sorted(set(test_files) - set(train_files)):
+        missing, present = ("test", "train") if c in train_files else ("train", "test")
+        raise DataError(f"{path}: class folder {root}{missing}/{c}/ is missing or has no images, but "
+                        f"{root}{present}/{c}/ exists; both splits need the same class folders")
     if zf is None:
         check_splits_apart(path, root)
     if len(classes) < 2:
@@ -331,17 +322,13 @@ def check_splits_apart(path: str | os.PathLike[str], root: str | None = None) ->
     if not (train.is_dir() and test.is_dir()):
         return                                  # no layout: the loader says what is missing
 
-    def ident(folder: Path | str) -> tuple[int, int]:
-        st = os.stat(folder)
-        return st.st_dev, st.st_ino
-
     def classes(split: Path) -> dict[tuple[int, int], Path]:
         with os.scandir(split) as entries:
-            return {ident(entry.path): split / entry.name for entry in entries
+            return {_ident(entry.path): split / entry.name for entry in entries
                     if not entry.name.startswith(".") and entry.is_dir()}
 
     try:
-        same_split = ident(train) == ident(test)
+        same_split = _ident(train) == _ident(test)
         trained, tested = classes(train), classes(test)
     except OSError as err:
         raise DataError(f"cannot read the folders of {path / root} ({err}); make them readable") from err

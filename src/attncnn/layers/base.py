@@ -7,11 +7,8 @@ concatenated and mapped by one linear layer ``value`` (``N_h*head_dim -> D_out``
 the folded matrices ``W^(h) = W_val^(h) W_out`` of Lemma 1 (head h owns input columns
 ``h*D:(h+1)*D``); otherwise a projection ``value_in: D -> N_h*head_dim`` comes first.
 
-What a layer declares (read by :mod:`attncnn.layers.registry`, the models and the analysis tools):
-``KINDS`` (its names in the registry), ``CONFIG_KEYS`` (the model-configuration fields it takes as
-constructor arguments) and ``EXCLUSIVE_KEYS`` (those other kinds must leave at their default),
-``check_config(kind, config)``, ``local_init_(shifts, alpha)``, ``IMPLS`` (its computation paths),
-and the capabilities ``position_only``, ``has_positional_term``, ``has_centers``, ``has_gates``.
+What a layer declares (its class attributes, ``check_config`` and ``local_init_``) is read by
+:mod:`attncnn.layers.registry`, the models and the analysis tools.
 
 Two families implement the maps: position-only layers (:mod:`~attncnn.layers.position_only`) and
 content layers (:mod:`~attncnn.layers.content`); :meth:`GridAttention.attention_probs` gives

@@ -75,10 +75,6 @@ class QuadraticAttention(PositionalAttention):
         return {"full_covariance": True} if kind == "quadratic-generalized" else {}
 
     @classmethod
-    def config_kwargs(cls, kind: str, config) -> dict:
-        return {**super().config_kwargs(kind, config), "full_covariance": kind == "quadratic-generalized"}
-
-    @classmethod
     def separable_kind(cls, kind: str) -> bool:
         """Isotropic heads: ``-alpha |delta - Delta|^2`` is a row term plus a column term."""
         return kind == "quadratic"

@@ -2,17 +2,10 @@
 measure`` (the attention paths) and ``--measure-compile`` (whether a compiled step pays back).
 
 The written rule (:mod:`attncnn.perf.rule`) decides by default; these measure instead, once, on
-the run's real network and optimizer before the first step, and forget the answer at exit (a
-timing taken beside other work ranks the candidates by how the load fell on them, so it is never
-handed to a later run).
-Whatever the timings do to the run's objects is put back (:func:`kept_state`).
-
-* paths (:func:`measure_paths`): each path of the network's first attention layer that can run
-  here, forward + backward in training mode and the forward alone in eval mode, :data:`REPS`
-  alternated calls each (:func:`attncnn.perf.timing.time_impls`); the fastest of each mode wins.
-* compile (:func:`measure_compile`): the training step eager and ``torch.compile(model,
-  dynamic=False)``, alternated (:func:`time_compile`); compiled where it is at least
-  :data:`MIN_SPEEDUP` faster and saves more than its warm-up over the run (:func:`pays_back`).
+the run's real network and optimizer before the first step (:func:`measure_paths`,
+:func:`measure_compile`), put back whatever the timings change (:func:`kept_state`), and forget the
+answer at exit (a timing taken beside other work ranks the candidates by how the load fell on them,
+so it is never handed to a later run).
 """
 
 from __future__ import annotations
@@ -101,8 +94,10 @@ def _fastest(layer, x: torch.Tensor, dtype: torch.dtype | None, *, backward: boo
 def measure_paths(model: nn.Module, *, grid: tuple[int, int], batch: int | None, eval_batch: int | None, precision: str,
                   device: torch.device) -> tuple[str | None, str | None]:
     """The training path (where ``batch`` is given) and the test-pass path (where ``eval_batch`` is)
-    of ``model``, timed on its first attention layer (module docstring); None for each not measured,
-    and without attention layers. The caller puts the model's state back (:func:`kept_state`).
+    of ``model``: each path of its first attention layer that can run here, forward + backward in
+    training mode and the forward alone in eval mode, :data:`REPS` alternated calls each
+    (:func:`attncnn.perf.timing.time_impls`), the fastest winning; None for each not measured, and
+    without attention layers. The caller puts the model's state back (:func:`kept_state`).
 
     Args:
         grid: ``(H, W)`` of the layers' token grid. batch: training images per step. eval_batch:

@@ -3,30 +3,25 @@ for a run continued here.
 
 The plan (:class:`attncnn.training.RunPlan`) holds every choice that depends on the machine rather
 than on the experiment, made from the recipe (:class:`~attncnn.runs.TrainConfig`) and the run-time
-options (:class:`attncnn.training.RunOptions`). What needs neither the data nor a network is decided
-here, and cheap mistakes are found before anything is loaded; the paths and compile are left to a
-:class:`RunChooser`, which the training loop calls on its real objects. Nothing of the plan is
-written into ``config.json`` (the loop records it in ``machine.json``):
+options (:class:`attncnn.training.RunOptions`) before anything is loaded; the paths and compile are
+left to a :class:`RunChooser`, which the training loop calls on its real objects and records in
+``machine.json`` (never in ``config.json``):
 
 * precision: ``auto`` becomes ``bf16`` where the device has fast bf16 units, else ``fp32``; a
-  resumed run keeps its own, except ``bf16`` where bf16 is slow, and ``--precision`` wins
+  resumed run keeps its own, except ``bf16`` where bf16 is slow; ``--precision`` wins
   (:func:`~attncnn.perf.precision.machine_precision`);
 * deterministic: off for a new run unless asked; a resumed run runs as its last segment ran unless
   ``--deterministic`` / ``--no-deterministic`` says;
-* attention paths and compile: where not given, the written rule (:func:`attncnn.perf.rule.choose`)
-  decides; ``--impl measure`` and ``--measure-compile`` time the candidates instead
-  (:mod:`attncnn.perf.measure`), not under torchrun (each process would time its own share of the
-  machine). Deterministic runs and runs under torchrun
-  never compile unless asked; ``--compile-mode reduce-overhead`` is refused off CUDA and with
-  ``--no-compile`` (:func:`check_compile_mode`);
+* attention paths and compile: the written rule (:func:`attncnn.perf.rule.choose`) where not given;
+  ``--impl measure`` and ``--measure-compile`` time the candidates instead (:mod:`attncnn.perf.measure`),
+  not under torchrun (each process would time its own share of the machine). Deterministic runs and
+  runs under torchrun never compile unless asked (``--compile-mode``: :func:`check_compile_mode`);
 * the optimizer's kernel: ``--fused-optimizer`` or not, as given.
 
 Compiled and eager steps, and every attention path, compute the same function up to rounding;
-bit-identical continuation is promised on one machine, deterministic, with the same paths. The
-device of a resumed run is this command's ``--device`` (``auto`` by default), whatever machine
-started it. A
-resumed run whose ``machine.json`` names a path this version no longer has continues on the rule's
-path, with one log line saying so.
+bit-identical continuation is promised on one machine, deterministic, with the same paths. A resumed
+run trains on this command's ``--device``, whatever machine started it; one whose ``machine.json``
+names a path this version no longer has continues on the rule's path, with one log line saying so.
 """
 
 from __future__ import annotations
@@ -218,11 +213,10 @@ def _planned(config: TrainConfig, options: RunOptions, device: torch.device, pre
 def _open(given: str | None, train: str | None = None) -> str | None:
     """Who decides a path: ``"rule"`` (not given), ``"measure"`` (``--impl measure``), or None (given).
     The test-pass path follows a given training path (``train``) where it is not given itself."""
-    if given is not None:
-        return "measure" if given == "measure" else None
-    if train is not None:
-        return "measure" if train == "measure" else None
-    return "rule"
+    decided = given if given is not None else train
+    if decided is None:
+        return "rule"
+    return "measure" if decided == "measure" else None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -94,9 +94,9 @@ def machine_precision(stored: str | None, device: torch.device, requested: str |
     """``"fp32"`` or ``"bf16"``: the precision to run a trained or resumed run at on ``device``.
 
     ``requested`` (an explicit ``--precision``) wins, resolved by :func:`resolve_precision` (``bf16``
-    is obeyed, with a warning where it is slow). Without it
-    the run's ``stored`` precision is kept (None: ``fp32``), except that ``bf16`` becomes ``fp32`` on
-    a device without fast bf16 (one INFO line naming ``what``, the device and how to keep bf16).
+    is obeyed, with a warning where it is slow). Without it the run's ``stored`` precision is kept
+    (None: ``fp32``), except that ``bf16`` becomes ``fp32`` on a device without fast bf16 (one INFO
+    line naming ``what``, the device and how to keep bf16).
 
     Raises:
         InputError: ``stored`` or ``requested`` not in :data:`PRECISIONS`.

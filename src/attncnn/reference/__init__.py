@@ -9,8 +9,7 @@ imports this package.
 """
 
 from .config import REFERENCE_DEFAULTS, infer_from_tensors, read_reference_config, resolve_reference_config
-from .convert import PROVENANCE_FILE, convert_reference, read_reference_checkpoint, reference_kinds
-from .export import export_reference
+from .convert import PROVENANCE_FILE, convert_reference, export_reference, read_reference_checkpoint, reference_kinds
 from .kinds import REFERENCE_KINDS, ReferenceKind
 
 __all__ = ["convert_reference", "export_reference", "read_reference_checkpoint", "read_reference_config",

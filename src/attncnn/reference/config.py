@@ -282,8 +282,7 @@ def resolve_reference_config(state: dict, given: dict | None) -> tuple[dict, Ref
     """
     found, heads = infer_from_tensors(state)
     given = dict(given or {})
-    for key in ("num_classes",):
-        given.pop(key, None)
+    given.pop("num_classes", None)
     unknown = sorted(k for k in given if k not in REFERENCE_DEFAULTS)
     if unknown:
         log.info("the configuration's %s %s not options of the reference's train.py: recorded in the run's "

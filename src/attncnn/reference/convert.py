@@ -5,6 +5,10 @@ The reference's ``train.py`` saves ``{"epoch", "test_accuracy", "model_state_dic
 hyperparameters as ``config.yaml`` beside them. A conversion reads both (the pickle with
 ``weights_only``) and writes an ordinary attncnn run folder: ``config.json``,
 ``checkpoints/last.safetensors``, ``finished.json`` and ``reference.json`` (where the weights came from).
+
+An export writes such a file under the reference's names, with the buffers its ``store_checkpoint``
+keeps (``attention_mask``; learned layers' ``relative_indices``) and without those it drops (the
+Gaussian layers' ``R``), and ``config.yaml`` beside it; converting it back gives identical tensors.
 """
 
 from __future__ import annotations
@@ -19,19 +23,20 @@ from pathlib import Path
 
 import torch
 
-from .._io import atomic_write_json, file_sha256
+from .._io import atomic_write_json, atomic_write_text, file_sha256
 from ..errors import InputError, OutputError
 from ..models import build_model_from_config, count_parameters
-from ..runs import Checkpoint, RunFolder, write_checkpoint
+from ..runs import Checkpoint, RunFolder, TrainConfig, checkpoint_of, load_checkpoint, load_model, write_checkpoint
 from ..runs.config import without_paths
 from ..runs.lock import LOCK_FILE, RunLock
-from ..runs.torch_file import read_torch_file
+from ..runs.torch_file import read_torch_file, write_torch_file
 from .config import read_reference_config, resolve_reference_config
 from .kinds import REFERENCE_KINDS
-from .recipe import CIFAR10_CLASSES, model_options, recipe_from_reference
-from .weights import to_ours
+from .recipe import CIFAR10_CLASSES, model_options, recipe_from_reference, reference_config_of
+from .weights import to_ours, to_reference
 
-__all__ = ["convert_reference", "PROVENANCE_FILE", "read_reference_checkpoint", "reference_kinds"]
+__all__ = ["convert_reference", "export_reference", "PROVENANCE_FILE", "read_reference_checkpoint",
+           "reference_kinds"]
 
 log = logging.getLogger(__name__)
 
@@ -90,13 +95,6 @@ def _check_finite(path, state: dict) -> None:
 
 
 
-def _given_config(checkpoint: Path, config) -> tuple[dict | None, str | None]:
-    if config is not None:
-        return read_reference_config(config)
-    beside = checkpoint.parent / "config.yaml"
-    return read_reference_config(beside) if beside.is_file() else (None, None)
-
-
 def _network(state: dict, options: dict, entry, heads: list[int]) -> torch.nn.Module:
     """Our network with the reference tensors, checked name by name and shape by shape."""
     with torch.device("meta"):
@@ -148,7 +146,9 @@ def convert_reference(checkpoint: str | os.PathLike[str], out: str | os.PathLike
     checkpoint, out = Path(checkpoint), Path(out)
     _check_out(out, overwrite)
     state, epoch, accuracy = read_reference_checkpoint(checkpoint)
-    given, source = _given_config(checkpoint, config)
+    if config is None and (checkpoint.parent / "config.yaml").is_file():
+        config = checkpoint.parent / "config.yaml"
+    given, source = (None, None) if config is None else read_reference_config(config)
     ref_config, entry, heads, inferred = resolve_reference_config(state, given)
     num_classes = state["classifier.weight"].shape[0]
     options = model_options(ref_config, entry, heads, num_classes)
@@ -215,7 +215,8 @@ def _new_folder(out: Path, overwrite: bool):
             if overwrite:
                 shutil.rmtree(out)
             else:                               # empty but for the lock file just made
-                _remove_lock_file(out)
+                with contextlib.suppress(FileNotFoundError):
+                    (out / LOCK_FILE).unlink()
                 out.rmdir()
         os.rename(tmp, out)
     except BaseException:
@@ -226,13 +227,68 @@ def _new_folder(out: Path, overwrite: bool):
             lock.release()
 
 
-def _remove_lock_file(folder: Path) -> None:
-    """Remove the lock file this conversion created in an empty ``folder`` so that it can go."""
-    with contextlib.suppress(FileNotFoundError):
-        (folder / LOCK_FILE).unlink()
-
-
 def reference_kinds() -> list[str]:
     """Our attention kinds that reference checkpoints convert to and from."""
     return [entry.kind for entry in REFERENCE_KINDS]
 
+
+def _entry(model):
+    if getattr(model, "arch", None) != "image-transformer":
+        raise InputError(f"the reference has no {getattr(model, 'arch', type(model).__name__)!r} network of attncnn's "
+                         "kind; only image-transformer models export")
+    for entry in REFERENCE_KINDS:
+        if entry.kind == model.config.attention:
+            return entry
+    kinds = ", ".join(entry.kind for entry in REFERENCE_KINDS)
+    raise InputError(f"the reference has no counterpart of attncnn's {model.config.attention!r} attention; the kinds "
+                     f"that export are {kinds}")
+
+
+def export_reference(run: str | os.PathLike[str], out: str | os.PathLike[str], *, checkpoint: str | None = None,
+                     overwrite: bool = False) -> Path:
+    """Write a run folder's (or checkpoint file's) network as a reference checkpoint.
+
+    Args:
+        run: a run folder (its ``checkpoint``, default ``last``) or an attncnn checkpoint file.
+        out: the reference checkpoint to write (e.g. ``final.checkpoint``); ``config.yaml`` goes beside it.
+        checkpoint: which checkpoint of a run folder (``"last"``, ``"best"``, ``"epoch_0010"``...).
+        overwrite: replace an existing ``out`` or ``config.yaml``.
+
+    Returns:
+        ``out``. Its ``epoch`` is ours less one (the reference counts from 0 the epoch just
+        finished), its ``test_accuracy`` the checkpoint's own (None when it holds none).
+
+    Raises:
+        FileNotFoundError, CheckpointError: as :func:`attncnn.runs.load_model`.
+        InputError: a network the reference cannot build (named).
+        OutputError: ``out`` or ``config.yaml`` exists (without ``overwrite``) or cannot be written;
+            neither file is left half-written, and a failure on the second removes the first.
+    """
+    out = Path(out)
+    yaml_path = out.parent / "config.yaml"
+    for path in (out, yaml_path):
+        if path.exists() and not overwrite:
+            raise OutputError(f"{path} already exists; choose another output or overwrite it (--overwrite)")
+    source = checkpoint_of(run, checkpoint)
+    model, meta = load_model(source)
+    entry = _entry(model)
+    recipe = TrainConfig(**meta["config"]) if isinstance(meta.get("config"), dict) else None
+    config = reference_config_of(model.config, entry, recipe, str(out.parent))
+    state = to_reference(load_checkpoint(source).model_state, entry, model.config)
+    epoch = meta.get("epoch")
+    metrics = meta.get("metrics") if isinstance(meta.get("metrics"), dict) else {}
+    payload = {"epoch": epoch - 1 if isinstance(epoch, int) else None, "test_accuracy": metrics.get("test_accuracy"),
+               "model_state_dict": state}
+    import yaml
+
+    existed = out.exists()
+    write_torch_file(out, payload)
+    try:
+        atomic_write_text(yaml_path, yaml.safe_dump(config, sort_keys=False))
+    except BaseException:
+        if not existed:
+            with contextlib.suppress(OSError):
+                out.unlink()
+        raise
+    log.info("exported %s (%s) as the reference checkpoint %s with %s", source, entry.kind, out, yaml_path)
+    return out

@@ -138,12 +138,11 @@ def _content_out(block: Tensors, ref: Tensors) -> None:
     """The way back: ``value_in`` -> ``self.value``; our ``value`` folded into the output map
     (``W_out W_val``, ``W_out b_val + b_out``: exact, bit for bit, for the identity a conversion
     wrote; otherwise computed in float64 and rounded once)."""
-    if "attention.value_in.weight" not in block:          # one head: the projection is `value`
-        ref["attention.self.value.weight"] = block["attention.value.weight"]
-        ref["attention.self.value.bias"] = block["attention.value.bias"]
+    projection = "value_in" if "attention.value_in.weight" in block else "value"    # one head: `value`
+    for p in ("weight", "bias"):
+        ref[f"attention.self.value.{p}"] = block[f"attention.{projection}.{p}"]
+    if projection == "value":
         return
-    ref["attention.self.value.weight"] = block["attention.value_in.weight"]
-    ref["attention.self.value.bias"] = block["attention.value_in.bias"]
     w_val, b_val = block["attention.value.weight"], block["attention.value.bias"]
     w_out, b_out = block["attn_out.weight"], block["attn_out.bias"]
     if torch.equal(w_val, torch.eye(w_val.shape[0], dtype=w_val.dtype)) and not b_val.any():

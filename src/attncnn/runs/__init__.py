@@ -8,14 +8,7 @@ built); ``predictions`` (``predictions.json``); ``withheld`` (a run shipped with
 a checkpoint.
 """
 
-from .checkpoint import (
-           Checkpoint,
-           CheckpointError,
-           load_checkpoint,
-           read_metadata,
-           save_checkpoint,
-           write_checkpoint,
-)
+from .checkpoint import Checkpoint, CheckpointError, load_checkpoint, read_metadata, save_checkpoint, write_checkpoint
 from .config import PRECISIONS, TrainConfig, resolve_config
 from .data_location import DATA_NAMES, await_pointed, is_data_name, point_at_data, same_data_file
 from .errors import RunFolderError
@@ -27,7 +20,6 @@ from .withheld import WITHHELD_FILE, read_withheld, withheld_message
 __all__ = ["Checkpoint", "CheckpointError", "load_checkpoint", "read_metadata", "save_checkpoint", "write_checkpoint",
            "PRECISIONS", "TrainConfig", "resolve_config", "RunFolder", "RunFolderError",
            "checkpoint_of", "load_model", "resumable_config", "resumable_recipe", "trained_precision",
-           "PREDICTIONS_FILE", "PredictionRecord", "disagreements",
-           "read_predictions", "write_predictions", "WITHHELD_FILE", "read_withheld", "withheld_message",
-           "DATA_NAMES", "is_data_name", "same_data_file", "point_at_data",
-           "await_pointed"]
+           "PREDICTIONS_FILE", "PredictionRecord", "disagreements", "read_predictions", "write_predictions",
+           "WITHHELD_FILE", "read_withheld", "withheld_message", "DATA_NAMES", "is_data_name", "same_data_file",
+           "point_at_data", "await_pointed"]

@@ -133,13 +133,10 @@ class TrainConfig:
         if not (math.isfinite(self.cutmix_alpha) and self.cutmix_alpha > 0):
             raise InputError(f"cutmix_alpha must be a finite number > 0 (the Beta distribution's parameter; 1.0 draws "
                              f"the mixed fraction uniformly), got {self.cutmix_alpha} (--cutmix-alpha)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            raise InputError(f"label_smoothing must be in [0, 1), got {self.label_smoothing} (--label-smoothing)")
-        if not 0 <= self.momentum < 1:
-            raise InputError(f"momentum must be in [0, 1), got {self.momentum} (--momentum)")
-        # the schedule's own checks, here so that they fail before the data is loaded
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise InputError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio} (--warmup-ratio)")
+        # warmup_ratio: the schedule's own check, here so that it fails before the data is loaded
+        for name in ("label_smoothing", "momentum", "warmup_ratio"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise InputError(f"{name} must be in [0, 1), got {getattr(self, name)} (--{name.replace('_', '-')})")
         if not (math.isfinite(self.gamma) and self.gamma > 0):
             raise InputError(f"gamma must be a finite number > 0, got {self.gamma} (--gamma)")
         if any(m < 1 for m in self.milestones):
@@ -195,8 +192,11 @@ def without_paths(model: dict) -> dict:
 
 def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig:
     check_options(values, TrainConfig, "training option", source=source)
-    if source is not None:
-        _check_model_options(values, source)
+    preset = PRESETS.get(values.get("preset", TrainConfig.preset))
+    if source is not None and preset is not None and isinstance(values.get("model"), dict):
+        # the "model" entry of a file, checked key by key against its preset's network: errors name the file
+        check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
+                      source=f"{source} (its \"model\" entry)")
     values = dict(values)
     if "milestones" in values:
         values["milestones"] = list(values["milestones"])
@@ -206,15 +206,6 @@ def _checked(values: dict, source: str | os.PathLike[str] | None) -> TrainConfig
         if source is None:
             raise
         raise InputError(f"{source}: {err}; correct it there") from err
-
-
-def _check_model_options(values: dict, source: str | os.PathLike[str]) -> None:
-    """The ``"model"`` entry of a configuration read from ``source``, checked key by key against its
-    preset's network, so that its errors name the file too."""
-    preset = PRESETS.get(values.get("preset", TrainConfig.preset))
-    if preset is not None and isinstance(values.get("model"), dict):
-        check_options(values["model"], ARCHITECTURES[preset.arch][0], "model option", owner=preset.arch,
-                      source=f"{source} (its \"model\" entry)")
 
 
 def resolve_config(preset: str, **overrides) -> TrainConfig:

@@ -83,9 +83,7 @@ def point_at_data(folder: str | Path, data: str | None = None) -> bool:
             (a relative path found, the module's rule, is recorded absolute).
 
     Raises:
-        InputError: ``data`` has another file name than the run's own data set (the message
-            names the run's); no ``data`` for a run whose data set is not here (the message asks
-            for ``--data``); the run's relative path fits two different files here.
+        InputError: as :func:`pointed_config`.
         RunFolderError: ``folder`` holds no run configuration.
     """
     config = RunFolder(folder, mode="read").read_config()
@@ -109,8 +107,7 @@ def await_pointed(folder: str | Path, data: str | None = None, *,
         poll: seconds between reads.
 
     Raises:
-        InputError: ``data`` names another data set than the run's, or none for a run whose data set
-            is not here (rank 0 refuses it too).
+        InputError: as :func:`pointed_config` (rank 0 refuses it too).
         RunFolderError: ``config.json`` is still not pointed after ``timeout`` seconds, or the folder
             holds no configuration.
     """

@@ -97,7 +97,7 @@ class RunFolder:
             p.mkdir(parents=True, exist_ok=True)
             self._lock = RunLock.take(p)          # before anything is deleted or written
             if mode == "overwrite":
-                _empty(p)
+                empty_folder(p)
                 log.info("overwrote the previous contents of %s", p)
             fd, probe = tempfile.mkstemp(prefix=".write-test.", dir=p)
             os.close(fd)
@@ -204,8 +204,9 @@ class RunFolder:
                 writer.add_scalar(key, value, global_step=epoch)
             writer.flush()
 
-    def _parsed_metrics(self) -> tuple[list[dict], list[int]]:
-        """``(records in file order, numbers of the lines that are not complete records)``."""
+    def _parsed_metrics(self, fate: str) -> tuple[list[dict], list[int]]:
+        """``(records in file order, numbers of the lines that are not complete records)``; each of the
+        latter logged as a warning that says its ``fate``."""
         f = self.path / "metrics.jsonl"
         try:
             text = f.read_text(encoding="utf-8", errors="replace")
@@ -214,7 +215,10 @@ class RunFolder:
         except OSError as err:
             raise RunFolderError(f"cannot read {f}: {err}") from err
         lines = [(number, _record_of(line)) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-        return [r for _, r in lines if r is not None], [number for number, r in lines if r is None]
+        torn = [number for number, r in lines if r is None]
+        for number in torn:
+            log.warning("%s line %d is not a complete JSON record (cut short by a crash?); %s", f, number, fate)
+        return [r for _, r in lines if r is not None], torn
 
     def read_metrics(self) -> list[dict]:
         """Return the records of ``metrics.jsonl`` in file order (``[]`` if there is none).
@@ -225,11 +229,7 @@ class RunFolder:
         Raises:
             RunFolderError: the file exists but cannot be read.
         """
-        records, torn = self._parsed_metrics()
-        for number in torn:
-            log.warning("%s line %d is not a complete JSON record (truncated by a crash?); ignored",
-                        self.path / "metrics.jsonl", number)
-        return records
+        return self._parsed_metrics("ignored")[0]
 
     def rewind_metrics(self, epoch: int, record: dict | None = None) -> int:
         """Make ``metrics.jsonl`` what a resume from a checkpoint taken after ``epoch`` whole epochs
@@ -246,9 +246,7 @@ class RunFolder:
         """
         self._check_writable("rewind metrics")
         f = self.path / "metrics.jsonl"
-        records, torn = self._parsed_metrics()
-        for number in torn:
-            log.warning("%s line %d is not a complete JSON record (cut short by a crash?); dropped", f, number)
+        records, torn = self._parsed_metrics("dropped")
         by_epoch = {r["epoch"]: r for r in records if _epoch_of(r) is not None and 1 <= r["epoch"] <= epoch}
         if epoch >= 1 and epoch not in by_epoch:
             if record and _epoch_of(record) == epoch:
@@ -406,15 +404,20 @@ class RunFolder:
         return f"RunFolder({str(self.path)!r}, mode={self.mode!r})"
 
 
-def _empty(p: Path) -> None:
-    """Delete everything in ``p`` but its lock file (links themselves, never what they point to)."""
+def empty_folder(p: Path, *, ignore_errors: bool = False) -> None:
+    """Delete everything in ``p`` but its lock file (links themselves, never what they point to);
+    ``ignore_errors``: skip what cannot be deleted."""
     for entry in p.iterdir():
         if entry.name == LOCK_FILE:
             continue
         if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry)
-        else:
+            shutil.rmtree(entry, ignore_errors=ignore_errors)
+            continue
+        try:
             entry.unlink()
+        except OSError:
+            if not ignore_errors:
+                raise
 
 
 def _check_resumable(p: Path) -> None:

@@ -39,6 +39,8 @@ _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF
 
 Specs = dict  # {name: (torch dtype, shape tuple)}
 
+log = logging.getLogger(__name__)
+
 #: (file dtype, model dtype) pairs that load by widening exactly (bfloat16 weights into float32
 #: parameters); nothing narrows on load
 _WIDENED = {(torch.bfloat16, torch.float32)}
@@ -53,7 +55,6 @@ def file_specs(path: str | Path) -> Specs:
     """``{name: (dtype, shape)}`` of a checkpoint's model tensors, from its header alone."""
     return {name: (_DTYPES.get(dtype, dtype), tuple(shape)) for name, (dtype, shape) in tensor_specs(path).items()}
 
-log = logging.getLogger(__name__)
 
 #: the key of :func:`load_model`'s metadata that holds the machine fields an older checkpoint's
 #: ``"config"`` stored beside the recipe (e.g. ``{"precision": "bf16"}``); read, never written
@@ -128,19 +129,26 @@ def check_options_take_images(arch: str, config, images: tuple[int, int, int],
     Raises:
         InputError: as :func:`check_images`; unknown or ill-typed options.
     """
-    if dataclasses.is_dataclass(config):
-        config = dataclasses.asdict(config)
+    config = _as_dict(config)
     key = (arch, json.dumps(config, sort_keys=True, default=str), tuple(images))
     if key in _TAKEN:
         return
-    with torch.device("meta"):
-        shape_only = build_model_from_config(arch, dict(config))
-    check_images(shape_only, images, source)
+    check_images(_shape_only(arch, config), images, source)
     _TAKEN.add(key)
 
 
 #: (arch, options, image shape) that :func:`check_options_take_images` passed in this process
 _TAKEN: set[tuple[str, str, tuple[int, ...]]] = set()
+
+
+def _as_dict(config) -> dict:
+    return dataclasses.asdict(config) if dataclasses.is_dataclass(config) else dict(config)
+
+
+def _shape_only(arch: str, config: dict) -> nn.Module:
+    """The network of ``arch`` and ``config`` on the meta device: shapes only, nothing allocated."""
+    with torch.device("meta"):
+        return build_model_from_config(arch, dict(config))
 
 
 def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
@@ -163,11 +171,8 @@ def build_checked(arch: str, config: dict, *, weights: str | Path | None = None,
             parameters and buffers larger than the device's memory.
         FileNotFoundError, CheckpointError: ``weights`` missing or unreadable.
     """
-    if dataclasses.is_dataclass(config):
-        config = dataclasses.asdict(config)
-    device = torch.device(device)
-    with torch.device("meta"):
-        shape_only = build_model_from_config(arch, dict(config))
+    config, device = _as_dict(config), torch.device(device)
+    shape_only = _shape_only(arch, config)
     if weights is not None:
         check_weights(weights, shape_only, file_specs(weights))
     size = sum(t.numel() * t.element_size() for t in itertools.chain(shape_only.parameters(), shape_only.buffers()))

@@ -62,8 +62,7 @@ def start_segment(folder: str | Path, segment: dict, machine: dict | None) -> No
     Raises:
         OSError: the file cannot be written.
     """
-    info = read_machine_file(folder) or {}
-    segments = list(info.get("segments") or [])
+    info, segments = _segments(folder)
     if segments and segments[-1].get("ended") == "running":
         first = segments[-1]["epochs"][0]
         kept = (segment.get("start") or {}).get("epoch", segment["epochs"][0] - 1)
@@ -80,8 +79,7 @@ def end_segment(folder: str | Path, last_epoch: int, ended: str) -> None:
     Raises:
         OSError: the file cannot be written.
     """
-    info = read_machine_file(folder) or {}
-    segments = list(info.get("segments") or [])
+    info, segments = _segments(folder)
     if not segments or segments[-1].get("ended") != "running":
         return
     segments[-1] = {**segments[-1], "epochs": [segments[-1]["epochs"][0], last_epoch], "ended": ended}
@@ -92,9 +90,15 @@ def _write(folder: str | Path, info: dict) -> None:
     atomic_write_text(Path(folder) / MACHINE_FILE, json.dumps(info, indent=1) + "\n")
 
 
+def _segments(folder: str | Path) -> tuple[dict, list]:
+    """``(the run's machine.json, its segments)``; ``({}, [])`` where there is none or it is damaged."""
+    info = read_machine_file(folder) or {}
+    return info, list(info.get("segments") or [])
+
+
 def last_segment(folder: str | Path) -> dict | None:
     """The newest segment of the run's ``machine.json`` (None: no file, no segment, or a damaged file)."""
-    segments = (read_machine_file(folder) or {}).get("segments") or []
+    segments = _segments(folder)[1]
     return segments[-1] if segments else None
 
 
@@ -109,7 +113,7 @@ def run_precision(folder: str | Path) -> str | None:
 def recorded_precision(folder: str | Path) -> str | None:
     """The precision the first segment of the run's ``machine.json`` records, as written (``"fp64"``
     from a hand-edited file too), or None where it records none."""
-    segments = (read_machine_file(folder) or {}).get("segments") or []
+    segments = _segments(folder)[1]
     return segments[0].get("precision") if segments else None
 
 

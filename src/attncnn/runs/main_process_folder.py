@@ -86,10 +86,13 @@ class MainProcessRunFolder:
     def write_checkpoint(self, path: Path, write: Callable[[], None]) -> None:
         """Call ``write()`` (which writes ``path``) on rank 0, turning an OSError into a
         :class:`RunFolderError` that names the file and the fix."""
+        self._write(path, write, f"write the checkpoint {path}")
+
+    def _write(self, path: Path, write: Callable[[], None], what: str | None = None) -> None:
         def main() -> None:
             with self._folder.writing(path):
                 write()
-        self._dist.on_main(main, f"write the checkpoint {path}")
+        self._dist.on_main(main, what or f"write {path.name}")
 
     def prune_periodic(self, keep: int) -> None:
         """On rank 0, delete the periodic checkpoints beyond the newest ``keep``
@@ -99,18 +102,12 @@ class MainProcessRunFolder:
     def start_segment(self, segment: dict, machine: dict | None) -> None:
         """On rank 0, append this process run's ``segment`` to ``machine.json``
         (:func:`attncnn.runs.machine_file.start_segment`)."""
-        def main() -> None:
-            with self._folder.writing(self.path / MACHINE_FILE):
-                start_segment(self.path, segment, machine)
-        self._dist.on_main(main, f"write {MACHINE_FILE}")
+        self._write(self.path / MACHINE_FILE, lambda: start_segment(self.path, segment, machine))
 
     def end_segment(self, last_epoch: int, ended: str) -> None:
         """On rank 0, complete this process run's segment of ``machine.json``
         (:func:`attncnn.runs.machine_file.end_segment`)."""
-        def main() -> None:
-            with self._folder.writing(self.path / MACHINE_FILE):
-                end_segment(self.path, last_epoch, ended)
-        self._dist.on_main(main, f"write {MACHINE_FILE}")
+        self._write(self.path / MACHINE_FILE, lambda: end_segment(self.path, last_epoch, ended))
 
     def discard_if_unstarted(self) -> bool:
         """On rank 0 (the process that opened the folder to write),

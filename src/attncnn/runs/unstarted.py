@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 
-from .folder import RunFolder
+from .folder import RunFolder, empty_folder
 from .lock import LOCK_FILE
 
 __all__ = ["discard_if_unstarted"]
@@ -30,14 +29,7 @@ def discard_if_unstarted(folder: RunFolder) -> bool:
     if folder.mode not in ("new", "overwrite") or not folder.locked \
             or folder.latest_checkpoint() is not None or (metrics.is_file() and metrics.stat().st_size > 0):
         return False
-    for entry in path.iterdir():     # the lock stays held meanwhile: no other process takes the folder
-        if entry.name == LOCK_FILE:
-            continue
-        if entry.is_dir() and not entry.is_symlink():
-            shutil.rmtree(entry, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                entry.unlink()
+    empty_folder(path, ignore_errors=True)     # the lock stays held meanwhile: no other process takes the folder
     if folder.created:
         with contextlib.suppress(OSError):
             (path / LOCK_FILE).unlink()

@@ -71,11 +71,7 @@ def default_alpha(dtype: torch.dtype) -> float:
 
 
 def _check_geometry(kernel_size: int, dilation: int, stride: int) -> None:
-    if kernel_size < 1 or kernel_size % 2 == 0:
-        raise InputError(f"the kernel size must be odd and positive (its taps are centered on the query), "
-                         f"got {kernel_size}")
-    if dilation < 1:
-        raise InputError(f"the dilation must be a positive integer, got {dilation}")
+    kernel_shifts(kernel_size, dilation)         # checks the kernel size and the dilation
     if stride < 1:
         raise InputError(f"the stride must be a positive integer, got {stride}")
 

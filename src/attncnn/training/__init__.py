@@ -20,9 +20,7 @@ from .run_options import RunOptions
 from .schedule import LRSchedule, warmup_cosine_multiplier
 from .state import TrainState
 
-__all__ = ["TrainConfig", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices",
-           "LRSchedule",
-           "warmup_cosine_multiplier",
-           "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError", "evaluate", "TrainState",
-           "make_optimizer", "train", "evaluates", "count_test_passes", "Distributed", "launch_from_env",
-           "per_process_batch", "process_group"]
+__all__ = ["TrainConfig", "resolve_config", "RunOptions", "RunPlan", "RunParts", "Choices", "LRSchedule",
+           "warmup_cosine_multiplier", "EvalResult", "TrainingError", "TrainingInterrupted", "NonFiniteLossError",
+           "evaluate", "TrainState", "make_optimizer", "train", "evaluates", "count_test_passes", "Distributed",
+           "launch_from_env", "per_process_batch", "process_group"]

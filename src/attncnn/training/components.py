@@ -30,12 +30,6 @@ log = logging.getLogger(__name__)
 _DEVICE_TYPES = ("cpu", "cuda", "mps")
 
 
-def _device_choices() -> str:
-    """The ``--device`` values this machine takes, for error messages: auto, cpu, cuda or cuda:N
-    (and mps where this machine has it)."""
-    return "auto, cpu, cuda, cuda:N or mps" if _mps_available() else "auto, cpu, cuda or cuda:N"
-
-
 def resolve_device(name: str, *, source: str | None = None) -> torch.device:
     """The device named by a ``--device`` value (or a stored one): ``"auto"`` -> CUDA when
     available, else CPU; ``cpu``, ``cuda``, ``cuda:N`` (and ``mps``) -> that device, if this
@@ -57,7 +51,8 @@ def resolve_device(name: str, *, source: str | None = None) -> torch.device:
     except (RuntimeError, TypeError, ValueError):      # torch's parser: "Expected one of cpu, cuda, ..."
         device = None
     if device is None or device.type not in _DEVICE_TYPES:
-        raise InputError(f"{source}: not a device this program runs on; use --device {_device_choices()}")
+        choices = "auto, cpu, cuda, cuda:N or mps" if _mps_available() else "auto, cpu, cuda or cuda:N"
+        raise InputError(f"{source}: not a device this program runs on; use --device {choices}")
     if device.type == "cuda" and not torch.cuda.is_available():
         raise InputError(f"{source}: CUDA is not available on this machine; use --device cpu")
     if device.type == "mps" and not _mps_available():
@@ -89,9 +84,9 @@ def deterministic_algorithms(enabled: bool, device: torch.device) -> Iterator[No
             :data:`CUBLAS_DETERMINISTIC`; the message gives the fix.
     """
     was, warn_only = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    found = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     if enabled:
-        if device.type == "cuda" and os.environ.get("CUBLAS_WORKSPACE_CONFIG") not in CUBLAS_DETERMINISTIC:
-            found = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        if device.type == "cuda" and found not in CUBLAS_DETERMINISTIC:
             raise TrainingError(f"deterministic training on CUDA needs cuBLAS's deterministic workspace, but "
                                 f"CUBLAS_WORKSPACE_CONFIG is {'unset' if found is None else repr(found)}: set "
                                 "CUBLAS_WORKSPACE_CONFIG=:4096:8 in the environment before the process starts CUDA; "

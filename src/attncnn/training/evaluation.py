@@ -15,7 +15,7 @@ from ..layers.autocast_rules import autocast
 from .distributed import Distributed
 from .progress import Progress
 
-__all__ = ["EvalResult", "evaluate", "check_sharding"]
+__all__ = ["EvalResult", "evaluate"]
 
 
 @dataclass
@@ -27,19 +27,6 @@ class EvalResult:
     #: top-1 class of each example in the loader's order, ``(examples,)`` int64 on the CPU (only
     #: when asked for: ``evaluate(..., keep_predictions=True)``)
     predictions: torch.Tensor | None = None
-
-
-def check_sharding(loader: DeviceLoader, dist: Distributed | None) -> Distributed:
-    """``dist`` (or the single-process one) after checking that ``loader`` is sharded over it.
-
-    Raises:
-        InputError: ``loader`` sharded over a different number of processes than ``dist``.
-    """
-    world = 1 if dist is None else dist.world_size
-    if loader.world_size != world:
-        raise InputError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
-                         "pass the Distributed object of the process group the loader was made for")
-    return dist or Distributed()
 
 
 @torch.no_grad()
@@ -64,7 +51,11 @@ def evaluate(model: nn.Module, loader: DeviceLoader, *, dist: Distributed | None
         InputError: ``loader`` sharded over a different number of processes than ``dist``, or
             ``keep_predictions`` under DDP (each process sees only its shard).
     """
-    dist = check_sharding(loader, dist)
+    world = 1 if dist is None else dist.world_size
+    if loader.world_size != world:
+        raise InputError(f"the loader is sharded over {loader.world_size} process(es) but dist describes {world}; "
+                         "pass the Distributed object of the process group the loader was made for")
+    dist = dist or Distributed()
     if keep_predictions and dist.enabled:
         raise InputError("keep_predictions needs the whole test set in one process; evaluate without torchrun")
     was_training = model.training

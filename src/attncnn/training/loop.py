@@ -1,15 +1,10 @@
 """The training loop: :func:`train`. Read it top to bottom; every decision is an inline ``if``.
 
 The caller makes the run's :class:`~attncnn.training.RunPlan` (:func:`attncnn.perf.make_plan` or
-:func:`attncnn.perf.resume_plan`). :func:`train` reads the recipe and, under torchrun, joins the
-process group; :func:`_train` builds the loaders and the :class:`~attncnn.training.state.TrainState`,
-opens the run folder and, on ``--resume``, restores the state from its last checkpoint; then the
-plan's chooser decides what the plan left open (:func:`~attncnn.training.choices.choose_on`) and
-this process's segment is appended to ``machine.json``; :func:`_loop` trains. Per step: learning
-rate, :func:`~attncnn.training.step.training_step`, running sums (on the device), every
-``SYNC_EVERY`` steps a finite-loss check and the progress bar, then a stop request and the
-mid-epoch checkpoint. Per epoch: evaluation (every ``eval_every`` epochs and after the last; other
-records have no ``test_*`` keys), the metrics record, checkpoints ``best``, periodic, ``last``.
+:func:`attncnn.perf.resume_plan`); :func:`train` sets the run up (:func:`_train`) and :func:`_loop`
+trains it. Every ``SYNC_EVERY`` steps the loop checks the loss and draws the progress; each epoch
+ends with a test pass (every ``eval_every`` epochs and after the last; other records have no
+``test_*`` keys), the metrics record and the checkpoints ``best``, periodic and ``last``.
 
 What survives what:
 

@@ -156,10 +156,7 @@ class LRSchedule:
             reached = epoch if self.stepping == "step" else epoch + 1
             decays = sum(1 for m in self.milestones if m <= reached)
             return float(self.base_lr * self.gamma ** decays)
-        if self.stepping == "step":
-            step = epoch * self.steps_per_epoch + step_in_epoch
-        else:
-            step = epoch * self.steps_per_epoch
+        step = epoch * self.steps_per_epoch + (step_in_epoch if self.stepping == "step" else 0)   # "epoch": its start
         return float(self.base_lr * warmup_cosine_multiplier(step, self.total_steps, self.warmup_steps))
 
     def set_lr(self, optimizer: Any, epoch: int, step_in_epoch: int) -> float:

@@ -15,7 +15,6 @@ Conventions:
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing as mp
 import os
 import queue as queue_module
@@ -147,10 +146,8 @@ def step_functions(model: torch.nn.Module, images: torch.Tensor, labels: torch.T
 def time_steps(model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor, *,
                run_model: Callable[[torch.Tensor], torch.Tensor] | None = None, precision: str = "fp32",
                warmup: int = 1, reps: int = 3, what: str = "the model") -> dict:
-    """Median seconds of one training step and one inference pass of ``model`` on ``images``.
-
-    The training step is forward, cross-entropy on ``labels``, backward and an SGD (momentum 0.9,
-    lr 1e-3) update, so ``model``'s weights change: time a copy if they matter.
+    """Median seconds of one training step and one inference pass of ``model`` on ``images``
+    (:func:`step_functions`: the step updates ``model``'s weights; time a copy if they matter).
 
     Args:
         images: ``(B, C, H, W)`` on the model's device. labels: ``(B,)`` int64.
@@ -292,7 +289,3 @@ def bench_preset_isolated(**kwargs) -> dict:
     if status != "ok":
         raise RuntimeError(f"benchmark of {kwargs.get('preset')} failed: {result}")
     return result
-
-
-if __name__ == "__main__":   # pragma: no cover - manual use
-    print(json.dumps(bench_preset("demo"), indent=2))

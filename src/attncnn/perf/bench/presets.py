@@ -8,7 +8,7 @@ from typing import Sequence
 
 from ...errors import InputError
 
-__all__ = ["DEFAULT_PRESETS", "VARIANTS", "parse_variants", "default_variants", "bench_presets"]
+__all__ = ["DEFAULT_PRESETS", "VARIANTS", "parse_variants", "bench_presets"]
 
 #: the presets ``attncnn bench`` times by default
 DEFAULT_PRESETS = ("demo", "quadratic", "learned", "learned-content", "resnet18")
@@ -29,19 +29,6 @@ def parse_variants(text: str) -> list[tuple[str, bool]]:
     return [(v.split("+")[0], v.endswith("+compile")) for v in names]
 
 
-def default_variants(slow_bf16: str | None) -> tuple[str, str | None]:
-    """The variants ``attncnn bench`` times without ``--variants``, and the line that says why bf16
-    is left out (None when it is not): bf16 only where the device runs it fast.
-
-    Args:
-        slow_bf16: why bf16 is slow on the device
-            (:func:`~attncnn.perf.precision.slow_bf16_reason`), None where it is fast.
-    """
-    if slow_bf16 is None:
-        return "fp32,bf16", None
-    return "fp32", f"bench: bf16 skipped: {slow_bf16}; pass --variants fp32,bf16 to time it anyway"
-
-
 def bench_presets(presets: Sequence[str] = DEFAULT_PRESETS, *, variants: str | None = None, batch_size: int = 100,
                   device: str = "auto", layers: int | None = None, overrides: dict | None = None,
                   reps: int = 3) -> dict:
@@ -49,7 +36,8 @@ def bench_presets(presets: Sequence[str] = DEFAULT_PRESETS, *, variants: str | N
 
     Args:
         presets: preset names (unknown ones are refused before any timing).
-        variants: comma-separated names of :data:`VARIANTS`; default :func:`default_variants`.
+        variants: comma-separated names of :data:`VARIANTS`; default ``fp32,bf16``, or ``fp32`` alone
+            where bf16 is slow on the device (:func:`~attncnn.perf.precision.slow_bf16_reason`).
         batch_size: images per step.
         device: ``auto``, ``cpu``, ``cuda``, ``cuda:N``.
         layers: give the attention presets this many (identical) layers.
@@ -76,7 +64,12 @@ def bench_presets(presets: Sequence[str] = DEFAULT_PRESETS, *, variants: str | N
     for name in presets:
         get_preset(name)   # unknown names fail before any timing
     slow_bf16 = slow_bf16_reason(device)
-    text, skipped = (variants, None) if variants else default_variants(slow_bf16)
+    if variants:
+        text, skipped = variants, None
+    elif slow_bf16 is None:
+        text, skipped = "fp32,bf16", None
+    else:
+        text, skipped = "fp32", f"bench: bf16 skipped: {slow_bf16}; pass --variants fp32,bf16 to time it anyway"
     chosen = parse_variants(text)
     # the bf16 peak only where bf16 is fast or asked for: elsewhere it alone takes minutes
     timed = {"fp32"} | {precision for precision, _ in chosen} | ({"bf16"} if slow_bf16 is None else set())
