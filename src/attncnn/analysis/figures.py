@@ -184,6 +184,26 @@ def _legend(fig: Figure, num_heads: int, degenerate: bool = False) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)
 
 
+def _contour_figure(panels: list[tuple[str, dict, np.ndarray]], *, max_cols: int, side: float, num_heads: int,
+                    radius: float | None, title: str | None) -> Figure:
+    """One panel of head contours per ``(title, quadratic_head_parameters, degenerate)``, on a
+    common window (``radius``; default: large enough for every panel's centers)."""
+    if radius is None:
+        radius = max(_window_radius(p["center"].numpy()) for _, p, _ in panels)
+    rows, cols = _panel_grid(len(panels), max_cols)
+    fig = Figure(figsize=(side * cols, side * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (label, p, degenerate) in zip(axes.flat, panels):
+        draw_quadratic_layer(ax, p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius, title=label,
+                             degenerate=degenerate)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    _legend(fig, num_heads, degenerate=any(bool(d.any()) for _, _, d in panels))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def quadratic_layers_figure(model, *, title: str | None = None, radius: float | None = None) -> Figure:
     """Every layer's head contours at one checkpoint (paper Fig. 4; Figs. 11, 13 for variants).
 
@@ -196,27 +216,10 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
         InputError: the model is not a quadratic-attention transformer.
     """
     layers = _quadratic_layers(model)
-    params = [quadratic_head_parameters(layer) for layer in layers]
-    if radius is None:
-        radius = max(_window_radius(p["center"].numpy()) for p in params)
-    rows, cols = _panel_grid(len(layers))
-    fig = Figure(figsize=(3.0 * cols, 3.0 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for i, (layer, p) in enumerate(zip(layers, params)):
-        degenerate = _degenerate(layer)
-        draw_quadratic_layer(axes.flat[i], p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
-                             title=f"Layer {i + 1}", degenerate=degenerate)
-    for ax in list(axes.flat)[len(layers):]:
-        ax.set_visible(False)
-    _legend(fig, max(layer.num_heads for layer in layers),      # a pruned model's layers differ
-            degenerate=any(bool(_degenerate(layer).any()) for layer in layers))
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def _degenerate(layer):
-    return degenerate_heads(layer).numpy()
+    panels = [(f"Layer {i + 1}", quadratic_head_parameters(layer), degenerate_heads(layer).numpy())
+              for i, layer in enumerate(layers)]
+    return _contour_figure(panels, max_cols=3, side=3.0, radius=radius, title=title,
+                           num_heads=max(layer.num_heads for layer in layers))      # a pruned model's layers differ
 
 
 def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int, *,
@@ -233,24 +236,15 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
     """
     if not snapshots:
         raise InputError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
-    params = []
+    panels = []
     for epoch, model in snapshots:
         layers = _quadratic_layers(model)
         if not 1 <= layer <= len(layers):
             raise InputError(f"layer {layer} does not exist: the model has layers 1..{len(layers)}")
-        params.append((epoch, quadratic_head_parameters(layers[layer - 1]), _degenerate(layers[layer - 1])))
-    radius = max(_window_radius(p["center"].numpy()) for _, p, _ in params)
-    rows, cols = _panel_grid(len(params), max_cols=4)
-    fig = Figure(figsize=(2.8 * cols, 2.8 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (epoch, p, degenerate) in zip(axes.flat, params):
-        draw_quadratic_layer(ax, p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
-                             title=f"epoch {epoch}", degenerate=degenerate)
-    for ax in list(axes.flat)[len(params):]:
-        ax.set_visible(False)
-    _legend(fig, len(params[0][1]["center"]), degenerate=any(bool(d.any()) for _, _, d in params))
-    fig.suptitle(title or f"Layer {layer} during training", fontsize=10)
-    return fig
+        chosen = layers[layer - 1]
+        panels.append((f"epoch {epoch}", quadratic_head_parameters(chosen), degenerate_heads(chosen).numpy()))
+    return _contour_figure(panels, max_cols=4, side=2.8, radius=None, title=title or f"Layer {layer} during training",
+                           num_heads=len(panels[0][1]["center"]))
 
 
 def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, image=None, zoom: int | None = None,
