@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..runs.config import PRECISIONS
-from ._parsing import RUN_HELP, add_precision_option, run_or_model
+from ._parsing import RUN_HELP, run_or_model
 
 __all__ = ["add_run_arguments", "run_keywords"]
 
@@ -32,8 +32,8 @@ _KEYWORDS = {"checkpoint": "checkpoint", "data": "data", "data_dir": "data_dir",
 def add_run_arguments(parser: argparse.ArgumentParser, *names: str, **settings) -> None:
     """Add ``names`` to ``parser`` in this order: ``"RUN"`` (one run argument, dest ``run``),
     ``"RUN..."`` (any number, dest ``runs``), ``"RUN_OR_CHECKPOINT"`` (one, dest ``path``), each read
-    by :func:`~attncnn.cli._parsing.run_or_model`; ``"--precision=measure"`` (fp32 by default,
-    :func:`~attncnn.cli._parsing.add_precision_option`) or a flag of :data:`_OPTIONS`.
+    by :func:`~attncnn.cli._parsing.run_or_model`; ``"--precision=measure"`` (fp32 by default) or a
+    flag of :data:`_OPTIONS`.
 
     ``settings`` are argparse settings by destination (``data_dir={"help": ...}``) or a help text
     alone (``data="..."``), taking the place of the defaults here.
@@ -45,8 +45,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *names: str, **settings) 
             parser.add_argument("runs", nargs="*", metavar="RUN", type=run_or_model, help=RUN_HELP)
         elif name == "RUN_OR_CHECKPOINT":
             parser.add_argument("path", metavar=name, type=run_or_model, **_given(settings.get("path")))
-        elif name == "--precision=measure":
-            add_precision_option(parser)
+        elif name == "--precision=measure":         # the maps and metrics a command prints are measurements
+            parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                                help="precision of the model's forward passes (default fp32: maps and metrics are "
+                                     "measurements; bf16 or auto to see them as a bf16 run computes them)")
         else:
             parser.add_argument(name, **{**_OPTIONS[name], **_given(settings.get(name[2:].replace("-", "_")))})
 
