@@ -304,10 +304,7 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
         InputError: no attention blocks, a layer that depends on the input (pass images to
             :func:`attention_maps` instead), or a kind other than these.
     """
-    layers = attention_layers(model)
-    if not all(layer.position_only for layer in layers):
-        raise InputError("this model's attention depends on the input: compute its maps from images "
-                         "(attention_maps(model, images))")
+    layers, _ = measured_layers(model, None, "compute its maps from images (attention_maps(model, images))")
     _check_kinds((kind,))
     h, w = grid_size or default_grid_size(model)
     out = []

@@ -34,8 +34,7 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    from ..analysis.inspect_text import inspect_text
-    from ..analysis.inspection import inspect_run
+    from ..analysis.inspection import inspect_run, inspect_text
 
     with quiet_logs(args.json):
         result = inspect_run(args.run, images=args.images, margin=args.margin,
