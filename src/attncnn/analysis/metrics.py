@@ -305,7 +305,7 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         the quadratic parameters or the GPSA ``gate``).
 
     Raises:
-        InputError: no attention blocks, or an input-dependent model without images.
+        InputError: no attention blocks, an input-dependent model without images, or empty images.
     """
     layers, _ = measured_layers(model, images, "metrics need test images")
     if images is None:
