@@ -282,10 +282,12 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         values = m.probs[min(image_index, m.probs.shape[0] - 1)]             # (N_h, Q, N)
         row = values[:, q] if m.queries is None else values[:, m.queries.index(q)]
         grid = row.reshape(-1, h, w)[:, r0:r1, c0:c1].numpy()
-        for j in range(nh):
-            ax = axes[i, j + extra]
+        for ax in axes[i]:
             ax.set_xticks([])
             ax.set_yticks([])
+        axes[i, 0].set_ylabel(f"layer {i + 1}", fontsize=8)        # the image column's, or the first head's
+        for j in range(nh):
+            ax = axes[i, j + extra]
             if j >= grid.shape[0]:
                 ax.set_visible(False)
                 continue
@@ -294,20 +296,13 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
             ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="black", edgecolor="black"))
             if i == 0:
                 ax.set_title(f"head {j + 1}", fontsize=8)
-            if j == 0 and not extra:
-                ax.set_ylabel(f"layer {i + 1}", fontsize=8)
-        if extra:
-            ax = axes[i, 0]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if i == 0:
-                img = np.asarray(torch.as_tensor(image).permute(1, 2, 0))
-                ax.imshow(img, interpolation="nearest")
-                ph, pw = img.shape[0] / h, img.shape[1] / w
-                ax.add_patch(Rectangle((c * pw - 0.5, r * ph - 0.5), pw, ph, fill=False, edgecolor="red", lw=1.5))
-            else:
-                ax.set_frame_on(False)
-            ax.set_ylabel(f"layer {i + 1}", fontsize=8)
+        if extra and i == 0:
+            img = np.asarray(torch.as_tensor(image).permute(1, 2, 0))
+            axes[i, 0].imshow(img, interpolation="nearest")
+            ph, pw = img.shape[0] / h, img.shape[1] / w
+            axes[i, 0].add_patch(Rectangle((c * pw - 0.5, r * ph - 0.5), pw, ph, fill=False, edgecolor="red", lw=1.5))
+        elif extra:
+            axes[i, 0].set_frame_on(False)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
