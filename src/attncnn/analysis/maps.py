@@ -250,7 +250,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
     Raises:
         InputError: as :func:`attention_maps`, or no ``kinds``.
     """
-    layers, _ = measured_layers(model, images, "")
+    layers, _ = measured_layers(model, images, "compute its maps from images")
     if not kinds:
         raise InputError(f"give at least one attention value kind: {', '.join(VALUE_KINDS)}")
     _check_kinds(kinds)

@@ -32,8 +32,9 @@ __all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "
 
 
 def _dense_pass(model: nn.Module, image_size: int, in_chans: int) -> None:
-    """One forward pass of one zero image in eval mode (restored after) on the dense attention path,
-    which calls every linear layer as a module (the folded path uses the output map's weight directly)."""
+    """One forward pass of one zero image in eval mode (restored after) on the dense attention path
+    (the paper's convention), which calls every linear layer as a module (the folded path uses the
+    output map's weight directly)."""
     was_training = model.training
     model.eval()
     try:
@@ -107,15 +108,11 @@ PAPER_FLOPS = {"resnet18": "0.56 B", "quadratic": "6.2 B", "learned": "6.2 B", "
 
 def _paper(preset: str | None) -> dict:
     """The preset's Table 1 entry plus the paper's FLOPS text where the paper gives one."""
-    if preset is None:
-        return {}
     try:
-        paper = dict(get_preset(preset).paper)
+        paper = {} if preset is None else dict(get_preset(preset).paper)
     except ValueError:
         return {}
-    if preset in PAPER_FLOPS:
-        paper["flops"] = PAPER_FLOPS[preset]
-    return paper
+    return {**paper, "flops": PAPER_FLOPS[preset]} if preset in PAPER_FLOPS else paper
 
 
 def _row(model: nn.Module, name: str, preset: str | None, *, speed: bool, batch_size: int, image_size: int,
