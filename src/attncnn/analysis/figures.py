@@ -112,7 +112,6 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
         inverse_covariances: ``(N_h, 2, 2)`` Sigma^-1 per head.
         radius: window half-width in tokens (default: 4.5, grown to hold every center).
         resolution: Gaussian samples per token.
-        title: panel title.
         degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the center.
 
     Returns:
@@ -209,7 +208,6 @@ def quadratic_layers_figure(model, *, title: str | None = None, radius: float | 
 
     Args:
         model: an image transformer with quadratic attention.
-        title: figure title.
         radius: common window half-width (default: large enough for every layer's centers).
 
     Raises:
@@ -229,7 +227,6 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
     Args:
         snapshots: ``(epoch, model)`` pairs in the order to draw (e.g. the periodic checkpoints).
         layer: 1-based layer number.
-        title: figure title.
 
     Raises:
         InputError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
@@ -258,7 +255,6 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         image: optional ``(C, H_img, W_img)`` uint8 image drawn in an extra first column, with the
             query's patch outlined.
         zoom: show only the ``(2 zoom + 1)^2`` tokens around the query (paper Fig. 5: 3, i.e. 7x7).
-        title: figure title.
         image_index: which image of a per-image batch to draw (ignored for batch-1 maps).
 
     Raises:
@@ -316,7 +312,6 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
 
     Args:
         curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
-        title: axes title.
         xlabel: x-axis label (e.g. ``"seen images"``).
         logx: logarithmic x axis.
         points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
@@ -359,7 +354,6 @@ def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Seque
     Args:
         panels: ``y-axis label -> {layer: (epochs, values)}``, e.g. ``{"attention distance
             (tokens)": {1: ([1, 2], [1.9, 1.7]), ...}}``.
-        title: figure title.
         xlabel: x-axis label (the curves' x values are epochs by default).
 
     Raises:
@@ -387,7 +381,6 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", 
     """Write ``fig`` as ``path`` with each format's suffix, atomically.
 
     Args:
-        fig: the figure.
         path: destination without suffix (any suffix given is replaced).
         formats: matplotlib formats, e.g. ``("png", "pdf")``.
         dpi: resolution of raster formats.
