@@ -86,7 +86,7 @@ def model_rollout(model: nn.Module, images: torch.Tensor | None = None, *, avera
         batch_size: images per forward pass.
 
     Returns:
-        One :class:`~attncnn.analysis.LayerMaps` per block, ``values`` float32 on the CPU
+        One :class:`~attncnn.analysis.LayerMaps` per block, ``probs`` float32 on the CPU
         ``(B, 1, N, N)`` (one "head": the rollout up to and including that block), or batch 1 when
         averaged or when every layer is position-only.
 

@@ -74,7 +74,7 @@ def attention_rollout(model: nn.Module, images=None, *, average: bool = False, b
         average: average the rollout over the images instead of one per image.
 
     Returns:
-        One :class:`~attncnn.analysis.LayerMaps` per block: ``values`` float32 ``(B, 1, H*W, H*W)`` on
+        One :class:`~attncnn.analysis.LayerMaps` per block: ``probs`` float32 ``(B, 1, H*W, H*W)`` on
         the CPU, the rollout up to and including that block (queries on dim -2, input tokens on dim -1);
         batch 1 when averaged or position-only. Memory: ``B * (H*W)^2`` floats per layer.
 
