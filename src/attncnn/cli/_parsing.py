@@ -108,9 +108,7 @@ def default_text(field: dataclasses.Field) -> str:
     if field.name == "model":
         return "default: the preset's model options"
     value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    recipes = {name: get_preset(name).train for name in list_presets()}
-    differ = sorted(name for name, recipe in recipes.items() if recipe.get(field.name, value) != value)
-    if not differ:
+    if all(get_preset(name).train.get(field.name, value) == value for name in list_presets()):
         return f"default: {_shown(value)}"
     return f"default: the preset's recipe, else {_shown(value)}; see `attncnn presets --json`"
 
