@@ -277,10 +277,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
 
     def finished(kind: str, index: int, layer: GridAttention) -> LayerMaps:
         parts = kept[(kind, index)]
-        if layer.position_only:
-            values = parts[0]
-        else:
-            values = parts[0] / n if average else torch.cat(parts)
+        values = parts[0] if layer.position_only else (parts[0] / n if average else torch.cat(parts))
         return LayerMaps(index, values, *grids[index], layer.position_only,
                          None if queries is None else list(queries))
 
@@ -307,8 +304,5 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
     layers, _ = measured_layers(model, None, "compute its maps from images (attention_maps(model, images))")
     _check_kinds((kind,))
     h, w = grid_size or default_grid_size(model)
-    out = []
-    for i, layer in enumerate(layers):
-        values = _position_values(layer, h, w, kind)
-        out.append(LayerMaps(i, values.detach().float().cpu(), h, w, True))
-    return out
+    return [LayerMaps(i, _position_values(layer, h, w, kind).detach().float().cpu(), h, w, True)
+            for i, layer in enumerate(layers)]

@@ -124,9 +124,6 @@ def model_rollout(model: nn.Module, images: torch.Tensor | None = None, *, avera
     n = int(images.shape[0])
     out = []
     for i in range(len(layers)):
-        if position_only:
-            values = kept[i][0]
-        else:
-            values = kept[i][0] / n if average else torch.cat(kept[i])
+        values = kept[i][0] if position_only else (kept[i][0] / n if average else torch.cat(kept[i]))
         out.append(LayerMaps(i, values.unsqueeze(1), *grids[i], position_only))
     return out
