@@ -98,8 +98,7 @@ def head_locality(probs: torch.Tensor, height: int, width: int, *,
     Raises:
         InputError: a shape that does not fit the grid, or a 1x1 grid.
     """
-    distance, entropy, count = _sums(probs, height, width, queries)
-    return _means(distance, entropy, count, height, width)
+    return _means(*_sums(probs, height, width, queries), height, width)
 
 
 def _means(distance: torch.Tensor, entropy: torch.Tensor, count: int, height: int,
