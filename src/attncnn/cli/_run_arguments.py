@@ -24,9 +24,8 @@ _OPTIONS = {
     "--json": {"action": "store_true", "help": "print one JSON object"},
     "--no-progress": {"action": "store_true"},
 }
-#: the settings that become keyword arguments of the library call, and the keyword each becomes
-_KEYWORDS = {"checkpoint": "checkpoint", "data": "data", "data_dir": "data_dir", "download": "download",
-             "device": "device", "batch_size": "batch_size", "precision": "precision", "no_progress": "progress"}
+#: the settings that become keyword arguments of the library call, by name (and ``--no-progress``: ``progress``)
+_KEYWORDS = ("checkpoint", "data", "data_dir", "download", "device", "batch_size", "precision")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *names: str, **settings) -> None:
@@ -61,7 +60,7 @@ def _given(setting) -> dict:
 def run_keywords(args: argparse.Namespace) -> dict:
     """The keyword arguments of the library call from the run arguments a command took
     (``--no-progress`` as ``progress=False``)."""
-    found = {keyword: getattr(args, dest) for dest, keyword in _KEYWORDS.items() if hasattr(args, dest)}
-    if "progress" in found:
-        found["progress"] = not found["progress"]
+    found = {dest: getattr(args, dest) for dest in _KEYWORDS if hasattr(args, dest)}
+    if hasattr(args, "no_progress"):
+        found["progress"] = not args.no_progress
     return found
