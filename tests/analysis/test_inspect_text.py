@@ -7,7 +7,7 @@ import re
 
 import torch
 
-from attncnn.analysis.inspect_text import inspect_text
+from attncnn.analysis.inspection import inspect_text
 from attncnn.analysis.metrics import model_metrics
 from attncnn.models import build_model
 

@@ -31,7 +31,6 @@ def seed_curves_figure(curves: dict[int, dict[int, tuple[Sequence[int], Sequence
         ylabel: y-axis label (with its unit).
         threshold: draw a dashed horizontal line at this value (None: none).
         threshold_label: the legend text of that line.
-        title: figure title.
 
     Raises:
         InputError: no curves.
@@ -76,7 +75,6 @@ def centers_over_epochs_figure(layers: dict[int, Sequence[tuple[int, np.ndarray,
         layers: ``{layer: [(epoch, centers (N_h, 2), Sigma^-1 (N_h, 2, 2)), ...]}`` in epoch order.
         drawn: the columns, in order: an epoch of ``layers``, or ``(name, epoch)``, an epoch of the
             run ``others[name]``; a column a layer lacks stays empty.
-        title: figure title.
         others: name -> another run's snapshots, as ``layers``.
         notes: column (as in ``drawn``) -> a line added to the titles of its panels.
 

@@ -112,7 +112,6 @@ def draw_quadratic_layer(ax, centers, inverse_covariances, *, radius: float | No
         inverse_covariances: ``(N_h, 2, 2)`` Sigma^-1 per head.
         radius: window half-width in tokens (default: 4.5, grown to hold every center).
         resolution: Gaussian samples per token.
-        title: panel title.
         degenerate: optional bool ``(N_h,)``; degenerate heads are drawn with a cross at the center.
 
     Returns:
@@ -184,39 +183,41 @@ def _legend(fig: Figure, num_heads: int, degenerate: bool = False) -> None:
     fig.legend(handles=handles, loc="outside lower center", ncol=min(len(handles), 6), fontsize=7, frameon=False)
 
 
+def _contour_figure(panels: list[tuple[str, dict, np.ndarray]], *, max_cols: int, side: float, num_heads: int,
+                    radius: float | None, title: str | None) -> Figure:
+    """One panel of head contours per ``(title, quadratic_head_parameters, degenerate)``, on a
+    common window (``radius``; default: large enough for every panel's centers)."""
+    if radius is None:
+        radius = max(_window_radius(p["center"].numpy()) for _, p, _ in panels)
+    rows, cols = _panel_grid(len(panels), max_cols)
+    fig = Figure(figsize=(side * cols, side * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, (label, p, degenerate) in zip(axes.flat, panels):
+        draw_quadratic_layer(ax, p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius, title=label,
+                             degenerate=degenerate)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    _legend(fig, num_heads, degenerate=any(bool(d.any()) for _, _, d in panels))
+    if title:
+        fig.suptitle(title, fontsize=10)
+    return fig
+
+
 def quadratic_layers_figure(model, *, title: str | None = None, radius: float | None = None) -> Figure:
     """Every layer's head contours at one checkpoint (paper Fig. 4; Figs. 11, 13 for variants).
 
     Args:
         model: an image transformer with quadratic attention.
-        title: figure title.
         radius: common window half-width (default: large enough for every layer's centers).
 
     Raises:
         InputError: the model is not a quadratic-attention transformer.
     """
     layers = _quadratic_layers(model)
-    params = [quadratic_head_parameters(layer) for layer in layers]
-    if radius is None:
-        radius = max(_window_radius(p["center"].numpy()) for p in params)
-    rows, cols = _panel_grid(len(layers))
-    fig = Figure(figsize=(3.0 * cols, 3.0 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for i, (layer, p) in enumerate(zip(layers, params)):
-        degenerate = _degenerate(layer)
-        draw_quadratic_layer(axes.flat[i], p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
-                             title=f"Layer {i + 1}", degenerate=degenerate)
-    for ax in list(axes.flat)[len(layers):]:
-        ax.set_visible(False)
-    _legend(fig, max(layer.num_heads for layer in layers),      # a pruned model's layers differ
-            degenerate=any(bool(_degenerate(layer).any()) for layer in layers))
-    if title:
-        fig.suptitle(title, fontsize=10)
-    return fig
-
-
-def _degenerate(layer):
-    return degenerate_heads(layer).numpy()
+    panels = [(f"Layer {i + 1}", quadratic_head_parameters(layer), degenerate_heads(layer).numpy())
+              for i, layer in enumerate(layers)]
+    return _contour_figure(panels, max_cols=3, side=3.0, radius=radius, title=title,
+                           num_heads=max(layer.num_heads for layer in layers))      # a pruned model's layers differ
 
 
 def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int, *,
@@ -226,31 +227,21 @@ def quadratic_epochs_figure(snapshots: Sequence[tuple[int, object]], layer: int,
     Args:
         snapshots: ``(epoch, model)`` pairs in the order to draw (e.g. the periodic checkpoints).
         layer: 1-based layer number.
-        title: figure title.
 
     Raises:
         InputError: no snapshots, a model that is not quadratic, or ``layer`` out of range.
     """
     if not snapshots:
         raise InputError("no checkpoints to draw: train with --checkpoint-every to keep periodic checkpoints")
-    params = []
+    panels = []
     for epoch, model in snapshots:
         layers = _quadratic_layers(model)
         if not 1 <= layer <= len(layers):
             raise InputError(f"layer {layer} does not exist: the model has layers 1..{len(layers)}")
-        params.append((epoch, quadratic_head_parameters(layers[layer - 1]), _degenerate(layers[layer - 1])))
-    radius = max(_window_radius(p["center"].numpy()) for _, p, _ in params)
-    rows, cols = _panel_grid(len(params), max_cols=4)
-    fig = Figure(figsize=(2.8 * cols, 2.8 * rows + 0.6), layout="constrained")
-    axes = fig.subplots(rows, cols, squeeze=False)
-    for ax, (epoch, p, degenerate) in zip(axes.flat, params):
-        draw_quadratic_layer(ax, p["center"].numpy(), p["inverse_covariance"].numpy(), radius=radius,
-                             title=f"epoch {epoch}", degenerate=degenerate)
-    for ax in list(axes.flat)[len(params):]:
-        ax.set_visible(False)
-    _legend(fig, len(params[0][1]["center"]), degenerate=any(bool(d.any()) for _, _, d in params))
-    fig.suptitle(title or f"Layer {layer} during training", fontsize=10)
-    return fig
+        chosen = layers[layer - 1]
+        panels.append((f"epoch {epoch}", quadratic_head_parameters(chosen), degenerate_heads(chosen).numpy()))
+    return _contour_figure(panels, max_cols=4, side=2.8, radius=None, title=title or f"Layer {layer} during training",
+                           num_heads=len(panels[0][1]["center"]))
 
 
 def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, image=None, zoom: int | None = None,
@@ -264,7 +255,6 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         image: optional ``(C, H_img, W_img)`` uint8 image drawn in an extra first column, with the
             query's patch outlined.
         zoom: show only the ``(2 zoom + 1)^2`` tokens around the query (paper Fig. 5: 3, i.e. 7x7).
-        title: figure title.
         image_index: which image of a per-image batch to draw (ignored for batch-1 maps).
 
     Raises:
@@ -288,10 +278,12 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
         values = m.probs[min(image_index, m.probs.shape[0] - 1)]             # (N_h, Q, N)
         row = values[:, q] if m.queries is None else values[:, m.queries.index(q)]
         grid = row.reshape(-1, h, w)[:, r0:r1, c0:c1].numpy()
-        for j in range(nh):
-            ax = axes[i, j + extra]
+        for ax in axes[i]:
             ax.set_xticks([])
             ax.set_yticks([])
+        axes[i, 0].set_ylabel(f"layer {i + 1}", fontsize=8)        # the image column's, or the first head's
+        for j in range(nh):
+            ax = axes[i, j + extra]
             if j >= grid.shape[0]:
                 ax.set_visible(False)
                 continue
@@ -300,20 +292,13 @@ def attention_grid_figure(maps: Sequence[LayerMaps], query: tuple[int, int], *, 
             ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="black", edgecolor="black"))
             if i == 0:
                 ax.set_title(f"head {j + 1}", fontsize=8)
-            if j == 0 and not extra:
-                ax.set_ylabel(f"layer {i + 1}", fontsize=8)
-        if extra:
-            ax = axes[i, 0]
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if i == 0:
-                img = np.asarray(torch.as_tensor(image).permute(1, 2, 0))
-                ax.imshow(img, interpolation="nearest")
-                ph, pw = img.shape[0] / h, img.shape[1] / w
-                ax.add_patch(Rectangle((c * pw - 0.5, r * ph - 0.5), pw, ph, fill=False, edgecolor="red", lw=1.5))
-            else:
-                ax.set_frame_on(False)
-            ax.set_ylabel(f"layer {i + 1}", fontsize=8)
+        if extra and i == 0:
+            img = np.asarray(torch.as_tensor(image).permute(1, 2, 0))
+            axes[i, 0].imshow(img, interpolation="nearest")
+            ph, pw = img.shape[0] / h, img.shape[1] / w
+            axes[i, 0].add_patch(Rectangle((c * pw - 0.5, r * ph - 0.5), pw, ph, fill=False, edgecolor="red", lw=1.5))
+        elif extra:
+            axes[i, 0].set_frame_on(False)
     if title:
         fig.suptitle(title, fontsize=10)
     return fig
@@ -327,7 +312,6 @@ def accuracy_figure(curves: dict[str, tuple[Sequence[float], Sequence[float]]], 
 
     Args:
         curves: ``label -> (epochs, accuracies)`` (accuracies as fractions).
-        title: axes title.
         xlabel: x-axis label (e.g. ``"seen images"``).
         logx: logarithmic x axis.
         points: ``label -> (x, accuracies)`` drawn as hollow markers in the colour of ``label``'s
@@ -370,7 +354,6 @@ def layer_curves_figure(panels: dict[str, dict[int, tuple[Sequence[float], Seque
     Args:
         panels: ``y-axis label -> {layer: (epochs, values)}``, e.g. ``{"attention distance
             (tokens)": {1: ([1, 2], [1.9, 1.7]), ...}}``.
-        title: figure title.
         xlabel: x-axis label (the curves' x values are epochs by default).
 
     Raises:
@@ -398,7 +381,6 @@ def save_figure(fig: Figure, path: str | Path, formats: Sequence[str] = ("png", 
     """Write ``fig`` as ``path`` with each format's suffix, atomically.
 
     Args:
-        fig: the figure.
         path: destination without suffix (any suffix given is replaced).
         formats: matplotlib formats, e.g. ``("png", "pdf")``.
         dpi: resolution of raster formats.

@@ -26,7 +26,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..layers import GridAttention, relative_offsets
-from .maps import attention_layers, default_grid_size, run_recorded
+from .maps import default_grid_size, measured_layers, run_recorded
 
 __all__ = ["DEFAULT_LOCALITY_IMAGES", "LOCAL_HEAD_DISTANCE", "LayerLocality", "Locality", "grid_side",
            "head_locality", "model_locality"]
@@ -59,22 +59,16 @@ def batched_probs(probs: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return probs
 
 
-def _check_probs(probs: torch.Tensor, height: int, width: int, queries: Sequence[int] | None) -> torch.Tensor:
-    probs = batched_probs(probs, height, width)
-    n = height * width
-    if n < 2:
-        raise InputError("a 1x1 token grid has a single key: attention distance and entropy are not defined")
-    expected = n if queries is None else len(queries)
-    if probs.shape[-2] != expected:
-        raise InputError(f"probabilities hold {probs.shape[-2]} queries, expected {expected}")
-    return probs
-
-
 def _sums(probs: torch.Tensor, height: int, width: int,
           queries: Sequence[int] | None = None) -> tuple[torch.Tensor, torch.Tensor, int]:
     """Per-head sums over batch and queries of the distance (tokens) and the entropy (nats),
     float64 ``(N_h,)`` each, and the number of (image, query) pairs summed."""
-    probs = _check_probs(probs, height, width, queries)
+    probs = batched_probs(probs, height, width)
+    if height * width < 2:
+        raise InputError("a 1x1 token grid has a single key: attention distance and entropy are not defined")
+    expected = height * width if queries is None else len(queries)
+    if probs.shape[-2] != expected:
+        raise InputError(f"probabilities hold {probs.shape[-2]} queries, expected {expected}")
     offsets = relative_offsets(height, width, device=probs.device, dtype=torch.float32)
     if queries is not None:
         offsets = offsets[torch.as_tensor(list(queries), dtype=torch.long, device=probs.device)]
@@ -104,8 +98,7 @@ def head_locality(probs: torch.Tensor, height: int, width: int, *,
     Raises:
         InputError: a shape that does not fit the grid, or a 1x1 grid.
     """
-    distance, entropy, count = _sums(probs, height, width, queries)
-    return _means(distance, entropy, count, height, width)
+    return _means(*_sums(probs, height, width, queries), height, width)
 
 
 def _means(distance: torch.Tensor, entropy: torch.Tensor, count: int, height: int,
@@ -233,17 +226,12 @@ def model_locality(model: nn.Module, images: torch.Tensor | None = None, *,
         InputError: no attention blocks, an input-dependent model without images, empty images,
             or a 1x1 token grid.
     """
-    layers = attention_layers(model)
-    position_only = all(layer.position_only for layer in layers)
+    layers, position_only = measured_layers(model, images, "its locality needs test images")
     if images is None:
-        if not position_only:
-            raise InputError("this model's attention depends on the input: its locality needs test images")
         h, w = grid_size or default_grid_size(model)
         out = [_layer_locality(i, layer, head_locality(layer.grid_probs(h, w), h, w), h, w)
                for i, layer in enumerate(layers)]
         return Locality(out, 0, (h, w))
-    if images.dim() != 4 or images.shape[0] == 0:
-        raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
     sums: dict[int, list] = {}
     grids: dict[int, tuple[int, int]] = {}
 
@@ -254,11 +242,8 @@ def model_locality(model: nn.Module, images: torch.Tensor | None = None, *,
             if index not in sums:                       # the same for every image: once
                 sums[index] = list(_sums(layer.grid_probs(hh, ww), hh, ww))
             return
-        distance, entropy, count = _sums(layer.input_probs(x), hh, ww)
-        if index in sums:
-            sums[index] = [sums[index][0] + distance, sums[index][1] + entropy, sums[index][2] + count]
-        else:
-            sums[index] = [distance, entropy, count]
+        new = _sums(layer.input_probs(x), hh, ww)
+        sums[index] = [total + part for total, part in zip(sums[index], new)] if index in sums else list(new)
 
     run_recorded(model, images, callback, batch_size)
     out = [_layer_locality(i, layer, _means(*sums[i], *grids[i]), *grids[i]) for i, layer in enumerate(layers)]

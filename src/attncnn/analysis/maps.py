@@ -24,8 +24,9 @@ from torch import nn
 from ..errors import InputError
 from ..layers import GridAttention, is_attention_layer
 
-__all__ = ["LayerMaps", "attention_layers", "default_grid_size", "record_attention", "run_recorded", "attention_maps",
-           "attention_maps_by_kind", "position_maps", "layer_values", "layer_values_by_kind", "VALUE_KINDS"]
+__all__ = ["LayerMaps", "attention_layers", "measured_layers", "default_grid_size", "record_attention", "run_recorded",
+           "attention_maps", "attention_maps_by_kind", "position_maps", "layer_values", "layer_values_by_kind",
+           "VALUE_KINDS"]
 
 #: What :func:`layer_values` can compute: the probabilities, the full pre-softmax scores, the
 #: positional term only (q.r or the position-only score) and the content term only (q.k).
@@ -72,6 +73,23 @@ def attention_layers(model: nn.Module) -> list[GridAttention]:
         raise InputError(f"{type(model).__name__} has no self-attention blocks; attention maps and "
                          "metrics need an image-transformer run (not the ResNet baseline)")
     return layers
+
+
+def measured_layers(model: nn.Module, images: torch.Tensor | None, needs: str) -> tuple[list[GridAttention], bool]:
+    """The attention layers of a model measured from ``images``, or from no images (None) when every
+    layer is position-only; and whether every layer is.
+
+    Raises:
+        InputError: images that are not a non-empty ``(B, C, H, W)`` batch, no attention blocks, or
+            no images for a model whose attention depends on the input (``needs`` ends the message).
+    """
+    if images is not None and (images.dim() != 4 or images.shape[0] == 0):
+        raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
+    layers = attention_layers(model)
+    position_only = all(layer.position_only for layer in layers)
+    if images is None and not position_only:
+        raise InputError(f"this model's attention depends on the input: {needs}")
+    return layers, position_only
 
 
 def default_grid_size(model: nn.Module, image_size: int | tuple[int, int] = 32) -> tuple[int, int]:
@@ -232,12 +250,10 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
     Raises:
         InputError: as :func:`attention_maps`, or no ``kinds``.
     """
-    if images.dim() != 4 or images.shape[0] == 0:
-        raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
+    layers, _ = measured_layers(model, images, "compute its maps from images")
     if not kinds:
         raise InputError(f"give at least one attention value kind: {', '.join(VALUE_KINDS)}")
     _check_kinds(kinds)
-    layers = attention_layers(model)
     # kept[(kind, layer)]: the maps of each batch, or their running sum (average), or the one
     # input-free map (position-only); all on the CPU in float32
     kept: dict[tuple[str, int], list[torch.Tensor]] = {}
@@ -261,10 +277,7 @@ def attention_maps_by_kind(model: nn.Module, images: torch.Tensor, kinds: Sequen
 
     def finished(kind: str, index: int, layer: GridAttention) -> LayerMaps:
         parts = kept[(kind, index)]
-        if layer.position_only:
-            values = parts[0]
-        else:
-            values = parts[0] / n if average else torch.cat(parts)
+        values = parts[0] if layer.position_only else (parts[0] / n if average else torch.cat(parts))
         return LayerMaps(index, values, *grids[index], layer.position_only,
                          None if queries is None else list(queries))
 
@@ -288,14 +301,8 @@ def position_maps(model: nn.Module, grid_size: tuple[int, int] | None = None, *,
         InputError: no attention blocks, a layer that depends on the input (pass images to
             :func:`attention_maps` instead), or a kind other than these.
     """
-    layers = attention_layers(model)
-    if not all(layer.position_only for layer in layers):
-        raise InputError("this model's attention depends on the input: compute its maps from images "
-                         "(attention_maps(model, images))")
+    layers, _ = measured_layers(model, None, "compute its maps from images (attention_maps(model, images))")
     _check_kinds((kind,))
     h, w = grid_size or default_grid_size(model)
-    out = []
-    for i, layer in enumerate(layers):
-        values = _position_values(layer, h, w, kind)
-        out.append(LayerMaps(i, values.detach().float().cpu(), h, w, True))
-    return out
+    return [LayerMaps(i, _position_values(layer, h, w, kind).detach().float().cpu(), h, w, True)
+            for i, layer in enumerate(layers)]

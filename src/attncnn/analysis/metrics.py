@@ -36,7 +36,7 @@ from torch import nn
 from ..errors import InputError
 from ..layers import GatedPositionalAttention, QuadraticAttention, grid_positions, relative_offsets
 from .locality import LOCAL_HEAD_DISTANCE, batched_probs, grid_side
-from .maps import attention_layers, default_grid_size, position_maps, run_recorded
+from .maps import attention_layers, default_grid_size, measured_layers, position_maps, run_recorded
 
 __all__ = ["head_statistics", "degenerate_heads", "quadratic_head_parameters", "kernel_grids",
            "optimal_assignment", "grid_distance", "model_metrics", "epoch_metrics", "flatten_metrics",
@@ -305,13 +305,10 @@ def model_metrics(model: nn.Module, images: torch.Tensor | None = None, *,
         the quadratic parameters or the GPSA ``gate``).
 
     Raises:
-        InputError: no attention blocks, or an input-dependent model without images.
+        InputError: no attention blocks, an input-dependent model without images, or empty images.
     """
-    layers = attention_layers(model)
-    position_only = all(layer.position_only for layer in layers)
+    layers, _ = measured_layers(model, images, "metrics need test images")
     if images is None:
-        if not position_only:
-            raise InputError("this model's attention depends on the input: metrics need test images")
         maps = position_maps(model, grid_size)
         stats = [head_statistics(m.probs, m.height, m.width, margin=margin) for m in maps]
         h, w = maps[0].height, maps[0].width

@@ -154,8 +154,7 @@ def _run_figures(run, stem: Path, *, wanted: set[str], formats: list[str], every
     elif not position_only and ({"maps", "average"} & wanted):
         images, raw = test_images(run, [image], data=data, data_dir=data_dir)
         # the middle token of these images' grid (the data set's size, not necessarily the model's default)
-        rows, cols = (default_grid_size(run.model, side)[0] for side in images.shape[-2:])
-        at = parse_query(query) if query else default_query(rows, cols)
+        at = parse_query(query) if query else default_query(*default_grid_size(run.model, tuple(images.shape[-2:])))
         if "maps" in wanted:
             fig = attention_grid_figure(attention_maps(run.model, images), at, image=raw[0], zoom=zoom,
                                         title=f"{run.name}: test image {image}, query {at}")

@@ -182,15 +182,6 @@ def _prune_text(out: dict, result) -> str:
     return "\n".join(lines)
 
 
-def _out_of_reach(out: Path) -> None:
-    """Refuse a folder that train(mode="new") would refuse, before anything is written."""
-    if out.exists() and not out.is_dir():
-        raise RunFolderError(f"run folder {out} exists but is not a folder; choose another --out")
-    if out.is_dir() and any(out.iterdir()):
-        raise RunFolderError(f"run folder {out} already exists and is not empty; use --overwrite to replace it, "
-                             "or choose another --out folder")
-
-
 def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata: dict, mode: str = "new",
                     progress: bool = True, options: RunOptions | None = None) -> tuple[dict, Path]:
     """Fine-tune a pruned model into a new run folder (the reference's ``quadratic-generalized-pruned``).
@@ -225,8 +216,11 @@ def finetune_pruned(model: nn.Module, config, out: str | Path, *, init_metadata:
     if mode not in ("new", "overwrite"):
         raise ValueError(f"mode must be 'new' or 'overwrite', got {mode!r}")
     out = Path(out)
-    if mode == "new":
-        _out_of_reach(out)
+    if mode == "new" and out.exists() and not out.is_dir():     # train(mode="new") refuses it too, but later
+        raise RunFolderError(f"run folder {out} exists but is not a folder; choose another --out")
+    if mode == "new" and out.is_dir() and any(out.iterdir()):
+        raise RunFolderError(f"run folder {out} already exists and is not empty; use --overwrite to replace it, "
+                             "or choose another --out folder")
     tmp = Path(tempfile.mkdtemp(prefix="attncnn-prune-"))
     init = tmp / f"{PRUNED_CHECKPOINT}.safetensors"
     kept = out / "checkpoints" / f"{PRUNED_CHECKPOINT}.safetensors"

@@ -31,6 +31,19 @@ __all__ = ["macs_per_image", "paper_flops_per_image", "throughput", "run_row", "
            "markdown_table", "text_table"]
 
 
+def _dense_pass(model: nn.Module, image_size: int, in_chans: int) -> None:
+    """One forward pass of one zero image in eval mode (restored after) on the dense attention path
+    (the paper's convention), which calls every linear layer as a module (the folded path uses the
+    output map's weight directly)."""
+    was_training = model.training
+    model.eval()
+    try:
+        with dense_attention(model):
+            model(torch.zeros(1, in_chans, image_size, image_size, device=next(model.parameters()).device))
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) -> int:
     """Multiply-accumulates of one forward pass of one image (see the module docstring).
@@ -38,14 +51,8 @@ def macs_per_image(model: nn.Module, image_size: int = 32, in_chans: int = 3) ->
     Raises:
         ValueError: an image size the model cannot take.
     """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    try:
-        with dense_attention(model), FlopCounterMode(display=False) as counter:   # the paper's convention
-            model(torch.zeros(1, in_chans, image_size, image_size, device=device))
-    finally:
-        model.train(was_training)
+    with FlopCounterMode(display=False) as counter:
+        _dense_pass(model, image_size, in_chans)
     return counter.get_total_flops() // 2
 
 
@@ -62,7 +69,6 @@ def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int 
     Raises:
         ValueError: an image size the model cannot take.
     """
-    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
     if not attention_modules(model):
         return macs_per_image(model, image_size, in_chans)
     total = [0]
@@ -70,17 +76,10 @@ def paper_flops_per_image(model: nn.Module, image_size: int = 32, in_chans: int 
     def count(module: nn.Linear, _inputs, output: torch.Tensor) -> None:
         total[0] += module.in_features * output.numel()       # output.numel() = rows x out_features
 
-    hooks = [m.register_forward_hook(count) for m in linears]
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
+    hooks = [m.register_forward_hook(count) for m in model.modules() if isinstance(m, nn.Linear)]
     try:
-        # the dense path calls every linear layer as a module (the folded path uses the output
-        # map's weight directly, so a hook on it would count nothing): the count is the model's
-        with dense_attention(model):
-            model(torch.zeros(1, in_chans, image_size, image_size, device=device))
+        _dense_pass(model, image_size, in_chans)        # on the dense path a hook sees every linear layer
     finally:
-        model.train(was_training)
         for hook in hooks:
             hook.remove()
     return 2 * total[0]
@@ -109,15 +108,24 @@ PAPER_FLOPS = {"resnet18": "0.56 B", "quadratic": "6.2 B", "learned": "6.2 B", "
 
 def _paper(preset: str | None) -> dict:
     """The preset's Table 1 entry plus the paper's FLOPS text where the paper gives one."""
-    if preset is None:
-        return {}
     try:
-        paper = dict(get_preset(preset).paper)
+        paper = {} if preset is None else dict(get_preset(preset).paper)
     except ValueError:
         return {}
-    if preset in PAPER_FLOPS:
-        paper["flops"] = PAPER_FLOPS[preset]
-    return paper
+    return {**paper, "flops": PAPER_FLOPS[preset]} if preset in PAPER_FLOPS else paper
+
+
+def _row(model: nn.Module, name: str, preset: str | None, *, speed: bool, batch_size: int, image_size: int,
+         reps: int, **trained) -> dict:
+    """A Table 1 row of ``model``; ``trained``: the entries only a trained run has (epochs, accuracies, ...)."""
+    row = {"run": name, "preset": preset, "model": _describe(model), "epochs": None, "dataset": None,
+           "last_accuracy": None, "best_accuracy": None, "best_epoch": None, "best_selected_on": "test",
+           "parameters": count_parameters(model), "macs_per_image": macs_per_image(model, image_size),
+           "train_images_per_s": None, "infer_images_per_s": None, "paper": _paper(preset), **trained}
+    if speed:
+        row.update({k: v for k, v in throughput(model, batch_size=batch_size, image_size=image_size,
+                                                reps=reps).items() if k != "batch_size"})
+    return row
 
 
 def run_row(run: Run, *, speed: bool = True, batch_size: int = 32, image_size: int = 32, reps: int = 2) -> dict:
@@ -129,27 +137,17 @@ def run_row(run: Run, *, speed: bool = True, batch_size: int = 32, image_size: i
         "train_images_per_s", "infer_images_per_s", "paper": {...}}`` (accuracies as fractions;
         speeds None when ``speed`` is False; accuracies None without logged metrics).
     """
-    config = run.metadata.get("config", {})
-    preset = config.get("preset")
     records = [r for r in run.metrics if isinstance(r.get("test_accuracy"), (int, float))]
     last = records[-1] if records else None
     best = max(records, key=lambda r: r["test_accuracy"]) if records else None
     if last is None and isinstance(run.metadata.get("metrics"), dict):
         last = run.metadata["metrics"]                      # bare checkpoint: its own epoch's record
-    row = {
-        "run": run.name, "preset": preset, "model": _describe(run.model, config),
-        "epochs": last.get("epoch") if last else run.metadata.get("epoch"),
-        "dataset": shareable_dataset(run.metadata),      # reports get shared: no local path
-        "last_accuracy": last.get("test_accuracy") if last else None,
-        "best_accuracy": best["test_accuracy"] if best else None,
-        "best_epoch": best["epoch"] if best else None, "best_selected_on": "test",
-        "parameters": count_parameters(run.model), "macs_per_image": macs_per_image(run.model, image_size),
-        "train_images_per_s": None, "infer_images_per_s": None, "paper": _paper(preset),
-    }
-    if speed:
-        row.update({k: v for k, v in throughput(run.model, batch_size=batch_size, image_size=image_size,
-                                                reps=reps).items() if k != "batch_size"})
-    return row
+    return _row(run.model, run.name, run.metadata.get("config", {}).get("preset"), speed=speed,
+                batch_size=batch_size, image_size=image_size, reps=reps,
+                epochs=last.get("epoch") if last else run.metadata.get("epoch"),
+                dataset=shareable_dataset(run.metadata),      # reports get shared: no local path
+                last_accuracy=last.get("test_accuracy") if last else None,
+                best_accuracy=best["test_accuracy"] if best else None, best_epoch=best["epoch"] if best else None)
 
 
 def preset_row(name: str, *, speed: bool = False, batch_size: int = 32, image_size: int = 32, reps: int = 2,
@@ -159,19 +157,11 @@ def preset_row(name: str, *, speed: bool = False, batch_size: int = 32, image_si
     Raises:
         ValueError: unknown preset or override.
     """
-    model = build_model(name, **overrides)
-    row = {"run": f"preset:{name}", "preset": name, "model": _describe(model, {"model": overrides}),
-           "epochs": None, "dataset": None, "last_accuracy": None, "best_accuracy": None, "best_epoch": None,
-           "best_selected_on": "test", "parameters": count_parameters(model),
-           "macs_per_image": macs_per_image(model, image_size), "train_images_per_s": None,
-           "infer_images_per_s": None, "paper": _paper(name)}
-    if speed:
-        row.update({k: v for k, v in throughput(model, batch_size=batch_size, image_size=image_size,
-                                                reps=reps).items() if k != "batch_size"})
-    return row
+    return _row(build_model(name, **overrides), f"preset:{name}", name, speed=speed, batch_size=batch_size,
+                image_size=image_size, reps=reps)
 
 
-def _describe(model: nn.Module, config: dict) -> str:
+def _describe(model: nn.Module) -> str:
     cfg = getattr(model, "config", None)
     if cfg is not None and hasattr(cfg, "attention"):
         heads = cfg.heads()

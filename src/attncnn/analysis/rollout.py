@@ -17,7 +17,7 @@ from torch import nn
 
 from ..errors import InputError
 from ..layers import GridAttention
-from .maps import LayerMaps, attention_layers, default_grid_size, run_recorded
+from .maps import LayerMaps, default_grid_size, measured_layers, run_recorded
 
 __all__ = ["attention_rollout", "model_rollout", "rollout_step"]
 
@@ -86,23 +86,18 @@ def model_rollout(model: nn.Module, images: torch.Tensor | None = None, *, avera
         batch_size: images per forward pass.
 
     Returns:
-        One :class:`~attncnn.analysis.LayerMaps` per block, ``values`` float32 on the CPU
+        One :class:`~attncnn.analysis.LayerMaps` per block, ``probs`` float32 on the CPU
         ``(B, 1, N, N)`` (one "head": the rollout up to and including that block), or batch 1 when
         averaged or when every layer is position-only.
 
     Raises:
         InputError: no attention blocks, an input-dependent model without images, or empty images.
     """
-    layers = attention_layers(model)
-    position_only = all(layer.position_only for layer in layers)
+    layers, position_only = measured_layers(model, images, "its rollout needs images")
     if images is None:
-        if not position_only:
-            raise InputError("this model's attention depends on the input: its rollout needs images")
         h, w = grid_size or default_grid_size(model)
         rolled = attention_rollout([layer.grid_probs(h, w) for layer in layers])
         return [LayerMaps(i, r.unsqueeze(1).cpu(), h, w, True) for i, r in enumerate(rolled)]
-    if images.dim() != 4 or images.shape[0] == 0:
-        raise InputError(f"expected a non-empty batch of images (B, C, H, W), got shape {tuple(images.shape)}")
     kept: dict[int, list[torch.Tensor]] = {}
     grids: dict[int, tuple[int, int]] = {}
     state: dict[str, torch.Tensor | None] = {"previous": None}
@@ -129,9 +124,6 @@ def model_rollout(model: nn.Module, images: torch.Tensor | None = None, *, avera
     n = int(images.shape[0])
     out = []
     for i in range(len(layers)):
-        if position_only:
-            values = kept[i][0]
-        else:
-            values = kept[i][0] / n if average else torch.cat(kept[i])
+        values = kept[i][0] if position_only else (kept[i][0] / n if average else torch.cat(kept[i]))
         out.append(LayerMaps(i, values.unsqueeze(1), *grids[i], position_only))
     return out

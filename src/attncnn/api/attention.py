@@ -47,14 +47,9 @@ class LayerAttention(LayerMaps):
 
 def _score_kinds(network: nn.Module) -> list[str]:
     """The score terms every attention layer of ``network`` has (``"content"``, ``"positional"``)."""
-    kinds = None
-    for layer in attention_layers(network):
-        if layer.position_only:
-            have = {"positional"}
-        else:
-            have = {"content"} | ({"positional"} if layer.has_positional_term else set())
-        kinds = have if kinds is None else kinds & have
-    return sorted(kinds or ())
+    layers = attention_layers(network)           # a position-only layer's whole score is positional
+    kinds = [] if any(layer.position_only for layer in layers) else ["content"]
+    return kinds + (["positional"] if all(layer.has_positional_term for layer in layers) else [])
 
 
 def _checked_queries(network: nn.Module, queries: Sequence[int], image: tuple[int, int]) -> list[int]:

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..analysis.runs import run_label
 from ..data import CIFAR_MEAN, CIFAR_STD
 from ..errors import InputError
 from ..runs import is_data_name
@@ -143,10 +144,7 @@ class Classifier(nn.Module):
     def name(self) -> str:
         """``"<preset> seed <seed>"`` of the run that trained it (e.g. ``"quadratic-mini seed 0"``),
         else the checkpoint's file name, else ``"model"``."""
-        config = self.metadata.get("config")
-        if isinstance(config, dict) and "preset" in config:
-            return f"{config['preset']} seed {config.get('seed', '?')}"
-        return self.source.name if self.source is not None else "model"
+        return run_label(self.metadata) or (self.source.name if self.source is not None else "model")
 
     def preprocess(self, images, *, resize: bool | str = False) -> torch.Tensor:
         """Normalise images as training did; the input of ``model.network``.

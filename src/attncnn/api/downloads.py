@@ -212,10 +212,8 @@ class _Deadline:
                                 "more time (deadline=..., --deadline SECONDS)")
 
 
-def _checked_seconds(value, name: str, *, none_ok: bool = False) -> float | None:
+def _checked_seconds(value, name: str) -> float:
     """``value`` as a positive finite number of seconds; InputError naming ``name`` otherwise."""
-    if value is None and none_ok:
-        return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
         raise InputError(f"{name} must be a positive number of seconds, got {value!r}")
     return float(value)
@@ -259,7 +257,7 @@ def download(name: str, source: str | os.PathLike, *, manifest: str | os.PathLik
         OutputError: the cache folder is not writable.
     """
     timeout = _checked_seconds(timeout, "timeout")
-    deadline = _checked_seconds(deadline, "deadline", none_ok=True)
+    deadline = None if deadline is None else _checked_seconds(deadline, "deadline")
     models = read_manifest(manifest)
     key, entry = _model(name, models, manifest)
     source = os.fspath(source)

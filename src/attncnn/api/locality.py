@@ -19,10 +19,14 @@ from .classifier import DEFAULT_BATCH_SIZE, Classifier, check_batch_size
 __all__ = ["locality", "attention_rollout"]
 
 
-def _needs_images(network: nn.Module, images, what: str) -> None:
-    if images is None and not all(layer.position_only for layer in attention_layers(network)):
+def _position_only(model: nn.Module, images, what: str) -> bool:
+    """Whether every attention layer of ``model`` is position-only; refuses no ``images`` where one is not."""
+    network = model.network if isinstance(model, Classifier) else model
+    position_only = all(layer.position_only for layer in attention_layers(network))
+    if images is None and not position_only:
         raise InputError(f"this model's attention depends on the image: pass test images for its {what}, e.g. "
                          f"the first {DEFAULT_LOCALITY_IMAGES} test images (N, 3, 32, 32) in [0, 1]")
+    return position_only
 
 
 def locality(model: nn.Module, images=None, *, n_images: int = DEFAULT_LOCALITY_IMAGES,
@@ -53,9 +57,7 @@ def locality(model: nn.Module, images=None, *, n_images: int = DEFAULT_LOCALITY_
     batch_size = check_batch_size(batch_size)
     if isinstance(n_images, bool) or not isinstance(n_images, int) or n_images < 1:
         raise InputError(f"n_images must be a positive integer, got {n_images!r}")
-    network = model.network if isinstance(model, Classifier) else model
-    _needs_images(network, images, "locality")
-    if images is not None and all(layer.position_only for layer in attention_layers(network)):
+    if _position_only(model, images, "locality"):
         images = None                                       # nothing to average: the same maps for every image
     network, x = _inputs(model, None if images is None else images[:n_images], resize)
     return model_locality(network, x, batch_size=batch_size)
@@ -72,7 +74,7 @@ def attention_rollout(model: nn.Module, images=None, *, average: bool = False, b
         average: average the rollout over the images instead of one per image.
 
     Returns:
-        One :class:`~attncnn.analysis.LayerMaps` per block: ``values`` float32 ``(B, 1, H*W, H*W)`` on
+        One :class:`~attncnn.analysis.LayerMaps` per block: ``probs`` float32 ``(B, 1, H*W, H*W)`` on
         the CPU, the rollout up to and including that block (queries on dim -2, input tokens on dim -1);
         batch 1 when averaged or position-only. Memory: ``B * (H*W)^2`` floats per layer.
 
@@ -80,7 +82,6 @@ def attention_rollout(model: nn.Module, images=None, *, average: bool = False, b
         InputError: as :func:`locality`.
     """
     batch_size = check_batch_size(batch_size)
-    network = model.network if isinstance(model, Classifier) else model
-    _needs_images(network, images, "rollout")
+    _position_only(model, images, "rollout")
     network, x = _inputs(model, images, resize)
     return model_rollout(network, x, average=average, batch_size=batch_size)

@@ -112,19 +112,14 @@ def _epochs(folder: Path) -> int:
     return epochs if isinstance(epochs, int) else 0
 
 
-def _longest(folders: list[Path]) -> Path | None:
-    """The finished run with a checkpoint that trained the most epochs (the first such on a tie)."""
-    found = [f for f in folders if _has_checkpoint(f)]
-    return max(found, key=_epochs) if found else None
-
-
 def _choose(name: str, seed: int, groups: list[list[Path]]) -> tuple[Path | None, list[Path]]:
     """``(the run name and seed mean, the folders of its group)``: the longest finished run of the
-    first group of :func:`model_folders` that has one; ``(None, every folder looked at)`` if none."""
+    first group of :func:`model_folders` that has one (the first such on a tie); ``(None, every
+    folder looked at)`` if none."""
     looked = []
     for roots in groups:
         candidates = _candidates(name, seed, roots)
-        chosen = _longest(candidates)
+        chosen = max((f for f in candidates if _has_checkpoint(f)), key=_epochs, default=None)
         if chosen is not None:
             return chosen, candidates
         looked += candidates

@@ -1,6 +1,6 @@
 """What the commands of :mod:`attncnn.cli` share: the parser class (every option's default shown in
 ``--help``), ``attncnn train``'s flags built from the fields of :class:`TrainConfig`, ``KEY=VALUE``
-values, ``--precision``, and quiet logs for machine-readable output.
+values, and quiet logs for machine-readable output.
 
 Each field ``name`` becomes ``--name`` (booleans also ``--no-name``; the ``model`` dict as repeated
 ``--set KEY=VALUE``). No flag has a default, so :func:`given_options` returns exactly what was given
@@ -21,10 +21,10 @@ import typing
 from pathlib import Path
 
 from ..models import get_preset, list_presets
-from ..runs.config import PRECISIONS, TrainConfig
+from ..runs.config import TrainConfig
 
 __all__ = ["Parser", "DefaultsHelpFormatter", "add_config_options", "given_options", "flag_name", "key_value",
-           "add_precision_option", "default_text", "quiet_logs", "run_or_model", "RUN_HELP"]
+           "default_text", "quiet_logs", "run_or_model", "RUN_HELP"]
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +108,7 @@ def default_text(field: dataclasses.Field) -> str:
     if field.name == "model":
         return "default: the preset's model options"
     value = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-    recipes = {name: get_preset(name).train for name in list_presets()}
-    differ = sorted(name for name, recipe in recipes.items() if recipe.get(field.name, value) != value)
-    if not differ:
+    if all(get_preset(name).train.get(field.name, value) == value for name in list_presets()):
         return f"default: {_shown(value)}"
     return f"default: the preset's recipe, else {_shown(value)}; see `attncnn presets --json`"
 
@@ -137,14 +135,6 @@ def given_options(args: argparse.Namespace, fields_of: type = TrainConfig) -> di
     if "model" in given:
         given["model"] = dict(given["model"])
     return given
-
-
-def add_precision_option(parser: argparse.ArgumentParser, default: str = "fp32") -> None:
-    """Add ``--precision`` to a command that runs a model (``inspect``, ``report``, ``viewer``),
-    fp32 by default: the maps and metrics they print are measurements."""
-    parser.add_argument("--precision", choices=PRECISIONS, default=default,
-                        help=f"precision of the model's forward passes (default {default}: maps and metrics are "
-                             "measurements; bf16 or auto to see them as a bf16 run computes them)")
 
 
 @contextlib.contextmanager

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from ..runs.config import PRECISIONS
-from ._parsing import RUN_HELP, add_precision_option, run_or_model
+from ._parsing import RUN_HELP, run_or_model
 
 __all__ = ["add_run_arguments", "run_keywords"]
 
@@ -24,16 +24,15 @@ _OPTIONS = {
     "--json": {"action": "store_true", "help": "print one JSON object"},
     "--no-progress": {"action": "store_true"},
 }
-#: the settings that become keyword arguments of the library call, and the keyword each becomes
-_KEYWORDS = {"checkpoint": "checkpoint", "data": "data", "data_dir": "data_dir", "download": "download",
-             "device": "device", "batch_size": "batch_size", "precision": "precision", "no_progress": "progress"}
+#: the settings that become keyword arguments of the library call, by name (and ``--no-progress``: ``progress``)
+_KEYWORDS = ("checkpoint", "data", "data_dir", "download", "device", "batch_size", "precision")
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, *names: str, **settings) -> None:
     """Add ``names`` to ``parser`` in this order: ``"RUN"`` (one run argument, dest ``run``),
     ``"RUN..."`` (any number, dest ``runs``), ``"RUN_OR_CHECKPOINT"`` (one, dest ``path``), each read
-    by :func:`~attncnn.cli._parsing.run_or_model`; ``"--precision=measure"`` (fp32 by default,
-    :func:`~attncnn.cli._parsing.add_precision_option`) or a flag of :data:`_OPTIONS`.
+    by :func:`~attncnn.cli._parsing.run_or_model`; ``"--precision=measure"`` (fp32 by default) or a
+    flag of :data:`_OPTIONS`.
 
     ``settings`` are argparse settings by destination (``data_dir={"help": ...}``) or a help text
     alone (``data="..."``), taking the place of the defaults here.
@@ -45,8 +44,10 @@ def add_run_arguments(parser: argparse.ArgumentParser, *names: str, **settings) 
             parser.add_argument("runs", nargs="*", metavar="RUN", type=run_or_model, help=RUN_HELP)
         elif name == "RUN_OR_CHECKPOINT":
             parser.add_argument("path", metavar=name, type=run_or_model, **_given(settings.get("path")))
-        elif name == "--precision=measure":
-            add_precision_option(parser)
+        elif name == "--precision=measure":         # the maps and metrics a command prints are measurements
+            parser.add_argument("--precision", choices=PRECISIONS, default="fp32",
+                                help="precision of the model's forward passes (default fp32: maps and metrics are "
+                                     "measurements; bf16 or auto to see them as a bf16 run computes them)")
         else:
             parser.add_argument(name, **{**_OPTIONS[name], **_given(settings.get(name[2:].replace("-", "_")))})
 
@@ -59,7 +60,7 @@ def _given(setting) -> dict:
 def run_keywords(args: argparse.Namespace) -> dict:
     """The keyword arguments of the library call from the run arguments a command took
     (``--no-progress`` as ``progress=False``)."""
-    found = {keyword: getattr(args, dest) for dest, keyword in _KEYWORDS.items() if hasattr(args, dest)}
-    if "progress" in found:
-        found["progress"] = not found["progress"]
+    found = {dest: getattr(args, dest) for dest in _KEYWORDS if hasattr(args, dest)}
+    if hasattr(args, "no_progress"):
+        found["progress"] = not args.no_progress
     return found

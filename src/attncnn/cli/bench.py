@@ -14,7 +14,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``bench``."""
     p = sub.add_parser("bench", help="measure images/s, peak memory and FLOP/s of presets")
     p.add_argument("--presets", default=",".join(DEFAULT_PRESETS), help="comma-separated preset names")
     p.add_argument("--variants",
@@ -45,7 +44,6 @@ def _row(r: dict, peaks: dict[str, float]) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn bench``; prints a table or JSON and returns the exit status."""
     from ..perf.bench.presets import bench_presets
 
     presets = [p.strip() for p in args.presets.split(",") if p.strip()]

@@ -11,7 +11,6 @@ __all__ = ["register"]
 
 
 def register(subparsers) -> None:
-    """Add the ``download`` subcommand."""
     d = subparsers.add_parser(
         "download", help="fetch a width-400 trained model into the user cache, each file checked by sha256",
         description="Copy a trained model that does not come with the package (the width-400 runs of "
@@ -44,7 +43,6 @@ def _seconds(text: str) -> float:
 
 
 def _download(args: argparse.Namespace) -> int:
-    """Fetch the model and print where it is; returns the exit status."""
     from ..api.downloads import download
 
     folder = download(args.name, args.source, timeout=args.timeout, deadline=args.deadline)

@@ -12,7 +12,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``evaluate``."""
     e = sub.add_parser("evaluate", help="test accuracy and loss of a run folder or checkpoint")
     add_run_arguments(
         e, "RUN_OR_CHECKPOINT", "--checkpoint", "--data", "--data-dir", "--download", "--device", "--batch-size",
@@ -42,7 +41,6 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn evaluate``; prints the result and returns the exit status."""
     from ..api.evaluation import evaluate_run
 
     out = evaluate_run(args.path, sample=args.sample, predictions=args.predictions, **run_keywords(args))

@@ -13,7 +13,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``inspect``."""
     i = sub.add_parser("inspect", help="per-layer and per-head attention metrics of a run",
                               description="Mean attention distance (in tokens and over the grid side), peak "
                                           "probability, entropy and normalised entropy per head (from hooked real "
@@ -35,9 +34,7 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn inspect``; prints a table or one JSON object and returns the exit status."""
-    from ..analysis.inspect_text import inspect_text
-    from ..analysis.inspection import inspect_run
+    from ..analysis.inspection import inspect_run, inspect_text
 
     with quiet_logs(args.json):
         result = inspect_run(args.run, images=args.images, margin=args.margin,

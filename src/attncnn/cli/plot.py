@@ -12,7 +12,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``plot``."""
     p = sub.add_parser(
         "plot", help="the paper's figures from run folders or checkpoints (PNG and PDF)",
         description="Write every figure that applies to each run: quadratic models: 'centers' (all layers' "
@@ -39,7 +38,6 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn plot``: print each file written; returns the exit status."""
     from ..analysis.plotting import plot_runs
 
     labels = [s.strip() for s in args.labels.split(",")] if args.labels else None

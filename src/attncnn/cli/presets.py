@@ -9,7 +9,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``presets``."""
     p = sub.add_parser("presets", help="list presets with exact parameter counts")
     p.add_argument("--json", action="store_true", help="print JSON (with each preset's model options and recipe)")
 
@@ -17,7 +16,6 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn presets``; returns the exit status."""
     from ..models import build_model, count_parameters, get_preset, list_presets
 
     rows = []

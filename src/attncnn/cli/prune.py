@@ -12,7 +12,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``prune``."""
     pr = sub.add_parser(
         "prune", help="remove degenerate quadratic heads; report counts; optionally save or fine-tune",
         description="Removes the degenerate heads of a quadratic run (the reference code's rule: isotropic s^2 < min "
@@ -50,7 +49,6 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn prune``; prints the counts (text or JSON) and returns the exit status."""
     from ..analysis.pruned_run import prune_run
 
     say = None if args.json else (lambda text: print(text, flush=True))

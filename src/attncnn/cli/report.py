@@ -14,7 +14,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``report``."""
     r = sub.add_parser("report", help="Table 1: accuracy, parameters, MACs, images/s beside the paper",
                               description="One row per run: last and best test accuracy (best = selected on the "
                                           "test set, as the reference), parameters, multiply-accumulates per "
@@ -34,7 +33,6 @@ def register(sub) -> None:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn report``; prints the table (and writes ``--out``), returns the exit status."""
     from .._io import atomic_write_text
     from ..analysis.report import markdown_table, report_rows, text_table
 

@@ -16,7 +16,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``reproduce``."""
     studies = "\n".join(f"  {s.name}: {s.description}" for s in [*SUITES.values(), *GRIDS.values()])
     r = sub.add_parser(
         "reproduce", help="train a study (resumable) and write its report, figures and viewer page",
@@ -98,7 +97,6 @@ def _default_seeds(study) -> str:
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn reproduce``; returns the exit status."""
     from ..reproduce.orchestration import run_study
     from ..reproduce.request import StudyRequest, one_of
 

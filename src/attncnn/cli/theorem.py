@@ -18,7 +18,6 @@ __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``theorem``."""
     p = sub.add_parser(
         "theorem", help="build the self-attention layer equal to a convolution and measure the difference",
         description="Theorem 1 of Cordonnier et al. (2020) as code: a K*K-head quadratic self-attention layer "

@@ -66,7 +66,6 @@ def _point_resumed_run_at_data(out: Path, given: dict, main: bool = True) -> Non
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn train``; returns the exit status."""
     from ..analysis.metrics import epoch_metrics
     from ..perf import make_plan, resume_plan
     from ..runs import RunFolder, TrainConfig, checkpoint_of, resolve_config

@@ -7,13 +7,13 @@ import argparse
 from pathlib import Path
 
 from ..errors import InputError, MissingFileError
-from ._parsing import RUN_HELP, add_precision_option, run_or_model
+from ._parsing import RUN_HELP, run_or_model
+from ._run_arguments import add_run_arguments
 
 __all__ = ["register", "handle"]
 
 
 def register(sub) -> None:
-    """Add ``viewer``."""
     v = sub.add_parser(
         "viewer", help="one self-contained offline HTML page to explore the attention maps of runs",
         description="Write one HTML file (no network needed, data embedded and compressed) in which you pick a "
@@ -33,12 +33,11 @@ def register(sub) -> None:
     v.add_argument("--data", help="dataset for the images (default: each run's own)")
     v.add_argument("--data-dir", help="cache folder for official archives (default: each run's)")
     v.add_argument("--batch-size", type=int, default=50, help="images per forward pass (default 50)")
-    add_precision_option(v)
+    add_run_arguments(v, "--precision=measure")
     v.set_defaults(handler=handle)
 
 
 def handle(args: argparse.Namespace) -> int:
-    """Run ``attncnn viewer``: write the page; returns the exit status."""
     from ..analysis.runs import parse_indices
     from ..analysis.viewer.page import write_viewer
     from ..perf.precision import running_at

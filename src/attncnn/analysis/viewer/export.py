@@ -165,17 +165,15 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
     layers = attention_layers(model)
     kinds = _layer_kinds(layers)
     position_only = not kinds["content"]
+    # position-only: one set for every image (the maps do not depend on the input, whose grid is all that counts)
+    shown = images[:1] if position_only else images
+    map_kinds = ["probs", "scores"] if position_only else [k for k in ("content", "positional") if kinds[k]]
+    maps = attention_maps_by_kind(model, shown, map_kinds, batch_size=batch_size)
+    maps["rollout"] = model_rollout(model, shown, batch_size=batch_size)
+    sets = _Sets(_grid(maps[map_kinds[0]]), delta)
     if position_only:
-        # One set for every image: the maps do not depend on the input, whose grid is all that counts.
-        maps = attention_maps_by_kind(model, images[:1], ["probs", "scores"], batch_size=batch_size)
-        maps["rollout"] = model_rollout(model, images[:1], batch_size=batch_size)
-        sets = _Sets(_grid(maps["probs"]), delta)
         set_of_image = [sets.add(maps, 0, "position")] * images.shape[0]
     else:
-        score_kinds = ["content", "positional"] if kinds["positional"] else ["content"]
-        maps = attention_maps_by_kind(model, images, score_kinds, batch_size=batch_size)
-        maps["rollout"] = model_rollout(model, images, batch_size=batch_size)
-        sets = _Sets(_grid(maps["content"]), delta)
         set_of_image = [sets.add(maps, b, str(label)) for b, label in enumerate(labels)]
     entries = [{"key": str(label), "label": f"test image {label}", "set": set_of_image[b],
                 "size": list(raw.shape[-2:]), "pixels": _pixels(raw[b]), "prediction": prediction}
@@ -184,7 +182,7 @@ def export_model(model: nn.Module, images: torch.Tensor, raw: torch.Tensor, *, l
     if average_images is not None and average_images.shape[0] and not position_only:
         average = int(average_images.shape[0])
         # the average of softmaxes is not the softmax of averaged scores: store the probabilities too
-        maps = attention_maps_by_kind(model, average_images, [*score_kinds, "probs"], average=True,
+        maps = attention_maps_by_kind(model, average_images, [*map_kinds, "probs"], average=True,
                                       batch_size=batch_size)
         maps["rollout"] = model_rollout(model, average_images, average=True, batch_size=batch_size)
         mean_raw = average_raw.float().mean(0).round().to(torch.uint8)
