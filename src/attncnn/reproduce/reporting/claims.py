@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..running.runner import Job, row_of
+from ..running.runner import Job, rows_and_cells
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
 from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
 
@@ -102,8 +102,8 @@ def cell_numbers(jobs: Sequence[Job]) -> CellNumbers:
     Raises:
         ValueError: a job folder holding another run (from :func:`read_records`).
     """
-    return CellNumbers(read_records(jobs), list(dict.fromkeys(job.cell for job in jobs)),
-                       list(dict.fromkeys(row_of(job) for job in jobs)))
+    rows, cells = rows_and_cells(jobs)
+    return CellNumbers(read_records(jobs), cells, rows)
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from ...analysis.locality_figure import locality_figure
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
 from ...runs import RunFolder, load_model
-from ..running.runner import Job, row_of
+from ..running.runner import Job, rows_and_cells
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
 from .locality import run_locality
@@ -317,8 +317,7 @@ def _per_seen(curves: dict, subset: int) -> dict:
 
 
 def _grid_figures(grid: Grid, jobs: Sequence[Job], results: Cells, figs: _Figures) -> None:
-    presets = list(dict.fromkeys(row_of(j) for j in jobs))
-    cells = list(dict.fromkeys(j.cell for j in jobs))
+    presets, cells = rows_and_cells(jobs)
     by_size, seeds = {}, {}
     for preset in presets:
         finished = [results[(preset, c)] for c in cells if (preset, c) in results]

@@ -19,7 +19,7 @@ from ..running.runner import Job, job_state, row_of
 from ..studies import Grid, Study
 
 __all__ = ["RunResult", "Cells", "Records", "finished_results", "read_records",
-           "epoch_records", "layer_values", "train_test_gap", "mean_std", "layer_curves"]
+           "epoch_records", "layer_values", "train_test_gap", "run_stats", "layer_curves"]
 
 #: a grid's finished runs: ``(row, cell) -> runs`` (seeds in plan order)
 Cells = dict[tuple[str, str], list["RunResult"]]
@@ -102,9 +102,15 @@ def train_test_gap(records: list[dict]) -> float | None:
     return None if train is None or test is None else train - test
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (None for a single value)."""
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+def run_stats(runs: Sequence[RunResult]) -> dict:
+    """A row's (or a cell's) finished ``runs``: ``accuracy_mean`` and ``accuracy_std`` of their final
+    accuracies (fractions; sample standard deviation, None for one run), ``train_hours`` (mean per
+    seed) and ``images_per_second`` (mean of :attr:`RunResult.images_per_second`)."""
+    accuracies = [r.final_accuracy for r in runs]
+    return {"accuracy_mean": statistics.fmean(accuracies),
+            "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
+            "train_hours": statistics.fmean(r.train_seconds for r in runs) / 3600,
+            "images_per_second": statistics.fmean(r.images_per_second for r in runs)}
 
 
 def layer_values(record: dict, key: str) -> dict[int, float]:

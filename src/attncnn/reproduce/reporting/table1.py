@@ -9,7 +9,6 @@ puts them together.
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -28,7 +27,7 @@ from ..running.machines import (machine_segments, read_machine_file, report_segm
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, Run, compare_settling, quadratic_heads, run_settling, settled_table, settling_lines
 from .locality import locality_cell
-from .results import RunResult, epoch_records, mean_std
+from .results import RunResult, epoch_records, run_stats
 
 __all__ = ["CONVENTIONS", "table_rows", "markdown_table", "final_layer_metrics", "seed_lines", "layer_lines",
            "SHARP_ALPHA", "settled_lines", "center_rows", "center_lines", "run_costs", "cost_lines", "baseline_rows",
@@ -135,11 +134,8 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
                "images_per_second": None, "precision": None, "dataset": None}
         if done:
             model = done[0].run.network()      # counts only
-            row["accuracy_mean"], row["accuracy_std"] = mean_std(row["accuracies"])
-            row.update(epochs=len(done[0].epoch_records), parameters=count_parameters(model),
+            row.update(run_stats(done), epochs=len(done[0].epoch_records), parameters=count_parameters(model),
                        macs=macs_per_image(model), paper_flops=paper_flops_per_image(model),
-                       train_hours=statistics.fmean(r.train_seconds for r in done) / 3600,
-                       images_per_second=statistics.fmean(r.images_per_second for r in done),
                        precision=_precision(done[0]), dataset=shareable_dataset(done[0].run.metadata))
         rows.append(row)
     return rows

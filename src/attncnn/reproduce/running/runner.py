@@ -19,7 +19,7 @@ import logging
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -33,8 +33,8 @@ from ..studies import Grid, Study, Suite
 log = logging.getLogger("attncnn.reproduce")
 
 __all__ = ["Job", "ModelOptions", "plan", "plan_grid", "plan_study", "study_jobs", "row_job", "grid_cells",
-           "job_state", "select_rows", "cell_options", "cell_name", "folder_name", "row_of", "TrainOptions",
-           "job_config", "train_jobs", "train_command", "resume_command"]
+           "job_state", "select_rows", "cell_options", "cell_name", "folder_name", "row_of", "rows_and_cells",
+           "TrainOptions", "job_config", "train_jobs", "train_command", "resume_command"]
 
 
 class ModelOptions(dict):
@@ -70,6 +70,11 @@ class Job:
 def row_of(job: Job) -> str:
     """The grid row of ``job``: its ``row``, else its preset."""
     return job.row or job.preset
+
+
+def rows_and_cells(jobs: Sequence[Job]) -> tuple[list[str], list[str]]:
+    """A grid's rows and cells in the order ``jobs`` plans them (cells smallest first)."""
+    return list(dict.fromkeys(row_of(job) for job in jobs)), list(dict.fromkeys(job.cell for job in jobs))
 
 
 def row_job(study: Study, row: str, seed: int, folder: Path, given: dict | None = None, cell: str = "") -> Job:
