@@ -18,7 +18,7 @@ which turns its flags into a :class:`StudyRequest`.
 from .orchestration import run_study
 from .request import StudyRequest
 from .running.runner import Job, job_state, plan, plan_grid, plan_study
-from .studies import GRIDS, STUDIES, SUITES, Claim, Criterion, Grid, Suite, get_study, get_suite
+from .studies import GRIDS, STUDIES, SUITES, Claim, Criterion, Grid, Suite, get_suite
 
-__all__ = ["STUDIES", "SUITES", "GRIDS", "Suite", "Grid", "Claim", "Criterion", "Job", "get_study", "get_suite",
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Suite", "Grid", "Claim", "Criterion", "Job", "get_suite",
            "plan", "plan_grid", "plan_study", "job_state", "StudyRequest", "run_study"]

@@ -54,12 +54,8 @@ def settled_table(results: dict[str, list[RunResult]], epochs: Sequence[int],
                   threshold: float = SETTLED_BELOW) -> list[dict]:
     """:func:`settled_rows` of every finished run that logs grid distances, each row with its
     ``preset`` and ``seed`` added (suite order, then seed order, then epoch)."""
-    table = []
-    for preset, runs in results.items():
-        for result in runs:
-            table += [{"preset": preset, "seed": result.job.seed, **row}
-                      for row in settled_rows(result.epoch_records, epochs, threshold)]
-    return table
+    return [{"preset": preset, "seed": result.job.seed, **row} for preset, runs in results.items()
+            for result in runs for row in settled_rows(result.epoch_records, epochs, threshold)]
 
 
 def seed_layer_curves(results: Sequence[RunResult], key: str) -> dict[int, dict[int, tuple[list[int], list[float]]]]:
@@ -113,10 +109,6 @@ def evolution_epochs(available: Sequence[int], chosen: Sequence[int]) -> list[in
     return sorted({have[0], have[-1], *(e for e in chosen if e in have)})
 
 
-def _layers(row: dict) -> list[int]:
-    return [n for n, ok in enumerate(row["settled"], start=1) if ok]
-
-
 def _words(layers: Sequence[int]) -> str:
     if not layers:
         return "none"
@@ -153,7 +145,7 @@ def run_settling(runs: Sequence[Run], epochs: Sequence[int], threshold: float) -
         found.append({"preset": preset, "seed": seed, "finished": planned is None, "planned": planned,
                       "last_epoch": last,
                       "judged": [{"epoch": r["epoch"], "grid_distance": r["grid_distance"], "settled": r["settled"],
-                                  "layers": _layers(r)} for r in judged],
+                                  "layers": [n for n, ok in enumerate(r["settled"], start=1) if ok]} for r in judged],
                       "not_reached": [e for e in epochs if e > last],
                       "lowest": None if lowest is None else {"distance": lowest[0], "layer": lowest[1],
                                                              "epoch": lowest[2]}})

@@ -15,7 +15,7 @@ from .efficiency import EFFICIENCY, EFFICIENCY_SCARCE
 from .shapes import Grid, Suite
 from .table1 import LOCALITY_MINI, MINI, MINI_300, MINI_LONG, PAPER, PAPER_LONG
 
-__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
            "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY", "EFFICIENCY_SCARCE"]
 
 Study = Suite | Grid
@@ -29,26 +29,13 @@ SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance
 GRIDS: dict[str, Grid] = {name: s for name, s in STUDIES.items() if isinstance(s, Grid)}
 
 
-def _lookup(table: dict, what: str, name: str):
-    try:
-        return table[name]
-    except KeyError:
-        raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
-
-
-def get_study(name: str) -> Study:
-    """Look a study up by name.
-
-    Raises:
-        InputError: unknown name (the message lists the valid ones).
-    """
-    return _lookup(STUDIES, "study", name)
-
-
 def get_suite(name: str) -> Suite:
     """Look a Table 1 suite up by name.
 
     Raises:
         InputError: unknown name (the message lists the valid ones).
     """
-    return _lookup(SUITES, "suite", name)
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise InputError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}") from None
