@@ -299,11 +299,6 @@ class TrainOptions:
                              f"{self.epochs if digits <= 20 else f'a number of {digits} digits'}; "
                              "give the number of epochs to train")
 
-    def overrides(self, seed: int) -> dict:
-        """The recipe options of a job of ``seed`` (None: the preset's)."""
-        return {"seed": seed, "data": self.data, "epochs": self.epochs, "train_subset": self.train_subset,
-                "batch_size": self.batch_size}
-
     def run_options(self) -> RunOptions:
         """The run-time options every job trains with (:class:`~attncnn.training.RunOptions`)."""
         return RunOptions(device=self.device, precision=self.precision, compile=self.compile,
@@ -319,7 +314,9 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
         InputError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
     """
     own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
-    return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
+    given = {"seed": job.seed, "data": options.data, "epochs": options.epochs, "train_subset": options.train_subset,
+             "batch_size": options.batch_size}                                                 # None: the preset's
+    return resolve_config(job.preset, **{**given, **own})
 
 
 def _machine_flags(options: TrainOptions) -> tuple[tuple[str, str | None], ...]:
