@@ -1,10 +1,7 @@
-"""Run one ``attncnn reproduce`` call (:class:`~.request.StudyRequest`): train any study of
-:data:`~attncnn.reproduce.studies.STUDIES` (resumable), then write its report and figures (and a
-suite's viewer page); or only estimate, or only report. A Table 1
-suite (``mini``, ``mini-long``, ``paper-long``, ``paper``) and a sample-efficiency grid
-(``efficiency``, ``efficiency-scarce``) take the same path through :mod:`.running` and
-:mod:`.reporting`; a grid's calibration and learning-rate sweep measure its seen images per cell
-and its shared rate."""
+"""Run one ``attncnn reproduce`` call (:class:`~.request.StudyRequest`), :func:`run_study`: train any
+study (resumable), then write its report and figures (and a suite's viewer page); or only estimate, or
+only report. A Table 1 suite and a sample-efficiency grid take the same path through :mod:`.running`
+and :mod:`.reporting`."""
 
 from __future__ import annotations
 

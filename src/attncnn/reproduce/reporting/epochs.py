@@ -8,11 +8,8 @@ for quadratic heads, every head's centre and spread (``attn/layerL/headH/center_
 trained: **a layer has settled on a grid when its grid distance is below** :data:`SETTLED_BELOW`
 **= 0.5 tokens**, judged per layer and seed at the suite's epochs (:func:`settled_table`); an
 unfinished run is judged at the epochs it has reached so far. :func:`settling_lines` says it in
-words, beside the same model and seed of a baseline suite (``Suite.baseline``) where there is one.
-
-Nothing here is hard-coded about any suite: the epochs, the criterion and the baseline's judgement
-(its ``report.json``'s ``epoch_study.settled`` rows, judged again by this suite's criterion) are
-read from the suite and the run folders; nothing is trained or timed here.
+words, beside the same model and seed of a baseline suite (``Suite.baseline``, its ``report.json``'s
+rows judged again by this suite's criterion) where there is one.
 """
 
 from __future__ import annotations

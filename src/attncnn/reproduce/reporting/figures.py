@@ -135,8 +135,7 @@ def _distances(preset: str, results: Sequence[RunResult], figs: _Figures) -> Non
 
 def _locality(preset: str, results: Sequence[RunResult], figs: _Figures, data: str | None,
               data_dir: str | None) -> None:
-    """ViT's Fig. 7: every head's mean attention distance and normalised entropy per layer, one colour
-    per seed (the numbers of the report's locality section)."""
+    """ViT's Fig. 7 (the numbers of the report's locality section)."""
     measured = [m for r in results if (m := run_locality(r, data=data, data_dir=data_dir)) is not None]
     if measured:
         runs = {f"seed {m['seed']}": Locality.from_dict(m) for m in measured}
@@ -193,9 +192,7 @@ def _baseline_run(result: RunResult, suite: Suite) -> tuple[str, list[dict], int
 
 
 def _logged_evolution(result: RunResult, suite: Suite, figs: _Figures) -> None:
-    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints): every layer at the first
-    epoch, the settle epochs and the last, and beside them the last epoch of the baseline suite's run of
-    the same model and seed where it is beside this suite's folder (another schedule's end)."""
+    """Fig. 3 from the centres and spreads logged every epoch (see the module's description)."""
     preset, records = result.job.preset, result.epoch_records
     layers = _logged_layers(records)
     if not layers:
@@ -228,8 +225,7 @@ def _logged_evolution(result: RunResult, suite: Suite, figs: _Figures) -> None:
 
 
 def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], figs: _Figures) -> None:
-    """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
-    of every seed, the grid distance of every seed."""
+    """The figures of a suite followed over epochs (see the module's description), for one preset."""
     if _figure_kind(runs[0]) == "centers":
         if suite.evolution_from == "metrics":
             _logged_evolution(runs[0], suite, figs)

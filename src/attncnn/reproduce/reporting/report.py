@@ -1,10 +1,7 @@
-"""A study's report: ``report.md`` and ``report.json`` in its folder, written atomically, for any study.
-
-:func:`write_report` writes the shape the study declares: a Table 1 suite's (the sections of
-:mod:`.table1`) or a grid's (accuracy per row and training-set size, its claims judged, the
-machines, the models, read from the cells' run folders, so the report of a grid run in parts says
-which cells are missing). Both measure the study's declared claims with
-:func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
+"""A study's report, :func:`write_report`: ``report.md`` and ``report.json`` in its folder, written
+atomically, of the shape the study declares: a Table 1 suite's (the sections of :mod:`.table1`) or a
+grid's (accuracy per row and training-set size, its claims judged, the machines, the models; a grid
+run in parts lists the cells missing).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""The sections of a Table 1 suite's report: Table 1 beside the paper's (:func:`table_rows`,
-:func:`markdown_table`), every run, the attention per layer after training
-(:func:`final_layer_metrics`) and, for a suite followed over epochs (``settle_epochs``),
-:func:`epoch_sections`. Everything is read from the run folders and, for the comparison with a
-baseline suite, from its ``report.json``; :func:`~attncnn.reproduce.reporting.report.write_report`
-puts them together.
+"""The sections of a Table 1 suite's report (:func:`~.report.write_report` puts them together): Table 1
+beside the paper's (:func:`table_rows`, :func:`markdown_table`), every run, the attention per layer after
+training (:func:`final_layer_metrics`) and, for a suite followed over epochs, :func:`epoch_sections`
+(with a baseline suite's ``report.json``).
 """
 
 from __future__ import annotations

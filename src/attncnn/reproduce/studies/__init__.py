@@ -1,10 +1,6 @@
-"""Every study ``attncnn reproduce`` runs, each one declared value (the Table 1 suites in
-:mod:`.table1`, the sample-efficiency grids in :mod:`.efficiency`), registered in :data:`STUDIES`
-(the one table a new study is added to).
-
-A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
-(models x training-set sizes at equal seen images): its rows with their recipe overrides, and the
-claims it measures with their criteria (:mod:`.claims`).
+"""Every study ``attncnn reproduce`` runs, each one declared value of a shape of :mod:`.shapes` (the
+Table 1 suites in :mod:`.table1`, the sample-efficiency grids in :mod:`.efficiency`), registered in
+:data:`STUDIES` (the one table a new study is added to).
 """
 
 from __future__ import annotations
