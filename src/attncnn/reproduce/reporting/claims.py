@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 from ..running.runner import Job, rows_and_cells
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
-from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
+from .results import Records, RunResult, layer_curves, layer_values, read_records, tested, train_test_gap
 
 __all__ = ["HOLDS", "FAILS", "MISSING", "Term", "Reading", "CellNumbers", "RunNumbers", "cell_numbers", "judge",
            "verdict", "read_claim", "evaluate_claims", "points"]
@@ -29,15 +29,11 @@ _COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operato
 
 #: a grid's quantities of one seed's epoch records (see :mod:`attncnn.reproduce.studies.claims`)
 _PER_SEED: dict[str, Callable[[list[dict]], float | None]] = {
-    "first": lambda records: _tested(records)[0]["test_accuracy"] if _tested(records) else None,
-    "last": lambda records: _tested(records)[-1]["test_accuracy"] if _tested(records) else None,
+    "first": lambda records: tested(records)[0]["test_accuracy"] if tested(records) else None,
+    "last": lambda records: tested(records)[-1]["test_accuracy"] if tested(records) else None,
     "train": lambda records: records[-1].get("train_accuracy") if records else None,
     "gap": train_test_gap,
 }
-
-
-def _tested(records: list[dict]) -> list[dict]:
-    return [r for r in records if isinstance(r.get("test_accuracy"), (int, float))]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:

@@ -19,7 +19,7 @@ from ..running.runner import Job, job_state, row_of
 from ..studies import Grid, Study
 
 __all__ = ["RunResult", "Cells", "Records", "finished_results", "read_records",
-           "epoch_records", "layer_values", "train_test_gap", "run_stats", "layer_curves"]
+           "epoch_records", "tested", "layer_values", "train_test_gap", "run_stats", "layer_curves"]
 
 #: a grid's finished runs: ``(row, cell) -> runs`` (seeds in plan order)
 Cells = dict[tuple[str, str], list["RunResult"]]
@@ -42,7 +42,7 @@ class RunResult:
     @property
     def records(self) -> list[dict]:
         """The records of the epochs evaluated on the test set (every epoch by default)."""
-        return [r for r in self.epoch_records if isinstance(r.get("test_accuracy"), (int, float))]
+        return tested(self.epoch_records)
 
     @property
     def final_accuracy(self) -> float:
@@ -92,6 +92,11 @@ def read_records(jobs: Sequence[Job]) -> Records:
 def epoch_records(job: Job) -> list[dict]:
     """The records of ``job``'s epochs in its ``metrics.jsonl``."""
     return [r for r in RunFolder(job.folder, mode="read").read_metrics() if isinstance(r.get("epoch"), int)]
+
+
+def tested(records: Sequence[dict]) -> list[dict]:
+    """The ``records`` with a test accuracy (with ``eval_every`` > 1 some epochs have none)."""
+    return [r for r in records if isinstance(r.get("test_accuracy"), (int, float))]
 
 
 def train_test_gap(records: list[dict]) -> float | None:
