@@ -222,8 +222,6 @@ def _logged_evolution(result: RunResult, suite: Suite, figs: _Figures) -> None:
     figs.save(fig, f"fig3-{preset}-layers-epochs", f"fig3 {preset}")
 
 
-
-
 def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], figs: _Figures) -> None:
     """The figures of a suite followed over epochs (see the module's description), for one preset."""
     if _figure_kind(runs[0]) == "centers":
