@@ -103,8 +103,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
     found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
     missing = _missing(planned, results, lambda job: job.preset)
     # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
-    progress = {j.label: run_progress(j) for j in planned if j.label in missing}
-    progress = {label: p for label, p in progress.items() if p is not None}
+    progress = {j.label: p for j in planned if j.label in missing and (p := run_progress(j)) is not None}
     for row in rows:
         started = [p for j in planned if j.preset == row["preset"] and (p := progress.get(j.label))]
         if row["accuracy_mean"] is None and started:
