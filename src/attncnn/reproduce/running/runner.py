@@ -274,7 +274,7 @@ class TrainOptions:
     ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
     ``compile_mode`` and ``fused_optimizer`` are :class:`~attncnn.training.RunOptions`' (the GPU job,
-    ``benchmarks/gpu/job.py``, gives them; ``attncnn reproduce`` has no flags of them).
+    ``tools/gpu_job.py``, gives them; ``attncnn reproduce`` has no flags of them).
 
     Raises:
         InputError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
