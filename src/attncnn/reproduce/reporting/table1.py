@@ -73,10 +73,9 @@ def seed_lines(results: dict[str, list[RunResult]]) -> list[str]:
     for preset, runs in results.items():
         for r in runs:
             best, epoch = r.best
-            machine = _machine(r)
             lines.append(f"| {preset} | {r.job.seed} | {100 * r.final_accuracy:.2f} | {100 * best:.2f} ({epoch}) | "
                          f"{len(r.epoch_records)} | {r.train_seconds / 3600:.2f} | {r.images_per_second:.0f} | "
-                         f"{r.run.metadata.get('dataset_name') or '-'} | {machine} |")
+                         f"{r.run.metadata.get('dataset_name') or '-'} | {_machine(r)} |")
     return lines
 
 
