@@ -340,10 +340,8 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[
     table = settled_table(results, suite.settle_epochs, suite.settled_below)
     costs = run_costs(results)
     centers = center_rows(results)
-    baseline = None
-    if suite.baseline:
-        path = out.parent / suite.baseline / "report.json"
-        baseline = json.loads(path.read_text()) if path.is_file() else None
+    path = out.parent / str(suite.baseline) / "report.json"
+    baseline = json.loads(path.read_text()) if suite.baseline and path.is_file() else None
     runs = run_settling(_settling_runs(suite, results, unfinished), suite.settle_epochs, suite.settled_below)
     comparison = compare_settling(runs, baseline, suite.settled_below, suite.compare_at) if baseline else None
     md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",
