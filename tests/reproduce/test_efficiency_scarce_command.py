@@ -81,7 +81,7 @@ def test_every_row_trains_and_the_report_judges_the_claims(scarce):
 
 def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_tiny_data, capsys):
     from attncnn.data import DeviceLoader, ImageSplit, held_out_indices, load_dataset
-    from attncnn.reproduce.running.measurements import HELD_OUT_FILE, held_out_result
+    from attncnn.reproduce.running.measurements import HELD_OUT_FILE, held_out_results
     from attncnn.runs import load_model
     from attncnn.training import evaluate
 
@@ -107,10 +107,10 @@ def test_the_sweep_validates_on_training_images_outside_the_cell(scarce, make_ti
     # another data set would hold other images: refused, not measured
     (run / HELD_OUT_FILE).unlink()
     with pytest.raises(ValueError, match="give --data the run's data set"):
-        held_out_result(run, load_dataset(str(make_tiny_data(41, 10, size=16))))
+        held_out_results([run], lambda: load_dataset(str(make_tiny_data(41, 10, size=16))))
     with pytest.raises(ValueError, match="give --data"):
-        held_out_result(run, None)
-    assert held_out_result(run, dataset) == stored
+        held_out_results([run], lambda: None)
+    assert held_out_results([run], lambda: dataset) == {run: stored}
 
 
 def test_only_trains_some_rows_of_a_measurement_and_its_result_covers_all(make_tiny_data, tmp_path, capsys):

@@ -181,16 +181,18 @@ def test_a_smoke_run_shorter_than_every_judged_epoch_says_not_reached(tmp_path):
 def _drawn(monkeypatch, result, suite, tmp_path) -> dict:
     """What ``_logged_evolution`` asks of the figure for ``result``: its layers, columns, other runs,
     notes and title (the drawing itself: the test below)."""
-    asked, saved = {}, {}
+    asked = {}
 
     def figure(layers, drawn, **options):
         asked.update(layers=sorted(layers), drawn=drawn, **options)
         return "figure"
 
     monkeypatch.setattr(figures, "centers_over_epochs_figure", figure)
-    monkeypatch.setattr(figures, "_figure", lambda fig, path, formats, written, key: saved.update({key: path.name}))
-    figures._logged_evolution(result, suite, tmp_path / "figures", ("png",), {})
-    assert saved == {"fig3 quadratic-mini": "fig3-quadratic-mini-layers-epochs"}
+    monkeypatch.setattr(figures, "save_figure", lambda fig, path, formats: [path])
+    saved = figures._Figures(tmp_path / "figures", ("png",))
+    figures._logged_evolution(result, suite, saved)
+    assert {key: path.name for key, path in saved.items()} == {
+        "fig3 quadratic-mini": "fig3-quadratic-mini-layers-epochs"}
     return asked
 
 

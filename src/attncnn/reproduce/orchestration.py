@@ -1,10 +1,7 @@
-"""Run one ``attncnn reproduce`` call (:class:`~.request.StudyRequest`): train any study of
-:data:`~attncnn.reproduce.studies.STUDIES` (resumable), then write its report and figures (and a
-suite's viewer page); or only estimate, or only report. A Table 1
-suite (``mini``, ``mini-long``, ``paper-long``, ``paper``) and a sample-efficiency grid
-(``efficiency``, ``efficiency-scarce``) take the same path through :mod:`.running` and
-:mod:`.reporting`; a grid's calibration and learning-rate sweep measure its seen images per cell
-and its shared rate."""
+"""Run one ``attncnn reproduce`` call (:class:`~.request.StudyRequest`), :func:`run_study`: train any
+study (resumable), then write its report and figures (and a suite's viewer page); or only estimate, or
+only report. A Table 1 suite and a sample-efficiency grid take the same path through :mod:`.running`
+and :mod:`.reporting`."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from .request import StudyRequest, check_request, parse_fractions, parse_rates, parse_seeds, viewer_images
-from .studies import Grid, Study, Suite
+from .studies import Grid, Suite
 
 log = logging.getLogger("attncnn.reproduce")
 __all__ = ["run_study", "VIEWER_IMAGES", "VIEWER_AVERAGE"]
@@ -25,22 +22,6 @@ __all__ = ["run_study", "VIEWER_IMAGES", "VIEWER_AVERAGE"]
 #: Fig. 6 in the figures folder, and the options bring the rest back.
 VIEWER_IMAGES = (2,)
 VIEWER_AVERAGE = 0
-
-
-def _options(request: StudyRequest):
-    from .running.runner import TrainOptions
-
-    return TrainOptions(data=request.data or "cifar10", data_dir=request.data_dir, download=request.download,
-                        device=request.device, precision=request.precision, compile=request.compile,
-                        epochs=request.epochs, train_subset=request.train_subset, batch_size=request.batch_size)
-
-
-def _train(jobs, options, request: StudyRequest) -> None:
-    from ..analysis.metrics import epoch_metrics
-    from .running.runner import train_jobs
-
-    train_jobs(jobs, options, progress=request.progress, epoch_metrics=epoch_metrics,
-               resume_hint=f"`{_command(request)}`")
 
 
 def _command(request: StudyRequest) -> str:
@@ -57,25 +38,35 @@ def run_study(request: StudyRequest) -> Path | None:
             report. TrainingInterrupted: a job stopped by Ctrl-C or SIGTERM (resumable: the same call
             continues). Anything training or reporting raises.
     """
+    from ..analysis.metrics import epoch_metrics
     from .reporting.figures import draw_figures
     from .reporting.report import write_report
     from .reporting.results import finished_results
     from .running.estimate import dry_run
-    from .running.runner import plan_study, study_jobs
+    from .running.runner import TrainOptions, plan_study, study_jobs, train_jobs
 
     study = check_request(request)
     out = Path(request.out or f"results/{request.study}")
-    options = _options(request)
-    planned = _plan_options(request, study, options)
-    if request.measurement is None:
-        jobs = plan_study(study, out, only=_only(request), **planned)
+    options = TrainOptions(data=request.data or "cifar10", data_dir=request.data_dir, download=request.download,
+                           device=request.device, precision=request.precision, compile=request.compile,
+                           epochs=request.epochs, train_subset=request.train_subset, batch_size=request.batch_size)
+    planned = dict(seeds=parse_seeds(request.seeds))            # plan_study's options the request sets
+    if isinstance(study, Grid):
+        planned.update(train_images=request.train_images, passes=request.passes,
+                       fractions=parse_fractions(request.fractions), lr=request.lr)
     else:
-        jobs = _measurement_jobs(request, study, out, only=_only(request))
+        planned["epochs"] = request.epochs
+    only = tuple(p.strip() for p in request.only.split(",") if p.strip()) if request.only else None
+    if request.measurement is None:
+        jobs = plan_study(study, out, only=only, **planned)
+    else:
+        jobs = _measurement_jobs(request, study, out, only)
     if request.action == "dry-run":
         dry_run(jobs, options, out, request.study)
         return None
     if request.action == "train":
-        _train(jobs, options, request)
+        train_jobs(jobs, options, progress=request.progress, epoch_metrics=epoch_metrics,
+                   resume_hint=f"`{_command(request)}`")
     if request.measurement is not None:
         _report_measurement(request, study, out, options)
         return None
@@ -93,19 +84,6 @@ def run_study(request: StudyRequest) -> Path | None:
                         data_dir=request.data_dir)
     print(f"report: {path}")
     return path
-
-
-def _plan_options(request: StudyRequest, study: Study, options) -> dict:
-    """The options of :func:`~attncnn.reproduce.running.runner.plan_study` the request sets."""
-    if isinstance(study, Grid):
-        return dict(seeds=parse_seeds(request.seeds), train_images=request.train_images, passes=request.passes,
-                    fractions=parse_fractions(request.fractions), lr=request.lr)
-    return dict(seeds=parse_seeds(request.seeds), epochs=options.epochs)
-
-
-def _only(request: StudyRequest) -> tuple[str, ...] | None:
-    """``--only``'s names (None: every row)."""
-    return tuple(p.strip() for p in request.only.split(",") if p.strip()) if request.only else None
 
 
 def _viewer(results, out: Path, request: StudyRequest) -> None:
@@ -157,7 +135,9 @@ def _sizes(request: StudyRequest) -> dict:
 def _report_measurement(request: StudyRequest, grid, out: Path, options) -> None:
     """Print what a calibration or a sweep measured (a sweep's report covers every rate already swept
     under ``out``)."""
-    from .running.measurements import calibration_lines, plan_lr_sweep, swept_rates, write_sweep_report
+    from ..data import load_dataset
+    from .running.measurements import (calibration_lines, held_out_results, plan_lr_sweep, swept_rates,
+                                       write_sweep_report)
 
     jobs = _measurement_jobs(request, grid, out)
     if request.measurement == "calibrate":
@@ -165,16 +145,9 @@ def _report_measurement(request: StudyRequest, grid, out: Path, options) -> None
     else:
         rates = swept_rates(jobs, parse_rates(request.rates))
         jobs = plan_lr_sweep(grid, out, rates, **_sizes(request))
-        lines = write_sweep_report(grid, out, jobs, rates, command=_command(request),
-                                   held_out=_held_out(jobs, options))
+        # evaluated on training images outside their cell (cached in each run folder; the data set is
+        # loaded only when a run has none)
+        held_out = held_out_results([job.folder for job in jobs], lambda: load_dataset(
+            options.data, data_dir=options.data_dir, download=options.download), device=options.device)
+        lines = write_sweep_report(grid, out, jobs, rates, command=_command(request), held_out=held_out)
     print("\n".join(lines))
-
-
-def _held_out(jobs, options) -> dict:
-    """The sweep's finished runs evaluated on training images outside their cell (cached in each
-    run folder; the data set is loaded only when one is not)."""
-    from ..data import load_dataset
-    from .running.measurements import held_out_results
-
-    return held_out_results([job.folder for job in jobs], lambda: load_dataset(
-        options.data, data_dir=options.data_dir, download=options.download), device=options.device)

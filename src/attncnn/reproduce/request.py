@@ -110,12 +110,6 @@ RULES = (
 )
 
 
-def _given(request: StudyRequest) -> dict:
-    """The options of ``request`` that differ from their defaults, by name."""
-    return {f.name: getattr(request, f.name) for f in dataclasses.fields(request)
-            if getattr(request, f.name) != f.default}
-
-
 def check_request(request: StudyRequest) -> Study:
     """Refuse a request whose options do not fit together (:data:`RULES`) or whose values are out
     of range, before anything trains; returns its study.
@@ -134,7 +128,8 @@ def check_request(request: StudyRequest) -> Study:
     grid = isinstance(study, Grid)
     context = {"action": request.action, "shape": "grid" if grid else "suite", "measurement": request.measurement,
                "shared_rate": grid and any("lr" in recipe for recipe in study.rows.values())}
-    given = _given(request)
+    given = {f.name: getattr(request, f.name) for f in dataclasses.fields(request)   # those not left at their default
+             if getattr(request, f.name) != f.default}
     for rule in RULES:
         refused = [name for name in rule.options if name in given]
         if refused and context[rule.context] not in rule.takes:

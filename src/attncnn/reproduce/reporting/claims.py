@@ -16,9 +16,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from ..running.runner import Job, row_of
+from ..running.runner import Job, rows_and_cells
 from ..studies.claims import Accuracies, Claim, Criterion, Curve, Gain, Layers, PerLayer, PerRow, Scarcity, Versus
-from .results import Records, RunResult, layer_curves, layer_values, read_records, train_test_gap
+from .results import Records, RunResult, layer_curves, layer_values, read_records, tested, train_test_gap
 
 __all__ = ["HOLDS", "FAILS", "MISSING", "Term", "Reading", "CellNumbers", "RunNumbers", "cell_numbers", "judge",
            "verdict", "read_claim", "evaluate_claims", "points"]
@@ -29,15 +29,11 @@ _COMPARE = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operato
 
 #: a grid's quantities of one seed's epoch records (see :mod:`attncnn.reproduce.studies.claims`)
 _PER_SEED: dict[str, Callable[[list[dict]], float | None]] = {
-    "first": lambda records: _tested(records)[0]["test_accuracy"] if _tested(records) else None,
-    "last": lambda records: _tested(records)[-1]["test_accuracy"] if _tested(records) else None,
+    "first": lambda records: tested(records)[0]["test_accuracy"] if tested(records) else None,
+    "last": lambda records: tested(records)[-1]["test_accuracy"] if tested(records) else None,
     "train": lambda records: records[-1].get("train_accuracy") if records else None,
     "gap": train_test_gap,
 }
-
-
-def _tested(records: list[dict]) -> list[dict]:
-    return [r for r in records if isinstance(r.get("test_accuracy"), (int, float))]
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -102,8 +98,8 @@ def cell_numbers(jobs: Sequence[Job]) -> CellNumbers:
     Raises:
         ValueError: a job folder holding another run (from :func:`read_records`).
     """
-    return CellNumbers(read_records(jobs), list(dict.fromkeys(job.cell for job in jobs)),
-                       list(dict.fromkeys(row_of(job) for job in jobs)))
+    rows, cells = rows_and_cells(jobs)
+    return CellNumbers(read_records(jobs), cells, rows)
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,8 @@ for quadratic heads, every head's centre and spread (``attn/layerL/headH/center_
 trained: **a layer has settled on a grid when its grid distance is below** :data:`SETTLED_BELOW`
 **= 0.5 tokens**, judged per layer and seed at the suite's epochs (:func:`settled_table`); an
 unfinished run is judged at the epochs it has reached so far. :func:`settling_lines` says it in
-words, beside the same model and seed of a baseline suite (``Suite.baseline``) where there is one.
-
-Nothing here is hard-coded about any suite: the epochs, the criterion and the baseline's judgement
-(its ``report.json``'s ``epoch_study.settled`` rows, judged again by this suite's criterion) are
-read from the suite and the run folders; nothing is trained or timed here.
+words, beside the same model and seed of a baseline suite (``Suite.baseline``, its ``report.json``'s
+rows judged again by this suite's criterion) where there is one.
 """
 
 from __future__ import annotations
@@ -54,12 +51,8 @@ def settled_table(results: dict[str, list[RunResult]], epochs: Sequence[int],
                   threshold: float = SETTLED_BELOW) -> list[dict]:
     """:func:`settled_rows` of every finished run that logs grid distances, each row with its
     ``preset`` and ``seed`` added (suite order, then seed order, then epoch)."""
-    table = []
-    for preset, runs in results.items():
-        for result in runs:
-            table += [{"preset": preset, "seed": result.job.seed, **row}
-                      for row in settled_rows(result.epoch_records, epochs, threshold)]
-    return table
+    return [{"preset": preset, "seed": result.job.seed, **row} for preset, runs in results.items()
+            for result in runs for row in settled_rows(result.epoch_records, epochs, threshold)]
 
 
 def seed_layer_curves(results: Sequence[RunResult], key: str) -> dict[int, dict[int, tuple[list[int], list[float]]]]:
@@ -113,10 +106,6 @@ def evolution_epochs(available: Sequence[int], chosen: Sequence[int]) -> list[in
     return sorted({have[0], have[-1], *(e for e in chosen if e in have)})
 
 
-def _layers(row: dict) -> list[int]:
-    return [n for n, ok in enumerate(row["settled"], start=1) if ok]
-
-
 def _words(layers: Sequence[int]) -> str:
     if not layers:
         return "none"
@@ -153,7 +142,7 @@ def run_settling(runs: Sequence[Run], epochs: Sequence[int], threshold: float) -
         found.append({"preset": preset, "seed": seed, "finished": planned is None, "planned": planned,
                       "last_epoch": last,
                       "judged": [{"epoch": r["epoch"], "grid_distance": r["grid_distance"], "settled": r["settled"],
-                                  "layers": _layers(r)} for r in judged],
+                                  "layers": [n for n, ok in enumerate(r["settled"], start=1) if ok]} for r in judged],
                       "not_reached": [e for e in epochs if e > last],
                       "lowest": None if lowest is None else {"distance": lowest[0], "layer": lowest[1],
                                                              "epoch": lowest[2]}})

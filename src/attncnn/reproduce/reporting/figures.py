@@ -39,7 +39,7 @@ from ...analysis.locality_figure import locality_figure
 from ...analysis.maps import attention_layers, attention_maps, default_grid_size, position_maps
 from ...analysis.runs import test_count, test_images
 from ...runs import RunFolder, load_model
-from ..running.runner import Job, row_of
+from ..running.runner import Job, rows_and_cells
 from ..studies import Grid, Study, Suite
 from .epochs import accuracy_bands, evolution_epochs, quadratic_heads, seed_layer_curves
 from .locality import run_locality
@@ -47,51 +47,53 @@ from .results import Cells, RunResult, layer_curves
 
 log = logging.getLogger("attncnn.reproduce")
 
-__all__ = ["draw_figures", "suite_figures", "grid_figures", "EVOLUTION_LAYERS"]
+__all__ = ["draw_figures", "EVOLUTION_LAYERS"]
 
 #: layers drawn across epochs (paper Fig. 3): the first, where the grid forms, and a deeper one
 EVOLUTION_LAYERS = (1, 4)
+#: Fig. 6: the test image of the single-image content map, and how many test images the averaged one uses
+#: (the paper's 100)
+FIG6_IMAGE, FIG6_AVERAGE = 0, 100
 
 
-def _figure(fig, path: Path, formats: Sequence[str], written: dict[str, Path], key: str) -> None:
-    written[key] = save_figure(fig, path, formats)[0]
+class _Figures(dict):
+    """Figure key -> first file (of ``formats``) of each figure drawn into ``out``."""
+
+    def __init__(self, out: Path, formats: Sequence[str]):
+        super().__init__()
+        self.out, self.formats = out, formats
+
+    def save(self, fig, name: str, key: str | None = None) -> None:
+        self[key or name] = save_figure(fig, self.out / name, self.formats)[0]
+
+    def withheld(self, result: RunResult, names: dict[str, str]) -> bool:
+        """Whether ``result``'s run was shipped without its weights. Then ``names`` (figure key ->
+        file name without suffix), drawn from those weights, are not drawn again: each one's file drawn
+        before they were withheld stays, and is listed where it is there."""
+        if result.run.model is not None:
+            return False
+        kept = {key: (self.out / name).with_suffix(f".{self.formats[0]}") for key, name in names.items()}
+        kept = {key: path for key, path in kept.items() if path.is_file()}
+        self.update(kept)
+        log.info("%s: shipped without its weights, so %s %s not drawn again (%d of %d drawn before and kept)",
+                 result.run.path, " and ".join(names), "is" if len(names) == 1 else "are", len(kept), len(names))
+        return True
 
 
-def _weights_withheld(result: RunResult, written: dict[str, Path], formats, figures: dict[str, Path]) -> bool:
-    """Whether ``result``'s run was shipped without its weights. Then ``figures`` (figure key ->
-    path without suffix), drawn from those weights, are not drawn again: each one's file drawn
-    before they were withheld stays, and is listed in ``written`` where it is there."""
-    if result.run.model is not None:
-        return False
-    kept = {key: path.with_suffix(f".{formats[0]}") for key, path in figures.items()}
-    kept = {key: path for key, path in kept.items() if path.is_file()}
-    written.update(kept)
-    log.info("%s: shipped without its weights, so %s %s not drawn again (%d of %d drawn before and kept)",
-             result.run.path, " and ".join(figures), "is" if len(figures) == 1 else "are", len(kept), len(figures))
-    return True
-
-
-def _fig4(result: RunResult, out: Path, formats, written: dict[str, Path], *, seed_in_name: bool = False) -> None:
-    preset, run = result.job.preset, result.run
+def _fig4(result: RunResult, figs: _Figures, *, seed_in_name: bool = False) -> None:
+    preset = result.job.preset
     seed = f" seed {result.job.seed}" if seed_in_name else ""
-    path, key = out / f"fig4-{preset}{seed.replace(' ', '-')}-centers", f"fig4 {preset}{seed}"
-    if _weights_withheld(result, written, formats, {key: path}):
-        return
-    _figure(quadratic_layers_figure(run.model, title=f"{preset}{seed}: every layer after epoch "
-                                                     f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"),
-            path, formats, written, key)
+    name, key = f"fig4-{preset}{seed.replace(' ', '-')}-centers", f"fig4 {preset}{seed}"
+    if not figs.withheld(result, {key: name}):
+        figs.save(quadratic_layers_figure(result.run.model, title=f"{preset}{seed}: every layer after epoch "
+                                          f"{len(result.epoch_records)} (50 % solid, 90 % dotted mass)"), name, key)
 
 
-def _quadratic(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
-    _fig4(result, out, formats, written)
-    _checkpoint_evolution(result, out, formats, written)
-
-
-def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[str, Path]) -> None:
+def _checkpoint_evolution(result: RunResult, figs: _Figures) -> None:
     """Fig. 3 from the run's periodic checkpoints."""
     preset, run = result.job.preset, result.run
-    drawn = {f"fig3 {preset} layer {layer}": out / f"fig3-{preset}-layer{layer}-epochs" for layer in EVOLUTION_LAYERS}
-    if _weights_withheld(result, written, formats, drawn):
+    drawn = {f"fig3 {preset} layer {layer}": f"fig3-{preset}-layer{layer}-epochs" for layer in EVOLUTION_LAYERS}
+    if figs.withheld(result, drawn):
         return
     snapshots = [(epoch, load_model(path)[0]) for epoch, path in run.periodic_checkpoints()]
     if not snapshots:
@@ -100,48 +102,46 @@ def _checkpoint_evolution(result: RunResult, out: Path, formats, written: dict[s
     for layer in EVOLUTION_LAYERS:
         if layer <= run.model.config.num_layers:
             fig = quadratic_epochs_figure(snapshots, layer, title=f"{preset}: layer {layer} after each epoch")
-            _figure(fig, out / f"fig3-{preset}-layer{layer}-epochs", formats, written, f"fig3 {preset} layer {layer}")
+            figs.save(fig, f"fig3-{preset}-layer{layer}-epochs", f"fig3 {preset} layer {layer}")
 
 
-def _content(result: RunResult, out: Path, formats, written: dict[str, Path], *, image: int, average: int,
-             data: str | None, data_dir: str | None) -> None:
-    preset, run = result.job.preset, result.run
-    average = min(average, test_count(run, data=data, data_dir=data_dir))   # a small data set has fewer
-    if _weights_withheld(result, written, formats, {f"fig6 {preset} image": out / f"fig6-{preset}-image{image}",
-                                                    f"fig6 {preset} average": out / f"fig6-{preset}-average{average}"}):
+def _content(result: RunResult, figs: _Figures, data: str | None, data_dir: str | None) -> None:
+    preset, run, image = result.job.preset, result.run, FIG6_IMAGE
+    average = min(FIG6_AVERAGE, test_count(run, data=data, data_dir=data_dir))   # a small data set has fewer
+    if figs.withheld(result, {f"fig6 {preset} image": f"fig6-{preset}-image{image}",
+                              f"fig6 {preset} average": f"fig6-{preset}-average{average}"}):
         return
     images, raw = test_images(run, [image], data=data, data_dir=data_dir)
     maps = attention_maps(run.model, images)
     # the middle token of the grid of these images (the data set's size, which need not be the model's default)
     query = (maps[0].height // 2, maps[0].width // 2)
     fig = attention_grid_figure(maps, query, image=raw[0], title=f"{preset}: test image {image}, query {query}")
-    _figure(fig, out / f"fig6-{preset}-image{image}", formats, written, f"fig6 {preset} image")
+    figs.save(fig, f"fig6-{preset}-image{image}", f"fig6 {preset} image")
     images, _ = test_images(run, list(range(average)), data=data, data_dir=data_dir)
     fig = attention_grid_figure(attention_maps(run.model, images, average=True), query,
                                 title=f"{preset}: average over {average} test images, query {query}")
-    _figure(fig, out / f"fig6-{preset}-average{average}", formats, written, f"fig6 {preset} average")
+    figs.save(fig, f"fig6-{preset}-average{average}", f"fig6 {preset} average")
 
 
-def _distances(preset: str, results: Sequence[RunResult], out: Path, formats, written: dict[str, Path]) -> None:
+def _distances(preset: str, results: Sequence[RunResult], figs: _Figures) -> None:
     panels = {"attention distance (tokens)": layer_curves(results, "distance"),
               "distance to the 3x3 grid of shifts (tokens)": layer_curves(results, "grid_distance")}
     if all(panels.values()):
         seeds = len(results)
         fig = layer_curves_figure(panels, title=f"{preset}: per layer, after each epoch "
                                                 f"(mean over {seeds} seed{'s' if seeds > 1 else ''})")
-        _figure(fig, out / f"distances-{preset}", formats, written, f"distances {preset}")
+        figs.save(fig, f"distances-{preset}", f"distances {preset}")
 
 
-def _locality(preset: str, results: Sequence[RunResult], out: Path, formats, written: dict[str, Path], *,
-              data: str | None, data_dir: str | None) -> None:
-    """ViT's Fig. 7: every head's mean attention distance and normalised entropy per layer, one colour
-    per seed (the numbers of the report's locality section)."""
+def _locality(preset: str, results: Sequence[RunResult], figs: _Figures, data: str | None,
+              data_dir: str | None) -> None:
+    """ViT's Fig. 7 (the numbers of the report's locality section)."""
     measured = [m for r in results if (m := run_locality(r, data=data, data_dir=data_dir)) is not None]
     if measured:
         runs = {f"seed {m['seed']}": Locality.from_dict(m) for m in measured}
         fig = locality_figure(runs, title=f"{preset}: mean attention distance and normalised entropy of every head "
                                           "after training")
-        _figure(fig, out / f"locality-{preset}", formats, written, f"locality {preset}")
+        figs.save(fig, f"locality-{preset}", f"locality {preset}")
 
 
 def _figure_kind(result: RunResult) -> str | None:
@@ -191,10 +191,8 @@ def _baseline_run(result: RunResult, suite: Suite) -> tuple[str, list[dict], int
     return (suite.baseline, records, run.read_config().get("epochs")) if records else None
 
 
-def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, written: dict[str, Path]) -> None:
-    """Fig. 3 from the centres and spreads logged every epoch (no checkpoints): every layer at the first
-    epoch, the settle epochs and the last, and beside them the last epoch of the baseline suite's run of
-    the same model and seed where it is beside this suite's folder (another schedule's end)."""
+def _logged_evolution(result: RunResult, suite: Suite, figs: _Figures) -> None:
+    """Fig. 3 from the centres and spreads logged every epoch (see the module's description)."""
     preset, records = result.job.preset, result.epoch_records
     layers = _logged_layers(records)
     if not layers:
@@ -221,51 +219,48 @@ def _logged_evolution(result: RunResult, suite: Suite, out: Path, formats, writt
     # wrapped to the figure's width (2.5 inches a column): a title wider than three columns was cut
     title = "\n".join(textwrap.fill(line, width=max(45, 32 * len(drawn))) for line in lines if line)
     fig = centers_over_epochs_figure(layers, drawn, others=others, notes=notes, title=title)
-    _figure(fig, out / f"fig3-{preset}-layers-epochs", formats, written, f"fig3 {preset}")
+    figs.save(fig, f"fig3-{preset}-layers-epochs", f"fig3 {preset}")
 
 
-def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], out: Path, formats,
-                 written: dict[str, Path]) -> None:
-    """The figures of a suite followed over epochs, for one preset: Fig. 3 from the logs, Fig. 4
-    of every seed, the grid distance of every seed."""
+def _epoch_study(suite: Suite, preset: str, runs: Sequence[RunResult], figs: _Figures) -> None:
+    """The figures of a suite followed over epochs (see the module's description), for one preset."""
     if _figure_kind(runs[0]) == "centers":
         if suite.evolution_from == "metrics":
-            _logged_evolution(runs[0], suite, out, formats, written)
+            _logged_evolution(runs[0], suite, figs)
         else:
-            _checkpoint_evolution(runs[0], out, formats, written)
+            _checkpoint_evolution(runs[0], figs)
         for result in runs:
-            _fig4(result, out, formats, written, seed_in_name=True)
+            _fig4(result, figs, seed_in_name=True)
     curves = seed_layer_curves(runs, "grid_distance")
     if curves:
         fig = seed_curves_figure(curves, ylabel="grid distance (tokens)", threshold=suite.settled_below,
                                  threshold_label=f"settled: below {suite.settled_below}",
                                  title=f"{preset}: distance of each layer's heads to the nearest 3x3 grid of shifts")
-        _figure(fig, out / f"grid-distance-seeds-{preset}", formats, written, f"grid distance seeds {preset}")
+        figs.save(fig, f"grid-distance-seeds-{preset}", f"grid distance seeds {preset}")
 
 
-def _accuracy(results: dict[str, list[RunResult]], suite: Suite | None, out: Path, formats,
-              written: dict[str, Path]) -> None:
-    if suite is not None and suite.settle_epochs:
+def _accuracy(results: dict[str, list[RunResult]], suite: Suite, figs: _Figures) -> None:
+    if suite.settle_epochs:
         curves, bands = {}, {}
         for preset, runs in results.items():
             if runs:
                 epochs, mean, low, high = accuracy_bands(runs)
                 label = f"{preset} ({len(runs)} seed{'s' if len(runs) != 1 else ''})"
                 curves[label], bands[label] = (epochs, mean), (low, high)
-        fig = accuracy_figure(curves, bands=bands, title="Test accuracy: mean over seeds, band from min to max")
-        _figure(fig, out / "fig2-accuracy", formats, written, "fig2")
+        figs.save(accuracy_figure(curves, bands=bands, title="Test accuracy: mean over seeds, band from min to max"),
+                  "fig2-accuracy", "fig2")
         return
     curves = {preset: ([r["epoch"] for r in runs[0].records], [r["test_accuracy"] for r in runs[0].records])
               for preset, runs in results.items() if runs}
     if curves:
-        _figure(accuracy_figure(curves, title="Test accuracy (first seed of each model)"), out / "fig2-accuracy",
-                formats, written, "fig2")
+        figs.save(accuracy_figure(curves, title="Test accuracy (first seed of each model)"), "fig2-accuracy", "fig2")
+
 
 def draw_figures(study: Study, jobs: Sequence[Job], results: dict, out: str | Path, *,
                  formats: Sequence[str] = ("png",), data: str | None = None,
                  data_dir: str | None = None) -> dict[str, Path]:
-    """Draw every figure a study's finished runs allow into ``out``: :func:`grid_figures` of a grid,
-    :func:`suite_figures` of a suite; returns ``{figure key: first file}``.
+    """Draw every figure a study's finished runs allow into ``out`` (see the module's description);
+    returns ``{figure key: first file}``.
 
     Args:
         jobs: the study's planned jobs (a grid's rows and cells, in plan order).
@@ -276,118 +271,83 @@ def draw_figures(study: Study, jobs: Sequence[Job], results: dict, out: str | Pa
     Raises:
         attncnn.data.DataError: the test images of a content model cannot be read.
     """
+    figs = _Figures(Path(out), formats)
     if isinstance(study, Grid):
-        return grid_figures(jobs, results, out, formats=formats, gate_rows=study.gate_rows)
-    return suite_figures(results, out, formats=formats, data=data, data_dir=data_dir, suite=study)
+        _grid_figures(study, jobs, results, figs)
+    else:
+        _suite_figures(study, results, figs, data, data_dir)
+    return dict(figs)
 
 
-def suite_figures(results: dict[str, list[RunResult]], out: str | Path, *, formats: Sequence[str] = ("png",),
-                  image: int = 0, average: int = 100, data: str | None = None,
-                  data_dir: str | None = None, suite: Suite | None = None) -> dict[str, Path]:
-    """Draw every figure the finished runs allow into ``out``; returns ``{figure key: first file}``.
-
-    Args:
-        results: preset -> finished runs (:func:`~attncnn.reproduce.reporting.results.finished_results`).
-        formats: matplotlib formats (the first one's file is returned).
-        image: test image of the single-image content map (Fig. 6).
-        average: number of test images the averaged content map uses (paper: 100).
-        data, data_dir: data set for the test images (default: each run's own).
-        suite: the suite; one with ``settle_epochs`` gets the figures of a study over epochs (see
-            the module's description). None: the figures of a Table 1 suite.
-
-    Raises:
-        attncnn.data.DataError: the test images of a content model cannot be read.
-    """
-    out = Path(out)
-    written: dict[str, Path] = {}
-    over_epochs = suite is not None and bool(suite.settle_epochs)
-    _accuracy(results, suite, out, formats, written)
+def _suite_figures(suite: Suite, results: dict[str, list[RunResult]], figs: _Figures, data: str | None,
+                   data_dir: str | None) -> None:
+    _accuracy(results, suite, figs)
     for preset, runs in results.items():
         first = runs[0]
         kind = _figure_kind(first)
-        if over_epochs:
-            _epoch_study(suite, preset, runs, out, formats, written)
+        if suite.settle_epochs:
+            _epoch_study(suite, preset, runs, figs)
         elif kind == "centers":
-            _quadratic(first, out, formats, written)
-        key, path = f"fig5 {preset}", out / f"fig5-{preset}-maps"
-        if kind == "position maps" and not _weights_withheld(first, written, formats, {key: path}):
+            _fig4(first, figs)
+            _checkpoint_evolution(first, figs)
+        key, name = f"fig5 {preset}", f"fig5-{preset}-maps"
+        if kind == "position maps" and not figs.withheld(first, {key: name}):
             grid = default_grid_size(first.run.model)
             fig = attention_grid_figure(position_maps(first.run.model), (grid[0] // 2, grid[1] // 2),
                                         title=f"{preset}: attention probabilities of the central query")
-            _figure(fig, path, formats, written, key)
+            figs.save(fig, name, key)
         if kind == "score terms":
-            _content(first, out, formats, written, image=image, average=average, data=data, data_dir=data_dir)
-        _distances(preset, runs, out, formats, written)
-        _locality(preset, runs, out, formats, written, data=data, data_dir=data_dir)
-    return written
+            _content(first, figs, data, data_dir)
+        _distances(preset, runs, figs)
+        _locality(preset, runs, figs, data, data_dir)
 
 
-def _subset(results: Cells, key: tuple[str, str]) -> int:
-    return dict(results[key][0].job.overrides)["train_subset"]
-
-
-def _accuracy_curve(results: Cells, key: tuple[str, str]) -> tuple[list[int], list[float]]:
-    """(seen images, mean test accuracy) at the evaluated epochs common to the cell's seeds."""
-    per_seed = [{r["epoch"]: r["test_accuracy"] for r in run.records} for run in results[key]]
-    epochs = sorted(set.intersection(*(set(s) for s in per_seed)))
-    return [e * _subset(results, key) for e in epochs], [statistics.fmean(s[e] for s in per_seed) for e in epochs]
+def _subset(runs: Sequence[RunResult]) -> int:
+    return dict(runs[0].job.overrides)["train_subset"]
 
 
 def _per_seen(curves: dict, subset: int) -> dict:
     return {layer: ([e * subset for e in epochs], values) for layer, (epochs, values) in curves.items()}
 
 
-def grid_figures(jobs: Sequence[Job], results: Cells, out: str | Path, *, formats: Sequence[str] = ("png",),
-                 gate_rows: Sequence[str] = ("gpsa-mini",)) -> dict[str, Path]:
-    """Draw every figure a grid's finished cells allow into ``out`` (see the module's description);
-    returns ``key -> first file``.
-
-    ``gate_rows``: the GPSA rows whose gates ``efficiency-gates`` draws (the grid's ``gate_rows``).
-    """
-    out, written = Path(out), {}
-    presets = list(dict.fromkeys(row_of(j) for j in jobs))
-    cells = list(dict.fromkeys(j.cell for j in jobs))
-    slug = {c: c.replace(" %", "pct") for c in cells}
-
-    def save(fig, name: str) -> None:
-        written[name] = save_figure(fig, out / name, formats)[0]
-
+def _grid_figures(grid: Grid, jobs: Sequence[Job], results: Cells, figs: _Figures) -> None:
+    presets, cells = rows_and_cells(jobs)
     by_size, seeds = {}, {}
     for preset in presets:
-        finished = [(preset, c) for c in cells if (preset, c) in results]
-        done = [(_subset(results, key), statistics.fmean(r.final_accuracy for r in results[key])) for key in finished]
+        finished = [results[(preset, c)] for c in cells if (preset, c) in results]
+        done = [(_subset(runs), statistics.fmean(r.final_accuracy for r in runs)) for runs in finished]
         if done:
             by_size[preset] = tuple(zip(*done))
         # every seed of a cell with several, so a mean drawn from a wide spread shows it
-        spread = [(_subset(results, key), r.final_accuracy) for key in finished if len(results[key]) > 1
-                  for r in results[key]]
+        spread = [(_subset(runs), r.final_accuracy) for runs in finished if len(runs) > 1 for r in runs]
         if spread:
             seeds[preset] = tuple(zip(*spread))
     if by_size:
         title = "Final test accuracy, equal seen images per cell" + (" (line: mean; circles: each seed)"
                                                                       if seeds else "")
-        save(accuracy_figure(by_size, title=title, xlabel="training images (class-balanced subset)", logx=True,
-                             points=seeds), "efficiency-accuracy")
+        figs.save(accuracy_figure(by_size, title=title, xlabel="training images (class-balanced subset)", logx=True,
+                                  points=seeds), "efficiency-accuracy")
     for cell in cells:
-        curves = {p: _accuracy_curve(results, (p, cell)) for p in presets if (p, cell) in results}
+        curves, panels = {}, {}
+        for preset in (p for p in presets if (p, cell) in results):
+            runs = results[(preset, cell)]
+            # seen images against the mean test accuracy at the evaluated epochs common to the cell's seeds
+            epochs, mean, _, _ = accuracy_bands(runs)
+            curves[preset] = ([e * _subset(runs) for e in epochs], mean)
+            if distances := layer_curves(runs, "distance"):
+                panels[f"{preset}: attention distance (tokens)"] = _per_seen(distances, _subset(runs))
+        slug = cell.replace(" %", "pct")
         if curves:
-            save(accuracy_figure(curves, title=f"Test accuracy on {cell} of the training set", xlabel="seen images"),
-                 f"efficiency-seen-{slug[cell]}")
-        panels = {}
-        for p in presets:
-            if (p, cell) in results:
-                distances = layer_curves(results[(p, cell)], "distance")
-                if distances:
-                    panels[f"{p}: attention distance (tokens)"] = _per_seen(distances, _subset(results, (p, cell)))
+            figs.save(accuracy_figure(curves, title=f"Test accuracy on {cell} of the training set",
+                                      xlabel="seen images"), f"efficiency-seen-{slug}")
         if panels:
-            save(layer_curves_figure(panels, title=f"Attention distance per layer over training ({cell} of the "
-                                                   "training set)", xlabel="seen images"),
-                 f"efficiency-distance-{slug[cell]}")
-    named = (lambda row: "GPSA") if len(gate_rows) == 1 else (lambda row: row)
+            figs.save(layer_curves_figure(panels, title=f"Attention distance per layer over training ({cell} of the "
+                                                        "training set)", xlabel="seen images"),
+                      f"efficiency-distance-{slug}")
+    named = (lambda row: "GPSA") if len(grid.gate_rows) == 1 else (lambda row: row)
     gates = {f"{named(row)} gate sigmoid(lambda), {c}": _per_seen(layer_curves(results[(row, c)], "gate"),
-                                                                 _subset(results, (row, c)))
-             for row in gate_rows for c in cells if (row, c) in results}
+                                                                 _subset(results[(row, c)]))
+             for row in grid.gate_rows for c in cells if (row, c) in results}
     if gates and all(gates.values()):
-        save(layer_curves_figure(gates, title="GPSA: weight of the positional attention per layer (layer mean)",
-                                 xlabel="seen images"), "efficiency-gates")
-    return written
+        figs.save(layer_curves_figure(gates, title="GPSA: weight of the positional attention per layer (layer mean)",
+                                      xlabel="seen images"), "efficiency-gates")

@@ -55,12 +55,9 @@ def _measure(result: RunResult, images: int, data: str | None, data_dir: str | N
 
 def suite_locality(results: dict[str, list[RunResult]], **options) -> dict[str, list[dict]]:
     """Per preset, :func:`run_locality` of every finished seed (models without attention left out)."""
-    out = {}
-    for preset, runs in results.items():
-        measured = [m for r in runs if (m := run_locality(r, **options)) is not None]
-        if measured:
-            out[preset] = measured
-    return out
+    measured = {preset: [m for r in runs if (m := run_locality(r, **options)) is not None]
+                for preset, runs in results.items()}
+    return {preset: found for preset, found in measured.items() if found}
 
 
 def locality_summary(per_seed: Sequence[dict]) -> dict:

@@ -1,17 +1,13 @@
-"""A study's report: ``report.md`` and ``report.json`` in its folder, written atomically, for any study.
-
-:func:`write_report` writes the shape the study declares: a Table 1 suite's (the sections of
-:mod:`.table1`) or a grid's (accuracy per row and training-set size, its claims judged, the
-machines, the models, read from the cells' run folders, so the report of a grid run in parts says
-which cells are missing). Both measure the study's declared claims with
-:func:`~attncnn.reproduce.reporting.claims.evaluate_claims`.
+"""A study's report, :func:`write_report`: ``report.md`` and ``report.json`` in its folder, written
+atomically, of the shape the study declares: a Table 1 suite's (the sections of :mod:`.table1`) or a
+grid's (accuracy per row and training-set size, its claims judged, the machines, the models; a grid
+run in parts lists the cells missing).
 """
 
 from __future__ import annotations
 
 import json
 import platform
-import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -22,12 +18,12 @@ from ...analysis.locality import LOCAL_HEAD_DISTANCE
 from ...analysis.runs import shareable_dataset
 from ...data.jpeg import describe_jpeg, jpeg_encoding
 from ...models import count_parameters, get_preset
-from ..running.runner import Job, job_state, row_of
+from ..running.runner import Job, job_state, row_of, rows_and_cells
 from ..running.machines import progress_text, run_progress, run_segments, segments_text
 from ..studies import Grid, Study, Suite
 from .claims import RunNumbers, cell_numbers, evaluate_claims, points
 from .locality import locality_lines, locality_summary, suite_locality
-from .results import Cells, RunResult, epoch_records, mean_std, train_test_gap
+from .results import Cells, RunResult, epoch_records, run_stats, train_test_gap
 from .table1 import (CONVENTIONS, epoch_sections, final_layer_metrics, layer_lines, markdown_table, seed_lines,
                      table_rows)
 
@@ -107,8 +103,7 @@ def _suite_report(suite: Suite, out: Path, planned: Sequence[Job], results: dict
     found = evaluate_claims(suite.claims, RunNumbers(rows, layers, results))
     missing = _missing(planned, results, lambda job: job.preset)
     # unfinished runs say how far they got and what their epochs cost where they ran (why they are unfinished)
-    progress = {j.label: run_progress(j) for j in planned if j.label in missing}
-    progress = {label: p for label, p in progress.items() if p is not None}
+    progress = {j.label: p for j in planned if j.label in missing and (p := run_progress(j)) is not None}
     for row in rows:
         started = [p for j in planned if j.preset == row["preset"] and (p := progress.get(j.label))]
         if row["accuracy_mean"] is None and started:
@@ -162,7 +157,7 @@ def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
                  command: str, data: str | None = None) -> tuple[list[str], list[str], dict, dict]:
     """A grid's Markdown before and after its figures, and its ``report.json`` entries before them
     (none after)."""
-    rows, cells = grid_rows(jobs, results), list(dict.fromkeys(job.cell for job in jobs))
+    rows, (names, cells) = grid_rows(jobs, results), rows_and_cells(jobs)
     found = evaluate_claims(grid.claims, cell_numbers(jobs))
     missing = _missing(jobs, results, lambda job: (row_of(job), job.cell))
     dataset = shareable_dataset(next(iter(results.values()))[0].run.metadata) if results else None
@@ -178,12 +173,8 @@ def _grid_report(grid: Grid, jobs: Sequence[Job], results: Cells, *,
            *machine_lines(rows)]
     report = {"grid": grid.name, "command": command, "dataset": dataset, "rows": rows, "claims": found,
               "missing": missing}
-    after = ["", "## Models", "", *model_lines(grid, list(dict.fromkeys(row_of(j) for j in jobs)))]
+    after = ["", "## Models", "", *model_lines(grid, names)]
     return md, after, report, {}
-
-
-def _cells(jobs: Sequence[Job]) -> list[str]:
-    return list(dict.fromkeys(job.cell for job in jobs))
 
 
 def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
@@ -191,10 +182,10 @@ def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
     ``parameters`` and ``cells``: cell -> ``seeds``, ``accuracies``, ``accuracy_mean``/``accuracy_std``
     (fractions), ``train_images``, ``epochs``, ``seen_images``, ``train_hours`` (mean per seed),
     ``images_per_second`` (None where not run)."""
-    rows = []
-    for preset in dict.fromkeys(row_of(job) for job in jobs):
+    rows, (names, cells) = [], rows_and_cells(jobs)
+    for preset in names:
         row: dict = {"preset": preset, "parameters": None, "cells": {}}
-        for cell in _cells(jobs):
+        for cell in cells:
             job = next(j for j in jobs if (row_of(j), j.cell) == (preset, cell))
             options, runs = dict(job.overrides), results.get((preset, cell), [])
             entry = {"seeds": [r.job.seed for r in runs], "accuracies": [r.final_accuracy for r in runs],
@@ -203,9 +194,7 @@ def grid_rows(jobs: Sequence[Job], results: Cells) -> list[dict]:
                      "train_hours": None, "images_per_second": None,
                      "machines": [run_segments(r.job.folder, r.epoch_records) for r in runs]}
             if runs:
-                entry["accuracy_mean"], entry["accuracy_std"] = mean_std(entry["accuracies"])
-                entry["train_hours"] = statistics.fmean(r.train_seconds for r in runs) / 3600
-                entry["images_per_second"] = statistics.fmean(r.images_per_second for r in runs)
+                entry.update(run_stats(runs))
                 row["parameters"] = count_parameters(runs[0].run.network())
             row["cells"][cell] = entry
         rows.append(row)
@@ -260,7 +249,7 @@ def gap_lines(grid: Grid, jobs: Sequence[Job]) -> list[str]:
     """Markdown: the train - test gap at the end of every planned cell of the smallest fraction,
     per seed, read from its ``metrics.jsonl`` (``not finished yet`` for the others), beside the
     grid's ``overfit`` criterion."""
-    small = _cells(jobs)[0]
+    small = rows_and_cells(jobs)[1][0]
     lines = [f"## Train - test gap of the {small} cells", "",
              f"Last epoch's training accuracy (augmented images) minus its test accuracy; the study's criterion "
              f"for scarce data is {grid.overfit.op} {100 * grid.overfit.threshold:.0f} points for the ResNet and the "

@@ -19,7 +19,7 @@ from ..running.runner import Job, job_state, row_of
 from ..studies import Grid, Study
 
 __all__ = ["RunResult", "Cells", "Records", "finished_results", "read_records",
-           "epoch_records", "layer_values", "train_test_gap", "mean_std", "layer_curves"]
+           "epoch_records", "tested", "layer_values", "train_test_gap", "run_stats", "layer_curves"]
 
 #: a grid's finished runs: ``(row, cell) -> runs`` (seeds in plan order)
 Cells = dict[tuple[str, str], list["RunResult"]]
@@ -42,7 +42,7 @@ class RunResult:
     @property
     def records(self) -> list[dict]:
         """The records of the epochs evaluated on the test set (every epoch by default)."""
-        return [r for r in self.epoch_records if isinstance(r.get("test_accuracy"), (int, float))]
+        return tested(self.epoch_records)
 
     @property
     def final_accuracy(self) -> float:
@@ -94,6 +94,11 @@ def epoch_records(job: Job) -> list[dict]:
     return [r for r in RunFolder(job.folder, mode="read").read_metrics() if isinstance(r.get("epoch"), int)]
 
 
+def tested(records: Sequence[dict]) -> list[dict]:
+    """The ``records`` with a test accuracy (with ``eval_every`` > 1 some epochs have none)."""
+    return [r for r in records if isinstance(r.get("test_accuracy"), (int, float))]
+
+
 def train_test_gap(records: list[dict]) -> float | None:
     """The last epoch's ``train_accuracy`` minus its ``test_accuracy`` (fractions; None when either
     is missing: a cell's last epoch is always evaluated)."""
@@ -102,9 +107,15 @@ def train_test_gap(records: list[dict]) -> float | None:
     return None if train is None or test is None else train - test
 
 
-def mean_std(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and sample standard deviation (None for a single value)."""
-    return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else None)
+def run_stats(runs: Sequence[RunResult]) -> dict:
+    """A row's (or a cell's) finished ``runs``: ``accuracy_mean`` and ``accuracy_std`` of their final
+    accuracies (fractions; sample standard deviation, None for one run), ``train_hours`` (mean per
+    seed) and ``images_per_second`` (mean of :attr:`RunResult.images_per_second`)."""
+    accuracies = [r.final_accuracy for r in runs]
+    return {"accuracy_mean": statistics.fmean(accuracies),
+            "accuracy_std": statistics.stdev(accuracies) if len(accuracies) > 1 else None,
+            "train_hours": statistics.fmean(r.train_seconds for r in runs) / 3600,
+            "images_per_second": statistics.fmean(r.images_per_second for r in runs)}
 
 
 def layer_values(record: dict, key: str) -> dict[int, float]:

@@ -1,15 +1,12 @@
-"""The sections of a Table 1 suite's report: Table 1 beside the paper's (:func:`table_rows`,
-:func:`markdown_table`), every run, the attention per layer after training
-(:func:`final_layer_metrics`) and, for a suite followed over epochs (``settle_epochs``),
-:func:`epoch_sections`. Everything is read from the run folders and, for the comparison with a
-baseline suite, from its ``report.json``; :func:`~attncnn.reproduce.reporting.report.write_report`
-puts them together.
+"""The sections of a Table 1 suite's report (:func:`~.report.write_report` puts them together): Table 1
+beside the paper's (:func:`table_rows`, :func:`markdown_table`), every run, the attention per layer after
+training (:func:`final_layer_metrics`) and, for a suite followed over epochs, :func:`epoch_sections`
+(with a baseline suite's ``report.json``).
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from pathlib import Path
 from typing import Sequence
 
@@ -28,7 +25,7 @@ from ..running.machines import (machine_segments, read_machine_file, report_segm
 from ..studies import Suite
 from .epochs import SETTLED_BELOW, Run, compare_settling, quadratic_heads, run_settling, settled_table, settling_lines
 from .locality import locality_cell
-from .results import RunResult, epoch_records, mean_std
+from .results import RunResult, epoch_records, run_stats
 
 __all__ = ["CONVENTIONS", "table_rows", "markdown_table", "final_layer_metrics", "seed_lines", "layer_lines",
            "SHARP_ALPHA", "settled_lines", "center_rows", "center_lines", "run_costs", "cost_lines", "baseline_rows",
@@ -76,10 +73,9 @@ def seed_lines(results: dict[str, list[RunResult]]) -> list[str]:
     for preset, runs in results.items():
         for r in runs:
             best, epoch = r.best
-            machine = _machine(r)
             lines.append(f"| {preset} | {r.job.seed} | {100 * r.final_accuracy:.2f} | {100 * best:.2f} ({epoch}) | "
                          f"{len(r.epoch_records)} | {r.train_seconds / 3600:.2f} | {r.images_per_second:.0f} | "
-                         f"{r.run.metadata.get('dataset_name') or '-'} | {machine} |")
+                         f"{r.run.metadata.get('dataset_name') or '-'} | {_machine(r)} |")
     return lines
 
 
@@ -135,11 +131,8 @@ def table_rows(suite: Suite, results: dict[str, list[RunResult]], planned: Seque
                "images_per_second": None, "precision": None, "dataset": None}
         if done:
             model = done[0].run.network()      # counts only
-            row["accuracy_mean"], row["accuracy_std"] = mean_std(row["accuracies"])
-            row.update(epochs=len(done[0].epoch_records), parameters=count_parameters(model),
+            row.update(run_stats(done), epochs=len(done[0].epoch_records), parameters=count_parameters(model),
                        macs=macs_per_image(model), paper_flops=paper_flops_per_image(model),
-                       train_hours=statistics.fmean(r.train_seconds for r in done) / 3600,
-                       images_per_second=statistics.fmean(r.images_per_second for r in done),
                        precision=_precision(done[0]), dataset=shareable_dataset(done[0].run.metadata))
         rows.append(row)
     return rows
@@ -347,10 +340,8 @@ def epoch_sections(suite: Suite, out: Path, rows: Sequence[dict], results: dict[
     table = settled_table(results, suite.settle_epochs, suite.settled_below)
     costs = run_costs(results)
     centers = center_rows(results)
-    baseline = None
-    if suite.baseline:
-        path = out.parent / suite.baseline / "report.json"
-        baseline = json.loads(path.read_text()) if path.is_file() else None
+    path = out.parent / str(suite.baseline) / "report.json"
+    baseline = json.loads(path.read_text()) if suite.baseline and path.is_file() else None
     runs = run_settling(_settling_runs(suite, results, unfinished), suite.settle_epochs, suite.settled_below)
     comparison = compare_settling(runs, baseline, suite.settled_below, suite.compare_at) if baseline else None
     md = [f"## Settled on a grid? (epochs {', '.join(map(str, suite.settle_epochs))})", "",

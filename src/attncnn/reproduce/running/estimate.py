@@ -52,7 +52,6 @@ class Estimate:
     step is estimated compiled and from what."""
 
     step_seconds: float
-    infer_seconds: float
     epoch_seconds: float
     total_seconds: float
     precision: str
@@ -98,8 +97,7 @@ def estimate_job(job: Job, options: TrainOptions, *, measured: dict | None = Non
                          data.image_shape[1:])
     step = timing["step_seconds"]
     epoch = train_images / config.batch_size * step
-    return Estimate(step, timing["infer_seconds"], epoch + evaluation, epoch * config.epochs + evaluation * evaluations,
-                    precision, note)
+    return Estimate(step, epoch + evaluation, epoch * config.epochs + evaluation * evaluations, precision, note)
 
 
 def _compile_note(options: TrainOptions, config: TrainConfig, precision: str, device: torch.device, steps: int,

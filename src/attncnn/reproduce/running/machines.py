@@ -38,9 +38,8 @@ from ...runs.machine_file import MACHINE_FILE, read_machine_file
 from .runner import Job, job_state
 
 __all__ = ["MACHINE_FILE", "MACHINE_KEY", "LOAD_KEY", "PRECISION_KEY", "COMPILED_KEY", "DEVICE_RUNS_KEY",
-           "machine_segments", "segment_text", "segments_text", "machine_text",
-           "epochs_text", "shared_epochs", "read_machine_file", "report_segments", "run_segments",
-           "run_progress", "progress_text"]
+           "machine_segments", "segment_text", "segments_text", "shared_epochs", "read_machine_file",
+           "report_segments", "run_segments", "run_progress", "progress_text"]
 
 #: the keys each epoch record gets beside MACHINE_KEY (:mod:`attncnn.perf.machine`)
 LOAD_KEY, PRECISION_KEY, COMPILED_KEY = "load_average", "precision", "compiled"
@@ -64,29 +63,20 @@ def machine_segments(records: Sequence[dict], precision: str | None = None) -> l
                             for r in records if isinstance(r.get("epoch"), int)])
 
 
-def machine_text(machine: dict | None) -> str:
-    """``"AMD EPYC, 2 threads, torch 2.13.0+cpu"`` (and the GPU's name) for an epoch's ``"machine"`` record."""
-    if not machine:
-        return "machine not recorded"
-    threads = machine.get("threads", "?")
-    text = (f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, "
-            f"torch {machine.get('torch', '?')}")
-    return text + (f", {machine['gpu']}" if machine.get("gpu") else "")
-
-
-def epochs_text(epochs: Sequence[int]) -> str:
-    """``"epoch 3"`` or ``"epochs 1-30"`` for a segment's ``[first, last]``."""
-    first, last = epochs
-    return f"epoch {first}" if first == last else f"epochs {first}-{last}"
-
-
 def segment_text(segment: dict) -> str:
-    """``"AMD EPYC, 2 threads, torch 2.13.0, bf16 (epochs 1-30)"`` for one of :func:`machine_segments`
-    (the precision only where it was recorded: ``machine.json`` files written before say none;
-    ``", compiled"`` after it where the epochs recorded a compiled step)."""
-    precision = segment.get("precision")
-    return (f"{machine_text(segment['machine'])}{f', {precision}' if precision else ''}"
-            f"{', compiled' if segment.get(COMPILED_KEY) else ''} ({epochs_text(segment['epochs'])})")
+    """``"AMD EPYC, 2 threads, torch 2.13.0+cpu, bf16 (epochs 1-30)"`` for one of :func:`machine_segments`
+    (the GPU's name after torch's version on a GPU; the precision only where it was recorded:
+    ``machine.json`` files written before say none; ``", compiled"`` after it where the epochs recorded
+    a compiled step)."""
+    machine, (first, last) = segment["machine"], segment["epochs"]
+    text = "machine not recorded"
+    if machine:
+        threads = machine.get("threads", "?")
+        text = (f"{machine.get('cpu', '?')}, {threads} thread{'' if threads == 1 else 's'}, "
+                f"torch {machine.get('torch', '?')}" + (f", {machine['gpu']}" if machine.get("gpu") else ""))
+    text += (f", {segment['precision']}" if segment.get("precision") else "") + \
+        (", compiled" if segment.get(COMPILED_KEY) else "")
+    return text + (f" (epoch {first})" if first == last else f" (epochs {first}-{last})")
 
 
 def segments_text(segments: Sequence[dict]) -> str:

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..._io import atomic_write_json, atomic_write_text
 from ...data import Dataset, DeviceLoader, ImageSplit, held_out_indices
@@ -42,8 +42,7 @@ from ..studies import Criterion, Grid
 from .runner import Job, cell_name, folder_name, grid_cells, plan_grid, row_job, row_of
 
 __all__ = ["plan_calibration", "plan_lr_sweep", "swept_rates", "HELD_OUT_IMAGES", "HELD_OUT_FILE",
-           "held_out_result", "held_out_results", "calibration_lines", "sweep_results",
-           "write_sweep_report"]
+           "held_out_results", "calibration_lines", "sweep_results", "write_sweep_report"]
 
 
 def _rows(grid: Grid, rows: tuple[str, ...], what: str, option: str) -> tuple[str, ...]:
@@ -134,36 +133,9 @@ def _key(folder: Path, images: int) -> dict | None:
             "seed": int(config["seed"]), "dataset_name": meta.get("dataset_name")}
 
 
-def _cached(folder: Path, key: dict | None) -> dict | None:
-    """The cached result in ``folder`` if it matches ``key`` (from :func:`_key`), else None."""
-    path = folder / HELD_OUT_FILE
-    if key is None or not path.is_file():
-        return None
-    cached = json.loads(path.read_text())
-    return cached if all(cached.get(k) == v for k, v in key.items()) else None
-
-
-def held_out_result(folder: str | Path, dataset: Dataset | None, *, images: int = HELD_OUT_IMAGES,
-                    device: str = "cpu") -> dict | None:
-    """Loss and accuracy of a finished subset run's ``last`` checkpoint on ``images`` training
-    images outside its subset, at the run's precision (fp32 for a bf16 run on a device without fast
-    bf16); cached in ``<folder>/held_out.json``.
-
-    Returns:
-        ``{"accuracy", "loss", "examples", "epoch", "images", "train_subset", "seed",
-        "dataset_name", "precision"}``, or None for a run that has not finished.
-
-    Raises:
-        InputError: ``dataset`` is None and nothing is cached (give the command ``--data``); a
-            ``dataset`` other than the run's (its pixel digest differs); a run on the whole training
-            set.
-    """
-    return held_out_results([folder], lambda: dataset, images=images, device=device)[Path(folder)]
-
-
 def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> dict:
     """Evaluate the run's ``last`` checkpoint on its held-out images and cache the result (errors:
-    :func:`held_out_result`)."""
+    :func:`held_out_results`)."""
     if dataset is None:
         raise InputError(f"run {folder} has no held-out accuracy yet; give --data (the data set it trained on) to "
                          "measure it")
@@ -184,15 +156,29 @@ def _measure(folder: Path, key: dict, dataset: Dataset | None, device: str) -> d
     return found
 
 
-def held_out_results(folders, load_dataset, *, images: int = HELD_OUT_IMAGES, device: str = "cpu") -> dict:
-    """:func:`held_out_result` of each folder (``{folder: result or None}``); ``load_dataset()``
-    returns the data set and is called once, only if some finished run has no cached result."""
+def held_out_results(folders, load_dataset: Callable[[], Dataset | None], *, images: int = HELD_OUT_IMAGES,
+                     device: str = "cpu") -> dict:
+    """Loss and accuracy of each finished subset run's ``last`` checkpoint in ``folders`` on ``images``
+    training images outside its subset, at the run's precision (fp32 for a bf16 run on a device without
+    fast bf16); cached in ``<folder>/held_out.json``. ``load_dataset()`` returns the data set and is
+    called once, only if some finished run has no cached result.
+
+    Returns:
+        ``{folder: result}``, each result ``{"accuracy", "loss", "examples", "epoch", "images",
+        "train_subset", "seed", "dataset_name", "precision"}``, or None for a run that has not finished.
+
+    Raises:
+        InputError: no data set (``load_dataset()`` returns None) and nothing cached (give the command
+            ``--data``); a data set other than the run's (its pixel digest differs); a run on the whole
+            training set.
+    """
     dataset = None
     found = {}
     for folder in map(Path, folders):
         key = _key(folder, images)                      # read once: it opens the checkpoint's header
-        cached = _cached(folder, key)
-        if cached is not None or key is None:
+        cache = folder / HELD_OUT_FILE
+        cached = json.loads(cache.read_text()) if key and cache.is_file() else None
+        if key is None or (cached and all(cached.get(k) == v for k, v in key.items())):
             found[folder] = cached
             continue
         if dataset is None:
@@ -230,7 +216,7 @@ def calibration_lines(jobs: Sequence[Job], criterion: Criterion) -> list[str]:
 def sweep_results(grid: Grid, jobs: Sequence[Job], rates: Sequence[float],
                   held_out: Mapping[Path, dict | None] | None = None) -> dict:
     """Per rate, each sweep row's final held-out accuracy (training images outside the cell's
-    subset, :func:`held_out_result`; None: not finished or not measured) and
+    subset, :func:`held_out_results`; None: not finished or not measured) and
     their mean (None unless every row has one), beside the final test accuracy for information;
     ``best``: the rate of the highest held-out mean (None: no rate complete). The test set never
     chooses the rate: the grid reports it afterwards.

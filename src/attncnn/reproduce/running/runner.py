@@ -19,7 +19,7 @@ import logging
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
@@ -33,8 +33,8 @@ from ..studies import Grid, Study, Suite
 log = logging.getLogger("attncnn.reproduce")
 
 __all__ = ["Job", "ModelOptions", "plan", "plan_grid", "plan_study", "study_jobs", "row_job", "grid_cells",
-           "job_state", "select_rows", "cell_options", "cell_name", "folder_name", "row_of", "TrainOptions",
-           "job_config", "train_jobs", "train_command", "resume_command"]
+           "job_state", "select_rows", "cell_options", "cell_name", "folder_name", "row_of", "rows_and_cells",
+           "TrainOptions", "job_config", "train_jobs", "train_command", "resume_command"]
 
 
 class ModelOptions(dict):
@@ -70,6 +70,11 @@ class Job:
 def row_of(job: Job) -> str:
     """The grid row of ``job``: its ``row``, else its preset."""
     return job.row or job.preset
+
+
+def rows_and_cells(jobs: Sequence[Job]) -> tuple[list[str], list[str]]:
+    """A grid's rows and cells in the order ``jobs`` plans them (cells smallest first)."""
+    return list(dict.fromkeys(row_of(job) for job in jobs)), list(dict.fromkeys(job.cell for job in jobs))
 
 
 def row_job(study: Study, row: str, seed: int, folder: Path, given: dict | None = None, cell: str = "") -> Job:
@@ -269,7 +274,7 @@ class TrainOptions:
     ``epochs``, ``train_subset`` and ``batch_size`` exist for smoke runs of the harness; a suite trained with
     them is not the suite of the report's title, and the report says so (it prints each run's epochs).
     ``compile_mode`` and ``fused_optimizer`` are :class:`~attncnn.training.RunOptions`' (the GPU job,
-    ``benchmarks/gpu/job.py``, gives them; ``attncnn reproduce`` has no flags of them).
+    ``tools/gpu_job.py``, gives them; ``attncnn reproduce`` has no flags of them).
 
     Raises:
         InputError: ``epochs`` above :data:`MAX_EPOCHS` (named as ``--epochs``).
@@ -294,11 +299,6 @@ class TrainOptions:
                              f"{self.epochs if digits <= 20 else f'a number of {digits} digits'}; "
                              "give the number of epochs to train")
 
-    def overrides(self, seed: int) -> dict:
-        """The recipe options of a job of ``seed`` (None: the preset's)."""
-        return {"seed": seed, "data": self.data, "epochs": self.epochs, "train_subset": self.train_subset,
-                "batch_size": self.batch_size}
-
     def run_options(self) -> RunOptions:
         """The run-time options every job trains with (:class:`~attncnn.training.RunOptions`)."""
         return RunOptions(device=self.device, precision=self.precision, compile=self.compile,
@@ -314,7 +314,9 @@ def job_config(job: Job, options: TrainOptions) -> TrainConfig:
         InputError: an option the preset rejects (from :func:`~attncnn.runs.resolve_config`).
     """
     own = {name: dict(value) if name == "model" else value for name, value in job.overrides}   # a copy to train with
-    return resolve_config(job.preset, **{**options.overrides(job.seed), **own})
+    given = {"seed": job.seed, "data": options.data, "epochs": options.epochs, "train_subset": options.train_subset,
+             "batch_size": options.batch_size}                                                 # None: the preset's
+    return resolve_config(job.preset, **{**given, **own})
 
 
 def _machine_flags(options: TrainOptions) -> tuple[tuple[str, str | None], ...]:

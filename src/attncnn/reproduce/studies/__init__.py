@@ -1,10 +1,6 @@
-"""Every study ``attncnn reproduce`` runs, each one declared value (the Table 1 suites in
-:mod:`.table1`, the sample-efficiency grids in :mod:`.efficiency`), registered in :data:`STUDIES`
-(the one table a new study is added to).
-
-A study is a :class:`~.shapes.Suite` (Table 1 runs: presets x seeds) or a :class:`~.shapes.Grid`
-(models x training-set sizes at equal seen images): its rows with their recipe overrides, and the
-claims it measures with their criteria (:mod:`.claims`).
+"""Every study ``attncnn reproduce`` runs, each one declared value of a shape of :mod:`.shapes` (the
+Table 1 suites in :mod:`.table1`, the sample-efficiency grids in :mod:`.efficiency`), registered in
+:data:`STUDIES` (the one table a new study is added to).
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from .efficiency import EFFICIENCY, EFFICIENCY_SCARCE
 from .shapes import Grid, Suite
 from .table1 import LOCALITY_MINI, MINI, MINI_300, MINI_LONG, PAPER, PAPER_LONG
 
-__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
+__all__ = ["STUDIES", "SUITES", "GRIDS", "Study", "get_suite", "Suite", "Grid", "Claim", "Criterion",
            "MINI", "MINI_LONG", "MINI_300", "LOCALITY_MINI", "PAPER_LONG", "PAPER", "EFFICIENCY", "EFFICIENCY_SCARCE"]
 
 Study = Suite | Grid
@@ -29,26 +25,13 @@ SUITES: dict[str, Suite] = {name: s for name, s in STUDIES.items() if isinstance
 GRIDS: dict[str, Grid] = {name: s for name, s in STUDIES.items() if isinstance(s, Grid)}
 
 
-def _lookup(table: dict, what: str, name: str):
-    try:
-        return table[name]
-    except KeyError:
-        raise InputError(f"unknown {what} {name!r}; choose one of {', '.join(table)}") from None
-
-
-def get_study(name: str) -> Study:
-    """Look a study up by name.
-
-    Raises:
-        InputError: unknown name (the message lists the valid ones).
-    """
-    return _lookup(STUDIES, "study", name)
-
-
 def get_suite(name: str) -> Suite:
     """Look a Table 1 suite up by name.
 
     Raises:
         InputError: unknown name (the message lists the valid ones).
     """
-    return _lookup(SUITES, "suite", name)
+    try:
+        return SUITES[name]
+    except KeyError:
+        raise InputError(f"unknown suite {name!r}; choose one of {', '.join(SUITES)}") from None

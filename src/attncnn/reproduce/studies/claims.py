@@ -6,12 +6,12 @@ generic evaluator, :mod:`attncnn.reproduce.reporting.claims`, computes the repor
 verdicts from them. Nothing here reads a run.
 
 A grid's measures read, per row and cell, the mean over the cell's finished seeds (fractions) of a
-quantity of :data:`QUANTITIES`: ``"first"`` (test accuracy at the cell's first evaluation), ``"last"``
-(after the last epoch), ``"train"`` (the last epoch's training accuracy, augmented images, as logged)
-or ``"gap"`` (the last epoch's training minus test accuracy, per seed, then the mean); they name
-cells by position, :data:`SMALLEST` (0) and :data:`LARGEST` (-1). A Table 1 suite's measures
-(:class:`Curve`, :class:`PerLayer`, :class:`Accuracies`) name rows by the paper's preset
-(``"quadratic"``), which each suite maps to its own (``quadratic-mini``).
+quantity: ``"first"`` (test accuracy at the cell's first evaluation), ``"last"`` (after the last
+epoch), ``"train"`` (the last epoch's training accuracy, augmented images, as logged) or ``"gap"``
+(the last epoch's training minus test accuracy, per seed, then the mean); they name cells by
+position, :data:`SMALLEST` (0) and :data:`LARGEST` (-1). A Table 1 suite's measures (:class:`Curve`,
+:class:`PerLayer`, :class:`Accuracies`) name rows by the paper's preset (``"quadratic"``), which each
+suite maps to its own (``quadratic-mini``).
 
 Texts (``statement``, ``metric``) may name ``{small}`` and ``{large}`` (a grid's smallest and
 largest cell), ``{row}`` (a suite's preset the claim reads), ``{first_epoch}`` and ``{last_epoch}``
@@ -23,14 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-__all__ = ["SMALLEST", "LARGEST", "QUANTITIES", "OPERATORS", "Criterion", "Claim", "PerRow", "Scarcity", "Versus",
+__all__ = ["SMALLEST", "LARGEST", "OPERATORS", "Criterion", "Claim", "PerRow", "Scarcity", "Versus",
            "Gain", "Layers", "Curve", "PerLayer", "Accuracies", "Measure"]
 
 #: positions of a grid's cells, smallest fraction first
 SMALLEST, LARGEST = 0, -1
-
-#: what a grid's measures read per row and cell (see the module's description)
-QUANTITIES = ("first", "last", "train", "gap")
 
 #: the comparisons a criterion may make
 OPERATORS = (">", ">=", "<", "<=")

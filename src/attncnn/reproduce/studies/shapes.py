@@ -1,13 +1,7 @@
-"""The two shapes a study takes: a :class:`Suite` of Table 1 runs, or a :class:`Grid` of models x
-training-set sizes. Each study of :mod:`attncnn.reproduce.studies` is one value of one of them:
-its rows, each with the recipe it trains (a plain mapping of overrides over a preset's recipe), and
-the claims it measures (:mod:`.claims`).
-
-A suite trains each row (a preset) with some seeds into ``<out>/<preset>/seed<N>``; its report is
-Table 1 beside the paper's. A grid trains each row on class-balanced subsets of the training set,
-every cell for the same number of seen images, into ``<out>/<row>/<pct>pct/seed<N>``; its report is
-accuracy per row and training-set size. Planning their jobs is :mod:`attncnn.reproduce.running.runner`;
-nothing here reads or trains anything.
+"""The two shapes a study takes: a :class:`Suite` of Table 1 runs (each row a preset, with some seeds;
+its report is Table 1 beside the paper's), or a :class:`Grid` of models x class-balanced subsets of the
+training set, every cell for the same number of seen images (its report is accuracy per row and
+training-set size). Planning their jobs is :mod:`attncnn.reproduce.running.runner`.
 """
 
 from __future__ import annotations
